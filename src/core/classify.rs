@@ -1,0 +1,175 @@
+//! Classification: which outcomes are transient, and when a retry is safe.
+//!
+//! The safe-to-retry matrix (seed 002: "retry only with idempotency"):
+//!
+//! | request | status in `retryOnStatus` | 409 | network error | timeout |
+//! |---|---|---|---|---|
+//! | idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) | retry | no | retry | retry |
+//! | any method with an idempotency key | retry | retry | retry | retry |
+//! | non-idempotent method, no key | only 408 and 429 | no | never | never |
+//!
+//! A non-idempotent request without a key is retried only when the server stated that it
+//! did not process it (408 Request Timeout, 429 Too Many Requests): after a network error, a
+//! timeout or a 5xx it is unknown whether it took effect, and a retry may charge twice.
+
+use super::options::RetryPolicy;
+
+/// What one attempt produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A response with this status.
+    Status(u16),
+    /// The transport failed (connection refused or reset, DNS, CORS): fetch rejected.
+    NetworkError,
+    /// The per-attempt timeout (or the deadline) fired before a response arrived.
+    Timeout,
+}
+
+/// Why an attempt is retried (the `reason` given to `onRetry`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryReason {
+    /// `'status'`: a retryable status code.
+    Status,
+    /// `'network'`: a network error.
+    Network,
+    /// `'timeout'`: the attempt timed out.
+    Timeout,
+}
+
+impl RetryReason {
+    /// The JavaScript name: `'status'`, `'network'` or `'timeout'`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryReason::Status => "status",
+            RetryReason::Network => "network",
+            RetryReason::Timeout => "timeout",
+        }
+    }
+}
+
+/// The verdict on one outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// A success or a permanent failure: hand it to the caller as it is.
+    Final,
+    /// A transient failure that is safe to retry.
+    Retryable(RetryReason),
+    /// A transient failure that is not safe to retry: a non-idempotent request without a key
+    /// whose effect is unknown.
+    UnsafeToRetry(RetryReason),
+}
+
+/// Is `method` idempotent per RFC 9110 section 9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT,
+/// DELETE)? Compared ASCII-case-insensitively, as fetch normalises these names. POST, PATCH
+/// and every non-standard method are not.
+pub fn is_idempotent_method(method: &str) -> bool {
+    ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
+        .iter()
+        .any(|m| m.eq_ignore_ascii_case(method))
+}
+
+/// Status codes a server uses to say "I did not process this, try again": safe to retry even
+/// for a non-idempotent request without a key.
+fn status_says_not_processed(status: u16) -> bool {
+    status == 408 || status == 429
+}
+
+/// Classify one outcome of a request with the given method safety and key.
+///
+/// `idempotent`: the method is idempotent; `has_key`: the request carries an idempotency key
+/// (added by us or by the caller).
+pub fn classify(policy: &RetryPolicy, outcome: Outcome, idempotent: bool, has_key: bool) -> Verdict {
+    let safe = idempotent || has_key;
+    match outcome {
+        Outcome::Status(status) => {
+            let transient = policy.retry_on_status.contains(&status) || (has_key && status == 409);
+            if !transient {
+                Verdict::Final
+            } else if safe || status_says_not_processed(status) {
+                Verdict::Retryable(RetryReason::Status)
+            } else {
+                Verdict::UnsafeToRetry(RetryReason::Status)
+            }
+        }
+        Outcome::NetworkError | Outcome::Timeout => {
+            let (reason, enabled) = if outcome == Outcome::Timeout {
+                (RetryReason::Timeout, policy.retry_on_timeout)
+            } else {
+                (RetryReason::Network, policy.retry_on_network_error)
+            };
+            if !enabled {
+                Verdict::Final
+            } else if safe {
+                Verdict::Retryable(reason)
+            } else {
+                Verdict::UnsafeToRetry(reason)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Outcome::*;
+    use RetryReason as R;
+    use Verdict::*;
+
+    fn p() -> RetryPolicy {
+        RetryPolicy::default()
+    }
+
+    #[test]
+    fn idempotent_methods_per_rfc_9110() {
+        for m in ["GET", "get", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "delete"] {
+            assert!(is_idempotent_method(m), "{m}");
+        }
+        for m in ["POST", "PATCH", "CONNECT", "PURGE", "LOCK", ""] {
+            assert!(!is_idempotent_method(m), "{m}");
+        }
+    }
+
+    #[test]
+    fn seed_000_status_table_for_idempotent_requests() {
+        for s in [408, 429, 500, 502, 503, 504] {
+            assert_eq!(classify(&p(), Status(s), true, false), Retryable(R::Status), "{s}");
+        }
+        for s in [200, 201, 301, 400, 401, 403, 404, 409, 422, 501] {
+            assert_eq!(classify(&p(), Status(s), true, false), Final, "{s}");
+        }
+        assert_eq!(classify(&p(), NetworkError, true, false), Retryable(R::Network));
+        assert_eq!(classify(&p(), Timeout, true, false), Retryable(R::Timeout));
+    }
+
+    #[test]
+    fn non_idempotent_without_key_retries_only_not_processed() {
+        assert_eq!(classify(&p(), Status(429), false, false), Retryable(R::Status));
+        assert_eq!(classify(&p(), Status(408), false, false), Retryable(R::Status));
+        for s in [500, 502, 503, 504] {
+            assert_eq!(classify(&p(), Status(s), false, false), UnsafeToRetry(R::Status), "{s}");
+        }
+        assert_eq!(classify(&p(), NetworkError, false, false), UnsafeToRetry(R::Network));
+        assert_eq!(classify(&p(), Timeout, false, false), UnsafeToRetry(R::Timeout));
+        assert_eq!(classify(&p(), Status(409), false, false), Final);
+    }
+
+    #[test]
+    fn a_key_makes_everything_transient_retryable_including_409() {
+        for s in [408, 409, 429, 500, 502, 503, 504] {
+            assert_eq!(classify(&p(), Status(s), false, true), Retryable(R::Status), "{s}");
+        }
+        assert_eq!(classify(&p(), NetworkError, false, true), Retryable(R::Network));
+        assert_eq!(classify(&p(), Timeout, false, true), Retryable(R::Timeout));
+        assert_eq!(classify(&p(), Status(400), false, true), Final);
+    }
+
+    #[test]
+    fn switches_turn_off_error_retries() {
+        let policy = RetryPolicy { retry_on_network_error: false, retry_on_timeout: false, ..p() };
+        assert_eq!(classify(&policy, NetworkError, true, true), Final);
+        assert_eq!(classify(&policy, Timeout, true, true), Final);
+        let only_503 = RetryPolicy { retry_on_status: vec![503], ..p() };
+        assert_eq!(classify(&only_503, Status(502), true, false), Final);
+        assert_eq!(classify(&only_503, Status(503), true, false), Retryable(R::Status));
+    }
+}

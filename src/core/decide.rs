@@ -1,0 +1,255 @@
+//! One decision per attempt: retry after a delay, or stop and say why.
+//!
+//! [`RetryState`] is the whole policy of one call; the wasm shell only performs what it
+//! decides (send, wait, return, reject). Time comes in as plain ms numbers, randomness as an
+//! [`Rng`], so every rule is tested natively.
+
+use super::backoff::{clamp_ms, Backoff, Rng};
+use super::classify::{classify, Outcome, RetryReason, Verdict};
+use super::options::RetryPolicy;
+
+/// Why a call stops after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// A success or a permanent failure: hand the outcome to the caller as it is.
+    Final,
+    /// Transient, but not safe to retry (a non-idempotent request without a key whose effect
+    /// is unknown).
+    UnsafeToRetry(RetryReason),
+    /// `maxAttempts` attempts were made.
+    AttemptsExhausted(RetryReason),
+    /// The wait and another attempt would not fit in `deadlineMs`.
+    DeadlineExhausted(RetryReason),
+    /// The server asked to wait longer than `maxRetryAfterMs`.
+    RetryAfterTooLong(RetryReason),
+}
+
+impl Stop {
+    /// A stable JavaScript name for the stop reason, used in `RetryError.reason`:
+    /// `'final'`, `'unsafe'`, `'attempts'`, `'deadline'` or `'retry-after'`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stop::Final => "final",
+            Stop::UnsafeToRetry(_) => "unsafe",
+            Stop::AttemptsExhausted(_) => "attempts",
+            Stop::DeadlineExhausted(_) => "deadline",
+            Stop::RetryAfterTooLong(_) => "retry-after",
+        }
+    }
+}
+
+/// What to do after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Wait `delay_ms`, then send the next attempt.
+    Retry {
+        /// The wait, in whole ms within `0..=2147483647`.
+        delay_ms: u64,
+        /// Why the attempt failed.
+        reason: RetryReason,
+        /// True when the delay came from the server (`Retry-After` or `RateLimit`).
+        from_server: bool,
+    },
+    /// Stop here.
+    Stop(Stop),
+}
+
+/// The retry state of one call: attempts made, the backoff schedule, the deadline.
+#[derive(Clone, Debug)]
+pub struct RetryState {
+    backoff: Backoff,
+    attempts: u32,
+    deadline_at_ms: Option<f64>,
+}
+
+/// What is known about one attempt's outcome.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttemptOutcome {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// The request's method is idempotent (RFC 9110).
+    pub idempotent: bool,
+    /// The request carries an idempotency key.
+    pub has_key: bool,
+    /// The wait the server asked for (see [`super::retry_after::server_delay_ms`]), if any.
+    pub server_delay_ms: Option<f64>,
+}
+
+impl RetryState {
+    /// A call that starts at `now_ms`.
+    pub fn new(policy: &RetryPolicy, now_ms: f64) -> Self {
+        RetryState {
+            backoff: Backoff::new(policy),
+            attempts: 0,
+            deadline_at_ms: policy.deadline_ms.map(|d| now_ms + d),
+        }
+    }
+
+    /// Attempts started so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Record that an attempt starts now; returns its 1-based number.
+    pub fn start_attempt(&mut self) -> u32 {
+        self.attempts = self.attempts.saturating_add(1);
+        self.attempts
+    }
+
+    /// The time limit of an attempt starting at `now_ms`: `timeoutMs`, shortened to what is
+    /// left of `deadlineMs`. `None`: no limit.
+    pub fn attempt_time_limit_ms(&self, policy: &RetryPolicy, now_ms: f64) -> Option<f64> {
+        let left = self.deadline_at_ms.map(|end| (end - now_ms).max(0.0));
+        match (policy.timeout_ms, left) {
+            (Some(t), Some(l)) => Some(t.min(l)),
+            (t, l) => t.or(l),
+        }
+    }
+
+    /// Is the deadline already spent at `now_ms`?
+    pub fn deadline_passed(&self, now_ms: f64) -> bool {
+        self.deadline_at_ms.is_some_and(|end| now_ms >= end)
+    }
+
+    /// Decide what follows an attempt that ended at `now_ms` with `report`.
+    pub fn decide<R: Rng + ?Sized>(
+        &mut self,
+        policy: &RetryPolicy,
+        report: AttemptOutcome,
+        now_ms: f64,
+        rng: &mut R,
+    ) -> Decision {
+        let reason = match classify(policy, report.outcome, report.idempotent, report.has_key) {
+            Verdict::Final => return Decision::Stop(Stop::Final),
+            Verdict::UnsafeToRetry(reason) => return Decision::Stop(Stop::UnsafeToRetry(reason)),
+            Verdict::Retryable(reason) => reason,
+        };
+        if self.attempts >= policy.max_attempts {
+            return Decision::Stop(Stop::AttemptsExhausted(reason));
+        }
+        let server_delay = if policy.respect_retry_after { report.server_delay_ms } else { None };
+        let (delay_ms, from_server) = match server_delay {
+            Some(asked) if asked.is_nan() || asked > policy.retry_after_cap_ms() => {
+                return Decision::Stop(Stop::RetryAfterTooLong(reason));
+            }
+            Some(asked) => {
+                let d = clamp_ms(asked.ceil()) as u64;
+                self.backoff.note_external_delay(d);
+                (d, true)
+            }
+            None => (self.backoff.next_delay(rng), false),
+        };
+        if let Some(end) = self.deadline_at_ms {
+            // Never start a wait, or an attempt, that cannot finish inside the deadline.
+            if now_ms + delay_ms as f64 >= end {
+                return Decision::Stop(Stop::DeadlineExhausted(reason));
+            }
+        }
+        Decision::Retry { delay_ms, reason, from_server }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::backoff::SplitMix64;
+    use crate::core::options::Jitter;
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy { jitter: Jitter::None, ..RetryPolicy::default() }
+    }
+
+    fn status(s: u16) -> AttemptOutcome {
+        AttemptOutcome { outcome: Outcome::Status(s), idempotent: true, has_key: false, server_delay_ms: None }
+    }
+
+    fn run(policy: &RetryPolicy, outcomes: &[AttemptOutcome]) -> Vec<Decision> {
+        let mut state = RetryState::new(policy, 0.0);
+        let mut rng = SplitMix64::new(7);
+        let mut now = 0.0;
+        let mut out = Vec::new();
+        for o in outcomes {
+            state.start_attempt();
+            let d = state.decide(policy, *o, now, &mut rng);
+            if let Decision::Retry { delay_ms, .. } = d {
+                now += delay_ms as f64;
+            }
+            out.push(d);
+        }
+        out
+    }
+
+    fn retry(delay_ms: u64) -> Decision {
+        Decision::Retry { delay_ms, reason: RetryReason::Status, from_server: false }
+    }
+
+    #[test]
+    fn three_attempts_by_default_then_stop() {
+        let d = run(&policy(), &[status(503), status(503), status(503)]);
+        assert_eq!(d, [retry(500), retry(1000), Decision::Stop(Stop::AttemptsExhausted(RetryReason::Status))]);
+    }
+
+    #[test]
+    fn success_and_permanent_failures_are_final() {
+        assert_eq!(run(&policy(), &[status(200)]), [Decision::Stop(Stop::Final)]);
+        assert_eq!(run(&policy(), &[status(404)]), [Decision::Stop(Stop::Final)]);
+    }
+
+    #[test]
+    fn post_without_key_is_not_retried_after_network_error() {
+        let o = AttemptOutcome { outcome: Outcome::NetworkError, idempotent: false, has_key: false, server_delay_ms: None };
+        assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::UnsafeToRetry(RetryReason::Network))]);
+        let keyed = AttemptOutcome { has_key: true, ..o };
+        assert_eq!(
+            run(&policy(), &[keyed]),
+            [Decision::Retry { delay_ms: 500, reason: RetryReason::Network, from_server: false }]
+        );
+    }
+
+    #[test]
+    fn retry_after_replaces_the_delay_without_jitter() {
+        let p = RetryPolicy { jitter: Jitter::Full, ..policy() };
+        let o = AttemptOutcome { server_delay_ms: Some(2500.4), ..status(429) };
+        assert_eq!(run(&p, &[o]), [Decision::Retry { delay_ms: 2501, reason: RetryReason::Status, from_server: true }]);
+    }
+
+    #[test]
+    fn retry_after_above_the_cap_stops_at_once() {
+        let o = AttemptOutcome { server_delay_ms: Some(30_001.0), ..status(503) };
+        assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::RetryAfterTooLong(RetryReason::Status))]);
+        let p = RetryPolicy { max_retry_after_ms: Some(60_000.0), ..policy() };
+        assert!(matches!(run(&p, &[o])[0], Decision::Retry { delay_ms: 30_001, .. }));
+    }
+
+    #[test]
+    fn retry_after_can_be_ignored() {
+        let p = RetryPolicy { respect_retry_after: false, ..policy() };
+        let o = AttemptOutcome { server_delay_ms: Some(90_000.0), ..status(503) };
+        assert_eq!(run(&p, &[o]), [retry(500)]);
+    }
+
+    #[test]
+    fn deadline_stops_a_wait_that_would_not_fit() {
+        let p = RetryPolicy { deadline_ms: Some(1200.0), ..policy() };
+        // wait 500 (ends at 500 < 1200), then wait 1000 would end at 1500 >= 1200
+        let d = run(&p, &[status(503), status(503)]);
+        assert_eq!(d, [retry(500), Decision::Stop(Stop::DeadlineExhausted(RetryReason::Status))]);
+    }
+
+    #[test]
+    fn attempt_time_limit_is_the_smaller_of_timeout_and_deadline_left() {
+        let p = RetryPolicy { timeout_ms: Some(1000.0), deadline_ms: Some(1500.0), ..policy() };
+        let s = RetryState::new(&p, 100.0);
+        assert_eq!(s.attempt_time_limit_ms(&p, 100.0), Some(1000.0));
+        assert_eq!(s.attempt_time_limit_ms(&p, 1000.0), Some(600.0));
+        assert_eq!(s.attempt_time_limit_ms(&p, 5000.0), Some(0.0));
+        assert!(s.deadline_passed(1600.0));
+        assert_eq!(RetryState::new(&policy(), 0.0).attempt_time_limit_ms(&policy(), 0.0), None);
+    }
+
+    #[test]
+    fn one_attempt_means_no_retry() {
+        let p = RetryPolicy { max_attempts: 1, ..policy() };
+        assert_eq!(run(&p, &[status(503)]), [Decision::Stop(Stop::AttemptsExhausted(RetryReason::Status))]);
+    }
+}

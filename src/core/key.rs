@@ -1,0 +1,103 @@
+//! Idempotency keys: UUID v4 from 16 random bytes, and the header forms.
+//!
+//! The bytes come from the caller; the shell takes them from the platform CSPRNG
+//! (`crypto.getRandomValues`, through `getrandom`) and nothing weaker (seed 000, rule 6).
+
+use super::options::KeyFormat;
+
+/// Format 16 random bytes as a UUID version 4 (RFC 9562), lower-case, 36 characters.
+///
+/// ```
+/// use retry_fetch::core::key::uuid_v4;
+/// assert_eq!(uuid_v4([0; 16]), "00000000-0000-4000-8000-000000000000");
+/// assert_eq!(uuid_v4([0xff; 16]), "ffffffff-ffff-4fff-bfff-ffffffffffff");
+/// ```
+pub fn uuid_v4(mut bytes: [u8; 16]) -> String {
+    bytes[6] = (bytes[6] & 0x0f) | 0x40; // version 4
+    bytes[8] = (bytes[8] & 0x3f) | 0x80; // variant 10xx
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0x0f)] as char);
+    }
+    out
+}
+
+/// Is `s` a lower- or upper-case UUID v4 with the RFC 9562 variant?
+pub fn is_uuid_v4(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            14 => *c == b'4',
+            19 => matches!(c, b'8' | b'9' | b'a' | b'b' | b'A' | b'B'),
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// The header value for `key` in `format`: as is (`plain`), or an RFC 8941 sf-string with
+/// `"` and `\` escaped (`sf-string`).
+///
+/// ```
+/// use retry_fetch::core::key::header_value;
+/// use retry_fetch::core::options::KeyFormat;
+/// assert_eq!(header_value("abc", KeyFormat::Plain), "abc");
+/// assert_eq!(header_value("abc", KeyFormat::SfString), "\"abc\"");
+/// ```
+pub fn header_value(key: &str, format: KeyFormat) -> String {
+    match format {
+        KeyFormat::Plain => key.to_string(),
+        KeyFormat::SfString => {
+            let mut out = String::with_capacity(key.len() + 2);
+            out.push('"');
+            for c in key.chars() {
+                if c == '"' || c == '\\' {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out.push('"');
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_and_variant_bits_are_forced() {
+        let mut seed = 1u8;
+        for _ in 0..64 {
+            let bytes = [seed; 16];
+            seed = seed.wrapping_mul(31).wrapping_add(7);
+            let id = uuid_v4(bytes);
+            assert!(is_uuid_v4(&id), "{id}");
+        }
+    }
+
+    #[test]
+    fn distinct_bytes_give_distinct_keys() {
+        let a = uuid_v4([1; 16]);
+        let b = uuid_v4([2; 16]);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn uuid_checker_rejects_near_misses() {
+        assert!(!is_uuid_v4("00000000-0000-1000-8000-000000000000"));
+        assert!(!is_uuid_v4("00000000-0000-4000-c000-000000000000"));
+        assert!(!is_uuid_v4("00000000-0000-4000-8000-00000000000"));
+        assert!(!is_uuid_v4("00000000x0000-4000-8000-000000000000"));
+    }
+
+    #[test]
+    fn sf_string_escapes() {
+        assert_eq!(header_value(r#"a"b\c"#, KeyFormat::SfString), r#""a\"b\\c""#);
+    }
+}

@@ -1,0 +1,17 @@
+//! The pure retry policy: no JavaScript types, no clocks, no global randomness.
+//!
+//! | module | rule |
+//! |---|---|
+//! | [`options`] | every option, its default and its validation into [`options::OptionError`] |
+//! | [`backoff`] | exponential schedule, cap and the five jitter modes over an injected [`backoff::Rng`] |
+//! | [`classify`] | which outcomes are transient, and the safe-to-retry matrix per method and key |
+//! | [`retry_after`] | `Retry-After`, `RateLimit-Reset` and `RateLimit` parsing against a given "now" |
+//! | [`key`] | idempotency keys: UUID v4 from random bytes, the header forms |
+//! | [`decide`] | one decision per attempt: retry after a delay, or stop and why |
+
+pub mod backoff;
+pub mod classify;
+pub mod decide;
+pub mod key;
+pub mod options;
+pub mod retry_after;

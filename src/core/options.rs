@@ -1,0 +1,358 @@
+//! Retry options, their defaults, and validation into a typed [`OptionError`].
+//!
+//! Every check happens once, when options are read, before any request is sent. The wasm
+//! shell converts JavaScript values into the plain Rust types taken here (a JS number is an
+//! `f64`) and turns an [`OptionError`] into a `TypeError` that names the option, the value
+//! and what is allowed.
+
+/// The largest delay `setTimeout` accepts: 2^31 - 1 ms (about 24.8 days). Every delay is
+/// clamped to `0..=MAX_TIMER_MS`.
+pub const MAX_TIMER_MS: f64 = 2_147_483_647.0;
+
+/// The largest `maxAttempts` accepted.
+pub const MAX_ATTEMPTS_LIMIT: u32 = 100;
+
+/// Default size limit for buffering a `ReadableStream` body so it can be replayed: 1 MiB.
+pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: u32 = 1024 * 1024;
+
+/// How the computed exponential delay is randomised, so that clients that failed together do
+/// not retry together.
+///
+/// # Default
+/// [`Jitter::Full`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Jitter {
+    /// `'none'`: exactly the exponential delay.
+    None,
+    /// `'full'`: uniform in `0..d` (AWS "full jitter"; the default).
+    Full,
+    /// `'equal'`: `d/2 + uniform(0..d/2)`.
+    Equal,
+    /// `'decorrelated'`: `min(cap, uniform(base, 3 * previous))`.
+    Decorrelated,
+    /// `'additive'`: `d + uniform(0..base)`, the form in the retry-pattern article (seed 000).
+    Additive,
+}
+
+impl Jitter {
+    /// Parses the JavaScript name of a jitter mode (`'none'`, `'full'`, `'equal'`,
+    /// `'decorrelated'`, `'additive'`).
+    pub fn from_name(name: &str) -> Option<Jitter> {
+        Some(match name {
+            "none" => Jitter::None,
+            "full" => Jitter::Full,
+            "equal" => Jitter::Equal,
+            "decorrelated" => Jitter::Decorrelated,
+            "additive" => Jitter::Additive,
+            _ => return None,
+        })
+    }
+}
+
+/// The wire form of the idempotency key header value.
+///
+/// # Default
+/// [`KeyFormat::Plain`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyFormat {
+    /// `'plain'`: the key as is, `Idempotency-Key: 8e03978e-...` (what Stripe and most servers read).
+    Plain,
+    /// `'sf-string'`: an RFC 8941 structured-field string, `Idempotency-Key: "8e03978e-..."`
+    /// (the IETF Idempotency-Key draft's form).
+    SfString,
+}
+
+/// Whether and which idempotency key a call sends.
+///
+/// # Default
+/// [`KeyMode::Auto`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyMode {
+    /// `'auto'`: a fresh UUID v4 per call on non-idempotent methods, unless the request
+    /// already carries the header.
+    Auto,
+    /// A string: this key, on every attempt of the call, whatever the method.
+    Fixed(String),
+    /// `false`: no key is added.
+    Off,
+}
+
+/// A validated, complete set of retry options. Build it with [`RetryPolicy::default`] and
+/// the setters in the shell; every field has passed validation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Total attempts including the first, `1..=100`. Default 3.
+    pub max_attempts: u32,
+    /// Delay before the second attempt, in ms. Default 500.
+    pub base_delay_ms: f64,
+    /// Growth factor of the delay per attempt, `>= 1`. Default 2.
+    pub factor: f64,
+    /// Upper bound of every computed delay, in ms. Default 30000.
+    pub max_delay_ms: f64,
+    /// Jitter mode. Default [`Jitter::Full`].
+    pub jitter: Jitter,
+    /// Status codes worth retrying. Default `[408, 429, 500, 502, 503, 504]`.
+    pub retry_on_status: Vec<u16>,
+    /// Retry network errors (subject to the safe-to-retry matrix). Default true.
+    pub retry_on_network_error: bool,
+    /// Retry per-attempt timeouts (subject to the safe-to-retry matrix). Default true.
+    pub retry_on_timeout: bool,
+    /// Per-attempt timeout in ms. Default none.
+    pub timeout_ms: Option<f64>,
+    /// Total time budget of the call in ms. Default none.
+    pub deadline_ms: Option<f64>,
+    /// Let `Retry-After` (or `RateLimit`) replace the computed delay. Default true.
+    pub respect_retry_after: bool,
+    /// Longest server-requested wait accepted, in ms; `None` means "same as `max_delay_ms`".
+    /// Default none.
+    pub max_retry_after_ms: Option<f64>,
+    /// Idempotency key mode. Default [`KeyMode::Auto`].
+    pub idempotency_key: KeyMode,
+    /// Header name that carries the key. Default `Idempotency-Key`.
+    pub idempotency_header: String,
+    /// Wire form of the key. Default [`KeyFormat::Plain`].
+    pub idempotency_key_format: KeyFormat,
+    /// Send `X-Retry-Count` and `X-Original-Request-At` on attempts after the first.
+    /// Default false.
+    pub retry_headers: bool,
+    /// Largest `ReadableStream` body buffered for replay, in bytes. Default 1 MiB.
+    pub max_buffered_body_bytes: u32,
+}
+
+/// The default retryable status codes: 408, 429, 500, 502, 503, 504.
+pub const DEFAULT_RETRY_ON_STATUS: [u16; 6] = [408, 429, 500, 502, 503, 504];
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            base_delay_ms: 500.0,
+            factor: 2.0,
+            max_delay_ms: 30_000.0,
+            jitter: Jitter::Full,
+            retry_on_status: DEFAULT_RETRY_ON_STATUS.to_vec(),
+            retry_on_network_error: true,
+            retry_on_timeout: true,
+            timeout_ms: None,
+            deadline_ms: None,
+            respect_retry_after: true,
+            max_retry_after_ms: None,
+            idempotency_key: KeyMode::Auto,
+            idempotency_header: "Idempotency-Key".to_string(),
+            idempotency_key_format: KeyFormat::Plain,
+            retry_headers: false,
+            max_buffered_body_bytes: DEFAULT_MAX_BUFFERED_BODY_BYTES,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The effective cap on a server-requested wait: `max_retry_after_ms`, or `max_delay_ms`
+    /// when that is unset.
+    pub fn retry_after_cap_ms(&self) -> f64 {
+        self.max_retry_after_ms.unwrap_or(self.max_delay_ms)
+    }
+}
+
+/// An option that failed validation: which option, and what is allowed. The shell adds the
+/// offending value when it builds the JavaScript `TypeError`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionError {
+    /// The option's JavaScript name, e.g. `"maxAttempts"`.
+    pub option: &'static str,
+    /// What is allowed, e.g. `"an integer from 1 to 100"`.
+    pub expected: &'static str,
+}
+
+impl OptionError {
+    /// An error for `option`, which must be `expected`.
+    pub const fn new(option: &'static str, expected: &'static str) -> Self {
+        OptionError { option, expected }
+    }
+}
+
+fn is_integer(v: f64) -> bool {
+    v.is_finite() && v.fract() == 0.0
+}
+
+/// `maxAttempts`: an integer from 1 to 100.
+pub fn max_attempts(v: f64) -> Result<u32, OptionError> {
+    if is_integer(v) && (1.0..=MAX_ATTEMPTS_LIMIT as f64).contains(&v) {
+        Ok(v as u32)
+    } else {
+        Err(OptionError::new("maxAttempts", "an integer from 1 to 100"))
+    }
+}
+
+/// A non-negative finite duration in ms (`baseDelayMs`, `maxDelayMs`, `maxRetryAfterMs`),
+/// clamped to [`MAX_TIMER_MS`].
+pub fn non_negative_ms(option: &'static str, v: f64) -> Result<f64, OptionError> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v.min(MAX_TIMER_MS))
+    } else {
+        Err(OptionError::new(option, "a finite number of milliseconds >= 0"))
+    }
+}
+
+/// A positive finite duration in ms (`timeoutMs`, `deadlineMs`), at most [`MAX_TIMER_MS`].
+pub fn positive_ms(option: &'static str, v: f64) -> Result<f64, OptionError> {
+    if v.is_finite() && v > 0.0 && v <= MAX_TIMER_MS {
+        Ok(v)
+    } else {
+        Err(OptionError::new(option, "a number of milliseconds > 0 and <= 2147483647"))
+    }
+}
+
+/// `factor`: a finite number from 1 to 100.
+pub fn factor(v: f64) -> Result<f64, OptionError> {
+    if v.is_finite() && (1.0..=100.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(OptionError::new("factor", "a finite number from 1 to 100"))
+    }
+}
+
+/// One entry of `retryOnStatus`: an integer HTTP status from 100 to 599.
+pub fn status_code(v: f64) -> Result<u16, OptionError> {
+    if is_integer(v) && (100.0..=599.0).contains(&v) {
+        Ok(v as u16)
+    } else {
+        Err(OptionError::new("retryOnStatus", "an array of integer HTTP statuses from 100 to 599"))
+    }
+}
+
+/// `jitter`: one of the five mode names.
+pub fn jitter(name: &str) -> Result<Jitter, OptionError> {
+    Jitter::from_name(name).ok_or(OptionError::new(
+        "jitter",
+        "'none', 'full', 'equal', 'decorrelated' or 'additive'",
+    ))
+}
+
+/// `idempotencyKeyFormat`: `'plain'` or `'sf-string'`.
+pub fn key_format(name: &str) -> Result<KeyFormat, OptionError> {
+    match name {
+        "plain" => Ok(KeyFormat::Plain),
+        "sf-string" => Ok(KeyFormat::SfString),
+        _ => Err(OptionError::new("idempotencyKeyFormat", "'plain' or 'sf-string'")),
+    }
+}
+
+/// `idempotencyKey` given as a string: `'auto'`, or a key of 1 to 255 visible ASCII
+/// characters (what an HTTP header and an RFC 8941 string can both carry).
+pub fn key_mode(value: &str) -> Result<KeyMode, OptionError> {
+    if value == "auto" {
+        return Ok(KeyMode::Auto);
+    }
+    let visible = value.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    if !value.is_empty() && value.len() <= 255 && visible {
+        Ok(KeyMode::Fixed(value.to_string()))
+    } else {
+        Err(OptionError::new(
+            "idempotencyKey",
+            "'auto', false, or a key of 1 to 255 visible ASCII characters",
+        ))
+    }
+}
+
+/// `idempotencyHeader`: an HTTP field name (RFC 9110 token characters).
+pub fn header_name(value: &str) -> Result<String, OptionError> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if !value.is_empty() && value.bytes().all(token) {
+        Ok(value.to_string())
+    } else {
+        Err(OptionError::new("idempotencyHeader", "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)"))
+    }
+}
+
+/// `maxBufferedBodyBytes`: an integer from 0 to 2^31 - 1.
+pub fn body_limit(v: f64) -> Result<u32, OptionError> {
+    if is_integer(v) && (0.0..=MAX_TIMER_MS).contains(&v) {
+        Ok(v as u32)
+    } else {
+        Err(OptionError::new("maxBufferedBodyBytes", "an integer number of bytes from 0 to 2147483647"))
+    }
+}
+
+/// The `count` argument of `backoffDelays`: an integer from 0 to 10000.
+pub fn delay_count(v: f64) -> Result<u32, OptionError> {
+    if is_integer(v) && (0.0..=10_000.0).contains(&v) {
+        Ok(v as u32)
+    } else {
+        Err(OptionError::new("count", "an integer from 0 to 10000"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documented_contract() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.max_attempts, 3);
+        assert_eq!(p.base_delay_ms, 500.0);
+        assert_eq!(p.factor, 2.0);
+        assert_eq!(p.max_delay_ms, 30_000.0);
+        assert_eq!(p.jitter, Jitter::Full);
+        assert_eq!(p.retry_on_status, vec![408, 429, 500, 502, 503, 504]);
+        assert!(p.retry_on_network_error && p.retry_on_timeout && p.respect_retry_after);
+        assert!(!p.retry_headers);
+        assert_eq!(p.timeout_ms, None);
+        assert_eq!(p.deadline_ms, None);
+        assert_eq!(p.retry_after_cap_ms(), 30_000.0);
+        assert_eq!(p.idempotency_key, KeyMode::Auto);
+        assert_eq!(p.idempotency_header, "Idempotency-Key");
+        assert_eq!(p.idempotency_key_format, KeyFormat::Plain);
+        assert_eq!(p.max_buffered_body_bytes, 1_048_576);
+    }
+
+    #[test]
+    fn max_attempts_accepts_only_integers_in_range() {
+        assert_eq!(max_attempts(1.0), Ok(1));
+        assert_eq!(max_attempts(100.0), Ok(100));
+        for bad in [0.0, 101.0, 2.5, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let err = max_attempts(bad).unwrap_err();
+            assert_eq!(err.option, "maxAttempts");
+        }
+    }
+
+    #[test]
+    fn durations_reject_nan_infinity_and_negatives() {
+        for bad in [f64::NAN, f64::INFINITY, -1.0, -0.5] {
+            assert!(non_negative_ms("baseDelayMs", bad).is_err());
+            assert!(positive_ms("timeoutMs", bad).is_err());
+        }
+        assert!(positive_ms("timeoutMs", 0.0).is_err());
+        assert!(positive_ms("deadlineMs", 2_147_483_648.0).is_err());
+        assert_eq!(non_negative_ms("maxDelayMs", 1e300), Ok(MAX_TIMER_MS));
+        assert_eq!(non_negative_ms("baseDelayMs", 0.0), Ok(0.0));
+    }
+
+    #[test]
+    fn factor_and_statuses() {
+        assert!(factor(0.5).is_err());
+        assert!(factor(f64::NAN).is_err());
+        assert_eq!(factor(1.5), Ok(1.5));
+        assert_eq!(status_code(503.0), Ok(503));
+        assert!(status_code(99.0).is_err());
+        assert!(status_code(600.0).is_err());
+        assert!(status_code(503.5).is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(jitter("decorrelated"), Ok(Jitter::Decorrelated));
+        assert_eq!(jitter("Full").unwrap_err().option, "jitter");
+        assert_eq!(key_format("sf-string"), Ok(KeyFormat::SfString));
+        assert!(key_format("quoted").is_err());
+        assert_eq!(key_mode("auto"), Ok(KeyMode::Auto));
+        assert_eq!(key_mode("order-42"), Ok(KeyMode::Fixed("order-42".into())));
+        assert!(key_mode("").is_err());
+        assert!(key_mode("new\nline").is_err());
+        assert!(key_mode(&"k".repeat(256)).is_err());
+        assert_eq!(header_name("X-Request-Key"), Ok("X-Request-Key".into()));
+        assert!(header_name("Bad Header").is_err());
+        assert!(header_name("").is_err());
+    }
+}
