@@ -22,18 +22,22 @@ pub enum Stop {
     DeadlineExhausted(RetryReason),
     /// The server asked to wait longer than `maxRetryAfterMs`.
     RetryAfterTooLong(RetryReason),
+    /// The request body cannot be sent again (a stream above the buffering limit).
+    BodyNotReplayable(RetryReason),
 }
 
 impl Stop {
     /// A stable JavaScript name for the stop reason, used in `RetryError.reason`:
-    /// `'final'`, `'unsafe'`, `'attempts'`, `'deadline'` or `'retry-after'`.
+    /// `'not-retryable'`, `'unsafe'`, `'attempts'`, `'deadline'`, `'retry-after'` or
+    /// `'body-not-replayable'`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Stop::Final => "final",
+            Stop::Final => "not-retryable",
             Stop::UnsafeToRetry(_) => "unsafe",
             Stop::AttemptsExhausted(_) => "attempts",
             Stop::DeadlineExhausted(_) => "deadline",
             Stop::RetryAfterTooLong(_) => "retry-after",
+            Stop::BodyNotReplayable(_) => "body-not-replayable",
         }
     }
 }
@@ -73,6 +77,8 @@ pub struct AttemptOutcome {
     pub has_key: bool,
     /// The wait the server asked for (see [`super::retry_after::server_delay_ms`]), if any.
     pub server_delay_ms: Option<f64>,
+    /// The request can be sent again (false for a stream body above the buffering limit).
+    pub replayable: bool,
 }
 
 impl RetryState {
@@ -124,6 +130,9 @@ impl RetryState {
             Verdict::UnsafeToRetry(reason) => return Decision::Stop(Stop::UnsafeToRetry(reason)),
             Verdict::Retryable(reason) => reason,
         };
+        if !report.replayable {
+            return Decision::Stop(Stop::BodyNotReplayable(reason));
+        }
         if self.attempts >= policy.max_attempts {
             return Decision::Stop(Stop::AttemptsExhausted(reason));
         }
@@ -160,7 +169,7 @@ mod tests {
     }
 
     fn status(s: u16) -> AttemptOutcome {
-        AttemptOutcome { outcome: Outcome::Status(s), idempotent: true, has_key: false, server_delay_ms: None }
+        AttemptOutcome { outcome: Outcome::Status(s), idempotent: true, has_key: false, server_delay_ms: None, replayable: true }
     }
 
     fn run(policy: &RetryPolicy, outcomes: &[AttemptOutcome]) -> Vec<Decision> {
@@ -197,7 +206,7 @@ mod tests {
 
     #[test]
     fn post_without_key_is_not_retried_after_network_error() {
-        let o = AttemptOutcome { outcome: Outcome::NetworkError, idempotent: false, has_key: false, server_delay_ms: None };
+        let o = AttemptOutcome { outcome: Outcome::NetworkError, idempotent: false, has_key: false, server_delay_ms: None, replayable: true };
         assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::UnsafeToRetry(RetryReason::Network))]);
         let keyed = AttemptOutcome { has_key: true, ..o };
         assert_eq!(
@@ -245,6 +254,14 @@ mod tests {
         assert_eq!(s.attempt_time_limit_ms(&p, 5000.0), Some(0.0));
         assert!(s.deadline_passed(1600.0));
         assert_eq!(RetryState::new(&policy(), 0.0).attempt_time_limit_ms(&policy(), 0.0), None);
+    }
+
+    #[test]
+    fn a_body_that_cannot_be_replayed_is_sent_once() {
+        let o = AttemptOutcome { replayable: false, ..status(503) };
+        assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::BodyNotReplayable(RetryReason::Status))]);
+        let ok = AttemptOutcome { replayable: false, ..status(200) };
+        assert_eq!(run(&policy(), &[ok]), [Decision::Stop(Stop::Final)]);
     }
 
     #[test]

@@ -239,12 +239,13 @@ pub fn key_format(name: &str) -> Result<KeyFormat, OptionError> {
 }
 
 /// `idempotencyKey` given as a string: `'auto'`, or a key of 1 to 255 visible ASCII
-/// characters (what an HTTP header and an RFC 8941 string can both carry).
+/// characters, `!` to `~`, no spaces (what an HTTP header and an RFC 8941 string can both
+/// carry unchanged).
 pub fn key_mode(value: &str) -> Result<KeyMode, OptionError> {
     if value == "auto" {
         return Ok(KeyMode::Auto);
     }
-    let visible = value.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    let visible = value.bytes().all(|b| (0x21..=0x7e).contains(&b));
     if !value.is_empty() && value.len() <= 255 && visible {
         Ok(KeyMode::Fixed(value.to_string()))
     } else {
@@ -350,6 +351,8 @@ mod tests {
         assert_eq!(key_mode("order-42"), Ok(KeyMode::Fixed("order-42".into())));
         assert!(key_mode("").is_err());
         assert!(key_mode("new\nline").is_err());
+        assert!(key_mode("   ").is_err());
+        assert!(key_mode("a b").is_err());
         assert!(key_mode(&"k".repeat(256)).is_err());
         assert_eq!(header_name("X-Request-Key"), Ok("X-Request-Key".into()));
         assert!(header_name("Bad Header").is_err());

@@ -1,0 +1,7 @@
+// Browser and worker entry (an ES module, no bundler needed): fetch and instantiate the wasm
+// once, with top-level await, before the exports can be used.
+import init from './retry_fetch.js';
+
+await init({ module_or_path: new URL('./retry_fetch_bg.wasm', import.meta.url) });
+
+export { retryFetch, createRetryFetch, backoffDelays, isRetryError } from './client.js';

@@ -1,0 +1,139 @@
+/**
+ * retry-fetch: `fetch` with retries done right. Transient failures only, exponential backoff
+ * with jitter, `Retry-After`, idempotency keys, deadlines and cancellation.
+ */
+
+/** How the computed delay is randomised. */
+export type Jitter = 'none' | 'full' | 'equal' | 'decorrelated' | 'additive';
+
+/** Why an attempt is being retried. */
+export type RetryReason = 'status' | 'network' | 'timeout';
+
+/** What `shouldRetry` is given. */
+export interface RetryContext {
+  /** The attempt that just failed (1-based). */
+  attempt: number;
+  /** The wait about to be used before the next attempt, in ms. */
+  delayMs: number;
+  /** Why the attempt failed. */
+  reason: RetryReason;
+  /** The response, when the failure was a retryable status. */
+  response?: Response;
+  /** The response status, when there was a response. */
+  status?: number;
+  /** The error, when the failure was a network error or a timeout. */
+  error?: unknown;
+  /** The idempotency key the request carries, if any. */
+  idempotencyKey?: string;
+}
+
+/** What `onRetry` is given, before each wait. */
+export interface RetryInfo {
+  /** The attempt that just failed (1-based). */
+  attempt: number;
+  /** The wait before the next attempt, in ms. */
+  delayMs: number;
+  /** Why the attempt failed. */
+  reason: RetryReason;
+  /** The response status, when there was a response. */
+  status?: number;
+  /** The error, when the failure was a network error or a timeout. */
+  error?: unknown;
+  /** The idempotency key the request carries, if any. */
+  idempotencyKey?: string;
+}
+
+/** Options of `retryFetch`. Every one is optional. */
+export interface RetryOptions {
+  /** Total attempts including the first; an integer from 1 to 100. @default 3 */
+  maxAttempts?: number;
+  /** Delay before the second attempt, in ms. @default 500 */
+  baseDelayMs?: number;
+  /** Growth of the delay per attempt (1 to 100): the delay before attempt n+1 is `min(maxDelayMs, baseDelayMs * factor^(n-1))`, then jitter. @default 2 */
+  factor?: number;
+  /** Upper bound of every computed delay, in ms. @default 30000 */
+  maxDelayMs?: number;
+  /** Jitter mode. @default 'full' */
+  jitter?: Jitter;
+  /** Status codes worth retrying (subject to the safe-to-retry matrix). @default [408, 429, 500, 502, 503, 504] */
+  retryOnStatus?: number[];
+  /** Retry network errors (subject to the safe-to-retry matrix). @default true */
+  retryOnNetworkError?: boolean;
+  /** Retry per-attempt timeouts (subject to the safe-to-retry matrix). @default true */
+  retryOnTimeout?: boolean;
+  /** Per-attempt timeout in ms, for the wait for response headers; `null` for none. @default undefined (none) */
+  timeoutMs?: number | null;
+  /** Total time budget of the call in ms; no wait or attempt starts that cannot finish inside it. @default undefined (none) */
+  deadlineMs?: number | null;
+  /** Cancels the call: the attempt in flight and any wait stop at once, and the call rejects with the signal's reason. `init.signal` works the same. */
+  signal?: AbortSignal | null;
+  /** Let `Retry-After` (or `RateLimit-Reset` / `RateLimit`) replace the computed delay. @default true */
+  respectRetryAfter?: boolean;
+  /** Longest server-requested wait accepted, in ms; a longer one returns the response at once. @default maxDelayMs */
+  maxRetryAfterMs?: number | null;
+  /** `'auto'`: a fresh UUID v4 key on non-idempotent requests; a string: this key; `false`: none. @default 'auto' */
+  idempotencyKey?: 'auto' | string | false;
+  /** The header that carries the key. @default 'Idempotency-Key' */
+  idempotencyHeader?: string;
+  /** `'plain'`: the key as is; `'sf-string'`: the IETF draft's quoted form. @default 'plain' */
+  idempotencyKeyFormat?: 'plain' | 'sf-string';
+  /** Send `X-Retry-Count` and `X-Original-Request-At` on attempts after the first (causes a CORS preflight). @default false */
+  retryHeaders?: boolean;
+  /** Largest `ReadableStream` body buffered for replay, in bytes; a longer one is sent once and not retried. @default 1048576 */
+  maxBufferedBodyBytes?: number;
+  /** The caller's veto on a retry the policy would make. */
+  shouldRetry?: ((context: RetryContext) => boolean | Promise<boolean>) | null;
+  /** Called before each wait; if it throws, the call rejects with that error. */
+  onRetry?: ((info: RetryInfo) => void | Promise<void>) | null;
+  /** The transport. @default globalThis.fetch */
+  fetch?: ((input: RequestInfo | URL, init?: RequestInit) => Promise<Response>) | null;
+}
+
+/** One attempt in `RetryError.attempts`. */
+export interface AttemptRecord {
+  /** 1-based attempt number. */
+  attempt: number;
+  /** `Date.now()` when the attempt started. */
+  startedAt: number;
+  /** How long the attempt took, in ms. */
+  durationMs: number;
+  /** The response status, when there was a response. */
+  status?: number;
+  /** The error, when there was none. */
+  error?: unknown;
+  /** The wait that followed, when there was one. */
+  delayMs?: number;
+}
+
+/** Why a call that ended on an error stopped. */
+export type StopReason =
+  | 'attempts'
+  | 'deadline'
+  | 'unsafe'
+  | 'not-retryable'
+  | 'retry-after'
+  | 'body-not-replayable'
+  | 'shouldRetry';
+
+/** The error a call rejects with when it ends on a network error or a timeout. */
+export interface RetryError extends Error {
+  name: 'RetryError';
+  /** Why it stopped. */
+  reason: StopReason;
+  /** One record per attempt. */
+  attempts: AttemptRecord[];
+  /** The last error. */
+  cause: unknown;
+}
+
+/** `fetch` with retries. Resolves with the final `Response` (check `res.ok`). */
+export function retryFetch(input: RequestInfo | URL, init?: RequestInit, options?: RetryOptions): Promise<Response>;
+
+/** A `retryFetch` whose options default to `defaults`; per-call options merge over them. */
+export function createRetryFetch(defaults: RetryOptions): typeof retryFetch;
+
+/** The first `count` delays (ms) the policy would wait; reproducible with a `seed`. */
+export function backoffDelays(options: RetryOptions, count: number, seed?: number): number[];
+
+/** Is `error` a `RetryError`? (By `name`, so it works across realms.) */
+export function isRetryError(error: unknown): error is RetryError;

@@ -1,0 +1,32 @@
+# Sourced by the other scripts: where the tools are and how to build for wasm32.
+# shellcheck shell=bash
+
+# Tools installed by scripts/setup.sh live here, so a second run on the same machine skips them.
+RF_TOOLS="${RETRY_FETCH_TOOLS:-$HOME/.cache/retry-fetch/tools}"
+export PATH="$RF_TOOLS/bin:$PATH"
+RF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PATH="$RF_ROOT/node_modules/.bin:$PATH"
+
+# wasm32 builds: a rustup toolchain that has the wasm32 std, or Debian's Rust with the std built
+# from source (-Zbuild-std). See ../shared/docs/toolchain.md.
+if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+  RF_WASM_MODE=rustup
+  RF_WASM_CARGO=(cargo)
+  RF_BUILD_STD=()
+  RF_SIZE_FLAGS=()
+else
+  RF_WASM_MODE=debian
+  RF_WASM_CARGO=(env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 /usr/bin/cargo)
+  RF_BUILD_STD=(-Zbuild-std=std,panic_abort)
+  # Release package only: panics abort without formatting (smaller), std built for size.
+  RF_SIZE_FLAGS=(-Zbuild-std-features=optimize_for_size)
+  RF_SIZE_RUSTFLAGS="-Zunstable-options -Cpanic=immediate-abort"
+fi
+
+rf_say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+rf_die() { printf '\033[31mERROR: %s\033[0m\n' "$*" >&2; exit 1; }
+
+# The wasm-bindgen version Cargo.lock pins (the CLI must match it exactly).
+rf_wasm_bindgen_version() {
+  awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$RF_ROOT/Cargo.lock"
+}

@@ -1,0 +1,205 @@
+//! Reading `RetryOptions` from JavaScript, once per call, into a [`CallOptions`].
+//!
+//! Each present option replaces the value in `base` (the built-in defaults, or a
+//! `createRetryFetch` client's defaults); `undefined` is ignored, so per-call options merge
+//! over defaults. An invalid value is a `TypeError` naming the option, the value and what is
+//! allowed, raised before any request is sent.
+
+use js_sys::{Array, Function};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use super::errors::option_error;
+use super::js::{self, AbortSignal};
+use crate::core::options::{self as validate, KeyMode, OptionError, RetryPolicy};
+
+/// Everything one call needs: the validated policy and the JavaScript parts.
+#[derive(Clone, Default)]
+pub struct CallOptions {
+    /// The validated retry policy.
+    pub policy: RetryPolicy,
+    /// `signal`: cancels the call.
+    pub signal: Option<AbortSignal>,
+    /// `shouldRetry(ctx)`: the caller's veto on a retry.
+    pub should_retry: Option<Function>,
+    /// `onRetry(info)`: called before each wait.
+    pub on_retry: Option<Function>,
+    /// `fetch`: the transport; `None` means the global `fetch`.
+    pub fetch: Option<Function>,
+}
+
+fn expect_number(option: &'static str, v: &JsValue, expected: &'static str) -> Result<f64, JsValue> {
+    v.as_f64().ok_or_else(|| option_error(OptionError::new(option, expected), v))
+}
+
+fn expect_bool(option: &'static str, v: &JsValue) -> Result<bool, JsValue> {
+    v.as_bool().ok_or_else(|| option_error(OptionError::new(option, "true or false"), v))
+}
+
+fn expect_string(option: &'static str, v: &JsValue, expected: &'static str) -> Result<String, JsValue> {
+    v.as_string().ok_or_else(|| option_error(OptionError::new(option, expected), v))
+}
+
+fn expect_function(option: &'static str, v: &JsValue) -> Result<Option<Function>, JsValue> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    v.dyn_ref::<Function>()
+        .cloned()
+        .map(Some)
+        .ok_or_else(|| option_error(OptionError::new(option, "a function"), v))
+}
+
+/// Is `v` an AbortSignal (duck-typed, so signals from another realm or a polyfill work)?
+pub fn is_abort_signal(v: &JsValue) -> bool {
+    v.is_object() && js::get(v, "addEventListener").is_function() && js::get(v, "aborted").as_bool().is_some()
+}
+
+/// Read `options` over `base`.
+pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValue> {
+    let mut out = base.clone();
+    if options.is_undefined() || options.is_null() {
+        return Ok(out);
+    }
+    if !options.is_object() {
+        return Err(option_error(OptionError::new("options", "an object"), options));
+    }
+    let p = &mut out.policy;
+    // Reads one option; a throwing getter rejects the call with its error.
+    let field = |name: &str| -> Result<Option<JsValue>, JsValue> {
+        let v = js::get_or_throw(options, name)?;
+        Ok(if v.is_undefined() { None } else { Some(v) })
+    };
+
+    const INT_1_100: &str = "an integer from 1 to 100";
+    const MS: &str = "a finite number of milliseconds >= 0";
+    const POSITIVE_MS: &str = "a number of milliseconds > 0 and <= 2147483647";
+
+    if let Some(v) = field("maxAttempts")? {
+        let n = expect_number("maxAttempts", &v, INT_1_100)?;
+        p.max_attempts = validate::max_attempts(n).map_err(|e| option_error(e, &v))?;
+    }
+    if let Some(v) = field("baseDelayMs")? {
+        let n = expect_number("baseDelayMs", &v, MS)?;
+        p.base_delay_ms = validate::non_negative_ms("baseDelayMs", n).map_err(|e| option_error(e, &v))?;
+    }
+    if let Some(v) = field("factor")? {
+        let n = expect_number("factor", &v, "a finite number from 1 to 100")?;
+        p.factor = validate::factor(n).map_err(|e| option_error(e, &v))?;
+    }
+    if let Some(v) = field("maxDelayMs")? {
+        let n = expect_number("maxDelayMs", &v, MS)?;
+        p.max_delay_ms = validate::non_negative_ms("maxDelayMs", n).map_err(|e| option_error(e, &v))?;
+    }
+    if let Some(v) = field("jitter")? {
+        let expected = "'none', 'full', 'equal', 'decorrelated' or 'additive'";
+        let s = expect_string("jitter", &v, expected)?;
+        p.jitter = validate::jitter(&s).map_err(|e| option_error(e, &v))?;
+    }
+    if let Some(v) = field("retryOnStatus")? {
+        let bad = || option_error(OptionError::new("retryOnStatus", "an array of integer HTTP statuses from 100 to 599"), &v);
+        let arr = v.dyn_ref::<Array>().filter(|_| Array::is_array(&v)).ok_or_else(bad)?;
+        if arr.length() > 500 {
+            return Err(bad());
+        }
+        let mut statuses = Vec::with_capacity(arr.length() as usize);
+        for item in arr.iter() {
+            let n = item.as_f64().ok_or_else(bad)?;
+            statuses.push(validate::status_code(n).map_err(|e| option_error(e, &item))?);
+        }
+        p.retry_on_status = statuses;
+    }
+    if let Some(v) = field("retryOnNetworkError")? {
+        p.retry_on_network_error = expect_bool("retryOnNetworkError", &v)?;
+    }
+    if let Some(v) = field("retryOnTimeout")? {
+        p.retry_on_timeout = expect_bool("retryOnTimeout", &v)?;
+    }
+    if let Some(v) = field("timeoutMs")? {
+        p.timeout_ms = optional_ms("timeoutMs", &v, POSITIVE_MS, validate::positive_ms)?;
+    }
+    if let Some(v) = field("deadlineMs")? {
+        p.deadline_ms = optional_ms("deadlineMs", &v, POSITIVE_MS, validate::positive_ms)?;
+    }
+    if let Some(v) = field("respectRetryAfter")? {
+        p.respect_retry_after = expect_bool("respectRetryAfter", &v)?;
+    }
+    if let Some(v) = field("maxRetryAfterMs")? {
+        p.max_retry_after_ms = optional_ms("maxRetryAfterMs", &v, MS, validate::non_negative_ms)?;
+    }
+    if let Some(v) = field("idempotencyKey")? {
+        let expected = "'auto', false, or a key of 1 to 255 visible ASCII characters";
+        p.idempotency_key = if v.as_bool() == Some(false) {
+            KeyMode::Off
+        } else {
+            let s = expect_string("idempotencyKey", &v, expected)?;
+            validate::key_mode(&s).map_err(|e| option_error(e, &v))?
+        };
+    }
+    if let Some(v) = field("idempotencyHeader")? {
+        let s = expect_string("idempotencyHeader", &v, "an HTTP header name")?;
+        p.idempotency_header = validate::header_name(&s).map_err(|e| option_error(e, &v))?;
+    }
+    if let Some(v) = field("idempotencyKeyFormat")? {
+        let s = expect_string("idempotencyKeyFormat", &v, "'plain' or 'sf-string'")?;
+        p.idempotency_key_format = validate::key_format(&s).map_err(|e| option_error(e, &v))?;
+    }
+    if let Some(v) = field("retryHeaders")? {
+        p.retry_headers = expect_bool("retryHeaders", &v)?;
+    }
+    if let Some(v) = field("maxBufferedBodyBytes")? {
+        let n = expect_number("maxBufferedBodyBytes", &v, "an integer number of bytes from 0 to 2147483647")?;
+        p.max_buffered_body_bytes = validate::body_limit(n).map_err(|e| option_error(e, &v))?;
+    }
+    if let Some(v) = field("signal")? {
+        out.signal = if v.is_null() {
+            None
+        } else if is_abort_signal(&v) {
+            Some(v.unchecked_into())
+        } else {
+            return Err(option_error(OptionError::new("signal", "an AbortSignal"), &v));
+        };
+    }
+    if let Some(v) = field("shouldRetry")? {
+        out.should_retry = expect_function("shouldRetry", &v)?;
+    }
+    if let Some(v) = field("onRetry")? {
+        out.on_retry = expect_function("onRetry", &v)?;
+    }
+    if let Some(v) = field("fetch")? {
+        out.fetch = expect_function("fetch", &v)?;
+    }
+    Ok(out)
+}
+
+/// An optional duration: `null` clears it, a number is validated by `check`.
+fn optional_ms(
+    option: &'static str,
+    v: &JsValue,
+    expected: &'static str,
+    check: fn(&'static str, f64) -> Result<f64, OptionError>,
+) -> Result<Option<f64>, JsValue> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    let n = expect_number(option, v, expected)?;
+    check(option, n).map(Some).map_err(|e| option_error(e, v))
+}
+
+/// The `count` argument of `backoffDelays`.
+pub fn read_count(v: &JsValue) -> Result<u32, JsValue> {
+    let expected = "an integer from 0 to 10000";
+    let n = v.as_f64().ok_or_else(|| option_error(OptionError::new("count", expected), v))?;
+    validate::delay_count(n).map_err(|e| option_error(e, v))
+}
+
+/// The optional `seed` argument of `backoffDelays`: a finite number, or `undefined`.
+pub fn read_seed(v: &JsValue) -> Result<Option<u64>, JsValue> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(None);
+    }
+    match v.as_f64() {
+        Some(n) if n.is_finite() => Ok(Some(n.to_bits())),
+        _ => Err(option_error(OptionError::new("seed", "a finite number"), v)),
+    }
+}

@@ -1,0 +1,145 @@
+// A real HTTP server on 127.0.0.1 that injects faults, for the end-to-end and browser tests
+// and the demo. Each scenario is a path; the server counts hits per scenario id and answers
+// the n-th hit with the n-th step of its script (the last step repeats).
+//
+//   ANY  /seq/<id>?steps=503,503,200     script of steps, comma-separated
+//   GET  /log/<id>                       JSON: every request seen for <id> (method, headers, body)
+//   POST /reset                          forget every scenario
+//   GET  /ping                           200 "pong"
+//
+// A step is `<what>[+<option>...]`:
+//   200, 503, 429, ...   answer with that status; body `{"id":..,"hit":n,"status":s}`
+//   reset                destroy the socket without answering (a network error)
+//   hang                 never answer (until the client gives up)
+//   +ra=<s>              Retry-After: <s> (delta-seconds)
+//   +date=<s>            Retry-After: an HTTP-date <s> seconds from now
+//   +raw=<text>          Retry-After: <text> as is (URL-encoded)
+//   +rlr=<s>             RateLimit-Reset: <s>
+//   +rl=<s>              RateLimit: "default";r=0;t=<s>
+//   +delay=<ms>          wait <ms> before answering
+//
+// CORS is open (any origin, any header, every header exposed) so browser pages on another
+// port can use it. OPTIONS preflights are answered and not counted.
+//
+// Run alone: `node tests/support/fault-server.mjs [port]` prints the URL.
+import http from 'node:http';
+
+export function parseStep(text) {
+  const [what, ...opts] = text.split('+');
+  const step = { what, headers: {}, delayMs: 0 };
+  for (const opt of opts) {
+    const eq = opt.indexOf('=');
+    const key = opt.slice(0, eq);
+    const value = decodeURIComponent(opt.slice(eq + 1));
+    if (key === 'ra') step.headers['Retry-After'] = value;
+    else if (key === 'date') step.retryAfterDateS = Number(value);
+    else if (key === 'raw') step.headers['Retry-After'] = value;
+    else if (key === 'rlr') step.headers['RateLimit-Reset'] = value;
+    else if (key === 'rl') step.headers.RateLimit = `"default";r=0;t=${value}`;
+    else if (key === 'delay') step.delayMs = Number(value);
+  }
+  return step;
+}
+
+export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
+  const hits = new Map(); // id -> count
+  const logs = new Map(); // id -> [{ hit, method, headers, body, at }]
+  const sockets = new Set();
+
+  const cors = {
+    'Access-Control-Allow-Origin': '*',
+    'Access-Control-Allow-Headers': '*',
+    'Access-Control-Allow-Methods': 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS',
+    'Access-Control-Expose-Headers': '*',
+    'Access-Control-Max-Age': '600',
+  };
+
+  const server = http.createServer(async (req, res) => {
+    const url = new URL(req.url, 'http://x');
+    if (req.method === 'OPTIONS') {
+      res.writeHead(204, cors).end();
+      return;
+    }
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const body = Buffer.concat(chunks);
+
+    if (url.pathname === '/ping') {
+      res.writeHead(200, { ...cors, 'Content-Type': 'text/plain' }).end('pong');
+      return;
+    }
+    if (url.pathname === '/reset' && req.method === 'POST') {
+      hits.clear();
+      logs.clear();
+      res.writeHead(204, cors).end();
+      return;
+    }
+    if (url.pathname.startsWith('/log/')) {
+      const id = decodeURIComponent(url.pathname.slice(5));
+      res.writeHead(200, { ...cors, 'Content-Type': 'application/json' }).end(JSON.stringify(logs.get(id) ?? []));
+      return;
+    }
+    if (!url.pathname.startsWith('/seq/')) {
+      res.writeHead(404, cors).end('not found');
+      return;
+    }
+    const id = decodeURIComponent(url.pathname.slice(5));
+    const hit = (hits.get(id) ?? 0) + 1;
+    hits.set(id, hit);
+    if (!logs.has(id)) logs.set(id, []);
+    logs.get(id).push({
+      hit,
+      method: req.method,
+      headers: req.headers,
+      body: body.toString('utf8'),
+      bodyBase64: body.toString('base64'),
+      at: Date.now(),
+    });
+    const steps = (url.searchParams.get('steps') ?? '200').split(',');
+    const step = parseStep(steps[Math.min(hit, steps.length) - 1]);
+
+    if (step.delayMs) await new Promise((r) => setTimeout(r, step.delayMs));
+    if (step.what === 'reset') {
+      req.socket.destroy();
+      return;
+    }
+    if (step.what === 'hang') {
+      return; // the socket stays open until the client aborts or the server closes
+    }
+    const status = Number(step.what);
+    const headers = { ...cors, 'Content-Type': 'application/json', ...step.headers };
+    if (step.retryAfterDateS !== undefined) {
+      headers['Retry-After'] = new Date(Date.now() + step.retryAfterDateS * 1000).toUTCString();
+    }
+    res.writeHead(status, headers).end(JSON.stringify({ id, hit, status }));
+  });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  await new Promise((resolve) => server.listen(port, host, resolve));
+  const address = server.address();
+  const base = `http://${host}:${address.port}`;
+  return {
+    url: base,
+    port: address.port,
+    /** The URL of scenario `id` with `steps`. */
+    seq: (id, steps) => `${base}/seq/${encodeURIComponent(id)}?steps=${encodeURIComponent(steps)}`,
+    /** Requests seen for `id`. */
+    log: (id) => logs.get(id) ?? [],
+    hits: (id) => hits.get(id) ?? 0,
+    close: () =>
+      new Promise((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const server = await startFaultServer({ port: Number(process.argv[2] ?? 0) });
+  console.log(server.url);
+  const stop = () => server.close().then(() => process.exit(0));
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}
