@@ -22,6 +22,10 @@ extern "C" {
     #[wasm_bindgen(js_name = fetch, catch)]
     pub fn global_fetch(input: &JsValue, init: &JsValue) -> Result<JsValue, JsValue>;
 
+    /// `Function.prototype`: a function that does nothing, for ignoring a rejection.
+    #[wasm_bindgen(thread_local_v2, js_namespace = Function, js_name = prototype)]
+    static NOOP: Function;
+
     /// `String(value)`; throws for e.g. a null-prototype object.
     #[wasm_bindgen(js_name = String, catch)]
     pub fn to_js_string(value: &JsValue) -> Result<JsString, JsValue>;
@@ -157,5 +161,14 @@ pub fn response_status(response: &Response) -> u16 {
     match response.status().as_f64() {
         Some(s) if (0.0..=999.0).contains(&s) => s as u16,
         _ => 0,
+    }
+}
+
+/// Mark `promise` as handled without waiting for it (no unhandled-rejection report).
+pub fn ignore_rejection(promise: &Promise) {
+    if let Ok(catch) = get(promise, "catch").dyn_into::<Function>() {
+        NOOP.with(|noop| {
+            let _ = catch.call1(promise, noop);
+        });
     }
 }

@@ -186,18 +186,19 @@ async fn buffer_stream(stream: &ReadableStream, limit: u32) -> Result<Body, JsVa
         }
         let chunk = js::get(&step, "value");
         let Some(chunk) = chunk.dyn_ref::<Uint8Array>() else {
-            let _ = JsFuture::from(reader.cancel()?).await;
+            js::ignore_rejection(&reader.cancel()?);
             return Err(type_error("retryFetch: a ReadableStream body must yield Uint8Array chunks"));
         };
         let len = chunk.length() as usize;
         if bytes.len().saturating_add(len) > limit as usize {
-            let _ = JsFuture::from(reader.cancel()?).await;
+            // Not awaited: a tee branch's cancel settles only once the other branch is done.
+            js::ignore_rejection(&reader.cancel()?);
             return Ok(Body::OneShot(whole));
         }
         let start = bytes.len();
         bytes.resize(start + len, 0);
         chunk.copy_to(&mut bytes[start..]);
     }
-    let _ = JsFuture::from(whole.cancel()?).await;
+    js::ignore_rejection(&whole.cancel()?);
     Ok(Body::Buffered(Uint8Array::from(bytes.as_slice())))
 }

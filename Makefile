@@ -1,0 +1,43 @@
+# retry-fetch — the two commands: `make demo` and `make test`.
+# Every target installs what is missing first (scripts/setup.sh skips what is present).
+SHELL := /bin/bash
+PORT ?= 8080
+
+.PHONY: all setup pkg demo test test-native test-wasm test-e2e test-browser test-types bench clean
+
+all: pkg
+
+setup:
+	@bash scripts/setup.sh
+
+pkg: setup
+	@bash scripts/build-pkg.sh
+
+## Builds pkg/ and serves www/ on http://127.0.0.1:$(PORT) (PORT=... to change). Ctrl-C stops it.
+demo: pkg
+	@node www/server.mjs --port $(PORT)
+
+## Installs what is missing, builds, runs every test.
+test: pkg
+	@bash scripts/test.sh
+
+test-native: setup
+	@bash scripts/test.sh native
+
+test-wasm: setup
+	@bash scripts/test.sh wasm
+
+test-e2e: pkg
+	@bash scripts/test.sh e2e
+
+test-browser: pkg
+	@bash scripts/test.sh browser
+
+test-types: pkg
+	@bash scripts/test.sh types
+
+bench: pkg
+	@bash scripts/bench.sh
+
+clean:
+	rm -rf pkg target/pkg test-results

@@ -1,0 +1,183 @@
+// The demo page (`make demo`) in headless Chromium: the server in-process, a real run against
+// the flaky endpoint, the live timeline, the backoff chart, no page errors. Saves a screenshot
+// to test-results/demo.png.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { startDemoServer } from '../../www/server.mjs';
+import { launchChromium } from '../support/chromium.mjs';
+
+const RESULTS = fileURLToPath(new URL('../../test-results/', import.meta.url));
+
+let server;
+let browser;
+
+before(async () => {
+  server = await startDemoServer({ port: 0 });
+  assert.ok(server.pkgBuilt, 'pkg/ is not built: run `make pkg`');
+  browser = await launchChromium();
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+/** A new page at the demo, with its errors collected; resolves once the wasm is loaded. */
+async function openDemo({ width = 1280, height = 900 } = {}) {
+  const page = await browser.newPage();
+  await page.setViewportSize({ width, height });
+  const errors = [];
+  // The flaky endpoint fails on purpose: Chromium logs "Failed to load resource" for those
+  // answers (503, 429, dropped connections), and retryFetch cancels the bodies of the
+  // responses it retries (ERR_ABORTED). Those are expected; any other error is a bug.
+  const injected = (url) => new URL(url, server.url).pathname === '/api/flaky';
+  page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() !== 'error') return;
+    if (m.text().startsWith('Failed to load resource') && injected(m.location().url)) return;
+    errors.push(`console.error: ${m.text()} (${m.location().url})`);
+  });
+  page.on('requestfailed', (r) => {
+    if (!injected(r.url())) errors.push(`requestfailed: ${r.url()} ${r.failure()?.errorText}`);
+  });
+  await page.goto(server.url, { waitUntil: 'load' });
+  await page.waitForSelector('body[data-ready="true"]', { state: 'attached', timeout: 15_000 });
+  return { page, errors };
+}
+
+/** The timeline entries as plain data. */
+function entries(page) {
+  return page.$$eval('[data-testid="timeline-entry"]', (lis) =>
+    lis.map((li) => ({
+      attempt: Number(li.dataset.attempt),
+      kind: li.dataset.kind,
+      status: li.dataset.status === undefined ? undefined : Number(li.dataset.status),
+      reason: li.dataset.reason,
+      delayMs: li.dataset.delayMs === undefined ? undefined : Number(li.dataset.delayMs),
+      key: li.dataset.key,
+      text: li.textContent,
+    })));
+}
+
+test('serves the page, the package with the right MIME types, and the flaky endpoint', async () => {
+  const page = await fetch(server.url);
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get('content-type'), /^text\/html/);
+  const wasm = await fetch(`${server.url}/pkg/retry_fetch_bg.wasm`);
+  assert.equal(wasm.status, 200);
+  assert.equal(wasm.headers.get('content-type'), 'application/wasm');
+  await wasm.arrayBuffer();
+  const js = await fetch(`${server.url}/pkg/index.browser.js`);
+  assert.match(js.headers.get('content-type'), /^text\/javascript/);
+  await js.text();
+  assert.equal((await fetch(`${server.url}/pkg/../www/server.mjs`)).status, 404);
+  assert.equal((await fetch(`${server.url}/%2e%2e/Cargo.toml`)).status, 404);
+
+  const url = `${server.url}/api/flaky?fail=2&mode=503&run=unit-${Date.now()}`;
+  const statuses = [];
+  for (let i = 0; i < 3; i++) {
+    const r = await fetch(url);
+    statuses.push(r.status);
+    await r.text();
+  }
+  assert.deepEqual(statuses, [503, 503, 200]);
+
+  const r429 = await fetch(`${server.url}/api/flaky?fail=1&mode=429&run=unit429-${Date.now()}`);
+  assert.equal(r429.status, 429);
+  assert.equal(r429.headers.get('retry-after'), '1');
+  await r429.text();
+
+  const pay = await fetch(`${server.url}/api/payments`, { method: 'POST', headers: { 'Idempotency-Key': 'k-123' }, body: '{}' });
+  assert.equal(pay.status, 201);
+  assert.equal((await pay.json()).idempotencyKey, 'k-123');
+});
+
+test('503 twice, then 200: the timeline shows both retries and the final 200', async () => {
+  const { page, errors } = await openDemo();
+  try {
+    // The backoff chart is drawn from backoffDelays before anything is sent.
+    assert.ok((await page.$$('[data-testid="schedule-chart"] svg .bar')).length >= 1, 'the chart has bars');
+
+    await page.click('[data-testid="mode-503"]');
+    await page.fill('[data-testid="failures"]', '2');
+    await page.selectOption('[data-testid="jitter"]', 'equal');
+    await page.fill('[data-testid="max-attempts"]', '4');
+    await page.fill('[data-testid="base-delay"]', '60');
+    // maxAttempts 4 -> 3 waits in the schedule.
+    assert.equal((await page.$$('[data-testid="schedule-chart"] svg .bar')).length, 3);
+    assert.match(await page.textContent('[data-testid="code-preview"]'), /baseDelayMs: 60/);
+
+    await page.click('[data-testid="send"]');
+    await page.waitForSelector('[data-testid="result"][data-outcome="success"]', { timeout: 15_000 });
+
+    assert.equal(await page.getAttribute('[data-testid="result"]', 'data-status'), '200');
+    const rows = await entries(page);
+    assert.equal(rows.length, 3, JSON.stringify(rows));
+    for (const [i, row] of rows.slice(0, 2).entries()) {
+      assert.equal(row.attempt, i + 1);
+      assert.equal(row.kind, 'retry');
+      assert.equal(row.status, 503);
+      assert.equal(row.reason, 'status');
+      assert.ok(row.delayMs >= 0 && row.delayMs <= 60 * 2 ** i, `delay ${row.delayMs}`);
+      assert.match(row.text, /503/);
+      assert.match(row.text, new RegExp(`before attempt ${i + 2}`));
+    }
+    assert.deepEqual([rows[2].attempt, rows[2].kind, rows[2].status], [3, 'final', 200]);
+    assert.match(rows[2].text, /200 OK/);
+    assert.match(await page.textContent('[data-testid="response-body"]'), /"hit": 3/);
+    // This run's two waits are plotted on the chart.
+    assert.equal((await page.$$('[data-testid="schedule-chart"] .actual-dot')).length, 2);
+
+    mkdirSync(RESULTS, { recursive: true });
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.screenshot({ path: `${RESULTS}demo.png`, fullPage: true, animations: 'disabled' });
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test('POST with connection resets: one idempotency key on every attempt, echoed by the server', async () => {
+  const { page, errors } = await openDemo();
+  try {
+    await page.click('[data-testid="mode-reset"]');
+    await page.click('[data-testid="target-post"]');
+    await page.fill('[data-testid="failures"]', '2');
+    await page.fill('[data-testid="base-delay"]', '20');
+    await page.fill('[data-testid="max-attempts"]', '5');
+    await page.click('[data-testid="send"]');
+    await page.waitForSelector('[data-testid="result"][data-outcome="success"]', { timeout: 15_000 });
+
+    const rows = await entries(page);
+    assert.deepEqual(rows.map((r) => [r.attempt, r.kind, r.reason]), [[1, 'retry', 'network'], [2, 'retry', 'network'], [3, 'final', undefined]]);
+    const key = rows[0].key;
+    assert.match(key, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    assert.ok(rows.every((r) => r.key === key), 'the same key on every attempt');
+    const body = JSON.parse(await page.textContent('[data-testid="response-body"]'));
+    assert.equal(body.idempotencyKey, key);
+    assert.equal(body.method, 'POST');
+    assert.equal(body.hit, 3);
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test('slow mode with a per-attempt timeout: timeouts are retried', async () => {
+  const { page, errors } = await openDemo();
+  try {
+    await page.click('[data-testid="mode-slow"]');
+    await page.fill('[data-testid="failures"]', '1');
+    await page.fill('[data-testid="timeout"]', '300');
+    await page.fill('[data-testid="base-delay"]', '20');
+    await page.click('[data-testid="send"]');
+    await page.waitForSelector('[data-testid="result"][data-outcome="success"]', { timeout: 15_000 });
+    const rows = await entries(page);
+    assert.deepEqual(rows.map((r) => [r.attempt, r.kind, r.reason]), [[1, 'retry', 'timeout'], [2, 'final', undefined]]);
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+  }
+});

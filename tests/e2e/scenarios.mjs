@@ -1,0 +1,552 @@
+// End-to-end scenarios of retryFetch against the fault-injecting server
+// (tests/support/fault-server.mjs). The same scenarios run in Node (tests/e2e/retry.test.mjs)
+// and in headless Chromium (tests/browser/scenarios.test.mjs), so they use only web APIs.
+//
+// ctx = { api: { retryFetch, createRetryFetch, backoffDelays, isRetryError },
+//         seq(steps) -> { url, log(): Promise<request[]> },  env: 'node' | 'browser' }
+import { ok, equal, deepEqual, match, rejects, UUID_V4 } from './check.mjs';
+
+const fast = { baseDelayMs: 5, jitter: 'none' };
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const text = (s) => new TextEncoder().encode(s);
+
+export const scenarios = [
+  {
+    name: '503,503,200 gives 200 after 3 attempts',
+    async run({ api, seq }) {
+      const s = seq('503,503,200');
+      const res = await api.retryFetch(s.url, undefined, fast);
+      equal(res.status, 200);
+      equal((await res.json()).hit, 3, 'the final body is the third answer:');
+      equal((await s.log()).length, 3);
+    },
+  },
+  {
+    name: 'default options retry 503 three times in all, then return the last 503',
+    async run({ api, seq }) {
+      const s = seq('503');
+      const res = await api.retryFetch(s.url, undefined, { baseDelayMs: 5 });
+      equal(res.status, 503);
+      equal((await s.log()).length, 3);
+    },
+  },
+  {
+    name: '400, 401 and 404 are sent exactly once',
+    async run({ api, seq }) {
+      for (const status of [400, 401, 404]) {
+        const s = seq(String(status));
+        const res = await api.retryFetch(s.url, undefined, fast);
+        equal(res.status, status);
+        equal((await s.log()).length, 1, `${status}:`);
+      }
+    },
+  },
+  {
+    name: 'a socket reset then 200 gives 200',
+    async run({ api, seq }) {
+      const s = seq('reset,200');
+      const res = await api.retryFetch(s.url, undefined, fast);
+      equal(res.status, 200);
+      equal((await s.log()).length, 2);
+    },
+  },
+  {
+    name: 'reset,reset,200 gives 200',
+    async run({ api, seq }) {
+      const s = seq('reset,reset,200');
+      equal((await api.retryFetch(s.url, undefined, fast)).status, 200);
+      equal((await s.log()).length, 3);
+    },
+  },
+  {
+    name: '429 with Retry-After in seconds: the second attempt is never earlier than asked',
+    async run({ api, seq }) {
+      const s = seq('429+ra=1,200');
+      const res = await api.retryFetch(s.url, undefined, { baseDelayMs: 5, jitter: 'full' });
+      equal(res.status, 200);
+      const [a, b] = await s.log();
+      ok(b.at - a.at >= 1000 - 2, `waited ${b.at - a.at} ms, asked for 1000`);
+    },
+  },
+  {
+    name: '429 with Retry-After as an HTTP-date: the second attempt is never earlier than the date',
+    async run({ api, seq }) {
+      const s = seq('429+date=2,200');
+      const infos = [];
+      const res = await api.retryFetch(s.url, undefined, { ...fast, onRetry: (i) => infos.push(i) });
+      equal(res.status, 200);
+      const [a, b] = await s.log();
+      // the date has whole-second resolution: it lies 1-2 s after the first answer
+      ok(b.at - a.at >= 1000 - 2, `waited ${b.at - a.at} ms`);
+      ok(infos[0].delayMs >= 900 && infos[0].delayMs <= 2000, `delay ${infos[0].delayMs}`);
+    },
+  },
+  {
+    name: 'RateLimit-Reset is honoured when there is no Retry-After',
+    async run({ api, seq }) {
+      const s = seq('429+rlr=1,200');
+      const infos = [];
+      equal((await api.retryFetch(s.url, undefined, { ...fast, onRetry: (i) => infos.push(i) })).status, 200);
+      equal(infos[0].delayMs, 1000);
+    },
+  },
+  {
+    name: "RateLimit: ...;t=N is honoured when there is no Retry-After",
+    async run({ api, seq }) {
+      const s = seq('503+rl=1,200');
+      const infos = [];
+      equal((await api.retryFetch(s.url, undefined, { ...fast, onRetry: (i) => infos.push(i) })).status, 200);
+      equal(infos[0].delayMs, 1000);
+    },
+  },
+  {
+    name: 'a malformed Retry-After falls back to the computed delay',
+    async run({ api, seq }) {
+      const s = seq('503+raw=soon,200');
+      const infos = [];
+      equal((await api.retryFetch(s.url, undefined, { baseDelayMs: 7, jitter: 'none', onRetry: (i) => infos.push(i) })).status, 200);
+      equal(infos[0].delayMs, 7);
+    },
+  },
+  {
+    name: 'Retry-After above maxRetryAfterMs returns that response at once',
+    async run({ api, seq }) {
+      const s = seq('503+ra=120,200');
+      const started = Date.now();
+      const res = await api.retryFetch(s.url, undefined, fast);
+      equal(res.status, 503);
+      equal(res.headers.get('retry-after'), '120');
+      equal((await s.log()).length, 1);
+      ok(Date.now() - started < 5000, 'it did not wait');
+    },
+  },
+  {
+    name: 'POST without a key is not retried after a 5xx or a network error, but is after 429',
+    async run({ api, seq }) {
+      const noKey = { ...fast, idempotencyKey: false };
+      const a = seq('503,200');
+      equal((await api.retryFetch(a.url, { method: 'POST', body: 'x' }, noKey)).status, 503);
+      equal((await a.log()).length, 1);
+      equal((await a.log())[0].headers['idempotency-key'], undefined, 'no key is sent:');
+
+      const b = seq('reset,200');
+      const err = await rejects(api.retryFetch(b.url, { method: 'POST', body: 'x' }, noKey));
+      equal(err.name, 'RetryError');
+      equal(err.reason, 'unsafe');
+      equal((await b.log()).length, 1);
+
+      const c = seq('429,200');
+      equal((await api.retryFetch(c.url, { method: 'POST', body: 'x' }, noKey)).status, 200);
+      equal((await c.log()).length, 2);
+
+      const d = seq('408,200');
+      equal((await api.retryFetch(d.url, { method: 'PATCH', body: 'x' }, noKey)).status, 200);
+      equal((await d.log()).length, 2);
+    },
+  },
+  {
+    name: 'POST gets an auto key: the same UUID v4 on every attempt, a new one per call',
+    async run({ api, seq }) {
+      const s = seq('503,reset,200');
+      equal((await api.retryFetch(s.url, { method: 'POST', body: 'pay' }, fast)).status, 200);
+      const keys = (await s.log()).map((r) => r.headers['idempotency-key']);
+      equal(keys.length, 3);
+      match(keys[0], UUID_V4);
+      deepEqual(keys, [keys[0], keys[0], keys[0]]);
+
+      const t = seq('200');
+      await api.retryFetch(t.url, { method: 'POST', body: 'pay' }, fast);
+      await api.retryFetch(t.url, { method: 'POST', body: 'pay' }, fast);
+      const [k1, k2] = (await t.log()).map((r) => r.headers['idempotency-key']);
+      match(k1, UUID_V4);
+      match(k2, UUID_V4);
+      ok(k1 !== k2 && k1 !== keys[0], 'two calls never share an auto key');
+    },
+  },
+  {
+    name: 'GET gets no auto key; idempotencyKey: false sends none',
+    async run({ api, seq }) {
+      const s = seq('200');
+      await api.retryFetch(s.url, undefined, fast);
+      await api.retryFetch(s.url, { method: 'POST' }, { ...fast, idempotencyKey: false });
+      deepEqual((await s.log()).map((r) => r.headers['idempotency-key']), [undefined, undefined]);
+    },
+  },
+  {
+    name: "the caller's own key is kept, and a string key is used on every attempt",
+    async run({ api, seq }) {
+      const s = seq('503,200');
+      await api.retryFetch(s.url, { method: 'POST', headers: { 'Idempotency-Key': 'caller-key-1' }, body: 'x' }, fast);
+      deepEqual((await s.log()).map((r) => r.headers['idempotency-key']), ['caller-key-1', 'caller-key-1']);
+
+      const t = seq('503,200');
+      await api.retryFetch(t.url, { method: 'POST', body: 'x' }, { ...fast, idempotencyKey: 'order-42' });
+      deepEqual((await t.log()).map((r) => r.headers['idempotency-key']), ['order-42', 'order-42']);
+    },
+  },
+  {
+    name: 'a key makes a POST retryable after a network error; 409 is retried with a key',
+    async run({ api, seq }) {
+      const s = seq('409,200');
+      equal((await api.retryFetch(s.url, { method: 'POST', body: 'x' }, fast)).status, 200);
+      equal((await s.log()).length, 2);
+      const g = seq('409,200');
+      equal((await api.retryFetch(g.url, undefined, fast)).status, 409, 'a GET without a key does not retry 409:');
+    },
+  },
+  {
+    name: 'idempotencyHeader and the sf-string format',
+    async run({ api, seq }) {
+      const s = seq('200');
+      await api.retryFetch(s.url, { method: 'POST' }, { ...fast, idempotencyHeader: 'X-Request-Key', idempotencyKeyFormat: 'sf-string' });
+      const v = (await s.log())[0].headers['x-request-key'];
+      match(v, /^"[0-9a-f-]{36}"$/);
+      match(v.slice(1, -1), UUID_V4);
+    },
+  },
+  {
+    name: 'retryHeaders: X-Retry-Count and X-Original-Request-At on attempts after the first',
+    async run({ api, seq }) {
+      const s = seq('503,503,200');
+      await api.retryFetch(s.url, undefined, { ...fast, retryHeaders: true });
+      const log = await s.log();
+      deepEqual(log.map((r) => r.headers['x-retry-count']), [undefined, '1', '2']);
+      const at = log[1].headers['x-original-request-at'];
+      match(at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+      equal(log[2].headers['x-original-request-at'], at);
+      ok(Math.abs(Date.parse(at) - log[0].at) < 1000, 'it is the time of the first attempt');
+      const t = seq('503,200');
+      await api.retryFetch(t.url, undefined, fast);
+      equal((await t.log())[1].headers['x-retry-count'], undefined, 'off by default:');
+    },
+  },
+  {
+    name: 'bodies are replayed intact: string, bytes, ArrayBuffer, Blob, URLSearchParams',
+    async run({ api, seq }) {
+      const bodies = [
+        ['string', 'hello, world'],
+        ['Uint8Array', text('bytes 123')],
+        ['ArrayBuffer', text('buffer 456').buffer],
+        ['Blob', new Blob(['blob ', 'parts'])],
+        ['URLSearchParams', new URLSearchParams({ a: '1', b: 'two' })],
+      ];
+      for (const [kind, body] of bodies) {
+        const s = seq('503,503,200');
+        await api.retryFetch(s.url, { method: 'PUT', body }, fast);
+        const seen = (await s.log()).map((r) => r.body);
+        equal(seen.length, 3, `${kind}:`);
+        ok(seen[0].length > 0, `${kind}: a body was sent`);
+        deepEqual(seen, [seen[0], seen[0], seen[0]], `${kind}:`);
+      }
+    },
+  },
+  {
+    name: 'a FormData body is replayed with every field',
+    async run({ api, seq }) {
+      const form = new FormData();
+      form.set('amount', '42');
+      form.set('file', new Blob(['file-content']), 'a.txt');
+      const s = seq('503,200');
+      await api.retryFetch(s.url, { method: 'POST', body: form }, fast);
+      const log = await s.log();
+      equal(log.length, 2);
+      for (const r of log) {
+        ok(r.body.includes('name="amount"') && r.body.includes('42') && r.body.includes('file-content'), r.body);
+      }
+    },
+  },
+  {
+    name: 'a ReadableStream body is buffered and replayed whole',
+    async run({ api, seq }) {
+      const stream = new ReadableStream({
+        start(c) {
+          c.enqueue(text('part-1;'));
+          c.enqueue(text('part-2;'));
+          c.enqueue(text('part-3'));
+          c.close();
+        },
+      });
+      const s = seq('503,reset,200');
+      const res = await api.retryFetch(s.url, { method: 'PUT', body: stream, duplex: 'half' }, fast);
+      equal(res.status, 200);
+      deepEqual((await s.log()).map((r) => r.body), ['part-1;part-2;part-3', 'part-1;part-2;part-3', 'part-1;part-2;part-3']);
+    },
+  },
+  {
+    name: 'a stream above maxBufferedBodyBytes is sent once, whole, and not retried',
+    node: true, // Chromium sends streaming uploads only over HTTP/2
+    async run({ api, seq }) {
+      const stream = new ReadableStream({
+        start(c) {
+          c.enqueue(text('0123456789'));
+          c.enqueue(text('abcdefghij'));
+          c.close();
+        },
+      });
+      const s = seq('503,200');
+      const res = await api.retryFetch(s.url, { method: 'PUT', body: stream, duplex: 'half' }, { ...fast, maxBufferedBodyBytes: 8 });
+      equal(res.status, 503);
+      deepEqual((await s.log()).map((r) => r.body), ['0123456789abcdefghij']);
+    },
+  },
+  {
+    name: 'a Request input is cloned per attempt, body and headers intact',
+    async run({ api, seq }) {
+      const s = seq('503,200');
+      const req = new Request(s.url, { method: 'POST', body: 'from-request', headers: { 'X-Custom': 'yes' } });
+      equal((await api.retryFetch(req, undefined, fast)).status, 200);
+      const log = await s.log();
+      deepEqual(log.map((r) => [r.method, r.body, r.headers['x-custom']]), [
+        ['POST', 'from-request', 'yes'],
+        ['POST', 'from-request', 'yes'],
+      ]);
+      match(log[0].headers['idempotency-key'], UUID_V4);
+      equal(log[1].headers['idempotency-key'], log[0].headers['idempotency-key']);
+    },
+  },
+  {
+    name: 'abort during a wait rejects at once with the reason and sends nothing more',
+    async run({ api, seq }) {
+      const s = seq('503');
+      const controller = new AbortController();
+      const infos = [];
+      const call = api.retryFetch(s.url, undefined, {
+        baseDelayMs: 10_000,
+        jitter: 'none',
+        signal: controller.signal,
+        onRetry: (i) => infos.push(i),
+      });
+      while (infos.length === 0) await sleep(5);
+      const abortedAt = Date.now();
+      controller.abort();
+      const err = await rejects(call);
+      const took = Date.now() - abortedAt;
+      equal(err.name, 'AbortError');
+      ok(took < 200, `rejected ${took} ms after the abort`);
+      await sleep(50);
+      equal((await s.log()).length, 1, 'nothing more was sent:');
+    },
+  },
+  {
+    name: 'init.signal aborts an attempt in flight, with a custom reason',
+    async run({ api, seq }) {
+      const s = seq('hang');
+      const controller = new AbortController();
+      const call = api.retryFetch(s.url, { signal: controller.signal }, fast);
+      while ((await s.log()).length === 0) await sleep(5);
+      const reason = new Error('user left the page');
+      controller.abort(reason);
+      const err = await rejects(call);
+      equal(err, reason, 'rejects with the exact reason:');
+      await sleep(50);
+      equal((await s.log()).length, 1);
+    },
+  },
+  {
+    name: 'an already-aborted signal sends nothing',
+    async run({ api, seq }) {
+      const s = seq('200');
+      const err = await rejects(api.retryFetch(s.url, undefined, { signal: AbortSignal.abort() }));
+      equal(err.name, 'AbortError');
+      equal((await s.log()).length, 0);
+    },
+  },
+  {
+    name: 'a per-attempt timeout against a hanging server recovers',
+    async run({ api, seq }) {
+      const s = seq('hang,200');
+      const infos = [];
+      const res = await api.retryFetch(s.url, undefined, { ...fast, timeoutMs: 150, onRetry: (i) => infos.push(i) });
+      equal(res.status, 200);
+      equal(infos[0].reason, 'timeout');
+      equal((await s.log()).length, 2);
+    },
+  },
+  {
+    name: 'timeouts that never recover end in a RetryError whose cause is a TimeoutError',
+    async run({ api, seq }) {
+      const s = seq('hang');
+      const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, timeoutMs: 50, maxAttempts: 2 }));
+      equal(err.name, 'RetryError');
+      equal(err.reason, 'attempts');
+      equal(err.cause.name, 'TimeoutError');
+      equal(err.attempts.length, 2);
+    },
+  },
+  {
+    name: 'the deadline holds: no wait or attempt starts that cannot finish inside it',
+    async run({ api, seq }) {
+      const s = seq('503');
+      const started = Date.now();
+      const res = await api.retryFetch(s.url, undefined, { baseDelayMs: 300, jitter: 'none', maxAttempts: 10, deadlineMs: 1000 });
+      const took = Date.now() - started;
+      equal(res.status, 503);
+      ok(took < 1000, `took ${took} ms with a 1000 ms deadline`);
+      equal((await s.log()).length, 3, 'waits of 300 and 600 fit, then 1200 would not:');
+
+      const h = seq('hang');
+      const t0 = Date.now();
+      const err = await rejects(api.retryFetch(h.url, undefined, { ...fast, deadlineMs: 400, maxAttempts: 10 }));
+      const t1 = Date.now() - t0;
+      equal(err.name, 'RetryError');
+      equal(err.reason, 'deadline');
+      ok(t1 < 1000, `a hanging server is cut at the deadline (took ${t1} ms)`);
+    },
+  },
+  {
+    name: 'onRetry sees each retry; if it throws, the call rejects with that error',
+    async run({ api, seq }) {
+      const s = seq('503,reset,200');
+      const infos = [];
+      await api.retryFetch(s.url, { method: 'POST' }, { baseDelayMs: 10, jitter: 'none', onRetry: (i) => infos.push(i) });
+      deepEqual(infos.map((i) => [i.attempt, i.delayMs, i.reason, i.status]), [
+        [1, 10, 'status', 503],
+        [2, 20, 'network', undefined],
+      ]);
+      match(infos[0].idempotencyKey, UUID_V4);
+      ok(infos[1].error !== undefined, 'the network error is given');
+
+      const t = seq('503,200');
+      const boom = new Error('stop');
+      const err = await rejects(api.retryFetch(t.url, undefined, { ...fast, onRetry: () => { throw boom; } }));
+      equal(err, boom);
+      equal((await t.log()).length, 1);
+    },
+  },
+  {
+    name: 'shouldRetry has the final say (sync and async)',
+    async run({ api, seq }) {
+      const s = seq('503,503,200');
+      const seen = [];
+      const res = await api.retryFetch(s.url, undefined, {
+        ...fast,
+        shouldRetry: (ctx) => {
+          seen.push([ctx.attempt, ctx.status, ctx.reason, ctx.delayMs, ctx.response.status]);
+          return ctx.attempt < 2;
+        },
+      });
+      equal(res.status, 503);
+      deepEqual(seen, [[1, 503, 'status', 5, 503], [2, 503, 'status', 10, 503]]);
+      equal((await s.log()).length, 2);
+
+      const t = seq('reset,200');
+      equal((await api.retryFetch(t.url, undefined, { ...fast, shouldRetry: async () => true })).status, 200);
+      const u = seq('reset,200');
+      const err = await rejects(api.retryFetch(u.url, undefined, { ...fast, shouldRetry: async () => false }));
+      equal(err.reason, 'shouldRetry');
+    },
+  },
+  {
+    name: 'RetryError carries the attempt history and the last error',
+    async run({ api, seq }) {
+      const s = seq('reset');
+      const err = await rejects(api.retryFetch(s.url, undefined, { baseDelayMs: 5, jitter: 'none' }));
+      ok(api.isRetryError(err));
+      equal(err.name, 'RetryError');
+      equal(err.reason, 'attempts');
+      ok(err instanceof Error);
+      ok(err.cause !== undefined);
+      deepEqual(err.attempts.map((a) => [a.attempt, a.delayMs, a.status]), [[1, 5, undefined], [2, 10, undefined], [3, undefined, undefined]]);
+      for (const a of err.attempts) {
+        ok(a.startedAt > 1.6e12 && a.durationMs >= 0 && a.error !== undefined, JSON.stringify(a));
+      }
+    },
+  },
+  {
+    name: 'invalid options are TypeErrors naming the option, before anything is sent',
+    async run({ api, seq }) {
+      const s = seq('200');
+      const cases = [
+        [{ maxAttempts: 0 }, 'maxAttempts'],
+        [{ maxAttempts: 101 }, 'maxAttempts'],
+        [{ maxAttempts: 2.5 }, 'maxAttempts'],
+        [{ maxAttempts: '3' }, 'maxAttempts'],
+        [{ baseDelayMs: -1 }, 'baseDelayMs'],
+        [{ baseDelayMs: NaN }, 'baseDelayMs'],
+        [{ maxDelayMs: Infinity }, 'maxDelayMs'],
+        [{ factor: 0.5 }, 'factor'],
+        [{ jitter: 'random' }, 'jitter'],
+        [{ retryOnStatus: [503, 'x'] }, 'retryOnStatus'],
+        [{ retryOnStatus: 503 }, 'retryOnStatus'],
+        [{ timeoutMs: 0 }, 'timeoutMs'],
+        [{ deadlineMs: -5 }, 'deadlineMs'],
+        [{ idempotencyKey: true }, 'idempotencyKey'],
+        [{ idempotencyKey: '' }, 'idempotencyKey'],
+        [{ idempotencyHeader: 'bad header' }, 'idempotencyHeader'],
+        [{ idempotencyKeyFormat: 'quoted' }, 'idempotencyKeyFormat'],
+        [{ retryHeaders: 'yes' }, 'retryHeaders'],
+        [{ signal: {} }, 'signal'],
+        [{ onRetry: 'log' }, 'onRetry'],
+        [{ fetch: 42 }, 'fetch'],
+      ];
+      for (const [options, name] of cases) {
+        const err = await rejects(api.retryFetch(s.url, undefined, options), `${JSON.stringify(options)} was accepted`);
+        equal(err.name, 'TypeError', `${name}:`);
+        ok(err.message.includes(`"${name}"`), `${err.message} names ${name}`);
+        ok(err.message.includes('expected'), `${err.message} says what is allowed`);
+      }
+      equal((await s.log()).length, 0, 'nothing was sent:');
+      const err = await rejects(api.retryFetch(s.url, undefined, 'fast'));
+      equal(err.name, 'TypeError');
+    },
+  },
+  {
+    name: 'createRetryFetch: defaults validated at once, per-call options merge over them',
+    async run({ api, seq }) {
+      let threw;
+      try {
+        api.createRetryFetch({ maxAttempts: -1 });
+      } catch (e) {
+        threw = e;
+      }
+      equal(threw?.name, 'TypeError');
+      const client = api.createRetryFetch({ baseDelayMs: 1, jitter: 'none', maxAttempts: 5 });
+      const s = seq('503,503,503,503,200');
+      equal((await client(s.url)).status, 200);
+      equal((await s.log()).length, 5);
+      const t = seq('503');
+      equal((await client(t.url, undefined, { maxAttempts: 2, baseDelayMs: undefined })).status, 503);
+      equal((await t.log()).length, 2);
+    },
+  },
+  {
+    name: 'backoffDelays: the schedule, seeded jitter, bounds and validation',
+    async run({ api }) {
+      deepEqual(api.backoffDelays({ jitter: 'none' }, 5), [500, 1000, 2000, 4000, 8000]);
+      deepEqual(api.backoffDelays({ jitter: 'none', maxDelayMs: 1500 }, 3), [500, 1000, 1500]);
+      const a = api.backoffDelays({}, 20, 7);
+      deepEqual(api.backoffDelays({}, 20, 7), a);
+      ok(a.every((d) => Number.isInteger(d) && d >= 0 && d <= 30000));
+      const d = api.backoffDelays({ jitter: 'decorrelated', baseDelayMs: 100, maxDelayMs: 5000 }, 50, 1);
+      ok(d.every((x) => x >= 100 && x <= 5000), JSON.stringify(d));
+      let threw;
+      try {
+        api.backoffDelays({}, -1);
+      } catch (e) {
+        threw = e;
+      }
+      equal(threw?.name, 'TypeError');
+    },
+  },
+  {
+    name: 'a custom fetch transport is used',
+    async run({ api }) {
+      let calls = 0;
+      const fetch = async () => {
+        calls += 1;
+        return new Response('ok', { status: calls < 3 ? 503 : 200 });
+      };
+      const res = await api.retryFetch('https://example.invalid/', undefined, { ...fast, fetch });
+      equal(res.status, 200);
+      equal(await res.text(), 'ok');
+      equal(calls, 3);
+    },
+  },
+  {
+    name: 'huge delays are clamped to what setTimeout accepts',
+    async run({ api }) {
+      const d = api.backoffDelays({ baseDelayMs: 1e15, maxDelayMs: 1e15, factor: 100, jitter: 'none' }, 100);
+      ok(d.every((x) => x === 2147483647), JSON.stringify(d.slice(0, 3)));
+    },
+  },
+];
