@@ -25,8 +25,10 @@ start_fault_server() { # sets FAULT_URL
 
 link_pkg() { # node_modules/retry-fetch -> pkg, as `npm install ./pkg` makes it
   [ -f pkg/package.json ] || rf_die "pkg/ is not built: run 'make pkg'"
-  mkdir -p tests/e2e/node_modules
-  ln -sfn ../../../pkg tests/e2e/node_modules/retry-fetch
+  for dir in tests/e2e tests/types; do
+    mkdir -p "$dir/node_modules"
+    ln -sfn ../../../pkg "$dir/node_modules/retry-fetch"
+  done
 }
 
 for stage in "${stages[@]}"; do

@@ -46,7 +46,10 @@ export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
   const logs = new Map(); // id -> [{ hit, method, headers, body, at }]
   const sockets = new Set();
 
+  // Connection: close on every answer: a browser silently resends a request whose reused
+  // keep-alive socket was reset, which would hide an injected reset from the client.
   const cors = {
+    Connection: 'close',
     'Access-Control-Allow-Origin': '*',
     'Access-Control-Allow-Headers': '*',
     'Access-Control-Allow-Methods': 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS',

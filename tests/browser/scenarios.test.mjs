@@ -1,0 +1,34 @@
+// The end-to-end scenarios of tests/e2e/scenarios.mjs, run in headless Chromium (Debian's,
+// through playwright-core) with the browser entry of the built package.
+import { test, before, after } from 'node:test';
+import { startFaultServer } from '../support/fault-server.mjs';
+import { startStaticServer } from '../support/static-server.mjs';
+import { launchChromium } from '../support/chromium.mjs';
+import { scenarios } from '../e2e/scenarios.mjs';
+
+let fault, files, browser, page;
+const pageErrors = [];
+
+before(async () => {
+  fault = await startFaultServer();
+  files = await startStaticServer();
+  browser = await launchChromium();
+  page = await browser.newPage();
+  page.on('pageerror', (e) => pageErrors.push(String(e)));
+  await page.goto(`${files.url}/tests/browser/harness.html`);
+  await page.waitForSelector('body[data-ready="true"]', { state: 'attached', timeout: 15000 });
+});
+
+after(async () => {
+  await browser?.close();
+  await files?.close();
+  await fault?.close();
+});
+
+for (const scenario of scenarios) {
+  test(`chromium: ${scenario.name}`, { skip: scenario.node ? 'Node only' : false }, async () => {
+    const result = await page.evaluate(([name, url]) => window.runScenario(name, url), [scenario.name, fault.url]);
+    if (!result.ok) throw new Error(result.message);
+    if (pageErrors.length) throw new Error(`page errors: ${pageErrors.join('; ')}`);
+  });
+}
