@@ -6,7 +6,7 @@ source "$(dirname "$0")/toolchain.sh"
 cd "$RF_ROOT"
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(native wasm e2e browser types)
+[ ${#stages[@]} -gt 0 ] || stages=(native wasm types e2e browser)
 mkdir -p test-results
 
 cleanup_pids=()
