@@ -689,6 +689,7 @@ fn simulate(policy: &RetryPolicy, call: &Call) -> Result<Vec<Decision>, TestCase
             has_key: call.has_key,
             server_delay_ms,
             replayable: call.replayable,
+            budget_allows_retry: true,
         };
         let verdict = classify(policy, outcome, call.idempotent, call.has_key);
         let decision = state.decide(policy, report, now, &mut rng);
@@ -746,6 +747,7 @@ fn simulate(policy: &RetryPolicy, call: &Call) -> Result<Vec<Decision>, TestCase
                         prop_assert_eq!(verdict, Verdict::Retryable(r));
                         prop_assert!(!call.replayable);
                     }
+                    Stop::BudgetExhausted(_) => prop_assert!(false, "no budget in this simulation"),
                     Stop::RetryAfterTooLong(r) => {
                         prop_assert_eq!(verdict, Verdict::Retryable(r));
                         let a = asked.expect("a server delay was asked for");
@@ -911,6 +913,7 @@ fn headers_to_decision_end_to_end() {
         has_key: false,
         server_delay_ms: wait,
         replayable: true,
+        budget_allows_retry: true,
     };
     assert_eq!(
         state.decide(&policy, post, now, &mut Half),
@@ -978,6 +981,7 @@ fn validated_options_drive_a_deterministic_schedule() {
         has_key: false,
         server_delay_ms: None,
         replayable: true,
+        budget_allows_retry: true,
     };
         match state.decide(&policy, o, now, &mut Half) {
             Decision::Retry { delay_ms, reason, .. } => {
@@ -1012,6 +1016,7 @@ fn deadline_limits_the_attempt_and_the_wait() {
         has_key: false,
         server_delay_ms: None,
         replayable: true,
+        budget_allows_retry: true,
     };
     // Attempt 1 times out at 10_800; wait 500 ends at 11_300 < 12_000.
     assert!(matches!(state.decide(&policy, o, 10_800.0, &mut Half), Decision::Retry { delay_ms: 500, .. }));

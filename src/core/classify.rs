@@ -74,6 +74,16 @@ fn status_says_not_processed(status: u16) -> bool {
     status == 408 || status == 429
 }
 
+/// Is `outcome` a transient failure (a status in `retryOnStatus`, a network error, a
+/// timeout), whatever the method? This is what the retry budget and the circuit breaker count
+/// as a failure.
+pub fn is_transient(policy: &RetryPolicy, outcome: Outcome) -> bool {
+    match outcome {
+        Outcome::Status(status) => policy.retry_on_status.contains(&status),
+        Outcome::NetworkError | Outcome::Timeout => true,
+    }
+}
+
 /// Classify one outcome of a request with the given method safety and key.
 ///
 /// `idempotent`: the method is idempotent; `has_key`: the request carries an idempotency key

@@ -24,12 +24,14 @@ pub enum Stop {
     RetryAfterTooLong(RetryReason),
     /// The request body cannot be sent again (a stream above the buffering limit).
     BodyNotReplayable(RetryReason),
+    /// The shared retry budget refused the retry.
+    BudgetExhausted(RetryReason),
 }
 
 impl Stop {
     /// A stable JavaScript name for the stop reason, used in `RetryError.reason`:
-    /// `'not-retryable'`, `'unsafe'`, `'attempts'`, `'deadline'`, `'retry-after'` or
-    /// `'body-not-replayable'`.
+    /// `'not-retryable'`, `'unsafe'`, `'attempts'`, `'deadline'`, `'retry-after'`,
+    /// `'body-not-replayable'` or `'budget'`.
     pub fn as_str(self) -> &'static str {
         match self {
             Stop::Final => "not-retryable",
@@ -38,6 +40,7 @@ impl Stop {
             Stop::DeadlineExhausted(_) => "deadline",
             Stop::RetryAfterTooLong(_) => "retry-after",
             Stop::BodyNotReplayable(_) => "body-not-replayable",
+            Stop::BudgetExhausted(_) => "budget",
         }
     }
 }
@@ -79,6 +82,8 @@ pub struct AttemptOutcome {
     pub server_delay_ms: Option<f64>,
     /// The request can be sent again (false for a stream body above the buffering limit).
     pub replayable: bool,
+    /// The shared retry budget, if any, allows a retry now (true when there is none).
+    pub budget_allows_retry: bool,
 }
 
 impl RetryState {
@@ -136,6 +141,9 @@ impl RetryState {
         if self.attempts >= policy.max_attempts {
             return Decision::Stop(Stop::AttemptsExhausted(reason));
         }
+        if !report.budget_allows_retry {
+            return Decision::Stop(Stop::BudgetExhausted(reason));
+        }
         let server_delay = if policy.respect_retry_after { report.server_delay_ms } else { None };
         let (delay_ms, from_server) = match server_delay {
             Some(asked) if asked.is_nan() || asked > policy.retry_after_cap_ms() => {
@@ -169,7 +177,7 @@ mod tests {
     }
 
     fn status(s: u16) -> AttemptOutcome {
-        AttemptOutcome { outcome: Outcome::Status(s), idempotent: true, has_key: false, server_delay_ms: None, replayable: true }
+        AttemptOutcome { outcome: Outcome::Status(s), idempotent: true, has_key: false, server_delay_ms: None, replayable: true, budget_allows_retry: true }
     }
 
     fn run(policy: &RetryPolicy, outcomes: &[AttemptOutcome]) -> Vec<Decision> {
@@ -206,7 +214,7 @@ mod tests {
 
     #[test]
     fn post_without_key_is_not_retried_after_network_error() {
-        let o = AttemptOutcome { outcome: Outcome::NetworkError, idempotent: false, has_key: false, server_delay_ms: None, replayable: true };
+        let o = AttemptOutcome { outcome: Outcome::NetworkError, idempotent: false, has_key: false, server_delay_ms: None, replayable: true, budget_allows_retry: true };
         assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::UnsafeToRetry(RetryReason::Network))]);
         let keyed = AttemptOutcome { has_key: true, ..o };
         assert_eq!(
@@ -261,6 +269,14 @@ mod tests {
         let o = AttemptOutcome { replayable: false, ..status(503) };
         assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::BodyNotReplayable(RetryReason::Status))]);
         let ok = AttemptOutcome { replayable: false, ..status(200) };
+        assert_eq!(run(&policy(), &[ok]), [Decision::Stop(Stop::Final)]);
+    }
+
+    #[test]
+    fn an_empty_budget_stops_retries() {
+        let o = AttemptOutcome { budget_allows_retry: false, ..status(503) };
+        assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::BudgetExhausted(RetryReason::Status))]);
+        let ok = AttemptOutcome { budget_allows_retry: false, ..status(200) };
         assert_eq!(run(&policy(), &[ok]), [Decision::Stop(Stop::Final)]);
     }
 

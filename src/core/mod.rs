@@ -8,10 +8,16 @@
 //! | [`retry_after`] | `Retry-After`, `RateLimit-Reset` and `RateLimit` parsing against a given "now" |
 //! | [`key`] | idempotency keys: UUID v4 from random bytes, the header forms |
 //! | [`decide`] | one decision per attempt: retry after a delay, or stop and why |
+//! | [`budget`] | a shared retry budget per origin (gRPC retryThrottling) |
+//! | [`throttle`] | an adaptive client-side send rate per origin (AWS adaptive mode, CUBIC) |
+//! | [`breaker`] | a circuit breaker per origin: closed, open, half-open |
 
 pub mod backoff;
+pub mod breaker;
+pub mod budget;
 pub mod classify;
 pub mod decide;
 pub mod key;
 pub mod options;
 pub mod retry_after;
+pub mod throttle;

@@ -1,0 +1,356 @@
+//! An adaptive client-side send rate per origin, in the spirit of the AWS SDKs' adaptive
+//! retry mode: a token bucket whose fill rate shrinks when the server answers 429 or 503 and
+//! grows back on success, following CUBIC (the AWS constants: β = 0.7, C = 0.4).
+//!
+//! Every attempt (first ones included) reserves a token and waits for its turn, so a herd of
+//! callers queues at the rate the server can take instead of storming it. Two refinements
+//! make it work for a herd inside one process, where AWS's per-client design collapses:
+//!
+//! - **Slow start.** A new origin starts at `initial_rate` req/s and the rate doubles every
+//!   `ramp_ms` until the first throttling answer (TCP's slow start, in time): a cold herd is
+//!   paced from its first request, while an app that never sees a throttling answer is
+//!   effectively unlimited after a second or so.
+//! - **One decrease per round.** Throttling answers to attempts sent before the last decrease
+//!   are ignored (TCP's one reduction per window): a burst of 503s from one wave shrinks the
+//!   rate once, not once per answer.
+//!
+//! After a decrease the rate follows `C·(t − K)³ + W_max`, where `W_max` is the rate at the
+//! decrease and `K = ∛(W_max·(1 − β)/C)`; it never exceeds twice the measured send rate, so
+//! an idle period does not bank an unlimited rate.
+
+use std::collections::HashMap;
+
+use super::options::OptionError;
+
+/// Throttle settings.
+///
+/// # Default
+/// `initial_rate` 100 req/s, `ramp_ms` 100, `beta` 0.7, `scale` 0.4, `min_rate` 0.5 req/s.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ThrottleConfig {
+    /// Starting send rate of a new origin, req/s. Default 100.
+    pub initial_rate: f64,
+    /// Slow start doubles the rate every `ramp_ms` until the first throttling answer. Default 100.
+    pub ramp_ms: f64,
+    /// Multiplicative decrease on a throttling answer, in `(0, 1)`. Default 0.7.
+    pub beta: f64,
+    /// CUBIC's scale constant C, in req/s per s³. Default 0.4.
+    pub scale: f64,
+    /// The lowest send rate, req/s. Default 0.5.
+    pub min_rate: f64,
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        ThrottleConfig { initial_rate: 100.0, ramp_ms: 100.0, beta: 0.7, scale: 0.4, min_rate: 0.5 }
+    }
+}
+
+impl ThrottleConfig {
+    /// Check the ranges documented on each field.
+    pub fn validate(self) -> Result<Self, OptionError> {
+        let positive = |v: f64| v.is_finite() && v > 0.0 && v <= 1e9;
+        if !positive(self.initial_rate) {
+            return Err(OptionError::new("initialRate", "a number of requests per second > 0"));
+        }
+        if !positive(self.ramp_ms) {
+            return Err(OptionError::new("rampMs", "a number of milliseconds > 0"));
+        }
+        if !(self.beta.is_finite() && self.beta > 0.0 && self.beta < 1.0) {
+            return Err(OptionError::new("beta", "a number between 0 and 1 (exclusive)"));
+        }
+        if !positive(self.scale) {
+            return Err(OptionError::new("scale", "a number > 0"));
+        }
+        if !positive(self.min_rate) || self.min_rate > self.initial_rate {
+            return Err(OptionError::new("minRate", "a number of requests per second > 0 and <= initialRate"));
+        }
+        Ok(self)
+    }
+}
+
+/// Sends per second, smoothed over 100 ms buckets (AWS's RateClocker, finer).
+#[derive(Clone, Copy, Debug, Default)]
+struct RateMeter {
+    bucket_start_ms: f64,
+    count: f64,
+    rate: f64,
+    seeded: bool,
+}
+
+const METER_BUCKET_MS: f64 = 100.0;
+const METER_SMOOTHING: f64 = 0.8;
+
+impl RateMeter {
+    fn record(&mut self, now_ms: f64) {
+        if !self.seeded {
+            self.seeded = true;
+            self.bucket_start_ms = now_ms;
+        }
+        let elapsed = now_ms - self.bucket_start_ms;
+        if elapsed >= METER_BUCKET_MS {
+            let current = self.count / (elapsed / 1000.0);
+            self.rate = current * METER_SMOOTHING + self.rate * (1.0 - METER_SMOOTHING);
+            self.count = 0.0;
+            self.bucket_start_ms = now_ms;
+        }
+        self.count += 1.0;
+    }
+
+    /// The smoothed rate, or the rate of the bucket in progress when nothing is smoothed yet.
+    fn rate(&self, now_ms: f64) -> f64 {
+        if self.rate > 0.0 {
+            self.rate
+        } else {
+            let elapsed = (now_ms - self.bucket_start_ms).max(METER_BUCKET_MS);
+            self.count / (elapsed / 1000.0)
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct OriginThrottle {
+    created_ms: f64,
+    /// True after the first throttling answer: CUBIC instead of slow start.
+    backed_off: bool,
+    fill_rate: f64,
+    tokens: f64,
+    last_refill_ms: f64,
+    w_max: f64,
+    k_s: f64,
+    last_decrease_ms: f64,
+    sends: RateMeter,
+}
+
+impl OriginThrottle {
+    fn new(config: &ThrottleConfig, now_ms: f64) -> Self {
+        OriginThrottle {
+            created_ms: now_ms,
+            backed_off: false,
+            fill_rate: config.initial_rate,
+            tokens: capacity(config.initial_rate),
+            last_refill_ms: now_ms,
+            w_max: config.initial_rate,
+            k_s: 0.0,
+            last_decrease_ms: f64::NEG_INFINITY,
+            sends: RateMeter::default(),
+        }
+    }
+
+    fn refill(&mut self, config: &ThrottleConfig, now_ms: f64) {
+        if !self.backed_off {
+            // slow start: double every ramp_ms (capped to stay finite)
+            let doublings = ((now_ms - self.created_ms) / config.ramp_ms).clamp(0.0, 60.0);
+            self.fill_rate = config.initial_rate * doublings.exp2();
+        }
+        let elapsed_s = ((now_ms - self.last_refill_ms) / 1000.0).max(0.0);
+        self.tokens = (self.tokens + elapsed_s * self.fill_rate).min(capacity(self.fill_rate));
+        self.last_refill_ms = now_ms;
+    }
+}
+
+/// The bucket holds at most 50 ms worth of sends (at least one token): bursts stay small.
+fn capacity(rate: f64) -> f64 {
+    (rate / 20.0).max(1.0)
+}
+
+/// The send rates of every origin seen.
+#[derive(Clone, Debug, Default)]
+pub struct AdaptiveThrottle {
+    config: ThrottleConfig,
+    origins: HashMap<String, OriginThrottle>,
+}
+
+impl AdaptiveThrottle {
+    /// A throttle with `config` (already validated).
+    pub fn new(config: ThrottleConfig) -> Self {
+        AdaptiveThrottle { config, origins: HashMap::new() }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> ThrottleConfig {
+        self.config
+    }
+
+    fn origin(&mut self, origin: &str, now_ms: f64) -> &mut OriginThrottle {
+        let config = self.config;
+        self.origins.entry(origin.to_string()).or_insert_with(|| OriginThrottle::new(&config, now_ms))
+    }
+
+    /// The current send rate of `origin`, req/s (`None` for an origin never seen).
+    pub fn rate(&mut self, origin: &str, now_ms: f64) -> Option<f64> {
+        let config = self.config;
+        let o = self.origins.get_mut(origin)?;
+        o.refill(&config, now_ms);
+        Some(o.fill_rate)
+    }
+
+    /// Reserve a send to `origin` at `now_ms`: the wait, in ms, before it may go. Reservations
+    /// queue: each takes the next token, even one not yet refilled.
+    pub fn reserve(&mut self, origin: &str, now_ms: f64) -> f64 {
+        let config = self.config;
+        let o = self.origin(origin, now_ms);
+        o.refill(&config, now_ms);
+        o.tokens -= 1.0;
+        if o.tokens >= 0.0 {
+            0.0
+        } else {
+            -o.tokens / o.fill_rate * 1000.0
+        }
+    }
+
+    /// Give back a reservation that was not used (the call stopped or was aborted while waiting).
+    pub fn cancel(&mut self, origin: &str, now_ms: f64) {
+        let config = self.config;
+        let o = self.origin(origin, now_ms);
+        o.refill(&config, now_ms);
+        o.tokens = (o.tokens + 1.0).min(capacity(o.fill_rate));
+    }
+
+    /// An attempt to `origin` is being sent at `now_ms` (for the measured send rate).
+    pub fn on_send(&mut self, origin: &str, now_ms: f64) {
+        self.origin(origin, now_ms).sends.record(now_ms);
+    }
+
+    /// The answer to an attempt sent at `sent_ms` arrived at `now_ms`: `throttled` (429 or
+    /// 503) or a success (`throttled == false`).
+    pub fn on_answer(&mut self, origin: &str, sent_ms: f64, throttled: bool, now_ms: f64) {
+        let config = self.config;
+        let o = self.origin(origin, now_ms);
+        o.refill(&config, now_ms);
+        let measured = o.sends.rate(now_ms);
+        if throttled {
+            if sent_ms < o.last_decrease_ms {
+                return; // this round was already answered by a decrease
+            }
+            let current = if measured > 0.0 { o.fill_rate.min(measured) } else { o.fill_rate };
+            o.backed_off = true;
+            o.w_max = current;
+            o.k_s = (o.w_max * (1.0 - config.beta) / config.scale).cbrt();
+            o.last_decrease_ms = now_ms;
+            o.fill_rate = (current * config.beta).max(config.min_rate);
+        } else if o.backed_off {
+            let t = (now_ms - o.last_decrease_ms) / 1000.0;
+            let cubic = config.scale * (t - o.k_s).powi(3) + o.w_max;
+            let ceiling = if measured > 0.0 { 2.0 * measured } else { f64::INFINITY };
+            o.fill_rate = cubic.min(ceiling).max(config.min_rate);
+        }
+        o.tokens = o.tokens.min(capacity(o.fill_rate));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const O: &str = "http://127.0.0.1:1";
+
+    fn throttle() -> AdaptiveThrottle {
+        AdaptiveThrottle::new(ThrottleConfig::default())
+    }
+
+    #[test]
+    fn a_new_origin_starts_at_the_initial_rate_and_ramps_up() {
+        let mut t = throttle();
+        assert_eq!(t.reserve(O, 0.0), 0.0);
+        assert_eq!(t.rate(O, 0.0), Some(100.0));
+        assert_eq!(t.rate(O, 100.0), Some(200.0));
+        assert_eq!(t.rate(O, 300.0), Some(800.0));
+        assert!(t.rate(O, 1e9).unwrap().is_finite());
+    }
+
+    #[test]
+    fn reservations_queue_at_the_fill_rate() {
+        let mut t = throttle();
+        // capacity at 100 req/s is 5 tokens: 5 go now, then one every 10 ms
+        let waits: Vec<f64> = (0..8).map(|_| t.reserve(O, 0.0)).collect();
+        assert_eq!(&waits[..5], &[0.0; 5]);
+        assert!((waits[5] - 10.0).abs() < 1e-9 && (waits[7] - 30.0).abs() < 1e-9, "{waits:?}");
+    }
+
+    #[test]
+    fn a_throttling_answer_cuts_the_rate_once_per_round() {
+        let mut t = throttle();
+        t.reserve(O, 0.0);
+        t.on_answer(O, 0.0, true, 10.0);
+        let after_first = t.rate(O, 10.0).unwrap();
+        assert!(after_first < 100.0, "{after_first}");
+        // more answers to attempts sent before the decrease: ignored
+        for _ in 0..100 {
+            t.on_answer(O, 5.0, true, 12.0);
+        }
+        assert_eq!(t.rate(O, 12.0), Some(after_first));
+        // an attempt sent after the decrease, throttled: a second cut
+        t.on_answer(O, 11.0, true, 20.0);
+        assert!(t.rate(O, 20.0).unwrap() < after_first);
+    }
+
+    #[test]
+    fn the_rate_never_falls_below_min_rate() {
+        let mut t = throttle();
+        for i in 0..200 {
+            let now = i as f64 * 10.0;
+            t.on_answer(O, now, true, now + 1.0);
+        }
+        assert_eq!(t.rate(O, 2_001.0), Some(0.5));
+    }
+
+    #[test]
+    fn successes_grow_the_rate_back_along_cubic() {
+        let mut t = throttle();
+        for i in 0..50 {
+            t.on_send(O, i as f64 * 2.0);
+        }
+        t.on_answer(O, 0.0, true, 100.0);
+        let cut = t.rate(O, 100.0).unwrap();
+        let mut now = 100.0;
+        let mut last = cut;
+        for _ in 0..100 {
+            // demand well above the rate: the 2x-measured ceiling does not bind
+            for i in 0..50 {
+                t.on_send(O, now + i as f64 * 2.0);
+            }
+            now += 100.0;
+            t.on_answer(O, now, false, now + 1.0);
+            let r = t.rate(O, now + 1.0).unwrap();
+            assert!(r >= last - 1e-9 || r >= cut, "rate fell on success: {last} -> {r}");
+            last = r;
+        }
+        assert!(last > cut, "{cut} -> {last}");
+    }
+
+    #[test]
+    fn an_idle_origin_does_not_bank_an_unlimited_rate() {
+        let mut t = throttle();
+        t.on_send(O, 0.0);
+        t.on_answer(O, 0.0, true, 1.0);
+        for i in 1..100 {
+            let now = i as f64 * 1000.0;
+            t.on_send(O, now); // 1 req/s
+            t.on_answer(O, now, false, now + 1.0);
+        }
+        assert!(t.rate(O, 100_000.0).unwrap() <= 2.5);
+    }
+
+    #[test]
+    fn cancel_returns_a_token() {
+        let mut t = throttle();
+        for _ in 0..5 {
+            t.reserve(O, 0.0);
+        }
+        assert!(t.reserve(O, 0.0) > 0.0);
+        t.cancel(O, 0.0);
+        t.cancel(O, 0.0);
+        assert_eq!(t.reserve(O, 0.0), 0.0);
+    }
+
+    #[test]
+    fn validation() {
+        let d = ThrottleConfig::default();
+        assert!(d.validate().is_ok());
+        assert!(ThrottleConfig { beta: 1.0, ..d }.validate().is_err());
+        assert!(ThrottleConfig { initial_rate: 0.0, ..d }.validate().is_err());
+        assert!(ThrottleConfig { min_rate: 200.0, ..d }.validate().is_err());
+        assert!(ThrottleConfig { ramp_ms: f64::NAN, ..d }.validate().is_err());
+    }
+}
