@@ -1,6 +1,8 @@
 // The public API over the wasm exports. Shared by every entry (Node, browser, worker).
 import { retryFetch as wasmRetryFetch, backoffDelays as wasmBackoffDelays, RetryClient } from './retry_fetch.js';
 
+export { RetryBudget, AdaptiveThrottle, CircuitBreaker } from './retry_fetch.js';
+
 /** fetch with retries: see index.d.ts and the README. */
 export function retryFetch(input, init, options) {
   return wasmRetryFetch(input, init, options);
@@ -22,4 +24,9 @@ export function backoffDelays(options, count, seed) {
 /** Is `error` a RetryError (by name, so it works across realms and copies of the package)? */
 export function isRetryError(error) {
   return typeof error === 'object' && error !== null && error.name === 'RetryError';
+}
+
+/** Is `error` a CircuitOpenError (by name)? */
+export function isCircuitOpenError(error) {
+  return typeof error === 'object' && error !== null && error.name === 'CircuitOpenError';
 }

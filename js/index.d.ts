@@ -87,6 +87,85 @@ export interface RetryOptions {
   onRetry?: ((info: RetryInfo) => void | Promise<void>) | null;
   /** The transport. @default globalThis.fetch */
   fetch?: ((input: RequestInfo | URL, init?: RequestInit) => Promise<Response>) | null;
+  /** A shared retry budget: retries stop while its tokens for the origin are at or below half. @default undefined (none) */
+  budget?: RetryBudget | null;
+  /** A shared adaptive send rate per origin: every attempt waits for its turn. @default undefined (none) */
+  throttle?: AdaptiveThrottle | null;
+  /** A shared circuit breaker per origin: while open, calls reject with CircuitOpenError and nothing is sent. @default undefined (none) */
+  breaker?: CircuitBreaker | null;
+}
+
+/** Options of `new RetryBudget(...)`. */
+export interface RetryBudgetOptions {
+  /** Tokens per origin when full; retries are allowed only while tokens > maxTokens / 2. @default 10 */
+  maxTokens?: number;
+  /** Tokens a success gives back (a failed attempt takes 1). @default 0.1 */
+  tokenRatio?: number;
+}
+
+/** A retry budget shared by many calls, per origin (gRPC retryThrottling semantics). */
+export class RetryBudget {
+  constructor(options?: RetryBudgetOptions);
+  /** The token count for the origin of `url`. */
+  tokens(url: string): number;
+  readonly maxTokens: number;
+  readonly tokenRatio: number;
+  /** Release the wasm memory now (otherwise it is released when garbage-collected). */
+  free(): void;
+}
+
+/** Options of `new AdaptiveThrottle(...)`. */
+export interface AdaptiveThrottleOptions {
+  /** Starting send rate of a new origin, requests per second. @default 100 */
+  initialRate?: number;
+  /** Slow start doubles the rate every rampMs until the first 429/503. @default 100 */
+  rampMs?: number;
+  /** Multiplicative decrease on a 429/503, between 0 and 1. @default 0.7 */
+  beta?: number;
+  /** CUBIC's scale constant C (req/s per s³). @default 0.4 */
+  scale?: number;
+  /** The lowest send rate, requests per second. @default 0.5 */
+  minRate?: number;
+}
+
+/** A client-side send rate per origin that shrinks on 429/503 and grows back on success. */
+export class AdaptiveThrottle {
+  constructor(options?: AdaptiveThrottleOptions);
+  /** The current send rate (req/s) for the origin of `url`, or undefined if never seen. */
+  rate(url: string): number | undefined;
+  free(): void;
+}
+
+/** A state of a circuit breaker. */
+export type CircuitState = 'closed' | 'open' | 'half-open';
+
+/** Options of `new CircuitBreaker(...)`. */
+export interface CircuitBreakerOptions {
+  /** Consecutive transient failures that open the circuit. @default 5 */
+  failureThreshold?: number;
+  /** How long the circuit stays open before a probe, in ms. @default 10000 */
+  openMs?: number;
+  /** Probes allowed at a time while half-open. @default 1 */
+  halfOpenMaxCalls?: number;
+  /** Called on every state change. */
+  onStateChange?: (event: { origin: string; from: CircuitState; to: CircuitState }) => void;
+}
+
+/** A circuit breaker per origin: closed → open → half-open → closed. */
+export class CircuitBreaker {
+  constructor(options?: CircuitBreakerOptions);
+  /** The state for the origin of `url`. */
+  state(url: string): CircuitState;
+  free(): void;
+}
+
+/** The error a call rejects with when its origin's circuit is open (nothing was sent). */
+export interface CircuitOpenError extends Error {
+  name: 'CircuitOpenError';
+  /** Time until the circuit lets a probe through, in ms. */
+  retryAfterMs: number;
+  /** The origin whose circuit is open. */
+  origin: string;
 }
 
 /** One attempt in `RetryError.attempts`. */
@@ -113,7 +192,9 @@ export type StopReason =
   | 'not-retryable'
   | 'retry-after'
   | 'body-not-replayable'
-  | 'shouldRetry';
+  | 'shouldRetry'
+  | 'budget'
+  | 'circuit-open';
 
 /** The error a call rejects with when it ends on a network error or a timeout. */
 export interface RetryError extends Error {
@@ -137,3 +218,6 @@ export function backoffDelays(options: RetryOptions, count: number, seed?: numbe
 
 /** Is `error` a `RetryError`? (By `name`, so it works across realms.) */
 export function isRetryError(error: unknown): error is RetryError;
+
+/** Is `error` a `CircuitOpenError`? (By `name`.) */
+export function isCircuitOpenError(error: unknown): error is CircuitOpenError;

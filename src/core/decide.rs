@@ -117,6 +117,11 @@ impl RetryState {
         }
     }
 
+    /// What is left of the deadline at `now_ms`, in ms (`None`: no deadline).
+    pub fn deadline_left_ms(&self, now_ms: f64) -> Option<f64> {
+        self.deadline_at_ms.map(|end| (end - now_ms).max(0.0))
+    }
+
     /// Is the deadline already spent at `now_ms`?
     pub fn deadline_passed(&self, now_ms: f64) -> bool {
         self.deadline_at_ms.is_some_and(|end| now_ms >= end)

@@ -30,6 +30,15 @@ extern "C" {
     #[wasm_bindgen(js_name = String, catch)]
     pub fn to_js_string(value: &JsValue) -> Result<JsString, JsValue>;
 
+    /// The URL Standard's `URL`.
+    pub type Url;
+    /// `new URL(url, base)`.
+    #[wasm_bindgen(constructor, catch, js_class = URL, js_name = URL)]
+    pub fn new(url: &str, base: &JsValue) -> Result<Url, JsValue>;
+    /// `url.origin`.
+    #[wasm_bindgen(method, getter)]
+    pub fn origin(this: &Url) -> String;
+
     /// The Fetch API's `Headers`.
     pub type Headers;
     /// `new Headers(init)`.
@@ -51,6 +60,9 @@ extern "C" {
     /// `request.clone()`.
     #[wasm_bindgen(method, catch, js_name = clone)]
     pub fn clone_request(this: &Request) -> Result<Request, JsValue>;
+    /// `request.url`.
+    #[wasm_bindgen(method, getter)]
+    pub fn url(this: &Request) -> JsValue;
     /// `request.method`.
     #[wasm_bindgen(method, getter)]
     pub fn method(this: &Request) -> JsValue;

@@ -5,6 +5,7 @@
 //! here skips wasm-bindgen's generated TypeScript.
 
 mod errors;
+mod guards;
 mod js;
 mod options;
 mod request;

@@ -5,12 +5,18 @@
 //! over defaults. An invalid value is a `TypeError` naming the option, the value and what is
 //! allowed, raised before any request is sent.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use js_sys::{Array, Function};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::errors::option_error;
+use super::guards::{lookup, BreakerShared, Guard};
 use super::js::{self, AbortSignal};
+use crate::core::budget::RetryBudget;
+use crate::core::throttle::AdaptiveThrottle;
 use crate::core::options::{self as validate, KeyMode, OptionError, RetryPolicy};
 
 /// Everything one call needs: the validated policy and the JavaScript parts.
@@ -26,6 +32,19 @@ pub struct CallOptions {
     pub on_retry: Option<Function>,
     /// `fetch`: the transport; `None` means the global `fetch`.
     pub fetch: Option<Function>,
+    /// `budget`: a shared `RetryBudget`.
+    pub budget: Option<Rc<RefCell<RetryBudget>>>,
+    /// `throttle`: a shared `AdaptiveThrottle`.
+    pub throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
+    /// `breaker`: a shared `CircuitBreaker`.
+    pub breaker: Option<Rc<BreakerShared>>,
+}
+
+impl CallOptions {
+    /// Is any retry-storm guard set (so the call needs its origin)?
+    pub fn has_guards(&self) -> bool {
+        self.budget.is_some() || self.throttle.is_some() || self.breaker.is_some()
+    }
 }
 
 fn expect_number(option: &'static str, v: &JsValue, expected: &'static str) -> Result<f64, JsValue> {
@@ -168,6 +187,27 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
     }
     if let Some(v) = field("fetch")? {
         out.fetch = expect_function("fetch", &v)?;
+    }
+    if let Some(v) = field("budget")? {
+        out.budget = match (v.is_null(), lookup(&v)) {
+            (true, _) => None,
+            (false, Some(Guard::Budget(b))) => Some(b),
+            _ => return Err(option_error(OptionError::new("budget", "a RetryBudget"), &v)),
+        };
+    }
+    if let Some(v) = field("throttle")? {
+        out.throttle = match (v.is_null(), lookup(&v)) {
+            (true, _) => None,
+            (false, Some(Guard::Throttle(t))) => Some(t),
+            _ => return Err(option_error(OptionError::new("throttle", "an AdaptiveThrottle"), &v)),
+        };
+    }
+    if let Some(v) = field("breaker")? {
+        out.breaker = match (v.is_null(), lookup(&v)) {
+            (true, _) => None,
+            (false, Some(Guard::Breaker(b))) => Some(b),
+            _ => return Err(option_error(OptionError::new("breaker", "a CircuitBreaker"), &v)),
+        };
     }
     Ok(out)
 }

@@ -133,6 +133,18 @@ impl RequestTemplate {
         Ok(RequestTemplate { input, request, base_init, headers, body, signals, idempotent, key })
     }
 
+    /// The request URL as a string (`Request.url`, `String(URL)` or the string given).
+    pub fn url(&self) -> String {
+        match &self.request {
+            Some(r) => r.url().as_string().unwrap_or_default(),
+            None => self
+                .input
+                .as_string()
+                .or_else(|| js::to_js_string(&self.input).ok().map(String::from))
+                .unwrap_or_default(),
+        }
+    }
+
     /// Can the request be sent more than once?
     pub fn replayable(&self) -> bool {
         !matches!(self.body, Body::OneShot(_))

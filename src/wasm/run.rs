@@ -9,12 +9,14 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use super::errors::{retry_error, timeout_error, type_error, AttemptRecord};
+use super::guards::{circuit_open_error, origin_of, BreakerShared};
 use super::js::{self, Response};
 use super::options::CallOptions;
 use super::request::RequestTemplate;
 use super::timer::{abort_reason, sleep, AttemptAbort};
 use crate::core::backoff::Rng;
-use crate::core::classify::{Outcome, RetryReason};
+use crate::core::breaker::{Admission, BreakerState};
+use crate::core::classify::{is_transient, Outcome, RetryReason};
 use crate::core::decide::{AttemptOutcome, Decision, RetryState};
 use crate::core::retry_after::server_delay_ms;
 
@@ -82,11 +84,38 @@ fn retry_context(
     o
 }
 
+/// A half-open probe slot of the circuit breaker, freed if the attempt ends without a result.
+struct ProbeSlot<'a> {
+    breaker: Option<&'a BreakerShared>,
+    origin: &'a str,
+    probe: bool,
+}
+
+impl ProbeSlot<'_> {
+    /// Record the attempt's result (and report a state change).
+    fn settle(mut self, transient_failure: bool, now: f64) {
+        if let Some(b) = self.breaker.take() {
+            let t = b.state.borrow_mut().record(self.origin, self.probe, transient_failure, now);
+            b.report(self.origin, t);
+        }
+    }
+}
+
+impl Drop for ProbeSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.breaker {
+            b.state.borrow_mut().release(self.origin, self.probe);
+        }
+    }
+}
+
 /// Run one `retryFetch` call to its end.
 pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<JsValue, JsValue> {
     let policy = &options.policy;
     let template = RequestTemplate::new(input, &init, &options).await?;
     let signals = template.signals.as_slice();
+    let origin = if options.has_guards() { origin_of(&template.url()) } else { String::new() };
+    let breaker = options.breaker.as_deref();
     let call_started = Date::now();
     let mut state = RetryState::new(policy, call_started);
     let mut rng = MathRandom;
@@ -98,8 +127,42 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
         if let Some(reason) = abort_reason(signals) {
             return Err(reason);
         }
+        // The circuit breaker: an open circuit sends nothing.
+        let mut probe = false;
+        if let Some(b) = breaker {
+            let (admission, transition) = b.state.borrow_mut().admit(&origin, Date::now());
+            b.report(&origin, transition);
+            match admission {
+                Admission::Allowed { probe: p } => probe = p,
+                Admission::Rejected { retry_after_ms } => {
+                    let open = circuit_open_error(&origin, retry_after_ms);
+                    return Err(if history.is_empty() { open } else { retry_error("circuit-open", &history, &open) });
+                }
+            }
+        }
+        let slot = ProbeSlot { breaker, origin: &origin, probe };
+        // The adaptive throttle: wait for this attempt's turn.
+        if let Some(t) = &options.throttle {
+            let now = Date::now();
+            let wait = t.borrow_mut().reserve(&origin, now);
+            if wait > 0.0 {
+                if state.deadline_left_ms(now).is_some_and(|left| wait >= left) {
+                    t.borrow_mut().cancel(&origin, now);
+                    let cause = timeout_error(policy.deadline_ms.unwrap_or(0.0).ceil() as u64);
+                    return Err(retry_error("deadline", &history, &cause));
+                }
+                if let Err(reason) = sleep(wait.ceil() as u64, signals).await {
+                    t.borrow_mut().cancel(&origin, Date::now());
+                    return Err(reason);
+                }
+            }
+        }
+
         let attempt = state.start_attempt();
         let started = Date::now();
+        if let Some(t) = &options.throttle {
+            t.borrow_mut().on_send(&origin, started);
+        }
         let limit = state.attempt_time_limit_ms(policy, started);
         let timeout_cause = limit.map(|ms| timeout_error(ms.ceil() as u64)).unwrap_or(JsValue::UNDEFINED);
         let abort = AttemptAbort::new(signals, limit, timeout_cause.clone())?;
@@ -132,6 +195,26 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
             Outcome::Status(s) => Some(s),
             _ => None,
         };
+
+        // Feed the shared guards.
+        let transient = is_transient(policy, outcome);
+        slot.settle(transient, ended);
+        let success = status.is_some_and(|s| s < 400);
+        if let Some(b) = &options.budget {
+            let mut b = b.borrow_mut();
+            if transient {
+                b.record_failure(&origin);
+            } else if success {
+                b.record_success(&origin);
+            }
+        }
+        if let Some(t) = &options.throttle {
+            let throttled = matches!(status, Some(429) | Some(503));
+            if throttled || success {
+                t.borrow_mut().on_answer(&origin, started, throttled, ended);
+            }
+        }
+
         let server_delay = match (&response, status) {
             (Some(r), Some(s)) if s >= 400 && policy.respect_retry_after => server_delay_ms(
                 js::response_header(r, "retry-after").as_deref(),
@@ -155,8 +238,10 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
             has_key: template.key.is_some(),
             server_delay_ms: server_delay,
             replayable: template.replayable(),
+            budget_allows_retry: options.budget.as_ref().map_or(true, |b| b.borrow().allows_retry(&origin)),
         };
-        let decision = state.decide(policy, report, Date::now(), &mut rng);
+        let now = Date::now();
+        let decision = state.decide(policy, report, now, &mut rng);
         let finish = |stop_reason: &str, history: &[AttemptRecord]| -> Result<JsValue, JsValue> {
             match (&response, &error) {
                 (Some(r), _) => Ok(r.clone().into()),
@@ -168,6 +253,12 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
             Decision::Stop(stop) => return finish(stop.as_str(), &history),
             Decision::Retry { delay_ms, reason, .. } => (delay_ms, reason),
         };
+        // A breaker that will still be open when the wait ends: stop now, with this outcome.
+        if let Some(b) = breaker {
+            if b.state.borrow().state(&origin, now + delay_ms as f64) == BreakerState::Open {
+                return finish("circuit-open", &history);
+            }
+        }
 
         let key = template.key.as_deref();
         if let Some(hook) = &options.should_retry {
