@@ -549,4 +549,138 @@ export const scenarios = [
       ok(d.every((x) => x === 2147483647), JSON.stringify(d.slice(0, 3)));
     },
   },
+  {
+    name: 'circuit breaker: while open no request reaches the server; after openMs exactly one probe does',
+    async run({ api, seq }) {
+      const events = [];
+      const breaker = new api.CircuitBreaker({ failureThreshold: 2, openMs: 300, onStateChange: (e) => events.push(`${e.from}>${e.to}`) });
+      const a = seq('503');
+      equal((await api.retryFetch(a.url, undefined, { ...fast, breaker, maxAttempts: 2 })).status, 503);
+      equal(breaker.state(a.url), 'open');
+
+      const b = seq('200');
+      const err = await rejects(api.retryFetch(b.url, undefined, { breaker }));
+      equal(err.name, 'CircuitOpenError');
+      ok(err.retryAfterMs > 0 && err.retryAfterMs <= 300, `retryAfterMs ${err.retryAfterMs}`);
+      equal((await b.log()).length, 0, 'nothing was sent while open:');
+
+      await sleep(320);
+      const c = seq('200+delay=100');
+      const results = await Promise.allSettled([1, 2, 3].map(() => api.retryFetch(c.url, undefined, { breaker, maxAttempts: 1 })));
+      equal((await c.log()).length, 1, 'exactly one probe:');
+      equal(results.filter((r) => r.status === 'fulfilled' && r.value.status === 200).length, 1);
+      equal(results.filter((r) => r.status === 'rejected' && r.reason.name === 'CircuitOpenError').length, 2);
+      equal(breaker.state(c.url), 'closed');
+      deepEqual(events, ['closed>open', 'open>half-open', 'half-open>closed']);
+    },
+  },
+  {
+    name: 'circuit breaker: a failed probe opens it again',
+    async run({ api, seq }) {
+      const breaker = new api.CircuitBreaker({ failureThreshold: 1, openMs: 100 });
+      const a = seq('reset');
+      await rejects(api.retryFetch(a.url, undefined, { ...fast, breaker }));
+      equal((await a.log()).length, 1, 'the first failure opened it:');
+      await sleep(120);
+      await rejects(api.retryFetch(a.url, undefined, { ...fast, breaker }));
+      equal((await a.log()).length, 2, 'one probe, which failed:');
+      equal(breaker.state(a.url), 'open');
+    },
+  },
+  {
+    name: 'retry budget: under an outage the shared budget stops retries',
+    async run({ api, seq }) {
+      const budget = new api.RetryBudget(); // 10 tokens; retries only while tokens > 5
+      const s = seq('503');
+      for (let i = 0; i < 10; i++) {
+        equal((await api.retryFetch(s.url, undefined, { ...fast, budget, maxAttempts: 9 })).status, 503);
+      }
+      // call 1: 5 attempts (10 -> 5 tokens), calls 2-10: one attempt each; 90 without a budget
+      equal((await s.log()).length, 14);
+      equal(budget.tokens(s.url), 0);
+      const r = seq('reset');
+      const err = await rejects(api.retryFetch(r.url, undefined, { ...fast, budget }));
+      equal(err.name, 'RetryError');
+      equal(err.reason, 'budget');
+      equal(err.attempts.length, 1);
+      const other = new api.RetryBudget({ maxTokens: 4, tokenRatio: 1 });
+      equal(other.tokens(s.url), 4);
+    },
+  },
+  {
+    name: 'retry budget: concurrent calls keep the token count within [0, maxTokens]',
+    async run({ api, seq }) {
+      const budget = new api.RetryBudget({ maxTokens: 6, tokenRatio: 0.5 });
+      const seen = [];
+      const calls = Array.from({ length: 40 }, (_, i) => {
+        const s = seq(i % 2 ? '503,503,200' : 'reset,200');
+        return api
+          .retryFetch(s.url, undefined, { baseDelayMs: 2, budget, onRetry: () => seen.push(budget.tokens(s.url)) })
+          .then((res) => seen.push(budget.tokens(s.url)) && res.status, (e) => e.name);
+      });
+      const outcomes = await Promise.all(calls);
+      ok(seen.length >= 20, `only ${seen.length} samples`);
+      ok(seen.every((t) => t >= 0 && t <= 6), JSON.stringify(seen));
+      ok(outcomes.every((o) => o === 200 || o === 503 || o === 'RetryError'), JSON.stringify(outcomes));
+    },
+  },
+  {
+    name: 'adaptive throttle: every call still completes, and a 503 lowers the send rate',
+    async run({ api, seq }) {
+      const throttle = new api.AdaptiveThrottle({ initialRate: 200 });
+      const s = seq('200');
+      const statuses = await Promise.all(Array.from({ length: 30 }, () => api.retryFetch(s.url, undefined, { throttle }).then((r) => r.status)));
+      deepEqual([...new Set(statuses)], [200]);
+      equal((await s.log()).length, 30);
+      const before = throttle.rate(s.url);
+      ok(before >= 200, `rate ${before}`);
+      const t = seq('503,200');
+      equal((await api.retryFetch(t.url, undefined, { ...fast, throttle })).status, 200);
+      ok(throttle.rate(t.url) < before, `${throttle.rate(t.url)} < ${before}`);
+      equal(throttle.rate('http://never-seen.invalid/'), undefined);
+    },
+  },
+  {
+    name: 'guards: invalid guard options are TypeErrors naming the option',
+    async run({ api, seq }) {
+      const s = seq('200');
+      for (const [options, name] of [[{ budget: {} }, 'budget'], [{ throttle: 5 }, 'throttle'], [{ breaker: new api.RetryBudget() }, 'breaker']]) {
+        const err = await rejects(api.retryFetch(s.url, undefined, options));
+        equal(err.name, 'TypeError');
+        ok(err.message.includes(`"${name}"`), err.message);
+      }
+      for (const [make, name] of [
+        [() => new api.RetryBudget({ maxTokens: 0 }), 'maxTokens'],
+        [() => new api.RetryBudget({ tokenRatio: -1 }), 'tokenRatio'],
+        [() => new api.CircuitBreaker({ failureThreshold: 1.5 }), 'failureThreshold'],
+        [() => new api.CircuitBreaker({ openMs: NaN }), 'openMs'],
+        [() => new api.CircuitBreaker({ onStateChange: 'log' }), 'onStateChange'],
+        [() => new api.AdaptiveThrottle({ beta: 1 }), 'beta'],
+      ]) {
+        let threw;
+        try {
+          make();
+        } catch (e) {
+          threw = e;
+        }
+        equal(threw?.name, 'TypeError', `${name}:`);
+        ok(threw.message.includes(`"${name}"`), threw.message);
+      }
+      equal((await s.log()).length, 0);
+    },
+  },
+  {
+    name: 'guards work as createRetryFetch defaults, shared by every call',
+    async run({ api, seq }) {
+      const breaker = new api.CircuitBreaker({ failureThreshold: 3, openMs: 10_000 });
+      const client = api.createRetryFetch({ ...fast, breaker, maxAttempts: 1 });
+      const s = seq('503');
+      for (let i = 0; i < 3; i++) await client(s.url);
+      const err = await rejects(client(s.url));
+      equal(err.name, 'CircuitOpenError');
+      ok(api.isCircuitOpenError(err));
+      equal((await s.log()).length, 3);
+      equal((await client(s.url, undefined, { breaker: null })).status, 503, 'null clears a default:');
+    },
+  },
 ];

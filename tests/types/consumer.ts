@@ -9,6 +9,11 @@ import {
   type RetryOptions,
   type RetryInfo,
   type RetryContext,
+  type StopReason,
+  RetryBudget,
+  AdaptiveThrottle,
+  CircuitBreaker,
+  isCircuitOpenError,
 } from 'retry-fetch';
 
 const options: RetryOptions = {
@@ -52,12 +57,33 @@ async function main(): Promise<void> {
     await retryFetch('https://api.example/');
   } catch (e) {
     if (isRetryError(e)) {
-      const reason: 'attempts' | 'deadline' | 'unsafe' | 'not-retryable' | 'retry-after' | 'body-not-replayable' | 'shouldRetry' = e.reason;
+      const reason: StopReason = e.reason;
       const n: number = e.attempts.length;
       void reason;
       void n;
     }
   }
+
+  const budget = new RetryBudget({ maxTokens: 20, tokenRatio: 0.2 });
+  const throttle = new AdaptiveThrottle({ initialRate: 50 });
+  const breaker = new CircuitBreaker({ failureThreshold: 3, openMs: 5_000, onStateChange: (e) => void e.to });
+  const guarded = createRetryFetch({ budget, throttle, breaker });
+  try {
+    await guarded('https://api.example/');
+  } catch (e) {
+    if (isCircuitOpenError(e)) {
+      const wait: number = e.retryAfterMs;
+      void wait;
+    }
+  }
+  const tokens: number = budget.tokens('https://api.example/');
+  const state: 'closed' | 'open' | 'half-open' = breaker.state('https://api.example/');
+  const rate: number | undefined = throttle.rate('https://api.example/');
+  void tokens;
+  void state;
+  void rate;
+  // @ts-expect-error: a budget is a RetryBudget, not a number
+  await retryFetch('/', undefined, { budget: 10 });
 
   // @ts-expect-error: jitter is one of five names
   await retryFetch('/', undefined, { jitter: 'random' });
