@@ -2,7 +2,7 @@
 //! retry mode: a token bucket whose fill rate shrinks when the server answers 429 or 503 and
 //! grows back on success, following CUBIC (the AWS constants: β = 0.7, C = 0.4).
 //!
-//! Every attempt (first ones included) reserves a token and waits for its turn, so a herd of
+//! Every attempt (first ones included) takes a turn and waits until a token is there, so a herd of
 //! callers queues at the rate the server can take instead of storming it. Two refinements
 //! make it work for a herd inside one process, where AWS's per-client design collapses:
 //!
@@ -108,7 +108,7 @@ impl RateMeter {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct OriginThrottle {
     created_ms: f64,
     /// True after the first throttling answer: CUBIC instead of slow start.
@@ -120,6 +120,11 @@ struct OriginThrottle {
     k_s: f64,
     last_decrease_ms: f64,
     sends: RateMeter,
+    /// The next ticket to be served, and the next to be issued (FIFO turns).
+    head: u64,
+    tail: u64,
+    /// Tickets given up while waiting (skipped when they reach the head).
+    abandoned: Vec<u64>,
 }
 
 impl OriginThrottle {
@@ -134,7 +139,31 @@ impl OriginThrottle {
             k_s: 0.0,
             last_decrease_ms: f64::NEG_INFINITY,
             sends: RateMeter::default(),
+            head: 0,
+            tail: 0,
+            abandoned: Vec::new(),
         }
+    }
+
+    fn skip_abandoned(&mut self) {
+        while let Some(i) = self.abandoned.iter().position(|&t| t == self.head) {
+            self.abandoned.swap_remove(i);
+            self.head += 1;
+        }
+    }
+
+    /// Time (ms) until `needed` more tokens have accumulated: at the fill rate, or along the
+    /// slow-start curve `rate · 2^(t / ramp)` before the first throttling answer.
+    fn time_for_tokens(&self, config: &ThrottleConfig, needed: f64) -> f64 {
+        if needed <= 0.0 {
+            return 0.0;
+        }
+        if self.backed_off {
+            return needed / self.fill_rate * 1000.0;
+        }
+        let ramp_s = config.ramp_ms / 1000.0;
+        let ln2 = std::f64::consts::LN_2;
+        config.ramp_ms * (1.0 + needed * ln2 / (self.fill_rate * ramp_s)).log2()
     }
 
     fn refill(&mut self, config: &ThrottleConfig, now_ms: f64) {
@@ -151,7 +180,7 @@ impl OriginThrottle {
 
 /// The bucket holds at most 50 ms worth of sends (at least one token): bursts stay small.
 fn capacity(rate: f64) -> f64 {
-    (rate / 20.0).max(1.0)
+    (rate / 200.0).max(1.0)
 }
 
 /// The send rates of every origin seen.
@@ -185,26 +214,40 @@ impl AdaptiveThrottle {
         Some(o.fill_rate)
     }
 
-    /// Reserve a send to `origin` at `now_ms`: the wait, in ms, before it may go. Reservations
-    /// queue: each takes the next token, even one not yet refilled.
-    pub fn reserve(&mut self, origin: &str, now_ms: f64) -> f64 {
-        let config = self.config;
+    /// Take a turn to send to `origin`: a ticket to pass to [`AdaptiveThrottle::poll`].
+    /// Turns are served in order, each when a token is there.
+    pub fn enqueue(&mut self, origin: &str, now_ms: f64) -> u64 {
         let o = self.origin(origin, now_ms);
-        o.refill(&config, now_ms);
-        o.tokens -= 1.0;
-        if o.tokens >= 0.0 {
-            0.0
-        } else {
-            -o.tokens / o.fill_rate * 1000.0
-        }
+        let ticket = o.tail;
+        o.tail += 1;
+        ticket
     }
 
-    /// Give back a reservation that was not used (the call stopped or was aborted while waiting).
-    pub fn cancel(&mut self, origin: &str, now_ms: f64) {
+    /// May `ticket` send now? `Ok(())`: yes, its token is taken. `Err(ms)`: not yet; ask again
+    /// after `ms` (at least 1). A waiter asks again, rather than sleeping a fixed wait, so that
+    /// rate changes while it waits (a cut, or slow start's growth) reprice its turn.
+    pub fn poll(&mut self, origin: &str, ticket: u64, now_ms: f64) -> Result<(), f64> {
         let config = self.config;
         let o = self.origin(origin, now_ms);
         o.refill(&config, now_ms);
-        o.tokens = (o.tokens + 1.0).min(capacity(o.fill_rate));
+        o.skip_abandoned();
+        let ahead = ticket.saturating_sub(o.head) as f64;
+        if ahead == 0.0 && o.tokens >= 1.0 {
+            o.tokens -= 1.0;
+            o.head = o.head.max(ticket + 1);
+            o.skip_abandoned();
+            return Ok(());
+        }
+        Err(o.time_for_tokens(&config, ahead + 1.0 - o.tokens).max(1.0))
+    }
+
+    /// Give up `ticket` (the call stopped or was aborted while waiting for its turn).
+    pub fn abandon(&mut self, origin: &str, ticket: u64, now_ms: f64) {
+        let o = self.origin(origin, now_ms);
+        if ticket >= o.head && !o.abandoned.contains(&ticket) {
+            o.abandoned.push(ticket);
+            o.skip_abandoned();
+        }
     }
 
     /// An attempt to `origin` is being sent at `now_ms` (for the measured send rate).
@@ -223,7 +266,10 @@ impl AdaptiveThrottle {
             if sent_ms < o.last_decrease_ms {
                 return; // this round was already answered by a decrease
             }
-            let current = if measured > 0.0 { o.fill_rate.min(measured) } else { o.fill_rate };
+            // Callers waiting for turns: sending at the fill rate. Otherwise the measured send
+            // rate (AWS), which is lower when demand is below the fill rate.
+            let waiting = o.tail > o.head + o.abandoned.len() as u64;
+            let current = if waiting || measured <= 0.0 { o.fill_rate } else { o.fill_rate.min(measured) };
             o.backed_off = true;
             o.w_max = current;
             o.k_s = (o.w_max * (1.0 - config.beta) / config.scale).cbrt();
@@ -252,26 +298,70 @@ mod tests {
     #[test]
     fn a_new_origin_starts_at_the_initial_rate_and_ramps_up() {
         let mut t = throttle();
-        assert_eq!(t.reserve(O, 0.0), 0.0);
+        assert_eq!(turn(&mut t, 0.0), 0.0);
         assert_eq!(t.rate(O, 0.0), Some(100.0));
         assert_eq!(t.rate(O, 100.0), Some(200.0));
         assert_eq!(t.rate(O, 300.0), Some(800.0));
         assert!(t.rate(O, 1e9).unwrap().is_finite());
     }
 
+    /// Take a turn at `now` by polling until it is granted; returns when it was granted.
+    fn turn(t: &mut AdaptiveThrottle, now: f64) -> f64 {
+        let ticket = t.enqueue(O, now);
+        let mut at = now;
+        while let Err(wait) = t.poll(O, ticket, at) {
+            at += wait;
+        }
+        at
+    }
+
     #[test]
-    fn reservations_queue_at_the_fill_rate() {
+    fn turns_are_served_in_order_at_the_fill_rate() {
+        let mut t = AdaptiveThrottle::new(ThrottleConfig { ramp_ms: 1e9, ..ThrottleConfig::default() });
+        // capacity at 100 req/s is 5 tokens: 5 go now, then about one every 10 ms
+        let tickets: Vec<u64> = (0..8).map(|_| t.enqueue(O, 0.0)).collect();
+        for ticket in &tickets[..5] {
+            assert_eq!(t.poll(O, *ticket, 0.0), Ok(()));
+        }
+        let w7 = t.poll(O, tickets[7], 0.0).unwrap_err();
+        let w5 = t.poll(O, tickets[5], 0.0).unwrap_err();
+        assert!(w7 > w5, "a later turn waits longer: {w5} {w7}");
+        assert!((w5 - 10.0).abs() < 0.01, "{w5}");
+        assert_eq!(t.poll(O, tickets[6], 10.0).unwrap_err() > 0.0, true, "not before ticket 5");
+        assert_eq!(t.poll(O, tickets[5], 10.0), Ok(()));
+    }
+
+    #[test]
+    fn slow_start_serves_a_herd_faster_than_the_initial_rate() {
         let mut t = throttle();
-        // capacity at 100 req/s is 5 tokens: 5 go now, then one every 10 ms
-        let waits: Vec<f64> = (0..8).map(|_| t.reserve(O, 0.0)).collect();
-        assert_eq!(&waits[..5], &[0.0; 5]);
-        assert!((waits[5] - 10.0).abs() < 1e-9 && (waits[7] - 30.0).abs() < 1e-9, "{waits:?}");
+        let tickets: Vec<u64> = (0..200).map(|_| t.enqueue(O, 0.0)).collect();
+        let mut now = 0.0;
+        for ticket in tickets {
+            while let Err(wait) = t.poll(O, ticket, now) {
+                now += wait;
+            }
+        }
+        // at a flat 100 req/s this would take about 2 s
+        assert!(now < 500.0, "200 turns took {now} ms");
+    }
+
+    #[test]
+    fn abandoned_turns_do_not_block_the_queue() {
+        let mut t = AdaptiveThrottle::new(ThrottleConfig { ramp_ms: 1e9, ..ThrottleConfig::default() });
+        for _ in 0..5 {
+            turn(&mut t, 0.0);
+        }
+        let a = t.enqueue(O, 0.0);
+        let b = t.enqueue(O, 0.0);
+        t.abandon(O, a, 0.0);
+        assert!((t.poll(O, b, 0.0).unwrap_err() - 10.0).abs() < 0.01);
+        assert_eq!(t.poll(O, b, 10.0), Ok(()));
     }
 
     #[test]
     fn a_throttling_answer_cuts_the_rate_once_per_round() {
         let mut t = throttle();
-        t.reserve(O, 0.0);
+        turn(&mut t, 0.0);
         t.on_answer(O, 0.0, true, 10.0);
         let after_first = t.rate(O, 10.0).unwrap();
         assert!(after_first < 100.0, "{after_first}");
@@ -330,18 +420,6 @@ mod tests {
             t.on_answer(O, now, false, now + 1.0);
         }
         assert!(t.rate(O, 100_000.0).unwrap() <= 2.5);
-    }
-
-    #[test]
-    fn cancel_returns_a_token() {
-        let mut t = throttle();
-        for _ in 0..5 {
-            t.reserve(O, 0.0);
-        }
-        assert!(t.reserve(O, 0.0) > 0.0);
-        t.cancel(O, 0.0);
-        t.cancel(O, 0.0);
-        assert_eq!(t.reserve(O, 0.0), 0.0);
     }
 
     #[test]

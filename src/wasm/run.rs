@@ -3,6 +3,8 @@
 //! The policy is entirely [`RetryState::decide`]; this loop only performs it, calls the
 //! caller's hooks, and keeps the attempt history for `RetryError`.
 
+use std::cell::RefCell;
+
 use js_sys::{Date, Function, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -13,11 +15,14 @@ use super::guards::{circuit_open_error, origin_of, BreakerShared};
 use super::js::{self, Response};
 use super::options::CallOptions;
 use super::request::RequestTemplate;
+use super::js::AbortSignal;
 use super::timer::{abort_reason, sleep, AttemptAbort};
 use crate::core::backoff::Rng;
 use crate::core::breaker::{Admission, BreakerState};
 use crate::core::classify::{is_transient, Outcome, RetryReason};
 use crate::core::decide::{AttemptOutcome, Decision, RetryState};
+use crate::core::options::RetryPolicy;
+use crate::core::throttle::AdaptiveThrottle;
 use crate::core::retry_after::server_delay_ms;
 
 /// Jitter from `Math.random` (jitter needs spread, not secrecy; keys use the CSPRNG).
@@ -109,6 +114,35 @@ impl Drop for ProbeSlot<'_> {
     }
 }
 
+/// Wait until the throttle gives this attempt its turn. Gives the turn up (and stops the
+/// call) on abort, or when the deadline would pass first.
+async fn wait_for_turn(
+    throttle: &RefCell<AdaptiveThrottle>,
+    origin: &str,
+    state: &RetryState,
+    policy: &RetryPolicy,
+    signals: &[AbortSignal],
+    history: &[AttemptRecord],
+) -> Result<(), JsValue> {
+    let ticket = throttle.borrow_mut().enqueue(origin, Date::now());
+    loop {
+        let now = Date::now();
+        let wait = match throttle.borrow_mut().poll(origin, ticket, now) {
+            Ok(()) => return Ok(()),
+            Err(wait) => wait,
+        };
+        if state.deadline_left_ms(now).is_some_and(|left| wait >= left) {
+            throttle.borrow_mut().abandon(origin, ticket, now);
+            let cause = timeout_error(policy.deadline_ms.unwrap_or(0.0).ceil() as u64);
+            return Err(retry_error("deadline", history, &cause));
+        }
+        if let Err(reason) = sleep(wait.ceil() as u64, signals).await {
+            throttle.borrow_mut().abandon(origin, ticket, Date::now());
+            return Err(reason);
+        }
+    }
+}
+
 /// Run one `retryFetch` call to its end.
 pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<JsValue, JsValue> {
     let policy = &options.policy;
@@ -143,19 +177,7 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
         let slot = ProbeSlot { breaker, origin: &origin, probe };
         // The adaptive throttle: wait for this attempt's turn.
         if let Some(t) = &options.throttle {
-            let now = Date::now();
-            let wait = t.borrow_mut().reserve(&origin, now);
-            if wait > 0.0 {
-                if state.deadline_left_ms(now).is_some_and(|left| wait >= left) {
-                    t.borrow_mut().cancel(&origin, now);
-                    let cause = timeout_error(policy.deadline_ms.unwrap_or(0.0).ceil() as u64);
-                    return Err(retry_error("deadline", &history, &cause));
-                }
-                if let Err(reason) = sleep(wait.ceil() as u64, signals).await {
-                    t.borrow_mut().cancel(&origin, Date::now());
-                    return Err(reason);
-                }
-            }
+            wait_for_turn(t, &origin, &state, policy, signals, &history).await?;
         }
 
         let attempt = state.start_attempt();
