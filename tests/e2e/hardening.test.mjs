@@ -1,0 +1,173 @@
+// Hardening: random options never crash the wasm instance; many concurrent calls with
+// interleaved aborts all settle exactly once; 100,000 calls keep wasm memory and the JS heap
+// flat. These use an in-memory transport (the `fetch` option), so they measure retryFetch
+// itself, not sockets.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import * as api from 'retry-fetch';
+import { initSync } from './node_modules/retry-fetch/retry_fetch.js';
+
+const wasmBytes = readFileSync(new URL('./node_modules/retry-fetch/retry_fetch_bg.wasm', import.meta.url));
+// The package already instantiated the module; initSync hands back the same instance.
+const wasm = initSync({ module: wasmBytes });
+
+/** A transport that answers from memory: `plan(n)` gives the status of the n-th call. */
+function memoryFetch(plan) {
+  let n = 0;
+  return async (_input, init) => {
+    n += 1;
+    if (init?.signal?.aborted) throw init.signal.reason;
+    const status = plan(n);
+    if (status === 'error') throw new TypeError('fetch failed');
+    return new Response(null, { status });
+  };
+}
+
+// A small deterministic PRNG for reproducible fuzzing.
+function rng(seed) {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const WEIRD = [
+  undefined, null, true, false, 0, -0, 1, -1, 2.5, 3, 100, 101, 1e308, -1e308, NaN, Infinity, -Infinity,
+  '', 'auto', 'full', 'none', 'equal', 'decorrelated', 'additive', 'sf-string', 'plain', 'Idempotency-Key',
+  'bad header', '\u0000', 'x'.repeat(300), [], [503], [99], [503, 'x'], {}, { valueOf: () => 3 },
+  Symbol('s'), 10n, () => true, async () => false, Object.create(null), new Date(0), /re/,
+  new AbortController().signal,
+];
+const OPTION_NAMES = [
+  'maxAttempts', 'baseDelayMs', 'factor', 'maxDelayMs', 'jitter', 'retryOnStatus', 'retryOnNetworkError',
+  'retryOnTimeout', 'timeoutMs', 'deadlineMs', 'signal', 'respectRetryAfter', 'maxRetryAfterMs',
+  'idempotencyKey', 'idempotencyHeader', 'idempotencyKeyFormat', 'retryHeaders', 'maxBufferedBodyBytes',
+  'shouldRetry', 'onRetry', 'budget', 'throttle', 'breaker',
+];
+
+test('fuzz: 5,000 random option objects never crash the instance', async () => {
+  const random = rng(42);
+  const pick = (xs) => xs[Math.floor(random() * xs.length)];
+  let resolved = 0;
+  let typeErrors = 0;
+  for (let i = 0; i < 5000; i++) {
+    const options = {};
+    const n = 1 + Math.floor(random() * 4);
+    for (let k = 0; k < n; k++) options[pick(OPTION_NAMES)] = pick(WEIRD);
+    // keep every call fast: no waits, few attempts, an in-memory transport
+    options.baseDelayMs = 0;
+    options.maxAttempts = pick([1, 2]);
+    options.timeoutMs = undefined;
+    options.deadlineMs = undefined;
+    if (options.signal && !(options.signal instanceof AbortSignal)) delete options.signal;
+    options.fetch = memoryFetch(() => pick([200, 503, 'error']));
+    try {
+      const res = await api.retryFetch('https://fuzz.invalid/', { method: pick(['GET', 'POST']) }, options);
+      assert.ok(res instanceof Response);
+      resolved += 1;
+    } catch (e) {
+      if (e?.name === 'TypeError') typeErrors += 1;
+      else assert.ok(['RetryError', 'AbortError', 'Error'].includes(e?.name), `unexpected ${e?.name}: ${e?.message}`);
+    }
+    if (i % 500 === 0) {
+      // backoffDelays with the same random options: a TypeError or numbers in range
+      try {
+        const d = api.backoffDelays({ ...options, fetch: undefined }, 10, i);
+        assert.ok(d.every((x) => Number.isInteger(x) && x >= 0 && x <= 2147483647));
+      } catch (e) {
+        assert.equal(e.name, 'TypeError');
+      }
+    }
+  }
+  assert.ok(resolved > 100 && typeErrors > 100, `resolved ${resolved}, TypeErrors ${typeErrors}`);
+  // the instance is alive and correct afterwards
+  const res = await api.retryFetch('https://fuzz.invalid/', undefined, { baseDelayMs: 0, fetch: memoryFetch((n) => (n < 3 ? 503 : 200)) });
+  assert.equal(res.status, 200);
+});
+
+test('fuzz: random header values for Retry-After and RateLimit never crash the instance', async () => {
+  const random = rng(7);
+  const alphabet = '0123456789 ,;=-:"abcdefGMTSunNov\t.';
+  for (let i = 0; i < 3000; i++) {
+    const len = Math.floor(random() * 40);
+    let v = '';
+    for (let k = 0; k < len; k++) v += alphabet[Math.floor(random() * alphabet.length)];
+    const header = ['Retry-After', 'RateLimit-Reset', 'RateLimit'][i % 3];
+    let calls = 0;
+    const fetch = async () => {
+      calls += 1;
+      return calls === 1 ? new Response(null, { status: 429, headers: { [header]: v } }) : new Response(null, { status: 200 });
+    };
+    const res = await api.retryFetch('https://fuzz.invalid/', undefined, { baseDelayMs: 0, maxRetryAfterMs: 0, fetch });
+    assert.ok(res.status === 200 || res.status === 429, `${header}: ${JSON.stringify(v)} -> ${res.status}`);
+  }
+});
+
+test('1,000 concurrent calls with interleaved aborts all settle, each exactly once', async () => {
+  const settled = new Array(1000).fill(0);
+  const controllers = [];
+  const calls = [];
+  for (let i = 0; i < 1000; i++) {
+    const controller = new AbortController();
+    controllers.push(controller);
+    const fetch = memoryFetch((n) => (n < 3 ? 503 : 200));
+    calls.push(
+      api
+        .retryFetch('https://many.invalid/', { method: i % 2 ? 'POST' : 'GET' }, { baseDelayMs: i % 7, jitter: 'full', signal: controller.signal, fetch })
+        .then(
+          (r) => {
+            settled[i] += 1;
+            return r.status;
+          },
+          (e) => {
+            settled[i] += 1;
+            return e.name;
+          },
+        ),
+    );
+    if (i % 3 === 0) setTimeout(() => controller.abort(), i % 11);
+  }
+  const outcomes = await Promise.all(calls);
+  await new Promise((r) => setTimeout(r, 50)); // let any late (wrong) settlement happen
+  assert.ok(settled.every((n) => n === 1), 'every call settled exactly once');
+  assert.ok(outcomes.every((o) => o === 200 || o === 'AbortError'), JSON.stringify([...new Set(outcomes)]));
+  assert.ok(outcomes.filter((o) => o === 200).length >= 600);
+});
+
+test('leak: 100,000 calls mixing success, retries and aborts keep wasm memory and the JS heap flat', async () => {
+  const gc = globalThis.gc ?? (() => {});
+  const batch = async (from, count) => {
+    const work = [];
+    for (let i = from; i < from + count; i++) {
+      const kind = i % 4;
+      const controller = new AbortController();
+      const fetch = memoryFetch((n) => (kind === 1 && n === 1 ? 503 : kind === 2 && n === 1 ? 'error' : 200));
+      if (kind === 3) controller.abort();
+      work.push(
+        api
+          .retryFetch('https://leak.invalid/', { method: 'POST', body: 'x' }, { baseDelayMs: 0, signal: controller.signal, fetch })
+          .then((r) => r.status, (e) => e.name),
+      );
+      if (work.length === 500) await Promise.all(work.splice(0));
+    }
+    await Promise.all(work);
+  };
+  await batch(0, 10_000); // warm-up: the allocator reaches its working size
+  gc();
+  const wasmStart = wasm.memory.buffer.byteLength;
+  const heapStart = process.memoryUsage().heapUsed;
+  await batch(10_000, 90_000);
+  gc();
+  await new Promise((r) => setTimeout(r, 20));
+  gc();
+  const wasmEnd = wasm.memory.buffer.byteLength;
+  const heapEnd = process.memoryUsage().heapUsed;
+  console.log(`wasm linear memory: ${wasmStart} -> ${wasmEnd} bytes; JS heap used: ${(heapStart / 1e6).toFixed(1)} -> ${(heapEnd / 1e6).toFixed(1)} MB`);
+  assert.equal(wasmEnd, wasmStart, 'wasm linear memory grew');
+  assert.ok(heapEnd - heapStart < 20e6, `JS heap grew by ${((heapEnd - heapStart) / 1e6).toFixed(1)} MB`);
+});
