@@ -126,6 +126,8 @@ export interface AdaptiveThrottleOptions {
   scale?: number;
   /** The lowest send rate, requests per second. @default 0.5 */
   minRate?: number;
+  /** The longest an attempt waits for its turn, in ms; one that would wait longer is not sent and the call rejects with a RetryError (reason 'throttled'). @default 10000 */
+  maxWaitMs?: number;
 }
 
 /** A client-side send rate per origin that shrinks on 429/503 and grows back on success. */
@@ -194,7 +196,8 @@ export type StopReason =
   | 'body-not-replayable'
   | 'shouldRetry'
   | 'budget'
-  | 'circuit-open';
+  | 'circuit-open'
+  | 'throttled';
 
 /** The error a call rejects with when it ends on a network error or a timeout. */
 export interface RetryError extends Error {

@@ -10,9 +10,8 @@
 //!   for another `open_ms`. Results of calls admitted before the breaker opened do not move
 //!   it out of open or half-open; only probes do.
 
-use std::collections::HashMap;
-
 use super::options::OptionError;
+use super::origins::OriginMap;
 
 /// The state of one origin's breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,13 +114,13 @@ impl Default for OriginBreaker {
 #[derive(Clone, Debug, Default)]
 pub struct CircuitBreaker {
     config: BreakerConfig,
-    origins: HashMap<String, OriginBreaker>,
+    origins: OriginMap<OriginBreaker>,
 }
 
 impl CircuitBreaker {
     /// A breaker with `config` (already validated).
     pub fn new(config: BreakerConfig) -> Self {
-        CircuitBreaker { config, origins: HashMap::new() }
+        CircuitBreaker { config, origins: OriginMap::default() }
     }
 
     /// The settings.
@@ -130,7 +129,7 @@ impl CircuitBreaker {
     }
 
     fn origin(&mut self, origin: &str) -> &mut OriginBreaker {
-        self.origins.entry(origin.to_string()).or_default()
+        self.origins.get_or_insert_with(origin, OriginBreaker::default)
     }
 
     /// The state of `origin` at `now_ms` (open becomes half-open once `open_ms` passed).

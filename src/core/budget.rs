@@ -8,9 +8,8 @@
 //! about one request per call instead of `1 + retries` (seed 002: "unlimited retries make a
 //! flood; keep a retry budget").
 
-use std::collections::HashMap;
-
 use super::options::OptionError;
+use super::origins::OriginMap;
 
 /// Budget settings.
 ///
@@ -48,13 +47,13 @@ impl BudgetConfig {
 #[derive(Clone, Debug, Default)]
 pub struct RetryBudget {
     config: BudgetConfig,
-    tokens: HashMap<String, f64>,
+    tokens: OriginMap<f64>,
 }
 
 impl RetryBudget {
     /// A budget with `config` (already validated).
     pub fn new(config: BudgetConfig) -> Self {
-        RetryBudget { config, tokens: HashMap::new() }
+        RetryBudget { config, tokens: OriginMap::default() }
     }
 
     /// The settings.
@@ -69,12 +68,8 @@ impl RetryBudget {
 
     fn update(&mut self, origin: &str, f: impl FnOnce(f64) -> f64) {
         let max = self.config.max_tokens;
-        let next = f(self.tokens(origin)).clamp(0.0, max);
-        if let Some(t) = self.tokens.get_mut(origin) {
-            *t = next;
-        } else {
-            self.tokens.insert(origin.to_string(), next);
-        }
+        let t = self.tokens.get_or_insert_with(origin, || max);
+        *t = f(*t).clamp(0.0, max);
     }
 
     /// A transient failure at `origin`: one token less.

@@ -19,5 +19,6 @@ pub mod classify;
 pub mod decide;
 pub mod key;
 pub mod options;
+pub mod origins;
 pub mod retry_after;
 pub mod throttle;

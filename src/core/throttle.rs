@@ -18,14 +18,14 @@
 //! decrease and `K = ∛(W_max·(1 − β)/C)`; it never exceeds twice the measured send rate, so
 //! an idle period does not bank an unlimited rate.
 
-use std::collections::HashMap;
-
 use super::options::OptionError;
+use super::origins::OriginMap;
 
 /// Throttle settings.
 ///
 /// # Default
-/// `initial_rate` 100 req/s, `ramp_ms` 100, `beta` 0.7, `scale` 0.4, `min_rate` 0.5 req/s.
+/// `initial_rate` 100 req/s, `ramp_ms` 100, `beta` 0.7, `scale` 0.4, `min_rate` 0.5 req/s,
+/// `max_wait_ms` 10000.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ThrottleConfig {
     /// Starting send rate of a new origin, req/s. Default 100.
@@ -38,11 +38,14 @@ pub struct ThrottleConfig {
     pub scale: f64,
     /// The lowest send rate, req/s. Default 0.5.
     pub min_rate: f64,
+    /// The longest an attempt waits for its turn, in ms; one that would wait longer is not
+    /// sent (the call stops, reason `'throttled'`). Default 10000.
+    pub max_wait_ms: f64,
 }
 
 impl Default for ThrottleConfig {
     fn default() -> Self {
-        ThrottleConfig { initial_rate: 100.0, ramp_ms: 100.0, beta: 0.7, scale: 0.4, min_rate: 0.5 }
+        ThrottleConfig { initial_rate: 100.0, ramp_ms: 100.0, beta: 0.7, scale: 0.4, min_rate: 0.5, max_wait_ms: 10_000.0 }
     }
 }
 
@@ -64,6 +67,9 @@ impl ThrottleConfig {
         }
         if !positive(self.min_rate) || self.min_rate > self.initial_rate {
             return Err(OptionError::new("minRate", "a number of requests per second > 0 and <= initialRate"));
+        }
+        if !(self.max_wait_ms.is_finite() && self.max_wait_ms >= 0.0 && self.max_wait_ms <= super::options::MAX_TIMER_MS) {
+            return Err(OptionError::new("maxWaitMs", "a number of milliseconds from 0 to 2147483647"));
         }
         Ok(self)
     }
@@ -188,13 +194,13 @@ fn capacity(rate: f64) -> f64 {
 #[derive(Clone, Debug, Default)]
 pub struct AdaptiveThrottle {
     config: ThrottleConfig,
-    origins: HashMap<String, OriginThrottle>,
+    origins: OriginMap<OriginThrottle>,
 }
 
 impl AdaptiveThrottle {
     /// A throttle with `config` (already validated).
     pub fn new(config: ThrottleConfig) -> Self {
-        AdaptiveThrottle { config, origins: HashMap::new() }
+        AdaptiveThrottle { config, origins: OriginMap::default() }
     }
 
     /// The settings.
@@ -204,7 +210,7 @@ impl AdaptiveThrottle {
 
     fn origin(&mut self, origin: &str, now_ms: f64) -> &mut OriginThrottle {
         let config = self.config;
-        self.origins.entry(origin.to_string()).or_insert_with(|| OriginThrottle::new(&config, now_ms))
+        self.origins.get_or_insert_with(origin, || OriginThrottle::new(&config, now_ms))
     }
 
     /// The current send rate of `origin`, req/s (`None` for an origin never seen).
@@ -428,5 +434,6 @@ mod tests {
         assert!(ThrottleConfig { initial_rate: 0.0, ..d }.validate().is_err());
         assert!(ThrottleConfig { min_rate: 200.0, ..d }.validate().is_err());
         assert!(ThrottleConfig { ramp_ms: f64::NAN, ..d }.validate().is_err());
+        assert!(ThrottleConfig { max_wait_ms: -1.0, ..d }.validate().is_err());
     }
 }

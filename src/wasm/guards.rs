@@ -9,7 +9,6 @@
 //! reference to the state.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use js_sys::Function;
@@ -57,7 +56,7 @@ pub enum Guard {
 
 thread_local! {
     static NEXT_ID: Cell<u32> = const { Cell::new(1) };
-    static REGISTRY: RefCell<HashMap<u32, Guard>> = RefCell::new(HashMap::new());
+    static REGISTRY: RefCell<Vec<(u32, Guard)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn register(guard: Guard) -> u32 {
@@ -66,12 +65,12 @@ fn register(guard: Guard) -> u32 {
         n.set(id.wrapping_add(1).max(1));
         id
     });
-    REGISTRY.with(|r| r.borrow_mut().insert(id, guard));
+    REGISTRY.with(|r| r.borrow_mut().push((id, guard)));
     id
 }
 
 fn unregister(id: u32) {
-    REGISTRY.with(|r| r.borrow_mut().remove(&id));
+    REGISTRY.with(|r| r.borrow_mut().retain(|(i, _)| *i != id));
 }
 
 /// The guard behind a JS value that should be one of our guard objects.
@@ -80,7 +79,8 @@ pub fn lookup(value: &JsValue) -> Option<Guard> {
     if !(id >= 1.0 && id <= u32::MAX as f64) {
         return None;
     }
-    REGISTRY.with(|r| r.borrow().get(&(id as u32)).cloned())
+    let id = id as u32;
+    REGISTRY.with(|r| r.borrow().iter().find(|(i, _)| *i == id).map(|(_, g)| g.clone()))
 }
 
 /// The origin (`scheme://host:port`) of a URL string, as `URL.origin` gives it; the string
@@ -177,7 +177,7 @@ impl Drop for RetryBudgetHandle {
 }
 
 /// `new AdaptiveThrottle({ initialRate = 100, rampMs = 100, beta = 0.7, scale = 0.4,
-/// minRate = 0.5 })`: an adaptive send rate per origin.
+/// minRate = 0.5, maxWaitMs = 10000 })`: an adaptive send rate per origin.
 #[wasm_bindgen(js_name = AdaptiveThrottle, skip_typescript)]
 pub struct AdaptiveThrottleHandle {
     id: u32,
@@ -198,6 +198,8 @@ impl AdaptiveThrottleHandle {
             scale: number(&options, "scale", "a number > 0")?.unwrap_or(d.scale),
             min_rate: number(&options, "minRate", "a number of requests per second > 0 and <= initialRate")?
                 .unwrap_or(d.min_rate),
+            max_wait_ms: number(&options, "maxWaitMs", "a number of milliseconds from 0 to 2147483647")?
+                .unwrap_or(d.max_wait_ms),
         };
         let config = config.validate().map_err(|e| {
             let v = match e.option {
@@ -205,6 +207,7 @@ impl AdaptiveThrottleHandle {
                 "rampMs" => config.ramp_ms,
                 "beta" => config.beta,
                 "scale" => config.scale,
+                "maxWaitMs" => config.max_wait_ms,
                 _ => config.min_rate,
             };
             option_error(e, &JsValue::from_f64(v))

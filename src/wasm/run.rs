@@ -124,13 +124,19 @@ async fn wait_for_turn(
     signals: &[AbortSignal],
     history: &[AttemptRecord],
 ) -> Result<(), JsValue> {
-    let ticket = throttle.borrow_mut().enqueue(origin, Date::now());
+    let queued_at = Date::now();
+    let max_wait = throttle.borrow().config().max_wait_ms;
+    let ticket = throttle.borrow_mut().enqueue(origin, queued_at);
     loop {
         let now = Date::now();
         let wait = match throttle.borrow_mut().poll(origin, ticket, now) {
             Ok(()) => return Ok(()),
             Err(wait) => wait,
         };
+        if now - queued_at + wait > max_wait {
+            throttle.borrow_mut().abandon(origin, ticket, now);
+            return Err(retry_error("throttled", history, &JsValue::UNDEFINED));
+        }
         if state.deadline_left_ms(now).is_some_and(|left| wait >= left) {
             throttle.borrow_mut().abandon(origin, ticket, now);
             let cause = timeout_error(policy.deadline_ms.unwrap_or(0.0).ceil() as u64);

@@ -641,6 +641,23 @@ export const scenarios = [
     },
   },
   {
+    name: 'adaptive throttle: an attempt that would wait longer than maxWaitMs is not sent',
+    async run({ api, seq }) {
+      const throttle = new api.AdaptiveThrottle({ initialRate: 1, minRate: 0.5, rampMs: 60_000, maxWaitMs: 200 });
+      const s = seq('200');
+      const [first, second] = await Promise.allSettled([
+        api.retryFetch(s.url, undefined, { throttle }),
+        api.retryFetch(s.url, undefined, { throttle }),
+      ]);
+      equal(first.status, 'fulfilled');
+      equal(second.status, 'rejected');
+      equal(second.reason.name, 'RetryError');
+      equal(second.reason.reason, 'throttled');
+      equal(second.reason.attempts.length, 0);
+      equal((await s.log()).length, 1);
+    },
+  },
+  {
     name: 'guards: invalid guard options are TypeErrors naming the option',
     async run({ api, seq }) {
       const s = seq('200');

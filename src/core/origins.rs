@@ -1,0 +1,98 @@
+//! A small map from origin to per-origin state, for the budget, throttle and breaker.
+//!
+//! An app talks to a handful of origins, so a vector searched linearly is faster and far
+//! smaller in wasm than a `HashMap` (no hasher, no random keys). It holds at most
+//! [`MAX_ORIGINS`] entries; past that the entry used least recently is dropped, so a client
+//! that calls many hosts cannot grow it without bound.
+
+/// The most origins one guard keeps state for: 256.
+pub const MAX_ORIGINS: usize = 256;
+
+/// Per-origin state, most recently used last.
+#[derive(Clone, Debug)]
+pub struct OriginMap<T> {
+    entries: Vec<(String, T)>,
+}
+
+impl<T> Default for OriginMap<T> {
+    fn default() -> Self {
+        OriginMap { entries: Vec::new() }
+    }
+}
+
+impl<T> OriginMap<T> {
+    /// The state of `origin`, if any.
+    pub fn get(&self, origin: &str) -> Option<&T> {
+        self.entries.iter().find(|(o, _)| o == origin).map(|(_, t)| t)
+    }
+
+    /// The state of `origin`, created with `make` when absent; marks it most recently used.
+    pub fn get_or_insert_with(&mut self, origin: &str, make: impl FnOnce() -> T) -> &mut T {
+        match self.entries.iter().position(|(o, _)| o == origin) {
+            Some(i) => {
+                let last = self.entries.len() - 1;
+                if i != last {
+                    let entry = self.entries.remove(i);
+                    self.entries.push(entry);
+                }
+            }
+            None => {
+                if self.entries.len() >= MAX_ORIGINS {
+                    self.entries.remove(0);
+                }
+                self.entries.push((origin.to_string(), make()));
+            }
+        }
+        let last = self.entries.len() - 1;
+        &mut self.entries[last].1
+    }
+
+    /// The state of `origin` for update, if any (not reordered).
+    pub fn get_mut(&mut self, origin: &str) -> Option<&mut T> {
+        self.entries.iter_mut().find(|(o, _)| o == origin).map(|(_, t)| t)
+    }
+
+    /// How many origins have state.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no origin has state.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_get_and_update() {
+        let mut m: OriginMap<u32> = OriginMap::default();
+        assert!(m.is_empty());
+        *m.get_or_insert_with("a", || 1) += 10;
+        assert_eq!(m.get("a"), Some(&11));
+        assert_eq!(*m.get_or_insert_with("a", || 99), 11);
+        assert_eq!(m.get("b"), None);
+        if let Some(v) = m.get_mut("a") {
+            *v = 5;
+        }
+        assert_eq!(m.get("a"), Some(&5));
+        assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn bounded_dropping_the_least_recently_used() {
+        let mut m: OriginMap<usize> = OriginMap::default();
+        for i in 0..MAX_ORIGINS {
+            m.get_or_insert_with(&i.to_string(), || i);
+        }
+        m.get_or_insert_with("0", || 0); // touch the oldest
+        m.get_or_insert_with("new", || 1000);
+        assert_eq!(m.len(), MAX_ORIGINS);
+        assert_eq!(m.get("0"), Some(&0));
+        assert_eq!(m.get("1"), None, "the least recently used was dropped");
+        assert_eq!(m.get("new"), Some(&1000));
+    }
+}
