@@ -13,6 +13,21 @@ use wasm_bindgen::prelude::*;
 use super::js;
 use crate::core::options::OptionError;
 
+/// `n` in decimal, without `core::fmt` (which would add kilobytes to the wasm).
+pub fn decimal(mut n: u64) -> String {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits[i..].iter().map(|&d| d as char).collect()
+}
+
 /// A short, readable rendering of a JS value for an error message: strings quoted
 /// (`"3"`), everything else as `String(value)` (`NaN`, `[object Object]`, `null`).
 pub fn describe(value: &JsValue) -> String {
@@ -62,7 +77,7 @@ pub fn named_error(name: &str, message: &str) -> js_sys::Error {
 /// The `TimeoutError` of an attempt that ran out of time after `ms`.
 pub fn timeout_error(ms: u64) -> JsValue {
     let mut msg = String::from("retryFetch: the attempt timed out after ");
-    msg.push_str(&ms.to_string());
+    msg.push_str(&decimal(ms));
     msg.push_str(" ms");
     named_error("TimeoutError", &msg).into()
 }
@@ -108,7 +123,7 @@ impl AttemptRecord {
 /// `cause` (the last error).
 pub fn retry_error(reason: &str, attempts: &[AttemptRecord], cause: &JsValue) -> JsValue {
     let mut msg = String::from("retryFetch failed after ");
-    msg.push_str(&attempts.len().to_string());
+    msg.push_str(&decimal(attempts.len() as u64));
     msg.push_str(if attempts.len() == 1 { " attempt (" } else { " attempts (" });
     msg.push_str(reason);
     msg.push(')');

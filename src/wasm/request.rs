@@ -13,7 +13,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
-use super::errors::type_error;
+use super::errors::{decimal, type_error};
 use super::js::{self, AbortSignal, Headers, ReadableStream, Request};
 use super::options::{is_abort_signal, CallOptions};
 use crate::core::classify::is_idempotent_method;
@@ -160,7 +160,7 @@ impl RequestTemplate {
         let init: JsValue = Object::assign(&Object::new(), &self.base_init).into();
         let headers = Headers::new(&self.headers)?;
         if let Some((count, first_at)) = retry_headers {
-            headers.set("X-Retry-Count", &count.to_string())?;
+            headers.set("X-Retry-Count", &decimal(u64::from(count)))?;
             headers.set("X-Original-Request-At", first_at)?;
         }
         js::set(&init, "headers", &headers);
