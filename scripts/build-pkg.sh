@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
 # Builds pkg/: the npm package `retry-fetch` (release wasm, wasm-opt -Oz, JS entries, types).
+#
+# The crate is built twice:
+#   1. the client (default features): retry_fetch_bg.wasm + retry_fetch.js, for the '.' entry;
+#   2. with `--features server`: retry_fetch_server_bg.wasm + retry_fetch_server.js, for the
+#      './server' entry (idempotency on the server), so the browser client's .wasm carries
+#      none of the server code (SHA-256, the key state machine).
 set -euo pipefail
 source "$(dirname "$0")/toolchain.sh"
 cd "$RF_ROOT"
 
-out=pkg
 target_dir=target/pkg   # its own target dir: the release flags differ from the test build's
-rf_say "cargo build --release --target wasm32-unknown-unknown ($RF_WASM_MODE)"
-CARGO_TARGET_DIR=$target_dir CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${RF_SIZE_RUSTFLAGS:-}" \
-  "${RF_WASM_CARGO[@]}" build --quiet --release --lib --target wasm32-unknown-unknown \
-  "${RF_BUILD_STD[@]}" "${RF_SIZE_FLAGS[@]}"
-
+out=$target_dir/stage    # assembled here, then moved to pkg/ at once (other runs may be using pkg/)
 rm -rf "$out" && mkdir -p "$out"
-rf_say "wasm-bindgen --target web"
-wasm-bindgen --target web --weak-refs --no-typescript --out-dir "$out" --out-name retry_fetch \
-  "$target_dir/wasm32-unknown-unknown/release/retry_fetch.wasm"
 
-rf_say "wasm-opt -Oz (binaryen from npm)"
 WASM_OPT="$RF_ROOT/node_modules/.bin/wasm-opt"
 [ -x "$WASM_OPT" ] || rf_die "wasm-opt missing: run 'make setup' (npm package binaryen)"
-"$WASM_OPT" -Oz --strip-debug --strip-producers \
-  --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-  --enable-mutable-globals --enable-reference-types --enable-multivalue \
-  "$out/retry_fetch_bg.wasm" -o "$out/retry_fetch_bg.wasm"
+
+build_wasm() { # out-name [cargo args...]: cargo build, wasm-bindgen --target web, wasm-opt -Oz
+  local name=$1; shift
+  rf_say "cargo build --release --target wasm32-unknown-unknown $* ($RF_WASM_MODE)"
+  CARGO_TARGET_DIR=$target_dir CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${RF_SIZE_RUSTFLAGS:-}" \
+    "${RF_WASM_CARGO[@]}" build --quiet --release --lib --target wasm32-unknown-unknown \
+    "${RF_BUILD_STD[@]}" "${RF_SIZE_FLAGS[@]}" "$@"
+
+  rf_say "wasm-bindgen --target web --out-name $name"
+  wasm-bindgen --target web --weak-refs --no-typescript --out-dir "$out" --out-name "$name" \
+    "$target_dir/wasm32-unknown-unknown/release/retry_fetch.wasm"
+
+  rf_say "wasm-opt -Oz $name (binaryen from npm)"
+  "$WASM_OPT" -Oz --strip-debug --strip-producers \
+    --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+    --enable-mutable-globals --enable-reference-types --enable-multivalue \
+    "$out/${name}_bg.wasm" -o "$out/${name}_bg.wasm"
+}
+
+build_wasm retry_fetch
+build_wasm retry_fetch_server --features server
 
 cp js/*.js js/*.d.ts "$out/"
 node -e '
@@ -33,8 +47,13 @@ node -e '
   fs.writeFileSync(process.argv[1] + "/package.json", JSON.stringify(pkg, null, 2) + "\n");
 ' "$out"
 cp README.md "$out/" 2>/dev/null || true
+rm -rf pkg && mv "$out" pkg
+out=pkg
 
 wasm="$out/retry_fetch_bg.wasm"
 raw=$(stat -c %s "$wasm"); gz=$(gzip -9c "$wasm" | wc -c)
 glue=$(cat "$out/retry_fetch.js" "$out/index.browser.js" "$out/client.js" | gzip -9c | wc -c)
 rf_say "pkg/ built: retry_fetch_bg.wasm ${raw} bytes raw, ${gz} bytes gzip; JS glue ${glue} bytes gzip; client entry $((gz + glue)) bytes gzip"
+swasm="$out/retry_fetch_server_bg.wasm"
+sraw=$(stat -c %s "$swasm"); sgz=$(gzip -9c "$swasm" | wc -c)
+rf_say "server entry: retry_fetch_server_bg.wasm ${sraw} bytes raw, ${sgz} bytes gzip (Node-side, not shipped to browsers)"

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Runs the test stages: native, wasm (Node + Chromium), e2e (Node), browser (Chromium), types.
+# Runs the test stages: native, wasm (Node + Chromium), e2e (Node), server (Node + Redis),
+# browser (Chromium), types.
 # `scripts/test.sh` runs them all; `scripts/test.sh e2e browser` runs some.
 set -euo pipefail
 source "$(dirname "$0")/toolchain.sh"
 cd "$RF_ROOT"
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(native wasm types e2e browser)
+[ ${#stages[@]} -gt 0 ] || stages=(native wasm types e2e server browser)
 mkdir -p test-results
 
 cleanup_pids=()
-cleanup() { for p in "${cleanup_pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+cleanup_dirs=()
+cleanup() {
+  for p in "${cleanup_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Reap them before removing their directories (redis-server still logs while it shuts down).
+  for p in "${cleanup_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for d in "${cleanup_dirs[@]}"; do rm -rf "$d"; done
+}
 trap cleanup EXIT
 
 start_fault_server() { # sets FAULT_URL
@@ -23,9 +30,44 @@ start_fault_server() { # sets FAULT_URL
   [ -n "$FAULT_URL" ] || rf_die "the fault-injecting test server did not start"
 }
 
+start_redis() { # sets REDIS_URL and REDIS_PID: a throwaway redis-server on 127.0.0.1, no persistence
+  command -v redis-server >/dev/null 2>&1 || rf_die "redis-server not found: run 'make setup' (Debian package redis-server)"
+  local dir port
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/retry-fetch-redis.XXXXXX")
+  cleanup_dirs+=("$dir")
+  for _ in 1 2 3 4 5; do # a free port can be taken between the probe and the bind: try again
+    rm -f "$dir/redis.log"
+    port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); })')
+    redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --dir "$dir" \
+      --logfile "$dir/redis.log" --daemonize no >/dev/null 2>&1 &
+    REDIS_PID=$!
+    cleanup_pids+=("$REDIS_PID")
+    for _ in $(seq 100); do
+      grep -q 'Ready to accept connections' "$dir/redis.log" 2>/dev/null && break
+      kill -0 "$REDIS_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    if grep -q 'Ready to accept connections' "$dir/redis.log" 2>/dev/null && kill -0 "$REDIS_PID" 2>/dev/null; then
+      REDIS_URL="redis://127.0.0.1:$port"
+      return 0
+    fi
+    stop_redis
+  done
+  tail -5 "$dir/redis.log" >&2 2>/dev/null || true
+  rf_die "redis-server did not start (log above)"
+}
+
+stop_redis() { # stops and reaps it, and takes it off the cleanup list (its pid may be reused)
+  kill "$REDIS_PID" 2>/dev/null || true
+  wait "$REDIS_PID" 2>/dev/null || true
+  local keep=() p
+  for p in "${cleanup_pids[@]}"; do [ "$p" = "$REDIS_PID" ] || keep+=("$p"); done
+  cleanup_pids=("${keep[@]}")
+}
+
 link_pkg() { # node_modules/retry-fetch -> pkg, as `npm install ./pkg` makes it
   [ -f pkg/package.json ] || rf_die "pkg/ is not built: run 'make pkg'"
-  for dir in tests/e2e tests/types; do
+  for dir in tests/e2e tests/types tests/server; do
     mkdir -p "$dir/node_modules"
     ln -sfn ../../../pkg "$dir/node_modules/retry-fetch"
   done
@@ -49,7 +91,18 @@ for stage in "${stages[@]}"; do
     e2e)
       link_pkg
       rf_say "e2e: the built package in Node against a fault-injecting server"
-      node --test --test-reporter=spec tests/e2e/
+      node --expose-gc --test --test-reporter=spec tests/e2e/
+      ;;
+    server)
+      link_pkg
+      rf_say "server: core::idempotency doc tests (cargo feature server)"
+      cargo test --quiet --features server --doc idempotency
+      rf_say "server: types of retry-fetch/server (tsc --strict)"
+      tsc -p tests/server/types/tsconfig.json
+      start_redis
+      rf_say "server: retry-fetch/server in Node, MemoryStore and RedisStore (redis-server at $REDIS_URL)"
+      RETRY_FETCH_REDIS_URL="$REDIS_URL" node --test --test-reporter=spec tests/server/
+      stop_redis
       ;;
     browser)
       link_pkg

@@ -11,12 +11,17 @@
 //! | [`budget`] | a shared retry budget per origin (gRPC retryThrottling) |
 //! | [`throttle`] | an adaptive client-side send rate per origin (AWS adaptive mode, CUBIC) |
 //! | [`breaker`] | a circuit breaker per origin: closed, open, half-open |
+//! | `idempotency` | the server side (feature `server`): key parsing, request fingerprint, identity-scoped store key, the per-key state machine |
 
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod classify;
 pub mod decide;
+// The server-side companion: only with the `server` feature (it pulls in sha2), and in the
+// native unit tests (sha2 is also a dev-dependency).
+#[cfg(any(feature = "server", test))]
+pub mod idempotency;
 pub mod key;
 pub mod options;
 pub mod origins;

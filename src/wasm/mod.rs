@@ -10,6 +10,8 @@ mod js;
 mod options;
 mod request;
 mod run;
+#[cfg(feature = "server")]
+mod server;
 mod timer;
 
 use js_sys::{Array, Promise};

@@ -1,0 +1,611 @@
+//! The server side of idempotency keys (seed 002, rules 10, 11, 17 and 19; the IETF
+//! `Idempotency-Key` header draft): reading the key, the request fingerprint, the store key
+//! scoped by the caller's identity, the options of `idempotency(handler, options)`, and the
+//! per-request state machine.
+//!
+//! Everything here is pure: the shell (`src/wasm/server.rs`, behind the `server` cargo
+//! feature) and `js/server.js` bring the clock, the store and the handler.
+//!
+//! The scheme, for a request that carries a key:
+//!
+//! 1. parse the header ([`parse_key`]): plain, or an RFC 8941 sf-string (`"abc"`); an invalid
+//!    key is a 400;
+//! 2. compute the [`fingerprint`] (method, path and query, SHA-256 of the body) and the
+//!    [`store_key`] (identity + key);
+//! 3. take the lock atomically in the store (`SET key lock NX PX lockTimeoutMs` in Redis); on
+//!    success run the handler, store its response as completed, release the lock;
+//! 4. when the store already holds a record, [`decide`] what to do with it: replay it, answer
+//!    422 (another payload), wait or answer 409 (still running), or take over a lock whose
+//!    holder died.
+
+use sha2::{Digest, Sha256};
+
+use super::options::OptionError;
+
+/// The longest key accepted, in characters (the client's limit too).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// Default header that carries the key: `Idempotency-Key` (the IETF draft's, and Stripe's).
+pub const DEFAULT_HEADER: &str = "Idempotency-Key";
+
+/// Default time a completed response is kept: 24 hours (what Stripe keeps; seed 002, rule 10).
+pub const DEFAULT_TTL_MS: f64 = 86_400_000.0;
+
+/// Default lifetime of a lock: 60 s. A lock whose holder died (crash, hang) stops counting
+/// after this, and the next request with the key runs the handler.
+pub const DEFAULT_LOCK_TIMEOUT_MS: f64 = 60_000.0;
+
+/// Default interval at which a waiting request polls the store: 25 ms.
+pub const DEFAULT_POLL_MS: f64 = 25.0;
+
+/// The longest `ttlMs` accepted: 365 days.
+pub const MAX_TTL_MS: f64 = 31_536_000_000.0;
+
+/// The longest lock, wait and poll interval accepted: 2^31 - 1 ms (what `setTimeout` takes).
+pub const MAX_TIMER_MS: f64 = 2_147_483_647.0;
+
+/// Why a key header value was refused (the request is answered 400).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyError {
+    /// The value is empty (or only whitespace), or an empty sf-string `""`.
+    Empty,
+    /// The key is longer than [`MAX_KEY_LEN`] characters.
+    TooLong,
+    /// The key has a character outside visible ASCII (`!` to `~`): a space, a control
+    /// character, a non-ASCII character, or several keys joined by `", "`.
+    NotVisibleAscii,
+    /// The value starts with `"` but is not one RFC 8941 string: no closing quote, a
+    /// backslash not followed by `"` or `\`, or something after the closing quote.
+    BadSfString,
+}
+
+impl KeyError {
+    /// A sentence for the `detail` of the 400 problem answer.
+    pub fn message(self) -> &'static str {
+        match self {
+            KeyError::Empty => "the idempotency key is empty",
+            KeyError::TooLong => "the idempotency key is longer than 255 characters",
+            KeyError::NotVisibleAscii => {
+                "the idempotency key must be visible ASCII characters only (no spaces, no commas between several keys)"
+            }
+            KeyError::BadSfString => {
+                "the idempotency key starts with '\"' but is not a valid structured-field string (RFC 8941: one quoted string, only \\\" and \\\\ escapes)"
+            }
+        }
+    }
+}
+
+/// Is `key` acceptable: 1 to 255 visible ASCII characters (`!` to `~`)?
+///
+/// This is what the client sends (its `idempotencyKey` option has the same rule).
+pub fn validate_key(key: &str) -> Result<(), KeyError> {
+    if key.is_empty() {
+        Err(KeyError::Empty)
+    } else if !key.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        Err(KeyError::NotVisibleAscii)
+    } else if key.len() > MAX_KEY_LEN {
+        Err(KeyError::TooLong)
+    } else {
+        Ok(())
+    }
+}
+
+/// Read the key from a header value, in plain form (`abc`) or in the IETF draft's
+/// structured-field string form (`"abc"`, RFC 8941 §3.3.3, with `\"` and `\\` escapes), then
+/// [`validate_key`] it.
+///
+/// Leading and trailing spaces and tabs are ignored. A value that starts with `"` is always
+/// read as an sf-string. Parameters after the string (`"abc";a=1`) are refused.
+///
+/// ```
+/// use retry_fetch::core::idempotency::{parse_key, KeyError};
+/// assert_eq!(parse_key("abc-123"), Ok("abc-123".to_string()));
+/// assert_eq!(parse_key(r#""abc-123""#), Ok("abc-123".to_string()));
+/// assert_eq!(parse_key(r#""a\"b""#), Ok(r#"a"b"#.to_string()));
+/// assert_eq!(parse_key("a, b"), Err(KeyError::NotVisibleAscii));
+/// ```
+pub fn parse_key(value: &str) -> Result<String, KeyError> {
+    let value = value.trim_matches(|c| c == ' ' || c == '\t');
+    let key = match value.strip_prefix('"') {
+        Some(rest) => parse_sf_string(rest)?,
+        None => value.to_string(),
+    };
+    validate_key(&key)?;
+    Ok(key)
+}
+
+/// The body of an sf-string after its opening quote: up to the closing quote, which must
+/// end the value.
+fn parse_sf_string(rest: &str) -> Result<String, KeyError> {
+    let mut out = String::with_capacity(rest.len());
+    let mut chars = rest.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('"' | '\\')) => out.push(e),
+                _ => return Err(KeyError::BadSfString),
+            },
+            '"' => {
+                return if chars.as_str().is_empty() { Ok(out) } else { Err(KeyError::BadSfString) };
+            }
+            // RFC 8941: an sf-string holds %x20-7E only; anything else is a parse error.
+            ' '..='~' => out.push(c),
+            _ => return Err(KeyError::BadSfString),
+        }
+    }
+    Err(KeyError::BadSfString) // no closing quote
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0x0f)] as char);
+    }
+    out
+}
+
+/// SHA-256 of `bytes`, as 64 lower-case hex digits.
+///
+/// ```
+/// use retry_fetch::core::idempotency::sha256_hex;
+/// assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+/// ```
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// The request fingerprint: what must be the same for a repeat to count as the same request
+/// (the IETF draft: "a different request payload" with the same key is a 422).
+///
+/// It is the SHA-256, as 64 hex digits, of `method`, a NUL, `path_and_query` (the URL's path
+/// and query, e.g. `/payments?currency=EUR`; not the host, so every instance behind a load
+/// balancer computes the same value), a NUL and the SHA-256 of the body bytes. Neither the
+/// method (an HTTP token) nor an URL path contains a NUL, so the parts cannot run into each
+/// other. Headers are not part of it: a retry may legitimately differ in e.g.
+/// `X-Retry-Count`.
+pub fn fingerprint(method: &str, path_and_query: &str, body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(method.as_bytes());
+    h.update([0]);
+    h.update(path_and_query.as_bytes());
+    h.update([0]);
+    h.update(Sha256::digest(body));
+    hex(&h.finalize())
+}
+
+/// The key under which a request's record is stored: the idempotency key scoped by the
+/// caller's identity (the IETF draft's composite key; seed 002, rule 17: unique on
+/// `(idempotency_key, user_id)`), so two users who happen to send the same key never see each
+/// other's responses.
+///
+/// - with an identity: the SHA-256 of the identity (64 hex digits, so an API token or an
+///   e-mail address used as identity is not written to the store in clear), `:`, the key;
+/// - without one (`None` or an empty string): `-:` and the key.
+///
+/// A hex digest never contains `-`, so the two forms cannot collide.
+///
+/// ```
+/// use retry_fetch::core::idempotency::store_key;
+/// assert_eq!(store_key(None, "k1"), "-:k1");
+/// assert_eq!(store_key(Some("abc"), "k1"),
+///     "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad:k1");
+/// ```
+pub fn store_key(identity: Option<&str>, key: &str) -> String {
+    match identity {
+        Some(id) if !id.is_empty() => {
+            let mut out = sha256_hex(id.as_bytes());
+            out.push(':');
+            out.push_str(key);
+            out
+        }
+        _ => {
+            let mut out = String::with_capacity(key.len() + 2);
+            out.push_str("-:");
+            out.push_str(key);
+            out
+        }
+    }
+}
+
+/// What the store holds for a key, as far as the decision is concerned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Record<'a> {
+    /// Nothing (never seen, expired after `ttlMs`, or released after the handler threw).
+    Absent,
+    /// A request with this key is running: its fingerprint and when its lock expires (ms
+    /// since the Unix epoch).
+    InProgress {
+        /// The fingerprint of the request that holds the lock.
+        fingerprint: &'a str,
+        /// When the lock stops counting, ms since the Unix epoch.
+        lock_expires_at_ms: f64,
+    },
+    /// A response is stored for this key.
+    Completed {
+        /// The fingerprint of the request that produced it.
+        fingerprint: &'a str,
+    },
+}
+
+/// What to do with a request whose key has the given [`Record`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Take the lock and run the handler (the key is free).
+    Process,
+    /// Answer with the stored response, plus `Idempotent-Replayed: true`.
+    Replay,
+    /// The key was used for a different request (fingerprint): 422.
+    Mismatch,
+    /// The first request with this key is still running: wait for it (poll the store), or
+    /// answer 409 when `concurrent: 'reject'` (or when the wait times out).
+    InProgress,
+    /// The lock's holder died (its lock expired): take the lock over, compare-and-swap on the
+    /// old holder's token, and run the handler.
+    LockExpired,
+}
+
+impl Action {
+    /// The name the JavaScript side switches on: `process`, `replay`, `mismatch`,
+    /// `in-progress`, `lock-expired`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Process => "process",
+            Action::Replay => "replay",
+            Action::Mismatch => "mismatch",
+            Action::InProgress => "in-progress",
+            Action::LockExpired => "lock-expired",
+        }
+    }
+}
+
+/// The state machine of one key: given what the store holds, this request's fingerprint and
+/// the time now (ms since the Unix epoch), what to do.
+///
+/// | stored | same fingerprint | other fingerprint |
+/// |---|---|---|
+/// | absent | process | process |
+/// | in progress, lock live (`now < expiry`) | in progress (wait / 409) | mismatch (422) |
+/// | in progress, lock expired (`now >= expiry`) | lock expired (take over) | lock expired (take over) |
+/// | completed | replay | mismatch (422) |
+///
+/// An expired lock is treated as absent whatever its fingerprint: its holder died before
+/// storing anything, so nothing was answered under this key (Redis deletes such a lock by
+/// itself through its `PX` expiry; this covers stores that do not, and clocks that differ).
+/// A live lock with another fingerprint is a 422 at once rather than a wait, as the answer
+/// cannot be anything else.
+///
+/// ```
+/// use retry_fetch::core::idempotency::{decide, Action, Record};
+/// assert_eq!(decide(Record::Absent, "f", 0.0), Action::Process);
+/// assert_eq!(decide(Record::Completed { fingerprint: "f" }, "f", 0.0), Action::Replay);
+/// assert_eq!(decide(Record::Completed { fingerprint: "g" }, "f", 0.0), Action::Mismatch);
+/// let lock = Record::InProgress { fingerprint: "f", lock_expires_at_ms: 1000.0 };
+/// assert_eq!(decide(lock, "f", 999.0), Action::InProgress);
+/// assert_eq!(decide(lock, "f", 1000.0), Action::LockExpired);
+/// ```
+pub fn decide(record: Record<'_>, fingerprint: &str, now_ms: f64) -> Action {
+    match record {
+        Record::Absent => Action::Process,
+        // `>=` or NaN: a lock with a nonsense expiry must not block the key forever.
+        Record::InProgress { lock_expires_at_ms: exp, .. } if now_ms >= exp || exp.is_nan() => Action::LockExpired,
+        Record::InProgress { fingerprint: f, .. } if f != fingerprint => Action::Mismatch,
+        Record::InProgress { .. } => Action::InProgress,
+        Record::Completed { fingerprint: f } if f != fingerprint => Action::Mismatch,
+        Record::Completed { .. } => Action::Replay,
+    }
+}
+
+/// What a second request with the same key does while the first is still running.
+///
+/// # Default
+/// [`Concurrent::Wait`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Concurrent {
+    /// `'wait'`: poll the store until the first finishes, then answer with its (replayed)
+    /// response; a 409 when `waitTimeoutMs` runs out first. Seed 002, rule 11.
+    Wait,
+    /// `'reject'`: answer 409 at once (the IETF draft's behaviour; the client retries a 409
+    /// when it sent a key).
+    Reject,
+}
+
+impl Concurrent {
+    /// The JavaScript name: `'wait'` or `'reject'`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Concurrent::Wait => "wait",
+            Concurrent::Reject => "reject",
+        }
+    }
+}
+
+/// The validated numeric and string options of `idempotency(handler, options)` (the store and
+/// the functions are checked by the shell).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerOptions {
+    /// `header`: the header that carries the key. Default `Idempotency-Key`.
+    pub header: String,
+    /// `ttlMs`: how long a completed response is kept. Default 86 400 000 (24 h).
+    pub ttl_ms: f64,
+    /// `lockTimeoutMs`: how long a lock counts. Default 60 000.
+    pub lock_timeout_ms: f64,
+    /// `concurrent`. Default [`Concurrent::Wait`].
+    pub concurrent: Concurrent,
+    /// `waitTimeoutMs`: how long a second request waits for the first. Default: `lock_timeout_ms`.
+    pub wait_timeout_ms: Option<f64>,
+    /// `pollMs`: the store polling interval while waiting. Default 25.
+    pub poll_ms: f64,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            header: DEFAULT_HEADER.to_string(),
+            ttl_ms: DEFAULT_TTL_MS,
+            lock_timeout_ms: DEFAULT_LOCK_TIMEOUT_MS,
+            concurrent: Concurrent::Wait,
+            wait_timeout_ms: None,
+            poll_ms: DEFAULT_POLL_MS,
+        }
+    }
+}
+
+impl ServerOptions {
+    /// `waitTimeoutMs`, or `lockTimeoutMs` when it was not given.
+    pub fn effective_wait_timeout_ms(&self) -> f64 {
+        self.wait_timeout_ms.unwrap_or(self.lock_timeout_ms)
+    }
+}
+
+/// What `ttlMs` must be.
+pub const TTL_EXPECTED: &str = "an integer number of milliseconds from 1 to 31536000000 (365 days)";
+/// What `lockTimeoutMs` and `pollMs` must be.
+pub const POSITIVE_MS_EXPECTED: &str = "an integer number of milliseconds from 1 to 2147483647";
+/// What `waitTimeoutMs` must be.
+pub const WAIT_MS_EXPECTED: &str = "an integer number of milliseconds from 0 to 2147483647";
+/// What `header` must be.
+pub const HEADER_EXPECTED: &str = "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)";
+/// What `concurrent` must be.
+pub const CONCURRENT_EXPECTED: &str = "'wait' or 'reject'";
+
+fn integer_in(v: f64, lo: f64, hi: f64) -> bool {
+    v.is_finite() && v.fract() == 0.0 && v >= lo && v <= hi
+}
+
+/// `ttlMs`: an integer from 1 to 365 days in ms.
+pub fn ttl_ms(v: f64) -> Result<f64, OptionError> {
+    if integer_in(v, 1.0, MAX_TTL_MS) { Ok(v) } else { Err(OptionError::new("ttlMs", TTL_EXPECTED)) }
+}
+
+/// `lockTimeoutMs`: an integer from 1 to 2^31 - 1.
+pub fn lock_timeout_ms(v: f64) -> Result<f64, OptionError> {
+    if integer_in(v, 1.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("lockTimeoutMs", POSITIVE_MS_EXPECTED)) }
+}
+
+/// `waitTimeoutMs`: an integer from 0 to 2^31 - 1 (0: answer 409 unless the first request has
+/// just finished).
+pub fn wait_timeout_ms(v: f64) -> Result<f64, OptionError> {
+    if integer_in(v, 0.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("waitTimeoutMs", WAIT_MS_EXPECTED)) }
+}
+
+/// `pollMs`: an integer from 1 to 2^31 - 1.
+pub fn poll_ms(v: f64) -> Result<f64, OptionError> {
+    if integer_in(v, 1.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("pollMs", POSITIVE_MS_EXPECTED)) }
+}
+
+/// `header`: an HTTP field name (an RFC 9110 token).
+pub fn header(v: &str) -> Result<String, OptionError> {
+    let token = !v.is_empty()
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if token { Ok(v.to_string()) } else { Err(OptionError::new("header", HEADER_EXPECTED)) }
+}
+
+/// `concurrent`: `'wait'` or `'reject'`.
+pub fn concurrent(v: &str) -> Result<Concurrent, OptionError> {
+    match v {
+        "wait" => Ok(Concurrent::Wait),
+        "reject" => Ok(Concurrent::Reject),
+        _ => Err(OptionError::new("concurrent", CONCURRENT_EXPECTED)),
+    }
+}
+
+/// Should `method` carry a key when the `required` option is not given? POST and PATCH (the
+/// methods RFC 9110 does not make idempotent that APIs use for side effects), in any case.
+pub fn key_required_by_default(method: &str) -> bool {
+    method.eq_ignore_ascii_case("POST") || method.eq_ignore_ascii_case("PATCH")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_keys() {
+        assert_eq!(parse_key("8e03978e-40d5-43e8-bc93-6894a57f9324").as_deref(), Ok("8e03978e-40d5-43e8-bc93-6894a57f9324"));
+        assert_eq!(parse_key("  abc\t").as_deref(), Ok("abc"));
+        assert_eq!(parse_key("a\"b").as_deref(), Ok("a\"b"), "a quote inside a plain key is fine");
+        assert_eq!(parse_key("!~"), Ok("!~".into()));
+    }
+
+    #[test]
+    fn invalid_plain_keys() {
+        assert_eq!(parse_key(""), Err(KeyError::Empty));
+        assert_eq!(parse_key("   "), Err(KeyError::Empty));
+        assert_eq!(parse_key("a b"), Err(KeyError::NotVisibleAscii));
+        assert_eq!(parse_key("k1, k2"), Err(KeyError::NotVisibleAscii));
+        assert_eq!(parse_key("caf\u{e9}"), Err(KeyError::NotVisibleAscii));
+        assert_eq!(parse_key("a\u{7f}"), Err(KeyError::NotVisibleAscii));
+        assert_eq!(parse_key("a\nb"), Err(KeyError::NotVisibleAscii));
+    }
+
+    #[test]
+    fn length_limit() {
+        let ok = "k".repeat(255);
+        assert_eq!(parse_key(&ok), Ok(ok.clone()));
+        assert_eq!(parse_key(&"k".repeat(256)), Err(KeyError::TooLong));
+        // The limit applies to the key, not to its quoted form.
+        let quoted = format!("\"{ok}\"");
+        assert_eq!(parse_key(&quoted), Ok(ok));
+        assert_eq!(parse_key(&format!("\"{}\"", "\\\\".repeat(255))), Ok("\\".repeat(255)));
+        assert_eq!(parse_key(&format!("\"{}\"", "\\\\".repeat(256))), Err(KeyError::TooLong));
+    }
+
+    #[test]
+    fn sf_strings() {
+        assert_eq!(parse_key(r#""abc""#).as_deref(), Ok("abc"));
+        assert_eq!(parse_key(r#" "abc" "#).as_deref(), Ok("abc"));
+        assert_eq!(parse_key(r#""a\"b\\c""#).as_deref(), Ok(r#"a"b\c"#));
+        assert_eq!(parse_key(r#""""#), Err(KeyError::Empty));
+        assert_eq!(parse_key(r#""abc"#), Err(KeyError::BadSfString), "unterminated");
+        assert_eq!(parse_key(r#"""#), Err(KeyError::BadSfString));
+        assert_eq!(parse_key(r#""a\b""#), Err(KeyError::BadSfString), "bad escape");
+        assert_eq!(parse_key(r#""abc\"#), Err(KeyError::BadSfString), "dangling backslash");
+        assert_eq!(parse_key(r#""abc";a=1"#), Err(KeyError::BadSfString), "parameters");
+        assert_eq!(parse_key(r#""abc", "def""#), Err(KeyError::BadSfString), "a list");
+        assert_eq!(parse_key("\"a\u{e9}\""), Err(KeyError::BadSfString), "non-ASCII");
+        assert_eq!(parse_key("\"a\tb\""), Err(KeyError::BadSfString), "tab");
+        // A space is a valid sf-string character but not a valid key character.
+        assert_eq!(parse_key(r#""a b""#), Err(KeyError::NotVisibleAscii));
+    }
+
+    #[test]
+    fn round_trips_with_the_client_header_forms() {
+        use crate::core::key::header_value;
+        use crate::core::options::KeyFormat;
+        for key in ["abc", "8e03978e-40d5-43e8-bc93-6894a57f9324", r#"a"b\c"#, "!#$%&'()*+,-./:;<=>?@[]^_`{|}~"] {
+            assert_eq!(parse_key(&header_value(key, KeyFormat::SfString)).as_deref(), Ok(key));
+            if !key.starts_with('"') {
+                assert_eq!(parse_key(&header_value(key, KeyFormat::Plain)).as_deref(), Ok(key));
+            }
+        }
+    }
+
+    #[test]
+    fn error_messages_are_sentences() {
+        for e in [KeyError::Empty, KeyError::TooLong, KeyError::NotVisibleAscii, KeyError::BadSfString] {
+            assert!(e.message().starts_with("the idempotency key"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn sha256_vectors() {
+        assert_eq!(sha256_hex(b""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(
+            sha256_hex(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+        );
+    }
+
+    #[test]
+    fn fingerprint_composition() {
+        // SHA-256(method NUL path NUL SHA-256(body)), spelled out.
+        let mut input = b"POST\0/pay?x=1\0".to_vec();
+        input.extend_from_slice(&Sha256::digest(b"{\"amount\":1}"));
+        assert_eq!(fingerprint("POST", "/pay?x=1", b"{\"amount\":1}"), sha256_hex(&input));
+        assert_eq!(fingerprint("POST", "/pay", b"").len(), 64);
+    }
+
+    #[test]
+    fn fingerprint_tells_requests_apart() {
+        let base = fingerprint("POST", "/pay", b"{\"amount\":1}");
+        assert_eq!(base, fingerprint("POST", "/pay", b"{\"amount\":1}"));
+        assert_ne!(base, fingerprint("POST", "/pay", b"{\"amount\":2}"), "body");
+        assert_ne!(base, fingerprint("PUT", "/pay", b"{\"amount\":1}"), "method");
+        assert_ne!(base, fingerprint("POST", "/pay?x", b"{\"amount\":1}"), "query");
+        assert_ne!(base, fingerprint("POST", "/refund", b"{\"amount\":1}"), "path");
+        // Parts cannot slide into each other.
+        assert_ne!(fingerprint("POST", "/a", b""), fingerprint("POST/", "a", b""));
+    }
+
+    #[test]
+    fn store_keys_are_scoped_and_unambiguous() {
+        assert_eq!(store_key(None, "k"), "-:k");
+        assert_eq!(store_key(Some(""), "k"), "-:k", "an empty identity is no identity");
+        let alice = store_key(Some("alice"), "k");
+        let bob = store_key(Some("bob"), "k");
+        assert_ne!(alice, bob);
+        assert_ne!(alice, store_key(None, "k"));
+        assert_eq!(alice, format!("{}:k", sha256_hex(b"alice")));
+        assert!(!alice.contains("alice"), "the identity is not stored in clear");
+        // identity "a:b" + key "c" vs identity "a" + key "b:c"
+        assert_ne!(store_key(Some("a:b"), "c"), store_key(Some("a"), "b:c"));
+        // An anonymous key that looks like a scoped one still differs (prefix `-:`).
+        let scoped_looking = format!("{}:k", sha256_hex(b"alice"));
+        assert_ne!(store_key(None, &scoped_looking), alice);
+    }
+
+    #[test]
+    fn state_machine() {
+        let fp = "f1";
+        let now = 10_000.0;
+        assert_eq!(decide(Record::Absent, fp, now), Action::Process);
+        assert_eq!(decide(Record::Completed { fingerprint: fp }, fp, now), Action::Replay);
+        assert_eq!(decide(Record::Completed { fingerprint: "f2" }, fp, now), Action::Mismatch);
+        let live = |f| Record::InProgress { fingerprint: f, lock_expires_at_ms: now + 1.0 };
+        assert_eq!(decide(live(fp), fp, now), Action::InProgress);
+        assert_eq!(decide(live("f2"), fp, now), Action::Mismatch);
+        let dead = |f| Record::InProgress { fingerprint: f, lock_expires_at_ms: now };
+        assert_eq!(decide(dead(fp), fp, now), Action::LockExpired, "expiry is inclusive");
+        assert_eq!(decide(dead("f2"), fp, now), Action::LockExpired);
+        // A lock with a nonsense expiry never blocks forever.
+        let nan = Record::InProgress { fingerprint: fp, lock_expires_at_ms: f64::NAN };
+        assert_eq!(decide(nan, fp, now), Action::LockExpired);
+    }
+
+    #[test]
+    fn action_names() {
+        let all = [Action::Process, Action::Replay, Action::Mismatch, Action::InProgress, Action::LockExpired];
+        let names: Vec<_> = all.iter().map(|a| a.name()).collect();
+        assert_eq!(names, ["process", "replay", "mismatch", "in-progress", "lock-expired"]);
+    }
+
+    #[test]
+    fn option_defaults() {
+        let o = ServerOptions::default();
+        assert_eq!(o.header, "Idempotency-Key");
+        assert_eq!(o.ttl_ms, 86_400_000.0);
+        assert_eq!(o.lock_timeout_ms, 60_000.0);
+        assert_eq!(o.concurrent, Concurrent::Wait);
+        assert_eq!(o.effective_wait_timeout_ms(), 60_000.0);
+        assert_eq!(ServerOptions { wait_timeout_ms: Some(5.0), ..o.clone() }.effective_wait_timeout_ms(), 5.0);
+        assert_eq!(o.poll_ms, 25.0);
+    }
+
+    #[test]
+    fn option_validation() {
+        assert_eq!(ttl_ms(1.0), Ok(1.0));
+        assert_eq!(ttl_ms(MAX_TTL_MS), Ok(MAX_TTL_MS));
+        for bad in [0.0, -1.0, 1.5, f64::NAN, f64::INFINITY, MAX_TTL_MS + 1.0] {
+            assert_eq!(ttl_ms(bad).map_err(|e| e.option), Err("ttlMs"), "{bad}");
+        }
+        assert_eq!(lock_timeout_ms(60_000.0), Ok(60_000.0));
+        assert!(lock_timeout_ms(0.0).is_err());
+        assert!(lock_timeout_ms(MAX_TIMER_MS + 1.0).is_err());
+        assert_eq!(wait_timeout_ms(0.0), Ok(0.0));
+        assert_eq!(wait_timeout_ms(-1.0).map_err(|e| e.option), Err("waitTimeoutMs"));
+        assert_eq!(poll_ms(1.0), Ok(1.0));
+        assert_eq!(poll_ms(0.0).map_err(|e| e.option), Err("pollMs"));
+        assert_eq!(header("Idempotency-Key"), Ok("Idempotency-Key".into()));
+        assert_eq!(header("X-Request-Id"), Ok("X-Request-Id".into()));
+        for bad in ["", "Bad Header", "a:b", "caf\u{e9}"] {
+            assert_eq!(header(bad).map_err(|e| e.option), Err("header"), "{bad}");
+        }
+        assert_eq!(concurrent("wait"), Ok(Concurrent::Wait));
+        assert_eq!(concurrent("reject"), Ok(Concurrent::Reject));
+        assert_eq!(concurrent("Reject").map_err(|e| e.expected), Err(CONCURRENT_EXPECTED));
+        assert_eq!(Concurrent::Reject.name(), "reject");
+    }
+
+    #[test]
+    fn required_by_default() {
+        for m in ["POST", "PATCH", "post", "patch"] {
+            assert!(key_required_by_default(m), "{m}");
+        }
+        for m in ["GET", "HEAD", "PUT", "DELETE", "OPTIONS", "PURGE"] {
+            assert!(!key_required_by_default(m), "{m}");
+        }
+    }
+}
