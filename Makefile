@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 PORT ?= 8080
 
-.PHONY: all setup pkg demo test test-native test-wasm test-e2e test-browser test-types bench clean
+.PHONY: all setup pkg demo test test-native test-wasm test-e2e test-server test-package test-browser test-types bench clean
 
 all: pkg
 
@@ -29,6 +29,12 @@ test-wasm: setup
 
 test-e2e: pkg
 	@bash scripts/test.sh e2e
+
+test-server: pkg
+	@bash scripts/test.sh server
+
+test-package: pkg
+	@bash scripts/test.sh package
 
 test-browser: pkg
 	@bash scripts/test.sh browser

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # The benchmarks, one after the other (`make bench` builds pkg/ first; this script assumes it
 # was built). Installs bench/'s own devDependencies when bench/node_modules is missing.
-#   1. storms: retry-fetch vs ky, p-retry, fetch-retry, cockatiel against a local overloaded
+#   1. overhead: success-path throughput of retry-fetch and its peers vs plain fetch
+#      (bench/overhead.mjs, about 1 minute);
+#   2. cold start and size: fresh `node` processes timing `import('retry-fetch')` and the wasm
+#      compile + instantiate; gzip sizes of the client entry and the peers (bench/coldstart.mjs);
+#   3. storms: retry-fetch vs ky, p-retry, fetch-retry, cockatiel against a local overloaded
 #      server and a dead one (bench/storms.mjs; ROUNDS=1 for a quick look, 3 by default),
 #      then the chart of its results (bench/results/storms.svg);
-#   2. the OCC simulation (bench/occ_simulation.rs), when Cargo.toml declares that example.
-# Results: markdown on stdout, bench/results/storms.json and storms.svg.
+#   4. the OCC simulation (bench/occ_simulation.rs, a Cargo example), its output saved to
+#      bench/results/occ.md;
+#   5. the report: BENCHMARKS.md from bench/results/ (bench/report.mjs, reruns nothing).
+# Results: markdown on stdout, bench/results/*.json, storms.svg, occ.md, and BENCHMARKS.md.
+# About 4 to 5 minutes on 2 cores.
 set -euo pipefail
 source "$(dirname "$0")/toolchain.sh"
 cd "$RF_ROOT"
@@ -16,13 +23,30 @@ if [ ! -d bench/node_modules ]; then
   rf_say "bench: installing bench/'s devDependencies (npm ci)"
   (cd bench && npm ci --no-audit --no-fund --loglevel=error)
 fi
+mkdir -p bench/results
 
+rf_say "bench: success-path overhead (about 1 minute)"
+node bench/overhead.mjs
+
+rf_say "bench: cold start and size"
+node bench/coldstart.mjs
+
+# ROUNDS is the storms' own knob (overhead: OVERHEAD_ROUNDS, OVERHEAD_REQUESTS; cold start: COLDSTART_RUNS).
 rf_say "bench: storms (herd and outage, ${ROUNDS:-3} round(s) per contender)"
 node bench/storms.mjs
 node bench/chart.mjs
 
 if grep -q '^name = "occ_simulation"' Cargo.toml 2>/dev/null; then
-  rf_say "bench: OCC simulation (cargo run --release --example occ_simulation)"
-  cargo run --release --quiet --example occ_simulation
+  rf_say "bench: OCC simulation (cargo run --release --example occ_simulation > bench/results/occ.md)"
+  if cargo run --release --quiet --example occ_simulation > bench/results/occ.md.tmp; then
+    mv bench/results/occ.md.tmp bench/results/occ.md
+    cat bench/results/occ.md
+  else
+    rm -f bench/results/occ.md.tmp
+    printf 'WARNING: the OCC simulation failed; bench/results/occ.md is left as it was\n' >&2
+  fi
 fi
-rf_say "bench: done (bench/results/)"
+
+rf_say "bench: report (BENCHMARKS.md)"
+node bench/report.mjs
+rf_say "bench: done (bench/results/, BENCHMARKS.md)"

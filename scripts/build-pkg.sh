@@ -36,9 +36,23 @@ build_wasm() { # out-name [cargo args...]: cargo build, wasm-bindgen --target we
 }
 
 build_wasm retry_fetch
+
+# The CommonJS entry (require('retry-fetch') in Node): wasm-bindgen's nodejs glue over the same
+# client build, in cjs/ (its own package.json says commonjs; the package is "type": "module").
+rf_say "wasm-bindgen --target nodejs (CommonJS entry)"
+mkdir -p "$out/cjs"
+wasm-bindgen --target nodejs --weak-refs --no-typescript --out-dir "$out/cjs" --out-name retry_fetch \
+  "$target_dir/wasm32-unknown-unknown/release/retry_fetch.wasm"
+"$WASM_OPT" -Oz --strip-debug --strip-producers \
+  --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+  --enable-mutable-globals --enable-reference-types --enable-multivalue \
+  "$out/cjs/retry_fetch_bg.wasm" -o "$out/cjs/retry_fetch_bg.wasm"
+echo '{ "type": "commonjs" }' > "$out/cjs/package.json"
+
 build_wasm retry_fetch_server --features server
 
-cp js/*.js js/*.d.ts "$out/"
+cp js/*.js js/*.cjs js/*.d.ts "$out/"
+cp js/index.d.ts "$out/index.d.cts"
 node -e '
   const fs = require("fs");
   const version = fs.readFileSync("Cargo.toml", "utf8").match(/^version = "(.*)"$/m)[1];

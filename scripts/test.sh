@@ -7,7 +7,7 @@ source "$(dirname "$0")/toolchain.sh"
 cd "$RF_ROOT"
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(native wasm types e2e server browser)
+[ ${#stages[@]} -gt 0 ] || stages=(native wasm types e2e server package browser)
 mkdir -p test-results
 
 cleanup_pids=()
@@ -102,7 +102,15 @@ for stage in "${stages[@]}"; do
       start_redis
       rf_say "server: retry-fetch/server in Node, MemoryStore and RedisStore (redis-server at $REDIS_URL)"
       RETRY_FETCH_REDIS_URL="$REDIS_URL" node --test --test-reporter=spec tests/server/
+      if [ -d tests/soak ]; then
+        rf_say "soak: 1,000 payments through 'charge, then drop the connection', MemoryStore and RedisStore"
+        REDIS_URL="$REDIS_URL" node --test --test-reporter=spec tests/soak/
+      fi
       stop_redis
+      ;;
+    package)
+      rf_say "package: npm pack, installed fresh: Node ESM, Node CommonJS, server entry, <script type=module>, Web Worker, Vite build"
+      node --test --test-reporter=spec tests/package/
       ;;
     browser)
       link_pkg

@@ -1,4 +1,5 @@
-// The retry-fetch demo server (plain Node 20, no dependencies).
+// The retry-fetch demo server (plain Node 20; the payments API uses the package's server
+// companion, see payments-api.mjs).
 //
 //   node www/server.mjs [--port N]        (or PORT=N; 0 picks a free port; default 8080)
 //
@@ -17,7 +18,10 @@
 //                        &ra=<s>        Retry-After seconds for 429 (default 1)
 //                        &delay=<ms>    the delay of `slow` (default 2000)
 //                      then answers 200 JSON {run, hit, method, idempotencyKey, ...}.
-//   POST /api/payments a placeholder: 201 JSON with the Idempotency-Key it saw.
+//   /api/payments, /api/ledger, /api/ledger/reset, /api/faults
+//                      the exactly-once payments API (payments-api.mjs): a charge handler
+//                      behind the idempotency companion, its ledger, and the faults the page
+//                      switches on in front of it.
 //
 // Every response carries `Connection: close`, so Chromium never transparently re-sends a
 // request on a reused keep-alive socket (which would hide a `reset` from the page).
@@ -149,30 +153,38 @@ function createFlaky({ timers }) {
   };
 }
 
-// --- Payments: a placeholder, to be replaced by the idempotency companion ----------------------
-/** POST /api/payments: 201 with the Idempotency-Key it saw. Self-contained: replace freely. */
-async function payments(req, res) {
-  if (req.method !== 'POST') return send(res, 405, { error: 'use POST' }, { Allow: 'POST' });
-  const raw = await readBody(req);
-  let request = null;
-  try { request = raw ? JSON.parse(raw) : null; } catch { /* keep null: echo as text below */ }
-  send(res, 201, {
-    id: `pay_${Math.random().toString(36).slice(2, 12)}`,
-    idempotencyKey: req.headers['idempotency-key'] ?? null,
-    request: request ?? (raw || null),
-    createdAt: new Date().toISOString(),
-  });
+/**
+ * The payments API (payments-api.mjs), which imports the package's server companion from
+ * ../pkg/server.js. Without a built package the rest of the demo still starts, and the
+ * payments routes answer 503 with the reason.
+ */
+async function loadPaymentsApi({ timers }) {
+  try {
+    const { createPaymentsApi } = await import('./payments-api.mjs');
+    return createPaymentsApi({ timers });
+  } catch (e) {
+    const reason = `the payments API is unavailable: ${NOT_BUILT} (${e.message})`;
+    const paths = new Set(['/api/payments', '/api/ledger', '/api/ledger/reset', '/api/faults']);
+    return {
+      error: reason,
+      async handle(req, res, path) {
+        if (!paths.has(path)) return false;
+        send(res, 503, { error: reason });
+        return true;
+      },
+    };
+  }
 }
-// -----------------------------------------------------------------------------------------------
 
 /**
- * Starts the demo server. Resolves with `{ url, port, server, pkgBuilt, close() }`.
+ * Starts the demo server. Resolves with `{ url, port, server, pkgBuilt, payments, close() }`.
  * `close()` stops listening, destroys open sockets and clears pending timers.
  */
 export async function startDemoServer({ port = 0, host = '127.0.0.1', wwwDir = WWW_DIR, pkgDir = PKG_DIR } = {}) {
   const sockets = new Set();
   const timers = new Set();
   const flaky = createFlaky({ timers });
+  const payments = await loadPaymentsApi({ timers });
 
   const server = http.createServer(async (req, res) => {
     res.setHeader('Connection', 'close');
@@ -190,14 +202,14 @@ export async function startDemoServer({ port = 0, host = '127.0.0.1', wwwDir = W
     }
     try {
       if (path === '/api/flaky') return await flaky(req, res, url);
-      if (path === '/api/payments') return await payments(req, res);
+      if (await payments.handle(req, res, path)) return;
       if (path === '/api/health') return send(res, 200, { ok: true, pkgBuilt: pkgBuilt(pkgDir) });
       if (path.startsWith('/api/')) return send(res, 404, { error: 'no such endpoint' });
       if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'method not allowed', { Allow: 'GET, HEAD' });
       if (path === '/pkg' || path.startsWith('/pkg/')) {
         return await serveFile(res, pkgDir, path.slice(4) || '/', { notFound: pkgBuilt(pkgDir) ? 'not found' : NOT_BUILT });
       }
-      if (path === '/server.mjs') return send(res, 404, 'not found');
+      if (extname(path) === '.mjs') return send(res, 404, 'not found'); // server-side modules
       return await serveFile(res, wwwDir, path);
     } catch (e) {
       send(res, e.status ?? 500, { error: String(e.message ?? e) });
@@ -218,6 +230,7 @@ export async function startDemoServer({ port = 0, host = '127.0.0.1', wwwDir = W
     port: realPort,
     server,
     pkgBuilt: pkgBuilt(pkgDir),
+    payments,
     close() {
       closing ??= new Promise((done) => {
         for (const t of timers) clearTimeout(t);
@@ -263,6 +276,7 @@ async function main() {
     console.error(`retry-fetch demo: cannot listen: ${why}`);
     process.exit(1);
   }
+  if (demo.payments.error) console.error(`retry-fetch demo: warning: ${demo.payments.error}`);
   console.log(`retry-fetch demo: ${demo.url}`);
   console.log('Press Ctrl-C to stop.');
   const stop = (signal) => {

@@ -124,7 +124,11 @@ impl AttemptRecord {
 pub fn retry_error(reason: &str, attempts: &[AttemptRecord], cause: &JsValue) -> JsValue {
     let mut msg = String::from("retryFetch failed after ");
     msg.push_str(&decimal(attempts.len() as u64));
-    msg.push_str(if attempts.len() == 1 { " attempt (" } else { " attempts (" });
+    msg.push_str(if attempts.len() == 1 {
+        " attempt ("
+    } else {
+        " attempts ("
+    });
     msg.push_str(reason);
     msg.push(')');
     let cause_message = js::get(cause, "message").as_string();

@@ -34,7 +34,9 @@ impl BreakerShared {
     /// Tell the listener about `transition` (a throwing listener is ignored: the breaker's
     /// state must not depend on it).
     pub fn report(&self, origin: &str, transition: Option<Transition>) {
-        let (Some(t), Some(listener)) = (transition, &self.on_state_change) else { return };
+        let (Some(t), Some(listener)) = (transition, &self.on_state_change) else {
+            return;
+        };
         let event: JsValue = js_sys::Object::new().into();
         js::set(&event, "origin", &JsValue::from_str(origin));
         js::set(&event, "from", &JsValue::from_str(t.from.as_str()));
@@ -80,7 +82,12 @@ pub fn lookup(value: &JsValue) -> Option<Guard> {
         return None;
     }
     let id = id as u32;
-    REGISTRY.with(|r| r.borrow().iter().find(|(i, _)| *i == id).map(|(_, g)| g.clone()))
+    REGISTRY.with(|r| {
+        r.borrow()
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, g)| g.clone())
+    })
 }
 
 /// The origin (`scheme://host:port`) of a URL string, as `URL.origin` gives it; the string
@@ -95,19 +102,28 @@ pub fn origin_of(url: &str) -> String {
 }
 
 /// Read a numeric setting of a guard's options object; `None` when absent.
-fn number(options: &JsValue, name: &'static str, expected: &'static str) -> Result<Option<f64>, JsValue> {
+fn number(
+    options: &JsValue,
+    name: &'static str,
+    expected: &'static str,
+) -> Result<Option<f64>, JsValue> {
     let v = js::get_or_throw(options, name)?;
     if v.is_undefined() {
         return Ok(None);
     }
-    v.as_f64().map(Some).ok_or_else(|| option_error(OptionError::new(name, expected), &v))
+    v.as_f64()
+        .map(Some)
+        .ok_or_else(|| option_error(OptionError::new(name, expected), &v))
 }
 
 fn check_options_object(options: &JsValue, class: &'static str) -> Result<(), JsValue> {
     if options.is_undefined() || options.is_null() || options.is_object() {
         Ok(())
     } else {
-        Err(option_error(OptionError::new(class, "an options object or undefined"), options))
+        Err(option_error(
+            OptionError::new(class, "an options object or undefined"),
+            options,
+        ))
     }
 }
 
@@ -134,11 +150,17 @@ impl RetryBudgetHandle {
         check_options_object(&options, "RetryBudget")?;
         let d = BudgetConfig::default();
         let config = BudgetConfig {
-            max_tokens: number(&options, "maxTokens", "a number > 0 and <= 1000000")?.unwrap_or(d.max_tokens),
-            token_ratio: number(&options, "tokenRatio", "a number > 0 and <= maxTokens")?.unwrap_or(d.token_ratio),
+            max_tokens: number(&options, "maxTokens", "a number > 0 and <= 1000000")?
+                .unwrap_or(d.max_tokens),
+            token_ratio: number(&options, "tokenRatio", "a number > 0 and <= maxTokens")?
+                .unwrap_or(d.token_ratio),
         };
         let config = config.validate().map_err(|e| {
-            let v = if e.option == "maxTokens" { config.max_tokens } else { config.token_ratio };
+            let v = if e.option == "maxTokens" {
+                config.max_tokens
+            } else {
+                config.token_ratio
+            };
             option_error(e, &JsValue::from_f64(v))
         })?;
         let inner = Rc::new(RefCell::new(RetryBudget::new(config)));
@@ -192,14 +214,29 @@ impl AdaptiveThrottleHandle {
         check_options_object(&options, "AdaptiveThrottle")?;
         let d = ThrottleConfig::default();
         let config = ThrottleConfig {
-            initial_rate: number(&options, "initialRate", "a number of requests per second > 0")?.unwrap_or(d.initial_rate),
-            ramp_ms: number(&options, "rampMs", "a number of milliseconds > 0")?.unwrap_or(d.ramp_ms),
-            beta: number(&options, "beta", "a number between 0 and 1 (exclusive)")?.unwrap_or(d.beta),
+            initial_rate: number(
+                &options,
+                "initialRate",
+                "a number of requests per second > 0",
+            )?
+            .unwrap_or(d.initial_rate),
+            ramp_ms: number(&options, "rampMs", "a number of milliseconds > 0")?
+                .unwrap_or(d.ramp_ms),
+            beta: number(&options, "beta", "a number between 0 and 1 (exclusive)")?
+                .unwrap_or(d.beta),
             scale: number(&options, "scale", "a number > 0")?.unwrap_or(d.scale),
-            min_rate: number(&options, "minRate", "a number of requests per second > 0 and <= initialRate")?
-                .unwrap_or(d.min_rate),
-            max_wait_ms: number(&options, "maxWaitMs", "a number of milliseconds from 0 to 2147483647")?
-                .unwrap_or(d.max_wait_ms),
+            min_rate: number(
+                &options,
+                "minRate",
+                "a number of requests per second > 0 and <= initialRate",
+            )?
+            .unwrap_or(d.min_rate),
+            max_wait_ms: number(
+                &options,
+                "maxWaitMs",
+                "a number of milliseconds from 0 to 2147483647",
+            )?
+            .unwrap_or(d.max_wait_ms),
         };
         let config = config.validate().map_err(|e| {
             let v = match e.option {
@@ -219,7 +256,9 @@ impl AdaptiveThrottleHandle {
 
     /// The current send rate (req/s) for the origin of `url`; `undefined` if never seen.
     pub fn rate(&self, url: &str) -> Option<f64> {
-        self.inner.borrow_mut().rate(&origin_of(url), js_sys::Date::now())
+        self.inner
+            .borrow_mut()
+            .rate(&origin_of(url), js_sys::Date::now())
     }
 
     /// The registry id (internal).
@@ -252,7 +291,11 @@ impl CircuitBreakerHandle {
         let d = BreakerConfig::default();
         let int = "an integer from 1 to 1000";
         let threshold = number(&options, "failureThreshold", int)?;
-        let open_ms = number(&options, "openMs", "a number of milliseconds from 0 to 2147483647")?;
+        let open_ms = number(
+            &options,
+            "openMs",
+            "a number of milliseconds from 0 to 2147483647",
+        )?;
         let probes = number(&options, "halfOpenMaxCalls", int)?;
         let config = BreakerConfig {
             failure_threshold: threshold.map_or(d.failure_threshold, integer_u32),
@@ -268,23 +311,29 @@ impl CircuitBreakerHandle {
             option_error(e, &JsValue::from_f64(v.unwrap_or(f64::NAN)))
         })?;
         let listener = js::get_or_throw(&options, "onStateChange")?;
-        let on_state_change = if listener.is_undefined() || listener.is_null() {
-            None
-        } else {
-            Some(
-                listener
-                    .dyn_into::<Function>()
-                    .map_err(|v| option_error(OptionError::new("onStateChange", "a function"), &v))?,
-            )
-        };
-        let inner = Rc::new(BreakerShared { state: RefCell::new(CircuitBreaker::new(config)), on_state_change });
+        let on_state_change =
+            if listener.is_undefined() || listener.is_null() {
+                None
+            } else {
+                Some(listener.dyn_into::<Function>().map_err(|v| {
+                    option_error(OptionError::new("onStateChange", "a function"), &v)
+                })?)
+            };
+        let inner = Rc::new(BreakerShared {
+            state: RefCell::new(CircuitBreaker::new(config)),
+            on_state_change,
+        });
         let id = register(Guard::Breaker(inner.clone()));
         Ok(CircuitBreakerHandle { id, inner })
     }
 
     /// `'closed'`, `'open'` or `'half-open'` for the origin of `url`.
     pub fn state(&self, url: &str) -> String {
-        let s: BreakerState = self.inner.state.borrow().state(&origin_of(url), js_sys::Date::now());
+        let s: BreakerState = self
+            .inner
+            .state
+            .borrow()
+            .state(&origin_of(url), js_sys::Date::now());
         s.as_str().to_string()
     }
 

@@ -113,10 +113,18 @@ extern "C" {
     pub fn reason(this: &AbortSignal) -> JsValue;
     /// `signal.addEventListener(type, listener)`.
     #[wasm_bindgen(method, catch, js_name = addEventListener)]
-    pub fn add_event_listener(this: &AbortSignal, kind: &str, listener: &Function) -> Result<(), JsValue>;
+    pub fn add_event_listener(
+        this: &AbortSignal,
+        kind: &str,
+        listener: &Function,
+    ) -> Result<(), JsValue>;
     /// `signal.removeEventListener(type, listener)`.
     #[wasm_bindgen(method, catch, js_name = removeEventListener)]
-    pub fn remove_event_listener(this: &AbortSignal, kind: &str, listener: &Function) -> Result<(), JsValue>;
+    pub fn remove_event_listener(
+        this: &AbortSignal,
+        kind: &str,
+        listener: &Function,
+    ) -> Result<(), JsValue>;
 
     /// The Streams API's `ReadableStream`.
     pub type ReadableStream;

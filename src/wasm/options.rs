@@ -16,8 +16,8 @@ use super::errors::option_error;
 use super::guards::{lookup, BreakerShared, Guard};
 use super::js::{self, AbortSignal};
 use crate::core::budget::RetryBudget;
-use crate::core::throttle::AdaptiveThrottle;
 use crate::core::options::{self as validate, KeyMode, OptionError, RetryPolicy};
+use crate::core::throttle::AdaptiveThrottle;
 
 /// Everything one call needs: the validated policy and the JavaScript parts.
 #[derive(Clone, Default)]
@@ -47,16 +47,27 @@ impl CallOptions {
     }
 }
 
-fn expect_number(option: &'static str, v: &JsValue, expected: &'static str) -> Result<f64, JsValue> {
-    v.as_f64().ok_or_else(|| option_error(OptionError::new(option, expected), v))
+fn expect_number(
+    option: &'static str,
+    v: &JsValue,
+    expected: &'static str,
+) -> Result<f64, JsValue> {
+    v.as_f64()
+        .ok_or_else(|| option_error(OptionError::new(option, expected), v))
 }
 
 fn expect_bool(option: &'static str, v: &JsValue) -> Result<bool, JsValue> {
-    v.as_bool().ok_or_else(|| option_error(OptionError::new(option, "true or false"), v))
+    v.as_bool()
+        .ok_or_else(|| option_error(OptionError::new(option, "true or false"), v))
 }
 
-fn expect_string(option: &'static str, v: &JsValue, expected: &'static str) -> Result<String, JsValue> {
-    v.as_string().ok_or_else(|| option_error(OptionError::new(option, expected), v))
+fn expect_string(
+    option: &'static str,
+    v: &JsValue,
+    expected: &'static str,
+) -> Result<String, JsValue> {
+    v.as_string()
+        .ok_or_else(|| option_error(OptionError::new(option, expected), v))
 }
 
 fn expect_function(option: &'static str, v: &JsValue) -> Result<Option<Function>, JsValue> {
@@ -71,7 +82,9 @@ fn expect_function(option: &'static str, v: &JsValue) -> Result<Option<Function>
 
 /// Is `v` an AbortSignal (duck-typed, so signals from another realm or a polyfill work)?
 pub fn is_abort_signal(v: &JsValue) -> bool {
-    v.is_object() && js::get(v, "addEventListener").is_function() && js::get(v, "aborted").as_bool().is_some()
+    v.is_object()
+        && js::get(v, "addEventListener").is_function()
+        && js::get(v, "aborted").as_bool().is_some()
 }
 
 /// Read `options` over `base`.
@@ -81,7 +94,10 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
         return Ok(out);
     }
     if !options.is_object() {
-        return Err(option_error(OptionError::new("options", "an object"), options));
+        return Err(option_error(
+            OptionError::new("options", "an object"),
+            options,
+        ));
     }
     let p = &mut out.policy;
     // Reads one option; a throwing getter rejects the call with its error.
@@ -100,7 +116,8 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
     }
     if let Some(v) = field("baseDelayMs")? {
         let n = expect_number("baseDelayMs", &v, MS)?;
-        p.base_delay_ms = validate::non_negative_ms("baseDelayMs", n).map_err(|e| option_error(e, &v))?;
+        p.base_delay_ms =
+            validate::non_negative_ms("baseDelayMs", n).map_err(|e| option_error(e, &v))?;
     }
     if let Some(v) = field("factor")? {
         let n = expect_number("factor", &v, "a finite number from 1 to 100")?;
@@ -108,7 +125,8 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
     }
     if let Some(v) = field("maxDelayMs")? {
         let n = expect_number("maxDelayMs", &v, MS)?;
-        p.max_delay_ms = validate::non_negative_ms("maxDelayMs", n).map_err(|e| option_error(e, &v))?;
+        p.max_delay_ms =
+            validate::non_negative_ms("maxDelayMs", n).map_err(|e| option_error(e, &v))?;
     }
     if let Some(v) = field("jitter")? {
         let expected = "'none', 'full', 'equal', 'decorrelated' or 'additive'";
@@ -116,8 +134,19 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
         p.jitter = validate::jitter(&s).map_err(|e| option_error(e, &v))?;
     }
     if let Some(v) = field("retryOnStatus")? {
-        let bad = || option_error(OptionError::new("retryOnStatus", "an array of integer HTTP statuses from 100 to 599"), &v);
-        let arr = v.dyn_ref::<Array>().filter(|_| Array::is_array(&v)).ok_or_else(bad)?;
+        let bad = || {
+            option_error(
+                OptionError::new(
+                    "retryOnStatus",
+                    "an array of integer HTTP statuses from 100 to 599",
+                ),
+                &v,
+            )
+        };
+        let arr = v
+            .dyn_ref::<Array>()
+            .filter(|_| Array::is_array(&v))
+            .ok_or_else(bad)?;
         if arr.length() > 500 {
             return Err(bad());
         }
@@ -167,7 +196,11 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
         p.retry_headers = expect_bool("retryHeaders", &v)?;
     }
     if let Some(v) = field("maxBufferedBodyBytes")? {
-        let n = expect_number("maxBufferedBodyBytes", &v, "an integer number of bytes from 0 to 2147483647")?;
+        let n = expect_number(
+            "maxBufferedBodyBytes",
+            &v,
+            "an integer number of bytes from 0 to 2147483647",
+        )?;
         p.max_buffered_body_bytes = validate::body_limit(n).map_err(|e| option_error(e, &v))?;
     }
     if let Some(v) = field("signal")? {
@@ -176,7 +209,10 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
         } else if is_abort_signal(&v) {
             Some(v.unchecked_into())
         } else {
-            return Err(option_error(OptionError::new("signal", "an AbortSignal"), &v));
+            return Err(option_error(
+                OptionError::new("signal", "an AbortSignal"),
+                &v,
+            ));
         };
     }
     if let Some(v) = field("shouldRetry")? {
@@ -192,21 +228,36 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
         out.budget = match (v.is_null(), lookup(&v)) {
             (true, _) => None,
             (false, Some(Guard::Budget(b))) => Some(b),
-            _ => return Err(option_error(OptionError::new("budget", "a RetryBudget"), &v)),
+            _ => {
+                return Err(option_error(
+                    OptionError::new("budget", "a RetryBudget"),
+                    &v,
+                ))
+            }
         };
     }
     if let Some(v) = field("throttle")? {
         out.throttle = match (v.is_null(), lookup(&v)) {
             (true, _) => None,
             (false, Some(Guard::Throttle(t))) => Some(t),
-            _ => return Err(option_error(OptionError::new("throttle", "an AdaptiveThrottle"), &v)),
+            _ => {
+                return Err(option_error(
+                    OptionError::new("throttle", "an AdaptiveThrottle"),
+                    &v,
+                ))
+            }
         };
     }
     if let Some(v) = field("breaker")? {
         out.breaker = match (v.is_null(), lookup(&v)) {
             (true, _) => None,
             (false, Some(Guard::Breaker(b))) => Some(b),
-            _ => return Err(option_error(OptionError::new("breaker", "a CircuitBreaker"), &v)),
+            _ => {
+                return Err(option_error(
+                    OptionError::new("breaker", "a CircuitBreaker"),
+                    &v,
+                ))
+            }
         };
     }
     Ok(out)
@@ -229,7 +280,9 @@ fn optional_ms(
 /// The `count` argument of `backoffDelays`.
 pub fn read_count(v: &JsValue) -> Result<u32, JsValue> {
     let expected = "an integer from 0 to 10000";
-    let n = v.as_f64().ok_or_else(|| option_error(OptionError::new("count", expected), v))?;
+    let n = v
+        .as_f64()
+        .ok_or_else(|| option_error(OptionError::new("count", expected), v))?;
     validate::delay_count(n).map_err(|e| option_error(e, v))
 }
 

@@ -50,21 +50,35 @@ pub struct RequestTemplate {
 /// 16 bytes from the platform CSPRNG (`crypto.getRandomValues`), nothing weaker.
 fn random_key() -> Result<String, JsValue> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|_| type_error("retryFetch: crypto.getRandomValues is unavailable, so no idempotency key can be made"))?;
+    getrandom::fill(&mut bytes).map_err(|_| {
+        type_error(
+            "retryFetch: crypto.getRandomValues is unavailable, so no idempotency key can be made",
+        )
+    })?;
     Ok(uuid_v4(bytes))
 }
 
 impl RequestTemplate {
     /// Prepare `input` + `init` under `options`. Reads a stream body (up to the limit).
-    pub async fn new(input: JsValue, init: &JsValue, options: &CallOptions) -> Result<Self, JsValue> {
+    pub async fn new(
+        input: JsValue,
+        init: &JsValue,
+        options: &CallOptions,
+    ) -> Result<Self, JsValue> {
         if !(init.is_undefined() || init.is_null() || init.is_object()) {
-            return Err(type_error("retryFetch: init must be an object (a RequestInit) or undefined"));
+            return Err(type_error(
+                "retryFetch: init must be an object (a RequestInit) or undefined",
+            ));
         }
-        let request = input.dyn_ref::<Request>().cloned().filter(|_| input.is_instance_of::<Request>());
+        let request = input
+            .dyn_ref::<Request>()
+            .cloned()
+            .filter(|_| input.is_instance_of::<Request>());
         if let Some(r) = &request {
             if r.body_used().is_truthy() {
-                return Err(type_error("retryFetch: the Request's body was already used, so it cannot be sent"));
+                return Err(type_error(
+                    "retryFetch: the Request's body was already used, so it cannot be sent",
+                ));
             }
         }
         let base_init = Object::new();
@@ -76,7 +90,9 @@ impl RequestTemplate {
         let method = if let Some(m) = method_value.as_string() {
             m
         } else if !method_value.is_undefined() && !method_value.is_null() {
-            js::to_js_string(&method_value).map(String::from).unwrap_or_default()
+            js::to_js_string(&method_value)
+                .map(String::from)
+                .unwrap_or_default()
         } else if let Some(r) = &request {
             r.method().as_string().unwrap_or_else(|| "GET".into())
         } else {
@@ -85,7 +101,10 @@ impl RequestTemplate {
 
         let header_source = match js::get(init, "headers") {
             v if !v.is_undefined() && !v.is_null() => v,
-            _ => request.as_ref().map(|r| r.headers()).unwrap_or(JsValue::UNDEFINED),
+            _ => request
+                .as_ref()
+                .map(|r| r.headers())
+                .unwrap_or(JsValue::UNDEFINED),
         };
         let headers = Headers::new(&header_source)?;
 
@@ -130,7 +149,16 @@ impl RequestTemplate {
             Body::Reusable(body_value)
         };
 
-        Ok(RequestTemplate { input, request, base_init, headers, body, signals, idempotent, key })
+        Ok(RequestTemplate {
+            input,
+            request,
+            base_init,
+            headers,
+            body,
+            signals,
+            idempotent,
+            key,
+        })
     }
 
     /// The request URL as a string (`Request.url`, `String(URL)` or the string given).
@@ -199,7 +227,9 @@ async fn buffer_stream(stream: &ReadableStream, limit: u32) -> Result<Body, JsVa
         let chunk = js::get(&step, "value");
         let Some(chunk) = chunk.dyn_ref::<Uint8Array>() else {
             js::ignore_rejection(&reader.cancel()?);
-            return Err(type_error("retryFetch: a ReadableStream body must yield Uint8Array chunks"));
+            return Err(type_error(
+                "retryFetch: a ReadableStream body must yield Uint8Array chunks",
+            ));
         };
         let len = chunk.length() as usize;
         if bytes.len().saturating_add(len) > limit as usize {

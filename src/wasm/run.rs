@@ -12,18 +12,18 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::errors::{retry_error, timeout_error, type_error, AttemptRecord};
 use super::guards::{circuit_open_error, origin_of, BreakerShared};
+use super::js::AbortSignal;
 use super::js::{self, Response};
 use super::options::CallOptions;
 use super::request::RequestTemplate;
-use super::js::AbortSignal;
 use super::timer::{abort_reason, sleep, AttemptAbort};
 use crate::core::backoff::Rng;
 use crate::core::breaker::{Admission, BreakerState};
 use crate::core::classify::{is_transient, Outcome, RetryReason};
 use crate::core::decide::{AttemptOutcome, Decision, RetryState};
 use crate::core::options::RetryPolicy;
-use crate::core::throttle::AdaptiveThrottle;
 use crate::core::retry_after::server_delay_ms;
+use crate::core::throttle::AdaptiveThrottle;
 
 /// Jitter from `Math.random` (jitter needs spread, not secrecy; keys use the CSPRNG).
 pub struct MathRandom;
@@ -35,7 +35,11 @@ impl Rng for MathRandom {
 }
 
 /// Call `transport` (or the global `fetch`) and wait for its answer.
-async fn send(transport: &Option<Function>, input: &JsValue, init: &JsValue) -> Result<JsValue, JsValue> {
+async fn send(
+    transport: &Option<Function>,
+    input: &JsValue,
+    init: &JsValue,
+) -> Result<JsValue, JsValue> {
     let returned = match transport {
         Some(f) => f.call2(&JsValue::UNDEFINED, input, init)?,
         None => js::global_fetch(input, init)?,
@@ -100,7 +104,10 @@ impl ProbeSlot<'_> {
     /// Record the attempt's result (and report a state change).
     fn settle(mut self, transient_failure: bool, now: f64) {
         if let Some(b) = self.breaker.take() {
-            let t = b.state.borrow_mut().record(self.origin, self.probe, transient_failure, now);
+            let t = b
+                .state
+                .borrow_mut()
+                .record(self.origin, self.probe, transient_failure, now);
             b.report(self.origin, t);
         }
     }
@@ -154,14 +161,19 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
     let policy = &options.policy;
     let template = RequestTemplate::new(input, &init, &options).await?;
     let signals = template.signals.as_slice();
-    let origin = if options.has_guards() { origin_of(&template.url()) } else { String::new() };
+    let origin = if options.has_guards() {
+        origin_of(&template.url())
+    } else {
+        String::new()
+    };
     let breaker = options.breaker.as_deref();
     let call_started = Date::now();
     let mut state = RetryState::new(policy, call_started);
     let mut rng = MathRandom;
     let mut history: Vec<AttemptRecord> = Vec::new();
-    let first_attempt_at: Option<String> =
-        policy.retry_headers.then(|| String::from(Date::new(&JsValue::from_f64(call_started)).to_iso_string()));
+    let first_attempt_at: Option<String> = policy
+        .retry_headers
+        .then(|| String::from(Date::new(&JsValue::from_f64(call_started)).to_iso_string()));
 
     loop {
         if let Some(reason) = abort_reason(signals) {
@@ -176,11 +188,19 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
                 Admission::Allowed { probe: p } => probe = p,
                 Admission::Rejected { retry_after_ms } => {
                     let open = circuit_open_error(&origin, retry_after_ms);
-                    return Err(if history.is_empty() { open } else { retry_error("circuit-open", &history, &open) });
+                    return Err(if history.is_empty() {
+                        open
+                    } else {
+                        retry_error("circuit-open", &history, &open)
+                    });
                 }
             }
         }
-        let slot = ProbeSlot { breaker, origin: &origin, probe };
+        let slot = ProbeSlot {
+            breaker,
+            origin: &origin,
+            probe,
+        };
         // The adaptive throttle: wait for this attempt's turn.
         if let Some(t) = &options.throttle {
             wait_for_turn(t, &origin, &state, policy, signals, &history).await?;
@@ -192,7 +212,9 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
             t.borrow_mut().on_send(&origin, started);
         }
         let limit = state.attempt_time_limit_ms(policy, started);
-        let timeout_cause = limit.map(|ms| timeout_error(ms.ceil() as u64)).unwrap_or(JsValue::UNDEFINED);
+        let timeout_cause = limit
+            .map(|ms| timeout_error(ms.ceil() as u64))
+            .unwrap_or(JsValue::UNDEFINED);
         let abort = AttemptAbort::new(signals, limit, timeout_cause.clone())?;
         let retry_headers = match &first_attempt_at {
             Some(at) if attempt > 1 => Some((attempt - 1, at.as_str())),
@@ -213,9 +235,17 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
         let (outcome, response, error) = match sent {
             Ok(value) if value.is_object() => {
                 let response: Response = value.unchecked_into();
-                (Outcome::Status(js::response_status(&response)), Some(response), None)
+                (
+                    Outcome::Status(js::response_status(&response)),
+                    Some(response),
+                    None,
+                )
             }
-            Ok(_) => return Err(type_error("retryFetch: fetch resolved to something that is not a Response")),
+            Ok(_) => {
+                return Err(type_error(
+                    "retryFetch: fetch resolved to something that is not a Response",
+                ))
+            }
             Err(_) if timed_out => (Outcome::Timeout, None, Some(timeout_cause)),
             Err(e) => (Outcome::NetworkError, None, Some(e)),
         };
@@ -266,7 +296,10 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
             has_key: template.key.is_some(),
             server_delay_ms: server_delay,
             replayable: template.replayable(),
-            budget_allows_retry: options.budget.as_ref().map_or(true, |b| b.borrow().allows_retry(&origin)),
+            budget_allows_retry: options
+                .budget
+                .as_ref()
+                .map_or(true, |b| b.borrow().allows_retry(&origin)),
         };
         let now = Date::now();
         let decision = state.decide(policy, report, now, &mut rng);
@@ -279,7 +312,9 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
         };
         let (delay_ms, reason) = match decision {
             Decision::Stop(stop) => return finish(stop.as_str(), &history),
-            Decision::Retry { delay_ms, reason, .. } => (delay_ms, reason),
+            Decision::Retry {
+                delay_ms, reason, ..
+            } => (delay_ms, reason),
         };
         // A breaker that will still be open when the wait ends: stop now, with this outcome.
         if let Some(b) = breaker {
@@ -290,12 +325,24 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
 
         let key = template.key.as_deref();
         if let Some(hook) = &options.should_retry {
-            let ctx = retry_context(attempt, delay_ms, reason, response.as_ref(), status, error.as_ref(), key);
+            let ctx = retry_context(
+                attempt,
+                delay_ms,
+                reason,
+                response.as_ref(),
+                status,
+                error.as_ref(),
+                key,
+            );
             let verdict = call_hook(hook, &ctx).await?;
             match verdict.as_bool() {
                 Some(true) => {}
                 Some(false) => return finish("shouldRetry", &history),
-                None => return Err(type_error("retryFetch: shouldRetry must return true or false (or a promise of one)")),
+                None => {
+                    return Err(type_error(
+                        "retryFetch: shouldRetry must return true or false (or a promise of one)",
+                    ))
+                }
             }
         }
         if let Some(hook) = &options.on_retry {

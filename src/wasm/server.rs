@@ -30,11 +30,13 @@ fn option_error(err: OptionError, value: &JsValue) -> JsValue {
 }
 
 fn number(option: &'static str, v: &JsValue, expected: &'static str) -> Result<f64, JsValue> {
-    v.as_f64().ok_or_else(|| option_error(OptionError::new(option, expected), v))
+    v.as_f64()
+        .ok_or_else(|| option_error(OptionError::new(option, expected), v))
 }
 
 fn string(option: &'static str, v: &JsValue, expected: &'static str) -> Result<String, JsValue> {
-    v.as_string().ok_or_else(|| option_error(OptionError::new(option, expected), v))
+    v.as_string()
+        .ok_or_else(|| option_error(OptionError::new(option, expected), v))
 }
 
 fn function_or_undefined(option: &'static str, v: &JsValue) -> Result<(), JsValue> {
@@ -56,7 +58,10 @@ pub fn read_server_options(options: &JsValue) -> Result<JsValue, JsValue> {
     let mut o = ServerOptions::default();
     if !options.is_undefined() && !options.is_null() {
         if !options.is_object() {
-            return Err(option_error(OptionError::new("options", "an object"), options));
+            return Err(option_error(
+                OptionError::new("options", "an object"),
+                options,
+            ));
         }
         let field = |name: &str| -> Result<Option<JsValue>, JsValue> {
             let v = js::get_or_throw(options, name)?;
@@ -111,7 +116,11 @@ pub fn read_server_options(options: &JsValue) -> Result<JsValue, JsValue> {
     js::set(&out, "ttlMs", &JsValue::from_f64(o.ttl_ms));
     js::set(&out, "lockTimeoutMs", &JsValue::from_f64(o.lock_timeout_ms));
     js::set(&out, "concurrent", &JsValue::from_str(o.concurrent.name()));
-    js::set(&out, "waitTimeoutMs", &JsValue::from_f64(o.effective_wait_timeout_ms()));
+    js::set(
+        &out,
+        "waitTimeoutMs",
+        &JsValue::from_f64(o.effective_wait_timeout_ms()),
+    );
     js::set(&out, "pollMs", &JsValue::from_f64(o.poll_ms));
     Ok(out)
 }
@@ -122,7 +131,9 @@ pub fn read_server_options(options: &JsValue) -> Result<JsValue, JsValue> {
 #[wasm_bindgen(js_name = parseIdempotencyKey, skip_typescript)]
 pub fn parse_idempotency_key(value: &JsValue) -> Result<String, JsValue> {
     let Some(s) = value.as_string() else {
-        return Err(type_error("idempotency: the key header value must be a string"));
+        return Err(type_error(
+            "idempotency: the key header value must be a string",
+        ));
     };
     idem::parse_key(&s).map_err(|e| named_error("IdempotencyKeyError", e.message()).into())
 }
@@ -130,9 +141,15 @@ pub fn parse_idempotency_key(value: &JsValue) -> Result<String, JsValue> {
 /// `requestFingerprint(method, pathAndQuery, body)`: the fingerprint of a request, 64 hex
 /// digits (see `core::idempotency::fingerprint`). `body` is a `Uint8Array` (empty for none).
 #[wasm_bindgen(js_name = requestFingerprint, skip_typescript)]
-pub fn request_fingerprint(method: &JsValue, path_and_query: &JsValue, body: &JsValue) -> Result<String, JsValue> {
+pub fn request_fingerprint(
+    method: &JsValue,
+    path_and_query: &JsValue,
+    body: &JsValue,
+) -> Result<String, JsValue> {
     let (Some(method), Some(path)) = (method.as_string(), path_and_query.as_string()) else {
-        return Err(type_error("idempotency: the method and the path must be strings"));
+        return Err(type_error(
+            "idempotency: the method and the path must be strings",
+        ));
     };
     let bytes = match body.dyn_ref::<Uint8Array>() {
         Some(b) => b.to_vec(),
@@ -168,7 +185,9 @@ pub fn store_key(identity: &JsValue, key: &JsValue) -> Result<String, JsValue> {
 /// (POST and PATCH)?
 #[wasm_bindgen(js_name = keyRequiredByDefault, skip_typescript)]
 pub fn key_required_by_default(method: &JsValue) -> bool {
-    method.as_string().is_some_and(|m| idem::key_required_by_default(&m))
+    method
+        .as_string()
+        .is_some_and(|m| idem::key_required_by_default(&m))
 }
 
 /// The `TypeError` for a record a store returned that is not an `IdempotencyRecord`.
@@ -185,9 +204,15 @@ fn malformed(record: &JsValue, what: &str) -> JsValue {
 /// `'mismatch'`, `'in-progress'` or `'lock-expired'`. A record that is not an
 /// `IdempotencyRecord` is a `TypeError`.
 #[wasm_bindgen(js_name = decideAction, skip_typescript)]
-pub fn decide_action(record: &JsValue, fingerprint: &JsValue, now_ms: &JsValue) -> Result<String, JsValue> {
+pub fn decide_action(
+    record: &JsValue,
+    fingerprint: &JsValue,
+    now_ms: &JsValue,
+) -> Result<String, JsValue> {
     let (Some(fp), Some(now)) = (fingerprint.as_string(), now_ms.as_f64()) else {
-        return Err(type_error("idempotency: decideAction(record, fingerprint: string, nowMs: number)"));
+        return Err(type_error(
+            "idempotency: decideAction(record, fingerprint: string, nowMs: number)",
+        ));
     };
     let action = if record.is_undefined() || record.is_null() {
         idem::decide(Record::Absent, &fp, now)
@@ -200,7 +225,13 @@ pub fn decide_action(record: &JsValue, fingerprint: &JsValue, now_ms: &JsValue) 
             .ok_or_else(|| malformed(record, "no string fingerprint"))?;
         let state = js::get_or_throw(record, "state")?.as_string();
         match state.as_deref() {
-            Some("completed") => idem::decide(Record::Completed { fingerprint: &stored_fp }, &fp, now),
+            Some("completed") => idem::decide(
+                Record::Completed {
+                    fingerprint: &stored_fp,
+                },
+                &fp,
+                now,
+            ),
             Some("in-progress") => {
                 // The token is what `reclaim` compares on; a lock without one cannot be taken over.
                 if js::get_or_throw(record, "token")?.as_string().is_none() {
@@ -209,9 +240,21 @@ pub fn decide_action(record: &JsValue, fingerprint: &JsValue, now_ms: &JsValue) 
                 let exp = js::get_or_throw(record, "lockExpiresAt")?
                     .as_f64()
                     .ok_or_else(|| malformed(record, "no number lockExpiresAt"))?;
-                idem::decide(Record::InProgress { fingerprint: &stored_fp, lock_expires_at_ms: exp }, &fp, now)
+                idem::decide(
+                    Record::InProgress {
+                        fingerprint: &stored_fp,
+                        lock_expires_at_ms: exp,
+                    },
+                    &fp,
+                    now,
+                )
             }
-            _ => return Err(malformed(record, "state is neither 'in-progress' nor 'completed'")),
+            _ => {
+                return Err(malformed(
+                    record,
+                    "state is neither 'in-progress' nor 'completed'",
+                ))
+            }
         }
     };
     Ok(action.name().to_string())

@@ -32,7 +32,10 @@ impl AbortListeners {
             let s = signal.clone();
             let f = on_abort.clone();
             let listener = Closure::<dyn FnMut()>::new(move || f(s.reason()));
-            if signal.add_event_listener("abort", listener.as_ref().unchecked_ref()).is_ok() {
+            if signal
+                .add_event_listener("abort", listener.as_ref().unchecked_ref())
+                .is_ok()
+            {
                 installed.push((signal.clone(), listener));
             }
         }
@@ -57,9 +60,16 @@ pub struct Timer {
 impl Timer {
     /// Call `callback` after `ms` (clamped to what `setTimeout` accepts).
     pub fn new(ms: f64, callback: Closure<dyn FnMut()>) -> Self {
-        let ms = if ms.is_nan() { 0.0 } else { ms.clamp(0.0, MAX_TIMER_MS) };
+        let ms = if ms.is_nan() {
+            0.0
+        } else {
+            ms.clamp(0.0, MAX_TIMER_MS)
+        };
         let handle = js::set_timeout(callback.as_ref().unchecked_ref(), ms);
-        Timer { handle, _callback: callback }
+        Timer {
+            handle,
+            _callback: callback,
+        }
     }
 }
 
@@ -118,7 +128,11 @@ pub struct AttemptAbort {
 impl AttemptAbort {
     /// A signal joined from `signals`, timing out after `limit_ms` when given with
     /// `timeout_reason`.
-    pub fn new(signals: &[AbortSignal], limit_ms: Option<f64>, timeout_reason: JsValue) -> Result<Self, JsValue> {
+    pub fn new(
+        signals: &[AbortSignal],
+        limit_ms: Option<f64>,
+        timeout_reason: JsValue,
+    ) -> Result<Self, JsValue> {
         let controller = AbortController::new()?;
         let timed_out = Rc::new(Cell::new(false));
         let timer = limit_ms.map(|ms| {
@@ -134,12 +148,22 @@ impl AttemptAbort {
         });
         let own = controller.signal();
         if signals.is_empty() {
-            return Ok(AttemptAbort { signal: own, timed_out, _listeners: None, _timer: timer });
+            return Ok(AttemptAbort {
+                signal: own,
+                timed_out,
+                _listeners: None,
+                _timer: timer,
+            });
         }
         let all: Array = signals.iter().map(JsValue::from).collect();
         all.push(&own);
         if let Ok(joined) = abort_signal_any(&all) {
-            return Ok(AttemptAbort { signal: joined, timed_out, _listeners: None, _timer: timer });
+            return Ok(AttemptAbort {
+                signal: joined,
+                timed_out,
+                _listeners: None,
+                _timer: timer,
+            });
         }
         let linked = controller.clone();
         let listeners = AbortListeners::new(
@@ -148,7 +172,12 @@ impl AttemptAbort {
                 let _ = linked.abort(&reason);
             }),
         );
-        Ok(AttemptAbort { signal: own, timed_out, _listeners: Some(listeners), _timer: timer })
+        Ok(AttemptAbort {
+            signal: own,
+            timed_out,
+            _listeners: Some(listeners),
+            _timer: timer,
+        })
     }
 
     /// The signal to hand to `fetch`.

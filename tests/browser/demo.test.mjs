@@ -1,6 +1,8 @@
-// The demo page (`make demo`) in headless Chromium: the server in-process, a real run against
-// the flaky endpoint, the live timeline, the backoff chart, no page errors. Saves a screenshot
-// to test-results/demo.png.
+// The demo page (`make demo`) in headless Chromium: the server in-process, the page and the
+// package served with the right types, the tabs, and the Playground tab (a real run against the
+// flaky endpoint, the live timeline, the backoff chart, no page errors). The payments demo, the
+// headline tab, is tested in payments.test.mjs (which saves test-results/demo.png); this file
+// saves test-results/playground.png.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
@@ -25,7 +27,7 @@ after(async () => {
 });
 
 /** A new page at the demo, with its errors collected; resolves once the wasm is loaded. */
-async function openDemo({ width = 1280, height = 900 } = {}) {
+async function openDemo({ width = 1280, height = 900, hash = '#playground' } = {}) {
   const page = await browser.newPage();
   await page.setViewportSize({ width, height });
   const errors = [];
@@ -42,14 +44,14 @@ async function openDemo({ width = 1280, height = 900 } = {}) {
   page.on('requestfailed', (r) => {
     if (!injected(r.url())) errors.push(`requestfailed: ${r.url()} ${r.failure()?.errorText}`);
   });
-  await page.goto(server.url, { waitUntil: 'load' });
+  await page.goto(server.url + hash, { waitUntil: 'load' });
   await page.waitForSelector('body[data-ready="true"]', { state: 'attached', timeout: 15_000 });
   return { page, errors };
 }
 
 /** The timeline entries as plain data. */
 function entries(page) {
-  return page.$$eval('[data-testid="timeline-entry"]', (lis) =>
+  return page.$$eval('[data-testid="timeline"] [data-testid="timeline-entry"]', (lis) =>
     lis.map((li) => ({
       attempt: Number(li.dataset.attempt),
       kind: li.dataset.kind,
@@ -89,9 +91,27 @@ test('serves the page, the package with the right MIME types, and the flaky endp
   assert.equal(r429.headers.get('retry-after'), '1');
   await r429.text();
 
-  const pay = await fetch(`${server.url}/api/payments`, { method: 'POST', headers: { 'Idempotency-Key': 'k-123' }, body: '{}' });
-  assert.equal(pay.status, 201);
-  assert.equal((await pay.json()).idempotencyKey, 'k-123');
+  // Server-side modules are not served.
+  for (const mod of ['server.mjs', 'payments-api.mjs']) assert.equal((await fetch(`${server.url}/${mod}`)).status, 404, mod);
+});
+
+test('the Payments tab is the default; the tabs switch by link and by hash', async () => {
+  const { page, errors } = await openDemo({ hash: '' });
+  try {
+    assert.equal(await page.getAttribute('body', 'data-tab'), 'payments');
+    assert.ok(await page.isVisible('[data-testid="pay"]'));
+    assert.ok(!(await page.isVisible('[data-testid="send"]')));
+    assert.equal(await page.getAttribute('[data-testid="tab-payments"]', 'aria-selected'), 'true');
+    await page.click('[data-testid="tab-playground"]');
+    await page.waitForSelector('[data-testid="send"]', { state: 'visible' });
+    assert.ok(!(await page.isVisible('[data-testid="pay"]')));
+    assert.equal(await page.getAttribute('[data-testid="tab-playground"]', 'aria-selected'), 'true');
+    await page.goBack();
+    await page.waitForSelector('[data-testid="pay"]', { state: 'visible' });
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+  }
 });
 
 test('503 twice, then 200: the timeline shows both retries and the final 200', async () => {
@@ -132,7 +152,7 @@ test('503 twice, then 200: the timeline shows both retries and the final 200', a
 
     mkdirSync(RESULTS, { recursive: true });
     await page.evaluate(() => window.scrollTo(0, 0));
-    await page.screenshot({ path: `${RESULTS}demo.png`, fullPage: true, animations: 'disabled' });
+    await page.screenshot({ path: `${RESULTS}playground.png`, fullPage: true, animations: 'disabled' });
     assert.deepEqual(errors, []);
   } finally {
     await page.close();

@@ -1,0 +1,92 @@
+// The package as users get it: `npm pack` of pkg/, installed into a fresh folder, then used as
+// a Node ES module, a Node CommonJS require, the server entry, a plain browser
+// <script type="module"> (import map, no bundler), a Web Worker and a Vite production build.
+// Each run does a real retry (503 then 200) against the fault-injecting server.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
+import { cpSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startFaultServer } from '../support/fault-server.mjs';
+import { startStaticServer } from '../support/static-server.mjs';
+import { launchChromium } from '../support/chromium.mjs';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+let dir, fault, browser, files;
+let n = 0;
+const target = () => fault.seq(`smoke-${++n}`, '503,200');
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'retry-fetch-smoke-'));
+  execFileSync('npm', ['pack', '--silent', '--pack-destination', dir, join(ROOT, 'pkg')], { stdio: 'pipe' });
+  const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'));
+  assert.ok(tarball, 'npm pack made a tarball');
+  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'consumer', private: true }));
+  execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', join(dir, tarball)], { cwd: dir, stdio: 'pipe' });
+  cpSync(join(ROOT, 'tests/package/app'), dir, { recursive: true });
+  fault = await startFaultServer();
+});
+
+after(async () => {
+  await browser?.close();
+  await files?.close();
+  await fault?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+// Async: the fault server runs in this process and must keep answering while the child runs.
+const run = promisify(execFile);
+const node = async (args) => (await run(process.execPath, args, { cwd: dir, encoding: 'utf8', timeout: 30_000 })).stdout.trim();
+
+test('Node ES module import', async () => {
+  const out = await node(['--input-type=module', '-e', `
+    import { retryFetch, createRetryFetch, RetryBudget } from 'retry-fetch';
+    const res = await retryFetch(${JSON.stringify(target())}, undefined, { baseDelayMs: 5 });
+    console.log(res.status, typeof createRetryFetch, typeof RetryBudget);`]);
+  assert.equal(out, '200 function function');
+});
+
+test('Node CommonJS require', async () => {
+  const out = await node(['-e', `
+    const { retryFetch, backoffDelays, CircuitBreaker } = require('retry-fetch');
+    retryFetch(${JSON.stringify(target())}, undefined, { baseDelayMs: 5 })
+      .then((res) => console.log(res.status, backoffDelays({ jitter: 'none' }, 2).join(','), typeof CircuitBreaker));`]);
+  assert.equal(out, '200 500,1000 function');
+});
+
+test('the server entry imports in Node', async () => {
+  const out = await node(['--input-type=module', '-e', `
+    import * as server from 'retry-fetch/server';
+    console.log(typeof server.idempotency, typeof server.MemoryStore);`]);
+  assert.equal(out, 'function function');
+});
+
+async function page(path) {
+  browser ??= await launchChromium();
+  files ??= await startStaticServer({ root: dir });
+  const p = await browser.newPage();
+  const errors = [];
+  p.on('pageerror', (e) => errors.push(String(e)));
+  await p.goto(`${files.url}/${path}?target=${encodeURIComponent(target())}`);
+  await p.waitForFunction(() => document.body.dataset.status !== 'pending', null, { timeout: 15_000 });
+  const status = await p.evaluate(() => document.body.dataset.status);
+  await p.close();
+  assert.deepEqual(errors, []);
+  return status;
+}
+
+test('a plain browser <script type="module"> with no bundler', async () => {
+  assert.equal(await page('plain.html'), '200');
+});
+
+test('a Web Worker', async () => {
+  assert.equal(await page('worker.html'), '200');
+});
+
+test('a Vite production build', async () => {
+  await run(process.execPath, [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', '--base', './', '--logLevel', 'error'], { cwd: dir, timeout: 120_000 });
+  assert.equal(await page('dist/index.html'), '200');
+});
