@@ -40,6 +40,7 @@ extern "C" {
     pub fn origin(this: &Url) -> String;
 
     /// The Fetch API's `Headers`.
+    #[derive(Clone)]
     pub type Headers;
     /// `new Headers(init)`.
     #[wasm_bindgen(constructor, catch)]

@@ -99,166 +99,180 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
             options,
         ));
     }
-    let p = &mut out.policy;
-    // Reads one option; a throwing getter rejects the call with its error.
-    let field = |name: &str| -> Result<Option<JsValue>, JsValue> {
-        let v = js::get_or_throw(options, name)?;
-        Ok(if v.is_undefined() { None } else { Some(v) })
-    };
 
     const INT_1_100: &str = "an integer from 1 to 100";
     const MS: &str = "a finite number of milliseconds >= 0";
     const POSITIVE_MS: &str = "a number of milliseconds > 0 and <= 2147483647";
 
-    if let Some(v) = field("maxAttempts")? {
-        let n = expect_number("maxAttempts", &v, INT_1_100)?;
-        p.max_attempts = validate::max_attempts(n).map_err(|e| option_error(e, &v))?;
-    }
-    if let Some(v) = field("baseDelayMs")? {
-        let n = expect_number("baseDelayMs", &v, MS)?;
-        p.base_delay_ms =
-            validate::non_negative_ms("baseDelayMs", n).map_err(|e| option_error(e, &v))?;
-    }
-    if let Some(v) = field("factor")? {
-        let n = expect_number("factor", &v, "a finite number from 1 to 100")?;
-        p.factor = validate::factor(n).map_err(|e| option_error(e, &v))?;
-    }
-    if let Some(v) = field("maxDelayMs")? {
-        let n = expect_number("maxDelayMs", &v, MS)?;
-        p.max_delay_ms =
-            validate::non_negative_ms("maxDelayMs", n).map_err(|e| option_error(e, &v))?;
-    }
-    if let Some(v) = field("jitter")? {
-        let expected = "'none', 'full', 'equal', 'decorrelated' or 'additive'";
-        let s = expect_string("jitter", &v, expected)?;
-        p.jitter = validate::jitter(&s).map_err(|e| option_error(e, &v))?;
-    }
-    if let Some(v) = field("retryOnStatus")? {
-        let bad = || {
-            option_error(
-                OptionError::new(
-                    "retryOnStatus",
-                    "an array of integer HTTP statuses from 100 to 599",
-                ),
-                &v,
-            )
+    // Only the options that are there: typically a few own keys, not every name.
+    let keys = js_sys::Object::keys(options.unchecked_ref::<js_sys::Object>());
+    for key in keys.iter() {
+        let Some(name) = key.as_string() else {
+            continue;
         };
-        let arr = v
-            .dyn_ref::<Array>()
-            .filter(|_| Array::is_array(&v))
-            .ok_or_else(bad)?;
-        if arr.length() > 500 {
-            return Err(bad());
+        // a throwing getter rejects the call with its error
+        let v = js_sys::Reflect::get(options, &key)?;
+        if v.is_undefined() {
+            continue;
         }
-        let mut statuses = Vec::with_capacity(arr.length() as usize);
-        for item in arr.iter() {
-            let n = item.as_f64().ok_or_else(bad)?;
-            statuses.push(validate::status_code(n).map_err(|e| option_error(e, &item))?);
+        let p = &mut out.policy;
+        match name.as_str() {
+            "maxAttempts" => {
+                let n = expect_number("maxAttempts", &v, INT_1_100)?;
+                p.max_attempts = validate::max_attempts(n).map_err(|e| option_error(e, &v))?;
+            }
+            "baseDelayMs" => {
+                let n = expect_number("baseDelayMs", &v, MS)?;
+                p.base_delay_ms =
+                    validate::non_negative_ms("baseDelayMs", n).map_err(|e| option_error(e, &v))?;
+            }
+            "factor" => {
+                let n = expect_number("factor", &v, "a finite number from 1 to 100")?;
+                p.factor = validate::factor(n).map_err(|e| option_error(e, &v))?;
+            }
+            "maxDelayMs" => {
+                let n = expect_number("maxDelayMs", &v, MS)?;
+                p.max_delay_ms =
+                    validate::non_negative_ms("maxDelayMs", n).map_err(|e| option_error(e, &v))?;
+            }
+            "jitter" => {
+                let expected = "'none', 'full', 'equal', 'decorrelated' or 'additive'";
+                let s = expect_string("jitter", &v, expected)?;
+                p.jitter = validate::jitter(&s).map_err(|e| option_error(e, &v))?;
+            }
+            "retryOnStatus" => {
+                let bad = || {
+                    option_error(
+                        OptionError::new(
+                            "retryOnStatus",
+                            "an array of integer HTTP statuses from 100 to 599",
+                        ),
+                        &v,
+                    )
+                };
+                let arr = v
+                    .dyn_ref::<Array>()
+                    .filter(|_| Array::is_array(&v))
+                    .ok_or_else(bad)?;
+                if arr.length() > 500 {
+                    return Err(bad());
+                }
+                let mut statuses = Vec::with_capacity(arr.length() as usize);
+                for item in arr.iter() {
+                    let n = item.as_f64().ok_or_else(bad)?;
+                    statuses.push(validate::status_code(n).map_err(|e| option_error(e, &item))?);
+                }
+                p.retry_on_status = statuses;
+            }
+            "retryOnNetworkError" => {
+                p.retry_on_network_error = expect_bool("retryOnNetworkError", &v)?;
+            }
+            "retryOnTimeout" => {
+                p.retry_on_timeout = expect_bool("retryOnTimeout", &v)?;
+            }
+            "timeoutMs" => {
+                p.timeout_ms = optional_ms("timeoutMs", &v, POSITIVE_MS, validate::positive_ms)?;
+            }
+            "deadlineMs" => {
+                p.deadline_ms = optional_ms("deadlineMs", &v, POSITIVE_MS, validate::positive_ms)?;
+            }
+            "respectRetryAfter" => {
+                p.respect_retry_after = expect_bool("respectRetryAfter", &v)?;
+            }
+            "maxRetryAfterMs" => {
+                p.max_retry_after_ms =
+                    optional_ms("maxRetryAfterMs", &v, MS, validate::non_negative_ms)?;
+            }
+            "idempotencyKey" => {
+                let expected = "'auto', false, or a key of 1 to 255 visible ASCII characters";
+                p.idempotency_key = if v.as_bool() == Some(false) {
+                    KeyMode::Off
+                } else {
+                    let s = expect_string("idempotencyKey", &v, expected)?;
+                    validate::key_mode(&s).map_err(|e| option_error(e, &v))?
+                };
+            }
+            "idempotencyHeader" => {
+                let s = expect_string("idempotencyHeader", &v, "an HTTP header name")?;
+                p.idempotency_header =
+                    validate::header_name(&s).map_err(|e| option_error(e, &v))?;
+            }
+            "idempotencyKeyFormat" => {
+                let s = expect_string("idempotencyKeyFormat", &v, "'plain' or 'sf-string'")?;
+                p.idempotency_key_format =
+                    validate::key_format(&s).map_err(|e| option_error(e, &v))?;
+            }
+            "retryHeaders" => {
+                p.retry_headers = expect_bool("retryHeaders", &v)?;
+            }
+            "maxBufferedBodyBytes" => {
+                let n = expect_number(
+                    "maxBufferedBodyBytes",
+                    &v,
+                    "an integer number of bytes from 0 to 2147483647",
+                )?;
+                p.max_buffered_body_bytes =
+                    validate::body_limit(n).map_err(|e| option_error(e, &v))?;
+            }
+            "signal" => {
+                out.signal = if v.is_null() {
+                    None
+                } else if is_abort_signal(&v) {
+                    Some(v.unchecked_into())
+                } else {
+                    return Err(option_error(
+                        OptionError::new("signal", "an AbortSignal"),
+                        &v,
+                    ));
+                };
+            }
+            "shouldRetry" => {
+                out.should_retry = expect_function("shouldRetry", &v)?;
+            }
+            "onRetry" => {
+                out.on_retry = expect_function("onRetry", &v)?;
+            }
+            "fetch" => {
+                out.fetch = expect_function("fetch", &v)?;
+            }
+            "budget" => {
+                out.budget = match (v.is_null(), lookup(&v)) {
+                    (true, _) => None,
+                    (false, Some(Guard::Budget(b))) => Some(b),
+                    _ => {
+                        return Err(option_error(
+                            OptionError::new("budget", "a RetryBudget"),
+                            &v,
+                        ))
+                    }
+                };
+            }
+            "throttle" => {
+                out.throttle = match (v.is_null(), lookup(&v)) {
+                    (true, _) => None,
+                    (false, Some(Guard::Throttle(t))) => Some(t),
+                    _ => {
+                        return Err(option_error(
+                            OptionError::new("throttle", "an AdaptiveThrottle"),
+                            &v,
+                        ))
+                    }
+                };
+            }
+            "breaker" => {
+                out.breaker = match (v.is_null(), lookup(&v)) {
+                    (true, _) => None,
+                    (false, Some(Guard::Breaker(b))) => Some(b),
+                    _ => {
+                        return Err(option_error(
+                            OptionError::new("breaker", "a CircuitBreaker"),
+                            &v,
+                        ))
+                    }
+                };
+            }
+            _ => {} // unknown names are ignored (TypeScript flags them)
         }
-        p.retry_on_status = statuses;
-    }
-    if let Some(v) = field("retryOnNetworkError")? {
-        p.retry_on_network_error = expect_bool("retryOnNetworkError", &v)?;
-    }
-    if let Some(v) = field("retryOnTimeout")? {
-        p.retry_on_timeout = expect_bool("retryOnTimeout", &v)?;
-    }
-    if let Some(v) = field("timeoutMs")? {
-        p.timeout_ms = optional_ms("timeoutMs", &v, POSITIVE_MS, validate::positive_ms)?;
-    }
-    if let Some(v) = field("deadlineMs")? {
-        p.deadline_ms = optional_ms("deadlineMs", &v, POSITIVE_MS, validate::positive_ms)?;
-    }
-    if let Some(v) = field("respectRetryAfter")? {
-        p.respect_retry_after = expect_bool("respectRetryAfter", &v)?;
-    }
-    if let Some(v) = field("maxRetryAfterMs")? {
-        p.max_retry_after_ms = optional_ms("maxRetryAfterMs", &v, MS, validate::non_negative_ms)?;
-    }
-    if let Some(v) = field("idempotencyKey")? {
-        let expected = "'auto', false, or a key of 1 to 255 visible ASCII characters";
-        p.idempotency_key = if v.as_bool() == Some(false) {
-            KeyMode::Off
-        } else {
-            let s = expect_string("idempotencyKey", &v, expected)?;
-            validate::key_mode(&s).map_err(|e| option_error(e, &v))?
-        };
-    }
-    if let Some(v) = field("idempotencyHeader")? {
-        let s = expect_string("idempotencyHeader", &v, "an HTTP header name")?;
-        p.idempotency_header = validate::header_name(&s).map_err(|e| option_error(e, &v))?;
-    }
-    if let Some(v) = field("idempotencyKeyFormat")? {
-        let s = expect_string("idempotencyKeyFormat", &v, "'plain' or 'sf-string'")?;
-        p.idempotency_key_format = validate::key_format(&s).map_err(|e| option_error(e, &v))?;
-    }
-    if let Some(v) = field("retryHeaders")? {
-        p.retry_headers = expect_bool("retryHeaders", &v)?;
-    }
-    if let Some(v) = field("maxBufferedBodyBytes")? {
-        let n = expect_number(
-            "maxBufferedBodyBytes",
-            &v,
-            "an integer number of bytes from 0 to 2147483647",
-        )?;
-        p.max_buffered_body_bytes = validate::body_limit(n).map_err(|e| option_error(e, &v))?;
-    }
-    if let Some(v) = field("signal")? {
-        out.signal = if v.is_null() {
-            None
-        } else if is_abort_signal(&v) {
-            Some(v.unchecked_into())
-        } else {
-            return Err(option_error(
-                OptionError::new("signal", "an AbortSignal"),
-                &v,
-            ));
-        };
-    }
-    if let Some(v) = field("shouldRetry")? {
-        out.should_retry = expect_function("shouldRetry", &v)?;
-    }
-    if let Some(v) = field("onRetry")? {
-        out.on_retry = expect_function("onRetry", &v)?;
-    }
-    if let Some(v) = field("fetch")? {
-        out.fetch = expect_function("fetch", &v)?;
-    }
-    if let Some(v) = field("budget")? {
-        out.budget = match (v.is_null(), lookup(&v)) {
-            (true, _) => None,
-            (false, Some(Guard::Budget(b))) => Some(b),
-            _ => {
-                return Err(option_error(
-                    OptionError::new("budget", "a RetryBudget"),
-                    &v,
-                ))
-            }
-        };
-    }
-    if let Some(v) = field("throttle")? {
-        out.throttle = match (v.is_null(), lookup(&v)) {
-            (true, _) => None,
-            (false, Some(Guard::Throttle(t))) => Some(t),
-            _ => {
-                return Err(option_error(
-                    OptionError::new("throttle", "an AdaptiveThrottle"),
-                    &v,
-                ))
-            }
-        };
-    }
-    if let Some(v) = field("breaker")? {
-        out.breaker = match (v.is_null(), lookup(&v)) {
-            (true, _) => None,
-            (false, Some(Guard::Breaker(b))) => Some(b),
-            _ => {
-                return Err(option_error(
-                    OptionError::new("breaker", "a CircuitBreaker"),
-                    &v,
-                ))
-            }
-        };
     }
     Ok(out)
 }

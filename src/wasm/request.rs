@@ -24,8 +24,8 @@ use crate::core::options::KeyMode;
 enum Body {
     /// No body in `init` (a `Request` input carries its own, cloned per attempt).
     Absent,
-    /// A body fetch can send any number of times.
-    Reusable(JsValue),
+    /// A body fetch can send any number of times (left in the caller's `init`).
+    Reusable,
     /// A stream read to its end.
     Buffered(Uint8Array),
     /// A stream longer than the limit: the whole of it, sendable once.
@@ -36,8 +36,13 @@ enum Body {
 pub struct RequestTemplate {
     input: JsValue,
     request: Option<Request>,
-    base_init: Object,
-    headers: Headers,
+    /// The caller's `init`, as given (copied per attempt only when something must change).
+    init: JsValue,
+    /// Where the caller's headers are: `init.headers`, the `Request`'s, or `undefined`.
+    header_source: JsValue,
+    /// The headers to send when we add a key: the caller's plus the key. `None`: the caller's
+    /// headers go as they are.
+    send_headers: Option<Headers>,
     body: Body,
     /// The caller's signals: `options.signal`, `init.signal`, the `Request`'s signal.
     pub signals: Vec<AbortSignal>,
@@ -81,11 +86,6 @@ impl RequestTemplate {
                 ));
             }
         }
-        let base_init = Object::new();
-        if init.is_object() {
-            Object::assign(&base_init, init.unchecked_ref());
-        }
-
         let method_value = js::get(init, "method");
         let method = if let Some(m) = method_value.as_string() {
             m
@@ -106,7 +106,12 @@ impl RequestTemplate {
                 .map(|r| r.headers())
                 .unwrap_or(JsValue::UNDEFINED),
         };
-        let headers = Headers::new(&header_source)?;
+        // The caller's headers, read only when there are some (to find a key they set).
+        let caller_headers = if header_source.is_undefined() {
+            None
+        } else {
+            Some(Headers::new(&header_source)?)
+        };
 
         let mut signals: Vec<AbortSignal> = Vec::new();
         for candidate in [
@@ -125,19 +130,24 @@ impl RequestTemplate {
         let policy = &options.policy;
         let idempotent = is_idempotent_method(&method);
         let header = policy.idempotency_header.as_str();
-        let existing = headers.get(header).ok().flatten();
-        let key = match (&policy.idempotency_key, existing) {
-            (KeyMode::Fixed(k), _) => {
-                headers.set(header, &header_value(k, policy.idempotency_key_format))?;
-                Some(k.clone())
-            }
-            (_, Some(theirs)) => Some(theirs),
+        let existing = caller_headers.as_ref().and_then(|h| h.get(header).ok().flatten());
+        let with_key = |k: &str| -> Result<Headers, JsValue> {
+            let h = match &caller_headers {
+                Some(h) => h.clone(),
+                None => Headers::new(&JsValue::UNDEFINED)?,
+            };
+            h.set(header, &header_value(k, policy.idempotency_key_format))?;
+            Ok(h)
+        };
+        let (key, send_headers) = match (&policy.idempotency_key, existing) {
+            (KeyMode::Fixed(k), _) => (Some(k.clone()), Some(with_key(k)?)),
+            (_, Some(theirs)) => (Some(theirs), None),
             (KeyMode::Auto, None) if !idempotent => {
                 let k = random_key()?;
-                headers.set(header, &header_value(&k, policy.idempotency_key_format))?;
-                Some(k)
+                let h = with_key(&k)?;
+                (Some(k), Some(h))
             }
-            _ => None,
+            _ => (None, None),
         };
 
         let body_value = js::get(init, "body");
@@ -146,14 +156,15 @@ impl RequestTemplate {
         } else if body_value.is_instance_of::<ReadableStream>() {
             buffer_stream(body_value.unchecked_ref(), policy.max_buffered_body_bytes).await?
         } else {
-            Body::Reusable(body_value)
+            Body::Reusable
         };
 
         Ok(RequestTemplate {
             input,
             request,
-            base_init,
-            headers,
+            init: init.clone(),
+            header_source,
+            send_headers,
             body,
             signals,
             idempotent,
@@ -178,34 +189,50 @@ impl RequestTemplate {
         !matches!(self.body, Body::OneShot(_))
     }
 
-    /// The `(input, init)` pair for attempt `attempt` (1-based), aborted through `signal`.
+    /// The `(input, init)` pair for one attempt, aborted through `signal` when there is one.
     /// `retry_headers`: the `X-Retry-Count` / `X-Original-Request-At` pair to add, if any.
+    /// When nothing needs to change, the caller's `init` is passed as it is (the fast path).
     pub fn attempt(
         &self,
-        signal: &AbortSignal,
+        signal: Option<&AbortSignal>,
         retry_headers: Option<(u32, &str)>,
     ) -> Result<(JsValue, JsValue), JsValue> {
-        let init: JsValue = Object::assign(&Object::new(), &self.base_init).into();
-        let headers = Headers::new(&self.headers)?;
+        let input = match &self.request {
+            Some(r) => r.clone_request()?.into(),
+            None => self.input.clone(),
+        };
+        let body_to_set = matches!(self.body, Body::Buffered(_) | Body::OneShot(_));
+        if signal.is_none() && self.send_headers.is_none() && retry_headers.is_none() && !body_to_set {
+            return Ok((input, self.init.clone()));
+        }
+        let init: JsValue = if self.init.is_object() {
+            Object::assign(&Object::new(), self.init.unchecked_ref()).into()
+        } else {
+            Object::new().into()
+        };
         if let Some((count, first_at)) = retry_headers {
+            let headers = match &self.send_headers {
+                Some(h) => Headers::new(h)?,
+                None => Headers::new(&self.header_source)?,
+            };
             headers.set("X-Retry-Count", &decimal(u64::from(count)))?;
             headers.set("X-Original-Request-At", first_at)?;
+            js::set(&init, "headers", &headers);
+        } else if let Some(h) = &self.send_headers {
+            // fetch copies the headers it is given, so one object serves every attempt
+            js::set(&init, "headers", h);
         }
-        js::set(&init, "headers", &headers);
-        js::set(&init, "signal", signal);
+        if let Some(signal) = signal {
+            js::set(&init, "signal", signal);
+        }
         match &self.body {
-            Body::Absent => {}
-            Body::Reusable(v) => js::set(&init, "body", v),
+            Body::Absent | Body::Reusable => {} // as in the caller's init
             Body::Buffered(bytes) => js::set(&init, "body", bytes),
             Body::OneShot(stream) => {
                 js::set(&init, "body", stream);
                 js::set(&init, "duplex", &JsValue::from_str("half"));
             }
         }
-        let input = match &self.request {
-            Some(r) => r.clone_request()?.into(),
-            None => self.input.clone(),
-        };
         Ok((input, init))
     }
 }

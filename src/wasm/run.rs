@@ -215,14 +215,19 @@ pub async fn run(input: JsValue, init: JsValue, options: CallOptions) -> Result<
         let timeout_cause = limit
             .map(|ms| timeout_error(ms.ceil() as u64))
             .unwrap_or(JsValue::UNDEFINED);
-        let abort = AttemptAbort::new(signals, limit, timeout_cause.clone())?;
+        // No caller signal and no time limit: nothing can abort the attempt, so no signal.
+        let abort = if signals.is_empty() && limit.is_none() {
+            None
+        } else {
+            Some(AttemptAbort::new(signals, limit, timeout_cause.clone())?)
+        };
         let retry_headers = match &first_attempt_at {
             Some(at) if attempt > 1 => Some((attempt - 1, at.as_str())),
             _ => None,
         };
-        let (attempt_input, attempt_init) = template.attempt(abort.signal(), retry_headers)?;
+        let (attempt_input, attempt_init) = template.attempt(abort.as_ref().map(AttemptAbort::signal), retry_headers)?;
         let sent = send(&options.fetch, &attempt_input, &attempt_init).await;
-        let timed_out = abort.timed_out();
+        let timed_out = abort.as_ref().is_some_and(AttemptAbort::timed_out);
         drop(abort);
         let ended = Date::now();
 

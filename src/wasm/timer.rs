@@ -133,6 +133,17 @@ impl AttemptAbort {
         limit_ms: Option<f64>,
         timeout_reason: JsValue,
     ) -> Result<Self, JsValue> {
+        if limit_ms.is_none() {
+            if let [only] = signals {
+                // One caller signal and no time limit: fetch can use it as it is.
+                return Ok(AttemptAbort {
+                    signal: only.clone(),
+                    timed_out: Rc::new(Cell::new(false)),
+                    _listeners: None,
+                    _timer: None,
+                });
+            }
+        }
         let controller = AbortController::new()?;
         let timed_out = Rc::new(Cell::new(false));
         let timer = limit_ms.map(|ms| {
