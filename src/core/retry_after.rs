@@ -87,31 +87,55 @@ fn split_outside_quotes(text: &str, sep: char) -> Vec<&str> {
     parts
 }
 
+/// One quota policy's `remaining` (`r`) and `reset` (`t`), from `key=value` pieces.
+fn quota<'a>(pieces: impl Iterator<Item = &'a str>) -> (Option<u64>, Option<u64>) {
+    let mut remaining = None;
+    let mut reset = None;
+    for piece in pieces {
+        let Some((key, val)) = piece.split_once('=') else { continue };
+        match key.trim() {
+            "r" | "remaining" => remaining = delta_seconds(val),
+            "t" | "reset" => reset = delta_seconds(val),
+            _ => {}
+        }
+    }
+    (remaining, reset)
+}
+
 /// The wait a `RateLimit` field (current draft) asks for, in ms.
+///
+/// The largest `t` among the exhausted policies (`r=0`); when no policy states `r`, the
+/// largest `t` given; a policy with quota left (`r` > 0) asks for no wait. The older draft's
+/// form, `limit=10, remaining=0, reset=5`, is read as one policy.
 ///
 /// ```
 /// use retry_fetch::core::retry_after::parse_ratelimit;
 /// assert_eq!(parse_ratelimit(r#""default";r=0;t=30"#), Some(30_000.0));
+/// assert_eq!(parse_ratelimit(r#""default";t=7"#), Some(7_000.0));
 /// assert_eq!(parse_ratelimit(r#""default";r=5;t=30"#), None);
+/// assert_eq!(parse_ratelimit("limit=10, remaining=0, reset=5"), Some(5_000.0));
 /// ```
 pub fn parse_ratelimit(value: &str) -> Option<f64> {
-    let mut wait: Option<u64> = None;
-    for member in split_outside_quotes(value, ',') {
-        let mut remaining = None;
-        let mut reset = None;
-        for param in split_outside_quotes(member, ';').into_iter().skip(1) {
-            let Some((key, val)) = param.split_once('=') else { continue };
-            match key.trim() {
-                "r" | "remaining" => remaining = delta_seconds(val),
-                "t" | "reset" => reset = delta_seconds(val),
-                _ => {}
-            }
-        }
-        if let (Some(0), Some(t)) = (remaining, reset) {
-            wait = Some(wait.map_or(t, |w| w.max(t)));
+    let members = split_outside_quotes(value, ',');
+    let mut exhausted: Option<u64> = None;
+    let mut unstated: Option<u64> = None;
+    let mut any_params = false;
+    for member in &members {
+        let parts = split_outside_quotes(member, ';');
+        any_params |= parts.len() > 1;
+        match quota(parts.into_iter().skip(1)) {
+            (Some(0), Some(t)) => exhausted = Some(exhausted.map_or(t, |w| w.max(t))),
+            (None, Some(t)) => unstated = Some(unstated.map_or(t, |w| w.max(t))),
+            _ => {}
         }
     }
-    wait.map(seconds_to_ms)
+    if !any_params {
+        // the older draft: `limit=.., remaining=.., reset=..` as list members
+        if let (Some(0) | None, Some(t)) = quota(members.iter().copied()) {
+            return Some(seconds_to_ms(t));
+        }
+    }
+    exhausted.or(unstated).map(seconds_to_ms)
 }
 
 /// The server's requested wait before the next attempt, in ms, from the three headers of a
@@ -175,7 +199,11 @@ mod tests {
         assert_eq!(parse_ratelimit(r#""default";r=0;t=30"#), Some(30_000.0));
         assert_eq!(parse_ratelimit(r#""a";r=3;t=1, "b";r=0;t=12, "c";r=0;t=4"#), Some(12_000.0));
         assert_eq!(parse_ratelimit(r#""x,y;z";r=0;t=2"#), Some(2_000.0));
-        assert_eq!(parse_ratelimit("limit=10, remaining=0, reset=5"), None); // separate members
+        assert_eq!(parse_ratelimit("limit=10, remaining=0, reset=5"), Some(5_000.0));
+        assert_eq!(parse_ratelimit("limit=10, remaining=3, reset=5"), None);
+        assert_eq!(parse_ratelimit(r#""default";t=4"#), Some(4_000.0));
+        assert_eq!(parse_ratelimit(r#""a";r=2;t=9, "b";t=4"#), Some(4_000.0));
+        assert_eq!(parse_ratelimit(r#""a";r=0;t=2, "b";t=9"#), Some(2_000.0));
         assert_eq!(parse_ratelimit("q;remaining=0;reset=5"), Some(5_000.0));
         assert_eq!(parse_ratelimit(r#""default";r=9;t=30"#), None);
         assert_eq!(parse_ratelimit("garbage"), None);
