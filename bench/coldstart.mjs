@@ -23,12 +23,12 @@
 //
 // Prints markdown to stdout (progress to stderr) and writes bench/results/coldstart.json.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { gzipSync, constants as zc } from 'node:zlib';
 import { goalsTable, median, percentile, table, fmtBytes, fmtKB, fmtMs } from './format.mjs';
+import { log, machine, positiveInt, printMarkdown, writeResults } from './common.mjs';
 
 const BENCH = fileURLToPath(new URL('.', import.meta.url));
 const PKG = path.resolve(BENCH, 'node_modules/retry-fetch'); // a link to ../pkg
@@ -37,12 +37,6 @@ const RUNS = positiveInt(process.env.COLDSTART_RUNS, 15);
 const GOALS = Object.freeze({ importMs: 5, gzipBytes: 16_000 });
 const PEERS = ['ky', 'p-retry', 'fetch-retry', 'cockatiel'];
 const CLIENT_FILES = ['retry_fetch_bg.wasm', 'retry_fetch.js', 'client.js', 'index.browser.js'];
-
-function positiveInt(value, fallback) {
-  const n = Number(value);
-  return Number.isInteger(n) && n > 0 ? n : fallback;
-}
-const log = (msg) => process.stderr.write(`  ${msg}\n`);
 
 // ---------------------------------------------------------------------------------------------
 // Cold start. Each child is `node --input-type=module -e CODE` run in bench/, so bare specifiers
@@ -265,11 +259,7 @@ async function main() {
   const goals = coldGoals(cold, size);
   const totalSeconds = (performance.now() - started) / 1000;
   const meta = {
-    generatedAt: new Date().toISOString(),
-    node: process.version,
-    platform: `${os.platform()} ${os.arch()}`,
-    cpus: os.cpus().length,
-    cpuModel: os.cpus()[0]?.model ?? '',
+    ...machine(),
     runs: RUNS,
     goals: GOALS,
   };
@@ -286,11 +276,9 @@ async function main() {
   out.push(goalsTable(goals));
   out.push('');
   out.push(`Run took ${totalSeconds.toFixed(0)} s.`);
-  await new Promise((resolve) => process.stdout.write(`${out.join('\n')}\n`, resolve));
+  await printMarkdown(out);
 
-  mkdirSync(path.dirname(RESULTS), { recursive: true });
-  writeFileSync(RESULTS, `${JSON.stringify({ ...meta, size, cold, goalResults: goals, totalSeconds }, null, 2)}\n`);
-  log(`wrote ${RESULTS}`);
+  writeResults(RESULTS, { ...meta, size, cold, goalResults: goals, totalSeconds });
 }
 
 if (process.argv[1] && pathToFileURL(process.argv[1]).href === import.meta.url) await main();

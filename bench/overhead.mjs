@@ -16,12 +16,11 @@
 // Every response body is read (arrayBuffer()).
 //
 // Prints markdown to stdout (progress to stderr) and writes bench/results/overhead.json.
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
-import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { goalsTable, median, overheadTable, percentile } from './format.mjs';
+import { log, machine, positiveInt, printMarkdown, versionOf, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/overhead.json', import.meta.url));
 
@@ -54,11 +53,6 @@ if (!isMainThread && workerData?.overheadServer) {
 
 // ---------------------------------------------------------------------------------------------
 
-function positiveInt(value, fallback) {
-  const n = Number(value);
-  return Number.isInteger(n) && n > 0 ? n : fallback;
-}
-
 /** Imports a module, retrying a few times: pkg/ may be rebuilt while this runs. */
 async function importRetrying(specifier) {
   for (let i = 0; ; i += 1) {
@@ -68,14 +62,6 @@ async function importRetrying(specifier) {
       if (i >= 4) throw err;
       await new Promise((resolve) => setTimeout(resolve, 2000));
     }
-  }
-}
-
-function versionOf(pkg) {
-  try {
-    return JSON.parse(readFileSync(new URL(`./node_modules/${pkg}/package.json`, import.meta.url), 'utf8')).version;
-  } catch {
-    return '';
   }
 }
 
@@ -110,7 +96,6 @@ async function main() {
   const CAP_MS = 2_000;
   const POLICY = Object.freeze({ maxAttempts: RETRIES + 1, baseDelayMs: BASE_MS, maxDelayMs: CAP_MS });
   const GOAL_RATIO = 0.95;
-  const log = (msg) => process.stderr.write(`  ${msg}\n`);
   const started = performance.now();
 
   const rf = await importRetrying('retry-fetch');
@@ -278,11 +263,7 @@ async function main() {
     }
     const totalSeconds = (performance.now() - started) / 1000;
     const meta = {
-      generatedAt: new Date().toISOString(),
-      node: process.version,
-      platform: `${os.platform()} ${os.arch()}`,
-      cpus: os.cpus().length,
-      cpuModel: os.cpus()[0]?.model ?? '',
+      ...machine(),
       rounds: ROUNDS,
       requestsPerBatch: REQUESTS,
       concurrency: CONCURRENCY,
@@ -299,13 +280,9 @@ async function main() {
     out.push(goalsTable(goals));
     out.push('');
     out.push(`Server: ${serverStats.seen} requests on ${serverStats.connections} connections. Run took ${totalSeconds.toFixed(0)} s.`);
-    await new Promise((resolve) => process.stdout.write(`${out.join('\n')}\n`, resolve));
+    await printMarkdown(out);
 
-    mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
-    writeFileSync(RESULTS, `${JSON.stringify({
-      ...meta, modes: MODES, goals, rows, roundResults: rounds, serverStats, totalSeconds,
-    }, null, 2)}\n`);
-    log(`wrote ${RESULTS}`);
+    writeResults(RESULTS, { ...meta, modes: MODES, goals, rows, roundResults: rounds, serverStats, totalSeconds });
   } finally {
     await server.close().catch(() => {});
   }

@@ -14,7 +14,6 @@
 //
 // RetryBudget, AdaptiveThrottle and CircuitBreaker are used when the built package exports
 // them (typeof ... === 'function'); otherwise their rows say n/a.
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import * as rf from 'retry-fetch';
@@ -23,6 +22,7 @@ import pRetry from 'p-retry';
 import fetchBuilder from 'fetch-retry';
 import { retry, handleAll, ExponentialBackoff } from 'cockatiel';
 import { spawnStormServer, DEFAULTS as SERVER } from './storm-server.mjs';
+import { log, positiveInt, printMarkdown, versionOf, writeResults } from './common.mjs';
 
 const CLIENTS = 200;
 const ROUNDS = positiveInt(process.env.ROUNDS, 3);
@@ -41,11 +41,6 @@ const GOALS = Object.freeze({
   throttle: { maxAmplification: 1.8, successes: CLIENTS, maxP99Ms: 800 },
   outageBudget: { maxAmplification: 1.15 },
 });
-
-function positiveInt(value, fallback) {
-  const n = Number(value);
-  return Number.isInteger(n) && n > 0 ? n : fallback;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Contenders. `make()` is called once per round: state shared by the 200 clients of a round (a
@@ -174,14 +169,6 @@ const OUTAGE = [
   RF_BREAKER,
   ...PEERS,
 ];
-
-function versionOf(pkg) {
-  try {
-    return JSON.parse(readFileSync(new URL(`./node_modules/${pkg}/package.json`, import.meta.url), 'utf8')).version;
-  } catch {
-    return '';
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Measuring.
@@ -385,7 +372,6 @@ function evaluateGoals(herd, outage) {
 
 async function main() {
   const started = performance.now();
-  const log = (msg) => process.stderr.write(`  ${msg}\n`);
   const server = spawnStormServer();
   try {
     // Warm-up, not recorded: JIT, the wasm module, each library's first call, undici's pools.
@@ -433,10 +419,9 @@ async function main() {
     out.push('');
     out.push(`Calls that rejected instead of resolving with a Response (all rounds): ${rejected.length ? rejected.join('; ') : 'none'}.`);
     if (timedOut.length) out.push(`Rounds cut at ${ROUND_TIMEOUT_MS / 1000} s: ${timedOut.join('; ')}.`);
-    await new Promise((resolve) => process.stdout.write(`${out.join('\n')}\n`, resolve));
+    await printMarkdown(out);
 
-    mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
-    writeFileSync(RESULTS, `${JSON.stringify({
+    writeResults(RESULTS, {
       generatedAt: new Date().toISOString(),
       node: process.version,
       platform: `${os.platform()} ${os.arch()}`,
@@ -451,8 +436,7 @@ async function main() {
       herd,
       outage,
       totalSeconds,
-    }, null, 2)}\n`);
-    log(`wrote ${RESULTS}`);
+    });
   } finally {
     await server.terminate();
   }

@@ -3,67 +3,31 @@
 // flaky endpoint, the live timeline, the backoff chart, no page errors). The payments demo, the
 // headline tab, is tested in payments.test.mjs (which saves test-results/demo.png); this file
 // saves test-results/playground.png.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { startDemoServer } from '../../www/server.mjs';
-import { launchChromium } from '../support/chromium.mjs';
+import { useDemo, openDemoPage, withPage, timelineEntries, saveScreenshot } from '../support/demo-page.mjs';
 
-const RESULTS = fileURLToPath(new URL('../../test-results/', import.meta.url));
+const demo = useDemo();
 
-let server;
-let browser;
+/**
+ * A new page at the demo (the Playground tab unless `hash` says otherwise), with its errors
+ * collected; resolves once the wasm is loaded. The flaky endpoint fails on purpose: its
+ * failures are expected, any other error is a bug.
+ */
+const openDemo = ({ width = 1280, height = 900, hash = '#playground' } = {}) =>
+  openDemoPage(demo, { failingPath: '/api/flaky', hash, width, height });
 
-before(async () => {
-  server = await startDemoServer({ port: 0 });
-  assert.ok(server.pkgBuilt, 'pkg/ is not built: run `make pkg`');
-  browser = await launchChromium();
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
-
-/** A new page at the demo, with its errors collected; resolves once the wasm is loaded. */
-async function openDemo({ width = 1280, height = 900, hash = '#playground' } = {}) {
-  const page = await browser.newPage();
-  await page.setViewportSize({ width, height });
-  const errors = [];
-  // The flaky endpoint fails on purpose: Chromium logs "Failed to load resource" for those
-  // answers (503, 429, dropped connections), and retryFetch cancels the bodies of the
-  // responses it retries (ERR_ABORTED). Those are expected; any other error is a bug.
-  const injected = (url) => new URL(url, server.url).pathname === '/api/flaky';
-  page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
-  page.on('console', (m) => {
-    if (m.type() !== 'error') return;
-    if (m.text().startsWith('Failed to load resource') && injected(m.location().url)) return;
-    errors.push(`console.error: ${m.text()} (${m.location().url})`);
-  });
-  page.on('requestfailed', (r) => {
-    if (!injected(r.url())) errors.push(`requestfailed: ${r.url()} ${r.failure()?.errorText}`);
-  });
-  await page.goto(server.url + hash, { waitUntil: 'load' });
-  await page.waitForSelector('body[data-ready="true"]', { state: 'attached', timeout: 15_000 });
-  return { page, errors };
+/** Presses Send and waits for the run to succeed. */
+async function pressSend(page) {
+  await page.click('[data-testid="send"]');
+  await page.waitForSelector('[data-testid="result"][data-outcome="success"]', { timeout: 15_000 });
 }
 
 /** The timeline entries as plain data. */
-function entries(page) {
-  return page.$$eval('[data-testid="timeline"] [data-testid="timeline-entry"]', (lis) =>
-    lis.map((li) => ({
-      attempt: Number(li.dataset.attempt),
-      kind: li.dataset.kind,
-      status: li.dataset.status === undefined ? undefined : Number(li.dataset.status),
-      reason: li.dataset.reason,
-      delayMs: li.dataset.delayMs === undefined ? undefined : Number(li.dataset.delayMs),
-      key: li.dataset.key,
-      text: li.textContent,
-    })));
-}
+const entries = (page) => timelineEntries(page, 'timeline');
 
 test('serves the page, the package with the right MIME types, and the flaky endpoint', async () => {
+  const { server } = demo;
   const page = await fetch(server.url);
   assert.equal(page.status, 200);
   assert.match(page.headers.get('content-type'), /^text\/html/);
@@ -95,109 +59,80 @@ test('serves the page, the package with the right MIME types, and the flaky endp
   for (const mod of ['server.mjs', 'payments-api.mjs']) assert.equal((await fetch(`${server.url}/${mod}`)).status, 404, mod);
 });
 
-test('the Payments tab is the default; the tabs switch by link and by hash', async () => {
-  const { page, errors } = await openDemo({ hash: '' });
-  try {
-    assert.equal(await page.getAttribute('body', 'data-tab'), 'payments');
-    assert.ok(await page.isVisible('[data-testid="pay"]'));
-    assert.ok(!(await page.isVisible('[data-testid="send"]')));
-    assert.equal(await page.getAttribute('[data-testid="tab-payments"]', 'aria-selected'), 'true');
-    await page.click('[data-testid="tab-playground"]');
-    await page.waitForSelector('[data-testid="send"]', { state: 'visible' });
-    assert.ok(!(await page.isVisible('[data-testid="pay"]')));
-    assert.equal(await page.getAttribute('[data-testid="tab-playground"]', 'aria-selected'), 'true');
-    await page.goBack();
-    await page.waitForSelector('[data-testid="pay"]', { state: 'visible' });
-    assert.deepEqual(errors, []);
-  } finally {
-    await page.close();
+test('the Payments tab is the default; the tabs switch by link and by hash', () => withPage(openDemo({ hash: '' }), async (page) => {
+  assert.equal(await page.getAttribute('body', 'data-tab'), 'payments');
+  assert.ok(await page.isVisible('[data-testid="pay"]'));
+  assert.ok(!(await page.isVisible('[data-testid="send"]')));
+  assert.equal(await page.getAttribute('[data-testid="tab-payments"]', 'aria-selected'), 'true');
+  await page.click('[data-testid="tab-playground"]');
+  await page.waitForSelector('[data-testid="send"]', { state: 'visible' });
+  assert.ok(!(await page.isVisible('[data-testid="pay"]')));
+  assert.equal(await page.getAttribute('[data-testid="tab-playground"]', 'aria-selected'), 'true');
+  await page.goBack();
+  await page.waitForSelector('[data-testid="pay"]', { state: 'visible' });
+}));
+
+test('503 twice, then 200: the timeline shows both retries and the final 200', () => withPage(openDemo(), async (page) => {
+  // The backoff chart is drawn from backoffDelays before anything is sent.
+  assert.ok((await page.$$('[data-testid="schedule-chart"] svg .bar')).length >= 1, 'the chart has bars');
+
+  await page.click('[data-testid="mode-503"]');
+  await page.fill('[data-testid="failures"]', '2');
+  await page.selectOption('[data-testid="jitter"]', 'equal');
+  await page.fill('[data-testid="max-attempts"]', '4');
+  await page.fill('[data-testid="base-delay"]', '60');
+  // maxAttempts 4 -> 3 waits in the schedule.
+  assert.equal((await page.$$('[data-testid="schedule-chart"] svg .bar')).length, 3);
+  assert.match(await page.textContent('[data-testid="code-preview"]'), /baseDelayMs: 60/);
+
+  await pressSend(page);
+
+  assert.equal(await page.getAttribute('[data-testid="result"]', 'data-status'), '200');
+  const rows = await entries(page);
+  assert.equal(rows.length, 3, JSON.stringify(rows));
+  for (const [i, row] of rows.slice(0, 2).entries()) {
+    assert.equal(row.attempt, i + 1);
+    assert.equal(row.kind, 'retry');
+    assert.equal(row.status, 503);
+    assert.equal(row.reason, 'status');
+    assert.ok(row.delayMs >= 0 && row.delayMs <= 60 * 2 ** i, `delay ${row.delayMs}`);
+    assert.match(row.text, /503/);
+    assert.match(row.text, new RegExp(`before attempt ${i + 2}`));
   }
-});
+  assert.deepEqual([rows[2].attempt, rows[2].kind, rows[2].status], [3, 'final', 200]);
+  assert.match(rows[2].text, /200 OK/);
+  assert.match(await page.textContent('[data-testid="response-body"]'), /"hit": 3/);
+  // This run's two waits are plotted on the chart.
+  assert.equal((await page.$$('[data-testid="schedule-chart"] .actual-dot')).length, 2);
 
-test('503 twice, then 200: the timeline shows both retries and the final 200', async () => {
-  const { page, errors } = await openDemo();
-  try {
-    // The backoff chart is drawn from backoffDelays before anything is sent.
-    assert.ok((await page.$$('[data-testid="schedule-chart"] svg .bar')).length >= 1, 'the chart has bars');
+  await saveScreenshot(page, 'playground.png');
+}));
 
-    await page.click('[data-testid="mode-503"]');
-    await page.fill('[data-testid="failures"]', '2');
-    await page.selectOption('[data-testid="jitter"]', 'equal');
-    await page.fill('[data-testid="max-attempts"]', '4');
-    await page.fill('[data-testid="base-delay"]', '60');
-    // maxAttempts 4 -> 3 waits in the schedule.
-    assert.equal((await page.$$('[data-testid="schedule-chart"] svg .bar')).length, 3);
-    assert.match(await page.textContent('[data-testid="code-preview"]'), /baseDelayMs: 60/);
+test('POST with connection resets: one idempotency key on every attempt, echoed by the server', () => withPage(openDemo(), async (page) => {
+  await page.click('[data-testid="mode-reset"]');
+  await page.click('[data-testid="target-post"]');
+  await page.fill('[data-testid="failures"]', '2');
+  await page.fill('[data-testid="base-delay"]', '20');
+  await page.fill('[data-testid="max-attempts"]', '5');
+  await pressSend(page);
 
-    await page.click('[data-testid="send"]');
-    await page.waitForSelector('[data-testid="result"][data-outcome="success"]', { timeout: 15_000 });
+  const rows = await entries(page);
+  assert.deepEqual(rows.map((r) => [r.attempt, r.kind, r.reason]), [[1, 'retry', 'network'], [2, 'retry', 'network'], [3, 'final', undefined]]);
+  const key = rows[0].key;
+  assert.match(key, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  assert.ok(rows.every((r) => r.key === key), 'the same key on every attempt');
+  const body = JSON.parse(await page.textContent('[data-testid="response-body"]'));
+  assert.equal(body.idempotencyKey, key);
+  assert.equal(body.method, 'POST');
+  assert.equal(body.hit, 3);
+}));
 
-    assert.equal(await page.getAttribute('[data-testid="result"]', 'data-status'), '200');
-    const rows = await entries(page);
-    assert.equal(rows.length, 3, JSON.stringify(rows));
-    for (const [i, row] of rows.slice(0, 2).entries()) {
-      assert.equal(row.attempt, i + 1);
-      assert.equal(row.kind, 'retry');
-      assert.equal(row.status, 503);
-      assert.equal(row.reason, 'status');
-      assert.ok(row.delayMs >= 0 && row.delayMs <= 60 * 2 ** i, `delay ${row.delayMs}`);
-      assert.match(row.text, /503/);
-      assert.match(row.text, new RegExp(`before attempt ${i + 2}`));
-    }
-    assert.deepEqual([rows[2].attempt, rows[2].kind, rows[2].status], [3, 'final', 200]);
-    assert.match(rows[2].text, /200 OK/);
-    assert.match(await page.textContent('[data-testid="response-body"]'), /"hit": 3/);
-    // This run's two waits are plotted on the chart.
-    assert.equal((await page.$$('[data-testid="schedule-chart"] .actual-dot')).length, 2);
-
-    mkdirSync(RESULTS, { recursive: true });
-    await page.evaluate(() => window.scrollTo(0, 0));
-    await page.screenshot({ path: `${RESULTS}playground.png`, fullPage: true, animations: 'disabled' });
-    assert.deepEqual(errors, []);
-  } finally {
-    await page.close();
-  }
-});
-
-test('POST with connection resets: one idempotency key on every attempt, echoed by the server', async () => {
-  const { page, errors } = await openDemo();
-  try {
-    await page.click('[data-testid="mode-reset"]');
-    await page.click('[data-testid="target-post"]');
-    await page.fill('[data-testid="failures"]', '2');
-    await page.fill('[data-testid="base-delay"]', '20');
-    await page.fill('[data-testid="max-attempts"]', '5');
-    await page.click('[data-testid="send"]');
-    await page.waitForSelector('[data-testid="result"][data-outcome="success"]', { timeout: 15_000 });
-
-    const rows = await entries(page);
-    assert.deepEqual(rows.map((r) => [r.attempt, r.kind, r.reason]), [[1, 'retry', 'network'], [2, 'retry', 'network'], [3, 'final', undefined]]);
-    const key = rows[0].key;
-    assert.match(key, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-    assert.ok(rows.every((r) => r.key === key), 'the same key on every attempt');
-    const body = JSON.parse(await page.textContent('[data-testid="response-body"]'));
-    assert.equal(body.idempotencyKey, key);
-    assert.equal(body.method, 'POST');
-    assert.equal(body.hit, 3);
-    assert.deepEqual(errors, []);
-  } finally {
-    await page.close();
-  }
-});
-
-test('slow mode with a per-attempt timeout: timeouts are retried', async () => {
-  const { page, errors } = await openDemo();
-  try {
-    await page.click('[data-testid="mode-slow"]');
-    await page.fill('[data-testid="failures"]', '1');
-    await page.fill('[data-testid="timeout"]', '300');
-    await page.fill('[data-testid="base-delay"]', '20');
-    await page.click('[data-testid="send"]');
-    await page.waitForSelector('[data-testid="result"][data-outcome="success"]', { timeout: 15_000 });
-    const rows = await entries(page);
-    assert.deepEqual(rows.map((r) => [r.attempt, r.kind, r.reason]), [[1, 'retry', 'timeout'], [2, 'final', undefined]]);
-    assert.deepEqual(errors, []);
-  } finally {
-    await page.close();
-  }
-});
+test('slow mode with a per-attempt timeout: timeouts are retried', () => withPage(openDemo(), async (page) => {
+  await page.click('[data-testid="mode-slow"]');
+  await page.fill('[data-testid="failures"]', '1');
+  await page.fill('[data-testid="timeout"]', '300');
+  await page.fill('[data-testid="base-delay"]', '20');
+  await pressSend(page);
+  const rows = await entries(page);
+  assert.deepEqual(rows.map((r) => [r.attempt, r.kind, r.reason]), [[1, 'retry', 'timeout'], [2, 'final', undefined]]);
+}));

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { idempotency, MemoryStore, toNodeHandler } from 'retry-fetch/server';
-import { serve, send, sleep, newKey } from './support.mjs';
+import { serve, withServer, send, sleep, newKey } from './support.mjs';
 
 const ok = async () => new Response('ok');
 const post = (key, init = {}) =>
@@ -178,8 +178,7 @@ test('a waiting request stops polling when its client disconnects', async () => 
   const acquire = store.acquire.bind(store);
   store.acquire = (...args) => (acquires++, acquire(...args));
   const h = idempotency(async () => (await sleep(400), new Response('slow')), { store, pollMs: 10 });
-  const server = await serve(h);
-  try {
+  await withServer(h, async (server) => {
     const key = newKey();
     const first = send(server.url, { key });
     await sleep(30);
@@ -194,9 +193,7 @@ test('a waiting request stops polling when its client disconnects', async () => 
     assert.equal(acquires, seen, 'no more polling after the disconnect');
     assert.equal(await (await first).text(), 'slow');
     assert.equal(server.errors.length, 0, 'a disconnect is not reported as an error');
-  } finally {
-    await server.close();
-  }
+  });
 });
 
 test('toNodeHandler: request body and headers in, status, headers and streamed body out', async () => {

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { createClient } from 'redis';
 import { idempotency, RedisStore } from 'retry-fetch/server';
 import { storeScenarios } from './scenarios.mjs';
-import { serve, send, snapshot, newKey } from './support.mjs';
+import { serve, withServer, send, snapshot, newKey } from './support.mjs';
 
 const url = process.env.RETRY_FETCH_REDIS_URL;
 const skip = url ? false : 'RETRY_FETCH_REDIS_URL is not set (scripts/test.sh server starts a redis-server)';
@@ -74,8 +74,7 @@ if (skip) {
     const store = new RedisStore({ client, prefix: p });
     assert.equal(store.prefix, p);
     const handler = idempotency(async () => new Response('ok'), { store, ttlMs: 60_000, identity: () => 'user-7' });
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       await (await send(server.url, { key: 'order-1' })).text();
       const keys = await client.keys(`${p}*`);
       assert.equal(keys.length, 1);
@@ -86,9 +85,7 @@ if (skip) {
       const record = JSON.parse(await client.get(keys[0]));
       assert.equal(record.state, 'completed');
       assert.equal(Buffer.from(record.response.body, 'base64').toString(), 'ok');
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   test('RedisStore: a malformed value in Redis is an error, not a replay', async () => {

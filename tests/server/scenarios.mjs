@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { idempotency, toNodeHandler } from 'retry-fetch/server';
 import { retryFetch } from 'retry-fetch';
-import { serve, send, snapshot, sleep, newKey } from './support.mjs';
+import { serve, withServer, send, snapshot, sleep, newKey } from './support.mjs';
 
 /**
  * Register the scenarios for one store kind. `makeStore()` returns a fresh, empty store.
@@ -26,10 +26,36 @@ export function storeScenarios(label, makeStore) {
     return { handler, state };
   };
 
+  // A lock holder that dies, as far as the lock goes: the handler's first run hangs until
+  // `unblock()`; the runs after it answer { run } at once (`state.startedAt`: when each run
+  // began). `holdLock(url, key)` sends the first request and gives it 50 ms to take the lock;
+  // it resolves with `abandon()`, which aborts that request, lets its run finish and waits.
+  const deadHolder = (options) => {
+    let unblock;
+    const blocked = new Promise((resolve) => (unblock = resolve));
+    const state = { runs: 0, startedAt: [] };
+    const handler = idempotency(async () => {
+      const run = ++state.runs;
+      state.startedAt.push(Date.now());
+      if (run === 1) await blocked;
+      return Response.json({ run });
+    }, { store: makeStore(), ...options });
+    const holdLock = async (url, key) => {
+      const controller = new AbortController();
+      const first = send(url, { key, signal: controller.signal }).catch((e) => e);
+      await sleep(50);
+      return async () => {
+        controller.abort();
+        unblock();
+        await first;
+      };
+    };
+    return { handler, state, unblock, holdLock };
+  };
+
   t('two concurrent requests with one key: the handler runs once, both get its answer', async () => {
     const { handler, state } = payments({}, { delayMs: 150 });
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const key = newKey();
       const [a, b] = await Promise.all([send(server.url, { key }), send(server.url, { key })]);
       assert.equal(state.runs, 1);
@@ -39,9 +65,7 @@ export function storeScenarios(label, makeStore) {
       assert.deepEqual(JSON.parse(sa.body), { charge: 'ch_1', run: 1 });
       const replayed = [a, b].map((r) => r.headers.get('idempotent-replayed'));
       assert.deepEqual(replayed.sort(), ['true', null].sort());
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('a replay is byte-identical (status, status text, headers, body) plus Idempotent-Replayed: true', async () => {
@@ -56,8 +80,7 @@ export function storeScenarios(label, makeStore) {
       headers.append('Vary', 'Origin');
       return new Response(bytes, { status: 202, statusText: 'Accepted For Charging', headers });
     }, { store: makeStore() });
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const key = newKey();
       const first = await send(server.url, { key });
       const replay = await send(server.url, { key });
@@ -72,9 +95,7 @@ export function storeScenarios(label, makeStore) {
       assert.deepEqual(replay.headers.getSetCookie(), ['a=1; Path=/', 'b=2; Path=/']);
       assert.equal(replay.headers.get('vary'), 'Accept, Origin');
       assert.equal(replay.headers.get('etag'), '"v1"');
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('a 204 and a 5xx answer are stored and replayed too', async () => {
@@ -85,8 +106,7 @@ export function storeScenarios(label, makeStore) {
         ? new Response(null, { status: 204 })
         : new Response('upstream failed after charging', { status: 502 });
     }, { store: makeStore() });
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const k1 = newKey();
       const k2 = newKey();
       for (let i = 0; i < 2; i++) {
@@ -99,15 +119,12 @@ export function storeScenarios(label, makeStore) {
         assert.equal(failed.headers.get('idempotent-replayed'), i === 0 ? null : 'true');
       }
       assert.equal(runs, 2);
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('the same key with another payload, path, query or method is a 422', async () => {
     const { handler, state } = payments();
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const key = newKey();
       assert.equal((await send(server.url, { key })).status, 201);
       for (const changed of [
@@ -127,15 +144,12 @@ export function storeScenarios(label, makeStore) {
       assert.equal(state.runs, 1);
       // The original request still replays.
       assert.equal((await send(server.url, { key })).headers.get('idempotent-replayed'), 'true');
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('a stored response expires after ttlMs; the key then runs the handler again', async () => {
     const { handler, state } = payments({ ttlMs: 300 });
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const key = newKey();
       assert.equal((await (await send(server.url, { key })).json()).run, 1);
       const again = await send(server.url, { key });
@@ -146,15 +160,12 @@ export function storeScenarios(label, makeStore) {
       assert.equal(after.headers.get('idempotent-replayed'), null);
       assert.equal((await after.json()).run, 2);
       assert.equal(state.runs, 2);
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('a handler that throws stores nothing and releases the lock: a retry runs it again', async () => {
     const { handler, state } = payments({}, { fail: (run) => run === 1 });
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const key = newKey();
       const failed = await send(server.url, { key });
       assert.equal(failed.status, 500, 'toNodeHandler answers a thrown error with 500');
@@ -166,15 +177,12 @@ export function storeScenarios(label, makeStore) {
       assert.equal((await retried.json()).run, 2);
       assert.equal((await send(server.url, { key })).headers.get('idempotent-replayed'), 'true');
       assert.equal(state.runs, 2);
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('a missing key is a 400 problem on POST and PATCH; other methods pass through', async () => {
     const { handler, state } = payments();
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       for (const method of ['POST', 'PATCH']) {
         const res = await send(server.url, { method });
         assert.equal(res.status, 400, method);
@@ -188,15 +196,12 @@ export function storeScenarios(label, makeStore) {
       assert.equal((await send(server.url, { method: 'GET' })).status, 201);
       assert.equal((await send(server.url, { method: 'PUT' })).status, 201);
       assert.equal(state.runs, 2);
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('an invalid key is a 400 problem', async () => {
     const { handler, state } = payments();
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       for (const key of ['', 'two words', 'k1, k2', 'k'.repeat(256), '"unterminated', '"bad\\escape"']) {
         const res = await send(server.url, { key });
         assert.equal(res.status, 400, JSON.stringify(key));
@@ -204,15 +209,12 @@ export function storeScenarios(label, makeStore) {
         assert.equal(problem.code, 'idempotency-key-invalid');
       }
       assert.equal(state.runs, 0);
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t("concurrent: 'reject' answers the second request 409 while the first runs", async () => {
     const { handler, state } = payments({ concurrent: 'reject' }, { delayMs: 200 });
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
       await sleep(50);
@@ -224,15 +226,12 @@ export function storeScenarios(label, makeStore) {
       assert.equal((await first).status, 201);
       assert.equal(state.runs, 1);
       assert.equal((await send(server.url, { key })).headers.get('idempotent-replayed'), 'true');
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t("concurrent: 'wait' answers 409 when waitTimeoutMs runs out first", async () => {
     const { handler, state } = payments({ waitTimeoutMs: 100 }, { delayMs: 400 });
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
       await sleep(30);
@@ -242,46 +241,31 @@ export function storeScenarios(label, makeStore) {
       assert.ok(Date.now() - started >= 90, 'it waited');
       assert.equal((await first).status, 201);
       assert.equal(state.runs, 1);
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('a lock whose holder died expires after lockTimeoutMs and the next request processes', async () => {
-    let unblock;
-    const blocked = new Promise((resolve) => (unblock = resolve));
     const storeErrors = [];
     // One wrapped handler whose first run hangs: a holder that died, as far as the lock goes.
-    let runs = 0;
-    const startedAt = [];
-    const app = idempotency(async () => {
-      const run = ++runs;
-      startedAt.push(Date.now());
-      if (run === 1) await blocked;
-      return Response.json({ run });
-    }, { store: makeStore(), lockTimeoutMs: 300, onStoreError: (e, op) => storeErrors.push(op) });
-    const server = await serve(app);
+    const { handler, state, unblock, holdLock } = deadHolder({ lockTimeoutMs: 300, onStoreError: (e, op) => storeErrors.push(op) });
+    const server = await serve(handler);
     try {
       const key = newKey();
-      const controller = new AbortController();
-      const first = send(server.url, { key, signal: controller.signal }).catch((e) => e);
-      await sleep(50);
+      const abandon = await holdLock(server.url, key);
       // While the lock is live a second request waits; once it expires, it processes.
       const second = await send(server.url, { key });
       assert.equal(second.status, 200);
       assert.deepEqual(await second.json(), { run: 2 });
-      const gap = startedAt[1] - startedAt[0];
+      const gap = state.startedAt[1] - state.startedAt[0];
       assert.ok(gap >= 250, `the second run waited for the lock to expire (${gap} ms after the first)`);
       // The late holder finishes: its response is not stored over the new one.
-      controller.abort();
-      unblock();
-      await first;
+      await abandon();
       await sleep(50);
       assert.deepEqual(storeErrors, ['complete']);
       const third = await send(server.url, { key });
       assert.equal(third.headers.get('idempotent-replayed'), 'true');
       assert.deepEqual(await third.json(), { run: 2 });
-      assert.equal(runs, 2);
+      assert.equal(state.runs, 2);
     } finally {
       unblock();
       await server.close();
@@ -289,28 +273,17 @@ export function storeScenarios(label, makeStore) {
   });
 
   t('a lock whose holder died: a request after lockTimeoutMs processes at once (concurrent: reject)', async () => {
-    let unblock;
-    const blocked = new Promise((resolve) => (unblock = resolve));
-    let runs = 0;
-    const app = idempotency(async () => {
-      const run = ++runs;
-      if (run === 1) await blocked;
-      return Response.json({ run });
-    }, { store: makeStore(), lockTimeoutMs: 200, concurrent: 'reject', onStoreError: () => {} });
-    const server = await serve(app);
+    const { handler, unblock, holdLock } = deadHolder({ lockTimeoutMs: 200, concurrent: 'reject', onStoreError: () => {} });
+    const server = await serve(handler);
     try {
       const key = newKey();
-      const controller = new AbortController();
-      const first = send(server.url, { key, signal: controller.signal }).catch((e) => e);
-      await sleep(50);
+      const abandon = await holdLock(server.url, key);
       assert.equal((await send(server.url, { key })).status, 409, 'the lock is live');
       await sleep(250);
       const next = await send(server.url, { key });
       assert.equal(next.status, 200);
       assert.deepEqual(await next.json(), { run: 2 });
-      controller.abort();
-      unblock();
-      await first;
+      await abandon();
     } finally {
       unblock();
       await server.close();
@@ -319,8 +292,7 @@ export function storeScenarios(label, makeStore) {
 
   t('keys are scoped by identity: the same key from two users is two operations', async () => {
     const { handler, state } = payments({ identity: (request) => request.headers.get('X-User') ?? undefined });
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const key = newKey();
       const alice = await send(server.url, { key, headers: { 'X-User': 'alice' } });
       const bob = await send(server.url, { key, headers: { 'X-User': 'bob' } });
@@ -336,15 +308,12 @@ export function storeScenarios(label, makeStore) {
       const anonymous = await send(server.url, { key });
       assert.equal((await anonymous.json()).run, 4, 'no identity is a scope of its own');
       assert.equal(state.runs, 4);
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('the sf-string key form ("abc", with escapes) is the same key as the plain form', async () => {
     const { handler, state } = payments();
-    const server = await serve(handler);
-    try {
+    await withServer(handler, async (server) => {
       const key = `k-${newKey()}`;
       const plain = await send(server.url, { key });
       assert.equal(plain.status, 201);
@@ -363,9 +332,7 @@ export function storeScenarios(label, makeStore) {
       }, { idempotencyKey: 'a"b\\c', idempotencyKeyFormat: 'sf-string' });
       assert.equal(viaClient.headers.get('idempotent-replayed'), 'true');
       assert.equal(state.runs, 2);
-    } finally {
-      await server.close();
-    }
+    });
   });
 
   t('retryFetch end to end: charge, then the connection drops before the answer; one charge', async () => {

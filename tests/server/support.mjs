@@ -25,6 +25,16 @@ export async function serve(handler, { wrap } = {}) {
   };
 }
 
+/** Serve `handler` (as serve() does) while `fn(server)` runs, then close the server. */
+export async function withServer(handler, fn) {
+  const server = await serve(handler);
+  try {
+    return await fn(server);
+  } finally {
+    await server.close();
+  }
+}
+
 /** A request to `url + path` with an optional key (plain string as is) and extra headers. */
 export function send(url, { key, body = '{"amount":4200,"currency":"EUR"}', method = 'POST', path = '/payments', headers = {}, signal } = {}) {
   const h = { 'Content-Type': 'application/json', ...headers };

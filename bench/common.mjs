@@ -1,0 +1,48 @@
+// Plumbing shared by overhead.mjs, coldstart.mjs and storms.mjs: knobs from the environment,
+// progress on stderr, the peers' versions, the machine a run was measured on, and the output
+// (markdown on stdout, every number in bench/results/<name>.json). Statistics and tables are in
+// format.mjs, which stays free of imports: coldstart.mjs times its import as the floor.
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+/** `value` (an environment variable) as a positive integer, else `fallback`. */
+export function positiveInt(value, fallback) {
+  const n = Number(value);
+  return Number.isInteger(n) && n > 0 ? n : fallback;
+}
+
+/** Progress, on stderr (stdout carries the markdown). */
+export const log = (msg) => process.stderr.write(`  ${msg}\n`);
+
+/** The version of a package installed in bench/node_modules, or '' when it is not there. */
+export function versionOf(pkg) {
+  try {
+    return JSON.parse(readFileSync(new URL(`./node_modules/${pkg}/package.json`, import.meta.url), 'utf8')).version;
+  } catch {
+    return '';
+  }
+}
+
+/** When, and on what, a run was measured: the first fields of a results file. */
+export function machine() {
+  return {
+    generatedAt: new Date().toISOString(),
+    node: process.version,
+    platform: `${os.platform()} ${os.arch()}`,
+    cpus: os.cpus().length,
+    cpuModel: os.cpus()[0]?.model ?? '',
+  };
+}
+
+/** Prints the markdown lines to stdout; resolves once they are written. */
+export function printMarkdown(lines) {
+  return new Promise((resolve) => process.stdout.write(`${lines.join('\n')}\n`, resolve));
+}
+
+/** Writes `results` to `file` (bench/results/<name>.json) as indented JSON, and says so. */
+export function writeResults(file, results) {
+  mkdirSync(path.dirname(file), { recursive: true });
+  writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
+  log(`wrote ${file}`);
+}
