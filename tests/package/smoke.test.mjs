@@ -1,6 +1,7 @@
 // The package as users get it: `npm pack` of pkg/, installed into a fresh folder, then used as
 // a Node ES module, a Node CommonJS require, the server entry, a plain browser
-// <script type="module"> (import map, no bundler), a Web Worker and a Vite production build.
+// <script type="module"> (import map, no bundler), the manual entry in a page and in a
+// module service worker, a Web Worker and a Vite production build.
 // Each run does a real retry (503 then 200) against the fault-injecting server.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -80,6 +81,14 @@ async function page(path) {
 
 test('a plain browser <script type="module"> with no bundler', async () => {
   assert.equal(await page('plain.html'), '200');
+});
+
+test('the manual entry (no top-level await): init() then the API', async () => {
+  assert.equal(await page('manual.html'), '200');
+});
+
+test('a module service worker, through the manual entry', async () => {
+  assert.equal(await page('sw.html'), '200');
 });
 
 test('a Web Worker', async () => {

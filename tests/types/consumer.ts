@@ -15,6 +15,7 @@ import {
   CircuitBreaker,
   isCircuitOpenError,
 } from 'retry-fetch';
+import { init, retryFetch as manualRetryFetch } from 'retry-fetch/manual';
 
 const options: RetryOptions = {
   maxAttempts: 5,
@@ -46,6 +47,9 @@ const options: RetryOptions = {
 };
 
 async function main(): Promise<void> {
+  await init();
+  const manual: Response = await manualRetryFetch('https://api.example/');
+  void manual;
   const res: Response = await retryFetch('https://api.example/pay', { method: 'POST', body: '{}' }, options);
   const ok: boolean = res.ok;
   void ok;
