@@ -4,13 +4,4 @@ import init from './retry_fetch.js';
 
 await init({ module_or_path: new URL('./retry_fetch_bg.wasm', import.meta.url) });
 
-export {
-  retryFetch,
-  createRetryFetch,
-  backoffDelays,
-  isRetryError,
-  isCircuitOpenError,
-  RetryBudget,
-  AdaptiveThrottle,
-  CircuitBreaker,
-} from './client.js';
+export * from './client.js';

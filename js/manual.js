@@ -11,13 +11,4 @@ export function init(wasm) {
   return ready.then(() => undefined);
 }
 
-export {
-  retryFetch,
-  createRetryFetch,
-  backoffDelays,
-  isRetryError,
-  isCircuitOpenError,
-  RetryBudget,
-  AdaptiveThrottle,
-  CircuitBreaker,
-} from './client.js';
+export * from './client.js';

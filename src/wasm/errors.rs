@@ -58,7 +58,14 @@ pub fn type_error(message: &str) -> JsValue {
 /// The `TypeError` for an invalid option:
 /// `retryFetch: invalid option "maxAttempts": got 0; expected an integer from 1 to 100`.
 pub fn option_error(err: OptionError, value: &JsValue) -> JsValue {
-    let mut msg = String::from("retryFetch: invalid option \"");
+    invalid_option("retryFetch", err, value)
+}
+
+/// The `TypeError` for an invalid option of the API `api` (`retryFetch`, `idempotency`):
+/// `<api>: invalid option "<name>": got <value>; expected <what is allowed>`.
+pub fn invalid_option(api: &str, err: OptionError, value: &JsValue) -> JsValue {
+    let mut msg = String::from(api);
+    msg.push_str(": invalid option \"");
     msg.push_str(err.option);
     msg.push_str("\": got ");
     msg.push_str(&describe(value));

@@ -10,7 +10,7 @@ use js_sys::Uint8Array;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::errors::{describe, named_error, type_error};
+use super::errors::{describe, invalid_option, named_error, type_error};
 use super::js;
 use crate::core::idempotency::{self as idem, Record, ServerOptions};
 use crate::core::options::OptionError;
@@ -20,13 +20,7 @@ const STORE_METHODS: [&str; 4] = ["acquire", "reclaim", "complete", "release"];
 
 /// `idempotency: invalid option "ttlMs": got -1; expected an integer number of ...`.
 fn option_error(err: OptionError, value: &JsValue) -> JsValue {
-    let mut msg = String::from("idempotency: invalid option \"");
-    msg.push_str(err.option);
-    msg.push_str("\": got ");
-    msg.push_str(&describe(value));
-    msg.push_str("; expected ");
-    msg.push_str(err.expected);
-    type_error(&msg)
+    invalid_option("idempotency", err, value)
 }
 
 fn number(option: &'static str, v: &JsValue, expected: &'static str) -> Result<f64, JsValue> {
