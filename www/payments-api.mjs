@@ -22,6 +22,7 @@
 //                                     retry answered from the store is dropped the same way)
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { idempotency, MemoryStore, toNodeHandler } from '../pkg/server.js';
+import { readBody } from './read-body.mjs';
 
 export const FAULT_MODES = ['none', '503', '429', 'slow', 'drop'];
 const MAX_COUNT = 10;
@@ -37,14 +38,7 @@ function json(res, status, body, headers = {}) {
 }
 
 async function readJson(req, limit = 16 * 1024) {
-  const chunks = [];
-  let size = 0;
-  for await (const c of req) {
-    size += c.length;
-    if (size > limit) throw Object.assign(new Error('body too large'), { status: 413 });
-    chunks.push(c);
-  }
-  const text = Buffer.concat(chunks).toString('utf8');
+  const text = await readBody(req, limit);
   try {
     return text ? JSON.parse(text) : {};
   } catch {

@@ -32,6 +32,7 @@ import { existsSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { extname, join, normalize, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { readBody } from './read-body.mjs';
 
 const WWW_DIR = fileURLToPath(new URL('.', import.meta.url));
 const PKG_DIR = fileURLToPath(new URL('../pkg/', import.meta.url));
@@ -75,18 +76,6 @@ function intParam(params, name, fallback, min, max) {
   const n = Number(raw);
   if (!Number.isInteger(n) || n < min || n > max) return null;
   return n;
-}
-
-/** Reads a request body (small: the demo's requests are tiny). */
-async function readBody(req, limit = 64 * 1024) {
-  const chunks = [];
-  let size = 0;
-  for await (const c of req) {
-    size += c.length;
-    if (size > limit) throw Object.assign(new Error('body too large'), { status: 413 });
-    chunks.push(c);
-  }
-  return Buffer.concat(chunks).toString('utf8');
 }
 
 /** Serves a file below `root`, or 404. */
