@@ -48,6 +48,7 @@ wasm-bindgen --target nodejs --weak-refs --no-typescript --out-dir "$out/cjs" --
   --enable-mutable-globals --enable-reference-types --enable-multivalue \
   "$out/cjs/retry_fetch_bg.wasm" -o "$out/cjs/retry_fetch_bg.wasm"
 echo '{ "type": "commonjs" }' > "$out/cjs/package.json"
+node scripts/cjs.mjs js/client.js "$out/cjs/client.js"
 
 build_wasm retry_fetch_server --features server
 

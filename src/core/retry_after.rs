@@ -14,8 +14,6 @@
 //! Every parser takes arbitrary text and never panics; malformed input gives `None`, and the
 //! caller falls back to the computed backoff delay.
 
-use std::time::{Duration, UNIX_EPOCH};
-
 /// Seconds at or above which `RateLimit-Reset` is read as a Unix time.
 const UNIX_TIME_THRESHOLD_S: u64 = 1_000_000_000;
 
@@ -32,11 +30,111 @@ fn seconds_to_ms(s: u64) -> f64 {
     s as f64 * 1000.0
 }
 
+/// English weekday names, Monday first; their first three letters are the short names.
+const WEEKDAYS: [&str; 7] =
+    ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+
+/// The twelve three-letter month names, January first.
+const MONTHS: &[u8; 36] = b"JanFebMarAprMayJunJulAugSepOctNovDec";
+
+/// The value of a run of ASCII digits (at most four here, so it cannot overflow); `None` if
+/// any byte is not a digit.
+fn digits(ds: &[u8]) -> Option<u32> {
+    ds.iter().try_fold(0u32, |acc, &b| {
+        let d = b.wrapping_sub(b'0');
+        (d < 10).then(|| acc * 10 + u32::from(d))
+    })
+}
+
+/// Index (Monday = 0) of a three-letter weekday name such as `Sun`.
+fn short_weekday(name: [u8; 3]) -> Option<u32> {
+    WEEKDAYS.iter().position(|w| w.as_bytes().get(..3) == Some(&name[..])).map(|i| i as u32)
+}
+
+/// Month (1 to 12) of a three-letter month name such as `Nov`.
+fn month(name: [u8; 3]) -> Option<u32> {
+    MONTHS.chunks(3).position(|m| m == name).map(|i| i as u32 + 1)
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date of year 1970 or later (H. Hinnant's
+/// `days_from_civil`, all integer arithmetic; March-based years put the leap day last).
+fn days_from_civil(year: u32, mon: u32, day: u32) -> u32 {
+    let y = if mon <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * ((mon + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Milliseconds since the Unix epoch of an HTTP-date in any RFC 9110 form.
+///
+/// Accepts exactly what the `httpdate` crate (1.0.3) accepts: ASCII only, surrounding ASCII
+/// whitespace ignored, names case-sensitive, years 1970 to 9999 (two-digit RFC 850 years
+/// 70-99 are 19xx, 00-69 are 20xx), a real calendar date, no leap second, and the weekday
+/// must be the date's weekday. Like `httpdate`, the RFC 850 form leaves the byte between the
+/// year and the hour unchecked.
+///
+/// ```
+/// use retry_fetch::core::retry_after::parse_http_date_ms;
+/// assert_eq!(parse_http_date_ms("Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777_000.0));
+/// assert_eq!(parse_http_date_ms("Sunday, 06-Nov-94 08:49:37 GMT"), Some(784_111_777_000.0));
+/// assert_eq!(parse_http_date_ms("Sun Nov  6 08:49:37 1994"), Some(784_111_777_000.0));
+/// assert_eq!(parse_http_date_ms("Mon, 06 Nov 1994 08:49:37 GMT"), None);
+/// ```
 pub fn parse_http_date_ms(value: &str) -> Option<f64> {
-    let t = httpdate::parse_http_date(value.trim_matches(|c| c == ' ' || c == '\t')).ok()?;
-    let since = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    Some(since.as_secs_f64() * 1000.0)
+    if !value.is_ascii() {
+        return None;
+    }
+    let s = value.trim_matches(|c| matches!(c, '\t'..='\r' | ' ')).as_bytes();
+    // (weekday, day, month, year, `HH:MM:SS`); slice patterns, so no index can be out of range
+    let (wday, day, mon, year, hms) = match *s {
+        // IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`
+        [w0, w1, w2, b',', b' ', d0, d1, b' ', m0, m1, m2, b' ', y0, y1, y2, y3, b' ', ref hms @ .., b' ', b'G', b'M', b'T'] => (
+            short_weekday([w0, w1, w2])?,
+            digits(&[d0, d1])?,
+            month([m0, m1, m2])?,
+            digits(&[y0, y1, y2, y3])?,
+            hms,
+        ),
+        // asctime: `Sun Nov  6 08:49:37 1994` (the day may also be `06`)
+        [w0, w1, w2, b' ', m0, m1, m2, b' ', d0, d1, b' ', ref hms @ .., b' ', y0, y1, y2, y3] => (
+            short_weekday([w0, w1, w2])?,
+            if d0 == b' ' { digits(&[d1])? } else { digits(&[d0, d1])? },
+            month([m0, m1, m2])?,
+            digits(&[y0, y1, y2, y3])?,
+            hms,
+        ),
+        // RFC 850: `Sunday, 06-Nov-94 08:49:37 GMT`
+        _ => {
+            let (wday, rest) = WEEKDAYS.iter().enumerate().find_map(|(i, w)| {
+                Some((i as u32, s.strip_prefix(w.as_bytes())?.strip_prefix(b", ")?))
+            })?;
+            // `_`: httpdate does not check the byte between the year and the hour either
+            let [d0, d1, b'-', m0, m1, m2, b'-', y0, y1, _, ref hms @ .., b' ', b'G', b'M', b'T'] =
+                *rest
+            else {
+                return None;
+            };
+            let yy = digits(&[y0, y1])?;
+            let year = if yy < 70 { 2000 + yy } else { 1900 + yy };
+            (wday, digits(&[d0, d1])?, month([m0, m1, m2])?, year, hms)
+        }
+    };
+    let [h0, h1, b':', n0, n1, b':', s0, s1] = *hms else { return None };
+    let (hour, min, sec) = (digits(&[h0, h1])?, digits(&[n0, n1])?, digits(&[s0, s1])?);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_len = if mon == 2 { 28 + u32::from(leap) } else { 30 + (mon + mon / 8) % 2 };
+    if hour > 23 || min > 59 || sec > 59 || year < 1970 || day == 0 || day > month_len {
+        return None;
+    }
+    let days = days_from_civil(year, mon, day);
+    // 1970-01-01 was a Thursday (index 3)
+    if (days + 3) % 7 != wday {
+        return None;
+    }
+    let secs = u64::from(days) * 86_400 + u64::from(hour * 3600 + min * 60 + sec);
+    Some(secs as f64 * 1000.0)
 }
 
 /// The wait a `Retry-After` value asks for, in ms from `now_ms` (ms since the Unix epoch).
@@ -179,6 +277,296 @@ mod tests {
             "Sun Nov  6 08:49:37 1994",
         ] {
             assert_eq!(parse_retry_after(form, now), Some(10_000.0), "{form}");
+        }
+    }
+
+    /// Append `n` as `width` zero-padded decimal digits.
+    fn push_num(out: &mut String, n: u64, width: u32) {
+        for i in (0..width).rev() {
+            out.push(char::from(b'0' + (n / 10u64.pow(i) % 10) as u8));
+        }
+    }
+
+    const MONTH_NAMES: [&str; 12] =
+        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+    /// A broken-down UTC time: (weekday Monday = 0, year, month 1-12, day, h, m, s).
+    type Civil = (usize, u64, usize, u64, u64, u64, u64);
+
+    /// Unix seconds to a broken-down time, by H. Hinnant's `civil_from_days` (the inverse of
+    /// the parser's arithmetic, written independently of it).
+    fn civil(secs: u64) -> Civil {
+        let (days, sod) = (secs / 86_400, secs % 86_400);
+        let z = days + 719_468;
+        let era = z / 146_097;
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let mon = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + u64::from(mon <= 2);
+        let wday = ((days + 3) % 7) as usize;
+        (wday, year, mon as usize, day, sod / 3600, sod / 60 % 60, sod % 60)
+    }
+
+    fn push_hms(out: &mut String, (_, _, _, _, h, m, s): Civil) {
+        push_num(out, h, 2);
+        out.push(':');
+        push_num(out, m, 2);
+        out.push(':');
+        push_num(out, s, 2);
+    }
+
+    /// `Sun, 06 Nov 1994 08:49:37 GMT`
+    fn fmt_imf(c: Civil) -> String {
+        let mut out = String::new();
+        out.push_str(&WEEKDAYS[c.0][..3]);
+        out.push_str(", ");
+        push_num(&mut out, c.3, 2);
+        out.push(' ');
+        out.push_str(MONTH_NAMES[c.2 - 1]);
+        out.push(' ');
+        push_num(&mut out, c.1, 4);
+        out.push(' ');
+        push_hms(&mut out, c);
+        out.push_str(" GMT");
+        out
+    }
+
+    /// `Sunday, 06-Nov-94 08:49:37 GMT`
+    fn fmt_rfc850(c: Civil) -> String {
+        let mut out = String::new();
+        out.push_str(WEEKDAYS[c.0]);
+        out.push_str(", ");
+        push_num(&mut out, c.3, 2);
+        out.push('-');
+        out.push_str(MONTH_NAMES[c.2 - 1]);
+        out.push('-');
+        push_num(&mut out, c.1 % 100, 2);
+        out.push(' ');
+        push_hms(&mut out, c);
+        out.push_str(" GMT");
+        out
+    }
+
+    /// `Sun Nov  6 08:49:37 1994`
+    fn fmt_asctime(c: Civil) -> String {
+        let mut out = String::new();
+        out.push_str(&WEEKDAYS[c.0][..3]);
+        out.push(' ');
+        out.push_str(MONTH_NAMES[c.2 - 1]);
+        out.push(' ');
+        if c.3 < 10 {
+            out.push(' ');
+            push_num(&mut out, c.3, 1);
+        } else {
+            push_num(&mut out, c.3, 2);
+        }
+        out.push(' ');
+        push_hms(&mut out, c);
+        out.push(' ');
+        push_num(&mut out, c.1, 4);
+        out
+    }
+
+    #[test]
+    fn http_date_three_forms_of_the_rfc_example() {
+        for form in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+            "Sun Nov 06 08:49:37 1994",
+            " \t Sun, 06 Nov 1994 08:49:37 GMT\r\n",
+            "\x0b\x0cSunday, 06-Nov-94 08:49:37 GMT\n",
+        ] {
+            assert_eq!(parse_http_date_ms(form), Some(EPOCH_1994_MS), "{form:?}");
+        }
+    }
+
+    #[test]
+    fn http_date_known_pairs() {
+        for (secs, imf) in [
+            (0u64, "Thu, 01 Jan 1970 00:00:00 GMT"),
+            (86_399, "Thu, 01 Jan 1970 23:59:59 GMT"),
+            (784_111_777, "Sun, 06 Nov 1994 08:49:37 GMT"),
+            (951_782_400, "Tue, 29 Feb 2000 00:00:00 GMT"),
+            (1_475_419_451, "Sun, 02 Oct 2016 14:44:11 GMT"),
+            (1_700_000_000, "Tue, 14 Nov 2023 22:13:20 GMT"),
+            (1_709_164_800, "Thu, 29 Feb 2024 00:00:00 GMT"),
+            (2_147_483_647, "Tue, 19 Jan 2038 03:14:07 GMT"),
+            (4_107_542_399, "Sun, 28 Feb 2100 23:59:59 GMT"),
+            (4_107_542_400, "Mon, 01 Mar 2100 00:00:00 GMT"),
+            (253_402_300_799, "Fri, 31 Dec 9999 23:59:59 GMT"),
+        ] {
+            assert_eq!(fmt_imf(civil(secs)), imf, "the test formatter, {secs}");
+            assert_eq!(parse_http_date_ms(imf), Some(secs as f64 * 1000.0), "{imf}");
+        }
+    }
+
+    #[test]
+    fn http_date_rfc850_two_digit_years() {
+        // 70-99 are 19xx, 00-69 are 20xx (httpdate's rule)
+        assert_eq!(parse_http_date_ms("Thursday, 01-Jan-70 00:00:00 GMT"), Some(0.0));
+        assert_eq!(parse_http_date_ms("Friday, 31-Dec-99 23:59:59 GMT"), Some(946_684_799_000.0));
+        assert_eq!(parse_http_date_ms("Saturday, 01-Jan-00 00:00:00 GMT"), Some(946_684_800_000.0));
+        assert_eq!(parse_http_date_ms("Tuesday, 31-Dec-69 23:59:59 GMT"), Some(3_155_759_999_000.0));
+        // the weekday is checked against the 20xx/19xx reading
+        assert_eq!(parse_http_date_ms("Wednesday, 01-Jan-70 00:00:00 GMT"), None);
+    }
+
+    #[test]
+    fn http_date_rejects_invalid_dates() {
+        for bad in [
+            "",
+            " ",
+            "garbage",
+            "Sun, 06 Foo 1994 08:49:37 GMT",  // bad month
+            "Sun, 06 nov 1994 08:49:37 GMT",  // names are case-sensitive
+            "sun, 06 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 gmt",
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 32 Nov 1994 08:49:37 GMT",  // day 32
+            "Thu, 31 Nov 1994 08:49:37 GMT",  // 1 Dec 1994 is a Thursday
+            "Mon, 00 Nov 1994 08:49:37 GMT",  // day 0 (31 Oct 1994 is a Monday)
+            "Thu, 30 Feb 2012 00:00:00 GMT",  // Feb 30 (1 Mar 2012 is a Thursday)
+            "Tue, 29 Feb 2011 00:00:00 GMT",  // not a leap year (1 Mar 2011 is a Tuesday)
+            "Mon, 29 Feb 2100 00:00:00 GMT",  // not a leap year (1 Mar 2100 is a Monday)
+            "Sun, 06 Nov 1994 25:00:00 GMT",  // 25:00
+            "Sun, 06 Nov 1994 24:00:00 GMT",
+            "Sun, 06 Nov 1994 08:60:37 GMT",
+            "Sun, 06 Nov 1994 08:49:60 GMT",  // no leap seconds
+            "Mon, 06 Nov 1994 08:49:37 GMT",  // wrong weekday, each form
+            "Monday, 06-Nov-94 08:49:37 GMT",
+            "Mon Nov  6 08:49:37 1994",
+            "Sund, 06 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 GMT x",
+            "Sun, 06 Nov 1994 08:49:37",
+            "Sun, 6 Nov 1994 08:49:37 GMT",
+            "Sun,  6 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 94 08:49:37 GMT",
+            "Sun, 06-Nov-1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08.49.37 GMT",
+            "Sun, 06 Nov 1994 8:49:37 GMT",
+            "Sun, 06 Nov +994 08:49:37 GMT",
+            "Wed, 31 Dec 1969 23:59:59 GMT",  // before 1970
+            "Sat, 01 Jan 0000 00:00:00 GMT",
+            "Sun, 06-Nov-94 08:49:37 GMT",    // RFC 850 needs the long weekday
+            "Sunday, 06 Nov 1994 08:49:37 GMT",
+            "Sunday,06-Nov-94 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT GMT",
+            "Sunday, 6-Nov-94 08:49:37 GMT",
+            "Sunday, 06-Nov-9 08:49:37 GMT",
+            "Sun Nov 6 08:49:37 1994",
+            "Sun Nov  6 08:49:37 94",
+            "Sun Nov  0 08:49:37 1994",
+            "Sun Nov 6  08:49:37 1994",
+            "Sun Nov  6 08:49:37 1994 GMT",
+            "Sun\tNov  6 08:49:37 1994",
+            "\0Sun, 06 Nov 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(parse_http_date_ms(bad), None, "{bad:?}");
+            assert_eq!(parse_retry_after(bad, 0.0), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn http_date_rejects_every_truncation() {
+        for form in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            for end in 1..form.len() {
+                let cut = &form[..end];
+                if cut.trim_end() != cut {
+                    continue; // trailing whitespace trimmed: the same prefix is tested untrimmed
+                }
+                assert_eq!(parse_http_date_ms(cut), None, "{cut:?}");
+                assert_eq!(parse_http_date_ms(&form[end..]), None, "{:?}", &form[end..]);
+            }
+        }
+    }
+
+    #[test]
+    fn http_date_rejects_multibyte_utf8_anywhere() {
+        for form in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            for c in ["\u{e9}", "\u{a0}", "\u{85}", "\u{2003}", "\u{65e5}", "\u{feff}", "\u{1f600}"] {
+                for i in 0..=form.len() {
+                    let mut inserted = String::from(form);
+                    inserted.insert_str(i, c);
+                    assert_eq!(parse_http_date_ms(&inserted), None, "{inserted:?}");
+                    assert_eq!(parse_retry_after(&inserted, 0.0), None, "{inserted:?}");
+                    if i < form.len() {
+                        // in place of one byte, and in place of as many bytes as it is long
+                        for len in [1, c.len()] {
+                            let mut replaced = String::from(form);
+                            replaced.replace_range(i..(i + len).min(form.len()), c);
+                            assert_eq!(parse_http_date_ms(&replaced), None, "{replaced:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn http_date_round_trips_generated_timestamps() {
+        // a 64-bit LCG (Knuth's MMIX constants) over 1970-01-01 .. 9999-12-31 23:59:59
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for i in 0..20_000u64 {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let secs = match i % 3 {
+                0 => (state >> 11) % 253_402_300_800,
+                1 => (state >> 11) % 4_102_444_800, // 1970 .. 2099, where RFC 850 round-trips
+                _ => 1_700_000_000 + (state >> 11) % 1_000_000_000,
+            };
+            let c = civil(secs);
+            let ms = Some(secs as f64 * 1000.0);
+            assert_eq!(parse_http_date_ms(&fmt_imf(c)), ms, "{}", fmt_imf(c));
+            assert_eq!(parse_http_date_ms(&fmt_asctime(c)), ms, "{}", fmt_asctime(c));
+            if c.1 < 2070 {
+                assert_eq!(parse_http_date_ms(&fmt_rfc850(c)), ms, "{}", fmt_rfc850(c));
+            }
+            // any other weekday is refused
+            let wrong = (c.0 + 1 + (state % 6) as usize) % 7;
+            assert_eq!(parse_http_date_ms(&fmt_imf((wrong, c.1, c.2, c.3, c.4, c.5, c.6))), None);
+        }
+    }
+
+    #[test]
+    fn http_date_every_day_from_1970_to_2400() {
+        // walk the calendar one day at a time with a plain month-length table, independent of
+        // both the parser's arithmetic and `civil`
+        let (mut year, mut mon, mut day, mut wday) = (1970u64, 1usize, 1u64, 3usize);
+        let mut secs = 0u64;
+        while year <= 2400 {
+            let c = (wday, year, mon, day, 23, 59, 59);
+            let ms = Some((secs + 86_399) as f64 * 1000.0);
+            assert_eq!(parse_http_date_ms(&fmt_imf(c)), ms, "{}", fmt_imf(c));
+            assert_eq!(parse_http_date_ms(&fmt_asctime(c)), ms, "{}", fmt_asctime(c));
+            let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+            let len = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][mon - 1];
+            if day == len {
+                // the day after the last of the month does not exist
+                let next = fmt_imf(((wday + 1) % 7, year, mon, day + 1, 0, 0, 0));
+                assert_eq!(parse_http_date_ms(&next), None, "{next}");
+            }
+            secs += 86_400;
+            wday = (wday + 1) % 7;
+            day += 1;
+            if day > len {
+                day = 1;
+                mon += 1;
+                if mon > 12 {
+                    mon = 1;
+                    year += 1;
+                }
+            }
         }
     }
 

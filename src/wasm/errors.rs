@@ -1,13 +1,9 @@
 //! Turning failures into JavaScript `Error`s with stable `name`s.
 //!
-//! | name | when |
-//! |---|---|
-//! | `TypeError` | an invalid option, `init` or `input` (before anything is sent) |
-//! | `RetryError` | the call ended on a network error or timeout; has `attempts`, `cause`, `reason` |
-//! | `TimeoutError` | the `cause` of an attempt that hit `timeoutMs` or the deadline |
-//! | the signal's reason | the call was aborted (an `AbortError` DOMException when no reason was given) |
+//! The Rust side raises only `TypeError`s for invalid options and arguments (before anything
+//! is sent); `RetryError`, `TimeoutError` and `CircuitOpenError` are built by the JavaScript
+//! driver (`js/client.js`) from what a [`super::call::Call`] decided.
 
-use js_sys::{Array, JsString};
 use wasm_bindgen::prelude::*;
 
 use super::js;
@@ -79,74 +75,4 @@ pub fn named_error(name: &str, message: &str) -> js_sys::Error {
     let e = js_sys::Error::new(message);
     e.set_name(name);
     e
-}
-
-/// The `TimeoutError` of an attempt that ran out of time after `ms`.
-pub fn timeout_error(ms: u64) -> JsValue {
-    let mut msg = String::from("retryFetch: the attempt timed out after ");
-    msg.push_str(&decimal(ms));
-    msg.push_str(" ms");
-    named_error("TimeoutError", &msg).into()
-}
-
-/// One attempt's record in `RetryError.attempts`.
-pub struct AttemptRecord {
-    /// 1-based attempt number.
-    pub attempt: u32,
-    /// `Date.now()` when the attempt started.
-    pub started_at: f64,
-    /// How long the attempt took, in ms.
-    pub duration_ms: f64,
-    /// The response status, when there was a response.
-    pub status: Option<u16>,
-    /// The error, when there was no response.
-    pub error: Option<JsValue>,
-    /// The wait that followed, when there was one.
-    pub delay_ms: Option<u64>,
-}
-
-impl AttemptRecord {
-    /// `{ attempt, startedAt, durationMs, status?, error?, delayMs? }`.
-    pub fn to_js(&self) -> JsValue {
-        let o: JsValue = js_sys::Object::new().into();
-        js::set(&o, "attempt", &JsValue::from(self.attempt));
-        js::set(&o, "startedAt", &JsValue::from_f64(self.started_at));
-        js::set(&o, "durationMs", &JsValue::from_f64(self.duration_ms));
-        if let Some(s) = self.status {
-            js::set(&o, "status", &JsValue::from(s));
-        }
-        if let Some(e) = &self.error {
-            js::set(&o, "error", e);
-        }
-        if let Some(d) = self.delay_ms {
-            js::set(&o, "delayMs", &JsValue::from_f64(d as f64));
-        }
-        o
-    }
-}
-
-/// The `RetryError` that ends a call on a network error or timeout:
-/// `name: 'RetryError'`, `reason` (why it stopped), `attempts` (one record per attempt),
-/// `cause` (the last error).
-pub fn retry_error(reason: &str, attempts: &[AttemptRecord], cause: &JsValue) -> JsValue {
-    let mut msg = String::from("retryFetch failed after ");
-    msg.push_str(&decimal(attempts.len() as u64));
-    msg.push_str(if attempts.len() == 1 {
-        " attempt ("
-    } else {
-        " attempts ("
-    });
-    msg.push_str(reason);
-    msg.push(')');
-    let cause_message = js::get(cause, "message").as_string();
-    if let Some(m) = cause_message {
-        msg.push_str(": ");
-        msg.push_str(&m);
-    }
-    let e = named_error("RetryError", &msg);
-    let records: Array = attempts.iter().map(AttemptRecord::to_js).collect();
-    js::set(&e, "reason", &JsString::from(reason));
-    js::set(&e, "attempts", &records);
-    js::set(&e, "cause", cause);
-    e.into()
 }

@@ -15,7 +15,7 @@ use js_sys::Function;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::errors::{decimal, named_error, option_error};
+use super::errors::option_error;
 use super::js;
 use crate::core::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use crate::core::budget::{BudgetConfig, RetryBudget};
@@ -348,18 +348,4 @@ impl Drop for CircuitBreakerHandle {
     fn drop(&mut self) {
         unregister(self.id);
     }
-}
-
-/// The `CircuitOpenError` a call rejects with when the breaker for its origin is open.
-pub fn circuit_open_error(origin: &str, retry_after_ms: f64) -> JsValue {
-    let wait = retry_after_ms.max(0.0).ceil() as u64;
-    let mut msg = String::from("retryFetch: the circuit for ");
-    msg.push_str(origin);
-    msg.push_str(" is open; nothing was sent (retry after ");
-    msg.push_str(&decimal(wait));
-    msg.push_str(" ms)");
-    let e = named_error("CircuitOpenError", &msg);
-    js::set(&e, "retryAfterMs", &JsValue::from_f64(wait as f64));
-    js::set(&e, "origin", &JsValue::from_str(origin));
-    e.into()
 }

@@ -1,11 +1,16 @@
 //! The wasm shell: the JavaScript API over the pure core.
 //!
-//! Exports `retryFetch`, `RetryClient` (behind `createRetryFetch` in the JS entry) and
-//! `backoffDelays`. Types for JavaScript are hand-written in `js/index.d.ts`, so every export
-//! here skips wasm-bindgen's generated TypeScript.
+//! The split: Rust decides, JavaScript performs. The client exports are [`options::Policy`]
+//! (options read and validated once), [`call::Call`] (one call's decisions: breaker, throttle,
+//! time limits, retry or stop and the wait), the guard classes and `backoffDelays`; the driver
+//! in `js/client.js` sends, waits, calls hooks and builds the errors, asking a `Call` at each
+//! step. Every crossing carries numbers or short strings. Types for JavaScript are
+//! hand-written in `js/index.d.ts`, so every export here skips wasm-bindgen's TypeScript.
 
 // The client API is compiled out of the server build (feature `server`), which only needs the
 // idempotency exports: each .wasm carries what its entry uses.
+#[cfg(not(feature = "server"))]
+mod call;
 #[cfg_attr(feature = "server", allow(dead_code))]
 mod errors;
 #[cfg(not(feature = "server"))]
@@ -14,14 +19,8 @@ mod guards;
 mod js;
 #[cfg(not(feature = "server"))]
 mod options;
-#[cfg(not(feature = "server"))]
-mod request;
-#[cfg(not(feature = "server"))]
-mod run;
 #[cfg(feature = "server")]
 mod server;
-#[cfg(not(feature = "server"))]
-mod timer;
 
 #[cfg(not(feature = "server"))]
 pub use client::*;
@@ -29,48 +28,19 @@ pub use client::*;
 /// The client exports (not in the server build).
 #[cfg(not(feature = "server"))]
 mod client {
-    use js_sys::{Array, Promise};
+    use js_sys::Array;
     use wasm_bindgen::prelude::*;
 
-    use super::{options, run};
+    use super::call::MathRandom;
+    use super::options::{self, Policy};
     use crate::core::backoff::{delays, Rng, SplitMix64};
-    use options::CallOptions;
 
-    /// `retryFetch(input, init?, options?)`: `fetch` with retries. See the README for options.
-    #[wasm_bindgen(js_name = retryFetch, skip_typescript)]
-    pub async fn retry_fetch(
-        input: JsValue,
-        init: JsValue,
-        options: JsValue,
-    ) -> Result<JsValue, JsValue> {
-        let options = options::read(&options, &CallOptions::default())?;
-        run::run(input, init, options).await
-    }
+    pub use super::call::Call;
 
-    /// A `retryFetch` with its own defaults, validated once at construction.
-    #[wasm_bindgen(skip_typescript)]
-    pub struct RetryClient {
-        defaults: CallOptions,
-    }
-
-    #[wasm_bindgen]
-    impl RetryClient {
-        /// Validate `defaults` (a `RetryOptions`); an invalid one throws a `TypeError` here.
-        #[wasm_bindgen(constructor)]
-        pub fn new(defaults: JsValue) -> Result<RetryClient, JsValue> {
-            Ok(RetryClient {
-                defaults: options::read(&defaults, &CallOptions::default())?,
-            })
-        }
-
-        /// `retryFetch` with `options` merged over this client's defaults.
-        pub fn fetch(&self, input: JsValue, init: JsValue, options: JsValue) -> Promise {
-            let defaults = self.defaults.clone();
-            wasm_bindgen_futures::future_to_promise(async move {
-                let options = options::read(&options, &defaults)?;
-                run::run(input, init, options).await
-            })
-        }
+    /// Is `method` idempotent per RFC 9110 (so a retry cannot repeat an effect)?
+    #[wasm_bindgen(js_name = isIdempotent, skip_typescript)]
+    pub fn is_idempotent(method: &str) -> bool {
+        crate::core::classify::is_idempotent_method(method)
     }
 
     /// `backoffDelays(options, count, seed?)`: the first `count` delays (ms) the policy would
@@ -81,13 +51,18 @@ mod client {
         count: JsValue,
         seed: JsValue,
     ) -> Result<Array, JsValue> {
-        let policy = options::read(&options, &CallOptions::default())?.policy;
+        let policy = options::read(&options, &Policy::default())?.policy;
         let count = options::read_count(&count)?;
-        let mut rng: Box<dyn Rng> = match options::read_seed(&seed)? {
-            Some(seed) => Box::new(SplitMix64::new(seed)),
-            None => Box::new(run::MathRandom),
+        let mut seeded;
+        let mut math = MathRandom;
+        let rng: &mut dyn Rng = match options::read_seed(&seed)? {
+            Some(seed) => {
+                seeded = SplitMix64::new(seed);
+                &mut seeded
+            }
+            None => &mut math,
         };
-        Ok(delays(&policy, count, rng.as_mut())
+        Ok(delays(&policy, count, rng)
             .into_iter()
             .map(|d| JsValue::from_f64(d as f64))
             .collect())

@@ -1,49 +1,157 @@
-//! Reading `RetryOptions` from JavaScript, once per call, into a [`CallOptions`].
+//! Reading `RetryOptions` from JavaScript into a [`Policy`], once per call.
 //!
-//! Each present option replaces the value in `base` (the built-in defaults, or a
+//! Each present option replaces the value in the base policy (the built-in defaults, or a
 //! `createRetryFetch` client's defaults); `undefined` is ignored, so per-call options merge
 //! over defaults. An invalid value is a `TypeError` naming the option, the value and what is
-//! allowed, raised before any request is sent.
+//! allowed, raised before any request is sent. Every option is validated here, including the
+//! ones only the JavaScript driver uses (`signal`, the hooks, `fetch`): the driver reads those
+//! back through the getters.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use js_sys::{Array, Function};
+use js_sys::Array;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::errors::option_error;
+use super::errors::{option_error, type_error};
 use super::guards::{lookup, BreakerShared, Guard};
-use super::js::{self, AbortSignal};
+use super::js;
 use crate::core::budget::RetryBudget;
+use crate::core::key::{header_value, uuid_v4};
 use crate::core::options::{self as validate, KeyMode, OptionError, RetryPolicy};
 use crate::core::throttle::AdaptiveThrottle;
 
-/// Everything one call needs: the validated policy and the JavaScript parts.
+/// Everything one call needs: the validated policy, the shared guards, and the JavaScript
+/// parts (`undefined` when not given). `new Policy()` is the built-in defaults.
+#[wasm_bindgen(skip_typescript)]
 #[derive(Clone, Default)]
-pub struct CallOptions {
+pub struct Policy {
     /// The validated retry policy.
-    pub policy: RetryPolicy,
+    pub(crate) policy: RetryPolicy,
     /// `signal`: cancels the call.
-    pub signal: Option<AbortSignal>,
+    signal: JsValue,
     /// `shouldRetry(ctx)`: the caller's veto on a retry.
-    pub should_retry: Option<Function>,
+    should_retry: JsValue,
     /// `onRetry(info)`: called before each wait.
-    pub on_retry: Option<Function>,
-    /// `fetch`: the transport; `None` means the global `fetch`.
-    pub fetch: Option<Function>,
+    on_retry: JsValue,
+    /// `fetch`: the transport; `undefined` means the global `fetch`.
+    fetch: JsValue,
     /// `budget`: a shared `RetryBudget`.
-    pub budget: Option<Rc<RefCell<RetryBudget>>>,
+    pub(crate) budget: Option<Rc<RefCell<RetryBudget>>>,
     /// `throttle`: a shared `AdaptiveThrottle`.
-    pub throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
+    pub(crate) throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
     /// `breaker`: a shared `CircuitBreaker`.
-    pub breaker: Option<Rc<BreakerShared>>,
+    pub(crate) breaker: Option<Rc<BreakerShared>>,
 }
 
-impl CallOptions {
-    /// Is any retry-storm guard set (so the call needs its origin)?
-    pub fn has_guards(&self) -> bool {
-        self.budget.is_some() || self.throttle.is_some() || self.breaker.is_some()
+/// `Policy.flags` bit: a `RetryBudget`, `AdaptiveThrottle` or `CircuitBreaker` is set, so
+/// the call needs its origin.
+pub const FLAG_GUARDS: u32 = 1;
+/// `Policy.flags` bit: an `AdaptiveThrottle` is set.
+pub const FLAG_THROTTLE: u32 = 2;
+/// `Policy.flags` bit: a `CircuitBreaker` is set.
+pub const FLAG_BREAKER: u32 = 4;
+/// `Policy.flags` bit: `retryHeaders` is on.
+pub const FLAG_RETRY_HEADERS: u32 = 8;
+
+#[wasm_bindgen]
+impl Policy {
+    /// The built-in defaults.
+    #[wasm_bindgen(constructor)]
+    pub fn new() -> Policy {
+        Policy::default()
+    }
+
+    /// A new policy: `options` read over this one. Throws a `TypeError` for an invalid option.
+    pub fn read(&self, options: JsValue) -> Result<Policy, JsValue> {
+        read(&options, self)
+    }
+
+    /// What the driver must do for this policy: the `FLAG_*` bits.
+    #[wasm_bindgen(getter)]
+    pub fn flags(&self) -> u32 {
+        let mut f = 0;
+        if self.budget.is_some() || self.throttle.is_some() || self.breaker.is_some() {
+            f |= FLAG_GUARDS;
+        }
+        if self.throttle.is_some() {
+            f |= FLAG_THROTTLE;
+        }
+        if self.breaker.is_some() {
+            f |= FLAG_BREAKER;
+        }
+        if self.policy.retry_headers {
+            f |= FLAG_RETRY_HEADERS;
+        }
+        f
+    }
+
+    /// `signal` (`undefined` when not given).
+    #[wasm_bindgen(getter)]
+    pub fn signal(&self) -> JsValue {
+        self.signal.clone()
+    }
+
+    /// `shouldRetry` (`undefined` when not given).
+    #[wasm_bindgen(getter, js_name = shouldRetry)]
+    pub fn should_retry(&self) -> JsValue {
+        self.should_retry.clone()
+    }
+
+    /// `onRetry` (`undefined` when not given).
+    #[wasm_bindgen(getter, js_name = onRetry)]
+    pub fn on_retry(&self) -> JsValue {
+        self.on_retry.clone()
+    }
+
+    /// `fetch` (`undefined` when not given: the global `fetch`).
+    #[wasm_bindgen(getter)]
+    pub fn fetch(&self) -> JsValue {
+        self.fetch.clone()
+    }
+
+    /// `maxBufferedBodyBytes`.
+    #[wasm_bindgen(getter, js_name = maxBody)]
+    pub fn max_body(&self) -> u32 {
+        self.policy.max_buffered_body_bytes
+    }
+
+    /// `deadlineMs`, or `-1` when there is none.
+    #[wasm_bindgen(getter, js_name = deadlineMs)]
+    pub fn deadline_ms(&self) -> f64 {
+        self.policy.deadline_ms.unwrap_or(-1.0)
+    }
+
+    /// `idempotencyHeader`.
+    #[wasm_bindgen(getter)]
+    pub fn header(&self) -> String {
+        self.policy.idempotency_header.clone()
+    }
+
+    /// The idempotency key to add to a request, unquoted; `undefined` for none. `existing`
+    /// is the key the caller's headers already carry. A fixed `idempotencyKey` always wins;
+    /// otherwise the caller's key is kept (nothing to add), and `'auto'` makes a UUID v4 for a
+    /// non-idempotent method from `crypto.getRandomValues`.
+    pub fn key(&self, idempotent: bool, has_existing: bool) -> Result<Option<String>, JsValue> {
+        match &self.policy.idempotency_key {
+            KeyMode::Fixed(k) => Ok(Some(k.clone())),
+            KeyMode::Auto if !idempotent && !has_existing => {
+                let mut bytes = [0u8; 16];
+                getrandom::fill(&mut bytes).map_err(|_| {
+                    type_error(
+                        "retryFetch: crypto.getRandomValues is unavailable, so no idempotency key can be made",
+                    )
+                })?;
+                Ok(Some(uuid_v4(bytes)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The header value carrying `key` in the `idempotencyKeyFormat`.
+    pub fn wire(&self, key: &str) -> String {
+        header_value(key, self.policy.idempotency_key_format)
     }
 }
 
@@ -70,14 +178,16 @@ fn expect_string(
         .ok_or_else(|| option_error(OptionError::new(option, expected), v))
 }
 
-fn expect_function(option: &'static str, v: &JsValue) -> Result<Option<Function>, JsValue> {
+/// A function option: the function, or `undefined` for `null`.
+fn expect_function(option: &'static str, v: &JsValue) -> Result<JsValue, JsValue> {
     if v.is_null() {
-        return Ok(None);
+        return Ok(JsValue::UNDEFINED);
     }
-    v.dyn_ref::<Function>()
-        .cloned()
-        .map(Some)
-        .ok_or_else(|| option_error(OptionError::new(option, "a function"), v))
+    if v.is_function() {
+        Ok(v.clone())
+    } else {
+        Err(option_error(OptionError::new(option, "a function"), v))
+    }
 }
 
 /// Is `v` an AbortSignal (duck-typed, so signals from another realm or a polyfill work)?
@@ -88,7 +198,7 @@ pub fn is_abort_signal(v: &JsValue) -> bool {
 }
 
 /// Read `options` over `base`.
-pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValue> {
+pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     let mut out = base.clone();
     if options.is_undefined() || options.is_null() {
         return Ok(out);
@@ -216,9 +326,9 @@ pub fn read(options: &JsValue, base: &CallOptions) -> Result<CallOptions, JsValu
             }
             "signal" => {
                 out.signal = if v.is_null() {
-                    None
+                    JsValue::UNDEFINED
                 } else if is_abort_signal(&v) {
-                    Some(v.unchecked_into())
+                    v
                 } else {
                     return Err(option_error(
                         OptionError::new("signal", "an AbortSignal"),
