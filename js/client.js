@@ -16,13 +16,17 @@ const FLAG_GUARDS = 1;
 const FLAG_THROTTLE = 2;
 const FLAG_BREAKER = 4;
 const FLAG_RETRY_HEADERS = 8;
+const FLAG_FIXED_KEY = 16;
+const FLAG_AUTO_KEY = 32;
+const FLAG_TIME_LIMIT = 64;
+const FLAG_RETRY_SUCCESS = 128;
 // The longest delay setTimeout accepts (2^31 - 1 ms); longer ones fire at once.
 const MAX_TIMER_MS = 2147483647;
 
 // The built-in defaults, made on first use (the entry instantiates the wasm after this module
 // is evaluated).
 let builtIn;
-const defaults = () => (builtIn ??= new Policy());
+const defaults = () => (builtIn ??= { base: new Policy(), last: undefined });
 
 /** fetch with retries: see index.d.ts and the README. */
 export function retryFetch(input, init, options) {
@@ -31,9 +35,9 @@ export function retryFetch(input, init, options) {
 
 /** A retryFetch whose options default to `defaults` (validated now; per-call options merge over them). */
 export function createRetryFetch(options) {
-  const base = defaults().read(options);
+  const client = { base: defaults().base.read(options), last: undefined };
   return function retryFetch(input, init, options) {
-    return call(base, input, init, options);
+    return call(client, input, init, options);
   };
 }
 
@@ -52,13 +56,49 @@ export function isCircuitOpenError(error) {
   return typeof error === 'object' && error !== null && error.name === 'CircuitOpenError';
 }
 
-function call(base, input, init, options) {
-  return options === undefined || options === null ? run(base, input, init, false) : runWith(base, input, init, options);
+function call(client, input, init, options) {
+  return options === undefined || options === null ? run(client.base, input, init, undefined) : runWith(client, input, init, options);
 }
 
-async function runWith(base, input, init, options) {
-  // an invalid option rejects the call before anything is sent
-  return run(base.read(options), input, init, true);
+async function runWith(client, input, init, options) {
+  const read = readOptions(client, options); // an invalid option rejects before anything is sent
+  return run(read.policy, input, init, read);
+}
+
+function sameValues(a, b) {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/**
+ * The policy for per-call `options` over `client.base`. The wasm reads and validates them; the
+ * last read is kept, so calls that pass the same option values again (the same object, or a
+ * new literal with the same values) reuse it without crossing into the wasm. A read policy
+ * counts its calls in flight, and is freed once replaced and no call uses it.
+ */
+function readOptions(client, options) {
+  if (typeof options !== 'object') return { policy: client.base.read(options), users: 1, stale: true };
+  const keys = Object.keys(options);
+  const values = keys.map((k) => options[k]); // each getter runs once per call
+  const last = client.last;
+  if (last !== undefined && sameValues(last.keys, keys) && sameValues(last.values, values)) {
+    last.users++;
+    return last;
+  }
+  const snapshot = {};
+  keys.forEach((k, i) => (snapshot[k] = values[i]));
+  const read = { keys, values, policy: client.base.read(snapshot), users: 1, stale: false };
+  if (last !== undefined) release(last, true);
+  client.last = read;
+  return read;
+}
+
+/** A call is done with `read` (or, with `replaced`, the client moved on from it). */
+function release(read, replaced) {
+  if (replaced) read.stale = true;
+  else read.users--;
+  if (read.stale && read.users === 0) read.policy.free();
 }
 
 // ---- errors -------------------------------------------------------------------------------
@@ -245,8 +285,19 @@ async function bufferStream(stream, limit) {
  * - Headers are merged once (fetch semantics: `init.headers` replaces a `Request`'s), then the
  *   idempotency key is added; the caller's `init` is passed untouched when nothing changes.
  */
+// Is a method idempotent? The core's answer, remembered per method name (a handful in practice).
+const idempotentMethods = new Map();
+function idempotent(method) {
+  let answer = idempotentMethods.get(method);
+  if (answer === undefined) {
+    answer = isIdempotent(method);
+    if (idempotentMethods.size < 64) idempotentMethods.set(method, answer);
+  }
+  return answer;
+}
+
 class RequestTemplate {
-  constructor(policy, input, init) {
+  constructor(policy, flags, input, init) {
     if (!(init === undefined || init === null || typeof init === 'object')) {
       throw new TypeError('retryFetch: init must be an object (a RequestInit) or undefined');
     }
@@ -264,7 +315,7 @@ class RequestTemplate {
     this.signals = [];
     for (const s of [policy.signal, given?.signal, request?.signal]) if (isAbortSignal(s)) this.signals.push(s);
 
-    this.idempotent = isIdempotent(method);
+    this.idempotent = idempotent(method);
     this.input = input;
     this.request = request;
     this.init = init;
@@ -272,7 +323,8 @@ class RequestTemplate {
     this.key = undefined;
     const header = callerHeaders === undefined ? undefined : policy.header;
     const existing = callerHeaders === undefined ? null : callerHeaders.get(header);
-    const ours = policy.key(this.idempotent, existing !== null);
+    const needsKey = flags & FLAG_FIXED_KEY || (flags & FLAG_AUTO_KEY && !this.idempotent && existing === null);
+    const ours = needsKey ? policy.key(this.idempotent, existing !== null) : undefined;
     if (ours !== undefined) {
       this.key = ours;
       this.sendHeaders = callerHeaders ?? new Headers();
@@ -365,122 +417,133 @@ function retryContext(attempt, delayMs, reason, response, code, error, key) {
   return ctx;
 }
 
-/** One call to its end. `own`: `policy` was read for this call alone, and is freed with it. */
-async function run(policy, input, init, own) {
+/**
+ * One call to its end. `read`: the per-call options read for it (released at the end).
+ *
+ * The `Call` (the wasm's decisions) is made before the first attempt when a guard or a time
+ * limit needs it; otherwise only once the first attempt did not simply succeed, so a call that
+ * gets its 2xx at once costs one crossing (`policy.flags`) besides fetch itself.
+ */
+async function run(policy, input, init, read) {
   let decisions;
   try {
-    const request = new RequestTemplate(policy, input, init);
-    if (request.ready !== undefined) await request.ready;
     const flags = policy.flags;
+    const request = new RequestTemplate(policy, flags, input, init);
+    if (request.ready !== undefined) await request.ready;
     const callStarted = Date.now();
-    decisions = new Call(policy, flags & FLAG_GUARDS ? request.url() : '', callStarted);
-    return await attempts(policy, flags, request, decisions, callStarted);
+    const signals = request.signals;
+    const transport = policy.fetch;
+    const history = [];
+    const firstAttemptAt = flags & FLAG_RETRY_HEADERS ? new Date(callStarted).toISOString() : undefined;
+    if (flags & (FLAG_GUARDS | FLAG_TIME_LIMIT)) {
+      decisions = new Call(policy, flags & FLAG_GUARDS ? request.url() : undefined, callStarted);
+    }
+    for (;;) {
+      const aborted = abortedSignal(signals);
+      if (aborted) throw aborted.reason;
+      // The circuit breaker: an open circuit sends nothing.
+      if (flags & FLAG_BREAKER) {
+        const wait = decisions.admit(Date.now());
+        if (wait >= 0) {
+          const open = circuitOpenError(decisions.origin, wait);
+          throw history.length === 0 ? open : retryError('circuit-open', history, open);
+        }
+      }
+      // The adaptive throttle: wait for this attempt's turn.
+      if (flags & FLAG_THROTTLE) {
+        for (let wait = decisions.turn(Date.now()); wait !== -1; wait = decisions.turn(Date.now())) {
+          if (wait === -2) {
+            const reason = decisions.reason;
+            const cause = reason === 'deadline' ? timeoutError(Math.ceil(policy.deadlineMs)) : undefined;
+            throw retryError(reason, history, cause);
+          }
+          await sleep(wait, signals);
+        }
+      }
+
+      const attempt = history.length + 1;
+      const started = Date.now();
+      const limit = decisions === undefined ? -1 : decisions.send(policy, started);
+      const timeoutCause = limit < 0 ? undefined : timeoutError(Math.ceil(limit));
+      const abort = attemptAbort(signals, limit, timeoutCause);
+      const [attemptInput, attemptInit] = request.attempt(
+        abort?.signal,
+        firstAttemptAt !== undefined && attempt > 1 ? [attempt - 1, firstAttemptAt] : undefined,
+      );
+      let response;
+      let error;
+      let failed = false;
+      // A transport that throws synchronously rejects the call with its error, as fetch would.
+      const pending = transport === undefined ? fetch(attemptInput, attemptInit) : transport(attemptInput, attemptInit);
+      try {
+        response = await pending;
+      } catch (e) {
+        failed = true;
+        error = e;
+      }
+      const timedOut = abort !== undefined && abort.timedOut;
+      if (abort !== undefined) abort.done();
+      const ended = Date.now();
+
+      const abortedNow = abortedSignal(signals);
+      if (abortedNow) {
+        if (!failed && typeof response === 'object' && response !== null) await discard(response);
+        throw abortedNow.reason;
+      }
+      if (!failed && (typeof response !== 'object' || response === null)) {
+        throw new TypeError('retryFetch: fetch resolved to something that is not a Response');
+      }
+      if (failed && timedOut) error = timeoutCause;
+      const code = failed ? (timedOut ? TIMEOUT : NETWORK_ERROR) : statusOf(response);
+      if (decisions === undefined) {
+        // The policy retries no status below 400 (the wasm says so in FLAG_RETRY_SUCCESS):
+        // a response below 400 is the answer, as the Call would decide.
+        if (code < 400 && !(flags & FLAG_RETRY_SUCCESS)) return response;
+        decisions = new Call(policy, undefined, callStarted);
+        decisions.send(policy, started);
+      }
+      if (flags & FLAG_GUARDS) decisions.settle(policy, code, ended);
+
+      const record = { attempt, startedAt: started, durationMs: ended - started };
+      if (!failed) record.status = code;
+      else record.error = error;
+      history.push(record);
+
+      const serverAsks = code >= 400 && code < NETWORK_ERROR;
+      const delay = decisions.decide(
+        policy,
+        code,
+        request.idempotent,
+        request.key !== undefined,
+        request.replayable,
+        serverAsks ? headerOf(response, 'retry-after') : undefined,
+        serverAsks ? headerOf(response, 'ratelimit-reset') : undefined,
+        serverAsks ? headerOf(response, 'ratelimit') : undefined,
+        Date.now(),
+      );
+      const finish = (reason) => {
+        if (!failed) return response;
+        throw retryError(reason, history, error);
+      };
+      if (delay < 0) return finish(decisions.reason);
+      const reason = decisions.reason;
+
+      const shouldRetry = policy.shouldRetry;
+      if (shouldRetry !== undefined) {
+        const verdict = await shouldRetry(retryContext(attempt, delay, reason, response, code, error, request.key));
+        if (verdict === false) return finish('shouldRetry');
+        if (verdict !== true) {
+          throw new TypeError('retryFetch: shouldRetry must return true or false (or a promise of one)');
+        }
+      }
+      const onRetry = policy.onRetry;
+      if (onRetry !== undefined) await onRetry(retryContext(attempt, delay, reason, undefined, code, error, request.key));
+      if (!failed) await discard(response);
+      record.delayMs = delay;
+      await sleep(delay, signals);
+    }
   } finally {
     if (decisions !== undefined) decisions.free(); // gives back a probe slot or throttle turn
-    if (own) policy.free();
-  }
-}
-
-async function attempts(policy, flags, request, decisions, callStarted) {
-  const signals = request.signals;
-  const transport = policy.fetch;
-  const history = [];
-  const firstAttemptAt = flags & FLAG_RETRY_HEADERS ? new Date(callStarted).toISOString() : undefined;
-  for (;;) {
-    const aborted = abortedSignal(signals);
-    if (aborted) throw aborted.reason;
-    // The circuit breaker: an open circuit sends nothing.
-    if (flags & FLAG_BREAKER) {
-      const wait = decisions.admit(Date.now());
-      if (wait >= 0) {
-        const open = circuitOpenError(decisions.origin, wait);
-        throw history.length === 0 ? open : retryError('circuit-open', history, open);
-      }
-    }
-    // The adaptive throttle: wait for this attempt's turn.
-    if (flags & FLAG_THROTTLE) {
-      for (let wait = decisions.turn(Date.now()); wait !== -1; wait = decisions.turn(Date.now())) {
-        if (wait === -2) {
-          const reason = decisions.reason;
-          const cause = reason === 'deadline' ? timeoutError(Math.ceil(policy.deadlineMs)) : undefined;
-          throw retryError(reason, history, cause);
-        }
-        await sleep(wait, signals);
-      }
-    }
-
-    const attempt = history.length + 1;
-    const started = Date.now();
-    const limit = decisions.send(policy, started);
-    const timeoutCause = limit < 0 ? undefined : timeoutError(Math.ceil(limit));
-    const abort = attemptAbort(signals, limit, timeoutCause);
-    const [attemptInput, attemptInit] = request.attempt(
-      abort?.signal,
-      firstAttemptAt !== undefined && attempt > 1 ? [attempt - 1, firstAttemptAt] : undefined,
-    );
-    let response;
-    let error;
-    let failed = false;
-    // A transport that throws synchronously rejects the call with its error, as fetch would.
-    const pending = transport === undefined ? fetch(attemptInput, attemptInit) : transport(attemptInput, attemptInit);
-    try {
-      response = await pending;
-    } catch (e) {
-      failed = true;
-      error = e;
-    }
-    const timedOut = abort !== undefined && abort.timedOut;
-    if (abort !== undefined) abort.done();
-    const ended = Date.now();
-
-    const abortedNow = abortedSignal(signals);
-    if (abortedNow) {
-      if (!failed && typeof response === 'object' && response !== null) await discard(response);
-      throw abortedNow.reason;
-    }
-    if (!failed && (typeof response !== 'object' || response === null)) {
-      throw new TypeError('retryFetch: fetch resolved to something that is not a Response');
-    }
-    if (failed && timedOut) error = timeoutCause;
-    const code = failed ? (timedOut ? TIMEOUT : NETWORK_ERROR) : statusOf(response);
-    if (flags & FLAG_GUARDS) decisions.settle(policy, code, ended);
-
-    const record = { attempt, startedAt: started, durationMs: ended - started };
-    if (!failed) record.status = code;
-    else record.error = error;
-    history.push(record);
-
-    const serverAsks = code >= 400 && code < NETWORK_ERROR;
-    const delay = decisions.decide(
-      policy,
-      code,
-      request.idempotent,
-      request.key !== undefined,
-      request.replayable,
-      serverAsks ? headerOf(response, 'retry-after') : undefined,
-      serverAsks ? headerOf(response, 'ratelimit-reset') : undefined,
-      serverAsks ? headerOf(response, 'ratelimit') : undefined,
-      Date.now(),
-    );
-    const finish = (reason) => {
-      if (!failed) return response;
-      throw retryError(reason, history, error);
-    };
-    if (delay < 0) return finish(decisions.reason);
-    const reason = decisions.reason;
-
-    const shouldRetry = policy.shouldRetry;
-    if (shouldRetry !== undefined) {
-      const verdict = await shouldRetry(retryContext(attempt, delay, reason, response, code, error, request.key));
-      if (verdict === false) return finish('shouldRetry');
-      if (verdict !== true) {
-        throw new TypeError('retryFetch: shouldRetry must return true or false (or a promise of one)');
-      }
-    }
-    const onRetry = policy.onRetry;
-    if (onRetry !== undefined) await onRetry(retryContext(attempt, delay, reason, undefined, code, error, request.key));
-    if (!failed) await discard(response);
-    record.delayMs = delay;
-    await sleep(delay, signals);
+    if (read !== undefined) release(read, false);
   }
 }

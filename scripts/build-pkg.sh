@@ -62,6 +62,15 @@ node -e '
   fs.writeFileSync(process.argv[1] + "/package.json", JSON.stringify(pkg, null, 2) + "\n");
 ' "$out"
 cp README.md "$out/" 2>/dev/null || true
+
+# Minify the shipped JavaScript (terser from npm): what a page without a bundler downloads.
+# Readable sources are in js/ of the repository; the .d.ts files document the API.
+rf_say "terser: minify the package's JavaScript"
+for f in "$out"/*.js "$out"/*.cjs "$out"/cjs/*.js; do
+  case "$f" in *.cjs|*/cjs/*) kind=() ;; *) kind=(--module) ;; esac
+  terser "$f" "${kind[@]}" --compress passes=2 --mangle --comments false -o "$f.min"
+  mv "$f.min" "$f"
+done
 rm -rf pkg && mv "$out" pkg
 out=pkg
 

@@ -16,3 +16,10 @@ pub mod core;
 
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
+
+/// The .wasm's allocator: `lol_alloc`'s free list (smaller than dlmalloc; wasm is single-threaded
+/// here, which `AssumeSingleThreaded` relies on: the crate is never built with wasm threads).
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: lol_alloc::AssumeSingleThreaded<lol_alloc::FreeListAllocator> =
+    unsafe { lol_alloc::AssumeSingleThreaded::new(lol_alloc::FreeListAllocator::new()) };

@@ -67,14 +67,13 @@ pub struct Call {
 
 #[wasm_bindgen]
 impl Call {
-    /// Start a call under `policy` at `now` (ms since the epoch). `url` is the request URL;
-    /// only read when a guard is set (guards keep their state per origin).
+    /// Start a call under `policy` at `now` (ms since the epoch). `url` is the request URL,
+    /// needed only when a guard is set (guards keep their state per origin).
     #[wasm_bindgen(constructor)]
-    pub fn new(policy: &Policy, url: &str, now: f64) -> Call {
-        let guarded = policy.budget.is_some() || policy.throttle.is_some() || policy.breaker.is_some();
+    pub fn new(policy: &Policy, url: Option<String>, now: f64) -> Call {
         Call {
             state: RetryState::new(&policy.policy, now),
-            origin: if guarded { origin_of(url) } else { String::new() },
+            origin: url.map(|u| origin_of(&u)).unwrap_or_default(),
             budget: policy.budget.clone(),
             throttle: policy.throttle.clone(),
             breaker: policy.breaker.clone(),

@@ -54,6 +54,15 @@ pub const FLAG_THROTTLE: u32 = 2;
 pub const FLAG_BREAKER: u32 = 4;
 /// `Policy.flags` bit: `retryHeaders` is on.
 pub const FLAG_RETRY_HEADERS: u32 = 8;
+/// `Policy.flags` bit: `idempotencyKey` is a fixed key (so every request needs [`Policy::key`]).
+pub const FLAG_FIXED_KEY: u32 = 16;
+/// `Policy.flags` bit: `idempotencyKey` is `'auto'` (non-idempotent requests need a key).
+pub const FLAG_AUTO_KEY: u32 = 32;
+/// `Policy.flags` bit: `timeoutMs` or `deadlineMs` is set (every attempt has a time limit).
+pub const FLAG_TIME_LIMIT: u32 = 64;
+/// `Policy.flags` bit: `retryOnStatus` has a status below 400. Without it, a response below
+/// 400 is final, and the driver needs no [`super::call::Call`] for a call that gets one at once.
+pub const FLAG_RETRY_SUCCESS: u32 = 128;
 
 #[wasm_bindgen]
 impl Policy {
@@ -84,7 +93,17 @@ impl Policy {
         if self.policy.retry_headers {
             f |= FLAG_RETRY_HEADERS;
         }
-        f
+        if self.policy.timeout_ms.is_some() || self.policy.deadline_ms.is_some() {
+            f |= FLAG_TIME_LIMIT;
+        }
+        if self.policy.retry_on_status.iter().any(|&s| s < 400) {
+            f |= FLAG_RETRY_SUCCESS;
+        }
+        f | match self.policy.idempotency_key {
+            KeyMode::Fixed(_) => FLAG_FIXED_KEY,
+            KeyMode::Auto => FLAG_AUTO_KEY,
+            KeyMode::Off => 0,
+        }
     }
 
     /// `signal` (`undefined` when not given).
