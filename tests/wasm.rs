@@ -10,69 +10,27 @@
 //! (`WASM_BINDGEN_USE_BROWSER=1`), so nothing here uses `window`. `scripts/test.sh wasm` runs
 //! both (the `RF_TEST_SERVER` it still sets is not read).
 //!
-//! Two exports are not reachable by name from an integration test, because `src/wasm/options.rs`
-//! and `src/wasm/guards.rs` are private modules and only `Call`, `is_idempotent` and
-//! `backoff_delays` are re-exported:
-//! - `Policy`: the tests get one through the parameter type of `Call::send` ([`new_policy`]); its
-//!   methods are public, so everything else is called as the driver calls it.
-//! - `RetryBudget`, `AdaptiveThrottle`, `CircuitBreaker`: the tests construct the real JS
-//!   classes from the wasm-bindgen glue module of this test binary ([`glue`]), exactly what
-//!   `js/client.js` re-exports to users, and pass the JS objects in the options.
+//! Everything is called by name from `retry_fetch::wasm`: `Policy::new()` is `new Policy()`, and
+//! the guards are made with their Rust constructors (`RetryBudgetHandle::new(options)` is
+//! `new RetryBudget(options)`) and turned into the JS objects the driver and users hold with
+//! `JsValue::from` (wasm-bindgen wraps the Rust value in its exported JS class, so `free()`,
+//! `tokens()`, `state()` and `rate()` are the real methods), which go into the options.
 #![cfg(target_arch = "wasm32")]
 
 use std::collections::HashSet;
 
 use js_sys::{Array, Date, Function, Object, Reflect, RegExp, JSON};
-use retry_fetch::wasm::{backoff_delays, is_idempotent, Call};
+use retry_fetch::wasm::{
+    backoff_delays, is_idempotent, AdaptiveThrottleHandle, Call, CircuitBreakerHandle, Policy,
+    RetryBudgetHandle, FLAG_AUTO_KEY, FLAG_BREAKER, FLAG_FIXED_KEY, FLAG_GUARDS,
+    FLAG_RETRY_HEADERS, FLAG_RETRY_SUCCESS, FLAG_THROTTLE, FLAG_TIME_LIMIT, NETWORK_ERROR,
+    TIMEOUT,
+};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::*;
 
-/// Outcome codes of `Call.settle`/`Call.decide` (src/wasm/call.rs).
-const NETWORK_ERROR: u32 = 1000;
-const TIMEOUT: u32 = 1001;
-/// `Policy.flags` bits (src/wasm/options.rs).
-const FLAG_GUARDS: u32 = 1;
-const FLAG_THROTTLE: u32 = 2;
-const FLAG_BREAKER: u32 = 4;
-const FLAG_RETRY_HEADERS: u32 = 8;
-const FLAG_FIXED_KEY: u32 = 16;
-const FLAG_AUTO_KEY: u32 = 32;
-
 #[wasm_bindgen(inline_js = r#"
-let glue;
-// The wasm-bindgen glue module of this test binary, the one whose `Policy` class made `probe`
-// (so the guard classes found share the wasm instance, and its guard registry, with Rust).
-export async function findGlue(probe) {
-  if (glue) return glue;
-  const want = probe.constructor;
-  const proc = globalThis.process;
-  if (proc && proc.versions && proc.versions.node) {
-    // Node: the runner loads the glue as CommonJS; find it in the module cache.
-    const mod = proc.getBuiltinModule ? proc.getBuiltinModule('node:module') : await import('node:module');
-    for (const m of Object.values(mod.createRequire(import.meta.url).cache)) {
-      if (m && m.exports && m.exports.Policy === want) return (glue = m.exports);
-    }
-  }
-  // Browsers: the glue is an ES module the test page imported; an import of the same URL
-  // gives the same module instance.
-  const urls = [];
-  if (globalThis.performance && performance.getEntriesByType) {
-    for (const e of performance.getEntriesByType('resource')) urls.push(e.name);
-  }
-  urls.push(new URL('../../wasm-bindgen-test', import.meta.url).href);
-  urls.push(new URL('../../wasm-bindgen-test.js', import.meta.url).href);
-  for (const url of urls) {
-    if (/\.wasm([?#]|$)/.test(url)) continue;
-    try {
-      const m = await import(url);
-      if (m.Policy === want) return (glue = m);
-    } catch {}
-  }
-  throw new Error('tests/wasm.rs: the wasm-bindgen glue module (with the guard classes) was not found');
-}
-
 // A JS function that records its argument, for onStateChange.
 export function recorder() {
   const events = [];
@@ -82,19 +40,11 @@ export function recorder() {
 }
 "#)]
 extern "C" {
-    #[wasm_bindgen(js_name = findGlue)]
-    fn find_glue(probe: JsValue) -> js_sys::Promise;
     fn recorder() -> Function;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-/// The policy parameter of `Call::send` is a `Policy`: this gives `new Policy()` (the built-in
-/// defaults; `Policy::new` is `Policy::default`) without naming the type.
-fn new_policy<P: Default>(_: fn(&mut Call, &P, f64) -> f64) -> P {
-    P::default()
-}
 
 /// `new Call(policy, url, now)`; without a URL as the driver makes it when no guard is set.
 macro_rules! call {
@@ -106,17 +56,10 @@ macro_rules! call {
     };
 }
 
-/// `new Policy()`.
-macro_rules! defaults {
-    () => {
-        new_policy(Call::send)
-    };
-}
-
 /// `new Policy().read(js(src))`, which must succeed.
 macro_rules! policy {
     ($src:expr) => {
-        policy!(defaults!(), $src)
+        policy!(Policy::new(), $src)
     };
     ($base:expr, $src:expr) => {{
         let src: &str = $src;
@@ -187,22 +130,25 @@ fn assert_type_error(err: &JsValue, expected: &str) {
 /// `read(options)` over the defaults must throw a TypeError with exactly this message.
 #[track_caller]
 fn assert_rejected(options: JsValue, expected: &str) {
-    match defaults!().read(options.clone()) {
+    match Policy::new().read(options.clone()) {
         Ok(_) => panic!("options {} were accepted; expected: {expected}", show(&options)),
         Err(e) => assert_type_error(&e, expected),
     }
 }
 
-/// The glue module of this test binary (see the top of the file).
-async fn glue() -> JsValue {
-    let probe = JsValue::from(defaults!());
-    JsFuture::from(find_glue(probe)).await.expect("finding the glue module failed")
+/// `new RetryBudget(options)`: the Rust constructor, and the JS object that wraps the result.
+fn new_budget(options: JsValue) -> Result<JsValue, JsValue> {
+    RetryBudgetHandle::new(options).map(JsValue::from)
 }
 
-/// `new <class>(options)` of a guard class from the glue.
-fn construct(glue: &JsValue, class: &str, options: JsValue) -> Result<JsValue, JsValue> {
-    let class: Function = get(glue, class).dyn_into().unwrap_or_else(|_| panic!("the glue has no class {class}"));
-    Reflect::construct(&class, &Array::of1(&options))
+/// `new CircuitBreaker(options)`, as a JS object.
+fn new_breaker(options: JsValue) -> Result<JsValue, JsValue> {
+    CircuitBreakerHandle::new(options).map(JsValue::from)
+}
+
+/// `new AdaptiveThrottle(options)`, as a JS object.
+fn new_throttle(options: JsValue) -> Result<JsValue, JsValue> {
+    AdaptiveThrottleHandle::new(options).map(JsValue::from)
 }
 
 /// `{ <name>: guard, ...extra }` from JS source for the rest (`extra` without braces).
@@ -269,10 +215,10 @@ fn options_that_are_not_an_object_are_type_errors() {
     assert_rejected(js("true"), r#"retryFetch: invalid option "options": got true; expected an object"#);
     assert_rejected(js("() => 3"), r#"retryFetch: invalid option "options": got a function; expected an object"#);
     // undefined and null mean "no options"
-    assert_eq!(defaults!().read(JsValue::UNDEFINED).unwrap().deadline_ms(), -1.0);
-    assert_eq!(defaults!().read(JsValue::NULL).unwrap().deadline_ms(), -1.0);
+    assert_eq!(Policy::new().read(JsValue::UNDEFINED).unwrap().deadline_ms(), -1.0);
+    assert_eq!(Policy::new().read(JsValue::NULL).unwrap().deadline_ms(), -1.0);
     // a throwing getter rejects with its own error, not a panic
-    let err = defaults!().read(js("({ get maxAttempts() { throw new RangeError('boom') } })")).err().expect("accepted");
+    let err = Policy::new().read(js("({ get maxAttempts() { throw new RangeError('boom') } })")).err().expect("accepted");
     assert!(err.is_instance_of::<js_sys::RangeError>(), "{}", show(&err));
     assert_eq!(message(&err), "boom");
 }
@@ -297,7 +243,7 @@ fn javascript_parts_are_checked_and_handed_back() {
     Reflect::set(&options, &"signal".into(), &signal).unwrap();
     Reflect::set(&options, &"shouldRetry".into(), &should_retry).unwrap();
     Reflect::set(&options, &"fetch".into(), &fetch).unwrap();
-    let p = defaults!().read(options).unwrap();
+    let p = Policy::new().read(options).unwrap();
     assert!(Object::is(&p.signal(), &signal));
     assert!(Object::is(&p.should_retry(), &should_retry));
     assert!(Object::is(&p.fetch(), &fetch));
@@ -311,14 +257,14 @@ fn javascript_parts_are_checked_and_handed_back() {
 
 #[wasm_bindgen_test]
 fn getters_report_the_defaults_and_flags() {
-    let p = defaults!();
+    let p = Policy::new();
     assert_eq!(p.flags(), FLAG_AUTO_KEY);
     assert_eq!(p.deadline_ms(), -1.0);
     assert_eq!(p.max_body(), 1_048_576);
     assert_eq!(p.header(), "Idempotency-Key");
     assert!(p.signal().is_undefined() && p.should_retry().is_undefined() && p.on_retry().is_undefined() && p.fetch().is_undefined());
     let q = policy!("({ retryHeaders: true, deadlineMs: 1500, maxBufferedBodyBytes: 0, idempotencyHeader: 'X-Request-Key' })");
-    assert_eq!(q.flags(), FLAG_RETRY_HEADERS | FLAG_AUTO_KEY);
+    assert_eq!(q.flags(), FLAG_RETRY_HEADERS | FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
     assert_eq!(policy!("({ idempotencyKey: false })").flags(), 0);
     assert_eq!(policy!("({ idempotencyKey: 'order-42' })").flags(), FLAG_FIXED_KEY);
     assert_eq!(q.deadline_ms(), 1500.0);
@@ -326,6 +272,53 @@ fn getters_report_the_defaults_and_flags() {
     assert_eq!(q.header(), "X-Request-Key");
     // unknown names are ignored (TypeScript flags them), as are undefined values
     assert_eq!(policy!("({ maxAtempts: 0, deadlineMs: undefined })").deadline_ms(), -1.0);
+    assert_eq!(policy!("({ maxAtempts: 0, deadlineMs: undefined })").flags(), FLAG_AUTO_KEY);
+}
+
+#[wasm_bindgen_test]
+fn the_time_limit_flag_follows_timeout_ms_and_deadline_ms() {
+    assert_eq!(Policy::new().flags() & FLAG_TIME_LIMIT, 0, "no time limit by default");
+    assert_eq!(policy!("({ timeoutMs: 1000 })").flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
+    assert_eq!(policy!("({ deadlineMs: 1 })").flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
+    let both = policy!("({ timeoutMs: 1000, deadlineMs: 60000, idempotencyKey: false })");
+    assert_eq!(both.flags(), FLAG_TIME_LIMIT);
+    // null clears one; the flag stays while the other is set, and goes with the last
+    let deadline_only = policy!(both, "({ timeoutMs: null })");
+    assert_eq!(deadline_only.flags(), FLAG_TIME_LIMIT);
+    let timeout_only = policy!(both, "({ deadlineMs: null })");
+    assert_eq!(timeout_only.flags(), FLAG_TIME_LIMIT);
+    assert_eq!(policy!(deadline_only, "({ deadlineMs: null })").flags(), 0);
+    assert_eq!(policy!(both, "({ timeoutMs: null, deadlineMs: null })").flags(), 0);
+    // undefined keeps the base's limits
+    assert_eq!(policy!(both, "({ timeoutMs: undefined, deadlineMs: undefined })").flags(), FLAG_TIME_LIMIT);
+    // and the flag says what send does: a limit with it, none without
+    let none = policy!(both, "({ timeoutMs: null, deadlineMs: null })");
+    assert_eq!(call!(&none, 0.0).send(&none, 0.0), -1.0);
+    assert_eq!(call!(&timeout_only, 0.0).send(&timeout_only, 0.0), 1000.0);
+    assert_eq!(call!(&deadline_only, 0.0).send(&deadline_only, 0.0), 60000.0);
+}
+
+#[wasm_bindgen_test]
+fn the_retry_success_flag_is_set_by_a_retried_status_below_400() {
+    // the default statuses (408, 429, 500, 502, 503, 504) are all errors
+    assert_eq!(Policy::new().flags() & FLAG_RETRY_SUCCESS, 0);
+    let p = policy!("({ retryOnStatus: [304, 503] })");
+    assert_eq!(p.flags(), FLAG_RETRY_SUCCESS | FLAG_AUTO_KEY);
+    for statuses in ["[100]", "[200]", "[399, 500]"] {
+        assert_ne!(policy!(&format!("({{ retryOnStatus: {statuses} }})")).flags() & FLAG_RETRY_SUCCESS, 0, "{statuses}");
+    }
+    for statuses in ["[]", "[400]", "[404, 503, 599]"] {
+        assert_eq!(policy!(&format!("({{ retryOnStatus: {statuses} }})")).flags() & FLAG_RETRY_SUCCESS, 0, "{statuses}");
+    }
+    // a new list replaces the base's; undefined keeps it
+    assert_eq!(policy!(p, "({ retryOnStatus: [503] })").flags(), FLAG_AUTO_KEY);
+    assert_eq!(policy!(p, "({ retryOnStatus: undefined })").flags(), FLAG_RETRY_SUCCESS | FLAG_AUTO_KEY);
+    // and the flag is right that such a response is retried
+    let p = policy!("({ retryOnStatus: [304, 503], jitter: 'none' })");
+    let mut c = call!(&p, 0.0);
+    c.send(&p, 0.0);
+    assert_eq!(decide!(c, &p, 304, 0.0), 500.0);
+    assert_eq!(c.reason(), "status");
 }
 
 #[wasm_bindgen_test]
@@ -355,6 +348,8 @@ fn options_read_over_a_base_keep_its_values_and_null_clears() {
     assert_eq!(delays, [200.0, 400.0, 800.0]);
     assert_eq!(c.reason(), "attempts");
     assert_eq!(over.deadline_ms(), 60000.0);
+    assert_eq!(base.flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
+    assert_eq!(over.flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY, "the deadline is still a time limit");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -362,7 +357,7 @@ fn options_read_over_a_base_keep_its_values_and_null_clears() {
 
 #[wasm_bindgen_test]
 fn a_503_is_retried_with_a_jittered_delay_within_bounds() {
-    let p = defaults!(); // full jitter, 500 ms base, factor 2, 3 attempts
+    let p = Policy::new(); // full jitter, 500 ms base, factor 2, 3 attempts
     let mut seen = HashSet::new();
     for _ in 0..200 {
         let mut c = call!(&p, 0.0);
@@ -383,7 +378,7 @@ fn a_503_is_retried_with_a_jittered_delay_within_bounds() {
 
 #[wasm_bindgen_test]
 fn permanent_answers_stop_with_not_retryable() {
-    let p = defaults!();
+    let p = Policy::new();
     for code in [200, 201, 204, 301, 400, 401, 404, 409, 501, 0, 999] {
         let mut c = call!(&p, 0.0);
         c.send(&p, 0.0);
@@ -507,7 +502,7 @@ fn retry_after_http_dates_are_read_against_now() {
 
 #[wasm_bindgen_test]
 fn time_limits_and_the_deadline() {
-    let none = defaults!();
+    let none = Policy::new();
     let mut c = call!(&none, 0.0);
     assert_eq!(c.send(&none, 0.0), -1.0, "no timeoutMs, no deadlineMs: no limit");
 
@@ -544,7 +539,7 @@ fn time_limits_and_the_deadline() {
 
 #[wasm_bindgen_test]
 fn auto_keys_are_fresh_uuid_v4s_for_non_idempotent_methods_only() {
-    let p = defaults!();
+    let p = Policy::new();
     let mut keys = HashSet::new();
     for _ in 0..100 {
         let key = p.key(false, false).expect("crypto.getRandomValues failed").expect("no key for a POST");
@@ -632,47 +627,45 @@ fn backoff_delays_are_reproducible_with_a_seed_and_check_their_arguments() {
 // The guards: RetryBudget, CircuitBreaker, AdaptiveThrottle
 
 #[wasm_bindgen_test]
-async fn guard_constructors_validate_and_guards_are_not_interchangeable() {
-    let g = glue().await;
-    let e = construct(&g, "RetryBudget", js("({ maxTokens: 0 })")).err().expect("accepted");
+fn guard_constructors_validate_and_guards_are_not_interchangeable() {
+    let e = new_budget(js("({ maxTokens: 0 })")).err().expect("accepted");
     assert_type_error(&e, r#"retryFetch: invalid option "maxTokens": got 0; expected a number > 0 and <= 1000000"#);
-    let e = construct(&g, "RetryBudget", js("({ maxTokens: 2, tokenRatio: 3 })")).err().expect("accepted");
+    let e = new_budget(js("({ maxTokens: 2, tokenRatio: 3 })")).err().expect("accepted");
     assert_type_error(&e, r#"retryFetch: invalid option "tokenRatio": got 3; expected a number > 0 and <= maxTokens"#);
-    let e = construct(&g, "CircuitBreaker", js("({ failureThreshold: 1.5 })")).err().expect("accepted");
+    let e = new_breaker(js("({ failureThreshold: 1.5 })")).err().expect("accepted");
     assert_type_error(&e, r#"retryFetch: invalid option "failureThreshold": got 1.5; expected an integer from 1 to 1000"#);
-    let e = construct(&g, "CircuitBreaker", js("({ onStateChange: 5 })")).err().expect("accepted");
+    let e = new_breaker(js("({ onStateChange: 5 })")).err().expect("accepted");
     assert_type_error(&e, r#"retryFetch: invalid option "onStateChange": got 5; expected a function"#);
-    let e = construct(&g, "AdaptiveThrottle", js("'x'")).err().expect("accepted");
+    let e = new_throttle(js("'x'")).err().expect("accepted");
     assert_type_error(&e, r#"retryFetch: invalid option "AdaptiveThrottle": got "x"; expected an options object or undefined"#);
-    let e = construct(&g, "AdaptiveThrottle", js("({ beta: 1 })")).err().expect("accepted");
+    let e = new_throttle(js("({ beta: 1 })")).err().expect("accepted");
     assert_type_error(&e, r#"retryFetch: invalid option "beta": got 1; expected a number between 0 and 1 (exclusive)"#);
 
-    let budget = construct(&g, "RetryBudget", JsValue::UNDEFINED).unwrap();
-    let breaker = construct(&g, "CircuitBreaker", JsValue::UNDEFINED).unwrap();
-    let throttle = construct(&g, "AdaptiveThrottle", js("({})")).unwrap();
-    assert_eq!(defaults!().read(with_guard("budget", &budget, "")).unwrap().flags(), FLAG_GUARDS | FLAG_AUTO_KEY);
-    assert_eq!(defaults!().read(with_guard("breaker", &breaker, "")).unwrap().flags(), FLAG_GUARDS | FLAG_BREAKER | FLAG_AUTO_KEY);
-    assert_eq!(defaults!().read(with_guard("throttle", &throttle, "")).unwrap().flags(), FLAG_GUARDS | FLAG_THROTTLE | FLAG_AUTO_KEY);
+    let budget = new_budget(JsValue::UNDEFINED).unwrap();
+    let breaker = new_breaker(JsValue::UNDEFINED).unwrap();
+    let throttle = new_throttle(js("({})")).unwrap();
+    assert_eq!(Policy::new().read(with_guard("budget", &budget, "")).unwrap().flags(), FLAG_GUARDS | FLAG_AUTO_KEY);
+    assert_eq!(Policy::new().read(with_guard("breaker", &breaker, "")).unwrap().flags(), FLAG_GUARDS | FLAG_BREAKER | FLAG_AUTO_KEY);
+    assert_eq!(Policy::new().read(with_guard("throttle", &throttle, "")).unwrap().flags(), FLAG_GUARDS | FLAG_THROTTLE | FLAG_AUTO_KEY);
     // a guard of another kind is not accepted
-    let e = defaults!().read(with_guard("budget", &breaker, "")).err().expect("accepted");
+    let e = Policy::new().read(with_guard("budget", &breaker, "")).err().expect("accepted");
     assert_type_error(&e, r#"retryFetch: invalid option "budget": got [object Object]; expected a RetryBudget"#);
-    let e = defaults!().read(with_guard("breaker", &throttle, "")).err().expect("accepted");
+    let e = Policy::new().read(with_guard("breaker", &throttle, "")).err().expect("accepted");
     assert_type_error(&e, r#"retryFetch: invalid option "breaker": got [object Object]; expected a CircuitBreaker"#);
     // null over a base with a guard removes it
-    let guarded = defaults!().read(with_guard("budget", &budget, "")).unwrap();
+    let guarded = Policy::new().read(with_guard("budget", &budget, "")).unwrap();
     assert_eq!(policy!(guarded, "({ budget: null })").flags(), FLAG_AUTO_KEY);
     // a freed guard is no guard any more
     call_method(&budget, "free", &[]).unwrap();
-    let e = defaults!().read(with_guard("budget", &budget, "")).err().expect("a freed RetryBudget was accepted");
+    let e = Policy::new().read(with_guard("budget", &budget, "")).err().expect("a freed RetryBudget was accepted");
     assert!(e.is_instance_of::<js_sys::TypeError>(), "{}", show(&e));
 }
 
 #[wasm_bindgen_test]
-async fn the_retry_budget_stops_retries_per_origin() {
-    let g = glue().await;
-    let budget = construct(&g, "RetryBudget", js("({ maxTokens: 4, tokenRatio: 1 })")).unwrap();
+fn the_retry_budget_stops_retries_per_origin() {
+    let budget = new_budget(js("({ maxTokens: 4, tokenRatio: 1 })")).unwrap();
     let tokens = |url: &str| call_method(&budget, "tokens", &[url.into()]).unwrap().as_f64().unwrap();
-    let p = defaults!().read(with_guard("budget", &budget, "jitter: 'none', maxAttempts: 10")).unwrap();
+    let p = Policy::new().read(with_guard("budget", &budget, "jitter: 'none', maxAttempts: 10")).unwrap();
     let url = "https://api.example/pay?id=1";
     assert_eq!(tokens(url), 4.0, "full when never seen");
 
@@ -710,12 +703,11 @@ async fn the_retry_budget_stops_retries_per_origin() {
 }
 
 #[wasm_bindgen_test]
-async fn the_circuit_breaker_opens_and_tells_on_state_change() {
-    let g = glue().await;
+fn the_circuit_breaker_opens_and_tells_on_state_change() {
     let listener = recorder();
     let options: JsValue = js("({ failureThreshold: 2, openMs: 10000 })");
     Reflect::set(&options, &"onStateChange".into(), &listener).unwrap();
-    let breaker = construct(&g, "CircuitBreaker", options).unwrap();
+    let breaker = new_breaker(options).unwrap();
     let state = |url: &str| call_method(&breaker, "state", &[url.into()]).unwrap().as_string().unwrap();
     let events = || -> Vec<(String, String, String)> {
         Array::from(&get(&listener, "events"))
@@ -723,7 +715,7 @@ async fn the_circuit_breaker_opens_and_tells_on_state_change() {
             .map(|e| (get(&e, "origin").as_string().unwrap(), get(&e, "from").as_string().unwrap(), get(&e, "to").as_string().unwrap()))
             .collect()
     };
-    let p = defaults!().read(with_guard("breaker", &breaker, "jitter: 'none'")).unwrap();
+    let p = Policy::new().read(with_guard("breaker", &breaker, "jitter: 'none'")).unwrap();
     let url = "http://127.0.0.1:1234/x?y";
     let origin = "http://127.0.0.1:1234";
     let t0 = Date::now();
@@ -767,10 +759,9 @@ async fn the_circuit_breaker_opens_and_tells_on_state_change() {
 }
 
 #[wasm_bindgen_test]
-async fn dropping_a_call_gives_back_its_probe_slot() {
-    let g = glue().await;
-    let breaker = construct(&g, "CircuitBreaker", js("({ failureThreshold: 1, openMs: 1000, halfOpenMaxCalls: 1, onStateChange() { throw new Error('listener bug') } })")).unwrap();
-    let p = defaults!().read(with_guard("breaker", &breaker, "")).unwrap();
+fn dropping_a_call_gives_back_its_probe_slot() {
+    let breaker = new_breaker(js("({ failureThreshold: 1, openMs: 1000, halfOpenMaxCalls: 1, onStateChange() { throw new Error('listener bug') } })")).unwrap();
+    let p = Policy::new().read(with_guard("breaker", &breaker, "")).unwrap();
     let url = "https://svc.example/a";
     let t0 = 5_000_000.0;
     // a throwing listener changes nothing
@@ -795,12 +786,11 @@ async fn dropping_a_call_gives_back_its_probe_slot() {
 }
 
 #[wasm_bindgen_test]
-async fn the_throttle_gives_turns_in_order_and_stops_at_max_wait_or_the_deadline() {
-    let g = glue().await;
+fn the_throttle_gives_turns_in_order_and_stops_at_max_wait_or_the_deadline() {
     // 1 request per second with slow start made negligible
-    let throttle = construct(&g, "AdaptiveThrottle", js("({ initialRate: 1, minRate: 0.5, rampMs: 1e9, maxWaitMs: 5000 })")).unwrap();
+    let throttle = new_throttle(js("({ initialRate: 1, minRate: 0.5, rampMs: 1e9, maxWaitMs: 5000 })")).unwrap();
     let rate = |url: &str| call_method(&throttle, "rate", &[url.into()]).unwrap();
-    let p = defaults!().read(with_guard("throttle", &throttle, "")).unwrap();
+    let p = Policy::new().read(with_guard("throttle", &throttle, "")).unwrap();
     let url = "https://slow.example/q";
     assert!(rate(url).is_undefined(), "an origin never seen has no rate");
     let t0 = Date::now();
@@ -820,15 +810,15 @@ async fn the_throttle_gives_turns_in_order_and_stops_at_max_wait_or_the_deadline
     assert_eq!(c.turn(t0 + 1100.0), -1.0, "its turn came");
 
     // a turn beyond maxWaitMs, or past the deadline, stops the call
-    let short = defaults!().read(with_guard("throttle", &throttle, "deadlineMs: 100")).unwrap();
+    let short = Policy::new().read(with_guard("throttle", &throttle, "deadlineMs: 100")).unwrap();
     let mut d = call!(&short, url, t0 + 1100.0);
     assert_eq!(d.turn(t0 + 1100.0), -2.0);
     assert_eq!(d.reason(), "deadline");
     // read last: `rate` refills the origin's tokens at the real clock, not the tests' times
     let r = rate(url).as_f64().expect("no rate after a send");
     assert!((0.99..1.01).contains(&r), "rate {r}");
-    let impatient = construct(&g, "AdaptiveThrottle", js("({ initialRate: 1, rampMs: 1e9, maxWaitMs: 500 })")).unwrap();
-    let p2 = defaults!().read(with_guard("throttle", &impatient, "")).unwrap();
+    let impatient = new_throttle(js("({ initialRate: 1, rampMs: 1e9, maxWaitMs: 500 })")).unwrap();
+    let p2 = Policy::new().read(with_guard("throttle", &impatient, "")).unwrap();
     let mut e = call!(&p2, url, t0);
     assert_eq!(e.turn(t0), -1.0);
     let mut f = call!(&p2, url, t0);
@@ -837,10 +827,9 @@ async fn the_throttle_gives_turns_in_order_and_stops_at_max_wait_or_the_deadline
 }
 
 #[wasm_bindgen_test]
-async fn origins_come_from_the_real_url_parser() {
-    let g = glue().await;
-    let budget = construct(&g, "RetryBudget", JsValue::UNDEFINED).unwrap();
-    let p = defaults!().read(with_guard("budget", &budget, "")).unwrap();
+fn origins_come_from_the_real_url_parser() {
+    let budget = new_budget(JsValue::UNDEFINED).unwrap();
+    let p = Policy::new().read(with_guard("budget", &budget, "")).unwrap();
     for (url, origin) in [
         ("http://127.0.0.1:1234/x?y", "http://127.0.0.1:1234"),
         ("HTTPS://API.Example.COM:443/a#b", "https://api.example.com"),
@@ -851,22 +840,22 @@ async fn origins_come_from_the_real_url_parser() {
         assert_eq!(call!(&p, url, 0.0).origin(), origin, "{url}");
     }
     // without guards the driver passes no URL: no origin
-    assert_eq!(call!(&defaults!(), 0.0).origin(), "");
+    assert_eq!(call!(&Policy::new(), 0.0).origin(), "");
 }
 
 // ---------------------------------------------------------------------------------------------
 // Robustness
 
 #[wasm_bindgen_test]
-async fn weird_input_never_panics() {
-    let g = glue().await;
-    let budget = construct(&g, "RetryBudget", JsValue::UNDEFINED).unwrap();
-    let breaker = construct(&g, "CircuitBreaker", JsValue::UNDEFINED).unwrap();
-    let throttle = construct(&g, "AdaptiveThrottle", JsValue::UNDEFINED).unwrap();
+fn weird_input_never_panics() {
+    let budget = new_budget(JsValue::UNDEFINED).unwrap();
+    let breaker = new_breaker(JsValue::UNDEFINED).unwrap();
+    let throttle = new_throttle(JsValue::UNDEFINED).unwrap();
     let options = with_guard("budget", &budget, "maxDelayMs: 1e308, baseDelayMs: 1e308, factor: 100, maxAttempts: 100, deadlineMs: 2147483647, timeoutMs: 1e-300");
     Reflect::set(&options, &"breaker".into(), &breaker).unwrap();
     Reflect::set(&options, &"throttle".into(), &throttle).unwrap();
-    let p = defaults!().read(options).unwrap();
+    let p = Policy::new().read(options).unwrap();
+    assert_eq!(p.flags(), FLAG_GUARDS | FLAG_THROTTLE | FLAG_BREAKER | FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
     let long = "9".repeat(10_000);
     let urls = ["", "not a url", "http://", "javascript:alert(1)", "data:text/plain,x", &format!("https://a.example/{long}")];
     let headers: [Option<String>; 7] = [

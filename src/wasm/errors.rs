@@ -9,21 +9,6 @@ use wasm_bindgen::prelude::*;
 use super::js;
 use crate::core::options::OptionError;
 
-/// `n` in decimal, without `core::fmt` (which would add kilobytes to the wasm).
-pub fn decimal(mut n: u64) -> String {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    digits[i..].iter().map(|&d| d as char).collect()
-}
-
 /// A short, readable rendering of a JS value for an error message: strings quoted
 /// (`"3"`), everything else as `String(value)` (`NaN`, `[object Object]`, `null`).
 pub fn describe(value: &JsValue) -> String {
@@ -70,7 +55,8 @@ pub fn invalid_option(api: &str, err: OptionError, value: &JsValue) -> JsValue {
     type_error(&msg)
 }
 
-/// An `Error` whose `name` is `name`.
+/// An `Error` whose `name` is `name` (the server build's `IdempotencyKeyError`).
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub fn named_error(name: &str, message: &str) -> js_sys::Error {
     let e = js_sys::Error::new(message);
     e.set_name(name);

@@ -32,10 +32,15 @@ mod client {
     use wasm_bindgen::prelude::*;
 
     use super::call::MathRandom;
-    use super::options::{self, Policy};
+    use super::options;
     use crate::core::backoff::{delays, Rng, SplitMix64};
 
-    pub use super::call::Call;
+    pub use super::call::{Call, NETWORK_ERROR, TIMEOUT};
+    pub use super::guards::{AdaptiveThrottleHandle, CircuitBreakerHandle, RetryBudgetHandle};
+    pub use super::options::{
+        Policy, FLAG_AUTO_KEY, FLAG_BREAKER, FLAG_FIXED_KEY, FLAG_GUARDS, FLAG_RETRY_HEADERS,
+        FLAG_RETRY_SUCCESS, FLAG_THROTTLE, FLAG_TIME_LIMIT,
+    };
 
     /// Is `method` idempotent per RFC 9110 (so a retry cannot repeat an effect)?
     #[wasm_bindgen(js_name = isIdempotent, skip_typescript)]
@@ -51,7 +56,7 @@ mod client {
         count: JsValue,
         seed: JsValue,
     ) -> Result<Array, JsValue> {
-        let policy = options::read(&options, &Policy::default())?.policy;
+        let policy = options::read(&options, &options::Policy::default())?.policy;
         let count = options::read_count(&count)?;
         let mut seeded;
         let mut math = MathRandom;
