@@ -511,6 +511,56 @@ export const scenarios = [
     },
   },
   {
+    name: 'per-call options: a changed value is read again, the same values reused, concurrent calls keep theirs',
+    async run({ api, seq }) {
+      const options = { maxAttempts: 1, baseDelayMs: 1, jitter: 'none' };
+      const a = seq('503');
+      equal((await api.retryFetch(a.url, undefined, options)).status, 503);
+      equal((await a.log()).length, 1, 'maxAttempts 1:');
+      options.maxAttempts = 3; // the same object, mutated between calls
+      const b = seq('503');
+      equal((await api.retryFetch(b.url, undefined, options)).status, 503);
+      equal((await b.log()).length, 3, 'maxAttempts 3 after the change:');
+      const c = seq('503');
+      equal((await api.retryFetch(c.url, undefined, { ...options })).status, 503, 'a copy with the same values:');
+      equal((await c.log()).length, 3);
+      // Calls in flight keep their own options while later calls read others.
+      const slow = seq('503+delay=50,503+delay=50,200');
+      const inFlight = api.retryFetch(slow.url, undefined, { maxAttempts: 3, baseDelayMs: 1 });
+      const others = [];
+      for (let i = 1; i <= 4; i++) {
+        const s = seq('503');
+        others.push(api.retryFetch(s.url, undefined, { maxAttempts: 1 + (i % 2), baseDelayMs: 1 }).then(async (r) => [r.status, (await s.log()).length, 1 + (i % 2)]));
+      }
+      equal((await inFlight).status, 200, 'the call in flight finished with its own maxAttempts:');
+      for (const [status, hits, want] of await Promise.all(others)) {
+        equal(status, 503);
+        equal(hits, want, 'each concurrent call used its own maxAttempts:');
+      }
+      // A getter runs once per call, and a throwing one rejects the call.
+      let reads = 0;
+      const counted = { get maxAttempts() { reads++; return 1; } };
+      const d = seq('200');
+      equal((await api.retryFetch(d.url, undefined, counted)).status, 200);
+      equal(reads, 1, 'the maxAttempts getter ran once:');
+      const thrown = await rejects(api.retryFetch(d.url, undefined, { get timeoutMs() { throw new RangeError('boom'); } }));
+      equal(thrown.name, 'RangeError');
+      equal((await d.log()).length, 1, 'nothing sent when a getter throws:');
+    },
+  },
+  {
+    name: 'a status below 400 in retryOnStatus is retried like any other',
+    async run({ api, seq }) {
+      const s = seq('202,202,200');
+      const res = await api.retryFetch(s.url, undefined, { ...fast, retryOnStatus: [202] });
+      equal(res.status, 200);
+      equal((await s.log()).length, 3);
+      const t = seq('202,200');
+      equal((await api.retryFetch(t.url, undefined, fast)).status, 202, 'not in retryOnStatus: the answer:');
+      equal((await t.log()).length, 1);
+    },
+  },
+  {
     name: 'backoffDelays: the schedule, seeded jitter, bounds and validation',
     async run({ api }) {
       deepEqual(api.backoffDelays({ jitter: 'none' }, 5), [500, 1000, 2000, 4000, 8000]);
