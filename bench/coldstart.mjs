@@ -16,10 +16,12 @@
 // one unrecorded process of each kind runs first (file cache). Median and p90 per kind.
 //
 // Size: the files a browser loads for the client entry (index.browser.js, client.js,
-// retry_fetch.js, retry_fetch_bg.wasm), raw and gzip -9 (zlib level 9, each file compressed on
-// its own, as a server would send them), and the same for each peer: its main entry file alone
-// and the whole module graph that entry loads (its relative imports and dependencies, followed
-// statically: no tree-shaking, no minification, as published).
+// retry_fetch.js, retry_fetch_bg.wasm; the package's JS is minified by its build), raw and
+// gzip -9 (zlib level 9, each file compressed on its own, as a server would send them), and
+// the same for each peer: its main entry file alone and the whole module graph that entry
+// loads (its relative imports and dependencies, followed statically: no tree-shaking, as
+// published), and that graph minified with terser (the build's minifier) and concatenated:
+// the like-for-like figure to compare with retry-fetch's.
 //
 // Prints markdown to stdout (progress to stderr) and writes bench/results/coldstart.json.
 import { execFileSync } from 'node:child_process';
@@ -173,7 +175,27 @@ function moduleGraph(entry) {
   return [...seen];
 }
 
-function sizes() {
+/** The files minified one by one with terser (ES module first, script as a fallback), concatenated. */
+async function minifiedConcat(files) {
+  const { minify } = await import('terser');
+  const parts = [];
+  for (const f of files) {
+    const code = readFileSync(f, 'utf8');
+    let out;
+    for (const module of [true, false]) {
+      try {
+        out = (await minify(code, { module, compress: { passes: 2 }, mangle: true, format: { comments: false } })).code;
+        break;
+      } catch {
+        // try the other kind
+      }
+    }
+    parts.push(out ?? code);
+  }
+  return Buffer.from(parts.join('\n'));
+}
+
+async function sizes() {
   const client = CLIENT_FILES.map((f) => ({ ...fileSize(path.join(PKG, f)), name: f }));
   const sum = (files, k) => files.reduce((a, f) => a + f[k], 0);
   const retryFetch = {
@@ -181,21 +203,24 @@ function sizes() {
     raw: sum(client, 'raw'),
     gzip: sum(client, 'gzip'),
   };
-  const peers = PEERS.map((name) => {
+  const peers = [];
+  for (const name of PEERS) {
     const dir = path.join(BENCH, 'node_modules', name);
     const version = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')).version;
     const entry = entryOf(dir);
-    const graph = moduleGraph(entry).map(fileSize);
+    const files = moduleGraph(entry);
+    const graph = files.map(fileSize);
     const e = fileSize(entry);
-    return {
+    peers.push({
       name, version,
       entry: path.relative(dir, entry),
       entryRaw: e.raw, entryGzip: e.gzip,
       graphFiles: graph.map((f) => path.relative(path.join(BENCH, 'node_modules'), f.file)),
       graphRaw: sum(graph, 'raw'), graphGzip: sum(graph, 'gzip'),
       graphConcatGzip: gz(Buffer.concat(graph.map((f) => readFileSync(f.file)))),
-    };
-  });
+      graphMinGzip: gz(await minifiedConcat(files)),
+    });
+  }
   return { retryFetch, peers };
 }
 
@@ -207,9 +232,10 @@ export function sizeTables(size) {
     ['**total** (wasm + JS glue)', `**${fmtBytes(size.retryFetch.raw)}**`, `**${fmtBytes(size.retryFetch.gzip)}**`],
   ]);
   const b = table(['library', 'main entry', 'entry raw', 'entry gzip -9', 'modules loaded', 'all loaded raw',
-    'all loaded gzip -9 (per file)', 'all loaded gzip -9 (concatenated)'],
+    'all loaded gzip -9 (per file)', 'all loaded gzip -9 (concatenated)', 'all loaded, minified (terser), gzip -9'],
   size.peers.map((p) => [`${p.name} ${p.version}`, p.entry, fmtBytes(p.entryRaw), fmtBytes(p.entryGzip),
-    String(p.graphFiles.length), fmtBytes(p.graphRaw), fmtBytes(p.graphGzip), fmtBytes(p.graphConcatGzip)]));
+    String(p.graphFiles.length), fmtBytes(p.graphRaw), fmtBytes(p.graphGzip), fmtBytes(p.graphConcatGzip),
+    p.graphMinGzip === undefined ? 'n/a' : fmtBytes(p.graphMinGzip)]));
   return `${a}\n\n${b}`;
 }
 
@@ -253,7 +279,7 @@ export function coldGoals(cold, size) {
 
 async function main() {
   const started = performance.now();
-  const size = sizes();
+  const size = await sizes();
   log(`cold start: ${RUNS} fresh processes per kind (${Object.keys(CHILD).join(', ')})`);
   const cold = coldStart();
   const goals = coldGoals(cold, size);
