@@ -7,9 +7,12 @@
 //! - [`core`] (in `src/core/`): the pure retry policy. It knows nothing of JavaScript; time and
 //!   randomness come in through the small [`core::backoff::Rng`] trait and plain millisecond
 //!   numbers, so every rule is tested natively and deterministically.
-//! - the wasm shell (in `src/wasm/`, compiled only for `wasm32`): reads the JS options once,
-//!   binds `fetch`, `setTimeout` and `crypto` as globals, runs the retry loop and turns
-//!   failures into JS `Error`s with stable `name`s.
+//! - the wasm shell (in `src/wasm/`, compiled only for `wasm32`): reads the JS options once
+//!   (`Policy`, invalid ones are `TypeError`s naming the option and the value) and makes each
+//!   call's decisions (`Call`: breaker, throttle turn, time limits, retry or stop and the
+//!   wait) for the JavaScript driver in `js/client.js`, which performs them: it calls
+//!   `fetch`, runs the timers and abort signals, calls the hooks and builds the `Error`s with
+//!   stable `name`s. Rust decides, JavaScript performs.
 #![deny(missing_docs)]
 
 pub mod core;
