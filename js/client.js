@@ -20,6 +20,7 @@ const FLAG_FIXED_KEY = 16;
 const FLAG_AUTO_KEY = 32;
 const FLAG_TIME_LIMIT = 64;
 const FLAG_RETRY_SUCCESS = 128;
+const FLAG_RETRY_AFTER = 256;
 // The longest delay setTimeout accepts (2^31 - 1 ms); longer ones fire at once.
 const MAX_TIMER_MS = 2147483647;
 
@@ -65,32 +66,72 @@ async function runWith(client, input, init, options) {
   return run(read.policy, input, init, read);
 }
 
-function sameValues(a, b) {
+/**
+ * What a read can be reused for: the option values as they were read, with arrays copied
+ * (`retryOnStatus` may be mutated between calls). `undefined` when a value could change
+ * without its identity changing in a way the wasm would see (a guard can be freed, any other
+ * object can be changed): then the options are read again every call.
+ */
+function reusableValues(values) {
+  const out = new Array(values.length);
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (Array.isArray(v)) {
+      if (!v.every((x) => x === null || (typeof x !== 'object' && typeof x !== 'function'))) return undefined;
+      out[i] = { array: v.slice() };
+    } else if (v === null || typeof v !== 'object' || isAbortSignal(v)) {
+      out[i] = v; // primitives, functions, and signals (read live by the driver)
+    } else {
+      return undefined;
+    }
+  }
+  return out;
+}
+
+function sameList(a, b) {
   if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) return false;
+  return true;
+}
+
+function sameValues(kept, values) {
+  if (kept.length !== values.length) return false;
+  for (let i = 0; i < kept.length; i++) {
+    const k = kept[i];
+    const v = values[i];
+    if (typeof k === 'object' && k !== null && !isAbortSignal(k)) {
+      if (!Array.isArray(v) || !sameList(k.array, v)) return false;
+    } else if (!Object.is(k, v)) {
+      return false;
+    }
+  }
   return true;
 }
 
 /**
  * The policy for per-call `options` over `client.base`. The wasm reads and validates them; the
  * last read is kept, so calls that pass the same option values again (the same object, or a
- * new literal with the same values) reuse it without crossing into the wasm. A read policy
- * counts its calls in flight, and is freed once replaced and no call uses it.
+ * new literal with the same values) reuse it without crossing into the wasm. Values that can
+ * change behind the same identity (arrays are compared item by item; guards and other objects
+ * are never reused) are read again. A read counts its calls in flight, and is freed once
+ * replaced and no call uses it.
  */
 function readOptions(client, options) {
   if (typeof options !== 'object') return { policy: client.base.read(options), users: 1, stale: true };
   const keys = Object.keys(options);
   const values = keys.map((k) => options[k]); // each getter runs once per call
   const last = client.last;
-  if (last !== undefined && sameValues(last.keys, keys) && sameValues(last.values, values)) {
+  if (last !== undefined && last.values !== undefined && sameList(last.keys, keys) && sameValues(last.values, values)) {
     last.users++;
     return last;
   }
   const snapshot = {};
   keys.forEach((k, i) => (snapshot[k] = values[i]));
-  const read = { keys, values, policy: client.base.read(snapshot), users: 1, stale: false };
-  if (last !== undefined) release(last, true);
+  const policy = client.base.read(snapshot); // may run a signal's getters, even a nested call
+  const read = { keys, values: reusableValues(values), policy, users: 1, stale: false };
+  const replaced = client.last;
   client.last = read;
+  if (replaced !== undefined) release(replaced, true);
   return read;
 }
 
@@ -98,7 +139,11 @@ function readOptions(client, options) {
 function release(read, replaced) {
   if (replaced) read.stale = true;
   else read.users--;
-  if (read.stale && read.users === 0) read.policy.free();
+  if (read.stale && read.users === 0 && read.policy !== undefined) {
+    const policy = read.policy;
+    read.policy = undefined; // freed once, whatever happens next
+    policy.free();
+  }
 }
 
 // ---- errors -------------------------------------------------------------------------------
@@ -212,9 +257,10 @@ function attemptAbort(signals, limitMs, timeoutCause) {
   });
   let unlink;
   if (signals.length > 0) {
-    if (typeof AbortSignal.any === 'function') {
+    try {
       abort.signal = AbortSignal.any([...signals, controller.signal]);
-    } else {
+    } catch {
+      // No AbortSignal.any, or a signal it does not take (a polyfill's): link by listeners.
       unlink = onAbort(signals, (reason) => controller.abort(reason));
     }
   }
@@ -466,23 +512,26 @@ async function run(policy, input, init, read) {
       const limit = decisions === undefined ? -1 : decisions.send(policy, started);
       const timeoutCause = limit < 0 ? undefined : timeoutError(Math.ceil(limit));
       const abort = attemptAbort(signals, limit, timeoutCause);
-      const [attemptInput, attemptInit] = request.attempt(
-        abort?.signal,
-        firstAttemptAt !== undefined && attempt > 1 ? [attempt - 1, firstAttemptAt] : undefined,
-      );
       let response;
       let error;
       let failed = false;
-      // A transport that throws synchronously rejects the call with its error, as fetch would.
-      const pending = transport === undefined ? fetch(attemptInput, attemptInit) : transport(attemptInput, attemptInit);
+      let timedOut = false;
       try {
-        response = await pending;
-      } catch (e) {
-        failed = true;
-        error = e;
+        const [attemptInput, attemptInit] = request.attempt(
+          abort?.signal,
+          firstAttemptAt !== undefined && attempt > 1 ? [attempt - 1, firstAttemptAt] : undefined,
+        );
+        try {
+          // A transport that throws synchronously failed like one that rejects: a network error.
+          response = await (transport === undefined ? fetch(attemptInput, attemptInit) : transport(attemptInput, attemptInit));
+        } catch (e) {
+          failed = true;
+          error = e;
+        }
+        timedOut = abort !== undefined && abort.timedOut;
+      } finally {
+        if (abort !== undefined) abort.done(); // the time limit and signal links end with the attempt
       }
-      const timedOut = abort !== undefined && abort.timedOut;
-      if (abort !== undefined) abort.done();
       const ended = Date.now();
 
       const abortedNow = abortedSignal(signals);
@@ -509,7 +558,7 @@ async function run(policy, input, init, read) {
       else record.error = error;
       history.push(record);
 
-      const serverAsks = code >= 400 && code < NETWORK_ERROR;
+      const serverAsks = flags & FLAG_RETRY_AFTER && code >= 400 && code < NETWORK_ERROR;
       const delay = decisions.decide(
         policy,
         code,

@@ -23,7 +23,7 @@ use js_sys::{Array, Date, Function, Object, Reflect, RegExp, JSON};
 use retry_fetch::wasm::{
     backoff_delays, is_idempotent, AdaptiveThrottleHandle, Call, CircuitBreakerHandle, Policy,
     RetryBudgetHandle, FLAG_AUTO_KEY, FLAG_BREAKER, FLAG_FIXED_KEY, FLAG_GUARDS,
-    FLAG_RETRY_HEADERS, FLAG_RETRY_SUCCESS, FLAG_THROTTLE, FLAG_TIME_LIMIT, NETWORK_ERROR,
+    FLAG_RETRY_AFTER, FLAG_RETRY_HEADERS, FLAG_RETRY_SUCCESS, FLAG_THROTTLE, FLAG_TIME_LIMIT, NETWORK_ERROR,
     TIMEOUT,
 };
 use wasm_bindgen::prelude::*;
@@ -258,29 +258,34 @@ fn javascript_parts_are_checked_and_handed_back() {
 #[wasm_bindgen_test]
 fn getters_report_the_defaults_and_flags() {
     let p = Policy::new();
-    assert_eq!(p.flags(), FLAG_AUTO_KEY);
+    assert_eq!(p.flags(), FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
+    assert_eq!(
+        Policy::new().read(js("({ respectRetryAfter: false })")).unwrap().flags() & FLAG_RETRY_AFTER,
+        0,
+        "respectRetryAfter: false clears FLAG_RETRY_AFTER"
+    );
     assert_eq!(p.deadline_ms(), -1.0);
     assert_eq!(p.max_body(), 1_048_576);
     assert_eq!(p.header(), "Idempotency-Key");
     assert!(p.signal().is_undefined() && p.should_retry().is_undefined() && p.on_retry().is_undefined() && p.fetch().is_undefined());
     let q = policy!("({ retryHeaders: true, deadlineMs: 1500, maxBufferedBodyBytes: 0, idempotencyHeader: 'X-Request-Key' })");
-    assert_eq!(q.flags(), FLAG_RETRY_HEADERS | FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
-    assert_eq!(policy!("({ idempotencyKey: false })").flags(), 0);
-    assert_eq!(policy!("({ idempotencyKey: 'order-42' })").flags(), FLAG_FIXED_KEY);
+    assert_eq!(q.flags(), FLAG_RETRY_HEADERS | FLAG_TIME_LIMIT | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
+    assert_eq!(policy!("({ idempotencyKey: false })").flags(), FLAG_RETRY_AFTER);
+    assert_eq!(policy!("({ idempotencyKey: 'order-42' })").flags(), FLAG_FIXED_KEY | FLAG_RETRY_AFTER);
     assert_eq!(q.deadline_ms(), 1500.0);
     assert_eq!(q.max_body(), 0);
     assert_eq!(q.header(), "X-Request-Key");
     // unknown names are ignored (TypeScript flags them), as are undefined values
     assert_eq!(policy!("({ maxAtempts: 0, deadlineMs: undefined })").deadline_ms(), -1.0);
-    assert_eq!(policy!("({ maxAtempts: 0, deadlineMs: undefined })").flags(), FLAG_AUTO_KEY);
+    assert_eq!(policy!("({ maxAtempts: 0, deadlineMs: undefined })").flags(), FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
 }
 
 #[wasm_bindgen_test]
 fn the_time_limit_flag_follows_timeout_ms_and_deadline_ms() {
     assert_eq!(Policy::new().flags() & FLAG_TIME_LIMIT, 0, "no time limit by default");
-    assert_eq!(policy!("({ timeoutMs: 1000 })").flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
-    assert_eq!(policy!("({ deadlineMs: 1 })").flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
-    let both = policy!("({ timeoutMs: 1000, deadlineMs: 60000, idempotencyKey: false })");
+    assert_eq!(policy!("({ timeoutMs: 1000 })").flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
+    assert_eq!(policy!("({ deadlineMs: 1 })").flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
+    let both = policy!("({ timeoutMs: 1000, deadlineMs: 60000, idempotencyKey: false, respectRetryAfter: false })");
     assert_eq!(both.flags(), FLAG_TIME_LIMIT);
     // null clears one; the flag stays while the other is set, and goes with the last
     let deadline_only = policy!(both, "({ timeoutMs: null })");
@@ -303,7 +308,7 @@ fn the_retry_success_flag_is_set_by_a_retried_status_below_400() {
     // the default statuses (408, 429, 500, 502, 503, 504) are all errors
     assert_eq!(Policy::new().flags() & FLAG_RETRY_SUCCESS, 0);
     let p = policy!("({ retryOnStatus: [304, 503] })");
-    assert_eq!(p.flags(), FLAG_RETRY_SUCCESS | FLAG_AUTO_KEY);
+    assert_eq!(p.flags(), FLAG_RETRY_SUCCESS | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
     for statuses in ["[100]", "[200]", "[399, 500]"] {
         assert_ne!(policy!(&format!("({{ retryOnStatus: {statuses} }})")).flags() & FLAG_RETRY_SUCCESS, 0, "{statuses}");
     }
@@ -311,8 +316,8 @@ fn the_retry_success_flag_is_set_by_a_retried_status_below_400() {
         assert_eq!(policy!(&format!("({{ retryOnStatus: {statuses} }})")).flags() & FLAG_RETRY_SUCCESS, 0, "{statuses}");
     }
     // a new list replaces the base's; undefined keeps it
-    assert_eq!(policy!(p, "({ retryOnStatus: [503] })").flags(), FLAG_AUTO_KEY);
-    assert_eq!(policy!(p, "({ retryOnStatus: undefined })").flags(), FLAG_RETRY_SUCCESS | FLAG_AUTO_KEY);
+    assert_eq!(policy!(p, "({ retryOnStatus: [503] })").flags(), FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
+    assert_eq!(policy!(p, "({ retryOnStatus: undefined })").flags(), FLAG_RETRY_SUCCESS | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
     // and the flag is right that such a response is retried
     let p = policy!("({ retryOnStatus: [304, 503], jitter: 'none' })");
     let mut c = call!(&p, 0.0);
@@ -348,8 +353,8 @@ fn options_read_over_a_base_keep_its_values_and_null_clears() {
     assert_eq!(delays, [200.0, 400.0, 800.0]);
     assert_eq!(c.reason(), "attempts");
     assert_eq!(over.deadline_ms(), 60000.0);
-    assert_eq!(base.flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
-    assert_eq!(over.flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY, "the deadline is still a time limit");
+    assert_eq!(base.flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
+    assert_eq!(over.flags(), FLAG_TIME_LIMIT | FLAG_AUTO_KEY | FLAG_RETRY_AFTER, "the deadline is still a time limit");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -644,9 +649,9 @@ fn guard_constructors_validate_and_guards_are_not_interchangeable() {
     let budget = new_budget(JsValue::UNDEFINED).unwrap();
     let breaker = new_breaker(JsValue::UNDEFINED).unwrap();
     let throttle = new_throttle(js("({})")).unwrap();
-    assert_eq!(Policy::new().read(with_guard("budget", &budget, "")).unwrap().flags(), FLAG_GUARDS | FLAG_AUTO_KEY);
-    assert_eq!(Policy::new().read(with_guard("breaker", &breaker, "")).unwrap().flags(), FLAG_GUARDS | FLAG_BREAKER | FLAG_AUTO_KEY);
-    assert_eq!(Policy::new().read(with_guard("throttle", &throttle, "")).unwrap().flags(), FLAG_GUARDS | FLAG_THROTTLE | FLAG_AUTO_KEY);
+    assert_eq!(Policy::new().read(with_guard("budget", &budget, "")).unwrap().flags(), FLAG_GUARDS | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
+    assert_eq!(Policy::new().read(with_guard("breaker", &breaker, "")).unwrap().flags(), FLAG_GUARDS | FLAG_BREAKER | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
+    assert_eq!(Policy::new().read(with_guard("throttle", &throttle, "")).unwrap().flags(), FLAG_GUARDS | FLAG_THROTTLE | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
     // a guard of another kind is not accepted
     let e = Policy::new().read(with_guard("budget", &breaker, "")).err().expect("accepted");
     assert_type_error(&e, r#"retryFetch: invalid option "budget": got [object Object]; expected a RetryBudget"#);
@@ -654,7 +659,7 @@ fn guard_constructors_validate_and_guards_are_not_interchangeable() {
     assert_type_error(&e, r#"retryFetch: invalid option "breaker": got [object Object]; expected a CircuitBreaker"#);
     // null over a base with a guard removes it
     let guarded = Policy::new().read(with_guard("budget", &budget, "")).unwrap();
-    assert_eq!(policy!(guarded, "({ budget: null })").flags(), FLAG_AUTO_KEY);
+    assert_eq!(policy!(guarded, "({ budget: null })").flags(), FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
     // a freed guard is no guard any more
     call_method(&budget, "free", &[]).unwrap();
     let e = Policy::new().read(with_guard("budget", &budget, "")).err().expect("a freed RetryBudget was accepted");
@@ -855,7 +860,7 @@ fn weird_input_never_panics() {
     Reflect::set(&options, &"breaker".into(), &breaker).unwrap();
     Reflect::set(&options, &"throttle".into(), &throttle).unwrap();
     let p = Policy::new().read(options).unwrap();
-    assert_eq!(p.flags(), FLAG_GUARDS | FLAG_THROTTLE | FLAG_BREAKER | FLAG_TIME_LIMIT | FLAG_AUTO_KEY);
+    assert_eq!(p.flags(), FLAG_GUARDS | FLAG_THROTTLE | FLAG_BREAKER | FLAG_TIME_LIMIT | FLAG_AUTO_KEY | FLAG_RETRY_AFTER);
     let long = "9".repeat(10_000);
     let urls = ["", "not a url", "http://", "javascript:alert(1)", "data:text/plain,x", &format!("https://a.example/{long}")];
     let headers: [Option<String>; 7] = [

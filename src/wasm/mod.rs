@@ -39,7 +39,7 @@ mod client {
     pub use super::guards::{AdaptiveThrottleHandle, CircuitBreakerHandle, RetryBudgetHandle};
     pub use super::options::{
         Policy, FLAG_AUTO_KEY, FLAG_BREAKER, FLAG_FIXED_KEY, FLAG_GUARDS, FLAG_RETRY_HEADERS,
-        FLAG_RETRY_SUCCESS, FLAG_THROTTLE, FLAG_TIME_LIMIT,
+        FLAG_RETRY_AFTER, FLAG_RETRY_SUCCESS, FLAG_THROTTLE, FLAG_TIME_LIMIT,
     };
 
     /// Is `method` idempotent per RFC 9110 (so a retry cannot repeat an effect)?

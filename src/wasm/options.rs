@@ -63,6 +63,9 @@ pub const FLAG_TIME_LIMIT: u32 = 64;
 /// `Policy.flags` bit: `retryOnStatus` has a status below 400. Without it, a response below
 /// 400 is final, and the driver needs no [`super::call::Call`] for a call that gets one at once.
 pub const FLAG_RETRY_SUCCESS: u32 = 128;
+/// `Policy.flags` bit: `respectRetryAfter` is on (the driver reads `Retry-After`,
+/// `RateLimit-Reset` and `RateLimit` of responses >= 400 for the `Call`).
+pub const FLAG_RETRY_AFTER: u32 = 256;
 
 #[wasm_bindgen]
 impl Policy {
@@ -98,6 +101,9 @@ impl Policy {
         }
         if self.policy.retry_on_status.iter().any(|&s| s < 400) {
             f |= FLAG_RETRY_SUCCESS;
+        }
+        if self.policy.respect_retry_after {
+            f |= FLAG_RETRY_AFTER;
         }
         f | match self.policy.idempotency_key {
             KeyMode::Fixed(_) => FLAG_FIXED_KEY,

@@ -171,3 +171,123 @@ test('leak: 100,000 calls mixing success, retries and aborts keep wasm memory an
   assert.equal(wasmEnd, wasmStart, 'wasm linear memory grew');
   assert.ok(heapEnd - heapStart < 20e6, `JS heap grew by ${((heapEnd - heapStart) / 1e6).toFixed(1)} MB`);
 });
+
+// ---- the driver's resources and odd transports (js/client.js) -------------------------------
+
+const timeouts = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+
+test('a transport that throws synchronously is a network error: retried, then a RetryError, and no timer is left', async () => {
+  const before = timeouts();
+  let calls = 0;
+  const thrown = new TypeError('no route');
+  const err = await api
+    .retryFetch('https://sync-throw.invalid/', undefined, {
+      baseDelayMs: 0,
+      timeoutMs: 60_000,
+      fetch: () => {
+        calls += 1;
+        throw thrown;
+      },
+    })
+    .then(() => assert.fail('expected a rejection'), (e) => e);
+  assert.equal(err.name, 'RetryError');
+  assert.equal(err.reason, 'attempts');
+  assert.equal(err.cause, thrown);
+  assert.equal(calls, 3);
+  assert.equal(timeouts(), before, 'a timeoutMs timer outlived the call');
+});
+
+test('retryHeaders with headers that cannot be rebuilt: the call rejects and no timer is left', async () => {
+  const before = timeouts();
+  let calls = 0;
+  const err = await api
+    .retryFetch('https://attempt-throws.invalid/', { headers: { 'x-a': 'b' } }, {
+      baseDelayMs: 0,
+      timeoutMs: 60_000,
+      retryHeaders: true,
+      fetch: async () => {
+        calls += 1;
+        // After the first attempt, the X-Original-Request-At value cannot be set: make Headers throw.
+        if (calls === 1) globalThis.Headers = class extends OriginalHeaders { set() { throw new RangeError('bad header'); } };
+        return new Response(null, { status: 503 });
+      },
+    })
+    .then(() => assert.fail('expected a rejection'), (e) => e)
+    .finally(() => { globalThis.Headers = OriginalHeaders; });
+  assert.equal(err.name, 'RangeError');
+  assert.equal(calls, 1);
+  assert.equal(timeouts(), before, 'a timeoutMs timer outlived the call');
+});
+const OriginalHeaders = globalThis.Headers;
+
+test('a signal AbortSignal.any does not take (a polyfill) is linked by listeners, removed after the attempt', async () => {
+  const any = AbortSignal.any;
+  AbortSignal.any = () => { throw new TypeError("Failed to convert value to 'AbortSignal'"); };
+  try {
+    const listeners = new Set();
+    const polyfill = {
+      aborted: false,
+      reason: undefined,
+      addEventListener: (type, f) => listeners.add(f),
+      removeEventListener: (type, f) => listeners.delete(f),
+    };
+    let seen;
+    const res = await api.retryFetch('https://polyfill.invalid/', undefined, {
+      signal: polyfill,
+      timeoutMs: 60_000,
+      fetch: async (_input, init) => {
+        seen = init.signal;
+        assert.equal(listeners.size, 1, 'linked while the attempt runs');
+        return new Response('ok');
+      },
+    });
+    assert.equal(res.status, 200);
+    assert.ok(seen instanceof AbortSignal, 'the attempt got a real signal');
+    assert.equal(listeners.size, 0, 'the listener was removed');
+    // and aborting through the polyfill aborts the attempt in flight
+    const err = await api
+      .retryFetch('https://polyfill.invalid/', undefined, {
+        signal: polyfill,
+        fetch: (_input, init) =>
+          new Promise((_, reject) => {
+            init.signal.addEventListener('abort', () => reject(init.signal.reason));
+            polyfill.aborted = true;
+            polyfill.reason = new Error('stop');
+            for (const f of [...listeners]) f();
+          }),
+      })
+      .then(() => assert.fail('expected a rejection'), (e) => e);
+    assert.equal(err.message, 'stop');
+  } finally {
+    AbortSignal.any = any;
+  }
+});
+
+test('per-call options that hold a guard are read every call: a freed budget is refused', async () => {
+  const budget = new api.RetryBudget();
+  const options = { budget, fetch: async () => new Response('ok') };
+  assert.equal((await api.retryFetch('https://guard.invalid/', undefined, options)).status, 200);
+  budget.free();
+  const err = await api.retryFetch('https://guard.invalid/', undefined, options).then(() => assert.fail('expected a rejection'), (e) => e);
+  assert.equal(err.name, 'TypeError');
+  assert.match(err.message, /invalid option "budget"/);
+});
+
+test('a call made from inside an options read (a signal getter) does not break either call', async () => {
+  const fetch = async () => new Response('ok');
+  let nested;
+  const sneaky = {
+    aborted: false,
+    get addEventListener() {
+      // runs while the wasm reads `signal`: start another call with other options
+      nested ??= api.retryFetch('https://nested.invalid/', undefined, { maxAttempts: 2, fetch });
+      return () => {};
+    },
+    removeEventListener() {},
+  };
+  const outer = await api.retryFetch('https://outer.invalid/', undefined, { signal: sneaky, fetch });
+  assert.equal(outer.status, 200);
+  assert.equal((await nested).status, 200);
+  // and the client still works afterwards
+  assert.equal((await api.retryFetch('https://after.invalid/', undefined, { maxAttempts: 2, fetch })).status, 200);
+});

@@ -524,6 +524,15 @@ export const scenarios = [
       const c = seq('503');
       equal((await api.retryFetch(c.url, undefined, { ...options })).status, 503, 'a copy with the same values:');
       equal((await c.log()).length, 3);
+      // An array mutated in place between calls is read again.
+      const statuses = { ...options, retryOnStatus: [500] };
+      const e = seq('503');
+      await api.retryFetch(e.url, undefined, statuses);
+      equal((await e.log()).length, 1, '503 not in retryOnStatus [500]:');
+      statuses.retryOnStatus.push(503);
+      const f = seq('503');
+      await api.retryFetch(f.url, undefined, statuses);
+      equal((await f.log()).length, 3, 'after retryOnStatus.push(503):');
       // Calls in flight keep their own options while later calls read others.
       const slow = seq('503+delay=50,503+delay=50,200');
       const inFlight = api.retryFetch(slow.url, undefined, { maxAttempts: 3, baseDelayMs: 1 });
