@@ -27,7 +27,20 @@ const MAX_TIMER_MS = 2147483647;
 // The built-in defaults, made on first use (the entry instantiates the wasm after this module
 // is evaluated).
 let builtIn;
-const defaults = () => (builtIn ??= { base: new Policy(), last: undefined });
+const defaults = () => (builtIn ??= client(new Policy()));
+
+/**
+ * What the driver needs of a policy on every call, read from the wasm once per policy (a
+ * policy never changes): its flags, the caller's signal and transport.
+ */
+function view(policy) {
+  return { policy, flags: policy.flags, signal: policy.signal, fetch: policy.fetch };
+}
+
+/** A client: its base policy (the defaults it merges per-call options over) and its last read. */
+function client(base) {
+  return { base, view: view(base), last: undefined };
+}
 
 /** fetch with retries: see index.d.ts and the README. */
 export function retryFetch(input, init, options) {
@@ -36,9 +49,9 @@ export function retryFetch(input, init, options) {
 
 /** A retryFetch whose options default to `defaults` (validated now; per-call options merge over them). */
 export function createRetryFetch(options) {
-  const client = { base: defaults().base.read(options), last: undefined };
+  const own = client(defaults().base.read(options));
   return function retryFetch(input, init, options) {
-    return call(client, input, init, options);
+    return call(own, input, init, options);
   };
 }
 
@@ -58,12 +71,12 @@ export function isCircuitOpenError(error) {
 }
 
 function call(client, input, init, options) {
-  return options === undefined || options === null ? run(client.base, input, init, undefined) : runWith(client, input, init, options);
+  return options === undefined || options === null ? run(client.view, input, init, undefined) : runWith(client, input, init, options);
 }
 
 async function runWith(client, input, init, options) {
   const read = readOptions(client, options); // an invalid option rejects before anything is sent
-  return run(read.policy, input, init, read);
+  return run(read.view, input, init, read);
 }
 
 /**
@@ -128,7 +141,7 @@ function readOptions(client, options) {
   const snapshot = {};
   keys.forEach((k, i) => (snapshot[k] = values[i]));
   const policy = client.base.read(snapshot); // may run a signal's getters, even a nested call
-  const read = { keys, values: reusableValues(values), policy, users: 1, stale: false };
+  const read = { keys, values: reusableValues(values), policy, view: view(policy), users: 1, stale: false };
   const replaced = client.last;
   client.last = read;
   if (replaced !== undefined) release(replaced, true);
@@ -343,7 +356,7 @@ function idempotent(method) {
 }
 
 class RequestTemplate {
-  constructor(policy, flags, input, init) {
+  constructor({ policy, flags, signal }, input, init) {
     if (!(init === undefined || init === null || typeof init === 'object')) {
       throw new TypeError('retryFetch: init must be an object (a RequestInit) or undefined');
     }
@@ -359,7 +372,7 @@ class RequestTemplate {
     const callerHeaders = this.headerSource === undefined ? undefined : new Headers(this.headerSource);
 
     this.signals = [];
-    for (const s of [policy.signal, given?.signal, request?.signal]) if (isAbortSignal(s)) this.signals.push(s);
+    for (const s of [signal, given?.signal, request?.signal]) if (isAbortSignal(s)) this.signals.push(s);
 
     this.idempotent = idempotent(method);
     this.input = input;
@@ -467,18 +480,19 @@ function retryContext(attempt, delayMs, reason, response, code, error, key) {
  * One call to its end. `read`: the per-call options read for it (released at the end).
  *
  * The `Call` (the wasm's decisions) is made before the first attempt when a guard or a time
- * limit needs it; otherwise only once the first attempt did not simply succeed, so a call that
- * gets its 2xx at once costs one crossing (`policy.flags`) besides fetch itself.
+ * limit needs it; otherwise only once the first attempt did not simply succeed. So a call that needs no new
+ * key (a GET, say) and gets its answer below 400 at once does not cross into the wasm at all:
+ * the policy's flags, signal and transport were read with the policy (`view`).
  */
-async function run(policy, input, init, read) {
+async function run(driverView, input, init, read) {
   let decisions;
   try {
-    const flags = policy.flags;
-    const request = new RequestTemplate(policy, flags, input, init);
+    const { policy, flags } = driverView;
+    const request = new RequestTemplate(driverView, input, init);
     if (request.ready !== undefined) await request.ready;
     const callStarted = Date.now();
     const signals = request.signals;
-    const transport = policy.fetch;
+    const transport = driverView.fetch;
     const history = [];
     const firstAttemptAt = flags & FLAG_RETRY_HEADERS ? new Date(callStarted).toISOString() : undefined;
     if (flags & (FLAG_GUARDS | FLAG_TIME_LIMIT)) {

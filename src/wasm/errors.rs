@@ -54,11 +54,3 @@ pub fn invalid_option(api: &str, err: OptionError, value: &JsValue) -> JsValue {
     msg.push_str(err.expected);
     type_error(&msg)
 }
-
-/// An `Error` whose `name` is `name` (the server build's `IdempotencyKeyError`).
-#[cfg_attr(not(feature = "server"), allow(dead_code))]
-pub fn named_error(name: &str, message: &str) -> js_sys::Error {
-    let e = js_sys::Error::new(message);
-    e.set_name(name);
-    e
-}

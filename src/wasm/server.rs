@@ -10,7 +10,7 @@ use js_sys::Uint8Array;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::errors::{describe, invalid_option, named_error, type_error};
+use super::errors::{describe, invalid_option, type_error};
 use super::js;
 use crate::core::idempotency::{self as idem, Record, ServerOptions};
 use crate::core::options::OptionError;
@@ -252,4 +252,11 @@ pub fn decide_action(
         }
     };
     Ok(action.name().to_string())
+}
+
+/// An `Error` whose `name` is `name` (`IdempotencyKeyError`).
+fn named_error(name: &str, message: &str) -> js_sys::Error {
+    let e = js_sys::Error::new(message);
+    e.set_name(name);
+    e
 }
