@@ -1,7 +1,10 @@
 // Browser and worker entry (an ES module, no bundler needed): fetch and instantiate the wasm
-// once, with top-level await, before the exports can be used.
+// once, with top-level await, before the exports can be used. Everything else is the wasm's.
 import init from './retry_fetch.js';
 
 await init({ module_or_path: new URL('./retry_fetch_bg.wasm', import.meta.url) });
 
-export * from './client.js';
+export {
+  retryFetch, createRetryFetch, backoffDelays, isRetryError, isCircuitOpenError,
+  RetryBudget, AdaptiveThrottle, CircuitBreaker,
+} from './retry_fetch.js';

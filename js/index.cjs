@@ -1,5 +1,15 @@
 'use strict';
-// CommonJS entry for Node (`require('retry-fetch')`): the same API as the ES module entries.
-// ./cjs/client.js is generated from client.js at build time (scripts/cjs.mjs), over
-// wasm-bindgen's `nodejs` glue (./cjs/retry_fetch.js), which loads the .wasm synchronously.
-module.exports = require('./cjs/client.js');
+// CommonJS entry for Node (`require('retry-fetch')`): wasm-bindgen's `nodejs` glue
+// (./cjs/retry_fetch.js), which loads the .wasm synchronously. Everything is the wasm's.
+const wasm = require('./cjs/retry_fetch.js');
+
+module.exports = {
+  retryFetch: wasm.retryFetch,
+  createRetryFetch: wasm.createRetryFetch,
+  backoffDelays: wasm.backoffDelays,
+  isRetryError: wasm.isRetryError,
+  isCircuitOpenError: wasm.isCircuitOpenError,
+  RetryBudget: wasm.RetryBudget,
+  AdaptiveThrottle: wasm.AdaptiveThrottle,
+  CircuitBreaker: wasm.CircuitBreaker,
+};

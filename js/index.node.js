@@ -1,7 +1,11 @@
-// Node entry: instantiate the wasm synchronously from the file next to this one.
+// Node entry (ES module): instantiate the wasm synchronously from the file next to this one.
+// Everything else is the wasm's own exports.
 import { readFileSync } from 'node:fs';
 import { initSync } from './retry_fetch.js';
 
 initSync({ module: readFileSync(new URL('./retry_fetch_bg.wasm', import.meta.url)) });
 
-export * from './client.js';
+export {
+  retryFetch, createRetryFetch, backoffDelays, isRetryError, isCircuitOpenError,
+  RetryBudget, AdaptiveThrottle, CircuitBreaker,
+} from './retry_fetch.js';

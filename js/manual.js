@@ -1,14 +1,67 @@
 // Entry without top-level await, for service workers (which may not use it) and for apps
 // that want to choose when and from where the .wasm is loaded: call `await init()` once
 // (e.g. in the service worker's `install` event or before the first call), then use the API.
-import initWasm from './retry_fetch.js';
+// This file only loads the wasm: until it is loaded, every export says to call init().
+import initWasm, * as wasm from './retry_fetch.js';
 
 let ready;
+let loaded = false;
 
-/** Load and instantiate the .wasm once; later calls return the same promise. */
-export function init(wasm) {
-  ready ??= initWasm({ module_or_path: wasm ?? new URL('./retry_fetch_bg.wasm', import.meta.url) });
-  return ready.then(() => undefined);
+/**
+ * Load and instantiate the .wasm once (from `wasm`: a URL, a Response or the bytes; by default
+ * the file next to this one). Later calls return the same promise; a failed load is not kept,
+ * so a later `init()` can try again.
+ */
+export function init(wasmSource) {
+  ready ??= initWasm({ module_or_path: wasmSource ?? new URL('./retry_fetch_bg.wasm', import.meta.url) }).then(
+    () => {
+      loaded = true;
+    },
+    (error) => {
+      ready = undefined;
+      throw error;
+    },
+  );
+  return ready;
 }
 
-export * from './client.js';
+function notLoaded(name) {
+  return new Error(`retry-fetch/manual: ${name} was used before the wasm was loaded; call \`await init()\` first`);
+}
+
+export function retryFetch(input, init, options) {
+  return loaded ? wasm.retryFetch(input, init, options) : Promise.reject(notLoaded('retryFetch'));
+}
+
+export function createRetryFetch(defaults) {
+  if (!loaded) throw notLoaded('createRetryFetch');
+  return wasm.createRetryFetch(defaults);
+}
+
+export function backoffDelays(options, count, seed) {
+  if (!loaded) throw notLoaded('backoffDelays');
+  return wasm.backoffDelays(options, count, seed);
+}
+
+export function isRetryError(error) {
+  if (!loaded) throw notLoaded('isRetryError');
+  return wasm.isRetryError(error);
+}
+
+export function isCircuitOpenError(error) {
+  if (!loaded) throw notLoaded('isCircuitOpenError');
+  return wasm.isCircuitOpenError(error);
+}
+
+/** The class, refusing `new` until the wasm is loaded. */
+const guarded = (Class, name) =>
+  new Proxy(Class, {
+    construct(target, args, newTarget) {
+      if (!loaded) throw notLoaded(`new ${name}()`);
+      return Reflect.construct(target, args, newTarget);
+    },
+  });
+
+export const RetryBudget = guarded(wasm.RetryBudget, 'RetryBudget');
+export const AdaptiveThrottle = guarded(wasm.AdaptiveThrottle, 'AdaptiveThrottle');
+export const CircuitBreaker = guarded(wasm.CircuitBreaker, 'CircuitBreaker');

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds pkg/: the npm package `retry-fetch` (release wasm, wasm-opt -Oz, JS entries, types).
 #
-# The crate is built twice:
-#   1. the client (default features): retry_fetch_bg.wasm + retry_fetch.js, for the '.' entry;
-#   2. with `--features server`: retry_fetch_server_bg.wasm + retry_fetch_server.js, for the
-#      './server' entry (idempotency on the server), so the browser client's .wasm carries
-#      none of the server code (SHA-256, the key state machine).
+# The crate is built twice (its Cargo features are additive):
+#   1. the client (default features, `client`): retry_fetch_bg.wasm + retry_fetch.js, for the
+#      '.' entry;
+#   2. `--no-default-features --features server`: retry_fetch_server_bg.wasm +
+#      retry_fetch_server.js, for the './server' entry (idempotency on the server), so neither
+#      .wasm carries the other's code.
 set -euo pipefail
 source "$(dirname "$0")/toolchain.sh"
 cd "$RF_ROOT"
@@ -48,9 +49,8 @@ wasm-bindgen --target nodejs --weak-refs --no-typescript --out-dir "$out/cjs" --
   --enable-mutable-globals --enable-reference-types --enable-multivalue \
   "$out/cjs/retry_fetch_bg.wasm" -o "$out/cjs/retry_fetch_bg.wasm"
 echo '{ "type": "commonjs" }' > "$out/cjs/package.json"
-node scripts/cjs.mjs js/client.js "$out/cjs/client.js"
 
-build_wasm retry_fetch_server --features server
+build_wasm retry_fetch_server --no-default-features --features server
 
 cp js/*.js js/*.cjs js/*.d.ts "$out/"
 cp js/index.d.ts "$out/index.d.cts"
@@ -76,7 +76,7 @@ out=pkg
 
 wasm="$out/retry_fetch_bg.wasm"
 raw=$(stat -c %s "$wasm"); gz=$(gzip -9c "$wasm" | wc -c)
-glue=$(cat "$out/retry_fetch.js" "$out/index.browser.js" "$out/client.js" | gzip -9c | wc -c)
+glue=$(cat "$out/retry_fetch.js" "$out/index.browser.js" | gzip -9c | wc -c)
 rf_say "pkg/ built: retry_fetch_bg.wasm ${raw} bytes raw, ${gz} bytes gzip; JS glue ${glue} bytes gzip; client entry $((gz + glue)) bytes gzip"
 swasm="$out/retry_fetch_server_bg.wasm"
 sraw=$(stat -c %s "$swasm"); sgz=$(gzip -9c "$swasm" | wc -c)

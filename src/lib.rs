@@ -7,7 +7,7 @@
 //! - [`core`] (in `src/core/`): the pure retry policy. It knows nothing of JavaScript; time and
 //!   randomness come in through the small [`core::backoff::Rng`] trait and plain millisecond
 //!   numbers, so every rule is tested natively and deterministically.
-//! - the wasm shell (in `src/wasm/`, compiled only for `wasm32`): reads the JS options once
+//! - the wasm shell (in `src/wasm/`, compiled only for `wasm32`), which performs each call:
 //!   (`Policy`, invalid ones are `TypeError`s naming the option and the value) and makes each
 //!   call's decisions (`Call`: breaker, throttle turn, time limits, retry or stop and the
 //!   wait) for the JavaScript driver in `js/client.js`, which performs them: it calls

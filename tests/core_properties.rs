@@ -690,6 +690,7 @@ fn simulate(policy: &RetryPolicy, call: &Call) -> Result<Vec<Decision>, TestCase
             server_delay_ms,
             replayable: call.replayable,
             budget_allows_retry: true,
+            redirected: false,
         };
         let verdict = classify(policy, outcome, call.idempotent, call.has_key);
         let decision = state.decide(policy, report, now, &mut rng);
@@ -914,6 +915,7 @@ fn headers_to_decision_end_to_end() {
         server_delay_ms: wait,
         replayable: true,
         budget_allows_retry: true,
+        redirected: false,
     };
     assert_eq!(
         state.decide(&policy, post, now, &mut Half),
@@ -982,6 +984,7 @@ fn validated_options_drive_a_deterministic_schedule() {
         server_delay_ms: None,
         replayable: true,
         budget_allows_retry: true,
+        redirected: false,
     };
         match state.decide(&policy, o, now, &mut Half) {
             Decision::Retry { delay_ms, reason, .. } => {
@@ -1017,6 +1020,7 @@ fn deadline_limits_the_attempt_and_the_wait() {
         server_delay_ms: None,
         replayable: true,
         budget_allows_retry: true,
+        redirected: false,
     };
     // Attempt 1 times out at 10_800; wait 500 ends at 11_300 < 12_000.
     assert!(matches!(state.decide(&policy, o, 10_800.0, &mut Half), Decision::Retry { delay_ms: 500, .. }));

@@ -92,7 +92,8 @@ pub fn classify(policy: &RetryPolicy, outcome: Outcome, idempotent: bool, has_ke
     let safe = idempotent || has_key;
     match outcome {
         Outcome::Status(status) => {
-            let transient = policy.retry_on_status.contains(&status) || (has_key && status == 409);
+            let keyed_conflict = has_key && status == 409 && policy.retry_keyed_conflict;
+            let transient = policy.retry_on_status.contains(&status) || keyed_conflict;
             if !transient {
                 Verdict::Final
             } else if safe || status_says_not_processed(status) {
@@ -171,6 +172,16 @@ mod tests {
         assert_eq!(classify(&p(), NetworkError, false, true), Retryable(R::Network));
         assert_eq!(classify(&p(), Timeout, false, true), Retryable(R::Timeout));
         assert_eq!(classify(&p(), Status(400), false, true), Final);
+    }
+
+    #[test]
+    fn a_list_the_caller_gives_is_the_whole_list() {
+        let given = RetryPolicy { retry_on_status: vec![503], retry_keyed_conflict: false, ..p() };
+        assert_eq!(classify(&given, Status(409), false, true), Final);
+        let empty = RetryPolicy { retry_on_status: vec![], retry_keyed_conflict: false, ..p() };
+        assert_eq!(classify(&empty, Status(409), false, true), Final);
+        let with_409 = RetryPolicy { retry_on_status: vec![409], retry_keyed_conflict: false, ..p() };
+        assert_eq!(classify(&with_409, Status(409), false, true), Retryable(R::Status));
     }
 
     #[test]

@@ -84,6 +84,10 @@ pub struct AttemptOutcome {
     pub replayable: bool,
     /// The shared retry budget, if any, allows a retry now (true when there is none).
     pub budget_allows_retry: bool,
+    /// The response is the end of a redirect the transport followed. For a non-idempotent
+    /// request it is final: the redirect says the server processed the request (a POST
+    /// answered 303 and followed to a GET), so the request is never sent again.
+    pub redirected: bool,
 }
 
 impl RetryState {
@@ -127,6 +131,13 @@ impl RetryState {
         self.deadline_at_ms.is_some_and(|end| now_ms >= end)
     }
 
+    /// Does a wait of `delay_ms` starting at `now_ms` still end before the deadline? Asked
+    /// again after the hooks (`shouldRetry`, `onRetry`) ran, since they take time too: a wait
+    /// that no longer fits is not started, so nothing is sent once the deadline has passed.
+    pub fn wait_fits(&self, now_ms: f64, delay_ms: f64) -> bool {
+        self.deadline_at_ms.map_or(true, |end| now_ms + delay_ms < end)
+    }
+
     /// Decide what follows an attempt that ended at `now_ms` with `report`.
     pub fn decide<R: Rng + ?Sized>(
         &mut self,
@@ -135,6 +146,9 @@ impl RetryState {
         now_ms: f64,
         rng: &mut R,
     ) -> Decision {
+        if report.redirected && !report.idempotent {
+            return Decision::Stop(Stop::Final);
+        }
         let reason = match classify(policy, report.outcome, report.idempotent, report.has_key) {
             Verdict::Final => return Decision::Stop(Stop::Final),
             Verdict::UnsafeToRetry(reason) => return Decision::Stop(Stop::UnsafeToRetry(reason)),
@@ -182,7 +196,7 @@ mod tests {
     }
 
     fn status(s: u16) -> AttemptOutcome {
-        AttemptOutcome { outcome: Outcome::Status(s), idempotent: true, has_key: false, server_delay_ms: None, replayable: true, budget_allows_retry: true }
+        AttemptOutcome { outcome: Outcome::Status(s), idempotent: true, has_key: false, server_delay_ms: None, replayable: true, budget_allows_retry: true, redirected: false }
     }
 
     fn run(policy: &RetryPolicy, outcomes: &[AttemptOutcome]) -> Vec<Decision> {
@@ -219,7 +233,7 @@ mod tests {
 
     #[test]
     fn post_without_key_is_not_retried_after_network_error() {
-        let o = AttemptOutcome { outcome: Outcome::NetworkError, idempotent: false, has_key: false, server_delay_ms: None, replayable: true, budget_allows_retry: true };
+        let o = AttemptOutcome { outcome: Outcome::NetworkError, idempotent: false, has_key: false, server_delay_ms: None, replayable: true, budget_allows_retry: true, redirected: false };
         assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::UnsafeToRetry(RetryReason::Network))]);
         let keyed = AttemptOutcome { has_key: true, ..o };
         assert_eq!(
@@ -283,6 +297,24 @@ mod tests {
         assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::BudgetExhausted(RetryReason::Status))]);
         let ok = AttemptOutcome { budget_allows_retry: false, ..status(200) };
         assert_eq!(run(&policy(), &[ok]), [Decision::Stop(Stop::Final)]);
+    }
+
+    #[test]
+    fn a_redirected_non_idempotent_request_is_never_sent_again() {
+        let post = AttemptOutcome { idempotent: false, has_key: true, redirected: true, ..status(503) };
+        assert_eq!(run(&policy(), &[post]), [Decision::Stop(Stop::Final)]);
+        let get = AttemptOutcome { redirected: true, ..status(503) };
+        assert_eq!(run(&policy(), &[get]), [retry(500)]);
+    }
+
+    #[test]
+    fn the_deadline_is_checked_again_after_the_hooks() {
+        let p = RetryPolicy { deadline_ms: Some(300.0), ..policy() };
+        let s = RetryState::new(&p, 0.0);
+        assert!(s.wait_fits(0.0, 1.0));
+        assert!(!s.wait_fits(350.0, 1.0));
+        assert!(!s.wait_fits(299.0, 1.0));
+        assert!(RetryState::new(&policy(), 0.0).wait_fits(1e12, 1e9));
     }
 
     #[test]

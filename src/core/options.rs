@@ -93,6 +93,11 @@ pub struct RetryPolicy {
     pub jitter: Jitter,
     /// Status codes worth retrying. Default `[408, 429, 500, 502, 503, 504]`.
     pub retry_on_status: Vec<u16>,
+    /// Retry a 409 Conflict of a request that carries an idempotency key (the server says the
+    /// first request with that key is still in progress). True with the default
+    /// `retry_on_status`; a list the caller gives is the whole list, so giving one sets this to
+    /// false (put 409 in the list to keep it). Default true.
+    pub retry_keyed_conflict: bool,
     /// Retry network errors (subject to the safe-to-retry matrix). Default true.
     pub retry_on_network_error: bool,
     /// Retry per-attempt timeouts (subject to the safe-to-retry matrix). Default true.
@@ -131,6 +136,7 @@ impl Default for RetryPolicy {
             max_delay_ms: 30_000.0,
             jitter: Jitter::Full,
             retry_on_status: DEFAULT_RETRY_ON_STATUS.to_vec(),
+            retry_keyed_conflict: true,
             retry_on_network_error: true,
             retry_on_timeout: true,
             timeout_ms: None,
@@ -256,14 +262,58 @@ pub fn key_mode(value: &str) -> Result<KeyMode, OptionError> {
     }
 }
 
-/// `idempotencyHeader`: an HTTP field name (RFC 9110 token characters).
+/// The request header names a browser's `fetch` refuses to let a script set (the Fetch
+/// Standard's forbidden request-header names), compared ASCII-case-insensitively; names that
+/// start with `proxy-` or `sec-` are forbidden too.
+pub const FORBIDDEN_REQUEST_HEADERS: [&str; 21] = [
+    "accept-charset", "accept-encoding", "access-control-request-headers",
+    "access-control-request-method", "connection", "content-length", "cookie", "cookie2",
+    "date", "dnt", "expect", "host", "keep-alive", "origin", "referer", "set-cookie", "te",
+    "trailer", "transfer-encoding", "upgrade", "via",
+];
+
+/// Is `name` a forbidden request-header name (see [`FORBIDDEN_REQUEST_HEADERS`])?
+pub fn is_forbidden_request_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.starts_with("proxy-")
+        || lower.starts_with("sec-")
+        || FORBIDDEN_REQUEST_HEADERS.contains(&lower.as_str())
+}
+
+/// `idempotencyHeader`: an HTTP field name (RFC 9110 token characters) that a script may set
+/// (not a forbidden request-header name such as `content-length` or `host`).
 pub fn header_name(value: &str) -> Result<String, OptionError> {
     let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if !value.is_empty() && value.bytes().all(token) {
+    if !value.is_empty() && value.bytes().all(token) && !is_forbidden_request_header(value) {
         Ok(value.to_string())
     } else {
-        Err(OptionError::new("idempotencyHeader", "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)"))
+        Err(OptionError::new(
+            "idempotencyHeader",
+            "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) that is not a forbidden request header (content-length, host, cookie, sec-*, proxy-*, ...)",
+        ))
     }
+}
+
+/// Every option `retryFetch` takes, by its JavaScript name.
+pub const RETRY_OPTION_NAMES: [&str; 24] = [
+    "maxAttempts", "baseDelayMs", "factor", "maxDelayMs", "jitter", "retryOnStatus",
+    "retryOnNetworkError", "retryOnTimeout", "timeoutMs", "deadlineMs", "respectRetryAfter",
+    "maxRetryAfterMs", "idempotencyKey", "idempotencyHeader", "idempotencyKeyFormat",
+    "retryHeaders", "maxBufferedBodyBytes", "signal", "shouldRetry", "onRetry", "fetch",
+    "budget", "throttle", "breaker",
+];
+
+/// The known name closest to a misspelled `name` (`maxAttemps` -> `maxAttempts`), by
+/// case-insensitive Damerau-Levenshtein distance; `None` when nothing is close (more than a
+/// third of the name would have to change).
+pub fn closest_name(name: &str, known: &[&'static str]) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    let (best, distance) = known
+        .iter()
+        .map(|k| (*k, strsim::damerau_levenshtein(&lower, &k.to_ascii_lowercase())))
+        .min_by_key(|(_, d)| *d)?;
+    let limit = (name.chars().count().max(best.len()) / 3).max(2);
+    (distance <= limit).then_some(best)
 }
 
 /// `maxBufferedBodyBytes`: an integer from 0 to 2^31 - 1.
@@ -357,5 +407,18 @@ mod tests {
         assert_eq!(header_name("X-Request-Key"), Ok("X-Request-Key".into()));
         assert!(header_name("Bad Header").is_err());
         assert!(header_name("").is_err());
+        for forbidden in ["content-length", "Host", "COOKIE", "sec-fetch-mode", "Proxy-Authorization", "transfer-encoding"] {
+            assert_eq!(header_name(forbidden).unwrap_err().option, "idempotencyHeader", "{forbidden}");
+        }
+        assert!(header_name("Idempotency-Key").is_ok());
+    }
+
+    #[test]
+    fn misspelled_names_find_the_closest_known_one() {
+        assert_eq!(closest_name("maxAttemps", &RETRY_OPTION_NAMES), Some("maxAttempts"));
+        assert_eq!(closest_name("timeout", &RETRY_OPTION_NAMES), Some("timeoutMs"));
+        assert_eq!(closest_name("retryOnStatuses", &RETRY_OPTION_NAMES), Some("retryOnStatus"));
+        assert_eq!(closest_name("maxtoken", &["maxTokens", "tokenRatio"]), Some("maxTokens"));
+        assert_eq!(closest_name("completelyUnrelatedThing", &RETRY_OPTION_NAMES), None);
     }
 }

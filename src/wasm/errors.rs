@@ -1,8 +1,6 @@
-//! Turning failures into JavaScript `Error`s with stable `name`s.
-//!
-//! The Rust side raises only `TypeError`s for invalid options and arguments (before anything
-//! is sent); `RetryError`, `TimeoutError` and `CircuitOpenError` are built by the JavaScript
-//! driver (`js/client.js`) from what a [`super::call::Call`] decided.
+//! The `TypeError`s both halves raise for invalid options and arguments (before anything is
+//! sent). The client's own errors (`RetryError`, `TimeoutError`, `CircuitOpenError`) are in
+//! `client/errors.rs`.
 
 use wasm_bindgen::prelude::*;
 
@@ -34,12 +32,6 @@ pub fn describe(value: &JsValue) -> String {
 /// `new TypeError(message)`.
 pub fn type_error(message: &str) -> JsValue {
     js_sys::TypeError::new(message).into()
-}
-
-/// The `TypeError` for an invalid option:
-/// `retryFetch: invalid option "maxAttempts": got 0; expected an integer from 1 to 100`.
-pub fn option_error(err: OptionError, value: &JsValue) -> JsValue {
-    invalid_option("retryFetch", err, value)
 }
 
 /// The `TypeError` for an invalid option of the API `api` (`retryFetch`, `idempotency`):

@@ -1,9 +1,8 @@
-//! Bindings to the JavaScript globals the Rust side uses: `String`, `URL`, `Reflect`.
+//! Bindings to the JavaScript globals both halves use: `String`, `Reflect`.
 //!
 //! Everything is bound as a global, never through `window`, so the same module runs in
 //! browsers, Node and workers. Calls that can throw on foreign input are bound with `catch`,
-//! so a throw becomes an `Err` instead of a trap. `fetch`, timers, `Headers`, signals and
-//! streams are the JavaScript driver's (`js/client.js`): the wasm binds none of them.
+//! so a throw becomes an `Err` instead of an exception unwinding through the wasm.
 
 use js_sys::JsString;
 use wasm_bindgen::prelude::*;
@@ -13,15 +12,6 @@ extern "C" {
     /// `String(value)`; throws for e.g. a null-prototype object.
     #[wasm_bindgen(js_name = String, catch)]
     pub fn to_js_string(value: &JsValue) -> Result<JsString, JsValue>;
-
-    /// The URL Standard's `URL`.
-    pub type Url;
-    /// `new URL(url, base)`.
-    #[wasm_bindgen(constructor, catch, js_class = URL, js_name = URL)]
-    pub fn new(url: &str, base: &JsValue) -> Result<Url, JsValue>;
-    /// `url.origin`.
-    #[wasm_bindgen(method, getter)]
-    pub fn origin(this: &Url) -> String;
 }
 
 /// `Reflect.get(target, key)`, with `undefined` for anything that is not an object or throws.
@@ -33,6 +23,7 @@ pub fn get(target: &JsValue, key: &str) -> JsValue {
 }
 
 /// `Reflect.get(target, key)`, passing on a throwing getter's error.
+#[cfg(feature = "server")]
 pub fn get_or_throw(target: &JsValue, key: &str) -> Result<JsValue, JsValue> {
     if !target.is_object() && !target.is_function() {
         return Ok(JsValue::UNDEFINED);

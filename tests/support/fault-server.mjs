@@ -3,7 +3,8 @@
 // the n-th hit with the n-th step of its script (the last step repeats).
 //
 //   ANY  /seq/<id>?steps=503,503,200     script of steps, comma-separated
-//   GET  /log/<id>                       JSON: every request seen for <id> (method, headers, body)
+//   GET  /log/<id>                       JSON: every request seen for <id> (hit, method, headers,
+//                                        body as UTF-8 text, bodyBase64 exact bytes, at: ms time)
 //   POST /reset                          forget every scenario
 //   GET  /ping                           200 "pong"
 //
@@ -17,12 +18,20 @@
 //   +rlr=<s>             RateLimit-Reset: <s>
 //   +rl=<s>              RateLimit: "default";r=0;t=<s>
 //   +delay=<ms>          wait <ms> before answering
+//   +to=<url>            Location: <url> (URL-encoded; e.g. `303+to=<path of another seq>`,
+//                        a redirect that fetch follows; a relative URL resolves against this one)
+//   +slowbody=<ms>       send the status and headers at once, then a text/plain body in 20
+//                        chunks, one every <ms> (the first at once), so a client can abort
+//                        while it reads the body
 //
 // CORS is open (any origin, any header, every header exposed) so browser pages on another
 // port can use it. OPTIONS preflights are answered and not counted.
 //
 // Run alone: `node tests/support/fault-server.mjs [port]` prints the URL.
 import http from 'node:http';
+
+/** How many chunks a `+slowbody=<ms>` step sends. */
+const SLOW_BODY_CHUNKS = 20;
 
 export function parseStep(text) {
   const [what, ...opts] = text.split('+');
@@ -37,6 +46,8 @@ export function parseStep(text) {
     else if (key === 'rlr') step.headers['RateLimit-Reset'] = value;
     else if (key === 'rl') step.headers.RateLimit = `"default";r=0;t=${value}`;
     else if (key === 'delay') step.delayMs = Number(value);
+    else if (key === 'to') step.headers.Location = value;
+    else if (key === 'slowbody') step.slowBodyMs = Number(value);
   }
   return step;
 }
@@ -113,6 +124,22 @@ export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
     const headers = { ...cors, 'Content-Type': 'application/json', ...step.headers };
     if (step.retryAfterDateS !== undefined) {
       headers['Retry-After'] = new Date(Date.now() + step.retryAfterDateS * 1000).toUTCString();
+    }
+    if (step.slowBodyMs !== undefined) {
+      headers['Content-Type'] = 'text/plain';
+      res.writeHead(status, headers);
+      let sent = 0;
+      const chunk = () => res.write(`chunk ${sent++} of ${id}\n`);
+      chunk();
+      const timer = setInterval(() => {
+        chunk();
+        if (sent === SLOW_BODY_CHUNKS) {
+          clearInterval(timer);
+          res.end();
+        }
+      }, step.slowBodyMs);
+      res.on('close', () => clearInterval(timer)); // the client went away: stop writing
+      return;
     }
     res.writeHead(status, headers).end(JSON.stringify({ id, hit, status }));
   });

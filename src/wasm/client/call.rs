@@ -1,0 +1,545 @@
+//! One `retryFetch` call, performed by Rust.
+//!
+//! The success path is lean: when a call needs no key of ours, no body buffering, no timer,
+//! no signal of its own and no guard, and the policy retries no status below 400, the export
+//! sends at once with the global `fetch` and returns `fetch(request).then(onSettled)`, where
+//! `onSettled` is one long-lived closure per client (bound to the request per call). A
+//! response below 400 goes straight back: no Rust future, no allocation in Rust. Only when
+//! the first attempt did not simply succeed does the call become a Rust future
+//! (`future_to_promise`) running [`run`], the loop below, which every other call runs from
+//! the start.
+//!
+//! The loop performs (fetch, timers, signals, hooks, errors) and asks the core for every
+//! decision: the circuit breaker, the throttle's turn, the attempt's time limit, retry or stop
+//! and the wait (`RetryState::decide`), the budget, `Retry-After`, and the deadline again
+//! after the hooks.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Object, Promise};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use web_sys::{Headers, Request};
+
+use super::bindings::{global_fetch, Thenable};
+use super::errors::{circuit_open_error, retry_error, timeout_error};
+use super::guards::{origin_of, BreakerShared};
+use super::options::Policy;
+use super::request::{fix_request, Body, BodyKind, Template};
+use super::signals::CallSignals;
+use crate::core::backoff::Rng;
+use crate::core::breaker::{Admission, BreakerState};
+use crate::core::budget::RetryBudget;
+use crate::core::classify::{is_transient, Outcome};
+use crate::core::decide::{AttemptOutcome, Decision, RetryState};
+use crate::core::retry_after::server_delay_ms;
+use crate::core::throttle::AdaptiveThrottle;
+use crate::wasm::errors::type_error;
+use crate::wasm::js;
+
+/// Jitter from `Math.random` (jitter needs spread, not secrecy; keys use the CSPRNG).
+pub struct MathRandom;
+
+impl Rng for MathRandom {
+    fn next_f64(&mut self) -> f64 {
+        js_sys::Math::random()
+    }
+}
+
+/// A `retryFetch`: a policy and the two closures of its lean path.
+pub struct Client {
+    /// The client's policy (its defaults).
+    pub policy: Rc<Policy>,
+    /// `onSettled(request, startedAt, fulfilled, value)`, bound per call.
+    on_settled: Function,
+}
+
+impl Client {
+    /// A client with `policy` as its defaults.
+    pub fn new(policy: Rc<Policy>) -> Client {
+        let own = policy.clone();
+        let on_settled = Closure::<dyn Fn(JsValue, f64, bool, JsValue) -> JsValue>::new(
+            move |request, started, fulfilled, value| settled(&own, request, started, fulfilled, value),
+        )
+        .into_js_value()
+        .unchecked_into();
+        Client { policy, on_settled }
+    }
+
+    /// `retryFetch(input, init, options)`: every failure before the first attempt (an invalid
+    /// option, a request fetch cannot send) is a rejected promise, never a throw.
+    pub fn call(&self, input: &JsValue, init: &JsValue, options: &JsValue) -> Promise {
+        match self.start(input, init, options) {
+            Ok(p) => p,
+            Err(e) => Promise::reject(&e),
+        }
+    }
+
+    fn start(&self, input: &JsValue, init: &JsValue, options: &JsValue) -> Result<Promise, JsValue> {
+        let per_call = !(options.is_undefined() || options.is_null());
+        let policy = if per_call {
+            Rc::new(super::options::read(options, &self.policy)?)
+        } else {
+            self.policy.clone()
+        };
+        let request = fix_request(input, init)?;
+        let started = js_sys::Date::now();
+        // A plain GET of a URL (no init): nothing to inspect.
+        let plain_get = init.is_undefined() && !input.is_object();
+        if lean(&policy) && (plain_get || lean_request(&policy, &request)) {
+            let signal = request.signal();
+            if signal.aborted() {
+                return Err(signal.reason());
+            }
+            let sent: Thenable = global_fetch(&request, &JsValue::UNDEFINED).unchecked_into();
+            return Ok(if per_call {
+                // One closure for this call (its policy is its own), freed when it runs.
+                let once = Closure::once_into_js(move |fulfilled: bool, value: JsValue| {
+                    settled(&policy, request.into(), started, fulfilled, value)
+                })
+                .unchecked_into::<Function>();
+                sent.then_with(
+                    &once.bind1(&JsValue::NULL, &JsValue::TRUE),
+                    &once.bind1(&JsValue::NULL, &JsValue::FALSE),
+                )
+            } else {
+                let f = &self.on_settled;
+                let (r, t) = (JsValue::from(request), JsValue::from_f64(started));
+                sent.then_with(
+                    &f.bind3(&JsValue::NULL, &r, &t, &JsValue::TRUE),
+                    &f.bind3(&JsValue::NULL, &r, &t, &JsValue::FALSE),
+                )
+            });
+        }
+        let template = Template::new(&policy, request, init)?;
+        Ok(future_to_promise(run(policy, template, started, None)))
+    }
+}
+
+/// Can a call under `policy` take the lean path (given a lean request)? No guard, no time
+/// limit, no `options.signal`, no custom transport, no status below 400 to retry.
+fn lean(policy: &Policy) -> bool {
+    let p = &policy.policy;
+    !policy.has_guards()
+        && policy.signal.is_none()
+        && policy.fetch.is_none()
+        && p.timeout_ms.is_none()
+        && p.deadline_ms.is_none()
+        && !p.retry_on_status.iter().any(|&s| s < 400)
+}
+
+/// Is `request` lean: no body, and no key of ours to add?
+fn lean_request(policy: &Policy, request: &Request) -> bool {
+    if request.body().is_some() {
+        return false;
+    }
+    use crate::core::options::KeyMode;
+    match policy.policy.idempotency_key {
+        KeyMode::Off => true,
+        KeyMode::Fixed(_) => false,
+        KeyMode::Auto => crate::core::classify::is_idempotent_method(&request.method()),
+    }
+}
+
+/// The first attempt of a lean call settled: a response below 400 is the answer; anything
+/// else continues as a Rust future, with that attempt as the first.
+fn settled(policy: &Rc<Policy>, request: JsValue, started: f64, fulfilled: bool, value: JsValue) -> JsValue {
+    if fulfilled {
+        if let Some(status) = js::get(&value, "status").as_f64() {
+            if status < 400.0 {
+                return value;
+            }
+        }
+    }
+    let ended = js_sys::Date::now();
+    let request: Request = request.unchecked_into();
+    let first = if fulfilled { Ok(value) } else { Err(value) };
+    let policy = policy.clone();
+    let run = async move {
+        let template = Template::new(&policy, request, &JsValue::UNDEFINED)?;
+        run(policy, template, started, Some((first, ended))).await
+    };
+    future_to_promise(run).into()
+}
+
+/// The shared guards of one call and what it holds of them. Dropping it gives back a
+/// half-open probe slot or a throttle turn the call still holds.
+struct Guards {
+    origin: String,
+    budget: Option<Rc<RefCell<RetryBudget>>>,
+    throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
+    breaker: Option<Rc<BreakerShared>>,
+    /// The breaker slot this attempt holds (`Some(probe)`), until its outcome is recorded.
+    slot: Option<bool>,
+    /// The throttle ticket this call waits with, and since when.
+    ticket: Option<(u64, f64)>,
+}
+
+/// What the throttle says of an attempt's turn.
+enum Turn {
+    Now,
+    Wait(f64),
+    Stop(&'static str),
+}
+
+impl Guards {
+    fn new(policy: &Policy, url: impl FnOnce() -> String) -> Guards {
+        Guards {
+            origin: if policy.has_guards() { origin_of(&url()) } else { String::new() },
+            budget: policy.budget.clone(),
+            throttle: policy.throttle.clone(),
+            breaker: policy.breaker.clone(),
+            slot: None,
+            ticket: None,
+        }
+    }
+
+    /// May the next attempt be sent? `Err(ms until a probe may go)` when the circuit is open.
+    fn admit(&mut self, now: f64) -> Result<(), f64> {
+        let Some(b) = &self.breaker else { return Ok(()) };
+        let (admission, transition) = b.state.borrow_mut().admit(&self.origin, now);
+        b.report(&self.origin, transition);
+        match admission {
+            Admission::Allowed { probe } => {
+                self.slot = Some(probe);
+                Ok(())
+            }
+            Admission::Rejected { retry_after_ms } => Err(retry_after_ms.max(0.0)),
+        }
+    }
+
+    /// The throttle's answer for this attempt's turn.
+    fn turn(&mut self, state: &RetryState, now: f64) -> Turn {
+        let Some(t) = &self.throttle else { return Turn::Now };
+        let mut t = t.borrow_mut();
+        let (ticket, queued_at) = *self.ticket.get_or_insert_with(|| (t.enqueue(&self.origin, now), now));
+        let wait = match t.poll(&self.origin, ticket, now) {
+            Ok(()) => {
+                self.ticket = None;
+                return Turn::Now;
+            }
+            Err(wait) => wait,
+        };
+        let stop = if now - queued_at + wait > t.config().max_wait_ms {
+            "throttled"
+        } else if state.deadline_left_ms(now).is_some_and(|left| wait >= left) {
+            "deadline"
+        } else {
+            return Turn::Wait(wait.ceil().max(0.0));
+        };
+        t.abandon(&self.origin, ticket, now);
+        self.ticket = None;
+        Turn::Stop(stop)
+    }
+
+    fn sent(&self, now: f64) {
+        if let Some(t) = &self.throttle {
+            t.borrow_mut().on_send(&self.origin, now);
+        }
+    }
+
+    /// The attempt sent at `sent_at` ended at `now` with `outcome`: tell the shared guards.
+    fn settle(&mut self, policy: &Policy, outcome: Outcome, sent_at: f64, now: f64) {
+        let transient = is_transient(&policy.policy, outcome);
+        let status = match outcome {
+            Outcome::Status(s) => Some(s),
+            _ => None,
+        };
+        let success = status.is_some_and(|s| s < 400);
+        if let (Some(b), Some(probe)) = (&self.breaker, self.slot.take()) {
+            let t = b.state.borrow_mut().record(&self.origin, probe, transient, now);
+            b.report(&self.origin, t);
+        }
+        if let Some(b) = &self.budget {
+            let mut b = b.borrow_mut();
+            if transient {
+                b.record_failure(&self.origin);
+            } else if success {
+                b.record_success(&self.origin);
+            }
+        }
+        if let Some(t) = &self.throttle {
+            let throttled = matches!(status, Some(429) | Some(503));
+            if throttled || success {
+                t.borrow_mut().on_answer(&self.origin, sent_at, throttled, now);
+            }
+        }
+    }
+
+    fn budget_allows_retry(&self) -> bool {
+        self.budget.as_ref().map_or(true, |b| b.borrow().allows_retry(&self.origin))
+    }
+
+    /// Will the circuit still be open at `at`?
+    fn open_at(&self, at: f64) -> bool {
+        self.breaker.as_ref().is_some_and(|b| b.state.borrow().state(&self.origin, at) == BreakerState::Open)
+    }
+}
+
+impl Drop for Guards {
+    fn drop(&mut self) {
+        if let (Some(b), Some(probe)) = (&self.breaker, self.slot) {
+            b.state.borrow_mut().release(&self.origin, probe);
+        }
+        if let (Some(t), Some((ticket, _))) = (&self.throttle, self.ticket) {
+            t.borrow_mut().abandon(&self.origin, ticket, js_sys::Date::now());
+        }
+    }
+}
+
+/// Cancel the body of a response we will not hand out, so its connection is freed.
+async fn discard(response: &JsValue) {
+    let body = js::get(response, "body");
+    if let Ok(cancel) = js::get(&body, "cancel").dyn_into::<Function>() {
+        if let Ok(p) = cancel.call0(&body) {
+            let _ = JsFuture::from(Promise::resolve(&p)).await;
+        }
+    }
+}
+
+/// A response header, or `None` (also when the object has no usable `headers`).
+fn header(response: &JsValue, name: &str) -> Option<String> {
+    let headers = js::get(response, "headers");
+    let get = js::get(&headers, "get").dyn_into::<Function>().ok()?;
+    get.call1(&headers, &JsValue::from_str(name)).ok()?.as_string()
+}
+
+fn set(o: &Object, key: &str, value: &JsValue) {
+    js::set(o, key, value);
+}
+
+/// The object given to `shouldRetry` (with `response`) and `onRetry` (without).
+fn retry_context(
+    attempt: u32,
+    delay: f64,
+    reason: &str,
+    response: Option<&JsValue>,
+    status: Option<u16>,
+    error: &JsValue,
+    key: Option<&str>,
+) -> Object {
+    let ctx = Object::new();
+    set(&ctx, "attempt", &JsValue::from_f64(attempt as f64));
+    set(&ctx, "delayMs", &JsValue::from_f64(delay));
+    set(&ctx, "reason", &JsValue::from_str(reason));
+    if let Some(r) = response {
+        set(&ctx, "response", r);
+    }
+    match status {
+        Some(s) => set(&ctx, "status", &JsValue::from_f64(s as f64)),
+        None => set(&ctx, "error", error),
+    }
+    if let Some(k) = key {
+        set(&ctx, "idempotencyKey", &JsValue::from_str(k));
+    }
+    ctx
+}
+
+/// Call a hook and await what it returns (a promise is awaited; a throw or a rejection is
+/// the call's error).
+async fn call_hook(hook: &Function, ctx: &Object) -> Result<JsValue, JsValue> {
+    let v = hook.call1(&JsValue::UNDEFINED, ctx)?;
+    JsFuture::from(Promise::resolve(&v)).await
+}
+
+/// The call from its first attempt (or, with `first`, from the outcome of a first attempt the
+/// lean path already made) to its end.
+pub async fn run(
+    policy: Rc<Policy>,
+    t: Template,
+    started: f64,
+    mut first: Option<(Result<JsValue, JsValue>, f64)>,
+) -> Result<JsValue, JsValue> {
+    let p = &policy.policy;
+    let mut signals = CallSignals::new(t.request.signal().into(), policy.signal.as_ref());
+    if let Some(reason) = signals.aborted() {
+        return Err(reason);
+    }
+    let mut guards = Guards::new(&policy, || t.request.url());
+    let body = if first.is_some() { Body::AsIs } else { t.body(p.max_buffered_body_bytes).await? };
+    let replayable = !matches!(body, Body::Stream(_)) && t.body_kind != BodyKind::OneShot;
+    let key = t.key.clone();
+    let mut state = RetryState::new(p, started);
+    let history = Array::new();
+    let first_at = if p.retry_headers {
+        Some(String::from(js_sys::Date::new(&JsValue::from_f64(started)).to_iso_string()))
+    } else {
+        None
+    };
+    // The outcome kept from the attempt before: a response we did not hand out yet.
+    loop {
+        let (outcome, attempt_started, ended, timed_out) = match first.take() {
+            Some((outcome, ended)) => {
+                state.start_attempt();
+                (outcome, started, ended, false)
+            }
+            None => {
+                if let Some(reason) = signals.aborted() {
+                    return Err(reason);
+                }
+                // The circuit breaker: an open circuit sends nothing.
+                if let Err(wait) = guards.admit(js_sys::Date::now()) {
+                    let open = circuit_open_error(&guards.origin, wait);
+                    return Err(if history.length() == 0 { open } else { retry_error("circuit-open", &history, &open) });
+                }
+                // The adaptive throttle: wait for this attempt's turn.
+                loop {
+                    match guards.turn(&state, js_sys::Date::now()) {
+                        Turn::Now => break,
+                        Turn::Wait(ms) => signals.sleep(ms).await?,
+                        Turn::Stop(reason) => {
+                            let cause = if reason == "deadline" {
+                                timeout_error(p.deadline_ms.unwrap_or(0.0))
+                            } else {
+                                JsValue::UNDEFINED
+                            };
+                            return Err(retry_error(reason, &history, &cause));
+                        }
+                    }
+                }
+                let attempt = state.start_attempt();
+                let sent_at = js_sys::Date::now();
+                guards.sent(sent_at);
+                let limit = state.attempt_time_limit_ms(p, sent_at).map(|ms| ms.max(0.0));
+                let timeout = limit.map_or(JsValue::UNDEFINED, timeout_error);
+                let abort = signals.attempt(limit, &timeout)?;
+                let init = attempt_init(&t, &body, abort.signal.as_ref(), first_at.as_deref().filter(|_| attempt > 1), attempt)?;
+                let sent = match &policy.fetch {
+                    None => Ok(global_fetch(&t.request, &init)),
+                    // A transport that throws synchronously failed like one that rejects.
+                    Some(f) => f.call2(&JsValue::UNDEFINED, &t.request, &init).map(|v| Promise::resolve(&v)),
+                };
+                let outcome = match sent {
+                    Ok(p) => JsFuture::from(p).await,
+                    Err(e) => Err(e),
+                };
+                let timed_out = abort.timed_out();
+                drop(abort); // the time limit and the signal links end with the attempt
+                let outcome = match outcome {
+                    Err(_) if timed_out => Err(timeout),
+                    other => other,
+                };
+                (outcome, sent_at, js_sys::Date::now(), timed_out)
+            }
+        };
+
+        if let Some(reason) = signals.aborted() {
+            if let Ok(response) = &outcome {
+                discard(response).await;
+            }
+            return Err(reason);
+        }
+        let (outcome_kind, response, error) = match &outcome {
+            Ok(v) => match js::get(v, "status").as_f64() {
+                Some(s) if v.is_object() => (Outcome::Status(s.clamp(0.0, 999.0) as u16), Some(v.clone()), JsValue::UNDEFINED),
+                _ => return Err(type_error("retryFetch: fetch resolved to something that is not a Response")),
+            },
+            Err(e) if timed_out => (Outcome::Timeout, None, e.clone()),
+            Err(e) => (Outcome::NetworkError, None, e.clone()),
+        };
+        guards.settle(&policy, outcome_kind, attempt_started, ended);
+
+        let record = Object::new();
+        set(&record, "attempt", &JsValue::from_f64(state.attempts() as f64));
+        set(&record, "startedAt", &JsValue::from_f64(attempt_started));
+        set(&record, "durationMs", &JsValue::from_f64(ended - attempt_started));
+        match outcome_kind {
+            Outcome::Status(s) => set(&record, "status", &JsValue::from_f64(s as f64)),
+            _ => set(&record, "error", &error),
+        }
+        history.push(&record);
+
+        let finish = |reason: &str| match &response {
+            Some(r) => Ok(r.clone()),
+            None => Err(retry_error(reason, &history, &error)),
+        };
+        let asks = p.respect_retry_after && matches!(outcome_kind, Outcome::Status(s) if s >= 400);
+        let now = js_sys::Date::now();
+        let server_delay = match (&response, asks) {
+            (Some(r), true) => server_delay_ms(
+                header(r, "retry-after").as_deref(),
+                header(r, "ratelimit-reset").as_deref(),
+                header(r, "ratelimit").as_deref(),
+                now,
+            ),
+            _ => None,
+        };
+        let redirected = response.as_ref().is_some_and(|r| js::get(r, "redirected").as_bool() == Some(true));
+        let report = AttemptOutcome {
+            outcome: outcome_kind,
+            idempotent: t.idempotent,
+            has_key: key.is_some(),
+            server_delay_ms: server_delay,
+            replayable,
+            budget_allows_retry: guards.budget_allows_retry(),
+            redirected,
+        };
+        let (delay, reason) = match state.decide(p, report, now, &mut MathRandom) {
+            Decision::Stop(stop) => return finish(stop.as_str()),
+            // A breaker still open when the wait ends: stop now, with this outcome.
+            Decision::Retry { delay_ms, .. } if guards.open_at(now + delay_ms as f64) => return finish("circuit-open"),
+            Decision::Retry { delay_ms, reason, .. } => (delay_ms as f64, reason.as_str()),
+        };
+        let status = match outcome_kind {
+            Outcome::Status(s) => Some(s),
+            _ => None,
+        };
+        let attempt = state.attempts();
+        if let Some(hook) = &policy.should_retry {
+            let ctx = retry_context(attempt, delay, reason, response.as_ref(), status, &error, key.as_deref());
+            match call_hook(hook, &ctx).await?.as_bool() {
+                Some(true) => {}
+                Some(false) => return finish("shouldRetry"),
+                None => return Err(type_error("retryFetch: shouldRetry must return true or false (or a promise of one)")),
+            }
+        }
+        if let Some(hook) = &policy.on_retry {
+            let ctx = retry_context(attempt, delay, reason, None, status, &error, key.as_deref());
+            call_hook(hook, &ctx).await?;
+        }
+        // The hooks took time: a wait that no longer ends before the deadline is not started.
+        if !state.wait_fits(js_sys::Date::now(), delay) {
+            return finish("deadline");
+        }
+        set(&record, "delayMs", &JsValue::from_f64(delay));
+        if let Some(r) = &response {
+            discard(r).await;
+        }
+        signals.sleep(delay).await?;
+    }
+}
+
+/// The `init` of one attempt (`undefined` when the request goes as it is): its signal, the
+/// body bytes, and `X-Retry-Count` / `X-Original-Request-At` on attempts after the first.
+fn attempt_init(
+    t: &Template,
+    body: &Body,
+    signal: Option<&JsValue>,
+    first_at: Option<&str>,
+    attempt: u32,
+) -> Result<JsValue, JsValue> {
+    if signal.is_none() && first_at.is_none() && matches!(body, Body::AsIs) {
+        return Ok(JsValue::UNDEFINED);
+    }
+    let init = Object::new();
+    if let Some(s) = signal {
+        set(&init, "signal", s);
+    }
+    match body {
+        Body::AsIs => {}
+        Body::Bytes(bytes) => set(&init, "body", bytes),
+        Body::Stream(stream) => {
+            set(&init, "body", stream);
+            set(&init, "duplex", &JsValue::from_str("half"));
+        }
+    }
+    if let Some(at) = first_at {
+        let headers = Headers::new_with_headers(&t.request.headers())?;
+        headers.set("X-Retry-Count", &(attempt - 1).to_string())?;
+        headers.set("X-Original-Request-At", at)?;
+        set(&init, "headers", &headers);
+    }
+    Ok(init.into())
+}

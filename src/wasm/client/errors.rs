@@ -1,0 +1,84 @@
+//! The client's errors, with stable `name`s: `RetryError` (`reason`, `attempts`, `cause`),
+//! `TimeoutError`, `CircuitOpenError` (`retryAfterMs`, `origin`), and the `TypeError`s for
+//! invalid options.
+
+use wasm_bindgen::prelude::*;
+
+use crate::core::options::OptionError;
+use crate::wasm::errors::invalid_option;
+use crate::wasm::js;
+
+/// The `TypeError` for an invalid option:
+/// `retryFetch: invalid option "maxAttempts": got 0; expected an integer from 1 to 100`.
+pub fn option_error(err: OptionError, value: &JsValue) -> JsValue {
+    invalid_option("retryFetch", err, value)
+}
+
+/// `n` (a whole, non-negative number of ms or attempts) in decimal.
+pub fn int(n: f64) -> String {
+    if n.is_finite() && n >= 0.0 {
+        (n as u64).to_string()
+    } else {
+        "0".into()
+    }
+}
+
+/// `new Error(message)` with `name` set (by name, so checks work across realms and copies).
+fn named_error(name: &str, message: &str) -> js_sys::Error {
+    let e = js_sys::Error::new(message);
+    e.set_name(name);
+    e
+}
+
+/// The `TimeoutError` of an attempt that ran out of time after `ms`.
+pub fn timeout_error(ms: f64) -> JsValue {
+    let mut msg = String::from("retryFetch: the attempt timed out after ");
+    msg.push_str(&int(ms.ceil()));
+    msg.push_str(" ms");
+    named_error("TimeoutError", &msg).into()
+}
+
+/// `value.message` when it is a string (a throwing getter counts as none).
+fn message_of(value: &JsValue) -> Option<String> {
+    js::get(value, "message").as_string()
+}
+
+/// The `RetryError` that ends a call without a response: `reason`, `attempts` (the history),
+/// `cause` (the last error).
+pub fn retry_error(reason: &str, attempts: &js_sys::Array, cause: &JsValue) -> JsValue {
+    let n = attempts.length();
+    let mut msg = String::from("retryFetch failed after ");
+    msg.push_str(&int(n as f64));
+    msg.push_str(if n == 1 { " attempt (" } else { " attempts (" });
+    msg.push_str(reason);
+    msg.push(')');
+    if let Some(m) = message_of(cause) {
+        msg.push_str(": ");
+        msg.push_str(&m);
+    }
+    let e: JsValue = named_error("RetryError", &msg).into();
+    js::set(&e, "reason", &JsValue::from_str(reason));
+    js::set(&e, "attempts", attempts);
+    js::set(&e, "cause", cause);
+    e
+}
+
+/// The `CircuitOpenError` of a call refused by an open circuit: nothing was sent.
+pub fn circuit_open_error(origin: &str, retry_after_ms: f64) -> JsValue {
+    let wait = retry_after_ms.max(0.0).ceil();
+    let mut msg = String::from("retryFetch: the circuit for ");
+    msg.push_str(origin);
+    msg.push_str(" is open; nothing was sent (retry after ");
+    msg.push_str(&int(wait));
+    msg.push_str(" ms)");
+    let e: JsValue = named_error("CircuitOpenError", &msg).into();
+    js::set(&e, "retryAfterMs", &JsValue::from_f64(wait));
+    js::set(&e, "origin", &JsValue::from_str(origin));
+    e
+}
+
+/// `isRetryError(error)`: is `error` a `RetryError` (by `name`, so it works across realms and
+/// copies of the package)?
+pub fn has_name(error: &JsValue, name: &str) -> bool {
+    error.is_object() && js::get(error, "name").as_string().as_deref() == Some(name)
+}

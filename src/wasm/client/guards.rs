@@ -1,0 +1,413 @@
+//! The retry-storm guards as JavaScript classes: `RetryBudget`, `AdaptiveThrottle` and
+//! `CircuitBreaker`. Each wraps the core's per-origin state; one object can be shared by any
+//! number of calls (and `createRetryFetch` clients), which all see the same state.
+//!
+//! A call finds the Rust state behind a guard object through a registry: every instance gets
+//! an id, readable from JS as the hidden getter `__retryFetchGuard`, and the registry maps it
+//! to the shared state. Ids start at a random base per instance of the module, so a guard made
+//! by another copy of the package (the ESM and the CommonJS builds loaded together) is not
+//! found and is refused with a `TypeError`, never mistaken for one of ours. The entry is
+//! removed when the object is freed (`free()` or garbage collection: the package is built with
+//! weak references); calls in flight keep their own reference to the state.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use js_sys::Function;
+use serde::Deserialize;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use super::errors::option_error;
+use super::options::deserialize;
+use crate::core::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
+use crate::core::budget::{BudgetConfig, RetryBudget};
+use crate::core::options::OptionError;
+use crate::core::throttle::{AdaptiveThrottle, ThrottleConfig};
+use crate::wasm::errors::{describe, invalid_option, type_error};
+use crate::wasm::js;
+
+/// The shared state of a circuit breaker and its `onStateChange` listener.
+pub struct BreakerShared {
+    /// The per-origin breakers.
+    pub state: RefCell<CircuitBreaker>,
+    /// `onStateChange({ origin, from, to })`, if given.
+    pub on_state_change: Option<Function>,
+}
+
+impl BreakerShared {
+    /// Tell the listener about `transition` (a throwing listener is ignored: the breaker's
+    /// state must not depend on it).
+    pub fn report(&self, origin: &str, transition: Option<Transition>) {
+        let (Some(t), Some(listener)) = (transition, &self.on_state_change) else {
+            return;
+        };
+        let event: JsValue = js_sys::Object::new().into();
+        js::set(&event, "origin", &JsValue::from_str(origin));
+        js::set(&event, "from", &JsValue::from_str(t.from.as_str()));
+        js::set(&event, "to", &JsValue::from_str(t.to.as_str()));
+        let _ = listener.call1(&JsValue::UNDEFINED, &event);
+    }
+}
+
+/// One registered guard.
+#[derive(Clone)]
+pub enum Guard {
+    /// A `RetryBudget`.
+    Budget(Rc<RefCell<RetryBudget>>),
+    /// An `AdaptiveThrottle`.
+    Throttle(Rc<RefCell<AdaptiveThrottle>>),
+    /// A `CircuitBreaker`.
+    Breaker(Rc<BreakerShared>),
+}
+
+thread_local! {
+    /// The next id: a random base per module instance (below 2^52, so exact as a JS number).
+    static NEXT_ID: Cell<f64> = Cell::new(random_base());
+    static REGISTRY: RefCell<Vec<(f64, Guard)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn random_base() -> f64 {
+    let mut bytes = [0u8; 4];
+    let _ = getrandom::fill(&mut bytes); // on failure the base is 0: still unique per instance in practice
+    (u32::from_le_bytes(bytes) as f64) * 1_048_576.0 + 1.0
+}
+
+fn register(guard: Guard) -> f64 {
+    let id = NEXT_ID.with(|n| {
+        let id = n.get();
+        n.set(id + 1.0);
+        id
+    });
+    REGISTRY.with(|r| r.borrow_mut().push((id, guard)));
+    id
+}
+
+fn unregister(id: f64) {
+    REGISTRY.with(|r| r.borrow_mut().retain(|(i, _)| *i != id));
+}
+
+/// The guard behind `value`, the value of option `option` (`budget`, `throttle`, `breaker`).
+/// A freed guard, a guard of another copy of the package, and anything else are `TypeError`s
+/// that say which.
+pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
+    let expected = match option {
+        "budget" => "a RetryBudget",
+        "throttle" => "an AdaptiveThrottle",
+        _ => "a CircuitBreaker",
+    };
+    let bad = |what: &str| {
+        let mut msg = String::from("retryFetch: invalid option \"");
+        msg.push_str(option);
+        msg.push_str("\": got ");
+        msg.push_str(what);
+        msg.push_str("; expected ");
+        msg.push_str(expected);
+        type_error(&msg)
+    };
+    if !value.is_object() {
+        return Err(option_error(OptionError::new(option, expected), value));
+    }
+    let class = js::get(&js::get(value, "constructor"), "name").as_string().unwrap_or_default();
+    let id = match js_sys::Reflect::get(value, &JsValue::from_str("__retryFetchGuard")) {
+        Ok(id) => id,
+        // wasm-bindgen's getter throws on a freed object (its pointer is 0)
+        Err(_) if js::get(value, "__wbg_ptr").as_f64() == Some(0.0) => {
+            let mut what = String::from("a ");
+            what.push_str(&class);
+            what.push_str(" that was freed (free() was called on it)");
+            return Err(bad(&what));
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(id) = id.as_f64() else {
+        return Err(option_error(OptionError::new(option, expected), value));
+    };
+    let found = REGISTRY.with(|r| r.borrow().iter().find(|(i, _)| *i == id).map(|(_, g)| g.clone()));
+    match found {
+        Some(g) => Ok(g),
+        None => {
+            let mut what = String::from("a ");
+            what.push_str(&class);
+            what.push_str(" from another copy of retry-fetch (each copy, e.g. the ES module and the CommonJS build, keeps its own guards)");
+            Err(bad(&what))
+        }
+    }
+}
+
+/// The origin (`scheme://host:port`) of a URL string, as `URL.origin` gives it; the string
+/// itself when it does not parse.
+pub fn origin_of(url: &str) -> String {
+    match web_sys::Url::new(url) {
+        Ok(u) => u.origin(),
+        Err(_) => url.to_string(),
+    }
+}
+
+/// The `url` argument of a guard method (`budget.tokens(url)`): a string or a `URL`, as its
+/// origin; a `TypeError` naming the method otherwise.
+fn url_argument(method: &str, url: &JsValue) -> Result<String, JsValue> {
+    let text = if let Some(s) = url.as_string() {
+        Some(s)
+    } else if url.is_instance_of::<web_sys::Url>() {
+        Some(url.unchecked_ref::<web_sys::Url>().href())
+    } else {
+        None
+    };
+    match text {
+        Some(s) => Ok(origin_of(&s)),
+        None => {
+            let mut msg = String::from(method);
+            msg.push_str(": the argument url must be a string or a URL; got ");
+            msg.push_str(&describe(url));
+            Err(type_error(&msg))
+        }
+    }
+}
+
+/// The `TypeError` for a guard's invalid setting, with the value that was given.
+fn setting_error(class: &str, e: OptionError, value: f64) -> JsValue {
+    invalid_option(class, e, &JsValue::from_f64(value))
+}
+
+/// What each guard setting allows, for a value of the wrong type.
+fn guard_expected(option: &str) -> &'static str {
+    match option {
+        "maxTokens" => "a number > 0 and <= 1000000",
+        "tokenRatio" => "a number > 0 and <= maxTokens",
+        "initialRate" => "a number of requests per second > 0",
+        "rampMs" => "a number of milliseconds > 0",
+        "beta" => "a number between 0 and 1 (exclusive)",
+        "scale" => "a number > 0",
+        "minRate" => "a number of requests per second > 0 and <= initialRate",
+        "failureThreshold" | "halfOpenMaxCalls" => "an integer from 1 to 1000",
+        "onStateChange" => "a function",
+        _ => "a number of milliseconds from 0 to 2147483647",
+    }
+}
+
+/// `new RetryBudget(options)`'s settings.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct BudgetOptions {
+    max_tokens: Option<f64>,
+    token_ratio: Option<f64>,
+}
+
+/// `new RetryBudget({ maxTokens = 10, tokenRatio = 0.1 })`: gRPC retryThrottling per origin.
+#[wasm_bindgen(js_name = RetryBudget, skip_typescript)]
+pub struct RetryBudgetHandle {
+    id: f64,
+    inner: Rc<RefCell<RetryBudget>>,
+}
+
+#[wasm_bindgen(js_class = RetryBudget)]
+impl RetryBudgetHandle {
+    /// Validate `options` (a `TypeError` names a bad or unknown one) and create a full budget.
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue) -> Result<RetryBudgetHandle, JsValue> {
+        let (o, _, _): (BudgetOptions, _, _) =
+            deserialize("RetryBudget", &options, &["maxTokens", "tokenRatio"], guard_expected)?;
+        let d = BudgetConfig::default();
+        let config = BudgetConfig {
+            max_tokens: o.max_tokens.unwrap_or(d.max_tokens),
+            token_ratio: o.token_ratio.unwrap_or(d.token_ratio),
+        };
+        let config = config.validate().map_err(|e| {
+            let v = if e.option == "maxTokens" { config.max_tokens } else { config.token_ratio };
+            setting_error("RetryBudget", e, v)
+        })?;
+        let inner = Rc::new(RefCell::new(RetryBudget::new(config)));
+        let id = register(Guard::Budget(inner.clone()));
+        Ok(RetryBudgetHandle { id, inner })
+    }
+
+    /// The token count of the origin of `url` (full, `maxTokens`, when never seen).
+    pub fn tokens(&self, url: JsValue) -> Result<f64, JsValue> {
+        let origin = url_argument("RetryBudget.tokens", &url)?;
+        Ok(self.inner.borrow().tokens(&origin))
+    }
+
+    /// `maxTokens`.
+    #[wasm_bindgen(getter, js_name = maxTokens)]
+    pub fn max_tokens(&self) -> f64 {
+        self.inner.borrow().config().max_tokens
+    }
+
+    /// `tokenRatio`.
+    #[wasm_bindgen(getter, js_name = tokenRatio)]
+    pub fn token_ratio(&self) -> f64 {
+        self.inner.borrow().config().token_ratio
+    }
+
+    /// The registry id (internal).
+    #[wasm_bindgen(getter, js_name = __retryFetchGuard)]
+    pub fn guard_id(&self) -> f64 {
+        self.id
+    }
+}
+
+impl Drop for RetryBudgetHandle {
+    fn drop(&mut self) {
+        unregister(self.id);
+    }
+}
+
+/// `new AdaptiveThrottle(options)`'s settings.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct ThrottleOptions {
+    initial_rate: Option<f64>,
+    ramp_ms: Option<f64>,
+    beta: Option<f64>,
+    scale: Option<f64>,
+    min_rate: Option<f64>,
+    max_wait_ms: Option<f64>,
+}
+
+/// `new AdaptiveThrottle({ initialRate = 100, rampMs = 100, beta = 0.7, scale = 0.4,
+/// minRate = 0.5, maxWaitMs = 10000 })`: an adaptive send rate per origin.
+#[wasm_bindgen(js_name = AdaptiveThrottle, skip_typescript)]
+pub struct AdaptiveThrottleHandle {
+    id: f64,
+    inner: Rc<RefCell<AdaptiveThrottle>>,
+}
+
+#[wasm_bindgen(js_class = AdaptiveThrottle)]
+impl AdaptiveThrottleHandle {
+    /// Validate `options` (a `TypeError` names a bad or unknown one) and create the throttle.
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue) -> Result<AdaptiveThrottleHandle, JsValue> {
+        let known = ["initialRate", "rampMs", "beta", "scale", "minRate", "maxWaitMs"];
+        let (o, _, _): (ThrottleOptions, _, _) =
+            deserialize("AdaptiveThrottle", &options, &known, guard_expected)?;
+        let d = ThrottleConfig::default();
+        let config = ThrottleConfig {
+            initial_rate: o.initial_rate.unwrap_or(d.initial_rate),
+            ramp_ms: o.ramp_ms.unwrap_or(d.ramp_ms),
+            beta: o.beta.unwrap_or(d.beta),
+            scale: o.scale.unwrap_or(d.scale),
+            min_rate: o.min_rate.unwrap_or(d.min_rate),
+            max_wait_ms: o.max_wait_ms.unwrap_or(d.max_wait_ms),
+        };
+        let config = config.validate().map_err(|e| {
+            let v = match e.option {
+                "initialRate" => config.initial_rate,
+                "rampMs" => config.ramp_ms,
+                "beta" => config.beta,
+                "scale" => config.scale,
+                "maxWaitMs" => config.max_wait_ms,
+                _ => config.min_rate,
+            };
+            setting_error("AdaptiveThrottle", e, v)
+        })?;
+        let inner = Rc::new(RefCell::new(AdaptiveThrottle::new(config)));
+        let id = register(Guard::Throttle(inner.clone()));
+        Ok(AdaptiveThrottleHandle { id, inner })
+    }
+
+    /// The current send rate (req/s) for the origin of `url`; `undefined` if never seen.
+    pub fn rate(&self, url: JsValue) -> Result<Option<f64>, JsValue> {
+        let origin = url_argument("AdaptiveThrottle.rate", &url)?;
+        Ok(self.inner.borrow_mut().rate(&origin, js_sys::Date::now()))
+    }
+
+    /// The registry id (internal).
+    #[wasm_bindgen(getter, js_name = __retryFetchGuard)]
+    pub fn guard_id(&self) -> f64 {
+        self.id
+    }
+}
+
+impl Drop for AdaptiveThrottleHandle {
+    fn drop(&mut self) {
+        unregister(self.id);
+    }
+}
+
+/// `new CircuitBreaker(options)`'s settings.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct BreakerOptions {
+    failure_threshold: Option<f64>,
+    open_ms: Option<f64>,
+    half_open_max_calls: Option<f64>,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    on_state_change: JsValue,
+}
+
+fn integer_u32(v: f64) -> u32 {
+    if v.is_finite() && v.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&v) {
+        v as u32
+    } else {
+        0 // rejected by validation (every u32 setting must be >= 1)
+    }
+}
+
+/// `new CircuitBreaker({ failureThreshold = 5, openMs = 10000, halfOpenMaxCalls = 1,
+/// onStateChange })`: a circuit breaker per origin.
+#[wasm_bindgen(js_name = CircuitBreaker, skip_typescript)]
+pub struct CircuitBreakerHandle {
+    id: f64,
+    inner: Rc<BreakerShared>,
+}
+
+#[wasm_bindgen(js_class = CircuitBreaker)]
+impl CircuitBreakerHandle {
+    /// Validate `options` (a `TypeError` names a bad or unknown one) and create the breaker.
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue) -> Result<CircuitBreakerHandle, JsValue> {
+        let known = ["failureThreshold", "openMs", "halfOpenMaxCalls", "onStateChange"];
+        let (o, _, nulls): (BreakerOptions, _, _) =
+            deserialize("CircuitBreaker", &options, &known, guard_expected)?;
+        if let Some(name) = nulls.iter().find(|n| **n != "onStateChange") {
+            return Err(invalid_option("CircuitBreaker", OptionError::new(name, guard_expected(name)), &JsValue::NULL));
+        }
+        let d = BreakerConfig::default();
+        let config = BreakerConfig {
+            failure_threshold: o.failure_threshold.map_or(d.failure_threshold, integer_u32),
+            open_ms: o.open_ms.unwrap_or(d.open_ms),
+            half_open_max_calls: o.half_open_max_calls.map_or(d.half_open_max_calls, integer_u32),
+        };
+        let config = config.validate().map_err(|e| {
+            let v = match e.option {
+                "failureThreshold" => o.failure_threshold,
+                "openMs" => o.open_ms,
+                _ => o.half_open_max_calls,
+            };
+            setting_error("CircuitBreaker", e, v.unwrap_or(f64::NAN))
+        })?;
+        let on_state_change = if o.on_state_change.is_undefined() {
+            None
+        } else {
+            Some(o.on_state_change.dyn_into::<Function>().map_err(|v| {
+                invalid_option("CircuitBreaker", OptionError::new("onStateChange", "a function"), &v)
+            })?)
+        };
+        let inner = Rc::new(BreakerShared {
+            state: RefCell::new(CircuitBreaker::new(config)),
+            on_state_change,
+        });
+        let id = register(Guard::Breaker(inner.clone()));
+        Ok(CircuitBreakerHandle { id, inner })
+    }
+
+    /// `'closed'`, `'open'` or `'half-open'` for the origin of `url`.
+    pub fn state(&self, url: JsValue) -> Result<String, JsValue> {
+        let origin = url_argument("CircuitBreaker.state", &url)?;
+        let s: BreakerState = self.inner.state.borrow().state(&origin, js_sys::Date::now());
+        Ok(s.as_str().to_string())
+    }
+
+    /// The registry id (internal).
+    #[wasm_bindgen(getter, js_name = __retryFetchGuard)]
+    pub fn guard_id(&self) -> f64 {
+        self.id
+    }
+}
+
+impl Drop for CircuitBreakerHandle {
+    fn drop(&mut self) {
+        unregister(self.id);
+    }
+}

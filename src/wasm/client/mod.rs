@@ -1,0 +1,88 @@
+//! The client exports: `retryFetch`, `createRetryFetch`, `backoffDelays`, `isRetryError`,
+//! `isCircuitOpenError` and the guard classes `RetryBudget`, `AdaptiveThrottle`,
+//! `CircuitBreaker`.
+//!
+//! | module | what it does |
+//! |---|---|
+//! | `options` | reads `RetryOptions` with serde-wasm-bindgen into a validated `Policy` |
+//! | `request` | fixes the request at the call (`new Request`), the key, the body to replay |
+//! | `call` | the lean success path and the retry loop (wasm-bindgen-futures) |
+//! | `signals` | caller signals, per-attempt abort signals and time limits, waits |
+//! | `guards` | the guard classes and their registry |
+//! | `errors` | `RetryError`, `TimeoutError`, `CircuitOpenError`, option `TypeError`s |
+//! | `bindings` | the globals beyond web-sys (`fetch`, timers, `new Request`, `AbortSignal.any`) |
+
+mod bindings;
+mod call;
+mod errors;
+mod guards;
+mod options;
+mod request;
+mod signals;
+
+use std::rc::Rc;
+
+use js_sys::{Array, Promise};
+use wasm_bindgen::prelude::*;
+
+use crate::core::backoff::{delays, Rng, SplitMix64};
+pub use call::Client;
+pub use guards::{AdaptiveThrottleHandle, CircuitBreakerHandle, RetryBudgetHandle};
+pub use options::Policy;
+
+thread_local! {
+    /// The client behind the exported `retryFetch`: the built-in defaults.
+    static DEFAULT: Client = Client::new(Rc::new(Policy::default()));
+}
+
+/// `retryFetch(input, init?, options?)`: `fetch` with retries. Resolves with the final
+/// `Response`; rejects with a `RetryError`, the signal's reason, or a `TypeError` (an invalid
+/// option or a request fetch cannot send, before anything is sent). Defaults: see the README
+/// (3 attempts, 500 ms base, factor 2, 30 s cap, full jitter, auto idempotency keys).
+#[wasm_bindgen(js_name = retryFetch, skip_typescript)]
+pub fn retry_fetch(input: JsValue, init: JsValue, options: JsValue) -> Promise {
+    DEFAULT.with(|c| c.call(&input, &init, &options))
+}
+
+/// `createRetryFetch(defaults)`: a `retryFetch` whose options default to `defaults`
+/// (validated now: a `TypeError` is thrown here); per-call options merge over them.
+#[wasm_bindgen(js_name = createRetryFetch, skip_typescript)]
+pub fn create_retry_fetch(defaults: JsValue) -> Result<JsValue, JsValue> {
+    let base = DEFAULT.with(|c| c.policy.clone());
+    let client = Client::new(Rc::new(options::read(&defaults, &base)?));
+    let f = Closure::<dyn Fn(JsValue, JsValue, JsValue) -> Promise>::new(
+        move |input: JsValue, init: JsValue, options: JsValue| client.call(&input, &init, &options),
+    );
+    Ok(f.into_js_value())
+}
+
+/// `backoffDelays(options, count, seed?)`: the first `count` delays (ms) the policy would
+/// wait, without any server `Retry-After`. With a `seed` the jitter is reproducible.
+#[wasm_bindgen(js_name = backoffDelays, skip_typescript)]
+pub fn backoff_delays(options: JsValue, count: JsValue, seed: JsValue) -> Result<Array, JsValue> {
+    let policy = options::read(&options, &Policy::default())?.policy;
+    let count = options::read_count(&count)?;
+    let mut seeded;
+    let mut math = call::MathRandom;
+    let rng: &mut dyn Rng = match options::read_seed(&seed)? {
+        Some(seed) => {
+            seeded = SplitMix64::new(seed);
+            &mut seeded
+        }
+        None => &mut math,
+    };
+    Ok(delays(&policy, count, rng).into_iter().map(|d| JsValue::from_f64(d as f64)).collect())
+}
+
+/// `isRetryError(error)`: is `error` a `RetryError` (by name, so it works across realms and
+/// copies of the package)?
+#[wasm_bindgen(js_name = isRetryError, skip_typescript)]
+pub fn is_retry_error(error: JsValue) -> bool {
+    errors::has_name(&error, "RetryError")
+}
+
+/// `isCircuitOpenError(error)`: is `error` a `CircuitOpenError` (by name)?
+#[wasm_bindgen(js_name = isCircuitOpenError, skip_typescript)]
+pub fn is_circuit_open_error(error: JsValue) -> bool {
+    errors::has_name(&error, "CircuitOpenError")
+}

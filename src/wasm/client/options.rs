@@ -1,0 +1,447 @@
+//! Reading `RetryOptions` from JavaScript into a [`Policy`], with serde-wasm-bindgen.
+//!
+//! 1. A snapshot: the options object's own enumerable keys (`Object.keys`), each getter run
+//!    once, into a plain object. An unknown name is a `TypeError` naming it and the closest
+//!    known one (`maxAttemps` -> `maxAttempts`); `null` is noted (it clears an option that can
+//!    be cleared); a throwing getter rejects the call with its error.
+//! 2. serde: the snapshot is deserialized into [`RawOptions`] (a `#[derive(Deserialize)]`
+//!    struct, camelCase names; `signal`, `fetch`, the hooks and the guards stay JS values
+//!    through `serde_wasm_bindgen::preserve`), through `serde_path_to_error`, so a wrong type
+//!    names the option and, in a list, the item (`retryOnStatus[1]`).
+//! 3. The core validates every value (`crate::core::options`) over the base policy (the
+//!    built-in defaults or a `createRetryFetch` client's): an invalid one is a `TypeError`
+//!    naming the option, the value and what is allowed, raised before anything is sent.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use js_sys::{Function, Object};
+use serde::Deserialize;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use super::bindings::object_keys;
+use super::errors::option_error;
+use super::guards::{lookup, BreakerShared, Guard};
+use crate::core::budget::RetryBudget;
+use crate::core::options::{
+    self as validate, closest_name, KeyMode, OptionError, RetryPolicy, RETRY_OPTION_NAMES,
+};
+use crate::core::throttle::AdaptiveThrottle;
+use crate::wasm::errors::{describe, type_error};
+use crate::wasm::js;
+
+/// Everything a call needs besides the request: the validated policy, the shared guards and
+/// the caller's JavaScript values. `Policy::default()` is the built-in defaults.
+#[derive(Clone, Default)]
+pub struct Policy {
+    /// The validated retry policy.
+    pub policy: RetryPolicy,
+    /// `signal`: cancels the call. Default none.
+    pub signal: Option<JsValue>,
+    /// `shouldRetry(ctx)`: the caller's veto on a retry. Default none.
+    pub should_retry: Option<Function>,
+    /// `onRetry(info)`: called before each wait. Default none.
+    pub on_retry: Option<Function>,
+    /// `fetch`: the transport. Default none (the global `fetch`).
+    pub fetch: Option<Function>,
+    /// `budget`: a shared `RetryBudget`. Default none.
+    pub budget: Option<Rc<RefCell<RetryBudget>>>,
+    /// `throttle`: a shared `AdaptiveThrottle`. Default none.
+    pub throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
+    /// `breaker`: a shared `CircuitBreaker`. Default none.
+    pub breaker: Option<Rc<BreakerShared>>,
+}
+
+impl Policy {
+    /// Is any guard set (so the call needs the request's origin)?
+    pub fn has_guards(&self) -> bool {
+        self.budget.is_some() || self.throttle.is_some() || self.breaker.is_some()
+    }
+}
+
+/// `jitter`, by name.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum JitterName {
+    None,
+    Full,
+    Equal,
+    Decorrelated,
+    Additive,
+}
+
+/// `idempotencyKeyFormat`, by name.
+#[derive(Deserialize, Clone, Copy)]
+enum KeyFormatName {
+    #[serde(rename = "plain")]
+    Plain,
+    #[serde(rename = "sf-string")]
+    SfString,
+}
+
+/// `idempotencyKey`: `'auto'`, a key, or `false`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum KeyOption {
+    Off(bool),
+    Key(String),
+}
+
+/// The options as serde reads them: every field optional (absent, `undefined` and a cleared
+/// `null` are all `None` here; `null` was noted by the snapshot).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct RawOptions {
+    max_attempts: Option<f64>,
+    base_delay_ms: Option<f64>,
+    factor: Option<f64>,
+    max_delay_ms: Option<f64>,
+    jitter: Option<JitterName>,
+    retry_on_status: Option<Vec<f64>>,
+    retry_on_network_error: Option<bool>,
+    retry_on_timeout: Option<bool>,
+    timeout_ms: Option<f64>,
+    deadline_ms: Option<f64>,
+    respect_retry_after: Option<bool>,
+    max_retry_after_ms: Option<f64>,
+    idempotency_key: Option<KeyOption>,
+    idempotency_header: Option<String>,
+    idempotency_key_format: Option<KeyFormatName>,
+    retry_headers: Option<bool>,
+    max_buffered_body_bytes: Option<f64>,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    signal: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    should_retry: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    on_retry: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    fetch: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    budget: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    throttle: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    breaker: JsValue,
+}
+
+const INT_1_100: &str = "an integer from 1 to 100";
+const MS: &str = "a finite number of milliseconds >= 0";
+const POSITIVE_MS: &str = "a number of milliseconds > 0 and <= 2147483647";
+const STATUSES: &str = "an array of integer HTTP statuses from 100 to 599";
+
+/// What each option allows, for the `TypeError` of a value of the wrong type.
+fn expected(option: &str) -> &'static str {
+    match option {
+        "maxAttempts" => INT_1_100,
+        "baseDelayMs" | "maxDelayMs" | "maxRetryAfterMs" => MS,
+        "factor" => "a finite number from 1 to 100",
+        "jitter" => "'none', 'full', 'equal', 'decorrelated' or 'additive'",
+        "retryOnStatus" => STATUSES,
+        "timeoutMs" | "deadlineMs" => POSITIVE_MS,
+        "idempotencyKey" => "'auto', false, or a key of 1 to 255 visible ASCII characters",
+        "idempotencyHeader" => "an HTTP header name",
+        "idempotencyKeyFormat" => "'plain' or 'sf-string'",
+        "maxBufferedBodyBytes" => "an integer number of bytes from 0 to 2147483647",
+        "signal" => "an AbortSignal",
+        "shouldRetry" | "onRetry" | "fetch" => "a function",
+        "budget" => "a RetryBudget",
+        "throttle" => "an AdaptiveThrottle",
+        "breaker" => "a CircuitBreaker",
+        _ => "true or false",
+    }
+}
+
+/// The own enumerable options of `options`, each read once, in a plain object serde can read
+/// without running a getter; plus the names set to `null`. `api` and `known` name the API and
+/// its options for the errors.
+pub fn snapshot(
+    api: &str,
+    options: &JsValue,
+    known: &[&'static str],
+) -> Result<(Object, Vec<&'static str>), JsValue> {
+    let out = Object::new();
+    let mut nulls = Vec::new();
+    if options.is_undefined() || options.is_null() {
+        return Ok((out, nulls));
+    }
+    if !options.is_object() || js_sys::Array::is_array(options) {
+        let mut msg = String::from(api);
+        msg.push_str(": invalid options: got ");
+        msg.push_str(&describe(options));
+        msg.push_str("; expected an object or undefined");
+        return Err(type_error(&msg));
+    }
+    for key in object_keys(options)?.iter() {
+        let Some(name) = key.as_string() else { continue };
+        let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
+        if value.is_undefined() {
+            continue;
+        }
+        let Some(&known_name) = known.iter().find(|k| **k == name) else {
+            return Err(unknown_option(api, &name, known));
+        };
+        if value.is_null() {
+            nulls.push(known_name);
+        } else {
+            js_sys::Reflect::set(&out, &key, &value)?;
+        }
+    }
+    Ok((out, nulls))
+}
+
+/// `<api>: unknown option "maxAttemps" (did you mean "maxAttempts"?)`.
+pub fn unknown_option(api: &str, name: &str, known: &[&'static str]) -> JsValue {
+    let mut msg = String::from(api);
+    msg.push_str(": unknown option \"");
+    msg.push_str(name);
+    msg.push('"');
+    match closest_name(name, known) {
+        Some(close) => {
+            msg.push_str(" (did you mean \"");
+            msg.push_str(close);
+            msg.push_str("\"?)");
+        }
+        None => {
+            msg.push_str("; the options are ");
+            msg.push_str(&known.join(", "));
+        }
+    }
+    type_error(&msg)
+}
+
+/// The error serde-wasm-bindgen gave for `snapshot`, as our `TypeError`: the option (and the
+/// item of a list) from the path, its value from the snapshot, and what is allowed.
+pub fn serde_error(
+    api: &str,
+    snapshot: &Object,
+    err: &serde_path_to_error::Error<serde_wasm_bindgen::Error>,
+    expected: fn(&str) -> &'static str,
+) -> JsValue {
+    use serde_path_to_error::Segment;
+    let mut option = String::new();
+    let mut index = None;
+    for segment in err.path().iter() {
+        match segment {
+            Segment::Map { key } if option.is_empty() => option.push_str(key),
+            Segment::Seq { index: i } if index.is_none() => index = Some(*i),
+            _ => {}
+        }
+    }
+    let value = js::get(snapshot, &option);
+    let mut msg = String::from(api);
+    msg.push_str(": invalid option \"");
+    msg.push_str(&option);
+    msg.push_str("\": ");
+    match index {
+        Some(i) => {
+            let item = js_sys::Reflect::get_u32(&value, i as u32).unwrap_or(JsValue::UNDEFINED);
+            msg.push_str("item [");
+            msg.push_str(&i.to_string());
+            msg.push_str("] is ");
+            msg.push_str(&describe(&item));
+        }
+        None => {
+            msg.push_str("got ");
+            msg.push_str(&describe(&value));
+        }
+    }
+    msg.push_str("; expected ");
+    msg.push_str(expected(&option));
+    type_error(&msg)
+}
+
+/// Deserialize the snapshot of `options` into `T` (`api` and `known` for the errors).
+pub fn deserialize<T: for<'de> Deserialize<'de>>(
+    api: &str,
+    options: &JsValue,
+    known: &[&'static str],
+    expected: fn(&str) -> &'static str,
+) -> Result<(T, Object, Vec<&'static str>), JsValue> {
+    let (snap, nulls) = snapshot(api, options, known)?;
+    let de = serde_wasm_bindgen::Deserializer::from(JsValue::from(snap.clone()));
+    let raw = serde_path_to_error::deserialize(de)
+        .map_err(|e| serde_error(api, &snap, &e, expected))?;
+    Ok((raw, snap, nulls))
+}
+
+/// Read `options` over `base`: a new policy, or a `TypeError` naming the bad option.
+pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
+    if options.is_undefined() || options.is_null() {
+        return Ok(base.clone());
+    }
+    let (raw, snap, nulls): (RawOptions, _, _) =
+        deserialize("retryFetch", options, &RETRY_OPTION_NAMES, expected)?;
+    let mut out = base.clone();
+    // `null` clears the options that can be "none" (e.g. to override a `createRetryFetch`
+    // default); for any other option it is an invalid value.
+    for name in &nulls {
+        match *name {
+            "timeoutMs" => out.policy.timeout_ms = None,
+            "deadlineMs" => out.policy.deadline_ms = None,
+            "maxRetryAfterMs" => out.policy.max_retry_after_ms = None,
+            "signal" => out.signal = None,
+            "shouldRetry" => out.should_retry = None,
+            "onRetry" => out.on_retry = None,
+            "fetch" => out.fetch = None,
+            "budget" => out.budget = None,
+            "throttle" => out.throttle = None,
+            "breaker" => out.breaker = None,
+            other => return Err(option_error(OptionError::new(other, expected(other)), &JsValue::NULL)),
+        }
+    }
+    let value = |name: &str| js::get(&snap, name);
+    let check = |r: Result<f64, OptionError>, name: &str| r.map_err(|e| option_error(e, &value(name)));
+    let p = &mut out.policy;
+    if let Some(n) = raw.max_attempts {
+        p.max_attempts = validate::max_attempts(n).map_err(|e| option_error(e, &value("maxAttempts")))?;
+    }
+    if let Some(n) = raw.base_delay_ms {
+        p.base_delay_ms = check(validate::non_negative_ms("baseDelayMs", n), "baseDelayMs")?;
+    }
+    if let Some(n) = raw.factor {
+        p.factor = check(validate::factor(n), "factor")?;
+    }
+    if let Some(n) = raw.max_delay_ms {
+        p.max_delay_ms = check(validate::non_negative_ms("maxDelayMs", n), "maxDelayMs")?;
+    }
+    if let Some(j) = raw.jitter {
+        use crate::core::options::Jitter;
+        p.jitter = match j {
+            JitterName::None => Jitter::None,
+            JitterName::Full => Jitter::Full,
+            JitterName::Equal => Jitter::Equal,
+            JitterName::Decorrelated => Jitter::Decorrelated,
+            JitterName::Additive => Jitter::Additive,
+        };
+    }
+    if let Some(list) = raw.retry_on_status {
+        let bad = || option_error(OptionError::new("retryOnStatus", STATUSES), &value("retryOnStatus"));
+        if list.len() > 500 {
+            return Err(bad());
+        }
+        let mut statuses = Vec::with_capacity(list.len());
+        for (i, n) in list.iter().enumerate() {
+            let status = validate::status_code(*n).map_err(|_| {
+                let mut msg = String::from("retryFetch: invalid option \"retryOnStatus\": item [");
+                msg.push_str(&i.to_string());
+                msg.push_str("] is ");
+                msg.push_str(&describe(&JsValue::from_f64(*n)));
+                msg.push_str("; expected ");
+                msg.push_str(STATUSES);
+                type_error(&msg)
+            })?;
+            statuses.push(status);
+        }
+        p.retry_on_status = statuses;
+        p.retry_keyed_conflict = false; // the caller's list is the whole list
+    }
+    if let Some(b) = raw.retry_on_network_error {
+        p.retry_on_network_error = b;
+    }
+    if let Some(b) = raw.retry_on_timeout {
+        p.retry_on_timeout = b;
+    }
+    if let Some(n) = raw.timeout_ms {
+        p.timeout_ms = Some(check(validate::positive_ms("timeoutMs", n), "timeoutMs")?);
+    }
+    if let Some(n) = raw.deadline_ms {
+        p.deadline_ms = Some(check(validate::positive_ms("deadlineMs", n), "deadlineMs")?);
+    }
+    if let Some(b) = raw.respect_retry_after {
+        p.respect_retry_after = b;
+    }
+    if let Some(n) = raw.max_retry_after_ms {
+        p.max_retry_after_ms = Some(check(validate::non_negative_ms("maxRetryAfterMs", n), "maxRetryAfterMs")?);
+    }
+    if let Some(k) = raw.idempotency_key {
+        let v = value("idempotencyKey");
+        p.idempotency_key = match k {
+            KeyOption::Off(false) => KeyMode::Off,
+            KeyOption::Off(true) => {
+                return Err(option_error(OptionError::new("idempotencyKey", expected("idempotencyKey")), &v))
+            }
+            KeyOption::Key(s) => validate::key_mode(&s).map_err(|e| option_error(e, &v))?,
+        };
+    }
+    if let Some(h) = raw.idempotency_header {
+        p.idempotency_header =
+            validate::header_name(&h).map_err(|e| option_error(e, &value("idempotencyHeader")))?;
+    }
+    if let Some(f) = raw.idempotency_key_format {
+        use crate::core::options::KeyFormat;
+        p.idempotency_key_format = match f {
+            KeyFormatName::Plain => KeyFormat::Plain,
+            KeyFormatName::SfString => KeyFormat::SfString,
+        };
+    }
+    if let Some(b) = raw.retry_headers {
+        p.retry_headers = b;
+    }
+    if let Some(n) = raw.max_buffered_body_bytes {
+        p.max_buffered_body_bytes =
+            validate::body_limit(n).map_err(|e| option_error(e, &value("maxBufferedBodyBytes")))?;
+    }
+    if !raw.signal.is_undefined() {
+        if !is_abort_signal(&raw.signal) {
+            return Err(option_error(OptionError::new("signal", "an AbortSignal"), &raw.signal));
+        }
+        out.signal = Some(raw.signal);
+    }
+    for (name, v, slot) in [
+        ("shouldRetry", raw.should_retry, &mut out.should_retry),
+        ("onRetry", raw.on_retry, &mut out.on_retry),
+        ("fetch", raw.fetch, &mut out.fetch),
+    ] {
+        if !v.is_undefined() {
+            *slot = Some(v.dyn_into::<Function>().map_err(|v| option_error(OptionError::new(name, "a function"), &v))?);
+        }
+    }
+    if !raw.budget.is_undefined() {
+        match lookup("budget", &raw.budget)? {
+            Guard::Budget(b) => out.budget = Some(b),
+            _ => return Err(option_error(OptionError::new("budget", "a RetryBudget"), &raw.budget)),
+        }
+    }
+    if !raw.throttle.is_undefined() {
+        match lookup("throttle", &raw.throttle)? {
+            Guard::Throttle(t) => out.throttle = Some(t),
+            _ => return Err(option_error(OptionError::new("throttle", "an AdaptiveThrottle"), &raw.throttle)),
+        }
+    }
+    if !raw.breaker.is_undefined() {
+        match lookup("breaker", &raw.breaker)? {
+            Guard::Breaker(b) => out.breaker = Some(b),
+            _ => return Err(option_error(OptionError::new("breaker", "a CircuitBreaker"), &raw.breaker)),
+        }
+    }
+    Ok(out)
+}
+
+/// Is `v` an AbortSignal (duck-typed, so signals from another realm or a polyfill work)?
+pub fn is_abort_signal(v: &JsValue) -> bool {
+    v.is_object()
+        && js::get(v, "addEventListener").is_function()
+        && js::get(v, "aborted").as_bool().is_some()
+}
+
+/// The `count` argument of `backoffDelays`.
+pub fn read_count(v: &JsValue) -> Result<u32, JsValue> {
+    let expected = "an integer from 0 to 10000";
+    let n = v
+        .as_f64()
+        .ok_or_else(|| option_error(OptionError::new("count", expected), v))?;
+    validate::delay_count(n).map_err(|e| option_error(e, v))
+}
+
+/// The optional `seed` argument of `backoffDelays`: a finite number, or `undefined`.
+pub fn read_seed(v: &JsValue) -> Result<Option<u64>, JsValue> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(None);
+    }
+    match v.as_f64() {
+        Some(n) if n.is_finite() => Ok(Some(n.to_bits())),
+        _ => Err(option_error(OptionError::new("seed", "a finite number"), v)),
+    }
+}

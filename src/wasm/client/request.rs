@@ -1,0 +1,177 @@
+//! The request, fixed when `retryFetch` is called and replayed intact on every attempt.
+//!
+//! `new Request(input, init)` at the call: the platform's own `TypeError` for a request fetch
+//! can never accept rejects the call before anything is sent, and what the call sends is taken
+//! once (method, URL, headers, body, mode, credentials ...): changing `init` afterwards
+//! changes nothing. The idempotency key is set on that request's headers. The body:
+//!
+//! - `string`, `ArrayBuffer`, typed arrays, `DataView`, `Blob`, `FormData`, `URLSearchParams`,
+//!   a `Request` input's body: serialised once (`request.arrayBuffer()`, so a `FormData`
+//!   keeps one multipart boundary, the one in the request's `Content-Type`), and every
+//!   attempt sends those bytes;
+//! - a `ReadableStream`: read into memory up to `maxBufferedBodyBytes` and replayed from
+//!   there; a longer one is sent once, whole, and not retried;
+//! - an async iterable (Node's `body: gen(), duplex: 'half'`): sent once and not retried
+//!   (it cannot be read again).
+
+use js_sys::{Array, Promise, Uint8Array};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{ReadableStream, ReadableStreamDefaultReader, Request};
+
+use super::bindings::RequestConstructor;
+use super::options::Policy;
+use crate::core::classify::is_idempotent_method;
+use crate::core::key::{header_value, uuid_v4};
+use crate::core::options::KeyMode;
+use crate::wasm::errors::type_error;
+use crate::wasm::js;
+
+/// How the body of each attempt is sent.
+pub enum Body {
+    /// No body, or the request's own body, sent as the request carries it (once, for a
+    /// one-shot body).
+    AsIs,
+    /// These bytes, on every attempt.
+    Bytes(Uint8Array),
+    /// This stream, on the first attempt only.
+    Stream(ReadableStream),
+}
+
+/// What the body still needs before the first attempt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// Nothing: no body.
+    None,
+    /// Serialise it once (`request.arrayBuffer()`).
+    Serialise,
+    /// Buffer a stream up to the limit.
+    Stream,
+    /// Send it once as it is (an async iterable).
+    OneShot,
+}
+
+/// The request of one call.
+pub struct Template {
+    /// The request as the call fixed it; its headers carry the key.
+    pub request: Request,
+    /// The method is idempotent (RFC 9110).
+    pub idempotent: bool,
+    /// The idempotency key the request carries (ours or the caller's), if any.
+    pub key: Option<String>,
+    /// What the body needs.
+    pub body_kind: BodyKind,
+}
+
+/// `new Request(input, init)`: the platform's `TypeError` when fetch could never send it.
+pub fn fix_request(input: &JsValue, init: &JsValue) -> Result<Request, JsValue> {
+    Ok(RequestConstructor::new(input, init)?.unchecked_into())
+}
+
+/// What kind of body `init.body` (or a `Request` input's body) is.
+fn body_kind(request: &Request, init: &JsValue) -> BodyKind {
+    if request.body().is_none() {
+        return BodyKind::None;
+    }
+    let body = js::get(init, "body");
+    if body.is_instance_of::<ReadableStream>() {
+        BodyKind::Stream
+    } else if body.is_object()
+        && !body.is_instance_of::<web_sys::Blob>()
+        && !body.is_instance_of::<web_sys::FormData>()
+        && !js_sys::ArrayBuffer::is_view(&body)
+        && js_sys::Reflect::has(&body, &js_sys::Symbol::async_iterator()).unwrap_or(false)
+    {
+        BodyKind::OneShot
+    } else {
+        BodyKind::Serialise
+    }
+}
+
+impl Template {
+    /// The call's request: `request` (already fixed), the key added per `policy`.
+    pub fn new(policy: &Policy, request: Request, init: &JsValue) -> Result<Template, JsValue> {
+        let idempotent = is_idempotent_method(&request.method());
+        let p = &policy.policy;
+        let header = p.idempotency_header.as_str();
+        let headers = request.headers();
+        let existing = || headers.get(header).ok().flatten();
+        let (key, add) = match &p.idempotency_key {
+            KeyMode::Fixed(k) => (Some(k.clone()), true),
+            KeyMode::Auto if !idempotent => match existing() {
+                Some(k) => (Some(k), false),
+                None => {
+                    let mut bytes = [0u8; 16];
+                    getrandom::fill(&mut bytes).map_err(|_| {
+                        type_error("retryFetch: crypto.getRandomValues is unavailable, so no idempotency key can be made")
+                    })?;
+                    (Some(uuid_v4(bytes)), true)
+                }
+            },
+            _ => (existing(), false),
+        };
+        if let (true, Some(k)) = (add, &key) {
+            headers.set(header, &header_value(k, p.idempotency_key_format))?;
+        }
+        Ok(Template { body_kind: body_kind(&request, init), request, idempotent, key })
+    }
+
+    /// Read the body as [`BodyKind`] says (before the first attempt).
+    pub async fn body(&self, limit: u32) -> Result<Body, JsValue> {
+        match self.body_kind {
+            BodyKind::None | BodyKind::OneShot => Ok(Body::AsIs),
+            BodyKind::Serialise => {
+                let buffer = JsFuture::from(self.request.array_buffer()?).await?;
+                Ok(Body::Bytes(Uint8Array::new(&buffer)))
+            }
+            BodyKind::Stream => match self.request.body() {
+                Some(stream) => buffer_stream(stream, limit).await,
+                None => Ok(Body::AsIs),
+            },
+        }
+    }
+}
+
+/// Swallow a promise's rejection (a cancel we do not wait for).
+fn ignore(promise: Promise) {
+    super::signals::ignore_rejection(&promise);
+}
+
+/// Read `stream` through one branch of a tee, up to `limit` bytes. Within the limit the bytes
+/// are kept for replay; beyond it the other branch (which still holds every byte) is sent once.
+async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsValue> {
+    let branches: Array = stream.tee();
+    let probe: ReadableStream = branches.get(0).unchecked_into();
+    let whole: ReadableStream = branches.get(1).unchecked_into();
+    let reader: ReadableStreamDefaultReader = probe.get_reader().unchecked_into();
+    let chunks = Array::new();
+    let mut size: u64 = 0;
+    loop {
+        let step = JsFuture::from(reader.read()).await?;
+        if js::get(&step, "done").as_bool() == Some(true) {
+            break;
+        }
+        let chunk = js::get(&step, "value");
+        let Some(bytes) = chunk.dyn_ref::<Uint8Array>() else {
+            ignore(reader.cancel());
+            return Err(type_error("retryFetch: a ReadableStream body must yield Uint8Array chunks"));
+        };
+        size += bytes.length() as u64;
+        if size > limit as u64 {
+            // Not awaited: a tee branch's cancel settles only once the other branch is done.
+            ignore(reader.cancel());
+            return Ok(Body::Stream(whole));
+        }
+        chunks.push(&bytes.slice(0, bytes.length()));
+    }
+    ignore(whole.cancel());
+    let out = Uint8Array::new_with_length(size as u32);
+    let mut at = 0;
+    for c in chunks.iter() {
+        let c: Uint8Array = c.unchecked_into();
+        out.set(&c, at);
+        at += c.length();
+    }
+    Ok(Body::Bytes(out))
+}

@@ -1,0 +1,194 @@
+//! Abort signals and timers: the caller's signals for a whole call, one abort signal per
+//! attempt (the caller's signals joined with the attempt's time limit), and waits that an
+//! abort ends at once.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Promise};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::AbortController;
+
+use super::bindings::{clear_timeout, set_timeout, AbortSignalStatics};
+use crate::core::options::MAX_TIMER_MS;
+use crate::wasm::js;
+
+/// A delay as `setTimeout` takes it: `0..=2147483647` ms (longer ones would fire at once).
+pub fn timer_ms(ms: f64) -> f64 {
+    if ms > 0.0 {
+        ms.min(MAX_TIMER_MS)
+    } else {
+        0.0
+    }
+}
+
+/// `signal.addEventListener('abort', listener)` / `removeEventListener`, duck-typed (a
+/// polyfill's signal works); a throwing method is ignored.
+fn listen(signal: &JsValue, method: &str, listener: &Function) {
+    if let Ok(f) = js::get(signal, method).dyn_into::<Function>() {
+        let _ = f.call2(signal, &JsValue::from_str("abort"), listener);
+    }
+}
+
+/// Is `signal` aborted? Its `reason` then.
+fn reason_if_aborted(signal: &JsValue) -> Option<JsValue> {
+    (js::get(signal, "aborted").as_bool() == Some(true)).then(|| js::get(signal, "reason"))
+}
+
+/// A listener added to a signal, removed when dropped.
+struct Link {
+    signal: JsValue,
+    listener: Closure<dyn FnMut()>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        listen(&self.signal, "removeEventListener", self.listener.as_ref().unchecked_ref());
+    }
+}
+
+/// The caller's signals for one call: the request's own (`init.signal` or a `Request`
+/// input's) and `options.signal`.
+pub struct CallSignals {
+    list: Vec<JsValue>,
+    /// `options.signal` was given (so every attempt needs its own joined signal).
+    pub has_option_signal: bool,
+    /// A promise that rejects with the reason of the first signal to abort, made on the first
+    /// wait; its listeners go when the call ends.
+    aborted: Option<(Promise, Vec<Link>)>,
+}
+
+impl CallSignals {
+    /// The signals of a call.
+    pub fn new(request_signal: JsValue, option_signal: Option<&JsValue>) -> CallSignals {
+        let mut list = vec![request_signal];
+        if let Some(s) = option_signal {
+            list.push(s.clone());
+        }
+        CallSignals { has_option_signal: option_signal.is_some(), list, aborted: None }
+    }
+
+    /// The reason of the first aborted signal, if one is.
+    pub fn aborted(&self) -> Option<JsValue> {
+        self.list.iter().find_map(reason_if_aborted)
+    }
+
+    /// The promise that rejects when a signal aborts.
+    fn on_abort(&mut self) -> Promise {
+        if let Some((p, _)) = &self.aborted {
+            return p.clone();
+        }
+        let mut reject = None;
+        let promise = Promise::new(&mut |_, r| reject = Some(r));
+        let mut links = Vec::new();
+        if let Some(reject) = reject {
+            for signal in &self.list {
+                let (s, r) = (signal.clone(), reject.clone());
+                let listener = Closure::<dyn FnMut()>::new(move || {
+                    let _ = r.call1(&JsValue::UNDEFINED, &js::get(&s, "reason"));
+                });
+                listen(signal, "addEventListener", listener.as_ref().unchecked_ref());
+                links.push(Link { signal: signal.clone(), listener });
+            }
+        }
+        ignore_rejection(&promise);
+        self.aborted = Some((promise.clone(), links));
+        promise
+    }
+
+    /// Wait `ms`, or fail at once with the reason of the first signal to abort.
+    pub async fn sleep(&mut self, ms: f64) -> Result<(), JsValue> {
+        if let Some(reason) = self.aborted() {
+            return Err(reason);
+        }
+        let mut handle = JsValue::UNDEFINED;
+        let timer = Promise::new(&mut |resolve, _| handle = set_timeout(&resolve, timer_ms(ms)));
+        let race = Promise::race(&Array::of2(&timer, &self.on_abort()));
+        let result = JsFuture::from(race).await.map(|_| ());
+        if result.is_err() {
+            clear_timeout(&handle);
+        }
+        result
+    }
+
+    /// The signal of one attempt with time limit `limit_ms`: see [`AttemptAbort`].
+    pub fn attempt(&self, limit_ms: Option<f64>, timeout: &JsValue) -> Result<AttemptAbort, JsValue> {
+        AttemptAbort::new(self, limit_ms, timeout)
+    }
+}
+
+thread_local! {
+    /// `() => {}`, made once, to mark a promise's rejection as handled.
+    static NOOP: Closure<dyn FnMut(JsValue)> = Closure::new(|_| {});
+}
+
+/// Mark `promise`'s rejection as handled (a cancel we do not wait for, an abort promise
+/// nobody may be waiting on).
+pub fn ignore_rejection(promise: &Promise) {
+    NOOP.with(|noop| {
+        let _ = promise.catch(noop);
+    });
+}
+
+/// The abort signal of one attempt: it aborts when a caller's signal does (with its reason)
+/// or when the time limit fires (then [`AttemptAbort::timed_out`]). `AbortSignal.any` joins
+/// them, so aborting after the `Response` arrived still cancels reading its body, as with
+/// plain fetch; where it is missing or refuses a signal (a polyfill's), listeners link them
+/// for the attempt. The time limit and the listeners end when this is dropped.
+pub struct AttemptAbort {
+    /// The attempt's signal; `None` when only the request's own signal can abort it (then
+    /// the request carries it).
+    pub signal: Option<JsValue>,
+    timed_out: Rc<Cell<bool>>,
+    timer: Option<(JsValue, Closure<dyn FnMut()>)>,
+    _links: Vec<Link>,
+}
+
+impl AttemptAbort {
+    fn new(call: &CallSignals, limit_ms: Option<f64>, timeout: &JsValue) -> Result<AttemptAbort, JsValue> {
+        let timed_out = Rc::new(Cell::new(false));
+        if limit_ms.is_none() && !call.has_option_signal {
+            return Ok(AttemptAbort { signal: None, timed_out, timer: None, _links: Vec::new() });
+        }
+        let controller = AbortController::new()?;
+        let timer = limit_ms.map(|ms| {
+            let (flag, c, cause) = (timed_out.clone(), controller.clone(), timeout.clone());
+            let fire = Closure::<dyn FnMut()>::new(move || {
+                flag.set(true);
+                c.abort_with_reason(&cause);
+            });
+            (set_timeout(fire.as_ref().unchecked_ref(), timer_ms(ms)), fire)
+        });
+        let all: Array = call.list.iter().collect();
+        all.push(&controller.signal());
+        let mut links = Vec::new();
+        let signal = match AbortSignalStatics::any(&all) {
+            Ok(s) => s,
+            Err(_) => {
+                for s in &call.list {
+                    let (sig, c) = (s.clone(), controller.clone());
+                    let listener = Closure::<dyn FnMut()>::new(move || c.abort_with_reason(&js::get(&sig, "reason")));
+                    listen(s, "addEventListener", listener.as_ref().unchecked_ref());
+                    links.push(Link { signal: s.clone(), listener });
+                }
+                controller.signal()
+            }
+        };
+        Ok(AttemptAbort { signal: Some(signal.into()), timed_out, timer, _links: links })
+    }
+
+    /// Did the time limit fire?
+    pub fn timed_out(&self) -> bool {
+        self.timed_out.get()
+    }
+}
+
+impl Drop for AttemptAbort {
+    fn drop(&mut self) {
+        if let Some((handle, _)) = &self.timer {
+            clear_timeout(handle);
+        }
+    }
+}

@@ -1,0 +1,579 @@
+// End-to-end scenarios of the contract issue 10 fixes (the call is fixed at the call, replayed
+// bodies are byte-identical, the deadline holds across hooks, requests fetch would refuse are
+// TypeErrors before anything is sent, the caller's retryOnStatus is the whole list, redirected
+// non-idempotent requests are not re-sent, unknown options are named, clear messages and guard
+// errors) and the README promises that only the core and wasm tests saw before.
+//
+// Like tests/e2e/scenarios.mjs they use only web APIs and ./check.mjs, so they can run in Node
+// (tests/e2e/contract.test.mjs) and in a browser page; `node: true` marks those that need Node
+// (Chromium sends streaming uploads only over HTTP/2). Node-only APIs are in node-only.test.mjs.
+//
+// ctx = { api: the package's exports,
+//         seq(steps) -> { url, log(): Promise<request[]> },  env: 'node' | 'browser' }
+// A logged request: { hit, method, headers, body (UTF-8 text), bodyBase64 (exact bytes), at }.
+import { CheckError, ok, equal, deepEqual, match, rejects, UUID_V4 } from './check.mjs';
+
+const fast = { baseDelayMs: 5, jitter: 'none' };
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const text = (s) => new TextEncoder().encode(s);
+
+/** The exact bytes the server received in a logged request. */
+const received = (entry) => Uint8Array.from(atob(entry.bodyBase64), (c) => c.charCodeAt(0));
+
+/** The bytes of a BufferSource (only the view's own bytes for a view into a larger buffer). */
+const bytesOf = (source) =>
+  source instanceof ArrayBuffer ? new Uint8Array(source) : new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
+
+const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+
+/** The `to=` value of a redirect step that sends the client to scenario `s`. */
+const redirectTo = (s) => {
+  const u = new URL(s.url);
+  return encodeURIComponent(u.pathname + u.search);
+};
+
+/** Call `fn`, expect it to throw synchronously, and return what it threw. */
+function throws(fn, message = 'expected a throw') {
+  try {
+    fn();
+  } catch (e) {
+    return e;
+  }
+  throw new CheckError(message);
+}
+
+/** Does `message` contain `word` as a whole name (not as the start of a longer one)? */
+const names = (message, word) => new RegExp(`(^|[^A-Za-z0-9_])${word}([^A-Za-z0-9_]|$)`).test(String(message));
+
+/**
+ * `retryFetch(input, init)` must be a TypeError (not a RetryError) before anything is sent:
+ * with the default transport, and with a counting `fetch` option that must never be called.
+ */
+async function refusedBeforeSending(api, input, init, label) {
+  const plain = await rejects(api.retryFetch(input, init, fast), `${label}: was accepted`);
+  equal(plain?.name, 'TypeError', `${label}:`);
+  ok(!api.isRetryError(plain), `${label}: a RetryError (${plain?.message}), as if a network error was retried`);
+  let calls = 0;
+  const counting = (i, n) => {
+    calls += 1;
+    return fetch(i, n);
+  };
+  const viaOption = await rejects(api.retryFetch(input, init, { ...fast, fetch: counting }), `${label}: was accepted (fetch option)`);
+  equal(viaOption?.name, 'TypeError', `${label} (fetch option):`);
+  ok(!api.isRetryError(viaOption), `${label} (fetch option): a RetryError (${viaOption?.message})`);
+  equal(calls, 0, `${label}: the transport was called`);
+}
+
+export const scenarios = [
+  // ---- the call is fixed when retryFetch is called --------------------------------------
+  {
+    name: 'contract: one init reused for three calls: each call replays its own body under its own key',
+    async run({ api, seq }) {
+      const init = { method: 'POST' };
+      const calls = [];
+      const seqs = [];
+      for (const b of ['alice:10', 'bob:20', 'carol:30']) {
+        const s = seq('reset,200');
+        seqs.push(s);
+        init.body = b;
+        calls.push(api.retryFetch(s.url, init, fast));
+      }
+      const results = await Promise.all(calls);
+      deepEqual(results.map((r) => r.status), [200, 200, 200]);
+      const keys = [];
+      for (const [i, b] of ['alice:10', 'bob:20', 'carol:30'].entries()) {
+        const log = await seqs[i].log();
+        deepEqual(log.map((r) => [r.method, r.body]), [['POST', b], ['POST', b]], `call ${i + 1} (${b}):`);
+        const [k1, k2] = log.map((r) => r.headers['idempotency-key']);
+        match(k1, UUID_V4, `call ${i + 1}:`);
+        equal(k2, k1, `call ${i + 1}: both attempts carry one key:`);
+        keys.push(k1);
+      }
+      equal(new Set(keys).size, 3, `three calls, three keys: ${keys.join(', ')}`);
+    },
+  },
+  {
+    name: 'contract: changing init.method, init.headers or the input URL after the call changes no retry',
+    async run({ api, seq }) {
+      // a plain object: method, headers and body replaced after the call
+      const a = seq('503,200');
+      const init = { method: 'POST', headers: { 'X-Order': 'first' }, body: 'order-1' };
+      const call = api.retryFetch(a.url, init, fast);
+      init.method = 'GET';
+      init.headers = { 'X-Order': 'changed' };
+      init.body = undefined;
+      equal((await call).status, 200);
+      const log = await a.log();
+      deepEqual(log.map((r) => [r.method, r.body, r.headers['x-order']]), [
+        ['POST', 'order-1', 'first'],
+        ['POST', 'order-1', 'first'],
+      ]);
+      match(log[0].headers['idempotency-key'], UUID_V4);
+      equal(log[1].headers['idempotency-key'], log[0].headers['idempotency-key'], 'the retry keeps the key:');
+
+      // a Headers object changed in place, and a URL object pointed elsewhere
+      const b = seq('503,200');
+      const elsewhere = seq('200');
+      const headers = new Headers({ 'X-Order': 'first' });
+      const url = new URL(b.url);
+      const second = api.retryFetch(url, { method: 'POST', headers, body: 'order-2' }, fast);
+      headers.set('X-Order', 'changed');
+      url.href = elsewhere.url;
+      equal((await second).status, 200);
+      deepEqual((await b.log()).map((r) => [r.method, r.body, r.headers['x-order']]), [
+        ['POST', 'order-2', 'first'],
+        ['POST', 'order-2', 'first'],
+      ]);
+      equal((await elsewhere.log()).length, 0, 'the URL was taken at the call:');
+    },
+  },
+
+  // ---- replayed bodies are byte-identical with the input --------------------------------
+  {
+    name: 'contract: replayed bodies are byte-identical with the input: typed arrays, DataView, ArrayBuffer, Blob, UTF-8 text',
+    async run({ api, seq }) {
+      // views into a larger buffer, so sending the whole buffer (or a copy of the wrong range) shows
+      const backing = new ArrayBuffer(64);
+      new Uint8Array(backing).forEach((_, i, a) => (a[i] = 0xa0 + (i % 16)));
+      const u16 = new Uint16Array(backing, 2, 5);
+      u16.set([1, 0x1234, 0xffff, 0x0100, 513]);
+      const f32 = new Float32Array(backing, 16, 4);
+      f32.set([1.5, -0, Math.PI, -1e30]);
+      const view = new DataView(backing, 35, 7);
+      view.setUint32(1, 0xdeadbeef);
+      const buffer = text('array buffer \u00e9\u00e8').buffer;
+      const blobParts = ['blob ', new Uint8Array([0, 255, 128, 10]), '\u00fc'];
+      const utf8 = 'na\u00efve \u2014 \u652f\u4ed8 \ud83d\udcb3 done';
+      const bodies = [
+        ['Uint16Array', u16, bytesOf(u16)],
+        ['Float32Array', f32, bytesOf(f32)],
+        ['DataView', view, bytesOf(view)],
+        ['Uint8Array', text('bytes \u00ff'), text('bytes \u00ff')],
+        ['ArrayBuffer', buffer, bytesOf(buffer)],
+        ['Blob', new Blob(blobParts), new Uint8Array(await new Blob(blobParts).arrayBuffer())],
+        ['string (non-ASCII)', utf8, text(utf8)],
+        ['URLSearchParams', new URLSearchParams({ a: '1', b: 'z\u00e9 &=' }), text(new URLSearchParams({ a: '1', b: 'z\u00e9 &=' }).toString())],
+      ];
+      for (const [kind, body, expected] of bodies) {
+        const want = hex(expected.slice()); // copied now: the input must not change either
+        const s = seq('503,reset,200');
+        equal((await api.retryFetch(s.url, { method: 'PUT', body }, fast)).status, 200, `${kind}:`);
+        const log = await s.log();
+        equal(log.length, 3, `${kind}: attempts:`);
+        for (const [i, r] of log.entries()) equal(hex(received(r)), want, `${kind}, attempt ${i + 1}:`);
+      }
+    },
+  },
+  {
+    name: 'contract: a FormData body is serialised once: the same bytes and boundary on every attempt, every field intact',
+    async run({ api, seq }) {
+      const form = new FormData();
+      form.set('amount', '42');
+      form.set('note', 'caf\u00e9 \u2615');
+      form.set('file', new Blob([new Uint8Array([0, 1, 2, 254, 255]), 'file-content']), 'a.txt');
+      const s = seq('503,reset,200');
+      equal((await api.retryFetch(s.url, { method: 'POST', body: form }, fast)).status, 200);
+      const log = await s.log();
+      equal(log.length, 3);
+      const type = log[0].headers['content-type'];
+      match(type, /^multipart\/form-data; *boundary=/);
+      for (const [i, r] of log.entries()) {
+        equal(r.headers['content-type'], type, `attempt ${i + 1}: the boundary changed:`);
+        equal(r.bodyBase64, log[0].bodyBase64, `attempt ${i + 1}: the body changed:`);
+      }
+      // the received body, parsed with the received boundary, holds the input's fields
+      const parsed = await new Response(received(log[2]), { headers: { 'content-type': type } }).formData();
+      equal(parsed.get('amount'), '42');
+      equal(parsed.get('note'), 'caf\u00e9 \u2615');
+      const file = parsed.get('file');
+      equal(file?.name, 'a.txt');
+      equal(hex(new Uint8Array(await file.arrayBuffer())), hex(new Uint8Array(await form.get('file').arrayBuffer())));
+    },
+  },
+
+  // ---- the deadline holds across hooks --------------------------------------------------
+  {
+    name: 'contract: the deadline holds across a slow onRetry: nothing is sent after it, the 503 is returned',
+    async run({ api, seq }) {
+      const s = seq('503');
+      const res = await api.retryFetch(s.url, undefined, { deadlineMs: 300, baseDelayMs: 1, jitter: 'none', onRetry: () => sleep(350) });
+      equal(res.status, 503);
+      await sleep(50);
+      equal((await s.log()).length, 1, 'an attempt was sent after the deadline:');
+    },
+  },
+  {
+    name: 'contract: the deadline holds across a slow shouldRetry: nothing is sent after it, the 503 is returned',
+    async run({ api, seq }) {
+      const s = seq('503');
+      const res = await api.retryFetch(s.url, undefined, {
+        deadlineMs: 300,
+        baseDelayMs: 1,
+        jitter: 'none',
+        shouldRetry: async () => {
+          await sleep(350);
+          return true;
+        },
+      });
+      equal(res.status, 503);
+      await sleep(50);
+      equal((await s.log()).length, 1, 'an attempt was sent after the deadline:');
+    },
+  },
+
+  // ---- a request fetch can never accept is a TypeError before anything is sent ----------
+  {
+    name: 'contract: a request fetch would refuse is a TypeError before anything is sent, not a retried network error',
+    async run({ api, seq }) {
+      const s = seq('200');
+      await refusedBeforeSending(api, s.url, { method: 'GET', body: 'x' }, 'a GET with a body');
+      await refusedBeforeSending(api, s.url, { method: 'HEAD', body: 'x' }, 'a HEAD with a body');
+      await refusedBeforeSending(api, s.url, { method: 'BAD METHOD' }, 'an invalid method');
+      await refusedBeforeSending(api, s.url, { signal: {} }, 'an init.signal that is not an AbortSignal');
+      await refusedBeforeSending(api, 'http://[oops/', undefined, 'an invalid URL');
+      equal((await s.log()).length, 0, 'nothing was sent:');
+    },
+  },
+
+  // ---- retryOnStatus given by the caller is the whole list ------------------------------
+  {
+    name: "contract: a keyed POST's 409 is not retried when the caller's retryOnStatus leaves it out",
+    async run({ api, seq }) {
+      for (const retryOnStatus of [[503], []]) {
+        const s = seq('409,200');
+        const res = await api.retryFetch(s.url, { method: 'POST', body: 'x' }, { ...fast, retryOnStatus });
+        equal(res.status, 409, `retryOnStatus ${JSON.stringify(retryOnStatus)}:`);
+        const log = await s.log();
+        equal(log.length, 1, `retryOnStatus ${JSON.stringify(retryOnStatus)}: attempts:`);
+        match(log[0].headers['idempotency-key'], UUID_V4, 'the POST was keyed:');
+      }
+      const d = seq('409,200');
+      equal((await api.retryFetch(d.url, { method: 'POST', body: 'x' }, fast)).status, 200, 'the default list retries 409 when keyed:');
+      equal((await d.log()).length, 2);
+    },
+  },
+
+  // ---- a non-idempotent request that was redirected is not re-sent ----------------------
+  {
+    name: 'contract: a POST redirected (302, 303) to a 503 is not re-sent; the 503 is returned',
+    async run({ api, seq }) {
+      for (const status of [303, 302]) {
+        const target = seq('503');
+        const post = seq(`${status}+to=${redirectTo(target)}`);
+        const res = await api.retryFetch(post.url, { method: 'POST', body: 'charge' }, fast);
+        equal(res.status, 503, `${status}:`);
+        equal(res.redirected, true, `${status}: res.redirected:`);
+        const hits = await post.log();
+        deepEqual(hits.map((r) => [r.method, r.body]), [['POST', 'charge']], `${status}: the POST was re-sent:`);
+        equal((await target.log()).length, 1, `${status}: the redirect target:`);
+      }
+    },
+  },
+  {
+    name: 'contract: a GET redirected to a 503 is retried (it is idempotent)',
+    async run({ api, seq }) {
+      const target = seq('503,200');
+      const get = seq(`303+to=${redirectTo(target)}`);
+      const res = await api.retryFetch(get.url, undefined, fast);
+      equal(res.status, 200);
+      equal(res.redirected, true);
+      equal((await get.log()).length, 2, 'the GET was sent again:');
+      deepEqual((await target.log()).map((r) => r.method), ['GET', 'GET']);
+    },
+  },
+
+  // ---- unknown options are TypeErrors naming the bad name and the closest known one -----
+  {
+    name: 'contract: an unknown option is a TypeError naming it and the closest known name, before anything is sent',
+    async run({ api, seq }) {
+      const s = seq('200');
+      const err = await rejects(api.retryFetch(s.url, undefined, { maxAttemps: 3 }), '{ maxAttemps: 3 } was accepted');
+      equal(err?.name, 'TypeError');
+      ok(names(err.message, 'maxAttemps') && names(err.message, 'maxAttempts'), `${err.message} names maxAttemps and maxAttempts`);
+
+      const client = api.createRetryFetch(fast);
+      const perCall = await rejects(client(s.url, undefined, { retryOnStatuses: [503] }), 'a per-call unknown option was accepted');
+      equal(perCall?.name, 'TypeError');
+      ok(names(perCall.message, 'retryOnStatuses') && names(perCall.message, 'retryOnStatus'), perCall.message);
+
+      const defaults = throws(() => api.createRetryFetch({ timeout: 5 }), 'createRetryFetch({ timeout: 5 }) was accepted');
+      equal(defaults?.name, 'TypeError');
+      ok(names(defaults.message, 'timeout') && names(defaults.message, 'timeoutMs'), `${defaults.message} names timeout and timeoutMs`);
+      equal((await s.log()).length, 0, 'nothing was sent:');
+    },
+  },
+  {
+    name: 'contract: an unknown guard option is a TypeError naming it and the closest known name',
+    async run({ api }) {
+      for (const [make, bad, good] of [
+        [() => new api.RetryBudget({ maxToken: 5 }), 'maxToken', 'maxTokens'],
+        [() => new api.CircuitBreaker({ failureTreshold: 2 }), 'failureTreshold', 'failureThreshold'],
+        [() => new api.AdaptiveThrottle({ initalRate: 5 }), 'initalRate', 'initialRate'],
+      ]) {
+        const err = throws(make, `${bad} was accepted`);
+        equal(err?.name, 'TypeError', `${bad}:`);
+        ok(names(err.message, bad) && names(err.message, good), `${err.message} names ${bad} and ${good}`);
+      }
+    },
+  },
+
+  // ---- the idempotency header ---------------------------------------------------------------
+  {
+    name: 'contract: idempotencyHeader refuses forbidden request header names with a TypeError',
+    async run({ api, seq }) {
+      const s = seq('200');
+      for (const header of ['Content-Length', 'host', 'Cookie', 'Transfer-Encoding']) {
+        const err = await rejects(api.retryFetch(s.url, { method: 'POST', body: 'x' }, { idempotencyHeader: header }), `${header} was accepted`);
+        equal(err?.name, 'TypeError', `${header}:`);
+        ok(err.message.includes('"idempotencyHeader"'), `${err.message} names idempotencyHeader`);
+        const threw = throws(() => api.createRetryFetch({ idempotencyHeader: header }), `createRetryFetch: ${header} was accepted`);
+        equal(threw?.name, 'TypeError', `createRetryFetch, ${header}:`);
+      }
+      equal((await s.log()).length, 0, 'nothing was sent:');
+    },
+  },
+
+  // ---- messages ---------------------------------------------------------------------------
+  {
+    name: 'contract: a bad retryOnStatus item is named with its index; options = [] is a TypeError',
+    async run({ api, seq }) {
+      const s = seq('200');
+      const err = await rejects(api.retryFetch(s.url, undefined, { retryOnStatus: [503, '503'] }));
+      equal(err?.name, 'TypeError');
+      ok(err.message.includes('"retryOnStatus"'), `${err.message} names "retryOnStatus"`);
+      ok(err.message.includes('[1]'), `${err.message} names the index [1]`);
+      ok(err.message.includes('"503"'), `${err.message} shows the value "503"`);
+      const array = await rejects(api.retryFetch(s.url, undefined, []), 'options = [] was accepted');
+      equal(array?.name, 'TypeError', 'options = []:');
+      equal((await s.log()).length, 0, 'nothing was sent:');
+    },
+  },
+  {
+    name: 'contract: a transport that resolves to something that is not a Response is a TypeError, not retried',
+    async run({ api }) {
+      for (const [label, value] of [['{}', {}], ['42', 42]]) {
+        let calls = 0;
+        const fetch = async () => {
+          calls += 1;
+          return value;
+        };
+        const err = await rejects(api.retryFetch('https://example.invalid/', undefined, { ...fast, fetch }), `${label} was accepted`);
+        equal(err?.name, 'TypeError', `${label}:`);
+        ok(!api.isRetryError(err), `${label}: a RetryError`);
+        equal(calls, 1, `${label}: transport calls:`);
+      }
+    },
+  },
+
+  // ---- guards ----------------------------------------------------------------------------
+  {
+    name: 'contract: a freed guard is a clear error naming its class, not a null pointer',
+    async run({ api, seq }) {
+      const s = seq('200');
+      for (const [Class, option] of [[api.RetryBudget, 'budget'], [api.CircuitBreaker, 'breaker'], [api.AdaptiveThrottle, 'throttle']]) {
+        const guard = new Class();
+        guard.free();
+        const err = await rejects(api.retryFetch(s.url, undefined, { [option]: guard }), `a freed ${Class.name} was accepted`);
+        ok(err instanceof Error, `${Class.name}: ${String(err)} is not an Error`);
+        ok(['Error', 'TypeError'].includes(err.name), `${Class.name}: ${err.name}`);
+        ok(String(err.message).includes(Class.name), `${err.message} names ${Class.name}`);
+        match(err.message, /freed/i, `${Class.name}:`);
+        ok(!/null pointer/i.test(err.message), err.message);
+      }
+      equal((await s.log()).length, 0, 'nothing was sent:');
+    },
+  },
+  {
+    name: 'contract: guard methods given a bad argument throw TypeErrors naming it',
+    async run({ api, seq }) {
+      const s = seq('200');
+      const budget = new api.RetryBudget();
+      const breaker = new api.CircuitBreaker();
+      const throttle = new api.AdaptiveThrottle();
+      equal(budget.tokens(s.url), 10, 'a good argument still works:');
+      equal(breaker.state(s.url), 'closed', 'a good argument still works:');
+      for (const [label, fn] of [
+        ['budget.tokens(42)', () => budget.tokens(42)],
+        ['breaker.state(undefined)', () => breaker.state(undefined)],
+        ['throttle.rate({})', () => throttle.rate({})],
+      ]) {
+        const err = throws(fn, `${label} did not throw`);
+        equal(err?.name, 'TypeError', `${label}:`);
+        ok(names(err.message, 'url'), `${label}: ${err.message} names the argument url`);
+      }
+    },
+  },
+
+  // ---- README promises that only the core and wasm tests saw before -----------------------
+  {
+    name: "contract: a Request input's own signal aborts the call with its reason",
+    async run({ api, seq }) {
+      const s = seq('hang');
+      const controller = new AbortController();
+      const request = new Request(s.url, { signal: controller.signal });
+      const call = api.retryFetch(request, undefined, { ...fast, timeoutMs: 60_000 });
+      while ((await s.log()).length === 0) await sleep(5);
+      const reason = new Error('the user closed the tab');
+      controller.abort(reason);
+      const err = await rejects(call);
+      equal(err, reason, 'rejects with the exact reason:');
+      await sleep(50);
+      equal((await s.log()).length, 1, 'nothing more was sent:');
+    },
+  },
+  {
+    name: 'contract: an abort after the Response resolved cancels reading its body (options.signal and init.signal)',
+    async run({ api, seq }) {
+      for (const where of ['options', 'init']) {
+        const s = seq('200+slowbody=100'); // 20 chunks, 2 s in all
+        const controller = new AbortController();
+        const res =
+          where === 'options'
+            ? await api.retryFetch(s.url, undefined, { ...fast, signal: controller.signal })
+            : await api.retryFetch(s.url, { signal: controller.signal }, fast);
+        equal(res.status, 200, `${where}:`);
+        controller.abort();
+        const err = await rejects(res.text(), `${where}.signal: the body was read to its end after the abort`);
+        equal(err?.name, 'AbortError', `${where}.signal:`);
+      }
+    },
+  },
+  {
+    name: 'contract: a promise returned by onRetry is awaited before the next attempt',
+    async run({ api, seq }) {
+      const s = seq('503,200');
+      let settledAt;
+      const res = await api.retryFetch(s.url, undefined, {
+        baseDelayMs: 1,
+        jitter: 'none',
+        onRetry: () =>
+          sleep(300).then(() => {
+            settledAt = Date.now();
+          }),
+      });
+      equal(res.status, 200);
+      const log = await s.log();
+      equal(log.length, 2);
+      ok(settledAt !== undefined, 'the hook settled');
+      // 2 ms for the clocks' millisecond ticks; without the await the retry would come ~300 ms early
+      ok(log[1].at >= settledAt - 2, `the retry was sent ${settledAt - log[1].at} ms before onRetry's promise settled`);
+    },
+  },
+  {
+    name: 'contract: a rejecting onRetry promise rejects the call with its reason, and nothing more is sent',
+    async run({ api, seq }) {
+      const s = seq('503,200');
+      const boom = new Error('onRetry said no');
+      const err = await rejects(
+        api.retryFetch(s.url, undefined, {
+          ...fast,
+          onRetry: async () => {
+            await sleep(20);
+            throw boom;
+          },
+        }),
+      );
+      equal(err, boom);
+      await sleep(50);
+      equal((await s.log()).length, 1);
+    },
+  },
+  {
+    name: 'contract: shouldRetry throwing (or rejecting) rejects with that error; a non-boolean is a TypeError',
+    async run({ api, seq }) {
+      for (const [label, shouldRetry] of [
+        ['throws', () => { throw new RangeError('sync'); }],
+        ['rejects', async () => { throw new RangeError('async'); }],
+      ]) {
+        const s = seq('503,200');
+        const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, shouldRetry }), `${label}: resolved`);
+        equal(err?.name, 'RangeError', `${label}:`);
+        equal(err.message, label === 'throws' ? 'sync' : 'async');
+        equal((await s.log()).length, 1, `${label}: attempts:`);
+      }
+      for (const verdict of ['yes', 1, undefined]) {
+        const s = seq('503,200');
+        const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, shouldRetry: () => verdict }), `${String(verdict)}: resolved`);
+        equal(err?.name, 'TypeError', `shouldRetry returned ${JSON.stringify(verdict)}:`);
+        match(err.message, /shouldRetry/, `${String(verdict)}:`);
+        equal((await s.log()).length, 1, `${String(verdict)}: attempts:`);
+      }
+    },
+  },
+  {
+    name: "contract: retryOnNetworkError: false ends a reset in a RetryError 'not-retryable' after 1 attempt",
+    async run({ api, seq }) {
+      const s = seq('reset,200');
+      const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, retryOnNetworkError: false }));
+      equal(err?.name, 'RetryError');
+      ok(api.isRetryError(err));
+      equal(err.reason, 'not-retryable');
+      equal(err.attempts.length, 1);
+      ok(err.cause !== undefined, 'the network error is the cause');
+      equal((await s.log()).length, 1);
+    },
+  },
+  {
+    name: "contract: retryOnTimeout: false ends a timeout in a RetryError 'not-retryable' whose cause is a TimeoutError",
+    async run({ api, seq }) {
+      const s = seq('hang,200');
+      const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, timeoutMs: 100, retryOnTimeout: false }));
+      equal(err?.name, 'RetryError');
+      equal(err.reason, 'not-retryable');
+      equal(err.cause?.name, 'TimeoutError');
+      equal(err.attempts.length, 1);
+      await sleep(50);
+      equal((await s.log()).length, 1);
+    },
+  },
+  {
+    name: "contract: a stream body above maxBufferedBodyBytes that meets a reset: RetryError 'body-not-replayable', 1 attempt",
+    node: true, // Chromium sends streaming uploads only over HTTP/2
+    async run({ api, seq }) {
+      const stream = new ReadableStream({
+        start(c) {
+          c.enqueue(text('0123'));
+          c.enqueue(text('456789'));
+          c.close();
+        },
+      });
+      const s = seq('reset,200');
+      const err = await rejects(api.retryFetch(s.url, { method: 'PUT', body: stream, duplex: 'half' }, { ...fast, maxBufferedBodyBytes: 4 }));
+      equal(err?.name, 'RetryError');
+      equal(err.reason, 'body-not-replayable');
+      equal(err.attempts.length, 1);
+      deepEqual((await s.log()).map((r) => r.body), ['0123456789'], 'sent once, whole:');
+    },
+  },
+  {
+    name: "contract: a retry refused by the circuit it opened is a RetryError 'circuit-open'; CircuitOpenError.origin is the URL's origin",
+    async run({ api, seq }) {
+      const breaker = new api.CircuitBreaker({ failureThreshold: 1, openMs: 60_000 });
+      const s = seq('reset,reset');
+      const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, breaker }));
+      equal(err?.name, 'RetryError');
+      equal(err.reason, 'circuit-open');
+      equal(err.attempts.length, 1);
+      equal((await s.log()).length, 1, 'the first failure opened it; the retry was not sent:');
+      equal(breaker.state(s.url), 'open');
+
+      const open = await rejects(api.retryFetch(s.url, undefined, { ...fast, breaker }));
+      equal(open?.name, 'CircuitOpenError');
+      ok(api.isCircuitOpenError(open));
+      equal(open.origin, new URL(s.url).origin);
+      ok(open.retryAfterMs > 0 && open.retryAfterMs <= 60_000, `retryAfterMs ${open.retryAfterMs}`);
+      equal((await s.log()).length, 1, 'nothing was sent while open:');
+    },
+  },
+  {
+    name: 'contract: respectRetryAfter: false uses the computed delay, not Retry-After',
+    async run({ api, seq }) {
+      const s = seq('429+ra=1,200');
+      const infos = [];
+      const res = await api.retryFetch(s.url, undefined, { baseDelayMs: 5, jitter: 'none', respectRetryAfter: false, onRetry: (i) => infos.push(i) });
+      equal(res.status, 200);
+      deepEqual(infos.map((i) => [i.attempt, i.delayMs, i.reason, i.status]), [[1, 5, 'status', 429]]);
+      equal((await s.log()).length, 2);
+    },
+  },
+];

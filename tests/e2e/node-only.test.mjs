@@ -1,0 +1,77 @@
+// Contract tests that need Node (issue 10): bodies only Node's fetch takes (async iterables,
+// Buffers), and URLs that only Node refuses (a relative URL has no base outside a page).
+// Against the built package (imported as 'retry-fetch', linked to pkg/ by scripts/test.sh)
+// and the fault-injecting server.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import * as api from 'retry-fetch';
+import { startFaultServer } from '../support/fault-server.mjs';
+
+let server;
+let counter = 0;
+before(async () => {
+  server = await startFaultServer();
+});
+after(() => server.close());
+
+const seq = (steps) => {
+  const id = `node-only-${++counter}-${Math.random().toString(36).slice(2)}`;
+  return { url: server.seq(id, steps), log: () => server.log(id) };
+};
+const fast = { baseDelayMs: 5, jitter: 'none' };
+const enc = (s) => new TextEncoder().encode(s);
+
+test('an async-iterable body is sent once, whole, and not retried: the 503 is returned', async () => {
+  // PUT is idempotent and the POST gets a key: only the one-shot body stops the retry
+  for (const method of ['PUT', 'POST']) {
+    let pulls = 0;
+    async function* body() {
+      pulls += 1;
+      yield enc('a');
+      yield enc('b');
+    }
+    const s = seq('503,200');
+    const res = await api.retryFetch(s.url, { method, body: body(), duplex: 'half' }, fast);
+    assert.equal(res.status, 503, `${method}: the call resolves with the 503`);
+    assert.deepEqual(
+      s.log().map((r) => [r.method, r.body]),
+      [[method, 'ab']],
+      `${method}: sent once, whole (never resent empty)`,
+    );
+    assert.equal(pulls, 1, `${method}: the iterable was started once`);
+  }
+});
+
+test('a relative URL is a TypeError before anything is sent (Node has no base URL)', async () => {
+  for (const input of ['/relative/path', 'relative/path?q=1']) {
+    const plain = await api.retryFetch(input, undefined, fast).then(
+      () => assert.fail(`${input}: was accepted`),
+      (e) => e,
+    );
+    assert.equal(plain?.name, 'TypeError', `${input}: ${plain?.name}: ${plain?.message}`);
+    assert.ok(!api.isRetryError(plain), `${input}: a RetryError, as if a network error was retried`);
+    let calls = 0;
+    const counting = (i, n) => {
+      calls += 1;
+      return fetch(i, n);
+    };
+    const viaOption = await api.retryFetch(input, { method: 'POST', body: 'x' }, { ...fast, fetch: counting }).then(
+      () => assert.fail(`${input}: was accepted (fetch option)`),
+      (e) => e,
+    );
+    assert.equal(viaOption?.name, 'TypeError', `${input} (fetch option): ${viaOption?.message}`);
+    assert.ok(!api.isRetryError(viaOption), `${input} (fetch option): a RetryError`);
+    assert.equal(calls, 0, `${input}: the transport was called`);
+  }
+});
+
+test('a Buffer body (a view into a shared pool) is replayed byte-identical with the input', async () => {
+  const pool = Buffer.from('0123456789 pool bytes \u00fc\u20ac around the body');
+  const body = pool.subarray(11, 27); // 'pool bytes ü€ ' in UTF-8, a view with an offset
+  const want = Buffer.from(body).toString('hex');
+  const s = seq('503,reset,200');
+  const res = await api.retryFetch(s.url, { method: 'PUT', body }, fast);
+  assert.equal(res.status, 200);
+  const seen = s.log().map((r) => Buffer.from(r.bodyBase64, 'base64').toString('hex'));
+  assert.deepEqual(seen, [want, want, want]);
+});
