@@ -3,6 +3,13 @@
  * with jitter, `Retry-After`, idempotency keys, deadlines and cancellation.
  */
 
+/**
+ * What `retryFetch` (and the `fetch` option) takes as its first argument: a URL string, a
+ * `URL` or a `Request`. The DOM lib's `RequestInfo | URL`, spelled out so that the types also
+ * compile without the DOM lib (a Node-only `tsconfig` with `types: ["node"]`).
+ */
+export type RetryFetchInput = string | URL | Request;
+
 /** How the computed delay is randomised. */
 export type Jitter = 'none' | 'full' | 'equal' | 'decorrelated' | 'additive';
 
@@ -43,7 +50,12 @@ export interface RetryInfo {
   idempotencyKey?: string;
 }
 
-/** Options of `retryFetch`. Every one is optional. */
+/**
+ * Options of `retryFetch`. Every one is optional.
+ *
+ * An unknown option name (`maxAttemps`) is a `TypeError` that names it and, when one is
+ * close, the closest known option (`maxAttempts`); it is not ignored.
+ */
 export interface RetryOptions {
   /** Total attempts including the first; an integer from 1 to 100. @default 3 */
   maxAttempts?: number;
@@ -55,7 +67,12 @@ export interface RetryOptions {
   maxDelayMs?: number;
   /** Jitter mode. @default 'full' */
   jitter?: Jitter;
-  /** Status codes worth retrying (subject to the safe-to-retry matrix). @default [408, 429, 500, 502, 503, 504] */
+  /**
+   * Status codes worth retrying (subject to the safe-to-retry matrix). A list given here is
+   * the whole list: a 409 of a request with an idempotency key is retried under the default
+   * list only, so with `[503]` or `[]` it is final (put 409 in the list to keep retrying it).
+   * @default [408, 429, 500, 502, 503, 504]
+   */
   retryOnStatus?: number[];
   /** Retry network errors (subject to the safe-to-retry matrix). @default true */
   retryOnNetworkError?: boolean;
@@ -86,7 +103,7 @@ export interface RetryOptions {
   /** Called before each wait; if it throws, the call rejects with that error. */
   onRetry?: ((info: RetryInfo) => void | Promise<void>) | null;
   /** The transport. @default globalThis.fetch */
-  fetch?: ((input: RequestInfo | URL, init?: RequestInit) => Promise<Response>) | null;
+  fetch?: ((input: RetryFetchInput, init?: RequestInit) => Promise<Response>) | null;
   /** A shared retry budget: retries stop while its tokens for the origin are at or below half. @default undefined (none) */
   budget?: RetryBudget | null;
   /** A shared adaptive send rate per origin: every attempt waits for its turn. @default undefined (none) */
@@ -95,7 +112,7 @@ export interface RetryOptions {
   breaker?: CircuitBreaker | null;
 }
 
-/** Options of `new RetryBudget(...)`. */
+/** Options of `new RetryBudget(...)`. An unknown option name (`maxToken`) is a `TypeError` naming it and the closest known option. */
 export interface RetryBudgetOptions {
   /** Tokens per origin when full; retries are allowed only while tokens > maxTokens / 2. @default 10 */
   maxTokens?: number;
@@ -114,7 +131,7 @@ export class RetryBudget {
   free(): void;
 }
 
-/** Options of `new AdaptiveThrottle(...)`. */
+/** Options of `new AdaptiveThrottle(...)`. An unknown option name is a `TypeError` naming it and the closest known option. */
 export interface AdaptiveThrottleOptions {
   /** Starting send rate of a new origin, requests per second. @default 100 */
   initialRate?: number;
@@ -141,7 +158,7 @@ export class AdaptiveThrottle {
 /** A state of a circuit breaker. */
 export type CircuitState = 'closed' | 'open' | 'half-open';
 
-/** Options of `new CircuitBreaker(...)`. */
+/** Options of `new CircuitBreaker(...)`. An unknown option name is a `TypeError` naming it and the closest known option. */
 export interface CircuitBreakerOptions {
   /** Consecutive transient failures that open the circuit. @default 5 */
   failureThreshold?: number;
@@ -210,10 +227,16 @@ export interface RetryError extends Error {
   cause: unknown;
 }
 
-/** `fetch` with retries. Resolves with the final `Response` (check `res.ok`). */
-export function retryFetch(input: RequestInfo | URL, init?: RequestInit, options?: RetryOptions): Promise<Response>;
+/**
+ * `fetch` with retries. Resolves with the final `Response` (check `res.ok`). An invalid or
+ * unknown option is a `TypeError` (the call rejects before anything is sent).
+ */
+export function retryFetch(input: RetryFetchInput, init?: RequestInit, options?: RetryOptions): Promise<Response>;
 
-/** A `retryFetch` whose options default to `defaults`; per-call options merge over them. */
+/**
+ * A `retryFetch` whose options default to `defaults`; per-call options merge over them.
+ * An invalid or unknown option in `defaults` throws a `TypeError` here, at once.
+ */
 export function createRetryFetch(defaults: RetryOptions): typeof retryFetch;
 
 /** The first `count` delays (ms) the policy would wait; reproducible with a `seed`. */

@@ -65,6 +65,30 @@ stop_redis() { # stops and reaps it, and takes it off the cleanup list (its pid 
   cleanup_pids=("${keep[@]}")
 }
 
+# A stage that ran no test fails: a wrong path, a filter that matches nothing or a test file
+# that registers nothing would otherwise pass in silence.
+
+node_tests() { # name, node arguments...: `node --test` with the spec reporter on the terminal
+  # and TAP in test-results/<name>.tap, whose `# tests N` must be above 0
+  local name=$1 tap="test-results/$1.tap" count
+  shift
+  rm -f "$tap"
+  node --test-reporter=spec --test-reporter-destination=stdout \
+    --test-reporter=tap --test-reporter-destination="$tap" "$@"
+  count=0
+  if [ -f "$tap" ]; then count=$(awk '/^# tests [0-9]+$/ { n = $3 } END { print n + 0 }' "$tap"); fi
+  [ "$count" -gt 0 ] || rf_die "$name: node --test ran no test ($tap)"
+}
+
+cargo_tests() { # name, command...: a cargo test run, its output as usual (a copy of stdout in
+  # test-results/<name>.log); the `running N tests` of its test binaries must add up above 0
+  local name=$1 log="test-results/$1.log" count
+  shift
+  "$@" | tee "$log"
+  count=$(awk '/^[[:space:]]*running [0-9]+ tests?[[:space:]]*$/ { n += $2 } END { print n + 0 }' "$log")
+  [ "$count" -gt 0 ] || rf_die "$name: cargo test ran no test ($log)"
+}
+
 link_pkg() { # node_modules/retry-fetch -> pkg, as `npm install ./pkg` makes it
   [ -f pkg/package.json ] || rf_die "pkg/ is not built: run 'make pkg'"
   for dir in tests/e2e tests/types tests/server; do
@@ -77,50 +101,52 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     native)
       rf_say "native: cargo test (core unit, property and integration tests)"
-      cargo test --quiet
+      cargo_tests native cargo test --quiet
       ;;
     wasm)
       start_fault_server
       wasm_test=(env CARGO_TARGET_DIR=target/wasm-test RF_TEST_SERVER="$FAULT_URL"
         "${RF_WASM_CARGO[@]}" test --target wasm32-unknown-unknown "${RF_BUILD_STD[@]}" --test wasm)
       rf_say "wasm: wasm-bindgen tests in Node"
-      "${wasm_test[@]}"
+      cargo_tests wasm-node "${wasm_test[@]}"
       rf_say "wasm: wasm-bindgen tests in headless Chromium"
-      WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver "${wasm_test[@]}"
+      cargo_tests wasm-chromium env WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver "${wasm_test[@]}"
       ;;
     e2e)
       link_pkg
       rf_say "e2e: the built package in Node against a fault-injecting server"
-      node --expose-gc --test --test-reporter=spec tests/e2e/
+      node_tests e2e --expose-gc --test tests/e2e/
       ;;
     server)
       link_pkg
       rf_say "server: core::idempotency doc tests (cargo feature server)"
-      cargo test --quiet --features server --doc idempotency
+      cargo_tests server-doc cargo test --quiet --features server --doc idempotency
       rf_say "server: types of retry-fetch/server (tsc --strict)"
       tsc -p tests/server/types/tsconfig.json
       start_redis
       rf_say "server: retry-fetch/server in Node, MemoryStore and RedisStore (redis-server at $REDIS_URL)"
-      RETRY_FETCH_REDIS_URL="$REDIS_URL" node --test --test-reporter=spec tests/server/
+      RETRY_FETCH_REDIS_URL="$REDIS_URL" node_tests server --test tests/server/
       if [ -d tests/soak ]; then
         rf_say "soak: 1,000 payments through 'charge, then drop the connection', MemoryStore and RedisStore"
-        REDIS_URL="$REDIS_URL" node --test --test-reporter=spec tests/soak/
+        REDIS_URL="$REDIS_URL" node_tests soak --test tests/soak/
       fi
       stop_redis
       ;;
     package)
       rf_say "package: npm pack, installed fresh: Node ESM, Node CommonJS, server entry, <script type=module>, manual entry, service worker, Web Worker, Vite build"
-      node --test --test-reporter=spec tests/package/
+      node_tests package --test tests/package/
       ;;
     browser)
       link_pkg
       rf_say "browser: the same scenarios in headless Chromium (playwright-core, Debian's chromium)"
-      node --test --test-reporter=spec tests/browser/
+      node_tests browser --test tests/browser/
       ;;
     types)
-      rf_say "types: tsc --noEmit --strict on a TypeScript consumer"
+      rf_say "types: tsc --noEmit --strict on a TypeScript consumer (DOM lib)"
       link_pkg
       tsc -p tests/types/tsconfig.json
+      rf_say "types: the same under a Node-only tsconfig (lib ES2022, types node, no DOM lib)"
+      tsc -p tests/types/tsconfig.node.json
       ;;
     *) rf_die "unknown test stage: $stage" ;;
   esac

@@ -8,16 +8,38 @@ import { retryFetch } from 'retry-fetch';
 import { serve, withServer, send, snapshot, sleep, newKey } from './support.mjs';
 
 /**
+ * Wait until `started` resolves (the first run of a handler began, so its request holds the
+ * key's lock); fail at once instead if the request `sent` settles before that (it never
+ * reached the handler, and waiting would hang the test).
+ */
+async function holding(started, sent) {
+  let running = false;
+  await Promise.race([
+    started.then(() => (running = true)),
+    Promise.resolve(sent).then(async (outcome) => {
+      if (running) return;
+      const detail = outcome instanceof Response ? `${outcome.status} ${await outcome.text()}` : String(outcome);
+      throw new Error(`the first request ended before its handler ran: ${detail}`);
+    }),
+  ]);
+}
+
+/**
  * Register the scenarios for one store kind. `makeStore()` returns a fresh, empty store.
  */
 export function storeScenarios(label, makeStore) {
   const t = (name, fn) => test(`${label}: ${name}`, fn);
 
   // A payment endpoint that counts its runs; `delayMs` keeps it running for a while.
+  // `firstRun` resolves when the first run starts: the wrapped handler runs only once the
+  // request holds the key's lock, so a duplicate sent after it is certain to find the lock.
   const payments = (options = {}, { delayMs = 0, fail } = {}) => {
-    const state = { runs: 0, bodies: [] };
+    let firstStarted;
+    const firstRun = new Promise((resolve) => (firstStarted = resolve));
+    const state = { runs: 0, bodies: [], firstRun };
     const handler = idempotency(async (request) => {
       const run = ++state.runs;
+      if (run === 1) firstStarted();
       state.bodies.push(await request.text());
       if (delayMs) await sleep(delayMs);
       if (fail?.(run)) throw new Error(`payment provider down (run ${run})`);
@@ -28,22 +50,29 @@ export function storeScenarios(label, makeStore) {
 
   // A lock holder that dies, as far as the lock goes: the handler's first run hangs until
   // `unblock()`; the runs after it answer { run } at once (`state.startedAt`: when each run
-  // began). `holdLock(url, key)` sends the first request and gives it 50 ms to take the lock;
-  // it resolves with `abandon()`, which aborts that request, lets its run finish and waits.
+  // began). `holdLock(url, key)` sends the first request and resolves once its run has
+  // started, so it holds the lock (no head start by a sleep: a duplicate that took the lock
+  // first would hang as run 1); it resolves with `abandon()`, which aborts that request,
+  // lets its run finish and waits.
   const deadHolder = (options) => {
     let unblock;
     const blocked = new Promise((resolve) => (unblock = resolve));
+    let firstStarted;
+    const firstRun = new Promise((resolve) => (firstStarted = resolve));
     const state = { runs: 0, startedAt: [] };
     const handler = idempotency(async () => {
       const run = ++state.runs;
       state.startedAt.push(Date.now());
-      if (run === 1) await blocked;
+      if (run === 1) {
+        firstStarted();
+        await blocked;
+      }
       return Response.json({ run });
     }, { store: makeStore(), ...options });
     const holdLock = async (url, key) => {
       const controller = new AbortController();
       const first = send(url, { key, signal: controller.signal }).catch((e) => e);
-      await sleep(50);
+      await holding(firstRun, first);
       return async () => {
         controller.abort();
         unblock();
@@ -217,7 +246,7 @@ export function storeScenarios(label, makeStore) {
     await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
-      await sleep(50);
+      await holding(state.firstRun, first);
       const second = await send(server.url, { key });
       assert.equal(second.status, 409);
       assert.equal(second.headers.get('retry-after'), '1');
@@ -234,7 +263,7 @@ export function storeScenarios(label, makeStore) {
     await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
-      await sleep(30);
+      await holding(state.firstRun, first);
       const started = Date.now();
       const second = await send(server.url, { key });
       assert.equal(second.status, 409);

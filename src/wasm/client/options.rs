@@ -5,9 +5,12 @@
 //!    known one (`maxAttemps` -> `maxAttempts`); `null` is noted (it clears an option that can
 //!    be cleared); a throwing getter rejects the call with its error.
 //! 2. serde: the snapshot is deserialized into [`RawOptions`] (a `#[derive(Deserialize)]`
-//!    struct, camelCase names; `signal`, `fetch`, the hooks and the guards stay JS values
-//!    through `serde_wasm_bindgen::preserve`), through `serde_path_to_error`, so a wrong type
-//!    names the option and, in a list, the item (`retryOnStatus[1]`).
+//!    struct, camelCase names; `signal`, `fetch`, the hooks, the guards and `idempotencyKey`
+//!    (`'auto'`, a key or `false`) stay JS values through `serde_wasm_bindgen::preserve`). On
+//!    a wrong type, each option is read alone to find which one failed, so the `TypeError`
+//!    names the option and, in a list, the item (`retryOnStatus`, item `[1]`). (We measured
+//!    `serde_path_to_error` for this: it wraps every field's visitor and cost more wasm than
+//!    the rest of the options code together; reading alone costs only on the error path.)
 //! 3. The core validates every value (`crate::core::options`) over the base policy (the
 //!    built-in defaults or a `createRetryFetch` client's): an invalid one is a `TypeError`
 //!    naming the option, the value and what is allowed, raised before anything is sent.
@@ -80,14 +83,6 @@ enum KeyFormatName {
     SfString,
 }
 
-/// `idempotencyKey`: `'auto'`, a key, or `false`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum KeyOption {
-    Off(bool),
-    Key(String),
-}
-
 /// The options as serde reads them: every field optional (absent, `undefined` and a cleared
 /// `null` are all `None` here; `null` was noted by the snapshot).
 #[derive(Deserialize, Default)]
@@ -105,7 +100,8 @@ struct RawOptions {
     deadline_ms: Option<f64>,
     respect_retry_after: Option<bool>,
     max_retry_after_ms: Option<f64>,
-    idempotency_key: Option<KeyOption>,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    idempotency_key: JsValue,
     idempotency_header: Option<String>,
     idempotency_key_format: Option<KeyFormatName>,
     retry_headers: Option<bool>,
@@ -211,22 +207,25 @@ pub fn unknown_option(api: &str, name: &str, known: &[&'static str]) -> JsValue 
     type_error(&msg)
 }
 
-/// The error serde-wasm-bindgen gave for `snapshot`, as our `TypeError`: the option (and the
-/// item of a list) from the path, its value from the snapshot, and what is allowed.
-pub fn serde_error(
+/// The `TypeError` for a value serde could not read: the option and (in a list) the item,
+/// found by reading each option of the snapshot alone; its value; and what is allowed.
+/// Only on the error path: a valid read costs nothing more.
+fn serde_error<T: for<'de> Deserialize<'de>>(
     api: &str,
     snapshot: &Object,
-    err: &serde_path_to_error::Error<serde_wasm_bindgen::Error>,
     expected: fn(&str) -> &'static str,
 ) -> JsValue {
-    use serde_path_to_error::Segment;
     let mut option = String::new();
-    let mut index = None;
-    for segment in err.path().iter() {
-        match segment {
-            Segment::Map { key } if option.is_empty() => option.push_str(key),
-            Segment::Seq { index: i } if index.is_none() => index = Some(*i),
-            _ => {}
+    if let Ok(keys) = object_keys(snapshot) {
+        for key in keys.iter() {
+            let alone = Object::new();
+            let value = js::get(snapshot, &key.as_string().unwrap_or_default());
+            let _ = js_sys::Reflect::set(&alone, &key, &value);
+            let de = serde_wasm_bindgen::Deserializer::from(JsValue::from(alone));
+            if T::deserialize(de).is_err() {
+                option = key.as_string().unwrap_or_default();
+                break;
+            }
         }
     }
     let value = js::get(snapshot, &option);
@@ -234,9 +233,12 @@ pub fn serde_error(
     msg.push_str(": invalid option \"");
     msg.push_str(&option);
     msg.push_str("\": ");
-    match index {
-        Some(i) => {
-            let item = js_sys::Reflect::get_u32(&value, i as u32).unwrap_or(JsValue::UNDEFINED);
+    // In a list of numbers, the first item that is not one.
+    let bad_item = value
+        .dyn_ref::<js_sys::Array>()
+        .and_then(|items| items.iter().position(|item| item.as_f64().is_none()).map(|i| (i, items.get(i as u32))));
+    match bad_item {
+        Some((i, item)) => {
             msg.push_str("item [");
             msg.push_str(&i.to_string());
             msg.push_str("] is ");
@@ -261,8 +263,7 @@ pub fn deserialize<T: for<'de> Deserialize<'de>>(
 ) -> Result<(T, Object, Vec<&'static str>), JsValue> {
     let (snap, nulls) = snapshot(api, options, known)?;
     let de = serde_wasm_bindgen::Deserializer::from(JsValue::from(snap.clone()));
-    let raw = serde_path_to_error::deserialize(de)
-        .map_err(|e| serde_error(api, &snap, &e, expected))?;
+    let raw = T::deserialize(de).map_err(|_| serde_error::<T>(api, &snap, expected))?;
     Ok((raw, snap, nulls))
 }
 
@@ -355,14 +356,12 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     if let Some(n) = raw.max_retry_after_ms {
         p.max_retry_after_ms = Some(check(validate::non_negative_ms("maxRetryAfterMs", n), "maxRetryAfterMs")?);
     }
-    if let Some(k) = raw.idempotency_key {
-        let v = value("idempotencyKey");
-        p.idempotency_key = match k {
-            KeyOption::Off(false) => KeyMode::Off,
-            KeyOption::Off(true) => {
-                return Err(option_error(OptionError::new("idempotencyKey", expected("idempotencyKey")), &v))
-            }
-            KeyOption::Key(s) => validate::key_mode(&s).map_err(|e| option_error(e, &v))?,
+    let k = &raw.idempotency_key;
+    if !k.is_undefined() {
+        p.idempotency_key = match (k.as_bool(), k.as_string()) {
+            (Some(false), _) => KeyMode::Off,
+            (_, Some(s)) => validate::key_mode(&s).map_err(|e| option_error(e, k))?,
+            _ => return Err(option_error(OptionError::new("idempotencyKey", expected("idempotencyKey")), k)),
         };
     }
     if let Some(h) = raw.idempotency_header {
