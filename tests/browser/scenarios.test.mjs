@@ -1,10 +1,14 @@
-// The end-to-end scenarios of tests/e2e/scenarios.mjs, run in headless Chromium (Debian's,
-// through playwright-core) with the browser entry of the built package.
+// The end-to-end scenarios of tests/e2e/scenarios.mjs and tests/e2e/contract.mjs, run in
+// headless Chromium (Debian's, through playwright-core) with the browser entry of the built
+// package.
 import { test, before, after } from 'node:test';
 import { startFaultServer } from '../support/fault-server.mjs';
 import { startStaticServer } from '../support/static-server.mjs';
 import { launchChromium } from '../support/chromium.mjs';
-import { scenarios } from '../e2e/scenarios.mjs';
+import { scenarios as base } from '../e2e/scenarios.mjs';
+import { scenarios as contract } from '../e2e/contract.mjs';
+
+const scenarios = [...base, ...contract];
 
 let fault, files, browser, page;
 const pageErrors = [];

@@ -172,7 +172,7 @@ test('leak: 100,000 calls mixing success, retries and aborts keep wasm memory an
   assert.ok(heapEnd - heapStart < 20e6, `JS heap grew by ${((heapEnd - heapStart) / 1e6).toFixed(1)} MB`);
 });
 
-// ---- the driver's resources and odd transports (js/client.js) -------------------------------
+// ---- the loop's resources and odd transports (src/wasm/client/call.rs) ----------------------
 
 const timeouts = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
 
