@@ -14,7 +14,7 @@ extern "C" {
     /// The global `fetch(input, init)`. A promise-returning Web IDL operation: it never throws,
     /// a bad call rejects.
     #[wasm_bindgen(js_name = fetch)]
-    pub fn global_fetch(input: &web_sys::Request, init: &JsValue) -> Promise;
+    pub fn global_fetch(input: &JsValue, init: &JsValue) -> Promise;
 
     /// The global `setTimeout(callback, ms)`; Node returns an object, browsers a number.
     #[wasm_bindgen(js_name = setTimeout)]

@@ -84,37 +84,45 @@ impl Client {
         } else {
             self.policy.clone()
         };
-        let request = fix_request(input, init)?;
         let started = js_sys::Date::now();
-        // A plain GET of a URL (no init): nothing to inspect.
-        let plain_get = init.is_undefined() && !input.is_object();
-        if lean(&policy) && (plain_get || lean_request(&policy, &request)) {
+        // A GET of a URL string with no init: the string is the whole request, already fixed,
+        // and `fetch(url)` makes the only `Request` the call needs (a URL fetch refuses is
+        // told apart from a network error if the first attempt fails: see `settled`).
+        let plain_get = init.is_undefined() && input.is_string();
+        let lean_policy = lean(&policy);
+        let (sent, request) = if lean_policy && plain_get {
+            (global_fetch(input, &JsValue::UNDEFINED), input.clone())
+        } else {
+            let request = fix_request(input, init)?;
+            if !(lean_policy && lean_request(&policy, &request)) {
+                let template = Template::new(&policy, request, init)?;
+                return Ok(future_to_promise(run(policy, template, started, None)));
+            }
             let signal = request.signal();
             if signal.aborted() {
                 return Err(signal.reason());
             }
-            let sent: Thenable = global_fetch(&request, &JsValue::UNDEFINED).unchecked_into();
-            return Ok(if per_call {
-                // One closure for this call (its policy is its own), freed when it runs.
-                let once = Closure::once_into_js(move |fulfilled: bool, value: JsValue| {
-                    settled(&policy, request.into(), started, fulfilled, value)
-                })
-                .unchecked_into::<Function>();
-                sent.then_with(
-                    &once.bind1(&JsValue::NULL, &JsValue::TRUE),
-                    &once.bind1(&JsValue::NULL, &JsValue::FALSE),
-                )
-            } else {
-                let f = &self.on_settled;
-                let (r, t) = (JsValue::from(request), JsValue::from_f64(started));
-                sent.then_with(
-                    &f.bind3(&JsValue::NULL, &r, &t, &JsValue::TRUE),
-                    &f.bind3(&JsValue::NULL, &r, &t, &JsValue::FALSE),
-                )
-            });
-        }
-        let template = Template::new(&policy, request, init)?;
-        Ok(future_to_promise(run(policy, template, started, None)))
+            (global_fetch(&request, &JsValue::UNDEFINED), request.into())
+        };
+        let sent: Thenable = sent.unchecked_into();
+        Ok(if per_call {
+            // One closure for this call (its policy is its own), freed when it runs.
+            let once = Closure::once_into_js(move |fulfilled: bool, value: JsValue| {
+                settled(&policy, request, started, fulfilled, value)
+            })
+            .unchecked_into::<Function>();
+            sent.then_with(
+                &once.bind1(&JsValue::NULL, &JsValue::TRUE),
+                &once.bind1(&JsValue::NULL, &JsValue::FALSE),
+            )
+        } else {
+            let f = &self.on_settled;
+            let t = JsValue::from_f64(started);
+            sent.then_with(
+                &f.bind3(&JsValue::NULL, &request, &t, &JsValue::TRUE),
+                &f.bind3(&JsValue::NULL, &request, &t, &JsValue::FALSE),
+            )
+        })
     }
 }
 
@@ -154,7 +162,15 @@ fn settled(policy: &Rc<Policy>, request: JsValue, started: f64, fulfilled: bool,
         }
     }
     let ended = js_sys::Date::now();
-    let request: Request = request.unchecked_into();
+    // A plain GET sent its URL string: the request is made now, and a URL that fetch refuses
+    // (nothing was sent) is the platform's TypeError, not a network error to retry.
+    let request: Request = match request.dyn_into::<Request>() {
+        Ok(r) => r,
+        Err(url) => match fix_request(&url, &JsValue::UNDEFINED) {
+            Ok(r) => r,
+            Err(e) => return Promise::reject(&e).into(),
+        },
+    };
     let first = if fulfilled { Ok(value) } else { Err(value) };
     let policy = policy.clone();
     let run = async move {
