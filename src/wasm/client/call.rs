@@ -90,7 +90,8 @@ impl Client {
         // told apart from a network error if the first attempt fails: see `settled`).
         let plain_get = init.is_undefined() && input.is_string();
         let lean_policy = lean(&policy);
-        let (sent, request) = if lean_policy && plain_get {
+        let fixed_key = matches!(policy.policy.idempotency_key, crate::core::options::KeyMode::Fixed(_));
+        let (sent, request) = if lean_policy && plain_get && !fixed_key {
             (global_fetch(input, &JsValue::UNDEFINED), input.clone())
         } else {
             let request = fix_request(input, init)?;
@@ -520,10 +521,20 @@ pub async fn run(
             return finish("deadline");
         }
         set(&record, "delayMs", &JsValue::from_f64(delay));
+        // The response is kept through the wait: if the deadline passes meanwhile (a late
+        // timer), it is the answer, and nothing more is sent.
+        if let Err(reason) = signals.sleep(delay).await {
+            if let Some(r) = &response {
+                discard(r).await;
+            }
+            return Err(reason);
+        }
+        if state.deadline_passed(js_sys::Date::now()) {
+            return finish("deadline");
+        }
         if let Some(r) = &response {
             discard(r).await;
         }
-        signals.sleep(delay).await?;
     }
 }
 

@@ -186,6 +186,14 @@ fn guard_expected(option: &str) -> &'static str {
     }
 }
 
+/// A `null` setting is a `TypeError` (only `allowed`, a listener, may be `null`: none).
+fn refuse_nulls(class: &str, nulls: &[&'static str], allowed: Option<&str>) -> Result<(), JsValue> {
+    match nulls.iter().find(|n| Some(**n) != allowed) {
+        Some(name) => Err(invalid_option(class, OptionError::new(name, guard_expected(name)), &JsValue::NULL)),
+        None => Ok(()),
+    }
+}
+
 /// `new RetryBudget(options)`'s settings.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
@@ -206,8 +214,9 @@ impl RetryBudgetHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create a full budget.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<RetryBudgetHandle, JsValue> {
-        let (o, _, _): (BudgetOptions, _, _) =
+        let (o, _, nulls): (BudgetOptions, _, _) =
             deserialize("RetryBudget", &options, &["maxTokens", "tokenRatio"], guard_expected)?;
+        refuse_nulls("RetryBudget", &nulls, None)?;
         let d = BudgetConfig::default();
         let config = BudgetConfig {
             max_tokens: o.max_tokens.unwrap_or(d.max_tokens),
@@ -279,8 +288,9 @@ impl AdaptiveThrottleHandle {
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<AdaptiveThrottleHandle, JsValue> {
         let known = ["initialRate", "rampMs", "beta", "scale", "minRate", "maxWaitMs"];
-        let (o, _, _): (ThrottleOptions, _, _) =
+        let (o, _, nulls): (ThrottleOptions, _, _) =
             deserialize("AdaptiveThrottle", &options, &known, guard_expected)?;
+        refuse_nulls("AdaptiveThrottle", &nulls, None)?;
         let d = ThrottleConfig::default();
         let config = ThrottleConfig {
             initial_rate: o.initial_rate.unwrap_or(d.initial_rate),
@@ -360,9 +370,7 @@ impl CircuitBreakerHandle {
         let known = ["failureThreshold", "openMs", "halfOpenMaxCalls", "onStateChange"];
         let (o, _, nulls): (BreakerOptions, _, _) =
             deserialize("CircuitBreaker", &options, &known, guard_expected)?;
-        if let Some(name) = nulls.iter().find(|n| **n != "onStateChange") {
-            return Err(invalid_option("CircuitBreaker", OptionError::new(name, guard_expected(name)), &JsValue::NULL));
-        }
+        refuse_nulls("CircuitBreaker", &nulls, Some("onStateChange"))?;
         let d = BreakerConfig::default();
         let config = BreakerConfig {
             failure_threshold: o.failure_threshold.map_or(d.failure_threshold, integer_u32),

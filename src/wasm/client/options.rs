@@ -233,9 +233,10 @@ fn serde_error<T: for<'de> Deserialize<'de>>(
     msg.push_str(": invalid option \"");
     msg.push_str(&option);
     msg.push_str("\": ");
-    // In a list of numbers, the first item that is not one.
+    // In the list of statuses, the first item that is not a number.
     let bad_item = value
         .dyn_ref::<js_sys::Array>()
+        .filter(|_| option == "retryOnStatus")
         .and_then(|items| items.iter().position(|item| item.as_f64().is_none()).map(|i| (i, items.get(i as u32))));
     match bad_item {
         Some((i, item)) => {
