@@ -77,6 +77,19 @@ pub enum KeyMode {
     Off,
 }
 
+impl KeyMode {
+    /// May a call add a key of ours to a request whose method is (or is not) idempotent? A
+    /// fixed key: always; `'auto'`: only for a non-idempotent method (and then only when the
+    /// request does not already carry the header, which the shell checks); `false`: never.
+    pub fn may_add_key(&self, idempotent: bool) -> bool {
+        match self {
+            KeyMode::Fixed(_) => true,
+            KeyMode::Auto => !idempotent,
+            KeyMode::Off => false,
+        }
+    }
+}
+
 /// A validated, complete set of retry options. Build it with [`RetryPolicy::default`] and
 /// the setters in the shell; every field has passed validation.
 #[derive(Clone, Debug, PartialEq)]
@@ -411,6 +424,14 @@ mod tests {
             assert_eq!(header_name(forbidden).unwrap_err().option, "idempotencyHeader", "{forbidden}");
         }
         assert!(header_name("Idempotency-Key").is_ok());
+    }
+
+    #[test]
+    fn which_requests_may_get_a_key_of_ours() {
+        assert!(KeyMode::Fixed("k".into()).may_add_key(true));
+        assert!(KeyMode::Auto.may_add_key(false));
+        assert!(!KeyMode::Auto.may_add_key(true));
+        assert!(!KeyMode::Off.may_add_key(false));
     }
 
     #[test]

@@ -2,22 +2,12 @@
 // Buffers), and URLs that only Node refuses (a relative URL has no base outside a page).
 // Against the built package (imported as 'retry-fetch', linked to pkg/ by scripts/test.sh)
 // and the fault-injecting server.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as api from 'retry-fetch';
-import { startFaultServer } from '../support/fault-server.mjs';
+import { useFaultServer } from './runner.mjs';
 
-let server;
-let counter = 0;
-before(async () => {
-  server = await startFaultServer();
-});
-after(() => server.close());
-
-const seq = (steps) => {
-  const id = `node-only-${++counter}-${Math.random().toString(36).slice(2)}`;
-  return { url: server.seq(id, steps), log: () => server.log(id) };
-};
+const seq = useFaultServer('node-only');
 const fast = { baseDelayMs: 5, jitter: 'none' };
 const enc = (s) => new TextEncoder().encode(s);
 

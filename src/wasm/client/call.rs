@@ -21,7 +21,7 @@ use js_sys::{Array, Function, Object, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
-use web_sys::{Headers, Request};
+use web_sys::{Headers, Request, Response};
 
 use super::bindings::{global_fetch, Thenable};
 use super::errors::{circuit_open_error, retry_error, timeout_error};
@@ -90,8 +90,7 @@ impl Client {
         // told apart from a network error if the first attempt fails: see `settled`).
         let plain_get = init.is_undefined() && input.is_string();
         let lean_policy = lean(&policy);
-        let fixed_key = matches!(policy.policy.idempotency_key, crate::core::options::KeyMode::Fixed(_));
-        let (sent, request) = if lean_policy && plain_get && !fixed_key {
+        let (sent, request) = if lean_policy && plain_get && !policy.policy.idempotency_key.may_add_key(true) {
             (global_fetch(input, &JsValue::UNDEFINED), input.clone())
         } else {
             let request = fix_request(input, init)?;
@@ -141,26 +140,17 @@ fn lean(policy: &Policy) -> bool {
 
 /// Is `request` lean: no body, and no key of ours to add?
 fn lean_request(policy: &Policy, request: &Request) -> bool {
-    if request.body().is_some() {
-        return false;
-    }
-    use crate::core::options::KeyMode;
-    match policy.policy.idempotency_key {
-        KeyMode::Off => true,
-        KeyMode::Fixed(_) => false,
-        KeyMode::Auto => crate::core::classify::is_idempotent_method(&request.method()),
-    }
+    let idempotent = || crate::core::classify::is_idempotent_method(&request.method());
+    request.body().is_none() && !policy.policy.idempotency_key.may_add_key(idempotent())
 }
 
 /// The first attempt of a lean call settled: a response below 400 is the answer; anything
 /// else continues as a Rust future, with that attempt as the first.
 fn settled(policy: &Rc<Policy>, request: JsValue, started: f64, fulfilled: bool, value: JsValue) -> JsValue {
-    if fulfilled {
-        if let Some(status) = js::get(&value, "status").as_f64() {
-            if status < 400.0 {
-                return value;
-            }
-        }
+    // The global fetch fulfils with a `Response`: its typed `status` getter (no property name
+    // to pass, unlike the loop's duck-typed read of a custom transport's answer).
+    if fulfilled && value.unchecked_ref::<Response>().status() < 400 {
+        return value;
     }
     let ended = js_sys::Date::now();
     // A plain GET sent its URL string: the request is made now, and a URL that fetch refuses
@@ -323,10 +313,6 @@ fn header(response: &JsValue, name: &str) -> Option<String> {
     get.call1(&headers, &JsValue::from_str(name)).ok()?.as_string()
 }
 
-fn set(o: &Object, key: &str, value: &JsValue) {
-    js::set(o, key, value);
-}
-
 /// The object given to `shouldRetry` (with `response`) and `onRetry` (without).
 fn retry_context(
     attempt: u32,
@@ -338,18 +324,18 @@ fn retry_context(
     key: Option<&str>,
 ) -> Object {
     let ctx = Object::new();
-    set(&ctx, "attempt", &JsValue::from_f64(attempt as f64));
-    set(&ctx, "delayMs", &JsValue::from_f64(delay));
-    set(&ctx, "reason", &JsValue::from_str(reason));
+    js::set(&ctx, "attempt", &JsValue::from_f64(attempt as f64));
+    js::set(&ctx, "delayMs", &JsValue::from_f64(delay));
+    js::set(&ctx, "reason", &JsValue::from_str(reason));
     if let Some(r) = response {
-        set(&ctx, "response", r);
+        js::set(&ctx, "response", r);
     }
     match status {
-        Some(s) => set(&ctx, "status", &JsValue::from_f64(s as f64)),
-        None => set(&ctx, "error", error),
+        Some(s) => js::set(&ctx, "status", &JsValue::from_f64(s as f64)),
+        None => js::set(&ctx, "error", error),
     }
     if let Some(k) = key {
-        set(&ctx, "idempotencyKey", &JsValue::from_str(k));
+        js::set(&ctx, "idempotencyKey", &JsValue::from_str(k));
     }
     ctx
 }
@@ -459,12 +445,12 @@ pub async fn run(
         guards.settle(&policy, outcome_kind, attempt_started, ended);
 
         let record = Object::new();
-        set(&record, "attempt", &JsValue::from_f64(state.attempts() as f64));
-        set(&record, "startedAt", &JsValue::from_f64(attempt_started));
-        set(&record, "durationMs", &JsValue::from_f64(ended - attempt_started));
+        js::set(&record, "attempt", &JsValue::from_f64(state.attempts() as f64));
+        js::set(&record, "startedAt", &JsValue::from_f64(attempt_started));
+        js::set(&record, "durationMs", &JsValue::from_f64(ended - attempt_started));
         match outcome_kind {
-            Outcome::Status(s) => set(&record, "status", &JsValue::from_f64(s as f64)),
-            _ => set(&record, "error", &error),
+            Outcome::Status(s) => js::set(&record, "status", &JsValue::from_f64(s as f64)),
+            _ => js::set(&record, "error", &error),
         }
         history.push(&record);
 
@@ -520,7 +506,7 @@ pub async fn run(
         if !state.wait_fits(js_sys::Date::now(), delay) {
             return finish("deadline");
         }
-        set(&record, "delayMs", &JsValue::from_f64(delay));
+        js::set(&record, "delayMs", &JsValue::from_f64(delay));
         // The response is kept through the wait: if the deadline passes meanwhile (a late
         // timer), it is the answer, and nothing more is sent.
         if let Err(reason) = signals.sleep(delay).await {
@@ -552,21 +538,21 @@ fn attempt_init(
     }
     let init = Object::new();
     if let Some(s) = signal {
-        set(&init, "signal", s);
+        js::set(&init, "signal", s);
     }
     match body {
         Body::AsIs => {}
-        Body::Bytes(bytes) => set(&init, "body", bytes),
+        Body::Bytes(bytes) => js::set(&init, "body", bytes),
         Body::Stream(stream) => {
-            set(&init, "body", stream);
-            set(&init, "duplex", &JsValue::from_str("half"));
+            js::set(&init, "body", stream);
+            js::set(&init, "duplex", &JsValue::from_str("half"));
         }
     }
     if let Some(at) = first_at {
         let headers = Headers::new_with_headers(&t.request.headers())?;
         headers.set("X-Retry-Count", &(attempt - 1).to_string())?;
         headers.set("X-Original-Request-At", at)?;
-        set(&init, "headers", &headers);
+        js::set(&init, "headers", &headers);
     }
     Ok(init.into())
 }

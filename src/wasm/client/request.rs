@@ -14,13 +14,14 @@
 //! - an async iterable (Node's `body: gen(), duplex: 'half'`): sent once and not retried
 //!   (it cannot be read again).
 
-use js_sys::{Array, Promise, Uint8Array};
+use js_sys::{Array, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStream, ReadableStreamDefaultReader, Request};
 
 use super::bindings::RequestConstructor;
+use super::signals::ignore_rejection;
 use super::options::Policy;
 use crate::core::classify::is_idempotent_method;
 use crate::core::key::{header_value, uuid_v4};
@@ -98,8 +99,9 @@ impl Template {
         let headers = request.headers();
         let existing = || headers.get(header).ok().flatten();
         let (key, add) = match &p.idempotency_key {
+            mode if !mode.may_add_key(idempotent) => (existing(), false),
             KeyMode::Fixed(k) => (Some(k.clone()), true),
-            KeyMode::Auto if !idempotent => match existing() {
+            _ => match existing() {
                 Some(k) => (Some(k), false),
                 None => {
                     let mut bytes = [0u8; 16];
@@ -109,7 +111,6 @@ impl Template {
                     (Some(uuid_v4(bytes)), true)
                 }
             },
-            _ => (existing(), false),
         };
         if let (true, Some(k)) = (add, &key) {
             headers.set(header, &header_value(k, p.idempotency_key_format))?;
@@ -133,11 +134,6 @@ impl Template {
     }
 }
 
-/// Swallow a promise's rejection (a cancel we do not wait for).
-fn ignore(promise: Promise) {
-    super::signals::ignore_rejection(&promise);
-}
-
 /// Read `stream` through one branch of a tee, up to `limit` bytes. Within the limit the bytes
 /// are kept for replay; beyond it the other branch (which still holds every byte) is sent once.
 async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsValue> {
@@ -154,18 +150,18 @@ async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsVal
         }
         let chunk = js::get(&step, "value");
         let Some(bytes) = chunk.dyn_ref::<Uint8Array>() else {
-            ignore(reader.cancel());
+            ignore_rejection(&reader.cancel());
             return Err(type_error("retryFetch: a ReadableStream body must yield Uint8Array chunks"));
         };
         size += bytes.length() as u64;
         if size > limit as u64 {
             // Not awaited: a tee branch's cancel settles only once the other branch is done.
-            ignore(reader.cancel());
+            ignore_rejection(&reader.cancel());
             return Ok(Body::Stream(whole));
         }
         chunks.push(&bytes.slice(0, bytes.length()));
     }
-    ignore(whole.cancel());
+    ignore_rejection(&whole.cancel());
     let out = Uint8Array::new_with_length(size as u32);
     let mut at = 0;
     for c in chunks.iter() {
