@@ -1,6 +1,7 @@
 // What every Node e2e test file needs: the fault-injecting server (tests/support/fault-server.mjs)
 // on a random port, started before the file's tests and closed after them, and `seq(steps)`,
-// a scenario with its own id: `{ url, log() }`.
+// a scenario with its own id: `{ url, log() }` (`log()` returns what the server saw at once;
+// the scenarios await it, as their browser runner's log is a fetch).
 import { test, before, after } from 'node:test';
 import { startFaultServer } from '../support/fault-server.mjs';
 
@@ -14,7 +15,7 @@ export function useFaultServer(prefix) {
   after(() => server.close());
   return (steps) => {
     const id = `${prefix}-${++counter}-${Math.random().toString(36).slice(2)}`;
-    return { url: server.seq(id, steps), log: async () => server.log(id) };
+    return { url: server.seq(id, steps), log: () => server.log(id) };
   };
 }
 
