@@ -38,6 +38,10 @@ pub const DEFAULT_LOCK_TIMEOUT_MS: f64 = 60_000.0;
 /// Default interval at which a waiting request polls the store: 25 ms.
 pub const DEFAULT_POLL_MS: f64 = 25.0;
 
+/// Default `maxBodyBytes`: 1 MiB. The body is read (to fingerprint it) before the handler
+/// runs, so the limit bounds the memory one request can take.
+pub const DEFAULT_MAX_BODY_BYTES: f64 = 1_048_576.0;
+
 /// The longest `ttlMs` accepted: 365 days.
 pub const MAX_TTL_MS: f64 = 31_536_000_000.0;
 
@@ -223,6 +227,10 @@ pub enum Record<'a> {
         /// When the lock stops counting, ms since the Unix epoch.
         lock_expires_at_ms: f64,
     },
+    /// A live transaction holds the key but its record is not visible (a `PostgresStore`: the
+    /// holder's row is uncommitted). Its holder is alive by definition: a dead one's
+    /// connection rolled it back.
+    Held,
     /// A response is stored for this key.
     Completed {
         /// The fingerprint of the request that produced it.
@@ -270,6 +278,7 @@ impl Action {
 /// | in progress, lock live (`now < expiry`) | in progress (wait / 409) | mismatch (422) |
 /// | in progress, lock expired (`now >= expiry`) | lock expired (take over) | lock expired (take over) |
 /// | completed | replay | mismatch (422) |
+/// | held by a live transaction (details unseen) | in progress (wait / 409) | in progress |
 ///
 /// An expired lock is treated as absent whatever its fingerprint: its holder died before
 /// storing anything, so nothing was answered under this key (Redis deletes such a lock by
@@ -285,6 +294,7 @@ impl Action {
 /// let lock = Record::InProgress { fingerprint: "f", lock_expires_at_ms: 1000.0 };
 /// assert_eq!(decide(lock, "f", 999.0), Action::InProgress);
 /// assert_eq!(decide(lock, "f", 1000.0), Action::LockExpired);
+/// assert_eq!(decide(Record::Held, "f", 0.0), Action::InProgress);
 /// ```
 pub fn decide(record: Record<'_>, fingerprint: &str, now_ms: f64) -> Action {
     match record {
@@ -292,7 +302,7 @@ pub fn decide(record: Record<'_>, fingerprint: &str, now_ms: f64) -> Action {
         // `>=` or NaN: a lock with a nonsense expiry must not block the key forever.
         Record::InProgress { lock_expires_at_ms: exp, .. } if now_ms >= exp || exp.is_nan() => Action::LockExpired,
         Record::InProgress { fingerprint: f, .. } if f != fingerprint => Action::Mismatch,
-        Record::InProgress { .. } => Action::InProgress,
+        Record::InProgress { .. } | Record::Held => Action::InProgress,
         Record::Completed { fingerprint: f } if f != fingerprint => Action::Mismatch,
         Record::Completed { .. } => Action::Replay,
     }
@@ -338,6 +348,9 @@ pub struct ServerOptions {
     pub wait_timeout_ms: Option<f64>,
     /// `pollMs`: the store polling interval while waiting. Default 25.
     pub poll_ms: f64,
+    /// `maxBodyBytes`: the largest request body read for the fingerprint; a longer one is
+    /// answered 413 before the handler runs. Default [`DEFAULT_MAX_BODY_BYTES`] (1 MiB).
+    pub max_body_bytes: f64,
 }
 
 impl Default for ServerOptions {
@@ -349,6 +362,7 @@ impl Default for ServerOptions {
             concurrent: Concurrent::Wait,
             wait_timeout_ms: None,
             poll_ms: DEFAULT_POLL_MS,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
     }
 }
@@ -357,6 +371,12 @@ impl ServerOptions {
     /// `waitTimeoutMs`, or `lockTimeoutMs` when it was not given.
     pub fn effective_wait_timeout_ms(&self) -> f64 {
         self.wait_timeout_ms.unwrap_or(self.lock_timeout_ms)
+    }
+
+    /// How often a holder renews its lock while its handler runs: a third of
+    /// `lockTimeoutMs` (at least 1 ms), so two renewals can be late before the lock lapses.
+    pub fn renew_interval_ms(&self) -> f64 {
+        (self.lock_timeout_ms / 3.0).floor().max(1.0)
     }
 }
 
@@ -410,6 +430,150 @@ pub fn concurrent(v: &str) -> Result<Concurrent, OptionError> {
         "reject" => Ok(Concurrent::Reject),
         _ => Err(OptionError::new("concurrent", CONCURRENT_EXPECTED)),
     }
+}
+
+/// What `maxBodyBytes` must be.
+pub const BODY_BYTES_EXPECTED: &str = "an integer number of bytes from 0 to 2147483647";
+
+/// `maxBodyBytes`: an integer from 0 to 2^31 - 1.
+pub fn max_body_bytes(v: f64) -> Result<f64, OptionError> {
+    if integer_in(v, 0.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("maxBodyBytes", BODY_BYTES_EXPECTED)) }
+}
+
+/// Every option `idempotency(handler, options)` takes, by its JavaScript name.
+pub const SERVER_OPTION_NAMES: [&str; 12] = [
+    "store", "header", "required", "identity", "ttlMs", "lockTimeoutMs", "concurrent",
+    "waitTimeoutMs", "pollMs", "maxBodyBytes", "onStoreError", "onError",
+];
+
+/// Every option `idempotent(fn, options)` takes, by its JavaScript name.
+pub const JOB_OPTION_NAMES: [&str; 9] = [
+    "store", "key", "scope", "ttlMs", "lockTimeoutMs", "concurrent", "waitTimeoutMs", "pollMs",
+    "onStoreError",
+];
+
+/// The statuses that say "this request was not processed, send it again": a handler's answer
+/// with one of them is not stored, the key is freed, and the client's retry runs the handler
+/// (a stored `429` would answer every patient retry with the same `429` for `ttlMs`).
+///
+/// `408 Request Timeout`, `425 Too Early`, `429 Too Many Requests`; and `503 Service
+/// Unavailable` when it carries `Retry-After` (a 503 without it may follow a partial effect).
+pub const NOT_PROCESSED_STATUSES: [u16; 3] = [408, 425, 429];
+
+/// Is a handler's answer with `status` (and a `Retry-After` header or not) a final answer to
+/// store and replay? `false` for the "not processed" answers of [`NOT_PROCESSED_STATUSES`] and
+/// a `503` with `Retry-After`.
+///
+/// ```
+/// use retry_fetch::core::idempotency::stores_answer;
+/// assert!(stores_answer(201, false));
+/// assert!(stores_answer(500, false));
+/// assert!(stores_answer(503, false));
+/// assert!(!stores_answer(503, true));
+/// assert!(!stores_answer(429, false));
+/// ```
+pub fn stores_answer(status: u16, has_retry_after: bool) -> bool {
+    !(NOT_PROCESSED_STATUSES.contains(&status) || (status == 503 && has_retry_after))
+}
+
+/// What becomes of a key whose handler threw (or resolved with something that is not a
+/// `Response`) after it started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterThrow {
+    /// Free the key: the store's transaction is rolled back, and with it every write the
+    /// handler made through `ctx.tx`; the retry runs the handler from the start.
+    Release,
+    /// Store a `500` for the key and replay it: the handler may have had an effect (a charge)
+    /// before it threw, and running it again could repeat it.
+    StoreFailure,
+}
+
+/// A handler that started may have had effects, so a throw ends like a stored `500`, unless
+/// the store is transactional and the handler used its transaction (`ctx.tx`), in which case
+/// the rollback undid its writes and the key is freed.
+///
+/// ```
+/// use retry_fetch::core::idempotency::{after_throw, AfterThrow};
+/// assert_eq!(after_throw(true, true), AfterThrow::Release);
+/// assert_eq!(after_throw(true, false), AfterThrow::StoreFailure);
+/// assert_eq!(after_throw(false, false), AfterThrow::StoreFailure);
+/// ```
+pub fn after_throw(transactional_store: bool, used_transaction: bool) -> AfterThrow {
+    if transactional_store && used_transaction { AfterThrow::Release } else { AfterThrow::StoreFailure }
+}
+
+/// Cookie names taken for a session cookie when no `identity` is given (compared without
+/// case): the usual names of Express, Rails, Django, PHP, Java, Laravel and Auth.js sessions.
+/// A cookie whose name ends in `session` or `sessionid` counts too.
+pub const SESSION_COOKIE_NAMES: [&str; 9] = [
+    "connect.sid", "sid", "session", "sessionid", "session_id", "jsessionid", "phpsessid",
+    "laravel_session", "next-auth.session-token",
+];
+
+/// Is `name` a session cookie's name (see [`SESSION_COOKIE_NAMES`])? `__Host-` and
+/// `__Secure-` prefixes are ignored.
+fn is_session_cookie(name: &str) -> bool {
+    let lower = name.trim().to_ascii_lowercase();
+    let bare = lower.strip_prefix("__host-").or_else(|| lower.strip_prefix("__secure-")).unwrap_or(&lower);
+    SESSION_COOKIE_NAMES.contains(&bare) || bare.ends_with("session") || bare.ends_with("sessionid")
+        || bare.ends_with("session-token")
+}
+
+/// The default scope of a key when the `identity` option is not given: the caller's
+/// credentials, so that a caller who reuses another's key never gets that caller's stored
+/// answer. The `Authorization` header's value when present; else the session cookie's
+/// `name=value` (the first cookie of [`is_session_cookie`]); else `None` (keys unscoped).
+/// Only the session cookie counts, not the whole `Cookie` header: other cookies (analytics,
+/// preferences) may change between a request and its retry. The store keeps only a SHA-256
+/// of it ([`store_key`]).
+///
+/// ```
+/// use retry_fetch::core::idempotency::default_identity;
+/// assert_eq!(default_identity(Some("Bearer t1"), Some("sid=abc")), Some("authorization:Bearer t1".into()));
+/// assert_eq!(default_identity(None, Some("_ga=1; sid=abc")), Some("cookie:sid=abc".into()));
+/// assert_eq!(default_identity(None, Some("_ga=1; theme=dark")), None);
+/// assert_eq!(default_identity(None, None), None);
+/// ```
+pub fn default_identity(authorization: Option<&str>, cookie: Option<&str>) -> Option<String> {
+    if let Some(auth) = authorization.map(str::trim).filter(|a| !a.is_empty()) {
+        return Some(format!("authorization:{auth}"));
+    }
+    let cookie = cookie?;
+    cookie.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        (is_session_cookie(name) && !value.trim().is_empty())
+            .then(|| format!("cookie:{}={}", name.trim(), value.trim()))
+    })
+}
+
+/// A key for one downstream call, derived from the request's store key (scope and key) and a
+/// name of the caller's choice (`ctx.keyFor('charge')`): the same inputs give the same key on
+/// every retry and every instance, different names or scopes give different keys. It is a
+/// UUID (version 8, RFC 9562) made of the SHA-256 of `store_key`, a NUL and `name`, so any
+/// API that takes UUID keys (Stripe takes up to 255 characters) takes it.
+///
+/// ```
+/// use retry_fetch::core::idempotency::derived_key;
+/// let a = derived_key("-:k1", "charge");
+/// assert_eq!(a.len(), 36);
+/// assert_eq!(a, derived_key("-:k1", "charge"));
+/// assert_ne!(a, derived_key("-:k1", "refund"));
+/// assert_ne!(a, derived_key("-:k2", "charge"));
+/// assert_eq!(&a[14..15], "8");
+/// ```
+pub fn derived_key(store_key: &str, name: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"retry-fetch keyFor\0");
+    h.update(store_key.as_bytes());
+    h.update([0]);
+    h.update(name.as_bytes());
+    let digest = h.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8
+    bytes[8] = (bytes[8] & 0x3f) | 0x80; // variant 10xx
+    let h = hex(&bytes);
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
 /// Should `method` carry a key when the `required` option is not given? POST and PATCH (the
@@ -572,6 +736,63 @@ mod tests {
         assert_eq!(o.effective_wait_timeout_ms(), 60_000.0);
         assert_eq!(ServerOptions { wait_timeout_ms: Some(5.0), ..o.clone() }.effective_wait_timeout_ms(), 5.0);
         assert_eq!(o.poll_ms, 25.0);
+        assert_eq!(o.max_body_bytes, 1_048_576.0);
+        assert_eq!(o.renew_interval_ms(), 20_000.0);
+        assert_eq!(ServerOptions { lock_timeout_ms: 2.0, ..o.clone() }.renew_interval_ms(), 1.0);
+    }
+
+    #[test]
+    fn not_processed_answers_are_not_stored() {
+        for status in [408, 425, 429] {
+            assert!(!stores_answer(status, false), "{status}");
+            assert!(!stores_answer(status, true), "{status} with Retry-After");
+        }
+        assert!(!stores_answer(503, true));
+        for status in [200, 201, 204, 400, 404, 409, 422, 500, 502, 503, 504] {
+            assert!(stores_answer(status, false), "{status}");
+        }
+    }
+
+    #[test]
+    fn default_scope_from_credentials() {
+        assert_eq!(default_identity(Some("  "), None), None, "a blank Authorization is none");
+        assert_eq!(default_identity(Some(""), Some("sid=1")), Some("cookie:sid=1".into()));
+        assert_eq!(default_identity(None, Some("__Host-session=x; a=b")), Some("cookie:__Host-session=x".into()));
+        assert_eq!(default_identity(None, Some("connect.sid=s%3Aabc")), Some("cookie:connect.sid=s%3Aabc".into()));
+        assert_eq!(default_identity(None, Some("JSESSIONID=9")), Some("cookie:JSESSIONID=9".into()));
+        assert_eq!(default_identity(None, Some("my_app_session=9")), Some("cookie:my_app_session=9".into()));
+        assert_eq!(default_identity(None, Some("sid=")), None, "an empty session cookie is none");
+        assert_eq!(default_identity(None, Some("garbage")), None);
+        // Other cookies changing between a request and its retry do not change the scope.
+        assert_eq!(default_identity(None, Some("_ga=1; sid=a")), default_identity(None, Some("sid=a; _ga=2")));
+        // Authorization and cookie identities cannot collide.
+        assert_ne!(default_identity(Some("sid=a"), None), default_identity(None, Some("sid=a")));
+    }
+
+    #[test]
+    fn derived_keys_are_stable_uuids() {
+        let k = derived_key("-:k1", "charge");
+        assert_eq!(k, derived_key("-:k1", "charge"));
+        assert!(k.bytes().enumerate().all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { c == b'-' } else { c.is_ascii_hexdigit() && !c.is_ascii_uppercase() }));
+        assert!(matches!(&k[19..20], "8" | "9" | "a" | "b"));
+        assert_ne!(derived_key("-:k1", "a"), derived_key("-:k1", "b"));
+        assert_ne!(derived_key(&store_key(Some("alice"), "k1"), "a"), derived_key(&store_key(Some("bob"), "k1"), "a"));
+        // The NUL separator: ("-:k1", "2x") and ("-:k12", "x") differ.
+        assert_ne!(derived_key("-:k1", "2x"), derived_key("-:k12", "x"));
+    }
+
+    #[test]
+    fn held_keys_wait() {
+        assert_eq!(decide(Record::Held, "f", f64::NAN), Action::InProgress);
+    }
+
+    #[test]
+    fn option_names_are_closest_matches() {
+        use crate::core::options::closest_name;
+        assert_eq!(closest_name("lockTimeout", &SERVER_OPTION_NAMES), Some("lockTimeoutMs"));
+        assert_eq!(closest_name("maxBodySize", &SERVER_OPTION_NAMES), Some("maxBodyBytes"));
+        assert_eq!(closest_name("ttl", &JOB_OPTION_NAMES), Some("ttlMs"));
+        assert!(max_body_bytes(0.0).is_ok() && max_body_bytes(-1.0).is_err() && max_body_bytes(1.5).is_err());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Bindings to the JavaScript globals both halves use: `String`, `Reflect`.
+//! Bindings to the JavaScript globals both halves use: `String`, `Object.keys`,
+//! `setTimeout`/`clearTimeout`, `Reflect`.
 //!
 //! Everything is bound as a global, never through `window`, so the same module runs in
 //! browsers, Node and workers. Calls that can throw on foreign input are bound with `catch`,
@@ -12,6 +13,18 @@ extern "C" {
     /// `String(value)`; throws for e.g. a null-prototype object.
     #[wasm_bindgen(js_name = String, catch)]
     pub fn to_js_string(value: &JsValue) -> Result<JsString, JsValue>;
+
+    /// The global `setTimeout(callback, ms)`; Node returns an object, browsers a number.
+    #[wasm_bindgen(js_name = setTimeout)]
+    pub fn set_timeout(callback: &js_sys::Function, ms: f64) -> JsValue;
+
+    /// The global `clearTimeout(handle)`.
+    #[wasm_bindgen(js_name = clearTimeout)]
+    pub fn clear_timeout(handle: &JsValue);
+
+    /// `Object.keys(value)`, which a proxy can make throw.
+    #[wasm_bindgen(js_namespace = Object, js_name = keys, catch)]
+    pub fn object_keys(value: &JsValue) -> Result<js_sys::Array, JsValue>;
 }
 
 /// `Reflect.get(target, key)`, with `undefined` for anything that is not an object or throws.

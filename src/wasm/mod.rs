@@ -5,14 +5,18 @@
 //! the guard classes, and *performs* each call: it builds the request once (web-sys
 //! `Request`), calls `fetch`, runs the timers and abort signals, awaits the hooks
 //! (wasm-bindgen-futures) and builds the errors, asking the core (`crate::core`) for every
-//! decision. The server half (`server.rs`, feature `server`) exports the idempotency
-//! companion's core. Types for JavaScript are hand-written in `js/*.d.ts`, so every export
+//! decision. The server half (`server/`, feature `server`) drives the idempotency companion
+//! the same way: `idempotency(handler)` and `idempotent(fn)` await the store and the handler
+//! (wasm-bindgen-futures) over web-sys `Request`/`Response`/`Headers`, asking
+//! `crate::core::idempotency` for every decision. Types for JavaScript are hand-written in `js/*.d.ts`, so every export
 //! skips wasm-bindgen's TypeScript.
 
 #[cfg(feature = "client")]
 mod client;
 mod errors;
 mod js;
+#[cfg(any(feature = "client", feature = "server"))]
+mod options;
 #[cfg(feature = "server")]
 mod server;
 

@@ -1,13 +1,15 @@
 //! The globals the client binds beyond web-sys: `fetch`, `setTimeout`/`clearTimeout`, the
-//! `Request` and `Object.keys` calls that may throw on foreign input, `AbortSignal.any`, and a
+//! `Request` call that may throw on foreign input, `AbortSignal.any`, and a
 //! two-handler `then`.
 //!
 //! All are globals, never reached through `window`, so Node, browsers and workers work alike.
 //! Whatever can throw on foreign input is bound with `catch`: a throw becomes an `Err`, never
 //! an exception unwinding through the wasm.
 
-use js_sys::{Array, Function, Promise};
+use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
+
+pub use crate::wasm::js::{clear_timeout, set_timeout};
 
 #[wasm_bindgen]
 extern "C" {
@@ -15,14 +17,6 @@ extern "C" {
     /// a bad call rejects.
     #[wasm_bindgen(js_name = fetch)]
     pub fn global_fetch(input: &JsValue, init: &JsValue) -> Promise;
-
-    /// The global `setTimeout(callback, ms)`; Node returns an object, browsers a number.
-    #[wasm_bindgen(js_name = setTimeout)]
-    pub fn set_timeout(callback: &Function, ms: f64) -> JsValue;
-
-    /// The global `clearTimeout(handle)`.
-    #[wasm_bindgen(js_name = clearTimeout)]
-    pub fn clear_timeout(handle: &JsValue);
 
     /// The `Request` constructor, bound with `catch` so that the platform's own `TypeError`
     /// for a request fetch can never accept (a relative URL in Node, a GET with a body, an
@@ -40,10 +34,6 @@ extern "C" {
     /// (a polyfill's).
     #[wasm_bindgen(static_method_of = AbortSignalStatics, js_class = "AbortSignal", js_name = any, catch)]
     pub fn any(signals: &Array) -> Result<web_sys::AbortSignal, JsValue>;
-
-    /// `Object.keys(value)`, which a proxy can make throw.
-    #[wasm_bindgen(js_namespace = Object, js_name = keys, catch)]
-    pub fn object_keys(value: &JsValue) -> Result<Array, JsValue>;
 
     /// A promise, for `then` with two plain functions.
     #[wasm_bindgen(js_name = Promise)]

@@ -1,16 +1,10 @@
 //! Reading `RetryOptions` from JavaScript into a [`Policy`], with serde-wasm-bindgen.
 //!
-//! 1. A snapshot: the options object's own enumerable keys (`Object.keys`), each getter run
-//!    once, into a plain object. An unknown name is a `TypeError` naming it and the closest
-//!    known one (`maxAttemps` -> `maxAttempts`); `null` is noted (it clears an option that can
-//!    be cleared); a throwing getter rejects the call with its error.
-//! 2. serde: the snapshot is deserialized into [`RawOptions`] (a `#[derive(Deserialize)]`
-//!    struct, camelCase names; `signal`, `fetch`, the hooks, the guards and `idempotencyKey`
-//!    (`'auto'`, a key or `false`) stay JS values through `serde_wasm_bindgen::preserve`). On
-//!    a wrong type, each option is read alone to find which one failed, so the `TypeError`
-//!    names the option and, in a list, the item (`retryOnStatus`, item `[1]`). (We measured
-//!    `serde_path_to_error` for this: it wraps every field's visitor and cost more wasm than
-//!    the rest of the options code together; reading alone costs only on the error path.)
+//! 1. A snapshot of the own options and serde (`crate::wasm::options`, shared with the server
+//!    half): unknown names are `TypeError`s naming the closest known one; the snapshot is
+//!    deserialized into [`RawOptions`] (a `#[derive(Deserialize)]` struct, camelCase names;
+//!    `signal`, `fetch`, the hooks, the guards and `idempotencyKey` (`'auto'`, a key or
+//!    `false`) stay JS values through `serde_wasm_bindgen::preserve`).
 //! 3. The core validates every value (`crate::core::options`) over the base policy (the
 //!    built-in defaults or a `createRetryFetch` client's): an invalid one is a `TypeError`
 //!    naming the option, the value and what is allowed, raised before anything is sent.
@@ -18,21 +12,21 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use js_sys::{Function, Object};
+use js_sys::Function;
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::bindings::object_keys;
 use super::errors::option_error;
 use super::guards::{lookup, BreakerShared, Guard};
 use crate::core::budget::RetryBudget;
 use crate::core::options::{
-    self as validate, closest_name, KeyMode, OptionError, RetryPolicy, RETRY_OPTION_NAMES,
+    self as validate, KeyMode, OptionError, RetryPolicy, RETRY_OPTION_NAMES,
 };
 use crate::core::throttle::AdaptiveThrottle;
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
+pub use crate::wasm::options::deserialize;
 
 /// Everything a call needs besides the request: the validated policy, the shared guards and
 /// the caller's JavaScript values. `Policy::default()` is the built-in defaults.
@@ -147,125 +141,6 @@ fn expected(option: &str) -> &'static str {
         "breaker" => "a CircuitBreaker",
         _ => "true or false",
     }
-}
-
-/// The own enumerable options of `options`, each read once, in a plain object serde can read
-/// without running a getter; plus the names set to `null`. `api` and `known` name the API and
-/// its options for the errors.
-pub fn snapshot(
-    api: &str,
-    options: &JsValue,
-    known: &[&'static str],
-) -> Result<(Object, Vec<&'static str>), JsValue> {
-    let out = Object::new();
-    let mut nulls = Vec::new();
-    if options.is_undefined() || options.is_null() {
-        return Ok((out, nulls));
-    }
-    if !options.is_object() || js_sys::Array::is_array(options) {
-        let mut msg = String::from(api);
-        msg.push_str(": invalid options: got ");
-        msg.push_str(&describe(options));
-        msg.push_str("; expected an object or undefined");
-        return Err(type_error(&msg));
-    }
-    for key in object_keys(options)?.iter() {
-        let Some(name) = key.as_string() else { continue };
-        let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
-        if value.is_undefined() {
-            continue;
-        }
-        let Some(&known_name) = known.iter().find(|k| **k == name) else {
-            return Err(unknown_option(api, &name, known));
-        };
-        if value.is_null() {
-            nulls.push(known_name);
-        } else {
-            js_sys::Reflect::set(&out, &key, &value)?;
-        }
-    }
-    Ok((out, nulls))
-}
-
-/// `<api>: unknown option "maxAttemps" (did you mean "maxAttempts"?)`.
-pub fn unknown_option(api: &str, name: &str, known: &[&'static str]) -> JsValue {
-    let mut msg = String::from(api);
-    msg.push_str(": unknown option \"");
-    msg.push_str(name);
-    msg.push('"');
-    match closest_name(name, known) {
-        Some(close) => {
-            msg.push_str(" (did you mean \"");
-            msg.push_str(close);
-            msg.push_str("\"?)");
-        }
-        None => {
-            msg.push_str("; the options are ");
-            msg.push_str(&known.join(", "));
-        }
-    }
-    type_error(&msg)
-}
-
-/// The `TypeError` for a value serde could not read: the option and (in a list) the item,
-/// found by reading each option of the snapshot alone; its value; and what is allowed.
-/// Only on the error path: a valid read costs nothing more.
-fn serde_error<T: for<'de> Deserialize<'de>>(
-    api: &str,
-    snapshot: &Object,
-    expected: fn(&str) -> &'static str,
-) -> JsValue {
-    let mut option = String::new();
-    if let Ok(keys) = object_keys(snapshot) {
-        for key in keys.iter() {
-            let alone = Object::new();
-            let value = js::get(snapshot, &key.as_string().unwrap_or_default());
-            let _ = js_sys::Reflect::set(&alone, &key, &value);
-            let de = serde_wasm_bindgen::Deserializer::from(JsValue::from(alone));
-            if T::deserialize(de).is_err() {
-                option = key.as_string().unwrap_or_default();
-                break;
-            }
-        }
-    }
-    let value = js::get(snapshot, &option);
-    let mut msg = String::from(api);
-    msg.push_str(": invalid option \"");
-    msg.push_str(&option);
-    msg.push_str("\": ");
-    // In the list of statuses, the first item that is not a number.
-    let bad_item = value
-        .dyn_ref::<js_sys::Array>()
-        .filter(|_| option == "retryOnStatus")
-        .and_then(|items| items.iter().position(|item| item.as_f64().is_none()).map(|i| (i, items.get(i as u32))));
-    match bad_item {
-        Some((i, item)) => {
-            msg.push_str("item [");
-            msg.push_str(&i.to_string());
-            msg.push_str("] is ");
-            msg.push_str(&describe(&item));
-        }
-        None => {
-            msg.push_str("got ");
-            msg.push_str(&describe(&value));
-        }
-    }
-    msg.push_str("; expected ");
-    msg.push_str(expected(&option));
-    type_error(&msg)
-}
-
-/// Deserialize the snapshot of `options` into `T` (`api` and `known` for the errors).
-pub fn deserialize<T: for<'de> Deserialize<'de>>(
-    api: &str,
-    options: &JsValue,
-    known: &[&'static str],
-    expected: fn(&str) -> &'static str,
-) -> Result<(T, Object, Vec<&'static str>), JsValue> {
-    let (snap, nulls) = snapshot(api, options, known)?;
-    let de = serde_wasm_bindgen::Deserializer::from(JsValue::from(snap.clone()));
-    let raw = T::deserialize(de).map_err(|_| serde_error::<T>(api, &snap, expected))?;
-    Ok((raw, snap, nulls))
 }
 
 /// Read `options` over `base`: a new policy, or a `TypeError` naming the bad option.

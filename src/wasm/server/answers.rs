@@ -1,0 +1,136 @@
+//! The companion's answers: RFC 9457 problem responses (`application/problem+json`), and
+//! responses to and from the store's `StoredResponse` (web-sys `Response` and `Headers`).
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use js_sys::Uint8Array;
+use wasm_bindgen::prelude::*;
+use web_sys::{Headers, Response, ResponseInit};
+
+use super::store::StoredResponse;
+use crate::wasm::js;
+
+/// The header added to a replayed response.
+pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
+
+/// The `type` of every problem answer: the draft that defines these errors.
+const PROBLEM_TYPE: &str = "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/";
+
+/// An RFC 9457 problem answer: `{ type, title, status, detail, code }`, `Cache-Control:
+/// no-store`, and `Retry-After: 1` when `retry_after`.
+pub fn problem(status: u16, code: &str, title: &str, detail: &str, retry_after: bool) -> Result<Response, JsValue> {
+    let body: JsValue = js_sys::Object::new().into();
+    js::set(&body, "type", &PROBLEM_TYPE.into());
+    js::set(&body, "title", &title.into());
+    js::set(&body, "status", &status.into());
+    js::set(&body, "detail", &detail.into());
+    js::set(&body, "code", &code.into());
+    let text = js_sys::JSON::stringify(&body)?.as_string().unwrap_or_default();
+    let headers = Headers::new()?;
+    headers.set("Content-Type", "application/problem+json")?;
+    headers.set("Cache-Control", "no-store")?;
+    if retry_after {
+        headers.set("Retry-After", "1")?;
+    }
+    let init = ResponseInit::new();
+    init.set_status(status);
+    init.set_headers(&headers);
+    Response::new_with_opt_str_and_init(Some(&text), &init)
+}
+
+/// Must a response with `status` have a null body?
+fn null_body(status: u16) -> bool {
+    matches!(status, 101 | 103 | 204 | 205 | 304)
+}
+
+/// A `Response` with `bytes` as its body and `headers`.
+fn response(status: u16, status_text: &str, headers: &Headers, bytes: &[u8]) -> Result<Response, JsValue> {
+    let init = ResponseInit::new();
+    init.set_status(status);
+    if !status_text.is_empty() {
+        init.set_status_text(status_text);
+    }
+    init.set_headers(headers);
+    if null_body(status) {
+        return Response::new_with_opt_buffer_source_and_init(None, &init);
+    }
+    Response::new_with_opt_buffer_source_and_init(Some(&Uint8Array::from(bytes)), &init)
+}
+
+/// The stored response as a `Response`; `replayed` adds `Idempotent-Replayed: true`.
+pub fn from_stored(stored: &StoredResponse, replayed: bool) -> Result<Response, JsValue> {
+    let headers = Headers::new()?;
+    for (name, value) in &stored.headers {
+        headers.append(name, value)?;
+    }
+    if replayed {
+        headers.set(REPLAYED_HEADER, "true")?;
+    }
+    let bytes = BASE64.decode(stored.body.as_bytes()).map_err(|_| {
+        crate::wasm::errors::type_error("idempotency: the store returned a stored response whose body is not base64")
+    })?;
+    response(stored.status, &stored.status_text, &headers, &bytes)
+}
+
+/// A handler's answer, read whole: what is stored, and the live response to send (the same
+/// status, headers (every `Set-Cookie` kept) and bytes).
+pub struct Answer {
+    /// What the store keeps: never a `Set-Cookie` (a replay must not hand one caller's
+    /// session to another, nor renew a session).
+    pub stored: StoredResponse,
+    /// Whether it carried `Retry-After`.
+    pub has_retry_after: bool,
+    /// The response to send now.
+    pub live: Response,
+}
+
+/// Read `response` whole into an [`Answer`].
+pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
+    let buffer = wasm_bindgen_futures::JsFuture::from(response.array_buffer()?).await?;
+    let bytes = Uint8Array::new(&buffer).to_vec();
+    let source = response.headers();
+    let mut headers = Vec::new();
+    if let Ok(Some(entries)) = js_sys::try_iter(&source) {
+        for entry in entries {
+            let pair = js_sys::Array::from(&entry?);
+            let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) else { continue };
+            if !name.eq_ignore_ascii_case("set-cookie") {
+                headers.push((name, value));
+            }
+        }
+    }
+    let status = response.status();
+    let status_text = response.status_text();
+    let has_retry_after = source.has("retry-after").unwrap_or(false);
+    let live = self::response(status, &status_text, &source, &bytes)?;
+    let stored = StoredResponse { status, status_text, headers, body: BASE64.encode(&bytes) };
+    Ok(Answer { stored, has_retry_after, live })
+}
+
+/// A stored response of a value (`idempotent`): status 200, the value's JSON as the body.
+pub fn stored_value(json: &str) -> StoredResponse {
+    StoredResponse {
+        status: 200,
+        status_text: String::new(),
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: BASE64.encode(json.as_bytes()),
+    }
+}
+
+/// The body of a stored response as text (for `idempotent`'s replays).
+pub fn stored_text(stored: &StoredResponse) -> Result<String, JsValue> {
+    let bytes = BASE64.decode(stored.body.as_bytes()).map_err(|_| {
+        crate::wasm::errors::type_error("idempotent: the store returned a stored result whose body is not base64")
+    })?;
+    String::from_utf8(bytes).map_err(|_| crate::wasm::errors::type_error("idempotent: the stored result is not UTF-8 JSON"))
+}
+
+/// The body of a problem as a stored response (a failure `idempotent` stores).
+pub fn stored_problem(status: u16, json: &str) -> StoredResponse {
+    StoredResponse {
+        status,
+        status_text: String::new(),
+        headers: vec![("content-type".into(), "application/problem+json".into())],
+        body: BASE64.encode(json.as_bytes()),
+    }
+}

@@ -1,0 +1,114 @@
+//! `idempotent(fn, options)`: one effect per key for any async function (a queue consumer, a
+//! cron job) under at-least-once delivery, with the same stores and state machine as the HTTP
+//! companion.
+//!
+//! The key comes from `options.key(input)` (e.g. the message id), scoped by `options.scope`;
+//! the fingerprint is the input's JSON. The result is stored as JSON and a repeat with the
+//! same key gets it back without running `fn`; a repeat with another input under the key, a
+//! run still going on (after `waitTimeoutMs`) and a stored failure are `IdempotencyError`s
+//! with a `code`.
+
+use std::rc::Rc;
+
+use js_sys::{Function, Promise, JSON};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use super::answers::{stored_problem, stored_text, stored_value};
+use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Keyed, Ran};
+use super::options::JobSettings;
+use crate::core::idempotency::{self as idem, after_throw, AfterThrow};
+use crate::wasm::errors::{describe, type_error};
+use crate::wasm::js;
+
+/// `new Error(message)` named `IdempotencyError`, with `code`.
+fn idempotency_error(code: &str, message: &str) -> JsValue {
+    let e = js_sys::Error::new(message);
+    e.set_name("IdempotencyError");
+    js::set(&e, "code", &code.into());
+    e.into()
+}
+
+/// `JSON.stringify(value)`, `None` for `undefined` (and functions); a throw (a cycle, a
+/// BigInt) is passed on.
+fn json(value: &JsValue) -> Result<Option<String>, JsValue> {
+    let text = JSON::stringify(value)?;
+    Ok(text.as_string())
+}
+
+/// Run one job (the function `idempotent` returns).
+pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue) -> Result<JsValue, JsValue> {
+    let c = &s.common;
+    let raw = JsFuture::from(Promise::resolve(&s.key.call1(&JsValue::UNDEFINED, &input)?)).await?;
+    let key = raw.as_string().filter(|k| idem::validate_key(k).is_ok()).ok_or_else(|| {
+        type_error(&format!(
+            "idempotent: option \"key\" returned {}; expected a key of 1 to 255 visible ASCII characters",
+            describe(&raw)
+        ))
+    })?;
+    let body = json(&input)?.unwrap_or_default();
+    let k = Keyed::new(key, s.scope.as_deref(), idem::fingerprint("JOB", "", body.as_bytes()));
+    match claim(c, &k, &|| None).await {
+        Ok(Claim::Held) => {}
+        Ok(Claim::Replay(stored)) => return replay(&stored),
+        Ok(Claim::Mismatch) => {
+            return Err(idempotency_error("key-reused", "idempotent: this key was already used with a different input"))
+        }
+        Ok(Claim::Busy) => {
+            return Err(idempotency_error("in-progress", "idempotent: a run with this key is still in progress"))
+        }
+        Err(ClaimError::Aborted(reason)) => return Err(reason),
+        Err(ClaimError::Store(error, _)) => return Err(error),
+    }
+    let (ran, ctx, renewal) = run_holding(c, &k, &f, &input).await;
+    let lost = renewal.lost();
+    match ran {
+        Ran::Resolved(value) => {
+            // A result that is not JSON cannot be replayed: the effect happened, so keep what
+            // can be kept (a failure record) and tell the caller.
+            match json(&value) {
+                Ok(text) => {
+                    store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost).await;
+                    Ok(value)
+                }
+                Err(error) => {
+                    store_failure(c, &k, &error, lost).await;
+                    Err(error)
+                }
+            }
+        }
+        Ran::Threw(error) => {
+            drop(renewal);
+            match after_throw(c.store.transactional, ctx.used_tx()) {
+                AfterThrow::Release => free_key(c, &k).await,
+                AfterThrow::StoreFailure => store_failure(c, &k, &error, lost).await,
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Store a failed run as a 500 whose body names the error, so a repeat does not run again.
+async fn store_failure(c: &super::options::Common, k: &Keyed, error: &JsValue, lost: bool) {
+    let body: JsValue = js_sys::Object::new().into();
+    js::set(&body, "name", &js::get(error, "name"));
+    js::set(&body, "message", &js::get(error, "message"));
+    let text = JSON::stringify(&body).ok().and_then(|t| t.as_string()).unwrap_or_else(|| "{}".into());
+    store_answer(c, k, &stored_problem(500, &text), lost).await;
+}
+
+/// The result of a stored run: its value, or an `IdempotencyError` for a stored failure.
+fn replay(stored: &super::store::StoredResponse) -> Result<JsValue, JsValue> {
+    let text = stored_text(stored)?;
+    if stored.status != 200 {
+        let failure = JSON::parse(&text).unwrap_or(JsValue::UNDEFINED);
+        let message = js::get(&failure, "message").as_string().unwrap_or_default();
+        let mut msg = String::from("idempotent: the run with this key failed after it started and is not run again: ");
+        msg.push_str(&message);
+        return Err(idempotency_error("previous-run-failed", &msg));
+    }
+    if text.is_empty() {
+        return Ok(JsValue::UNDEFINED);
+    }
+    JSON::parse(&text)
+}

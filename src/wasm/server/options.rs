@@ -1,0 +1,260 @@
+//! The options of `idempotency(handler, options)` and `idempotent(fn, options)`, read with
+//! serde-wasm-bindgen from a snapshot of the object's own options (`crate::wasm::options`):
+//! an unknown name is a `TypeError` naming the closest known one (`lockTimeout` ->
+//! `lockTimeoutMs`), a wrong value a `TypeError` naming the option, the value and what is
+//! allowed. The numbers are checked by `crate::core::idempotency`; the store, the functions
+//! and the key stay JavaScript values.
+
+use std::cell::RefCell;
+
+use js_sys::Function;
+use serde::Deserialize;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use super::store::Store;
+use crate::core::idempotency::{self as idem, Concurrent, ServerOptions, JOB_OPTION_NAMES, SERVER_OPTION_NAMES};
+use crate::core::options::OptionError;
+use crate::wasm::errors::invalid_option;
+use crate::wasm::options::deserialize;
+
+#[wasm_bindgen]
+extern "C" {
+    /// `console.error(a, b)`.
+    #[wasm_bindgen(js_namespace = console, js_name = error)]
+    fn console_error(a: &JsValue, b: &JsValue);
+}
+
+thread_local! {
+    /// Makes the default store (`new MemoryStore()`), given by `js/server.js` when it loads:
+    /// the store classes are JavaScript.
+    static DEFAULT_STORE: RefCell<Option<Function>> = const { RefCell::new(None) };
+}
+
+/// `setDefaultStore(factory)`: how `js/server.js` gives the wasm the default store,
+/// `() => new MemoryStore()`. Not part of the public API.
+#[wasm_bindgen(js_name = setDefaultStore, skip_typescript)]
+pub fn set_default_store(factory: Function) {
+    DEFAULT_STORE.with(|s| *s.borrow_mut() = Some(factory));
+}
+
+/// What `store` must be.
+const STORE_EXPECTED: &str = "an IdempotencyStore: an object with acquire, reclaim, complete and release methods (MemoryStore, RedisStore, PostgresStore)";
+
+/// What each option of either API allows, for the `TypeError` of a value of the wrong type.
+fn expected(option: &str) -> &'static str {
+    match option {
+        "store" => STORE_EXPECTED,
+        "header" => idem::HEADER_EXPECTED,
+        "required" => "true, false or a function (request) => boolean",
+        "identity" => "a function (request) => string | undefined, or false (keys not scoped)",
+        "ttlMs" => idem::TTL_EXPECTED,
+        "lockTimeoutMs" | "pollMs" => idem::POSITIVE_MS_EXPECTED,
+        "waitTimeoutMs" => idem::WAIT_MS_EXPECTED,
+        "concurrent" => idem::CONCURRENT_EXPECTED,
+        "maxBodyBytes" => idem::BODY_BYTES_EXPECTED,
+        "key" => "a function (input) => string, the job's key (1 to 255 visible ASCII characters)",
+        "scope" => "a string (e.g. the queue's or the tenant's name)",
+        _ => "a function",
+    }
+}
+
+/// Where failures are told: `onStoreError(error, operation)` and `onError(error)`, by
+/// default `console.error`.
+#[derive(Clone, Default)]
+pub struct Reporter {
+    on_store_error: Option<Function>,
+    on_error: Option<Function>,
+}
+
+impl Reporter {
+    /// A store method failed where the answer can go on without it (`renew`, `complete`,
+    /// `release`), or before the handler ran (`acquire`: the answer is a 503).
+    pub fn store_error(&self, error: &JsValue, operation: &str) {
+        match &self.on_store_error {
+            // A throwing callback must not become the request's error.
+            Some(f) => drop(f.call2(&JsValue::UNDEFINED, error, &operation.into())),
+            None => {
+                let mut msg = String::from("retry-fetch/server: idempotency store ");
+                msg.push_str(operation);
+                msg.push_str("() failed:");
+                console_error(&msg.into(), error);
+            }
+        }
+    }
+
+    /// The handler threw (or did not resolve with a Response) after it started.
+    pub fn handler_error(&self, error: &JsValue) {
+        match &self.on_error {
+            Some(f) => drop(f.call1(&JsValue::UNDEFINED, error)),
+            None => console_error(&"retry-fetch/server: the handler failed:".into(), error),
+        }
+    }
+}
+
+/// What both APIs share: the store, the limits, the reporting.
+pub struct Common {
+    /// `store`. Default `new MemoryStore()`.
+    pub store: Store,
+    /// `ttlMs`, `lockTimeoutMs`, `concurrent`, `waitTimeoutMs`, `pollMs`, `maxBodyBytes` and
+    /// `header`, checked by the core (defaults in `ServerOptions::default()`).
+    pub limits: ServerOptions,
+    /// `onStoreError`, `onError`.
+    pub reporter: Reporter,
+}
+
+/// `required`.
+pub enum Required {
+    /// Not given: POST and PATCH need a key.
+    Default,
+    /// `true` or `false`.
+    Always(bool),
+    /// `(request) => boolean | Promise<boolean>`.
+    Ask(Function),
+}
+
+/// `identity`.
+pub enum Identity {
+    /// Not given: the request's credentials (`core::idempotency::default_identity`).
+    Credentials,
+    /// `false`: keys are not scoped.
+    Unscoped,
+    /// `(request) => string | undefined | Promise<...>`.
+    Ask(Function),
+}
+
+/// The options of `idempotency(handler, options)`.
+pub struct HttpSettings {
+    /// Store, limits, reporting.
+    pub common: Common,
+    /// `required`. Default: POST and PATCH.
+    pub required: Required,
+    /// `identity`. Default: the request's credentials.
+    pub identity: Identity,
+}
+
+/// The options of `idempotent(fn, options)`.
+pub struct JobSettings {
+    /// Store, limits, reporting.
+    pub common: Common,
+    /// `key`: `(input) => string`. Required.
+    pub key: Function,
+    /// `scope`: scopes the keys (a queue's or a tenant's name). Default none.
+    pub scope: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct RawOptions {
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    store: JsValue,
+    header: Option<String>,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    required: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    identity: JsValue,
+    ttl_ms: Option<f64>,
+    lock_timeout_ms: Option<f64>,
+    concurrent: Option<String>,
+    wait_timeout_ms: Option<f64>,
+    poll_ms: Option<f64>,
+    max_body_bytes: Option<f64>,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    on_store_error: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    on_error: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    key: JsValue,
+    scope: Option<String>,
+}
+
+/// Read `options` for `api` (`idempotency` or `idempotent`), whose option names are `known`.
+fn read_raw(api: &'static str, options: &JsValue, known: &[&'static str]) -> Result<(RawOptions, Common), JsValue> {
+    let (raw, _snap, nulls): (RawOptions, _, _) = deserialize(api, options, known, expected)?;
+    let error = |option: &'static str, value: &JsValue| invalid_option(api, OptionError::new(option, expected(option)), value);
+    if let Some(name) = nulls.first() {
+        return Err(error(name, &JsValue::NULL));
+    }
+    let check = |r: Result<f64, OptionError>, v: f64| r.map_err(|e| invalid_option(api, e, &v.into()));
+    let mut limits = ServerOptions::default();
+    if let Some(h) = &raw.header {
+        limits.header = idem::header(h).map_err(|e| invalid_option(api, e, &h.into()))?;
+    }
+    if let Some(n) = raw.ttl_ms {
+        limits.ttl_ms = check(idem::ttl_ms(n), n)?;
+    }
+    if let Some(n) = raw.lock_timeout_ms {
+        limits.lock_timeout_ms = check(idem::lock_timeout_ms(n), n)?;
+    }
+    if let Some(c) = &raw.concurrent {
+        limits.concurrent = idem::concurrent(c).map_err(|e| invalid_option(api, e, &c.into()))?;
+    }
+    if let Some(n) = raw.wait_timeout_ms {
+        limits.wait_timeout_ms = Some(check(idem::wait_timeout_ms(n), n)?);
+    }
+    if let Some(n) = raw.poll_ms {
+        limits.poll_ms = check(idem::poll_ms(n), n)?;
+    }
+    if let Some(n) = raw.max_body_bytes {
+        limits.max_body_bytes = check(idem::max_body_bytes(n), n)?;
+    }
+    let store = if raw.store.is_undefined() {
+        let made = DEFAULT_STORE.with(|s| s.borrow().as_ref().map(|f| f.call0(&JsValue::UNDEFINED)));
+        match made {
+            Some(made) => Store::new(made?),
+            None => None,
+        }
+        .ok_or_else(|| crate::wasm::errors::type_error("retry-fetch/server: no default store (load the package through 'retry-fetch/server')"))?
+    } else {
+        Store::new(raw.store.clone()).ok_or_else(|| error("store", &raw.store))?
+    };
+    let function = |name: &'static str, v: &JsValue| -> Result<Option<Function>, JsValue> {
+        if v.is_undefined() {
+            return Ok(None);
+        }
+        v.clone().dyn_into::<Function>().map(Some).map_err(|v| error(name, &v))
+    };
+    let reporter = Reporter {
+        on_store_error: function("onStoreError", &raw.on_store_error)?,
+        on_error: function("onError", &raw.on_error)?,
+    };
+    Ok((raw, Common { store, limits, reporter }))
+}
+
+/// Read the options of `idempotency(handler, options)`.
+pub fn read_http(options: &JsValue) -> Result<HttpSettings, JsValue> {
+    let api = "idempotency";
+    let (raw, common) = read_raw(api, options, &SERVER_OPTION_NAMES)?;
+    let error = |option: &'static str, value: &JsValue| invalid_option(api, OptionError::new(option, expected(option)), value);
+    let required = match (raw.required.as_bool(), raw.required.is_undefined()) {
+        (_, true) => Required::Default,
+        (Some(b), _) => Required::Always(b),
+        _ => Required::Ask(raw.required.clone().dyn_into().map_err(|v| error("required", &v))?),
+    };
+    let identity = match (raw.identity.as_bool(), raw.identity.is_undefined()) {
+        (_, true) => Identity::Credentials,
+        (Some(false), _) => Identity::Unscoped,
+        _ => Identity::Ask(raw.identity.clone().dyn_into().map_err(|v| error("identity", &v))?),
+    };
+    Ok(HttpSettings { common, required, identity })
+}
+
+/// Read the options of `idempotent(fn, options)`.
+pub fn read_job(options: &JsValue) -> Result<JobSettings, JsValue> {
+    let api = "idempotent";
+    if options.is_undefined() || options.is_null() {
+        return Err(invalid_option(api, OptionError::new("key", expected("key")), &JsValue::UNDEFINED));
+    }
+    let (raw, common) = read_raw(api, options, &JOB_OPTION_NAMES)?;
+    let key = raw
+        .key
+        .clone()
+        .dyn_into::<Function>()
+        .map_err(|v| invalid_option(api, OptionError::new("key", expected("key")), &v))?;
+    Ok(JobSettings { common, key, scope: raw.scope.filter(|s| !s.is_empty()) })
+}
+
+/// Is `concurrent` `'reject'`?
+pub fn rejects(limits: &ServerOptions) -> bool {
+    limits.concurrent == Concurrent::Reject
+}

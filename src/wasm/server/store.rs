@@ -1,0 +1,279 @@
+//! The store, as the companion calls it: an `IdempotencyStore` JavaScript object
+//! (`MemoryStore`, `RedisStore`, `PostgresStore` or the caller's own) whose methods may return
+//! a value or a promise; the records it keeps, read and written with serde; and the renewal of
+//! a live holder's lock.
+//!
+//! A record is a plain JSON-serialisable object (`store.d.ts`):
+//! `{ state: 'in-progress', token, fingerprint, lockExpiresAt }` (a lock),
+//! `{ state: 'completed', fingerprint, response, completedAt }` (a stored answer), or
+//! `{ state: 'in-progress', held: true }` (a live transaction holds the key; its details are
+//! not visible: `PostgresStore`).
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Promise};
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::{spawn_local, JsFuture};
+
+use super::options::Reporter;
+use crate::core::idempotency::Record;
+use crate::wasm::errors::{describe, type_error};
+use crate::wasm::js;
+
+#[wasm_bindgen]
+extern "C" {
+    /// The global `setInterval(callback, ms)`.
+    #[wasm_bindgen(js_name = setInterval)]
+    fn set_interval(callback: &Function, ms: f64) -> JsValue;
+    /// The global `clearInterval(handle)`.
+    #[wasm_bindgen(js_name = clearInterval)]
+    fn clear_interval(handle: &JsValue);
+}
+
+/// The methods every store has (`IdempotencyStore` in `store.d.ts`); `renew` and
+/// `transaction` are optional.
+pub const STORE_METHODS: [&str; 4] = ["acquire", "reclaim", "complete", "release"];
+
+/// A response as the store keeps it.
+#[derive(Serialize, Deserialize, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredResponse {
+    /// The status, 200 to 599.
+    pub status: u16,
+    /// The reason phrase (`''` for the default one).
+    #[serde(default)]
+    pub status_text: String,
+    /// Header name/value pairs in order, lower-case names, never `Set-Cookie`.
+    pub headers: Vec<(String, String)>,
+    /// The body bytes, base64.
+    pub body: String,
+}
+
+/// A lock, as written.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LockRecord<'a> {
+    state: &'static str,
+    token: &'a str,
+    fingerprint: &'a str,
+    lock_expires_at: f64,
+}
+
+/// A completed record, as written.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CompletedRecord<'a> {
+    state: &'static str,
+    fingerprint: &'a str,
+    response: &'a StoredResponse,
+    completed_at: f64,
+}
+
+/// Any record, as read back (every field optional; [`StoredRecord::decision`] checks them).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredRecord {
+    state: String,
+    #[serde(default)]
+    fingerprint: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    lock_expires_at: Option<f64>,
+    #[serde(default)]
+    held: Option<bool>,
+    #[serde(default)]
+    response: Option<StoredResponse>,
+}
+
+impl StoredRecord {
+    /// Read a record a store returned; a value that is not one is a `TypeError`.
+    pub fn read(value: &JsValue) -> Result<StoredRecord, JsValue> {
+        serde_wasm_bindgen::from_value(value.clone()).map_err(|_| malformed(value, "not an IdempotencyRecord"))
+    }
+
+    /// The record as the core's state machine sees it.
+    pub fn decision(&self, value: &JsValue) -> Result<Record<'_>, JsValue> {
+        match (self.state.as_str(), self.held) {
+            ("in-progress", Some(true)) => Ok(Record::Held),
+            ("in-progress", _) => {
+                // The token is what `reclaim` compares on; a lock without one cannot be taken over.
+                if self.token.is_none() {
+                    return Err(malformed(value, "a lock without a string token"));
+                }
+                Ok(Record::InProgress {
+                    fingerprint: self.fingerprint.as_deref().ok_or_else(|| malformed(value, "no string fingerprint"))?,
+                    lock_expires_at_ms: self.lock_expires_at.ok_or_else(|| malformed(value, "no number lockExpiresAt"))?,
+                })
+            }
+            ("completed", _) => {
+                if self.response.is_none() {
+                    return Err(malformed(value, "a completed record without a response"));
+                }
+                Ok(Record::Completed {
+                    fingerprint: self.fingerprint.as_deref().ok_or_else(|| malformed(value, "no string fingerprint"))?,
+                })
+            }
+            _ => Err(malformed(value, "state is neither 'in-progress' nor 'completed'")),
+        }
+    }
+
+    /// The lock's token (for `reclaim`).
+    pub fn token(&self) -> &str {
+        self.token.as_deref().unwrap_or_default()
+    }
+
+    /// The stored response of a completed record.
+    pub fn take_response(self) -> Option<StoredResponse> {
+        self.response
+    }
+}
+
+/// The `TypeError` for a record a store returned that is not an `IdempotencyRecord`.
+fn malformed(record: &JsValue, what: &str) -> JsValue {
+    let mut msg = String::from("idempotency: the store returned a malformed record (");
+    msg.push_str(what);
+    msg.push_str("): ");
+    msg.push_str(&describe(record));
+    type_error(&msg)
+}
+
+/// A Rust value as a plain JS object (structs as objects, tuples as arrays).
+fn to_js<T: Serialize>(value: &T) -> JsValue {
+    value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// The lock record of `token`, live until `expires_at` (ms since the Unix epoch).
+pub fn lock_record(token: &str, fingerprint: &str, expires_at: f64) -> JsValue {
+    to_js(&LockRecord { state: "in-progress", token, fingerprint, lock_expires_at: expires_at })
+}
+
+/// The completed record for `response`.
+pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> JsValue {
+    to_js(&CompletedRecord { state: "completed", fingerprint, response, completed_at: js_sys::Date::now() })
+}
+
+/// An `IdempotencyStore`, checked when the companion is made.
+#[derive(Clone)]
+pub struct Store {
+    object: JsValue,
+    /// `store.transactional === true`: `release` rolls back what the handler wrote through
+    /// `ctx.tx` (`PostgresStore`).
+    pub transactional: bool,
+}
+
+impl Store {
+    /// Check that `value` has the store methods.
+    pub fn new(value: JsValue) -> Option<Store> {
+        let ok = value.is_object() && STORE_METHODS.iter().all(|m| js::get(&value, m).is_function());
+        ok.then(|| Store { transactional: js::get(&value, "transactional").as_bool() == Some(true), object: value })
+    }
+
+    /// `store[method](...args)`, awaited when it returns a promise; a throw or a rejection is
+    /// an `Err` with its error.
+    async fn call(&self, method: &str, args: &[&JsValue]) -> Result<JsValue, JsValue> {
+        let f: Function = js::get_or_throw(&self.object, method)?
+            .dyn_into()
+            .map_err(|_| type_error("idempotency: the store lost one of its methods"))?;
+        let list = Array::new();
+        for a in args {
+            list.push(a);
+        }
+        let value = f.apply(&self.object, &list)?;
+        JsFuture::from(Promise::resolve(&value)).await
+    }
+
+    /// `acquire(key, lock, lockTimeoutMs)`: `None` when the caller now holds the key.
+    pub async fn acquire(&self, key: &str, lock: &JsValue, lock_ms: f64) -> Result<Option<JsValue>, JsValue> {
+        let v = self.call("acquire", &[&key.into(), lock, &lock_ms.into()]).await?;
+        Ok((!v.is_null() && !v.is_undefined()).then_some(v))
+    }
+
+    /// `reclaim(key, staleToken, lock, lockTimeoutMs)`.
+    pub async fn reclaim(&self, key: &str, stale: &str, lock: &JsValue, lock_ms: f64) -> Result<bool, JsValue> {
+        let v = self.call("reclaim", &[&key.into(), &stale.into(), lock, &lock_ms.into()]).await?;
+        Ok(v.is_truthy())
+    }
+
+    /// `renew(key, token, lock, lockTimeoutMs)`; a store without `renew` keeps the lock for
+    /// `lockTimeoutMs` only (`true`: nothing to tell).
+    pub async fn renew(&self, key: &str, token: &str, lock: &JsValue, lock_ms: f64) -> Result<bool, JsValue> {
+        if !js::get(&self.object, "renew").is_function() {
+            return Ok(true);
+        }
+        let v = self.call("renew", &[&key.into(), &token.into(), lock, &lock_ms.into()]).await?;
+        Ok(v.is_truthy())
+    }
+
+    /// `complete(key, token, record, ttlMs)`.
+    pub async fn complete(&self, key: &str, token: &str, record: &JsValue, ttl_ms: f64) -> Result<bool, JsValue> {
+        let v = self.call("complete", &[&key.into(), &token.into(), record, &ttl_ms.into()]).await?;
+        Ok(v.is_truthy())
+    }
+
+    /// `release(key, token)`.
+    pub async fn release(&self, key: &str, token: &str) -> Result<bool, JsValue> {
+        let v = self.call("release", &[&key.into(), &token.into()]).await?;
+        Ok(v.is_truthy())
+    }
+
+    /// `transaction(key, token)`: the store's transaction that holds the key (`ctx.tx`), or
+    /// `undefined` for a store without one.
+    pub fn transaction(&self, key: &str, token: &str) -> JsValue {
+        match js::get(&self.object, "transaction").dyn_into::<Function>() {
+            Ok(f) => f.call2(&self.object, &key.into(), &token.into()).unwrap_or(JsValue::UNDEFINED),
+            Err(_) => JsValue::UNDEFINED,
+        }
+    }
+}
+
+/// Keeps a live holder's lock: every `interval` ms, `renew` with the holder's token (the
+/// fence: a holder whose lock lapsed and was taken over cannot extend its successor's). Stops
+/// when dropped. `lost()` tells whether the store refused a renewal.
+pub struct Renewal {
+    handle: JsValue,
+    lost: Rc<Cell<bool>>,
+    _tick: Closure<dyn FnMut()>,
+}
+
+impl Renewal {
+    /// Start renewing `key`'s lock held by `token`.
+    pub fn start(store: Store, key: Rc<str>, token: Rc<str>, fingerprint: Rc<str>, lock_ms: f64, interval: f64, reporter: Reporter) -> Renewal {
+        let lost = Rc::new(Cell::new(false));
+        let busy = Rc::new(Cell::new(false));
+        let flag = lost.clone();
+        let tick = Closure::<dyn FnMut()>::new(move || {
+            if busy.get() || flag.get() {
+                return; // the last renewal is still running, or the lock is gone
+            }
+            busy.set(true);
+            let (store, key, token, fingerprint, busy, flag, reporter) =
+                (store.clone(), key.clone(), token.clone(), fingerprint.clone(), busy.clone(), flag.clone(), reporter.clone());
+            spawn_local(async move {
+                let lock = lock_record(&token, &fingerprint, js_sys::Date::now() + lock_ms);
+                match store.renew(&key, &token, &lock, lock_ms).await {
+                    Ok(true) => {}
+                    Ok(false) => flag.set(true),
+                    Err(error) => reporter.store_error(&error, "renew"),
+                }
+                busy.set(false);
+            });
+        });
+        let handle = set_interval(tick.as_ref().unchecked_ref(), interval);
+        Renewal { handle, lost, _tick: tick }
+    }
+
+    /// Did the store refuse a renewal (the lock lapsed and is someone else's now)?
+    pub fn lost(&self) -> bool {
+        self.lost.get()
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        clear_interval(&self.handle);
+    }
+}
