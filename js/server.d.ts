@@ -2,98 +2,64 @@
  * retry-fetch/server: the server half of idempotency keys. `idempotency(handler)` makes a
  * fetch-style handler answer a repeated request (same `Idempotency-Key`) with the stored
  * response instead of processing it twice; a concurrent duplicate waits for the first.
+ * `idempotent(fn)` does the same for any async function (a queue consumer, a cron job).
  * For Node 20+ (and Deno and Bun).
  *
  * ```ts
  * import http from 'node:http';
- * import { createClient } from 'redis';
- * import { idempotency, RedisStore, toNodeHandler } from 'retry-fetch/server';
+ * import pg from 'pg';
+ * import { idempotency, PostgresStore, toNodeHandler } from 'retry-fetch/server';
  *
- * const client = await createClient({ url: process.env.REDIS_URL }).connect();
- * const handler = idempotency(async (request) => Response.json(await charge(await request.json())), {
- *   store: new RedisStore({ client }),
- *   identity: (request) => request.headers.get('X-User-Id') ?? undefined,
- * });
+ * const store = new PostgresStore({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) });
+ * await store.migrate();
+ * const handler = idempotency(async (request, ctx) => {
+ *   const { amount } = await request.json();
+ *   // Written in the transaction that holds the key: commits with the stored answer, or not at all.
+ *   const { rows } = await ctx.tx.query('INSERT INTO charges (amount) VALUES ($1) RETURNING id', [amount]);
+ *   return Response.json({ charge: rows[0].id }, { status: 201 });
+ * }, { store });
  * http.createServer(toNodeHandler(handler)).listen(8080);
  * ```
  */
 
-/** A fetch-style handler: what `idempotency` wraps and returns, and what `toNodeHandler` serves. */
-export type FetchHandler = (request: Request) => Promise<Response>;
-
-/** A lock: a request with this key is being processed. */
-export interface LockRecord {
-  /** Always `'in-progress'`. */
-  state: 'in-progress';
-  /** The lock owner's random token; only the owner may complete or release the lock. */
-  token: string;
-  /** The request fingerprint: SHA-256 (hex) over method, path + query and the SHA-256 of the body. */
-  fingerprint: string;
-  /** When the lock stops counting, in ms since the Unix epoch (the holder is presumed dead). */
-  lockExpiresAt: number;
-}
-
-/** A stored response, JSON-serialisable. */
-export interface StoredResponse {
-  /** The status, 200 to 599. */
-  status: number;
-  /** The reason phrase (`''` for the default one). */
-  statusText: string;
-  /** Header name/value pairs in order (lower-case names; each `Set-Cookie` a pair of its own). */
-  headers: Array<[string, string]>;
-  /** The body bytes, base64. */
-  body: string;
-}
-
-/** A completed request: its response is replayed for the same key and fingerprint. */
-export interface CompletedRecord {
-  /** Always `'completed'`. */
-  state: 'completed';
-  /** The fingerprint of the request that produced the response. */
-  fingerprint: string;
-  /** The response to replay. */
-  response: StoredResponse;
-  /** When the response was stored, in ms since the Unix epoch. */
-  completedAt: number;
-}
-
-/** What a store holds for a key. */
-export type IdempotencyRecord = LockRecord | CompletedRecord;
+export * from './store.js';
+export * from './memory-store.js';
+export * from './redis-store.js';
+export * from './postgres-store.js';
+import type { IdempotencyStore } from './store.js';
 
 /**
- * Where `idempotency` keeps locks and responses. `MemoryStore` and `RedisStore` implement it;
- * write your own for another database (e.g. SQL: a table with a unique key, `INSERT ... ON
- * CONFLICT DO NOTHING` for `acquire`, `UPDATE ... WHERE key = ? AND token = ?` for the rest).
- * Records are plain JSON-serialisable objects. Each method must be atomic on its key; a method
- * may return its result or a promise of it. A method that throws fails the request (from
- * `acquire` or `reclaim`: before the handler runs) or is reported to `onStoreError` (from
- * `complete` and `release`: after it ran).
+ * What the handler (and an `idempotent` function) gets as its second argument.
+ * @typeParam Tx the store's transaction type (`PostgresStore`: a `pg` client).
  */
-export interface IdempotencyStore {
+export interface IdempotencyContext<Tx = unknown> {
+  /** The request's idempotency key as the client sent it; `null` for a request without one. */
+  readonly key: string | null;
   /**
-   * If `key` holds no live record, store `lock`, live for `lockTimeoutMs`, and return `null`
-   * (the caller now holds the lock). Otherwise return the live record, unchanged. A lock must
-   * stop being live after its `lockTimeoutMs`, a completed record after its `ttlMs`.
+   * A stable key for one downstream call, derived from this key and its scope: forward it as
+   * the downstream `Idempotency-Key` (e.g. to a payment provider) so that exactly-once
+   * composes down the chain. The same `name` gives the same key on every retry and every
+   * instance; a UUID (version 8). @throws TypeError for a request without a key or an empty name.
    */
-  acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<IdempotencyRecord | null> | IdempotencyRecord | null;
+  keyFor(name: string): string;
   /**
-   * If `key` holds a lock whose token is `staleToken` (a lock the caller judged expired),
-   * replace it with `lock`, live for `lockTimeoutMs`, and return `true`; otherwise `false`.
+   * The store's transaction that holds the key (`PostgresStore`: a `pg` client inside it):
+   * the handler's writes through it commit together with the stored answer, or not at all.
+   * `undefined` with a store without transactions (`MemoryStore`, `RedisStore`).
    */
-  reclaim(key: string, staleToken: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean> | boolean;
-  /**
-   * If `key` holds the lock whose token is `token`, replace it with `record`, live for `ttlMs`,
-   * and return `true`; otherwise (the lock expired, maybe taken over) `false`.
-   */
-  complete(key: string, token: string, record: CompletedRecord, ttlMs: number): Promise<boolean> | boolean;
-  /** If `key` holds the lock whose token is `token`, delete it and return `true`; otherwise `false`. */
-  release(key: string, token: string): Promise<boolean> | boolean;
+  readonly tx: Tx | undefined;
 }
 
+/** A fetch-style handler: what `idempotency` wraps, called with the request and its context. */
+export type IdempotentHandler<Tx = unknown> = (request: Request, ctx: IdempotencyContext<Tx>) => Promise<Response> | Response;
+
+/** A fetch-style handler: what `idempotency` returns and `toNodeHandler` serves. */
+export type FetchHandler = (request: Request) => Promise<Response>;
+
 /** Options of `idempotency(handler, options)`. Every one is optional. */
-export interface IdempotencyOptions {
+export interface IdempotencyOptions<Tx = unknown> {
   /** Where locks and responses are kept. One process: `MemoryStore`; several: `RedisStore`. @default new MemoryStore() */
-  store?: IdempotencyStore;
+  store?: IdempotencyStore<Tx>;
   /** The header that carries the key, read in plain form (`abc`) or the IETF draft's sf-string form (`"abc"`). @default 'Idempotency-Key' */
   header?: string;
   /**
@@ -106,13 +72,24 @@ export interface IdempotencyOptions {
   /**
    * The caller's identity that scopes keys (the IETF draft's composite key; a unique
    * `(key, user)` pair), e.g. the authenticated user id: the same key from two identities is
-   * two operations. Stored as its SHA-256, never in clear. `undefined` or `''`: no scope.
-   * @default undefined (keys are not scoped)
+   * two operations, so a caller who reuses another's key never gets that caller's answer.
+   * Stored as its SHA-256, never in clear. A function returning `undefined` or `''`: no scope;
+   * `false`: keys are never scoped.
+   * @default the request's credentials: the `Authorization` header when present, else the
+   * session cookie (`connect.sid`, `sid`, `session`, `sessionid`, `session_id`, `JSESSIONID`,
+   * `PHPSESSID`, `laravel_session`, `next-auth.session-token`, or a name ending in `session`,
+   * `sessionid` or `session-token`; `__Host-`/`__Secure-` prefixes ignored); else no scope.
    */
-  identity?: (request: Request) => string | undefined | Promise<string | undefined>;
+  identity?: ((request: Request) => string | undefined | Promise<string | undefined>) | false;
   /** How long a completed response is kept and replayed, in ms (1 to 365 days). @default 86400000 (24 h) */
   ttlMs?: number;
-  /** How long a lock lasts, in ms: a holder that died (crash, hang) frees the key after this. Keep it above the handler's longest run. @default 60000 */
+  /**
+   * How long a lock lasts without renewal, in ms. A live holder renews its lock every third
+   * of this while its handler runs (with its token as the fence), so a slow handler keeps its
+   * key; a holder that died (crash, a blocked event loop) frees it after this. With
+   * `PostgresStore` a dead holder frees the key at once (its connection's transaction dies).
+   * @default 60000
+   */
   lockTimeoutMs?: number;
   /** A second request with the key of one still running: `'wait'` for it and answer with its (replayed) response, or `'reject'` with 409 (and `Retry-After: 1`). @default 'wait' */
   concurrent?: 'wait' | 'reject';
@@ -120,95 +97,6 @@ export interface IdempotencyOptions {
   waitTimeoutMs?: number;
   /** How often a waiting request polls the store, in ms. @default 25 */
   pollMs?: number;
-  /**
-   * Told when the store fails (or refuses, the lock having expired) after the handler ran:
-   * `operation` is `'complete'` or `'release'`. The handler's response is still returned.
-   * @default logs with console.error
-   */
-  onStoreError?: (error: unknown, operation: 'complete' | 'release') => void;
-}
-
-/**
- * Wrap `handler` so that each idempotency key is processed once.
- *
- * - no key: 400 problem on routes that require one (see `required`), else the handler runs;
- * - an invalid key (empty, over 255 characters, not visible ASCII, a bad sf-string): 400;
- * - a new key: the lock is taken atomically, the handler runs, its response (status, headers,
- *   body; every status, 5xx included, as Stripe does) is stored for `ttlMs` and returned;
- * - a key with a stored response: that response, byte for byte, plus `Idempotent-Replayed: true`;
- * - a key used with another method, path, query or body: 422;
- * - a key whose request is still running: wait for it, or 409 (`concurrent: 'reject'`);
- * - a handler that throws (or rejects): nothing is stored, the lock is released and the error
- *   propagates (so a retry runs the handler again; `toNodeHandler` answers it with 500).
- *
- * The response body is buffered to be stored: not for streaming answers.
- * @throws TypeError when `handler` is not a function or an option is invalid.
- */
-export function idempotency(handler: FetchHandler, options?: IdempotencyOptions): FetchHandler;
-
-/**
- * An `IdempotencyStore` in this process's memory (one server process; atomic because
- * JavaScript is single-threaded). Records expire by time; expired ones are swept lazily.
- */
-export class MemoryStore implements IdempotencyStore {
-  /** An empty store. */
-  constructor();
-  /** See `IdempotencyStore.acquire`. */
-  acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<IdempotencyRecord | null>;
-  /** See `IdempotencyStore.reclaim`. */
-  reclaim(key: string, staleToken: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean>;
-  /** See `IdempotencyStore.complete`. */
-  complete(key: string, token: string, record: CompletedRecord, ttlMs: number): Promise<boolean>;
-  /** See `IdempotencyStore.release`. */
-  release(key: string, token: string): Promise<boolean>;
-  /** How many records (locks and stored responses) are live. */
-  readonly size: number;
-  /** Forget every record. */
-  clear(): void;
-}
-
-/**
- * The part of a node-redis client (`createClient()` from the `redis` package, v4 or later)
- * that `RedisStore` uses.
- */
-export interface RedisClientLike {
-  /** `SET key value NX PX ms`: resolves `null` when the key exists. */
-  set(key: string, value: string, options: { NX: true; PX: number }): Promise<unknown>;
-  /** `GET key`: the string, or `null`. */
-  get(key: string): Promise<unknown>;
-  /** `EVAL script numkeys keys... args...`. */
-  eval(script: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
-}
-
-/** Options of `new RedisStore(...)`. */
-export interface RedisStoreOptions {
-  /** A connected node-redis client you created (this package has no dependency on `redis`). */
-  client: RedisClientLike;
-  /** Prefix of every key written. @default 'idem:' */
-  prefix?: string;
-}
-
-/**
- * An `IdempotencyStore` in Redis, shared by every server instance. The lock is
- * `SET key value NX PX lockTimeoutMs`; a response is stored with `PX ttlMs`; completing,
- * releasing and taking over a lock check the owner's token in a Lua script (`EVAL`), so a
- * holder whose lock expired cannot overwrite its successor's.
- * @throws TypeError when `client` is not a node-redis client or `prefix` not a string.
- */
-export class RedisStore implements IdempotencyStore {
-  constructor(options: RedisStoreOptions);
-  /** The key prefix. @default 'idem:' */
-  readonly prefix: string;
-  /** `SET prefix+key lock NX PX lockTimeoutMs`; when that fails, `GET` the record. */
-  acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<IdempotencyRecord | null>;
-  /** Replace the lock held by `staleToken` (Lua, `EVAL`). */
-  reclaim(key: string, staleToken: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean>;
-  /** Replace the lock held by `token` with the record, `PX ttlMs` (Lua, `EVAL`). */
-  complete(key: string, token: string, record: CompletedRecord, ttlMs: number): Promise<boolean>;
-  /** Delete the lock held by `token` (Lua, `EVAL`). */
-  release(key: string, token: string): Promise<boolean>;
-}
-
 /** The part of `node:http`'s `IncomingMessage` that `toNodeHandler` reads. */
 export interface NodeIncomingMessage extends AsyncIterable<unknown> {
   method?: string | undefined;

@@ -21,7 +21,7 @@
 //                                     idempotency key keeps the retry from charging twice (a
 //                                     retry answered from the store is dropped the same way)
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { idempotency, MemoryStore, toNodeHandler } from '../pkg/server.js';
+import { idempotency, MemoryStore, PostgresStore, toNodeHandler } from '../pkg/server.js';
 import { readBody } from './read-body.mjs';
 
 export const FAULT_MODES = ['none', '503', '429', 'slow', 'drop'];
@@ -79,12 +79,38 @@ export function parseFaults(input, current) {
   return next;
 }
 
+/** The table of the demo's keys when it runs on PostgreSQL. */
+const DEMO_TABLE = 'retry_fetch_demo_keys';
+
+/**
+ * Where the demo keeps its idempotency keys: the embedded MemoryStore by default; a
+ * PostgresStore (`pg`, a table of its own) when `databaseUrl` (DATABASE_URL) is set.
+ * Resolves with `{ kind, make(), clear(), close() }`.
+ */
+export async function createDemoStorage(databaseUrl = process.env.DATABASE_URL) {
+  if (!databaseUrl) {
+    return { kind: 'memory', make: () => new MemoryStore(), clear: async () => {}, close: async () => {} };
+  }
+  const { default: pg } = await import('pg');
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 20 });
+  pool.on('error', (e) => console.error('retry-fetch demo: PostgreSQL:', e.message));
+  const store = new PostgresStore({ pool, table: DEMO_TABLE });
+  await store.migrate();
+  return {
+    kind: 'postgres',
+    make: () => store,
+    clear: () => pool.query(`TRUNCATE ${DEMO_TABLE}`),
+    close: () => pool.end(),
+  };
+}
+
 /**
  * The payments API. `handle(req, res, path)` answers the routes above and resolves to true, or
  * resolves to false for a path it does not own. `timers` collects pending timers so that the
  * server can clear them on close.
  */
-export function createPaymentsApi({ timers = new Set() } = {}) {
+export function createPaymentsApi({ timers = new Set(), storage } = {}) {
+  storage ??= { kind: 'memory', make: () => new MemoryStore(), clear: async () => {} };
   const ledger = [];
   const requests = new Map(); // Idempotency-Key -> requests that reached the server
   const context = new AsyncLocalStorage(); // { req, fault } of the request being handled
@@ -129,13 +155,15 @@ export function createPaymentsApi({ timers = new Set() } = {}) {
     );
   }
 
-  function reset() {
+  async function reset() {
     ledger.length = 0;
     requests.clear();
-    store = new MemoryStore();
+    await storage.clear();
+    store = storage.make();
     protectedCharge = idempotency(charge, { store });
   }
-  reset();
+  store = storage.make();
+  protectedCharge = idempotency(charge, { store });
 
   function sleep(ms, res) {
     return new Promise((done) => {
@@ -202,7 +230,7 @@ export function createPaymentsApi({ timers = new Set() } = {}) {
       case '/api/ledger/reset':
         if (!only('POST')) return;
         await drain(req);
-        reset();
+        await reset();
         return json(res, 200, { ok: true });
       case '/api/faults':
         if (!only('GET', 'HEAD', 'POST')) return;
@@ -220,5 +248,5 @@ export function createPaymentsApi({ timers = new Set() } = {}) {
     return true;
   }
 
-  return { handle, reset, ledger: ledgerView, get faults() { return faults; } };
+  return { handle, reset, ledger: ledgerView, storage: storage.kind, get faults() { return faults; } };
 }

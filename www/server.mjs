@@ -2,6 +2,8 @@
 // companion, see payments-api.mjs).
 //
 //   node www/server.mjs [--port N]        (or PORT=N; 0 picks a free port; default 8080)
+//   DATABASE_URL=postgres://... node www/server.mjs   keeps the idempotency keys in PostgreSQL
+//                                         (PostgresStore; the embedded MemoryStore otherwise)
 //
 // Serves, on http://127.0.0.1:PORT:
 //   /                  the demo page (files of www/)
@@ -149,8 +151,11 @@ function createFlaky({ timers }) {
  */
 async function loadPaymentsApi({ timers }) {
   try {
-    const { createPaymentsApi } = await import('./payments-api.mjs');
-    return createPaymentsApi({ timers });
+    const { createPaymentsApi, createDemoStorage } = await import('./payments-api.mjs');
+    const storage = await createDemoStorage();
+    const api = createPaymentsApi({ timers, storage });
+    api.close = storage.close;
+    return api;
   } catch (e) {
     const reason = `the payments API is unavailable: ${NOT_BUILT} (${e.message})`;
     const paths = new Set(['/api/payments', '/api/ledger', '/api/ledger/reset', '/api/faults']);
@@ -224,7 +229,7 @@ export async function startDemoServer({ port = 0, host = '127.0.0.1', wwwDir = W
       closing ??= new Promise((done) => {
         for (const t of timers) clearTimeout(t);
         timers.clear();
-        server.close(() => done());
+        server.close(() => Promise.resolve(payments.close?.()).catch(() => {}).then(done));
         for (const s of sockets) s.destroy();
         server.closeAllConnections?.();
       });
@@ -267,6 +272,7 @@ async function main() {
   }
   if (demo.payments.error) console.error(`retry-fetch demo: warning: ${demo.payments.error}`);
   console.log(`retry-fetch demo: ${demo.url}`);
+  if (demo.payments.storage) console.log(`retry-fetch demo: idempotency keys in ${demo.payments.storage === 'postgres' ? 'PostgreSQL (DATABASE_URL)' : 'memory (set DATABASE_URL to use PostgreSQL)'}`);
   console.log('Press Ctrl-C to stop.');
   const stop = (signal) => {
     console.log(`\nretry-fetch demo: ${signal}, stopping.`);
