@@ -97,6 +97,101 @@ export interface IdempotencyOptions<Tx = unknown> {
   waitTimeoutMs?: number;
   /** How often a waiting request polls the store, in ms. @default 25 */
   pollMs?: number;
+  /**
+   * The largest request body read (to fingerprint it) before the handler runs, in bytes; a
+   * longer body is answered 413 (a declared `Content-Length` over it at once, unread).
+   * @default 1048576 (1 MiB)
+   */
+  maxBodyBytes?: number;
+  /**
+   * Told when the store fails, or refuses (the lock was lost): `operation` is `'acquire'` or
+   * `'reclaim'` (the answer is a 503 problem, nothing ran, nothing stored), `'renew'`,
+   * `'complete'` or `'release'` (after the handler ran: its answer is still returned, except
+   * a transactional store whose commit failed: a 503, nothing kept).
+   * @default logs with console.error
+   */
+  onStoreError?: (error: unknown, operation: 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release') => void;
+  /** Told when the handler throws, or does not resolve with a Response, after it started. @default logs with console.error */
+  onError?: (error: unknown) => void;
+}
+
+/**
+ * Wrap `handler` so that each idempotency key is processed once. The handler is called as
+ * `handler(request, ctx)`.
+ *
+ * - no key: 400 problem on routes that require one (see `required`), else the handler runs
+ *   (`ctx.key` is `null`);
+ * - an invalid key (empty, over 255 characters, not visible ASCII, a bad sf-string): 400;
+ * - a body over `maxBodyBytes`: 413;
+ * - a new key: the lock is taken atomically, the handler runs (the lock renewed while it
+ *   does), its answer (status, headers except `Set-Cookie`, body; 5xx included, as Stripe
+ *   does) is stored for `ttlMs` and returned;
+ * - an answer that says the request was not processed — 408, 425, 429, or 503 with
+ *   `Retry-After` — is returned but not stored: the key is freed for the client's retry;
+ * - a key with a stored answer: that answer, byte for byte, plus `Idempotent-Replayed: true`
+ *   (never a `Set-Cookie`);
+ * - a key used with another method, path, query or body: 422;
+ * - a key whose request is still running: wait for it, or 409 (`concurrent: 'reject'`);
+ * - a handler that throws (or rejects) after it started: it may have had effects, so the
+ *   answer is a 500 problem that is stored and replayed; unless the store is transactional
+ *   and the handler used `ctx.tx`: then its writes are rolled back and the key is freed;
+ * - a store that fails before the handler ran: 503 problem with `Retry-After: 1`, nothing
+ *   ran, nothing stored.
+ *
+ * The response body is buffered to be stored: not for streaming answers.
+ * @throws TypeError when `handler` is not a function, or an option is invalid or unknown.
+ */
+export function idempotency<Tx = unknown>(handler: IdempotentHandler<Tx>, options?: IdempotencyOptions<Tx>): FetchHandler;
+
+/** Options of `idempotent(fn, options)`. `key` is required. */
+export interface IdempotentOptions<Input, Tx = unknown> {
+  /** The job's key, e.g. the message id: 1 to 255 visible ASCII characters. */
+  key: (input: Input) => string | Promise<string>;
+  /** Scopes the keys (a queue's or a tenant's name): the same key in two scopes is two jobs. @default none */
+  scope?: string;
+  /** See `IdempotencyOptions.store`. @default new MemoryStore() */
+  store?: IdempotencyStore<Tx>;
+  /** How long a result is kept and returned for the key, in ms. @default 86400000 (24 h) */
+  ttlMs?: number;
+  /** See `IdempotencyOptions.lockTimeoutMs`. @default 60000 */
+  lockTimeoutMs?: number;
+  /** A call whose key is running elsewhere: `'wait'` for its result, or `'reject'` (an `IdempotencyError`, code `'in-progress'`). @default 'wait' */
+  concurrent?: 'wait' | 'reject';
+  /** Longest wait with `concurrent: 'wait'`, in ms. @default lockTimeoutMs */
+  waitTimeoutMs?: number;
+  /** How often a waiting call polls the store, in ms. @default 25 */
+  pollMs?: number;
+  /** See `IdempotencyOptions.onStoreError`. @default logs with console.error */
+  onStoreError?: (error: unknown, operation: 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release') => void;
+}
+
+/**
+ * The error an `idempotent` function rejects with when it does not run `fn`: `code` is
+ * `'key-reused'` (the key was used with another input), `'in-progress'` (a run with the key
+ * is still going on) or `'previous-run-failed'` (a run with the key threw after it started;
+ * its message is in this one's).
+ */
+export interface IdempotencyError extends Error {
+  /** `'IdempotencyError'`. */
+  readonly name: 'IdempotencyError';
+  /** Why `fn` did not run. */
+  readonly code: 'key-reused' | 'in-progress' | 'previous-run-failed';
+}
+
+/**
+ * Wrap `fn` so that it has one effect per key under at-least-once delivery: the first call
+ * with a key runs `fn(input, ctx)` and stores its result (as JSON); a repeat with the same key
+ * and input returns the stored result without running `fn`. A throw is stored as a failure
+ * (repeats reject with `IdempotencyError` `'previous-run-failed'`), unless the store is
+ * transactional and `fn` used `ctx.tx`: then its writes are rolled back, the key is freed and
+ * a redelivery runs `fn` again. The input must be JSON-serialisable (it is the fingerprint).
+ * @throws TypeError when `fn` is not a function, `key` is missing, or an option is invalid or unknown.
+ */
+export function idempotent<Input, Result, Tx = unknown>(
+  fn: (input: Input, ctx: IdempotencyContext<Tx>) => Promise<Result> | Result,
+  options: IdempotentOptions<Input, Tx>,
+): (input: Input) => Promise<Result>;
+
 /** The part of `node:http`'s `IncomingMessage` that `toNodeHandler` reads. */
 export interface NodeIncomingMessage extends AsyncIterable<unknown> {
   method?: string | undefined;

@@ -7,16 +7,14 @@
 // client's .wasm carries none of it) that await the store and the handler and ask the core
 // (src/core/idempotency.rs) for every decision. This file only loads that module and adds
 // what is Node-specific (`toNodeHandler`); the stores are in their own files.
-import { readFileSync } from 'node:fs';
 import { Readable } from 'node:stream';
-import { initSync, setDefaultStore } from './retry_fetch_server.js';
+import { setDefaultStore } from './server-wasm.js';
 import { MemoryStore } from './memory-store.js';
 import { describe, optionError } from './store-support.js';
 
-initSync({ module: readFileSync(new URL('./retry_fetch_server_bg.wasm', import.meta.url)) });
 setDefaultStore(() => new MemoryStore());
 
-export { idempotency, idempotent } from './retry_fetch_server.js';
+export { idempotency, idempotent } from './server-wasm.js';
 export { MemoryStore } from './memory-store.js';
 export { RedisStore } from './redis-store.js';
 export { PostgresStore } from './postgres-store.js';

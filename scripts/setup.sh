@@ -52,11 +52,15 @@ if [ "$have" != "$want" ]; then
 fi
 rf_say "wasm-bindgen $want"
 
-# 5. Chromium and chromedriver from Debian (never a browser download), Redis for the server store.
+# 5. Chromium and chromedriver from Debian (never a browser download), Redis and PostgreSQL for
+# the server stores (the tests start throwaway servers of their own; see scripts/test.sh).
 apt_install chromium chromium-driver
 [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || rf_die "chromium / chromedriver missing after install"
 apt_install redis-server
 command -v redis-server >/dev/null 2>&1 || rf_die "redis-server missing after install (package redis-server)"
+rf_pg_bin >/dev/null || apt_install postgresql
+pg_bin=$(rf_pg_bin) || rf_die "initdb / pg_ctl not found after install (package postgresql; Debian puts them in /usr/lib/postgresql/<version>/bin)"
+rf_say "PostgreSQL $("$pg_bin/pg_ctl" --version | awk '{print $NF}') ($pg_bin)"
 
 # 6. npm packages: binaryen (wasm-opt), playwright-core, typescript, the test and bench tools.
 stamp=node_modules/.retry-fetch-installed

@@ -30,3 +30,18 @@ rf_die() { printf '\033[31mERROR: %s\033[0m\n' "$*" >&2; exit 1; }
 rf_wasm_bindgen_version() {
   awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$RF_ROOT/Cargo.lock"
 }
+
+# PostgreSQL's server programs (initdb, pg_ctl, postgres): Debian keeps them off PATH, in
+# /usr/lib/postgresql/<major>/bin. Prints the directory that has them (the highest version that
+# has both initdb and pg_ctl: a client-only package leaves a bin/ without them; else the one of
+# pg_ctl on PATH, for other systems), or fails.
+rf_pg_bin() {
+  local dir
+  for dir in $(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -t/ -k5,5nr || true); do
+    if [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ]; then printf '%s\n' "$dir"; return 0; fi
+  done
+  dir=$(command -v pg_ctl 2>/dev/null || true)
+  dir=${dir%/*}
+  if [ -n "$dir" ] && [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ]; then printf '%s\n' "$dir"; return 0; fi
+  return 1
+}

@@ -319,7 +319,7 @@ pub const RETRY_OPTION_NAMES: [&str; 24] = [
 /// The known name closest to a misspelled `name` (`maxAttemps` -> `maxAttempts`), by
 /// case-insensitive Damerau-Levenshtein distance; `None` when nothing is close (more than a
 /// third of the name would have to change).
-pub fn closest_name(name: &str, known: &[&'static str]) -> Option<&'static str> {
+pub fn closest_name<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
     let lower = name.to_ascii_lowercase();
     let (best, distance) = known
         .iter()

@@ -59,7 +59,7 @@ pub fn snapshot(
 }
 
 /// `<api>: unknown option "maxAttemps" (did you mean "maxAttempts"?)`.
-pub fn unknown_option(api: &str, name: &str, known: &[&'static str]) -> JsValue {
+pub fn unknown_option(api: &str, name: &str, known: &[&str]) -> JsValue {
     let mut msg = String::from(api);
     msg.push_str(": unknown option \"");
     msg.push_str(name);

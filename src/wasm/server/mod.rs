@@ -48,6 +48,16 @@ pub fn idempotent(f: JsValue, options: JsValue) -> Result<Function, JsValue> {
     Ok(wrapped.into_js_value().into())
 }
 
+/// `unknownOptionError(api, name, known)`: the `TypeError` for an unknown option of a store's
+/// constructor (`PostgresStore: unknown option "tabel" (did you mean "table"?)`), worded and
+/// matched as the wasm's own options are (`core::options::closest_name`). Not public API: the
+/// JS stores call it.
+#[wasm_bindgen(js_name = unknownOptionError, skip_typescript)]
+pub fn unknown_option_error(api: &str, name: &str, known: Vec<String>) -> JsValue {
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    crate::wasm::options::unknown_option(api, name, &known)
+}
+
 /// `value` as a function, or a `TypeError` (`what`, then the value).
 fn function(value: JsValue, what: &str) -> Result<Function, JsValue> {
     use wasm_bindgen::JsCast;

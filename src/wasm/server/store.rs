@@ -6,8 +6,8 @@
 //! A record is a plain JSON-serialisable object (`store.d.ts`):
 //! `{ state: 'in-progress', token, fingerprint, lockExpiresAt }` (a lock),
 //! `{ state: 'completed', fingerprint, response, completedAt }` (a stored answer), or
-//! `{ state: 'in-progress', held: true }` (a live transaction holds the key; its details are
-//! not visible: `PostgresStore`).
+//! `{ state: 'held' }` (a live transaction holds the key; its details are not visible:
+//! `PostgresStore`).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -84,8 +84,6 @@ pub struct StoredRecord {
     #[serde(default)]
     lock_expires_at: Option<f64>,
     #[serde(default)]
-    held: Option<bool>,
-    #[serde(default)]
     response: Option<StoredResponse>,
 }
 
@@ -97,9 +95,9 @@ impl StoredRecord {
 
     /// The record as the core's state machine sees it.
     pub fn decision(&self, value: &JsValue) -> Result<Record<'_>, JsValue> {
-        match (self.state.as_str(), self.held) {
-            ("in-progress", Some(true)) => Ok(Record::Held),
-            ("in-progress", _) => {
+        match self.state.as_str() {
+            "held" => Ok(Record::Held),
+            "in-progress" => {
                 // The token is what `reclaim` compares on; a lock without one cannot be taken over.
                 if self.token.is_none() {
                     return Err(malformed(value, "a lock without a string token"));
@@ -109,7 +107,7 @@ impl StoredRecord {
                     lock_expires_at_ms: self.lock_expires_at.ok_or_else(|| malformed(value, "no number lockExpiresAt"))?,
                 })
             }
-            ("completed", _) => {
+            "completed" => {
                 if self.response.is_none() {
                     return Err(malformed(value, "a completed record without a response"));
                 }
@@ -117,7 +115,7 @@ impl StoredRecord {
                     fingerprint: self.fingerprint.as_deref().ok_or_else(|| malformed(value, "no string fingerprint"))?,
                 })
             }
-            _ => Err(malformed(value, "state is neither 'in-progress' nor 'completed'")),
+            _ => Err(malformed(value, "state is not 'in-progress', 'completed' or 'held'")),
         }
     }
 

@@ -1,0 +1,135 @@
+import type { CompletedRecord, HeldRecord, IdempotencyStore, LockRecord } from './store.js';
+
+/** The part of a node-postgres query result that `PostgresStore` reads. */
+export interface PgQueryResultLike {
+  /** Rows inserted, updated, deleted or returned. */
+  rowCount: number | null;
+  /** The rows. */
+  rows: any[];
+  /** The command tag (`'COMMIT'`, `'ROLLBACK'`, ...). */
+  command: string;
+}
+
+/**
+ * The part of a node-postgres pool client (`await pool.connect()` from the `pg` package, v8)
+ * that `PostgresStore` uses. With `@types/pg`, `PoolClient` is one.
+ */
+export interface PgPoolClientLike {
+  /** Run a statement; `values` are `$1, $2, ...`. */
+  query(text: string, values?: unknown[]): Promise<PgQueryResultLike | PgQueryResultLike[]>;
+  /** Give the client back to its pool; with an error, the pool destroys it. */
+  release(err?: Error | boolean): void;
+  /** Listen to connection errors. */
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  /** Stop listening. */
+  off(event: 'error', listener: (err: Error) => void): unknown;
+}
+
+/**
+ * The part of a node-postgres `Pool` (`new Pool()` from the `pg` package, v8) that
+ * `PostgresStore` uses. With `@types/pg`, `Pool` is one.
+ */
+export interface PgPoolLike<Client extends PgPoolClientLike = PgPoolClientLike> {
+  /** Check a client out of the pool. */
+  connect(): Promise<Client>;
+  /** Run a statement on any client of the pool. */
+  query(text: string, values?: unknown[]): Promise<PgQueryResultLike | PgQueryResultLike[]>;
+}
+
+/** Options of `new PostgresStore(...)`. An unknown option name is a `TypeError` naming it. */
+export interface PostgresStoreOptions<Client extends PgPoolClientLike = PgPoolClientLike> {
+  /**
+   * A node-postgres `Pool` you created (this package has no dependency on `pg`). Each request
+   * being processed holds one of its clients while its handler runs: size the pool (`max`,
+   * default 10) for the requests you process at once, plus what your handlers take from it.
+   */
+  pool: PgPoolLike<Client>;
+  /**
+   * The table: an SQL identifier, optionally schema-qualified (`'app.idempotency_keys'`):
+   * letters, digits and `_`, not starting with a digit, at most 63 characters a part. It is
+   * quoted, so its case is kept. Create it with `migrate()` or `PostgresStore.schema(table)`.
+   * @default 'idempotency_keys'
+   */
+  table?: string;
+  /**
+   * How long `acquire` waits for another transaction's hold on the key before it answers
+   * `{ state: 'held' }` (a request in progress: `idempotency` waits for it
+   * or answers 409), in ms: an integer from 1 to 2147483647. Keep it short: the row of a key
+   * in progress is locked for as long as its handler runs. @default 50
+   */
+  lockWaitMs?: number;
+}
+
+/**
+ * An `IdempotencyStore` in PostgreSQL, shared by every server instance that uses the database,
+ * in which the handler's own writes commit with the stored response or not at all.
+ *
+ * The row lock is the lock: `acquire` opens a transaction (READ COMMITTED) on a pool client
+ * and inserts the key's row there, uncommitted; the transaction stays open while the handler
+ * runs, which may write through it (`transaction()`, the handler's `ctx.tx`), and `complete`
+ * stores the response in the row and commits it all; `release` rolls it all back. Only
+ * completed responses are ever committed, so:
+ *
+ * - another request with the key waits for the uncommitted row at most `lockWaitMs`, then gets
+ *   `{ state: 'held' }` (a `HeldRecord`);
+ * - a holder that dies (crash, lost connection, `pg_terminate_backend`) frees the key at once:
+ *   PostgreSQL rolls its transaction back;
+ * - a holder idle in its transaction for `lockTimeoutMs` (no statement: hung) loses the
+ *   transaction (`idle_in_transaction_session_timeout`), and the key; `renew` keeps a live
+ *   one's;
+ * - `reclaim` is always `false` (an in-progress row is never visible, so never stale).
+ *
+ * A statement through `ctx.tx` that fails aborts the whole transaction (use a `SAVEPOINT` to
+ * recover from one): `complete` then throws, nothing is stored, the writes are rolled back.
+ * Do not run `COMMIT` or `ROLLBACK` through `ctx.tx`: the transaction is the store's (a key
+ * committed in progress counts as held until `lockTimeoutMs` has passed).
+ * Expired rows are deleted by `acquire` at most once a minute (in the background) and by
+ * `cleanup()`.
+ *
+ * `Client` is the pool's client type (`new PostgresStore<PoolClient>({ pool })` with
+ * `@types/pg`), what `transaction()` returns.
+ * @throws TypeError when `pool` is not a pg Pool, `table` not an SQL table name, `lockWaitMs`
+ *   not an integer from 1 to 2147483647, or an option name is unknown.
+ */
+export class PostgresStore<Client extends PgPoolClientLike = PgPoolClientLike> implements IdempotencyStore<Client> {
+  constructor(options: PostgresStoreOptions<Client>);
+  /**
+   * The SQL that creates the table (`CREATE TABLE IF NOT EXISTS`: `scope`, `key`,
+   * `fingerprint`, `response jsonb`, `completed_at`, `expires_at`, primary key `(scope, key)`)
+   * and its index on `expires_at`, as `migrate()` runs it: for a migration tool of your own.
+   * @throws TypeError when `table` is not an SQL table name.
+   */
+  static schema(table?: string): string;
+  /** The table name. @default 'idempotency_keys' */
+  readonly table: string;
+  /** Always `true`: `release` rolls back what was written through `transaction()`. */
+  readonly transactional: true;
+  /**
+   * Create the table and its index when they are missing (`PostgresStore.schema(table)`). Safe
+   * to run at every start, from several processes at once (they take turns, on an advisory lock).
+   */
+  migrate(): Promise<void>;
+  /** Delete the expired rows now; resolves with how many were deleted. */
+  cleanup(): Promise<number>;
+  /**
+   * `BEGIN`, then `INSERT ... ON CONFLICT DO NOTHING` of the key's row (an expired one is
+   * taken over with an `UPDATE`), waiting at most `lockWaitMs` for another transaction's hold:
+   * `null` when this transaction now holds the key; the `CompletedRecord` of a live response;
+   * a `HeldRecord` when another live transaction holds the key.
+   */
+  acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<CompletedRecord | HeldRecord | null>;
+  /** Run a statement in the holder's transaction (its idle timer starts again, at `lockTimeoutMs`); `false` when it is gone or `token` does not hold `key`. */
+  renew(key: string, token: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean>;
+  /** Always `false`: an in-progress row is never visible to another transaction, so never stale. */
+  reclaim(key: string, staleToken: string, lock: LockRecord, lockTimeoutMs: number): Promise<false>;
+  /**
+   * Store the response in the key's row (live for `ttlMs`) and `COMMIT`, with the handler's
+   * writes; `false` when `token` does not hold `key` or its transaction was lost. Rejects when
+   * the transaction was aborted by a failed statement, or the `COMMIT` failed.
+   */
+  complete(key: string, token: string, record: CompletedRecord, ttlMs: number): Promise<boolean>;
+  /** `ROLLBACK`: the key is free and the handler's writes through `transaction()` are undone; `false` when `token` does not hold `key`. */
+  release(key: string, token: string): Promise<boolean>;
+  /** The pool client inside the transaction that holds `key` for `token` (the handler's `ctx.tx`), or `undefined`. */
+  transaction(key: string, token: string): Client | undefined;
+}

@@ -1,0 +1,112 @@
+/**
+ * The idempotency store protocol of `retry-fetch/server`: the records a store keeps and the
+ * methods `idempotency()` calls. `MemoryStore`, `RedisStore` and `PostgresStore` implement it;
+ * so can a store of your own.
+ *
+ * Keys: `idempotency()` passes one string, `"<scope>:<idempotency key>"`, where the scope is
+ * 64 hex digits (the SHA-256 of the caller's identity) or `-` when keys are not scoped. The
+ * scope never contains `:`, so a store that keeps the two apart splits at the first `:`.
+ */
+
+/** A lock: a request with this key is being processed. */
+export interface LockRecord {
+  /** Always `'in-progress'`. */
+  state: 'in-progress';
+  /** The lock owner's random token; only the owner may renew, complete or release the lock. */
+  token: string;
+  /** The request fingerprint: SHA-256 (hex) over method, path + query and the SHA-256 of the body. */
+  fingerprint: string;
+  /** When the lock stops counting, in ms since the Unix epoch (the holder is presumed dead). */
+  lockExpiresAt: number;
+  /** Never set on a lock (it tells a `HeldRecord` apart). */
+}
+
+/** A stored response, JSON-serialisable. */
+export interface StoredResponse {
+  /** The status, 200 to 599. */
+  status: number;
+  /** The reason phrase (`''` for the default one). */
+  statusText: string;
+  /** Header name/value pairs in order (lower-case names; each `Set-Cookie` a pair of its own). */
+  headers: Array<[string, string]>;
+  /** The body bytes, base64. */
+  body: string;
+}
+
+/** A completed request: its response is replayed for the same key and fingerprint. */
+export interface CompletedRecord {
+  /** Always `'completed'`. */
+  state: 'completed';
+  /** The fingerprint of the request that produced the response. */
+  fingerprint: string;
+  /** The response to replay. */
+  response: StoredResponse;
+  /** When the response was stored, in ms since the Unix epoch. */
+  completedAt: number;
+}
+
+/**
+ * A key held by a live transaction whose details are not visible (`PostgresStore`: the
+ * holder's row is uncommitted). It counts as a request in progress (wait for it, or 409); its
+ * holder is alive by definition, as a dead one's connection rolled its transaction back.
+ */
+export interface HeldRecord {
+  /** Always `'held'` (a state of its own, so a store that narrows on `'in-progress'` still reads a `LockRecord`). */
+  state: 'held';
+}
+
+/** What a store holds for a key. */
+export type IdempotencyRecord = LockRecord | CompletedRecord | HeldRecord;
+
+/**
+ * Where `idempotency` keeps locks and responses. `MemoryStore`, `RedisStore` and
+ * `PostgresStore` implement it; write your own for another database (e.g. SQL: a table with a
+ * unique key, `INSERT ... ON CONFLICT DO NOTHING` for `acquire`, `UPDATE ... WHERE key = ? AND
+ * token = ?` for the rest). Records are plain JSON-serialisable objects. Each method must be
+ * atomic on its key; a method may return its result or a promise of it. A method that throws
+ * fails the request (from `acquire` or `reclaim`: before the handler runs) or is reported to
+ * `onStoreError` (from `renew`, `complete` and `release`: while or after it ran).
+ *
+ * `Tx` is what `transaction()` hands the handler (`ctx.tx`), for a store that has one.
+ */
+export interface IdempotencyStore<Tx = unknown> {
+  /**
+   * If `key` holds no live record, store `lock`, live for `lockTimeoutMs`, and return `null`
+   * (the caller now holds the lock). Otherwise return the live record, unchanged (or a
+   * `HeldRecord` when its details are not visible). A lock must stop being live after its
+   * `lockTimeoutMs`, a completed record after its `ttlMs`; an expired record counts as absent.
+   */
+  acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<IdempotencyRecord | null> | IdempotencyRecord | null;
+  /**
+   * Optional. If `key` holds the lock whose token is `token`, replace it with `lock` (the same
+   * token, a later `lockExpiresAt`), live for `lockTimeoutMs` from now, and return `true`;
+   * otherwise `false`. Called while the handler runs, so a live holder keeps its key; the
+   * token check is the fence: a holder whose lock expired, and was maybe taken over, cannot
+   * extend its successor's. Without it a lock is never renewed: `lockTimeoutMs` must then
+   * outlast the handler's longest run.
+   */
+  renew?(key: string, token: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean> | boolean;
+  /**
+   * If `key` holds a lock whose token is `staleToken` (a lock the caller judged expired),
+   * replace it with `lock`, live for `lockTimeoutMs`, and return `true`; otherwise `false`.
+   */
+  reclaim(key: string, staleToken: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean> | boolean;
+  /**
+   * If `key` holds the lock whose token is `token`, replace it with `record`, live for `ttlMs`,
+   * and return `true`; otherwise (the lock expired, maybe taken over) `false`.
+   */
+  complete(key: string, token: string, record: CompletedRecord, ttlMs: number): Promise<boolean> | boolean;
+  /** If `key` holds the lock whose token is `token`, delete it and return `true`; otherwise `false`. */
+  release(key: string, token: string): Promise<boolean> | boolean;
+  /**
+   * Optional. What the handler gets as `ctx.tx` while it holds `key` with `token` (for
+   * `PostgresStore`, the pg client inside the transaction that holds the key), or `undefined`.
+   * Synchronous.
+   */
+  transaction?(key: string, token: string): Tx | undefined;
+  /**
+   * Optional. `true` when `release()` rolls back what was written through `transaction()`
+   * (`PostgresStore`). @default false
+   */
+  readonly transactional?: boolean;
+}
