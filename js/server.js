@@ -7,12 +7,15 @@
 // client's .wasm carries none of it) that await the store and the handler and ask the core
 // (src/core/idempotency.rs) for every decision. This file only loads that module and adds
 // what is Node-specific (`toNodeHandler`); the stores are in their own files.
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { Readable } from 'node:stream';
-import { setDefaultStore } from './server-wasm.js';
+import { setContextCapture, setDefaultStore } from './server-wasm.js';
 import { MemoryStore } from './memory-store.js';
 import { describe, optionError } from './store-support.js';
 
 setDefaultStore(() => new MemoryStore());
+// The handler runs in the async context of its own request (src/wasm/server/context.rs).
+setContextCapture(() => AsyncLocalStorage.snapshot());
 
 export { idempotency, idempotent } from './server-wasm.js';
 export { MemoryStore } from './memory-store.js';

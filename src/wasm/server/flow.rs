@@ -10,6 +10,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
+use super::context::Caller;
 use super::options::{rejects, Common};
 use super::store::{completed_record, lock_record, Renewal, StoredRecord, StoredResponse};
 use crate::core::idempotency::{self as idem, Action};
@@ -170,7 +171,7 @@ pub enum Ran {
 /// Run `f(input, ctx)` while holding `k`, renewing the lock every third of `lockTimeoutMs`.
 /// Returns how it ended, the context (was `tx` used?) and the renewal (was the lock lost?),
 /// which stops renewing when dropped.
-pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue) -> (Ran, Context, Renewal) {
+pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue, caller: &Caller) -> (Ran, Context, Renewal) {
     let ctx = Context::new(Some(k), c.store.transaction(&k.store_key, &k.token));
     let renewal = Renewal::start(
         c.store.clone(),
@@ -181,7 +182,7 @@ pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue) -
         c.limits.renew_interval_ms(),
         c.reporter.clone(),
     );
-    let ran = match f.call2(&JsValue::UNDEFINED, input, &ctx.object) {
+    let ran = match caller.call(f, &[input, &ctx.object]) {
         Err(e) => Ran::Threw(e),
         Ok(v) => match JsFuture::from(Promise::resolve(&v)).await {
             Ok(v) => Ran::Resolved(v),

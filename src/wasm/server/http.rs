@@ -17,6 +17,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStreamDefaultReader, Request, RequestInit, Response};
 
+use super::context::Caller;
 use super::answers::{problem, read_answer, from_stored};
 use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Context, Keyed, Ran, Stored};
 use super::options::{HttpSettings, Identity, Required};
@@ -25,20 +26,20 @@ use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
 
 /// Handle one request (the function `idempotency` returns).
-pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue) -> Result<JsValue, JsValue> {
+pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue, caller: Caller) -> Result<JsValue, JsValue> {
     let req: Request = request
         .dyn_into()
         .map_err(|v| type_error(&format!("idempotency: the wrapped handler takes a Request; got {}", describe(&v))))?;
     let header = &s.common.limits.header;
     let headers = req.headers();
     let Some(raw) = headers.get(header)? else {
-        if is_required(&s.required, &req).await? {
+        if is_required(&s.required, &req, &caller).await? {
             let path = web_sys::Url::new(&req.url()).map(|u| u.pathname()).unwrap_or_default();
             let detail = format!("{} {} requires an {header} header (a unique key per operation, the same on every retry).", req.method(), path);
             return Ok(problem(400, "idempotency-key-missing", &format!("{header} is missing"), &detail, false)?.into());
         }
         let ctx = Context::new(None, JsValue::UNDEFINED);
-        return JsFuture::from(Promise::resolve(&handler.call2(&JsValue::UNDEFINED, &req, &ctx.object)?)).await;
+        return JsFuture::from(Promise::resolve(&caller.call(&handler, &[&req, &ctx.object])?)).await;
     };
     let key = match idem::parse_key(&raw) {
         Ok(key) => key,
@@ -47,7 +48,7 @@ pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue) ->
             return Ok(problem(400, "idempotency-key-invalid", &format!("{header} is invalid"), &detail, false)?.into());
         }
     };
-    let identity = identity(&s.identity, &req).await?;
+    let identity = identity(&s.identity, &req, &caller).await?;
     let limit = s.common.limits.max_body_bytes;
     let Some((body, req)) = read_body(req, limit).await? else {
         let detail = format!("The request body is larger than {limit} bytes, the most this endpoint reads for an {header}.");
@@ -61,7 +62,7 @@ pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue) ->
     let signal = req.signal();
     let aborted = || signal.aborted().then(|| signal.reason());
     let answer = match claim(&s.common, &k, &aborted).await {
-        Ok(Claim::Held) => return process(&s, &k, &handler, &req).await.map(JsValue::from),
+        Ok(Claim::Held) => return process(&s, &k, &handler, &req, &caller).await.map(JsValue::from),
         Ok(Claim::Replay(stored)) => from_stored(&stored, true)?,
         Ok(Claim::Mismatch) => problem(422, "idempotency-key-reused", &format!("{header} is already used"),
             &format!("This {header} was already used for a different request (method, path, query or body); use a new key for a new operation."), false)?,
@@ -78,9 +79,9 @@ pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue) ->
 }
 
 /// Holding the key: run the handler, then store its answer or free the key.
-async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request) -> Result<Response, JsValue> {
+async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request, caller: &Caller) -> Result<Response, JsValue> {
     let c = &s.common;
-    let (ran, ctx, renewal) = run_holding(c, k, handler, req).await;
+    let (ran, ctx, renewal) = run_holding(c, k, handler, req, caller).await;
     let failure = match ran {
         Ran::Resolved(value) => match value.dyn_into::<Response>() {
             Ok(response) => match read_answer(&response).await {
@@ -126,12 +127,12 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request)
 }
 
 /// Is a key required for `req` (the `required` option)?
-async fn is_required(required: &Required, req: &Request) -> Result<bool, JsValue> {
+async fn is_required(required: &Required, req: &Request, caller: &Caller) -> Result<bool, JsValue> {
     match required {
         Required::Default => Ok(idem::key_required_by_default(&req.method())),
         Required::Always(b) => Ok(*b),
         Required::Ask(f) => {
-            let v = JsFuture::from(Promise::resolve(&f.call1(&JsValue::UNDEFINED, req)?)).await?;
+            let v = JsFuture::from(Promise::resolve(&caller.call(f, &[req])?)).await?;
             v.as_bool().ok_or_else(|| {
                 type_error(&format!("idempotency: option \"required\" returned {}; expected true or false", describe(&v)))
             })
@@ -140,7 +141,7 @@ async fn is_required(required: &Required, req: &Request) -> Result<bool, JsValue
 }
 
 /// The identity that scopes the key (the `identity` option; by default the credentials).
-async fn identity(identity: &Identity, req: &Request) -> Result<Option<String>, JsValue> {
+async fn identity(identity: &Identity, req: &Request, caller: &Caller) -> Result<Option<String>, JsValue> {
     match identity {
         Identity::Unscoped => Ok(None),
         Identity::Credentials => {
@@ -148,7 +149,7 @@ async fn identity(identity: &Identity, req: &Request) -> Result<Option<String>, 
             Ok(idem::default_identity(h.get("authorization")?.as_deref(), h.get("cookie")?.as_deref()))
         }
         Identity::Ask(f) => {
-            let v = JsFuture::from(Promise::resolve(&f.call1(&JsValue::UNDEFINED, req)?)).await?;
+            let v = JsFuture::from(Promise::resolve(&caller.call(f, &[req])?)).await?;
             if v.is_undefined() || v.is_null() {
                 return Ok(None);
             }

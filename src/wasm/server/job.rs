@@ -14,6 +14,7 @@ use js_sys::{Function, Promise, JSON};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
+use super::context::Caller;
 use super::answers::{stored_problem, stored_text, stored_value};
 use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Keyed, Ran};
 use super::options::JobSettings;
@@ -37,9 +38,9 @@ fn json(value: &JsValue) -> Result<Option<String>, JsValue> {
 }
 
 /// Run one job (the function `idempotent` returns).
-pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue) -> Result<JsValue, JsValue> {
+pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller) -> Result<JsValue, JsValue> {
     let c = &s.common;
-    let raw = JsFuture::from(Promise::resolve(&s.key.call1(&JsValue::UNDEFINED, &input)?)).await?;
+    let raw = JsFuture::from(Promise::resolve(&caller.call(&s.key, &[&input])?)).await?;
     let key = raw.as_string().filter(|k| idem::validate_key(k).is_ok()).ok_or_else(|| {
         type_error(&format!(
             "idempotent: option \"key\" returned {}; expected a key of 1 to 255 visible ASCII characters",
@@ -60,7 +61,7 @@ pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue) -> Result<JsVa
         Err(ClaimError::Aborted(reason)) => return Err(reason),
         Err(ClaimError::Store(error, _)) => return Err(error),
     }
-    let (ran, ctx, renewal) = run_holding(c, &k, &f, &input).await;
+    let (ran, ctx, renewal) = run_holding(c, &k, &f, &input, &caller).await;
     let lost = renewal.lost();
     match ran {
         Ran::Resolved(value) => {

@@ -6,6 +6,7 @@
 //! adds what is Node-specific (`toNodeHandler`) and the stores.
 
 mod answers;
+mod context;
 mod flow;
 mod http;
 mod job;
@@ -20,6 +21,7 @@ use wasm_bindgen_futures::future_to_promise;
 
 use crate::wasm::errors::{describe, type_error};
 
+pub use context::set_context_capture;
 pub use options::set_default_store;
 
 /// `idempotency(handler, options)`: the handler wrapped so that a request repeated with the
@@ -30,7 +32,8 @@ pub fn idempotency(handler: JsValue, options: JsValue) -> Result<Function, JsVal
     let handler = function(handler, "idempotency: the handler must be a function (request, ctx) => Promise<Response>")?;
     let settings = Rc::new(options::read_http(&options)?);
     let wrapped = Closure::<dyn Fn(JsValue) -> Promise>::new(move |request: JsValue| {
-        future_to_promise(http::handle(settings.clone(), handler.clone(), request))
+        let caller = context::Caller::capture();
+        future_to_promise(http::handle(settings.clone(), handler.clone(), request, caller))
     });
     Ok(wrapped.into_js_value().into())
 }
@@ -43,7 +46,8 @@ pub fn idempotent(f: JsValue, options: JsValue) -> Result<Function, JsValue> {
     let f = function(f, "idempotent: the function must be a function (input, ctx) => Promise<result>")?;
     let settings = Rc::new(options::read_job(&options)?);
     let wrapped = Closure::<dyn Fn(JsValue) -> Promise>::new(move |input: JsValue| {
-        future_to_promise(job::run(settings.clone(), f.clone(), input))
+        let caller = context::Caller::capture();
+        future_to_promise(job::run(settings.clone(), f.clone(), input, caller))
     });
     Ok(wrapped.into_js_value().into())
 }
