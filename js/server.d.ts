@@ -161,21 +161,27 @@ export interface IdempotentOptions<Input, Tx = unknown> {
   waitTimeoutMs?: number;
   /** How often a waiting call polls the store, in ms. @default 25 */
   pollMs?: number;
-  /** See `IdempotencyOptions.onStoreError`. @default logs with console.error */
+  /**
+   * Told when the store fails after `fn` started (`'renew'`, `'complete'`, `'release'`). A
+   * store that fails before `fn` ran rejects the call with the store's error instead.
+   * @default logs with console.error
+   */
   onStoreError?: (error: unknown, operation: 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release') => void;
 }
 
 /**
- * The error an `idempotent` function rejects with when it does not run `fn`: `code` is
- * `'key-reused'` (the key was used with another input), `'in-progress'` (a run with the key
- * is still going on) or `'previous-run-failed'` (a run with the key threw after it started;
- * its message is in this one's).
+ * The error an `idempotent` function rejects with when it does not run `fn`, or ran it but
+ * kept nothing: `code` is `'key-reused'` (the key was used with another input),
+ * `'in-progress'` (a run with the key is still going on), `'previous-run-failed'` (a run with
+ * the key threw after it started; its message is in this one's) or `'not-committed'` (a
+ * transactional store could not commit: `fn`'s `ctx.tx` writes were rolled back and nothing
+ * is stored; run it again, do not acknowledge the message).
  */
 export interface IdempotencyError extends Error {
   /** `'IdempotencyError'`. */
   readonly name: 'IdempotencyError';
   /** Why `fn` did not run. */
-  readonly code: 'key-reused' | 'in-progress' | 'previous-run-failed';
+  readonly code: 'key-reused' | 'in-progress' | 'previous-run-failed' | 'not-committed';
 }
 
 /**

@@ -78,6 +78,13 @@ function drained(res) {
 async function writeResponse(response, req, res) {
   const headers = [];
   for (const [name, value] of new Headers(response.headers)) headers.push(name, value);
+  // An answer given before the request body was read to its end (a 413, an early refusal):
+  // the rest of the upload is not read, so the connection is closed once the answer is out
+  // (Node then ends the socket), instead of leaving the client's upload stalled on it.
+  if (!req.complete && !res.destroyed) {
+    headers.push('Connection', 'close');
+    res.once('finish', () => req.destroy());
+  }
   if (typeof response.statusText === 'string' && response.statusText !== '') {
     res.writeHead(response.status, response.statusText, headers);
   } else {

@@ -1,39 +1,87 @@
-// retry-fetch/server beyond the store scenarios: option checks, `required`, `header`, custom
-// stores (the lock take-over path), malformed records, and the node:http adapter.
+// retry-fetch/server beyond the store scenarios: option checks, `required`, `header`,
+// `maxBodyBytes`, custom stores (the lock take-over path), a store that is down or returns
+// malformed records, and the node:http adapter.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { idempotency, MemoryStore, toNodeHandler } from 'retry-fetch/server';
-import { serve, withServer, send, sleep, newKey } from './support.mjs';
+import http from 'node:http';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { idempotency, idempotent, MemoryStore, toNodeHandler } from 'retry-fetch/server';
+import { serve, withServer, send, sleep, newKey, deferred, problemOf, failing, fingerprintOf, spyStore } from './support.mjs';
 
 const ok = async () => new Response('ok');
 const post = (key, init = {}) =>
   new Request('http://localhost/pay', { method: 'POST', body: 'x', ...init, headers: { ...(key ? { 'Idempotency-Key': key } : {}), ...init.headers } });
 
 test('invalid options are TypeErrors naming the option, the value and what is allowed', () => {
+  const ms = 'an integer number of milliseconds from 1 to 2147483647';
   const cases = [
     [{ ttlMs: 0 }, 'idempotency: invalid option "ttlMs": got 0; expected an integer number of milliseconds from 1 to 31536000000 (365 days)'],
     [{ ttlMs: '1000' }, 'idempotency: invalid option "ttlMs": got "1000"; expected an integer number of milliseconds from 1 to 31536000000 (365 days)'],
-    [{ lockTimeoutMs: 1.5 }, 'idempotency: invalid option "lockTimeoutMs": got 1.5; expected an integer number of milliseconds from 1 to 2147483647'],
+    [{ ttlMs: null }, 'idempotency: invalid option "ttlMs": got null; expected an integer number of milliseconds from 1 to 31536000000 (365 days)'],
+    [{ lockTimeoutMs: 1.5 }, `idempotency: invalid option "lockTimeoutMs": got 1.5; expected ${ms}`],
+    [{ lockTimeoutMs: 0 }, `idempotency: invalid option "lockTimeoutMs": got 0; expected ${ms}`],
     [{ waitTimeoutMs: -1 }, 'idempotency: invalid option "waitTimeoutMs": got -1; expected an integer number of milliseconds from 0 to 2147483647'],
-    [{ pollMs: 0 }, 'idempotency: invalid option "pollMs": got 0; expected an integer number of milliseconds from 1 to 2147483647'],
-    [{ pollMs: NaN }, 'idempotency: invalid option "pollMs": got NaN; expected an integer number of milliseconds from 1 to 2147483647'],
+    [{ pollMs: 0 }, `idempotency: invalid option "pollMs": got 0; expected ${ms}`],
+    [{ pollMs: NaN }, `idempotency: invalid option "pollMs": got NaN; expected ${ms}`],
+    [{ maxBodyBytes: -1 }, 'idempotency: invalid option "maxBodyBytes": got -1; expected an integer number of bytes from 0 to 2147483647'],
+    [{ maxBodyBytes: 1.5 }, 'idempotency: invalid option "maxBodyBytes": got 1.5; expected an integer number of bytes from 0 to 2147483647'],
+    [{ maxBodyBytes: '1mb' }, 'idempotency: invalid option "maxBodyBytes": got "1mb"; expected an integer number of bytes from 0 to 2147483647'],
+    [{ maxBodyBytes: 2 ** 31 }, 'idempotency: invalid option "maxBodyBytes": got 2147483648; expected an integer number of bytes from 0 to 2147483647'],
     [{ concurrent: 'queue' }, `idempotency: invalid option "concurrent": got "queue"; expected 'wait' or 'reject'`],
     [{ header: 'Idempotency Key' }, 'idempotency: invalid option "header": got "Idempotency Key"; expected an HTTP header name (letters, digits and !#$%&\'*+-.^_`|~)'],
     [{ required: 'yes' }, 'idempotency: invalid option "required": got "yes"; expected true, false or a function (request) => boolean'],
-    [{ identity: 'user' }, 'idempotency: invalid option "identity": got "user"; expected a function'],
+    [{ identity: 'user' }, 'idempotency: invalid option "identity": got "user"; expected a function (request) => string | undefined, or false (keys not scoped)'],
+    [{ identity: true }, 'idempotency: invalid option "identity": got true; expected a function (request) => string | undefined, or false (keys not scoped)'],
     [{ onStoreError: true }, 'idempotency: invalid option "onStoreError": got true; expected a function'],
-    [{ store: new Map() }, 'idempotency: invalid option "store": got [object Map]; expected an IdempotencyStore: an object with acquire, reclaim, complete and release methods'],
-    [42, 'idempotency: invalid option "options": got 42; expected an object'],
+    [{ onError: 1 }, 'idempotency: invalid option "onError": got 1; expected a function'],
+    [{ store: new Map() }, 'idempotency: invalid option "store": got [object Map]; expected an IdempotencyStore: an object with acquire, reclaim, complete and release methods (MemoryStore, RedisStore, PostgresStore)'],
+    [{ store: { acquire() {}, complete() {}, release() {} } }, /invalid option "store": got \[object Object\]; expected an IdempotencyStore/],
+    [42, 'idempotency: invalid options: got 42; expected an object or undefined'],
+    [[], 'idempotency: invalid options: got an array; expected an object or undefined'],
   ];
   for (const [options, message] of cases) {
     assert.throws(() => idempotency(ok, options), { name: 'TypeError', message }, JSON.stringify(options));
   }
-  assert.throws(() => idempotency('handler'), { name: 'TypeError', message: 'idempotency: the handler must be a function (request) => Promise<Response>; got "handler"' });
+  assert.throws(() => idempotency('handler'), { name: 'TypeError', message: 'idempotency: the handler must be a function (request, ctx) => Promise<Response>; got "handler"' });
   assert.throws(() => toNodeHandler(undefined), { name: 'TypeError', message: /toNodeHandler: the handler must be a function/ });
   assert.throws(() => toNodeHandler(ok, { onError: 1 }), { name: 'TypeError', message: 'toNodeHandler: invalid option "onError": got 1; expected a function' });
-  // undefined means the default; every valid value is accepted.
+  // undefined (and null for the whole object) means the default; every valid value is accepted.
   idempotency(ok, undefined);
-  idempotency(ok, { ttlMs: undefined, concurrent: 'reject', waitTimeoutMs: 0, required: false, header: 'X-Request-Key', store: new MemoryStore() });
+  idempotency(ok, null);
+  idempotency(ok, {
+    ttlMs: undefined,
+    concurrent: 'reject',
+    waitTimeoutMs: 0,
+    required: false,
+    header: 'X-Request-Key',
+    store: new MemoryStore(),
+    identity: false,
+    maxBodyBytes: 0,
+    lockTimeoutMs: 1,
+    onError() {},
+    onStoreError() {},
+  });
+  idempotency(ok, { maxBodyBytes: 2147483647, identity: async () => undefined, required: () => true });
+});
+
+test('an unknown option is a TypeError naming the closest known one, or listing them', () => {
+  const cases = [
+    [{ lockTimeout: 1000 }, 'idempotency: unknown option "lockTimeout" (did you mean "lockTimeoutMs"?)'],
+    [{ ttl: 1000 }, 'idempotency: unknown option "ttl" (did you mean "ttlMs"?)'],
+    [{ waitTimeout: 1000 }, 'idempotency: unknown option "waitTimeout" (did you mean "waitTimeoutMs"?)'],
+    [{ onstoreerror() {} }, 'idempotency: unknown option "onstoreerror" (did you mean "onStoreError"?)'],
+    [{ Store: new MemoryStore() }, 'idempotency: unknown option "Store" (did you mean "store"?)'],
+    [{ zzzz: 1 }, 'idempotency: unknown option "zzzz"; the options are store, header, required, identity, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, maxBodyBytes, onStoreError, onError'],
+  ];
+  for (const [options, message] of cases) {
+    assert.throws(() => idempotency(ok, options), { name: 'TypeError', message }, JSON.stringify(Object.keys(options)));
+  }
+  // An unknown name set to undefined counts as absent, as everywhere in this package.
+  idempotency(ok, { lockTimeout: undefined });
+  assert.throws(() => idempotent(ok, { key: () => 'k', lockTimeout: 1 }), { name: 'TypeError', message: 'idempotent: unknown option "lockTimeout" (did you mean "lockTimeoutMs"?)' });
+  assert.throws(() => idempotent(ok, { key: () => 'k', keys: 1 }), { name: 'TypeError', message: 'idempotent: unknown option "keys" (did you mean "key"?)' });
+  assert.throws(() => idempotent(ok, { key: () => 'k', identity: false }), { name: 'TypeError', message: /^idempotent: unknown option "identity"; the options are store, key, scope, / });
 });
 
 test('required: a boolean or a function; a function must return a boolean', async () => {
@@ -71,12 +119,82 @@ test('identity must return a string or undefined', async () => {
   assert.equal((await asyncIdentity(post(newKey()))).status, 200);
 });
 
-test('the handler must resolve with a Response; the lock is released when it does not', async () => {
-  let calls = 0;
-  const h = idempotency(async () => (++calls === 1 ? 'not a response' : new Response('fine')));
+test('an identity function replaces the credentials as the scope', async () => {
+  let runs = 0;
+  const h = idempotency(async () => new Response(String(++runs)), { identity: () => 'tenant-1' });
   const key = newKey();
-  await assert.rejects(h(post(key)), { name: 'TypeError', message: 'idempotency: the handler must resolve with a Response; got "not a response"' });
-  assert.equal(await (await h(post(key))).text(), 'fine');
+  assert.equal(await (await h(post(key, { headers: { Authorization: 'Bearer a' } }))).text(), '1');
+  const other = await h(post(key, { headers: { Authorization: 'Bearer b', Cookie: 'sid=x' } }));
+  assert.equal(other.headers.get('idempotent-replayed'), 'true', 'the same identity: the same operation, whatever the credentials');
+  assert.equal(runs, 1);
+});
+
+test('the handler must resolve with a Response: otherwise a stored 500 problem (the handler had started), onError is told', async () => {
+  let calls = 0;
+  const told = [];
+  const h = idempotency(async () => (++calls === 1 ? 'not a response' : new Response('fine')), { onError: (e) => told.push(e) });
+  const key = newKey();
+  const first = await h(post(key));
+  await problemOf(first, 500, 'idempotency-handler-failed');
+  assert.equal(told.length, 1);
+  assert.equal(told[0].name, 'TypeError');
+  assert.equal(told[0].message, 'idempotency: the handler must resolve with a Response; got "not a response"');
+  const again = await h(post(key));
+  assert.equal(again.headers.get('idempotent-replayed'), 'true');
+  await problemOf(again, 500, 'idempotency-handler-failed');
+  assert.equal(calls, 1);
+  // A synchronous throw counts the same.
+  let syncRuns = 0;
+  const sync = idempotency(() => {
+    syncRuns++;
+    throw new RangeError('sync');
+  }, { onError: (e) => told.push(e) });
+  const k2 = newKey();
+  await problemOf(await sync(post(k2)), 500, 'idempotency-handler-failed');
+  await problemOf(await sync(post(k2)), 500, 'idempotency-handler-failed');
+  assert.equal(syncRuns, 1);
+  assert.equal(told[1].message, 'sync');
+});
+
+test('a handler whose response body fails while it is read: the same stored 500 problem, onError is told', async () => {
+  let runs = 0;
+  const told = [];
+  const h = idempotency(async () => {
+    runs++;
+    let sent = false;
+    const body = new ReadableStream({
+      pull(controller) {
+        if (sent) return controller.error(new Error('upstream stream broke'));
+        sent = true;
+        controller.enqueue(new TextEncoder().encode('partial'));
+      },
+    });
+    return new Response(body, { status: 201 });
+  }, { onError: (e) => told.push(e.message) });
+  const key = newKey();
+  await problemOf(await h(post(key)), 500, 'idempotency-handler-failed');
+  const again = await h(post(key));
+  assert.equal(again.headers.get('idempotent-replayed'), 'true');
+  await problemOf(again, 500, 'idempotency-handler-failed');
+  assert.equal(runs, 1);
+  assert.deepEqual(told, ['upstream stream broke']);
+});
+
+test('an identity function returning "" or undefined leaves the key unscoped', async () => {
+  let runs = 0;
+  const h = idempotency(async () => new Response(String(++runs)), { identity: (request) => request.headers.get('X-User') ?? undefined });
+  const key = newKey();
+  assert.equal(await (await h(post(key, { headers: { 'X-User': '' } }))).text(), '1');
+  const unscoped = await h(post(key));
+  assert.equal(unscoped.headers.get('idempotent-replayed'), 'true', '"" and undefined are the same (no) scope');
+  assert.equal(await (await h(post(key, { headers: { 'X-User': 'u1' } }))).text(), '2');
+});
+
+test('a request without a key (not required) goes straight to the handler, which may throw as it likes', async () => {
+  const h = idempotency(async () => {
+    throw new Error('no key, no scheme');
+  });
+  await assert.rejects(h(new Request('http://localhost/x')), /no key, no scheme/);
 });
 
 // A store like a SQL table: a lock stays until replaced, it never expires by itself, so an
@@ -112,7 +230,7 @@ class TableStore {
   }
 }
 
-test('a custom store whose locks do not expire: an expired lock is taken over with reclaim()', async () => {
+test('a custom store whose locks do not expire (and without renew): an expired lock is taken over with reclaim()', async () => {
   const store = new TableStore();
   const key = newKey();
   // A holder that died 1 s ago, with another payload even.
@@ -130,46 +248,155 @@ test('a custom store whose locks do not expire: an expired lock is taken over wi
   assert.equal((await h(post('live'))).status, 422);
 });
 
-test('a store that returns a malformed record fails the request with a TypeError', async () => {
+test('a store that returns a malformed record: a 503 problem (Retry-After: 1), onStoreError(error, "acquire"), the handler does not run', async () => {
   const store = new TableStore();
-  const h = idempotency(ok, { store });
+  const told = [];
+  let runs = 0;
+  const h = idempotency(async () => (runs++, new Response('ran')), { store, onStoreError: (error, operation) => told.push([operation, error]) });
+  const fp = fingerprintOf({ method: 'POST', path: '/pay', body: 'x' });
   for (const [row, message] of [
-    [{ state: 'done', fingerprint: 'f' }, /state is neither 'in-progress' nor 'completed'/],
-    [{ state: 'completed' }, /no string fingerprint/],
+    [{ state: 'done', fingerprint: 'f' }, /state is /],
+    [{ state: 'completed', completedAt: 0, response: { status: 200, statusText: '', headers: [], body: '' } }, /no string fingerprint/],
+    [{ state: 'completed', fingerprint: fp }, /a completed record without a response/],
+    [{ state: 'completed', fingerprint: fp, response: { status: 'x' } }, /not an IdempotencyRecord/],
     [{ state: 'in-progress', fingerprint: 'f', token: 't' }, /no number lockExpiresAt/],
-    [{ state: 'in-progress', fingerprint: 'f', lockExpiresAt: 0 }, /a lock without a string token/],
-    ['completed', /not an object/],
+    [{ state: 'in-progress', fingerprint: 'f', lockExpiresAt: Date.now() + 60_000 }, /a lock without a string token/],
+    [{ state: 'in-progress', fingerprint: 'f', token: 7, lockExpiresAt: Date.now() + 60_000 }, /not an IdempotencyRecord/],
+    ['completed', /not an IdempotencyRecord/],
+    [42, /not an IdempotencyRecord/],
   ]) {
     store.rows.set('-:k', row);
-    await assert.rejects(h(post('k')), { name: 'TypeError', message }, JSON.stringify(row));
+    told.length = 0;
+    const res = await h(post('k'));
+    const problem = await problemOf(res, 503, 'idempotency-store-unavailable', { retryAfter: true });
+    assert.match(problem.detail, /not processed/);
+    assert.equal(told.length, 1, JSON.stringify(row));
+    assert.equal(told[0][0], 'acquire');
+    assert.equal(told[0][1].name, 'TypeError');
+    assert.match(told[0][1].message, message, JSON.stringify(row));
+    assert.match(told[0][1].message, /^idempotency: the store returned a malformed record/);
   }
-  // A completed record with the right fingerprint but a broken response.
-  const fp = await (async () => {
-    const s = new TableStore();
-    await idempotency(ok, { store: s })(post('k'));
-    return s.rows.get('-:k').fingerprint;
-  })();
-  store.rows.set('-:k', { state: 'completed', fingerprint: fp, response: { status: 'x' } });
-  await assert.rejects(h(post('k')), { name: 'TypeError', message: /malformed stored response/ });
+  assert.equal(runs, 0);
+  // The fingerprint helper of the tests is the companion's: a well-formed record replays.
+  store.rows.set('-:k', { state: 'completed', fingerprint: fp, completedAt: 0, response: { status: 201, statusText: '', headers: [['x-a', '1']], body: Buffer.from('hi').toString('base64') } });
+  const replay = await h(post('k'));
+  assert.equal(replay.status, 201);
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  assert.equal(await replay.text(), 'hi');
 });
 
-test('a store failing after the handler ran: the response is still returned, onStoreError is told', async () => {
-  const store = new MemoryStore();
-  store.complete = async () => {
-    throw new Error('redis down');
-  };
+test('a stored response that cannot be rebuilt (body not base64, status out of range, bad header name) is a 503 too', async () => {
+  const fp = fingerprintOf({ method: 'POST', path: '/pay', body: 'x' });
+  const base = { status: 200, statusText: '', headers: [], body: '' };
+  for (const response of [
+    { ...base, body: '***' },
+    { ...base, status: 1000 },
+    { ...base, headers: [['bad name', 'v']] },
+    { ...base, statusText: 'a\nb' },
+  ]) {
+    const told = [];
+    const store = { acquire: () => ({ state: 'completed', fingerprint: fp, completedAt: 0, response }), reclaim: () => false, complete: () => true, release: () => true };
+    const h = idempotency(ok, { store, onStoreError: (e, op) => told.push(op) });
+    let res;
+    try {
+      res = await h(post('k'));
+    } catch (error) {
+      assert.fail(`${JSON.stringify(response)}: the request rejected with ${error}`);
+    }
+    await problemOf(res, 503, 'idempotency-store-unavailable', { retryAfter: true });
+    assert.deepEqual(told, ['acquire']);
+  }
+});
+
+test('a store that is down before the handler: a 503 problem with Retry-After: 1, the handler does not run, onStoreError is told', async () => {
+  for (const sync of [false, true]) {
+    const down = new Error('redis down');
+    const store = failing(new MemoryStore(), 'acquire', down, { sync });
+    const told = [];
+    let ran = false;
+    const h = idempotency(async () => ((ran = true), new Response('ran')), { store, onStoreError: (error, operation) => told.push([operation, error]) });
+    const problem = await problemOf(await h(post(newKey())), 503, 'idempotency-store-unavailable', { retryAfter: true });
+    assert.equal(problem.title, 'The idempotency store is unavailable');
+    assert.equal(ran, false);
+    assert.deepEqual(told, [['acquire', down]]);
+  }
+  // A failing reclaim (taking a dead holder's lock over) is the same.
+  const table = new TableStore();
+  table.rows.set('-:k', { state: 'in-progress', token: 'dead', fingerprint: 'f', lockExpiresAt: Date.now() - 1 });
   const told = [];
-  const h = idempotency(async () => new Response('charged'), { store, onStoreError: (error, operation) => told.push([operation, error.message]) });
+  const h = idempotency(ok, { store: failing(table, 'reclaim', new Error('gone')), onStoreError: (error, operation) => told.push(operation) });
+  await problemOf(await h(post('k')), 503, 'idempotency-store-unavailable', { retryAfter: true });
+  assert.deepEqual(told, ['reclaim']);
+  // A throwing onStoreError does not change the answer.
+  const loud = idempotency(ok, { store: failing(new MemoryStore(), 'acquire', new Error('x')), onStoreError: () => {
+    throw new Error('onStoreError broke');
+  } });
+  await problemOf(await loud(post(newKey())), 503, 'idempotency-store-unavailable', { retryAfter: true });
+});
+
+test('a store failing after the handler ran: the handler\'s answer is still returned (non-transactional), onStoreError is told', async () => {
+  const told = [];
+  const onStoreError = (error, operation) => told.push([operation, error.message]);
+  const h = idempotency(async () => new Response('charged', { status: 201 }), { store: failing(new MemoryStore(), 'complete', new Error('redis down')), onStoreError });
   const res = await h(post(newKey()));
+  assert.equal(res.status, 201);
   assert.equal(await res.text(), 'charged');
   assert.deepEqual(told, [['complete', 'redis down']]);
-  // A store failing before the handler ran fails the request: nothing was done.
-  store.acquire = async () => {
-    throw new Error('redis down');
-  };
-  let ran = false;
-  await assert.rejects(idempotency(async () => ((ran = true), new Response()), { store })(post(newKey())), /redis down/);
-  assert.equal(ran, false);
+  // release() failing after a "not processed" answer.
+  told.length = 0;
+  const busy = idempotency(async () => new Response('busy', { status: 429 }), { store: failing(new MemoryStore(), 'release', new Error('gone'), { sync: true }), onStoreError });
+  const refused = await busy(post(newKey()));
+  assert.equal(refused.status, 429);
+  assert.equal(await refused.text(), 'busy');
+  assert.deepEqual(told, [['release', 'gone']]);
+  // renew() failing while the handler runs (the store renewed, but the call failed after):
+  // reported; the answer is still stored.
+  told.length = 0;
+  const memory = new MemoryStore();
+  const flaky = new Proxy(memory, {
+    get(target, prop) {
+      if (prop === 'renew') {
+        return async (...args) => {
+          await target.renew(...args);
+          throw new Error('renew failed');
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  let runs = 0;
+  const slow = idempotency(async () => (await sleep(150), new Response(`run ${++runs}`)), {
+    store: flaky,
+    lockTimeoutMs: 90, // renewed every 30 ms
+    onStoreError,
+  });
+  const key = newKey();
+  assert.equal(await (await slow(post(key))).text(), 'run 1');
+  assert.ok(told.length >= 1, 'renew failures are reported');
+  assert.ok(told.every(([op, message]) => op === 'renew' && message === 'renew failed'), JSON.stringify(told));
+  const replay = await slow(post(key));
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  assert.equal(await replay.text(), 'run 1');
+});
+
+test('the lock is renewed every third of lockTimeoutMs while the handler runs, with the holder\'s token', async () => {
+  const spy = spyStore(new MemoryStore());
+  const h = idempotency(async () => (await sleep(500), new Response('done')), { store: spy.store, lockTimeoutMs: 300 });
+  assert.equal(await (await h(post(newKey()))).text(), 'done');
+  const acquired = spy.calls.find(([m]) => m === 'acquire');
+  const renewals = spy.calls.filter(([m]) => m === 'renew');
+  assert.ok(renewals.length >= 2 && renewals.length <= 6, `${renewals.length} renewals in 500 ms at one per 100 ms`);
+  for (const [, key, token, lock, ms] of renewals) {
+    assert.equal(key, acquired[1]);
+    assert.equal(token, acquired[2].token);
+    assert.equal(lock.token, token);
+    assert.equal(lock.state, 'in-progress');
+    assert.equal(ms, 300);
+  }
+  const count = spy.calls.filter(([m]) => m === 'renew').length;
+  await sleep(250);
+  assert.equal(spy.calls.filter(([m]) => m === 'renew').length, count, 'no renewal after the handler ended');
 });
 
 test('a waiting request stops polling when its client disconnects', async () => {
@@ -177,11 +404,12 @@ test('a waiting request stops polling when its client disconnects', async () => 
   let acquires = 0;
   const acquire = store.acquire.bind(store);
   store.acquire = (...args) => (acquires++, acquire(...args));
-  const h = idempotency(async () => (await sleep(400), new Response('slow')), { store, pollMs: 10 });
+  const started = deferred();
+  const h = idempotency(async () => (started.resolve(), await sleep(400), new Response('slow')), { store, pollMs: 10 });
   await withServer(h, async (server) => {
     const key = newKey();
     const first = send(server.url, { key });
-    await sleep(30);
+    await started.promise;
     const controller = new AbortController();
     const second = send(server.url, { key, signal: controller.signal }).catch((e) => e.name);
     await sleep(60);
@@ -195,6 +423,183 @@ test('a waiting request stops polling when its client disconnects', async () => 
     assert.equal(server.errors.length, 0, 'a disconnect is not reported as an error');
   });
 });
+
+// ---------------------------------------------------------------------------------------------
+// maxBodyBytes
+
+/** A handler that counts its runs and answers with the length of the body it read. */
+function bodyLength(options) {
+  const state = { runs: 0 };
+  const handler = idempotency(async (request) => {
+    state.runs++;
+    return new Response(String((await request.arrayBuffer()).byteLength), { status: 201 });
+  }, options);
+  return { handler, state };
+}
+
+test('maxBodyBytes (default 1 MiB): a longer body is a 413 problem and the handler does not run; exactly 1 MiB passes', async () => {
+  const { handler, state } = bodyLength();
+  await withServer(handler, async (server) => {
+    const exact = 'x'.repeat(1024 * 1024);
+    const res = await send(server.url, { key: newKey(), body: exact });
+    assert.equal(res.status, 201);
+    assert.equal(await res.text(), String(exact.length), 'the handler reads the whole body again');
+    const over = await send(server.url, { key: newKey(), body: `${exact}y` });
+    const problem = await problemOf(over, 413, 'idempotency-body-too-large');
+    assert.match(problem.detail, /larger than 1048576 bytes/);
+    assert.equal(state.runs, 1);
+  });
+});
+
+test('maxBodyBytes: the limit is exact (1000 passes, 1001 is refused, 0 allows only an empty body)', async () => {
+  const { handler, state } = bodyLength({ maxBodyBytes: 1000 });
+  await withServer(handler, async (server) => {
+    assert.equal(await (await send(server.url, { key: newKey(), body: 'a'.repeat(1000) })).text(), '1000');
+    await problemOf(await send(server.url, { key: newKey(), body: 'a'.repeat(1001) }), 413, 'idempotency-body-too-large');
+    assert.equal(state.runs, 1);
+  });
+  const zero = bodyLength({ maxBodyBytes: 0 });
+  await withServer(zero.handler, async (server) => {
+    assert.equal(await (await send(server.url, { key: newKey(), body: '' })).text(), '0');
+    await problemOf(await send(server.url, { key: newKey(), body: 'a' }), 413, 'idempotency-body-too-large');
+    assert.equal(zero.state.runs, 1);
+  });
+  // A request without a key does not go through the scheme: no limit there.
+  const { handler: free } = bodyLength({ maxBodyBytes: 10 });
+  const res = await free(new Request('http://localhost/upload', { method: 'PUT', body: 'b'.repeat(100) }));
+  assert.equal(await res.text(), '100');
+});
+
+test('maxBodyBytes: a declared Content-Length over the limit is refused before the body is sent', async () => {
+  const { handler, state } = bodyLength({ maxBodyBytes: 1000 });
+  await withServer(handler, async (server) => {
+    const { status, body } = await new Promise((resolve, reject) => {
+      const req = http.request(`${server.url}/upload`, {
+        method: 'POST',
+        headers: { 'Idempotency-Key': newKey(), 'Content-Length': '10000000' },
+      });
+      req.on('response', (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode, body: text }));
+      });
+      req.on('error', reject);
+      req.flushHeaders(); // the headers only: no byte of the 10 MB body is ever sent
+    });
+    assert.equal(status, 413);
+    assert.equal(JSON.parse(body).code, 'idempotency-body-too-large');
+    assert.equal(state.runs, 0);
+  });
+});
+
+/**
+ * Stream `total` bytes (chunked, no Content-Length) to `url` with a key; resolves with the
+ * status (if an answer came) and whether the upload ended in an error, once both the answer
+ * and the upload are over.
+ */
+function upload(url, total, key) {
+  return new Promise((resolve) => {
+    const chunk = Buffer.alloc(64 * 1024, 97);
+    const req = http.request(url, { method: 'POST', headers: { 'Idempotency-Key': key, 'Content-Type': 'application/octet-stream' } });
+    const out = { status: undefined, sent: 0, error: undefined, answeredAt: undefined, endedAt: undefined };
+    let answered = false;
+    let ended = false;
+    const done = () => {
+      if ((answered || out.error) && (ended || out.error)) resolve(out);
+    };
+    req.on('response', (res) => {
+      out.status = res.statusCode;
+      out.answeredAt = Date.now();
+      res.resume();
+      res.on('end', () => ((answered = true), done()));
+    });
+    req.on('error', (error) => {
+      out.error = error.code ?? error.message;
+      out.endedAt ??= Date.now();
+      done();
+    });
+    req.on('finish', () => {
+      ended = true;
+      out.endedAt ??= Date.now();
+      done();
+    });
+    const pump = () => {
+      while (out.sent < total && !out.error) {
+        out.sent += chunk.length;
+        if (!req.write(chunk)) return void req.once('drain', pump);
+      }
+      req.end();
+    };
+    pump();
+  });
+}
+
+// A server in a process of its own (the upload's client-side buffers do not count), serving
+// `bodyLength()` with the defaults; it reports its resident set size on request.
+const MEMORY_SERVER = `
+import http from 'node:http';
+import { idempotency, toNodeHandler } from 'retry-fetch/server';
+let runs = 0;
+const handler = idempotency(async (request) => {
+  runs++;
+  return new Response(String((await request.arrayBuffer()).byteLength), { status: 201 });
+});
+const server = http.createServer(toNodeHandler(handler, { onError: () => {} }));
+let peak = 0;
+setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 2);
+process.on('message', (message) => {
+  if (message === 'reset') peak = process.memoryUsage().rss;
+  if (message === 'reset' || message === 'report') process.send({ peak: Math.max(peak, process.memoryUsage().rss), runs });
+  if (message === 'exit') process.exit(0);
+});
+server.listen(0, '127.0.0.1', () => process.send({ port: server.address().port }));
+`;
+
+test('maxBodyBytes: a 50 MiB streamed upload is cut at the limit: a 413, and the server process does not buffer it', async () => {
+  const child = spawn(process.execPath, ['--input-type=module', '-e', MEMORY_SERVER], {
+    cwd: fileURLToPath(new URL('.', import.meta.url)),
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const next = () => new Promise((resolve, reject) => {
+    child.once('message', resolve);
+    child.once('exit', (code) => reject(new Error(`the server process exited (${code})`)));
+  });
+  try {
+    const { port } = await next();
+    const url = `http://127.0.0.1:${port}`;
+    // Warm up (wasm instantiated, a keyed body read), then measure from here.
+    assert.equal(await (await send(url, { key: newKey(), body: 'x'.repeat(512 * 1024) })).text(), String(512 * 1024));
+    child.send('reset');
+    const { peak: before } = await next();
+    const size = 50 * 1024 * 1024;
+    const result = await upload(`${url}/upload`, size, newKey());
+    child.send('report');
+    const { peak, runs } = await next();
+    assert.equal(result.status, 413, JSON.stringify(result));
+    assert.equal(runs, 1, 'the handler did not run for the upload');
+    // Buffering the upload would take at least its 50 MiB (more, with the copies); what is read
+    // is 1 MiB and the socket's buffers.
+    const growth = peak - before;
+    assert.ok(growth < size / 4, `the server's rss grew by ${(growth / 1048576).toFixed(1)} MiB during a ${size / 1048576} MiB upload`);
+  } finally {
+    child.send('exit');
+    child.kill();
+  }
+});
+
+test('toNodeHandler: after a 413 the rest of the upload is not left hanging (the connection is closed or the body drained)', async () => {
+  const { handler } = bodyLength();
+  await withServer(handler, async (server) => {
+    const result = await upload(`${server.url}/upload`, 8 * 1024 * 1024, newKey());
+    assert.equal(result.status, 413);
+    const stalled = result.endedAt - result.answeredAt;
+    assert.ok(stalled < 2000, `the upload ended ${stalled} ms after the 413 (${result.error ?? 'finished'})`);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// toNodeHandler
 
 test('toNodeHandler: request body and headers in, status, headers and streamed body out', async () => {
   const big = 'x'.repeat(3 * 1024 * 1024);

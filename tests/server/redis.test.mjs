@@ -1,11 +1,11 @@
 // The idempotency scenarios with RedisStore against a real redis-server (scripts/test.sh starts
-// one and passes its URL in RETRY_FETCH_REDIS_URL), and two server instances sharing it.
+// one and passes its URL in RETRY_FETCH_REDIS_URL), and server instances sharing it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createClient } from 'redis';
 import { idempotency, RedisStore } from 'retry-fetch/server';
-import { storeScenarios } from './scenarios.mjs';
-import { serve, withServer, send, snapshot, newKey } from './support.mjs';
+import { storeScenarios, holding } from './scenarios.mjs';
+import { serve, withServer, send, snapshot, newKey, sleep, deferred, problemOf } from './support.mjs';
 
 const url = process.env.RETRY_FETCH_REDIS_URL;
 const skip = url ? false : 'RETRY_FETCH_REDIS_URL is not set (scripts/test.sh server starts a redis-server)';
@@ -24,7 +24,7 @@ before(async () => {
   if (!skip) client = await connect();
 });
 after(async () => {
-  await Promise.all(clients.map((c) => c.quit()));
+  await Promise.all(clients.filter((c) => c.isOpen).map((c) => c.quit()));
 });
 
 // Every store gets a prefix of its own, so the scenarios never see each other's keys.
@@ -35,66 +35,126 @@ if (skip) {
 } else {
   storeScenarios('RedisStore', () => new RedisStore({ client, prefix: prefix() }));
 
-  test('RedisStore: two server instances, each with its own client, share one Redis: the handler runs once', async () => {
+  test('RedisStore: two server instances, each with its own client, share one Redis: 50 concurrent requests, the handler runs once', { timeout: 60_000 }, async () => {
     const shared = prefix();
     let runs = 0;
-    const app = async () => {
-      const instances = [];
+    const instances = [];
+    try {
       for (let i = 0; i < 2; i++) {
         const handler = idempotency(async () => {
           const run = ++runs;
-          await new Promise((resolve) => setTimeout(resolve, 150));
-          return Response.json({ run, instance: i });
+          await sleep(200);
+          return Response.json({ run, instance: i }, { status: 201 });
         }, { store: new RedisStore({ client: await connect(), prefix: shared }) });
         instances.push(await serve(handler));
       }
-      return instances;
-    };
-    const [a, b] = await app();
-    try {
+      const [a, b] = instances;
       const key = newKey();
-      const [ra, rb] = await Promise.all([send(a.url, { key }), send(b.url, { key })]);
+      const responses = await Promise.all(Array.from({ length: 50 }, (_, i) => send((i % 2 ? a : b).url, { key })));
       assert.equal(runs, 1);
-      const [sa, sb] = [await snapshot(ra), await snapshot(rb)];
-      assert.deepEqual(sa, sb, 'both instances answer with the one response');
-      assert.deepEqual([ra, rb].map((r) => r.headers.get('idempotent-replayed')).sort(), ['true', null].sort());
+      const snaps = await Promise.all(responses.map(snapshot));
+      for (const s of snaps) assert.deepEqual(s, snaps[0], 'every answer is the one response');
+      assert.equal(snaps[0].status, 201);
+      assert.equal(responses.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 49);
       // A later retry to either instance replays it.
       const later = await send(b.url, { key });
       assert.equal(later.headers.get('idempotent-replayed'), 'true');
-      assert.deepEqual(JSON.parse((await snapshot(later)).body), JSON.parse(sa.body));
+      assert.deepEqual(JSON.parse((await snapshot(later)).body), JSON.parse(snaps[0].body));
       assert.equal(runs, 1);
     } finally {
-      await a.close();
-      await b.close();
+      await Promise.all(instances.map((s) => s.close()));
     }
   });
 
-  test('RedisStore: keys, TTLs and values in Redis', async () => {
+  test('RedisStore: keys, TTLs and values in Redis; no Set-Cookie in the stored value', async () => {
     const p = prefix();
     const store = new RedisStore({ client, prefix: p });
     assert.equal(store.prefix, p);
-    const handler = idempotency(async () => new Response('ok'), { store, ttlMs: 60_000, identity: () => 'user-7' });
+    const handler = idempotency(async () => {
+      const headers = new Headers({ 'X-Kept': 'yes' });
+      headers.append('Set-Cookie', 'sid=s3cr3t; HttpOnly');
+      return new Response('ok', { headers });
+    }, { store, ttlMs: 60_000, identity: () => 'user-7' });
     await withServer(handler, async (server) => {
-      await (await send(server.url, { key: 'order-1' })).text();
+      const first = await send(server.url, { key: 'order-1' });
+      assert.deepEqual(first.headers.getSetCookie(), ['sid=s3cr3t; HttpOnly']);
+      await first.text();
       const keys = await client.keys(`${p}*`);
       assert.equal(keys.length, 1);
       assert.match(keys[0], new RegExp(`^${p}[0-9a-f]{64}:order-1$`), 'identity hashed, then the key');
       assert.ok(!keys[0].includes('user-7'), 'the identity is not stored in clear');
       const ttl = await client.pTTL(keys[0]);
       assert.ok(ttl > 55_000 && ttl <= 60_000, `TTL ${ttl}`);
-      const record = JSON.parse(await client.get(keys[0]));
+      const value = await client.get(keys[0]);
+      assert.ok(!/set-cookie|s3cr3t/i.test(value), `no cookie in ${value}`);
+      const record = JSON.parse(value);
       assert.equal(record.state, 'completed');
       assert.equal(Buffer.from(record.response.body, 'base64').toString(), 'ok');
+      assert.deepEqual(record.response.headers.filter(([name]) => name === 'x-kept'), [['x-kept', 'yes']]);
     });
   });
 
-  test('RedisStore: a malformed value in Redis is an error, not a replay', async () => {
+  test('RedisStore: a slow handler\'s lock is renewed in Redis (PX lockTimeoutMs again and again, same token)', { timeout: 30_000 }, async () => {
+    const p = prefix();
+    const started = deferred();
+    const finish = deferred();
+    const handler = idempotency(async () => {
+      started.resolve();
+      await finish.promise;
+      return new Response('done');
+    }, { store: new RedisStore({ client, prefix: p }), lockTimeoutMs: 600 });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const sent = send(server.url, { key });
+      await holding(started.promise, sent);
+      const redisKey = `${p}-:${key}`;
+      const lock = JSON.parse(await client.get(redisKey));
+      assert.equal(lock.state, 'in-progress');
+      const firstTtl = await client.pTTL(redisKey);
+      assert.ok(firstTtl > 0 && firstTtl <= 600, `PTTL ${firstTtl}`);
+      await sleep(1500); // 2.5 lifetimes of the first lock
+      const renewed = JSON.parse(await client.get(redisKey));
+      assert.equal(renewed?.state, 'in-progress', 'the lock is still there');
+      assert.equal(renewed.token, lock.token, 'held by the same holder');
+      assert.ok(renewed.lockExpiresAt > lock.lockExpiresAt + 900, 'with a later expiry');
+      const ttl = await client.pTTL(redisKey);
+      assert.ok(ttl > 0 && ttl <= 600, `PTTL ${ttl}`);
+      finish.resolve();
+      assert.equal(await (await sent).text(), 'done');
+      assert.equal(JSON.parse(await client.get(redisKey)).state, 'completed');
+    });
+  });
+
+  test('RedisStore: a malformed value in Redis: the store rejects with a TypeError, idempotency answers 503', async () => {
     const p = prefix();
     await client.set(`${p}-:broken`, 'not json');
     const store = new RedisStore({ client, prefix: p });
     await assert.rejects(store.acquire('-:broken', { state: 'in-progress', token: 't', fingerprint: 'f', lockExpiresAt: 0 }, 1000), {
       name: 'TypeError',
       message: /not a JSON idempotency record/,
+    });
+    const told = [];
+    let runs = 0;
+    const handler = idempotency(async () => (runs++, new Response('ran')), { store, onStoreError: (e, op) => told.push([op, e.name]) });
+    await withServer(handler, async (server) => {
+      await problemOf(await send(server.url, { key: 'broken' }), 503, 'idempotency-store-unavailable', { retryAfter: true });
+      assert.equal(runs, 0);
+      assert.deepEqual(told, [['acquire', 'TypeError']]);
+    });
+  });
+
+  test('RedisStore: Redis unreachable (a closed client): 503 problem with Retry-After: 1, the handler does not run', async () => {
+    const down = await connect();
+    const store = new RedisStore({ client: down, prefix: prefix() });
+    down.destroy();
+    const told = [];
+    let runs = 0;
+    const handler = idempotency(async () => (runs++, new Response('ran')), { store, onStoreError: (e, op) => told.push(op) });
+    await withServer(handler, async (server) => {
+      const problem = await problemOf(await send(server.url, { key: newKey() }), 503, 'idempotency-store-unavailable', { retryAfter: true });
+      assert.match(problem.detail, /not processed/);
+      assert.equal(runs, 0);
+      assert.deepEqual(told, ['acquire']);
     });
   });
 }

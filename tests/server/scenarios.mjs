@@ -1,18 +1,32 @@
-// The idempotency scenarios, run once per store (memory.test.mjs, redis.test.mjs): a real
-// http server from toNodeHandler, real fetch, and the client package for the end-to-end check.
+// The idempotency scenarios, run once per store (memory.test.mjs, redis.test.mjs,
+// postgres.test.mjs): a real http server from toNodeHandler, real fetch, and the client
+// package for the end-to-end checks.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { idempotency, toNodeHandler } from 'retry-fetch/server';
 import { retryFetch } from 'retry-fetch';
-import { serve, withServer, send, snapshot, sleep, newKey } from './support.mjs';
+import {
+  serve,
+  withServer,
+  send,
+  snapshot,
+  sleep,
+  newKey,
+  deferred,
+  problemOf,
+  plantDeadLock,
+  withoutRenew,
+  spyStore,
+  DERIVED_KEY,
+} from './support.mjs';
 
 /**
  * Wait until `started` resolves (the first run of a handler began, so its request holds the
  * key's lock); fail at once instead if the request `sent` settles before that (it never
  * reached the handler, and waiting would hang the test).
  */
-async function holding(started, sent) {
+export async function holding(started, sent) {
   let running = false;
   await Promise.race([
     started.then(() => (running = true)),
@@ -25,65 +39,33 @@ async function holding(started, sent) {
 }
 
 /**
- * Register the scenarios for one store kind. `makeStore()` returns a fresh, empty store.
+ * Register the scenarios for one store kind. `makeStore()` returns (or resolves with) a fresh,
+ * empty store. `transactional`: the store is a PostgresStore-like one (`ctx.tx` is its
+ * transaction; a key in progress elsewhere is `{ state: 'held' }`; no lock-level protocol to check here).
  */
-export function storeScenarios(label, makeStore) {
-  const t = (name, fn) => test(`${label}: ${name}`, fn);
+export function storeScenarios(label, makeStore, { transactional = false } = {}) {
+  const t = (name, fn) => test(`${label}: ${name}`, { timeout: 60_000 }, fn);
 
-  // A payment endpoint that counts its runs; `delayMs` keeps it running for a while.
-  // `firstRun` resolves when the first run starts: the wrapped handler runs only once the
+  // A payment endpoint that counts its runs; `delayMs` keeps it running for a while, `fail(run)`
+  // makes a run throw, `answer(run, request)` replaces its Response. It never reads `ctx`.
+  // `state.firstRun` resolves when the first run starts: the wrapped handler runs only once the
   // request holds the key's lock, so a duplicate sent after it is certain to find the lock.
-  const payments = (options = {}, { delayMs = 0, fail } = {}) => {
-    let firstStarted;
-    const firstRun = new Promise((resolve) => (firstStarted = resolve));
-    const state = { runs: 0, bodies: [], firstRun };
+  const payments = async (options = {}, { delayMs = 0, fail, answer } = {}) => {
+    const first = deferred();
+    const state = { runs: 0, bodies: [], firstRun: first.promise };
     const handler = idempotency(async (request) => {
       const run = ++state.runs;
-      if (run === 1) firstStarted();
+      if (run === 1) first.resolve();
       state.bodies.push(await request.text());
       if (delayMs) await sleep(delayMs);
       if (fail?.(run)) throw new Error(`payment provider down (run ${run})`);
-      return Response.json({ charge: `ch_${run}`, run }, { status: 201, headers: { 'X-Run': String(run) } });
-    }, { store: makeStore(), ...options });
+      return answer?.(run, request) ?? Response.json({ charge: `ch_${run}`, run }, { status: 201, headers: { 'X-Run': String(run) } });
+    }, { store: await makeStore(), ...options });
     return { handler, state };
   };
 
-  // A lock holder that dies, as far as the lock goes: the handler's first run hangs until
-  // `unblock()`; the runs after it answer { run } at once (`state.startedAt`: when each run
-  // began). `holdLock(url, key)` sends the first request and resolves once its run has
-  // started, so it holds the lock (no head start by a sleep: a duplicate that took the lock
-  // first would hang as run 1); it resolves with `abandon()`, which aborts that request,
-  // lets its run finish and waits.
-  const deadHolder = (options) => {
-    let unblock;
-    const blocked = new Promise((resolve) => (unblock = resolve));
-    let firstStarted;
-    const firstRun = new Promise((resolve) => (firstStarted = resolve));
-    const state = { runs: 0, startedAt: [] };
-    const handler = idempotency(async () => {
-      const run = ++state.runs;
-      state.startedAt.push(Date.now());
-      if (run === 1) {
-        firstStarted();
-        await blocked;
-      }
-      return Response.json({ run });
-    }, { store: makeStore(), ...options });
-    const holdLock = async (url, key) => {
-      const controller = new AbortController();
-      const first = send(url, { key, signal: controller.signal }).catch((e) => e);
-      await holding(firstRun, first);
-      return async () => {
-        controller.abort();
-        unblock();
-        await first;
-      };
-    };
-    return { handler, state, unblock, holdLock };
-  };
-
   t('two concurrent requests with one key: the handler runs once, both get its answer', async () => {
-    const { handler, state } = payments({}, { delayMs: 150 });
+    const { handler, state } = await payments({}, { delayMs: 150 });
     await withServer(handler, async (server) => {
       const key = newKey();
       const [a, b] = await Promise.all([send(server.url, { key }), send(server.url, { key })]);
@@ -97,18 +79,32 @@ export function storeScenarios(label, makeStore) {
     });
   });
 
-  t('a replay is byte-identical (status, status text, headers, body) plus Idempotent-Replayed: true', async () => {
+  t('50 concurrent requests with one key: the handler runs once, 49 get the replay', async () => {
+    const { handler, state } = await payments({}, { delayMs: 200 });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const responses = await Promise.all(Array.from({ length: 50 }, () => send(server.url, { key })));
+      assert.equal(state.runs, 1);
+      const snaps = await Promise.all(responses.map(snapshot));
+      for (const s of snaps) assert.deepEqual(s, snaps[0]);
+      assert.deepEqual(JSON.parse(snaps[0].body), { charge: 'ch_1', run: 1 });
+      assert.equal(responses.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 49);
+    });
+  });
+
+  t('a replay is byte-identical (status, status text, headers, body) but for Set-Cookie, never stored nor replayed', async () => {
     let runs = 0;
     const bytes = Uint8Array.from({ length: 512 }, (_, i) => (i * 7) % 256); // every byte value, not UTF-8
+    const spy = spyStore(await makeStore());
     const handler = idempotency(async () => {
       runs++;
       const headers = new Headers({ 'Content-Type': 'application/octet-stream', 'X-Charge': 'ch_1', ETag: '"v1"' });
-      headers.append('Set-Cookie', 'a=1; Path=/');
+      headers.append('Set-Cookie', 'sid=fresh-session; Path=/; HttpOnly');
       headers.append('Set-Cookie', 'b=2; Path=/');
       headers.append('Vary', 'Accept');
       headers.append('Vary', 'Origin');
       return new Response(bytes, { status: 202, statusText: 'Accepted For Charging', headers });
-    }, { store: makeStore() });
+    }, { store: spy.store });
     await withServer(handler, async (server) => {
       const key = newKey();
       const first = await send(server.url, { key });
@@ -116,14 +112,22 @@ export function storeScenarios(label, makeStore) {
       assert.equal(runs, 1);
       assert.equal(first.headers.get('idempotent-replayed'), null);
       assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+      // The first answer carries the handler's cookies; the replay none.
+      assert.deepEqual(first.headers.getSetCookie(), ['sid=fresh-session; Path=/; HttpOnly', 'b=2; Path=/']);
+      assert.deepEqual(replay.headers.getSetCookie(), []);
       const [s1, s2] = [await snapshot(first), await snapshot(replay)];
-      assert.deepEqual(s2, s1);
+      assert.deepEqual(s2, { ...s1, headers: s1.headers.filter(([name]) => name !== 'set-cookie') });
       assert.equal(s1.status, 202);
       assert.equal(s1.statusText, 'Accepted For Charging');
       assert.deepEqual([...s1.body], [...bytes]);
-      assert.deepEqual(replay.headers.getSetCookie(), ['a=1; Path=/', 'b=2; Path=/']);
       assert.equal(replay.headers.get('vary'), 'Accept, Origin');
       assert.equal(replay.headers.get('etag'), '"v1"');
+      // What the store was given holds no cookie.
+      const completes = spy.calls.filter(([method]) => method === 'complete');
+      assert.equal(completes.length, 1);
+      const stored = completes[0][3].response;
+      assert.deepEqual(stored.headers.filter(([name]) => name.toLowerCase() === 'set-cookie'), []);
+      assert.ok(!JSON.stringify(stored).includes('fresh-session'), 'the session cookie is not in the stored record');
     });
   });
 
@@ -134,7 +138,7 @@ export function storeScenarios(label, makeStore) {
       return new URL(request.url).pathname === '/empty'
         ? new Response(null, { status: 204 })
         : new Response('upstream failed after charging', { status: 502 });
-    }, { store: makeStore() });
+    }, { store: await makeStore() });
     await withServer(handler, async (server) => {
       const k1 = newKey();
       const k2 = newKey();
@@ -151,8 +155,67 @@ export function storeScenarios(label, makeStore) {
     });
   });
 
+  // The handler answers `?status=N` (with `Retry-After` when `&retryAfter=S`) on its first run
+  // for each URL, then 201.
+  const statusEndpoint = async () => {
+    const runs = new Map();
+    const handler = idempotency(async (request) => {
+      const url = new URL(request.url);
+      const n = (runs.get(url.search) ?? 0) + 1;
+      runs.set(url.search, n);
+      if (n > 1) return Response.json({ run: n }, { status: 201 });
+      const headers = { 'X-Run': String(n) };
+      if (url.searchParams.has('retryAfter')) headers['Retry-After'] = url.searchParams.get('retryAfter');
+      return new Response(`status ${url.searchParams.get('status')}`, { status: Number(url.searchParams.get('status')), headers });
+    }, { store: await makeStore() });
+    return { handler, runs };
+  };
+
+  t('answers that mean "not processed" (408, 425, 429, 503 with Retry-After) are not stored: the key is freed', async () => {
+    const { handler, runs } = await statusEndpoint();
+    await withServer(handler, async (server) => {
+      for (const search of ['?status=408', '?status=425', '?status=429', '?status=503&retryAfter=2']) {
+        const key = newKey();
+        const path = `/payments${search}`;
+        const first = await send(server.url, { key, path });
+        const status = Number(new URLSearchParams(search).get('status'));
+        assert.equal(first.status, status, search);
+        assert.equal(await first.text(), `status ${status}`);
+        assert.equal(first.headers.get('idempotent-replayed'), null);
+        if (status === 503) assert.equal(first.headers.get('retry-after'), '2', 'the handler\'s Retry-After reaches the client');
+        // The retry with the same key runs the handler again, and that answer is stored.
+        const retried = await send(server.url, { key, path });
+        assert.equal(retried.status, 201, search);
+        assert.equal(retried.headers.get('idempotent-replayed'), null, `${search}: the refusal was not replayed`);
+        assert.deepEqual(await retried.json(), { run: 2 });
+        const third = await send(server.url, { key, path });
+        assert.equal(third.headers.get('idempotent-replayed'), 'true');
+        assert.deepEqual(await third.json(), { run: 2 });
+        assert.equal(runs.get(search), 2, search);
+      }
+    });
+  });
+
+  t('a 503 without Retry-After, a 500 and other 4xx answers are stored and replayed', async () => {
+    const { handler, runs } = await statusEndpoint();
+    await withServer(handler, async (server) => {
+      for (const status of [503, 500, 400, 401, 404, 409, 410, 422]) {
+        const key = newKey();
+        const path = `/payments?status=${status}`;
+        const first = await send(server.url, { key, path });
+        assert.equal(first.status, status);
+        assert.equal(await first.text(), `status ${status}`);
+        const again = await send(server.url, { key, path });
+        assert.equal(again.status, status, `${status} replayed`);
+        assert.equal(again.headers.get('idempotent-replayed'), 'true', `${status} replayed`);
+        assert.equal(await again.text(), `status ${status}`);
+        assert.equal(runs.get(`?status=${status}`), 1, `${status}: the handler ran once`);
+      }
+    });
+  });
+
   t('the same key with another payload, path, query or method is a 422', async () => {
-    const { handler, state } = payments();
+    const { handler, state } = await payments();
     await withServer(handler, async (server) => {
       const key = newKey();
       assert.equal((await send(server.url, { key })).status, 201);
@@ -163,11 +226,7 @@ export function storeScenarios(label, makeStore) {
         { method: 'PUT' },
       ]) {
         const res = await send(server.url, { key, ...changed });
-        assert.equal(res.status, 422, JSON.stringify(changed));
-        assert.equal(res.headers.get('content-type'), 'application/problem+json');
-        const problem = await res.json();
-        assert.equal(problem.status, 422);
-        assert.equal(problem.code, 'idempotency-key-reused');
+        const problem = await problemOf(res, 422, 'idempotency-key-reused');
         assert.equal(problem.title, 'Idempotency-Key is already used');
       }
       assert.equal(state.runs, 1);
@@ -177,7 +236,7 @@ export function storeScenarios(label, makeStore) {
   });
 
   t('a stored response expires after ttlMs; the key then runs the handler again', async () => {
-    const { handler, state } = payments({ ttlMs: 300 });
+    const { handler, state } = await payments({ ttlMs: 300 });
     await withServer(handler, async (server) => {
       const key = newKey();
       assert.equal((await (await send(server.url, { key })).json()).run, 1);
@@ -192,32 +251,79 @@ export function storeScenarios(label, makeStore) {
     });
   });
 
-  t('a handler that throws stores nothing and releases the lock: a retry runs it again', async () => {
-    const { handler, state } = payments({}, { fail: (run) => run === 1 });
+  t('a handler that throws after it started: a 500 problem, stored and replayed (it does not run again); onError is told', async () => {
+    const told = [];
+    const { handler, state } = await payments({ onError: (error) => told.push(error) }, { fail: (run) => run === 1 });
     await withServer(handler, async (server) => {
       const key = newKey();
       const failed = await send(server.url, { key });
-      assert.equal(failed.status, 500, 'toNodeHandler answers a thrown error with 500');
-      await failed.arrayBuffer();
-      assert.match(String(server.errors[0]?.message), /payment provider down \(run 1\)/, 'the error propagates');
+      assert.equal(failed.headers.get('idempotent-replayed'), null);
+      const problem = await problemOf(failed, 500, 'idempotency-handler-failed');
+      assert.equal(told.length, 1);
+      assert.match(String(told[0]?.message), /payment provider down \(run 1\)/);
+      assert.ok(!JSON.stringify(problem).includes('payment provider down'), 'the error is not shown to the client');
+      assert.equal(server.errors.length, 0, 'the wrapped handler answered; nothing was thrown to toNodeHandler');
       const retried = await send(server.url, { key });
-      assert.equal(retried.status, 201);
-      assert.equal(retried.headers.get('idempotent-replayed'), null);
-      assert.equal((await retried.json()).run, 2);
-      assert.equal((await send(server.url, { key })).headers.get('idempotent-replayed'), 'true');
-      assert.equal(state.runs, 2);
+      assert.equal(retried.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await problemOf(retried, 500, 'idempotency-handler-failed'), problem);
+      assert.equal(state.runs, 1, 'the failed run is not repeated');
+      assert.equal(told.length, 1);
     });
   });
 
+  t('a handler that resolves with something else than a Response: the same stored 500', async () => {
+    const told = [];
+    let runs = 0;
+    const handler = idempotency(async () => (++runs, { status: 201, body: 'not a Response' }), {
+      store: await makeStore(),
+      onError: (error) => told.push(error),
+    });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      await problemOf(await send(server.url, { key }), 500, 'idempotency-handler-failed');
+      const replay = await send(server.url, { key });
+      assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+      await problemOf(replay, 500, 'idempotency-handler-failed');
+      assert.equal(runs, 1);
+      assert.equal(told.length, 1);
+      assert.equal(told[0].name, 'TypeError');
+      assert.match(told[0].message, /the handler must resolve with a Response; got/);
+    });
+  });
+
+  t('retryFetch retrying a 500 with the same key gets the stored 500 again: one run', async () => {
+    const { handler, state } = await payments({ onError: () => {} }, { fail: () => true });
+    let attempts = 0;
+    const keys = new Set();
+    const server = await serve(handler, {
+      wrap(req, res, next) {
+        attempts++;
+        keys.add(req.headers['idempotency-key']);
+        return next(req, res);
+      },
+    });
+    try {
+      const res = await retryFetch(`${server.url}/payments`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: '{"amount":4200,"currency":"EUR"}',
+      }, { maxAttempts: 2, baseDelayMs: 10, jitter: 'none' });
+      assert.equal(attempts, 2, 'the client retried the 500');
+      assert.equal(keys.size, 1, 'with the same key');
+      assert.equal(res.headers.get('idempotent-replayed'), 'true', 'the second 500 is the replay');
+      await problemOf(res, 500, 'idempotency-handler-failed');
+      assert.equal(state.runs, 1);
+    } finally {
+      await server.close();
+    }
+  });
+
   t('a missing key is a 400 problem on POST and PATCH; other methods pass through', async () => {
-    const { handler, state } = payments();
+    const { handler, state } = await payments();
     await withServer(handler, async (server) => {
       for (const method of ['POST', 'PATCH']) {
         const res = await send(server.url, { method });
-        assert.equal(res.status, 400, method);
-        assert.equal(res.headers.get('content-type'), 'application/problem+json');
-        const problem = await res.json();
-        assert.equal(problem.code, 'idempotency-key-missing');
+        const problem = await problemOf(res, 400, 'idempotency-key-missing');
         assert.equal(problem.title, 'Idempotency-Key is missing');
         assert.match(problem.detail, new RegExp(`${method} /payments requires an Idempotency-Key header`));
       }
@@ -228,30 +334,30 @@ export function storeScenarios(label, makeStore) {
     });
   });
 
-  t('an invalid key is a 400 problem', async () => {
-    const { handler, state } = payments();
+  t('an invalid key (empty, over 255 characters, not visible ASCII, bad sf-string) is a 400 problem; 255 characters pass', async () => {
+    const { handler, state } = await payments();
     await withServer(handler, async (server) => {
-      for (const key of ['', 'two words', 'k1, k2', 'k'.repeat(256), '"unterminated', '"bad\\escape"']) {
+      for (const key of ['', '   ', 'two words', 'k1, k2', 'k'.repeat(256), 'k'.repeat(1000), '"unterminated', '"bad\\escape"']) {
         const res = await send(server.url, { key });
-        assert.equal(res.status, 400, JSON.stringify(key));
-        const problem = await res.json();
-        assert.equal(problem.code, 'idempotency-key-invalid');
+        await problemOf(res, 400, 'idempotency-key-invalid');
       }
       assert.equal(state.runs, 0);
+      const longest = 'k'.repeat(254) + newKey().slice(0, 1);
+      assert.equal(longest.length, 255);
+      assert.equal((await send(server.url, { key: longest })).status, 201);
+      assert.equal((await send(server.url, { key: longest })).headers.get('idempotent-replayed'), 'true');
+      assert.equal(state.runs, 1);
     });
   });
 
   t("concurrent: 'reject' answers the second request 409 while the first runs", async () => {
-    const { handler, state } = payments({ concurrent: 'reject' }, { delayMs: 200 });
+    const { handler, state } = await payments({ concurrent: 'reject' }, { delayMs: 200 });
     await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
       await holding(state.firstRun, first);
       const second = await send(server.url, { key });
-      assert.equal(second.status, 409);
-      assert.equal(second.headers.get('retry-after'), '1');
-      const problem = await second.json();
-      assert.equal(problem.code, 'idempotency-key-in-progress');
+      await problemOf(second, 409, 'idempotency-key-in-progress', { retryAfter: true });
       assert.equal((await first).status, 201);
       assert.equal(state.runs, 1);
       assert.equal((await send(server.url, { key })).headers.get('idempotent-replayed'), 'true');
@@ -259,68 +365,140 @@ export function storeScenarios(label, makeStore) {
   });
 
   t("concurrent: 'wait' answers 409 when waitTimeoutMs runs out first", async () => {
-    const { handler, state } = payments({ waitTimeoutMs: 100 }, { delayMs: 400 });
+    const { handler, state } = await payments({ waitTimeoutMs: 100 }, { delayMs: 400 });
     await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
       await holding(state.firstRun, first);
       const started = Date.now();
       const second = await send(server.url, { key });
-      assert.equal(second.status, 409);
+      await problemOf(second, 409, 'idempotency-key-in-progress', { retryAfter: true });
       assert.ok(Date.now() - started >= 90, 'it waited');
       assert.equal((await first).status, 201);
       assert.equal(state.runs, 1);
     });
   });
 
-  t('a lock whose holder died expires after lockTimeoutMs and the next request processes', async () => {
+  t('a live holder renews its lock: a handler slower than lockTimeoutMs keeps its key (a duplicate at 1.1 s gets the replay)', async () => {
     const storeErrors = [];
-    // One wrapped handler whose first run hangs: a holder that died, as far as the lock goes.
-    const { handler, state, unblock, holdLock } = deadHolder({ lockTimeoutMs: 300, onStoreError: (e, op) => storeErrors.push(op) });
+    const { handler, state } = await payments({ lockTimeoutMs: 1000, onStoreError: (e, op) => storeErrors.push([op, e]) }, { delayMs: 1500 });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const first = send(server.url, { key });
+      await holding(state.firstRun, first);
+      await sleep(1100); // past lockTimeoutMs: without renewal the lock would have lapsed
+      const second = await send(server.url, { key });
+      assert.equal(second.status, 201);
+      assert.equal(second.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await second.json(), { charge: 'ch_1', run: 1 });
+      assert.equal((await first).headers.get('idempotent-replayed'), null);
+      assert.equal(state.runs, 1, 'the handler ran once');
+      assert.deepEqual(storeErrors, []);
+    });
+  });
+
+  t('a live holder renews its lock: a duplicate already waiting when the lock would have expired gets the replay', async () => {
+    const storeErrors = [];
+    const { handler, state } = await payments({ lockTimeoutMs: 1000, waitTimeoutMs: 10_000, onStoreError: (e, op) => storeErrors.push([op, e]) }, { delayMs: 1500 });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const first = send(server.url, { key });
+      await holding(state.firstRun, first);
+      const second = await send(server.url, { key }); // waits through t = 1000 ms, then gets the answer
+      assert.equal(second.status, 201);
+      assert.equal(second.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await second.json(), { charge: 'ch_1', run: 1 });
+      assert.equal((await first).status, 201);
+      assert.equal(state.runs, 1);
+      assert.deepEqual(storeErrors, []);
+    });
+  });
+
+  t('with a store that cannot renew, a holder slower than lockTimeoutMs loses its key: the duplicate runs, the late answer is not stored', async () => {
+    // The control for the two tests above: the same timing without renew() runs twice.
+    const store = await makeStore();
+    const storeErrors = [];
+    const release = deferred();
+    const first = deferred();
+    let runs = 0;
+    const handler = idempotency(async () => {
+      const run = ++runs;
+      if (run === 1) {
+        first.resolve();
+        await release.promise; // still running (alive, but it cannot renew) long after the lock lapsed
+      }
+      return Response.json({ run });
+    }, { store: withoutRenew(store), lockTimeoutMs: 300, waitTimeoutMs: 10_000, onStoreError: (e, op) => storeErrors.push(op) });
     const server = await serve(handler);
     try {
       const key = newKey();
-      const abandon = await holdLock(server.url, key);
-      // While the lock is live a second request waits; once it expires, it processes.
+      const sent = send(server.url, { key });
+      await holding(first.promise, sent);
+      const started = Date.now();
       const second = await send(server.url, { key });
       assert.equal(second.status, 200);
+      assert.equal(second.headers.get('idempotent-replayed'), null);
       assert.deepEqual(await second.json(), { run: 2 });
-      const gap = state.startedAt[1] - state.startedAt[0];
-      assert.ok(gap >= 250, `the second run waited for the lock to expire (${gap} ms after the first)`);
-      // The late holder finishes: its response is not stored over the new one.
-      await abandon();
-      await sleep(50);
+      assert.ok(Date.now() - started >= 200, 'the duplicate waited for the lock to lapse');
+      // The late holder finishes: its client gets its answer, but it is not stored over the new one.
+      release.resolve();
+      const late = await sent;
+      if (store.transactional) {
+        // PostgresStore: the lapsed holder's transaction was ended by the server
+        // (idle_in_transaction_session_timeout), so nothing of run 1 was committed: its
+        // answer would be a lie; it is a 503 that says so.
+        assert.equal(late.status, 503);
+        assert.equal((await late.json()).code, 'idempotency-store-unavailable');
+      } else {
+        assert.deepEqual(await late.json(), { run: 1 });
+      }
       assert.deepEqual(storeErrors, ['complete']);
       const third = await send(server.url, { key });
       assert.equal(third.headers.get('idempotent-replayed'), 'true');
       assert.deepEqual(await third.json(), { run: 2 });
-      assert.equal(state.runs, 2);
+      assert.equal(runs, 2);
     } finally {
-      unblock();
+      release.resolve();
       await server.close();
     }
   });
 
-  t('a lock whose holder died: a request after lockTimeoutMs processes at once (concurrent: reject)', async () => {
-    const { handler, unblock, holdLock } = deadHolder({ lockTimeoutMs: 200, concurrent: 'reject', onStoreError: () => {} });
-    const server = await serve(handler);
-    try {
+  t('a dead holder\'s lock (planted in the store) expires after its lockTimeoutMs: a waiting duplicate then processes', async () => {
+    const store = await makeStore();
+    let runs = 0;
+    const handler = idempotency(async () => Response.json({ run: ++runs }), { store, waitTimeoutMs: 10_000 });
+    await withServer(handler, async (server) => {
       const key = newKey();
-      const abandon = await holdLock(server.url, key);
-      assert.equal((await send(server.url, { key })).status, 409, 'the lock is live');
-      await sleep(250);
+      const planted = Date.now();
+      await plantDeadLock(store, key, 400);
+      const res = await send(server.url, { key });
+      const waited = Date.now() - planted;
+      assert.equal(res.status, 200, `got ${res.status}`);
+      assert.deepEqual(await res.json(), { run: 1 });
+      assert.ok(waited >= 350, `the request waited for the dead holder's lock to expire (${waited} ms)`);
+      assert.equal((await send(server.url, { key })).headers.get('idempotent-replayed'), 'true');
+      assert.equal(runs, 1);
+    });
+  });
+
+  t('a dead holder\'s lock (planted): 409 while it is live with concurrent: reject, processed at once after', async () => {
+    const store = await makeStore();
+    let runs = 0;
+    const handler = idempotency(async () => Response.json({ run: ++runs }), { store, concurrent: 'reject' });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      await plantDeadLock(store, key, 300);
+      await problemOf(await send(server.url, { key }), 409, 'idempotency-key-in-progress', { retryAfter: true });
+      assert.equal(runs, 0);
+      await sleep(450);
       const next = await send(server.url, { key });
       assert.equal(next.status, 200);
-      assert.deepEqual(await next.json(), { run: 2 });
-      await abandon();
-    } finally {
-      unblock();
-      await server.close();
-    }
+      assert.deepEqual(await next.json(), { run: 1 });
+    });
   });
 
   t('keys are scoped by identity: the same key from two users is two operations', async () => {
-    const { handler, state } = payments({ identity: (request) => request.headers.get('X-User') ?? undefined });
+    const { handler, state } = await payments({ identity: (request) => request.headers.get('X-User') ?? undefined });
     await withServer(handler, async (server) => {
       const key = newKey();
       const alice = await send(server.url, { key, headers: { 'X-User': 'alice' } });
@@ -340,8 +518,125 @@ export function storeScenarios(label, makeStore) {
     });
   });
 
+  t('without an identity option, keys are scoped by the credentials: Authorization, else the session cookie', async () => {
+    const { handler, state } = await payments();
+    await withServer(handler, async (server) => {
+      const run = async (key, headers) => {
+        const res = await send(server.url, { key, headers });
+        assert.equal(res.status, 201);
+        return [(await res.json()).run, res.headers.get('idempotent-replayed') === 'true'];
+      };
+      const k1 = newKey();
+      assert.deepEqual(await run(k1, { Authorization: 'Bearer alice' }), [1, false]);
+      assert.deepEqual(await run(k1, { Authorization: 'Bearer bob' }), [2, false], 'another token: another operation');
+      assert.deepEqual(await run(k1, { Authorization: 'Bearer alice' }), [1, true]);
+      assert.deepEqual(await run(k1, {}), [3, false], 'no credentials: unscoped, another operation again');
+      // Authorization wins over the cookie.
+      assert.deepEqual(await run(k1, { Authorization: 'Bearer alice', Cookie: 'sid=zzz' }), [1, true]);
+
+      const k2 = newKey();
+      assert.deepEqual(await run(k2, { Cookie: 'sid=a; _ga=GA1.1' }), [4, false]);
+      assert.deepEqual(await run(k2, { Cookie: 'sid=b; _ga=GA1.1' }), [5, false], 'another session: another operation');
+      assert.deepEqual(await run(k2, { Cookie: '_ga=GA1.2; theme=dark; sid=a' }), [4, true], 'other cookies do not change the scope');
+      assert.deepEqual(await run(k2, { Cookie: '_ga=GA1.1' }), [6, false], 'no session cookie: unscoped');
+      assert.deepEqual(await run(k2, { Cookie: '_ga=GA1.9; theme=light' }), [6, true], 'unscoped, whatever the other cookies');
+
+      const k3 = newKey();
+      assert.deepEqual(await run(k3, { Cookie: '__Host-next-auth.session-token=t1' }), [7, false]);
+      assert.deepEqual(await run(k3, { Cookie: '__Host-next-auth.session-token=t2' }), [8, false]);
+      assert.deepEqual(await run(k3, { Cookie: 'JSESSIONID=j1' }), [9, false]);
+      assert.deepEqual(await run(k3, { Cookie: 'x=1; JSESSIONID=j1' }), [9, true]);
+      assert.equal(state.runs, 9);
+    });
+  });
+
+  t('identity: false shares keys between callers (unscoped)', async () => {
+    const { handler, state } = await payments({ identity: false });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      assert.equal((await send(server.url, { key, headers: { Authorization: 'Bearer alice' } })).status, 201);
+      const bob = await send(server.url, { key, headers: { Authorization: 'Bearer bob', Cookie: 'sid=b' } });
+      assert.equal(bob.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await bob.json(), { charge: 'ch_1', run: 1 });
+      assert.equal(state.runs, 1);
+    });
+  });
+
+  t('ctx: key as sent; keyFor(name) is stable across retries and instances, differs per name and scope; tx', async () => {
+    const seen = [];
+    const app = async () =>
+      idempotency(async (request, ctx) => {
+        const entry = { key: ctx.key, charge: ctx.keyFor('charge'), refund: ctx.keyFor('refund'), badNames: [] };
+        const tx = ctx.tx;
+        entry.tx = tx === undefined ? 'undefined' : typeof tx?.query;
+        for (const bad of ['', 42, undefined]) {
+          try {
+            ctx.keyFor(bad);
+            entry.badNames.push('no throw');
+          } catch (error) {
+            entry.badNames.push(error.name);
+          }
+        }
+        seen.push(entry);
+        // The first run says "not processed" (429), so the client's retry runs the handler again.
+        return seen.length === 1 ? new Response('slow down', { status: 429 }) : Response.json({ n: seen.length }, { status: 201 });
+      }, { store: await makeStore() });
+    const a = await serve(await app());
+    const b = await serve(await app()); // another instance (another store even: keyFor needs none)
+    try {
+      const key = newKey();
+      assert.equal((await send(a.url, { key })).status, 429);
+      assert.equal((await send(a.url, { key })).status, 201);
+      assert.equal((await send(b.url, { key: `"${key}"` })).status, 201, 'the sf-string form of the same key');
+      assert.equal((await send(a.url, { key, headers: { Authorization: 'Bearer someone' } })).status, 201);
+      const other = newKey();
+      assert.equal((await send(a.url, { key: other })).status, 201);
+      assert.equal(seen.length, 5);
+      const [retry1, retry2, instanceB, scoped, otherKey] = seen;
+      for (const e of seen) {
+        assert.match(e.charge, DERIVED_KEY);
+        assert.match(e.refund, DERIVED_KEY);
+        assert.notEqual(e.charge, e.refund, 'another name, another key');
+        assert.deepEqual(e.badNames, ['TypeError', 'TypeError', 'TypeError']);
+        assert.equal(e.tx, transactional ? 'function' : 'undefined');
+      }
+      assert.deepEqual([retry1.key, retry2.key, instanceB.key, scoped.key, otherKey.key], [key, key, key, key, other]);
+      assert.equal(retry2.charge, retry1.charge, 'the same on a retry');
+      assert.equal(retry2.refund, retry1.refund);
+      assert.equal(instanceB.charge, retry1.charge, 'the same on another instance');
+      assert.notEqual(scoped.charge, retry1.charge, 'another scope (credentials), another key');
+      assert.notEqual(otherKey.charge, retry1.charge, 'another idempotency key, another derived key');
+      assert.notEqual(retry1.charge, key);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  t('ctx of a request without a key: key null, keyFor throws a TypeError, tx undefined', async () => {
+    const seen = [];
+    const handler = idempotency(async (request, ctx) => {
+      let keyFor;
+      try {
+        keyFor = ctx.keyFor('charge');
+      } catch (error) {
+        keyFor = error;
+      }
+      seen.push({ key: ctx.key, keyFor, tx: ctx.tx });
+      return new Response('ok');
+    }, { store: await makeStore() });
+    await withServer(handler, async (server) => {
+      assert.equal((await send(server.url, { method: 'GET' })).status, 200);
+      assert.equal(seen.length, 1);
+      assert.equal(seen[0].key, null);
+      assert.ok(seen[0].keyFor instanceof TypeError, `keyFor: ${seen[0].keyFor}`);
+      assert.match(seen[0].keyFor.message, /no idempotency key/);
+      assert.equal(seen[0].tx, undefined);
+    });
+  });
+
   t('the sf-string key form ("abc", with escapes) is the same key as the plain form', async () => {
-    const { handler, state } = payments();
+    const { handler, state } = await payments();
     await withServer(handler, async (server) => {
       const key = `k-${newKey()}`;
       const plain = await send(server.url, { key });
@@ -370,7 +665,7 @@ export function storeScenarios(label, makeStore) {
       const { amount } = await request.json();
       charges++;
       return Response.json({ charged: amount, charges });
-    }, { store: makeStore() });
+    }, { store: await makeStore() });
     const node = toNodeHandler(app, { onError: () => {} });
     let attempts = 0;
     const server = http.createServer((req, res) => {
@@ -402,25 +697,35 @@ export function storeScenarios(label, makeStore) {
     }
   });
 
-  t('the owner token guards complete, release and reclaim', async () => {
-    const store = makeStore();
-    const lock = (token, ms = 1000) => ({ state: 'in-progress', token, fingerprint: 'f', lockExpiresAt: Date.now() + ms });
-    const done = { state: 'completed', fingerprint: 'f', completedAt: Date.now(), response: { status: 200, statusText: '', headers: [], body: '' } };
-    assert.equal(await store.acquire('k', lock('A', 150), 150), null);
-    assert.equal((await store.acquire('k', lock('B'), 1000)).token, 'A');
-    assert.equal(await store.complete('k', 'B', done, 1000), false);
-    assert.equal(await store.release('k', 'B'), false);
-    assert.equal(await store.reclaim('k', 'B', lock('C'), 1000), false);
-    assert.equal(await store.reclaim('k', 'A', lock('C'), 1000), true, 'a takeover compares the stale token');
-    assert.equal(await store.complete('k', 'A', done, 1000), false, 'the old holder lost the lock');
-    assert.equal(await store.complete('k', 'C', done, 1000), true);
-    assert.equal(await store.release('k', 'C'), false, 'a completed record is not a lock');
-    assert.equal((await store.acquire('k', lock('D'), 1000)).state, 'completed');
-    // A lock expires by itself after lockTimeoutMs.
-    assert.equal(await store.acquire('k2', lock('E', 100), 100), null);
-    await sleep(200);
-    assert.equal(await store.acquire('k2', lock('F'), 1000), null);
-    assert.equal(await store.release('k2', 'F'), true);
-    assert.equal(await store.acquire('k2', lock('G'), 1000), null);
-  });
+  if (!transactional) {
+    t('the owner token guards renew, complete, release and reclaim', async () => {
+      const store = await makeStore();
+      const lock = (token, ms = 1000) => ({ state: 'in-progress', token, fingerprint: 'f', lockExpiresAt: Date.now() + ms });
+      const done = { state: 'completed', fingerprint: 'f', completedAt: Date.now(), response: { status: 200, statusText: '', headers: [], body: '' } };
+      assert.equal(await store.acquire('-:k', lock('A', 150), 150), null);
+      assert.equal((await store.acquire('-:k', lock('B'), 1000)).token, 'A');
+      assert.equal(await store.renew('-:k', 'B', lock('B'), 1000), false, 'only the holder renews');
+      assert.equal(await store.complete('-:k', 'B', done, 1000), false);
+      assert.equal(await store.release('-:k', 'B'), false);
+      assert.equal(await store.reclaim('-:k', 'B', lock('C'), 1000), false);
+      assert.equal(await store.reclaim('-:k', 'A', lock('C'), 1000), true, 'a takeover compares the stale token');
+      assert.equal(await store.renew('-:k', 'A', lock('A'), 1000), false, 'the old holder cannot extend its successor\'s lock');
+      assert.equal(await store.complete('-:k', 'A', done, 1000), false, 'the old holder lost the lock');
+      assert.equal(await store.complete('-:k', 'C', done, 1000), true);
+      assert.equal(await store.renew('-:k', 'C', lock('C'), 1000), false, 'a completed record is not a lock');
+      assert.equal(await store.release('-:k', 'C'), false, 'a completed record is not a lock');
+      assert.equal((await store.acquire('-:k', lock('D'), 1000)).state, 'completed');
+      // A lock expires by itself after lockTimeoutMs, unless renewed.
+      assert.equal(await store.acquire('-:k2', lock('E', 100), 100), null);
+      await sleep(200);
+      assert.equal(await store.acquire('-:k2', lock('F', 200), 200), null);
+      for (let i = 0; i < 4; i++) {
+        await sleep(100);
+        assert.equal(await store.renew('-:k2', 'F', lock('F', 200), 200), true, `renewal ${i + 1}`);
+      }
+      assert.equal((await store.acquire('-:k2', lock('G'), 1000)).token, 'F', 'renewed past its first lifetime');
+      assert.equal(await store.release('-:k2', 'F'), true);
+      assert.equal(await store.acquire('-:k2', lock('G'), 1000), null);
+    });
+  }
 }

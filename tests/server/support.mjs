@@ -1,6 +1,9 @@
 // Helpers for the retry-fetch/server tests: a real node:http server around a fetch-style
-// handler (through toNodeHandler) and requests with real fetch.
+// handler (through toNodeHandler), requests with real fetch, and store wrappers that spy on,
+// break or cripple a store.
 import http from 'node:http';
+import { createHash } from 'node:crypto';
+import assert from 'node:assert/strict';
 import { toNodeHandler } from 'retry-fetch/server';
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -35,8 +38,11 @@ export async function withServer(handler, fn) {
   }
 }
 
+/** The body `send()` posts unless told otherwise. */
+export const DEFAULT_BODY = '{"amount":4200,"currency":"EUR"}';
+
 /** A request to `url + path` with an optional key (plain string as is) and extra headers. */
-export function send(url, { key, body = '{"amount":4200,"currency":"EUR"}', method = 'POST', path = '/payments', headers = {}, signal } = {}) {
+export function send(url, { key, body = DEFAULT_BODY, method = 'POST', path = '/payments', headers = {}, signal } = {}) {
   const h = { 'Content-Type': 'application/json', ...headers };
   if (key !== undefined) h['Idempotency-Key'] = key;
   const init = { method, headers: h, signal };
@@ -57,3 +63,103 @@ export async function snapshot(response) {
 
 /** A fresh unique key. */
 export const newKey = () => crypto.randomUUID();
+
+/** A promise with its resolve function: `const d = deferred(); d.resolve(v); await d.promise`. */
+export function deferred() {
+  let resolve;
+  const promise = new Promise((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/**
+ * Assert that `response` is one of the companion's RFC 9457 problems with this status and
+ * code (and `Retry-After: 1` when `retryAfter`), and return its JSON body.
+ */
+export async function problemOf(response, status, code, { retryAfter = false } = {}) {
+  const text = await response.text();
+  assert.equal(response.status, status, `expected a ${status} problem (${code}); got ${response.status} ${text}`);
+  assert.equal(response.headers.get('content-type'), 'application/problem+json');
+  assert.equal(response.headers.get('retry-after'), retryAfter ? '1' : null, 'Retry-After');
+  const problem = JSON.parse(text);
+  assert.equal(problem.status, status);
+  assert.equal(problem.code, code);
+  assert.equal(typeof problem.title, 'string');
+  assert.equal(typeof problem.detail, 'string');
+  return problem;
+}
+
+/** The UUID shape of `ctx.keyFor(name)`: version 8, RFC 9562 variant. */
+export const DERIVED_KEY = /^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+/**
+ * The fingerprint the companion computes for a request (store.d.ts: SHA-256, hex, over the
+ * method, NUL, path + query, NUL, the SHA-256 of the body bytes), for a lock planted by a test.
+ */
+export function fingerprintOf({ method = 'POST', path = '/payments', body = DEFAULT_BODY } = {}) {
+  const h = createHash('sha256');
+  h.update(method);
+  h.update(Buffer.from([0]));
+  h.update(path);
+  h.update(Buffer.from([0]));
+  h.update(createHash('sha256').update(body).digest());
+  return h.digest('hex');
+}
+
+/**
+ * Plant the lock of a holder that died in `store` for the unscoped `key`, live for `ms`: what
+ * a crashed server instance leaves behind. `request` is the shape of the request it was
+ * processing (see `send()`; its fingerprint goes in the lock). With PostgresStore it is a
+ * transaction holding the key that nobody renews: PostgreSQL ends it after `ms` idle.
+ */
+export async function plantDeadLock(store, key, ms, request = {}) {
+  const lock = { state: 'in-progress', token: `dead-holder-${newKey()}`, fingerprint: fingerprintOf(request), lockExpiresAt: Date.now() + ms };
+  assert.equal(await store.acquire(`-:${key}`, lock, ms), null, 'the planted lock was taken');
+  return lock;
+}
+
+/**
+ * `store` seen through a Proxy: every method bound to the store itself (private fields work),
+ * `override[name]` replacing a property (`undefined` hides it).
+ */
+function through(store, override) {
+  return new Proxy(store, {
+    get(target, prop) {
+      if (Object.hasOwn(override, prop)) return override[prop];
+      const value = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
+/** `store` without `renew`: a holder's lock lasts `lockTimeoutMs` whatever its handler does. */
+export function withoutRenew(store) {
+  return through(store, { renew: undefined });
+}
+
+/**
+ * `store` with every call recorded in `spy.calls` as `[method, ...args]` (the store and its
+ * `transactional`/`transaction` are passed through).
+ */
+export function spyStore(store) {
+  const calls = [];
+  const override = {};
+  for (const method of ['acquire', 'renew', 'reclaim', 'complete', 'release']) {
+    override[method] = (...args) => {
+      calls.push([method, ...args]);
+      return store[method](...args);
+    };
+  }
+  return { store: through(store, override), calls };
+}
+
+/** `store` whose `method` fails: throws `error` (`{ sync: true }`) or rejects with it. */
+export function failing(store, method, error, { sync = false } = {}) {
+  const fail = sync
+    ? () => {
+        throw error;
+      }
+    : async () => {
+        throw error;
+      };
+  return through(store, { [method]: fail });
+}

@@ -63,19 +63,27 @@ pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue, ca
     let aborted = || signal.aborted().then(|| signal.reason());
     let answer = match claim(&s.common, &k, &aborted).await {
         Ok(Claim::Held) => return process(&s, &k, &handler, &req, &caller).await.map(JsValue::from),
-        Ok(Claim::Replay(stored)) => from_stored(&stored, true)?,
+        Ok(Claim::Replay(stored)) => match from_stored(&stored, true) {
+            Ok(response) => response,
+            Err(error) => return unavailable(&s, &error, "acquire"),
+        },
         Ok(Claim::Mismatch) => problem(422, "idempotency-key-reused", &format!("{header} is already used"),
             &format!("This {header} was already used for a different request (method, path, query or body); use a new key for a new operation."), false)?,
         Ok(Claim::Busy) => problem(409, "idempotency-key-in-progress", &format!("A request is outstanding for this {header}"),
             &format!("A request with this {header} is still being processed; retry later with the same key."), true)?,
         Err(ClaimError::Aborted(reason)) => return Err(reason),
-        Err(ClaimError::Store(error, operation)) => {
-            s.common.reporter.store_error(&error, operation);
-            problem(503, "idempotency-store-unavailable", "The idempotency store is unavailable",
-                &format!("The request was not processed and nothing was stored; retry later with the same {header}."), true)?
-        }
+        Err(ClaimError::Store(error, operation)) => return unavailable(&s, &error, operation),
     };
     Ok(answer.into())
+}
+
+/// The store failed (or returned what cannot be answered) before the handler ran: told to
+/// `onStoreError`, answered 503 (nothing ran, nothing stored).
+fn unavailable(s: &HttpSettings, error: &JsValue, operation: &str) -> Result<JsValue, JsValue> {
+    s.common.reporter.store_error(error, operation);
+    let header = &s.common.limits.header;
+    Ok(problem(503, "idempotency-store-unavailable", "The idempotency store is unavailable",
+        &format!("The request was not processed and nothing was stored; retry later with the same {header}."), true)?.into())
 }
 
 /// Holding the key: run the handler, then store its answer or free the key.
@@ -92,12 +100,14 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
                         return Ok(answer.live);
                     }
                     return match store_answer(c, k, &answer.stored, renewal.lost()).await {
-                        Stored::Kept | Stored::LockLost => Ok(answer.live),
-                        // Nothing was committed (the handler's ctx.tx writes neither): say so.
-                        Stored::Failed if c.store.transactional => problem(503, "idempotency-store-unavailable",
+                        Stored::Kept => Ok(answer.live),
+                        // With a transactional store nothing was committed, the handler's
+                        // ctx.tx writes neither: the handler's answer would be a lie. Say so.
+                        Stored::Failed | Stored::LockLost if c.store.transactional => problem(503, "idempotency-store-unavailable",
                             "The result could not be committed",
                             "The idempotency store failed to commit the result; nothing was kept. Retry with the same key.", true),
-                        Stored::Failed => Ok(answer.live),
+                        // The effect happened; the answer is the truth even if it is not stored.
+                        Stored::Failed | Stored::LockLost => Ok(answer.live),
                     };
                 }
                 Err(error) => error, // its body failed

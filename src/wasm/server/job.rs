@@ -16,7 +16,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::context::Caller;
 use super::answers::{stored_problem, stored_text, stored_value};
-use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Keyed, Ran};
+use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Keyed, Ran, Stored};
 use super::options::JobSettings;
 use crate::core::idempotency::{self as idem, after_throw, AfterThrow};
 use crate::wasm::errors::{describe, type_error};
@@ -68,10 +68,17 @@ pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller
             // A result that is not JSON cannot be replayed: the effect happened, so keep what
             // can be kept (a failure record) and tell the caller.
             match json(&value) {
-                Ok(text) => {
-                    store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost).await;
-                    Ok(value)
-                }
+                Ok(text) => match store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost).await {
+                    Stored::Kept => Ok(value),
+                    // With a transactional store nothing was committed, fn's ctx.tx writes
+                    // neither: the caller must not acknowledge the message.
+                    Stored::Failed | Stored::LockLost if c.store.transactional => Err(idempotency_error(
+                        "not-committed",
+                        "idempotent: the result could not be committed; nothing was kept (fn's ctx.tx writes were rolled back): run it again",
+                    )),
+                    // The effect happened; its result is the truth even if it is not stored.
+                    Stored::Failed | Stored::LockLost => Ok(value),
+                },
                 Err(error) => {
                     store_failure(c, &k, &error, lost).await;
                     Err(error)

@@ -2,17 +2,27 @@
 import { createClient } from 'redis';
 import {
   idempotency,
+  idempotent,
   MemoryStore,
+  PostgresStore,
   RedisStore,
   toNodeHandler,
   type CompletedRecord,
   type FetchHandler,
+  type HeldRecord,
+  type IdempotencyContext,
+  type IdempotencyError,
   type IdempotencyOptions,
   type IdempotencyRecord,
   type IdempotencyStore,
+  type IdempotentHandler,
+  type IdempotentOptions,
   type LockRecord,
+  type PgPoolClientLike,
+  type PgPoolLike,
 } from 'retry-fetch/server';
 
+// A plain fetch handler (no ctx) is still a valid handler.
 const handler: FetchHandler = async (request) => Response.json({ ok: true, method: request.method });
 
 // The demo's exact use: idempotency(handler, { store }), MemoryStore, RedisStore({ client }), toNodeHandler.
@@ -22,6 +32,19 @@ const redis = idempotency(handler, { store: new RedisStore({ client }) });
 const listener = toNodeHandler(memory);
 void redis;
 void listener;
+
+// The handler's context: key, keyFor(name), tx.
+const withCtx: IdempotentHandler = async (request, ctx) => {
+  const key: string | null = ctx.key;
+  const downstream: string = ctx.keyFor('charge');
+  const tx: unknown = ctx.tx;
+  void tx;
+  return Response.json({ key, downstream, url: request.url }, { status: 201 });
+};
+const served: FetchHandler = idempotency(withCtx);
+void served;
+// A synchronous handler is fine too.
+idempotency((request, ctx) => new Response(`${request.method} ${ctx.key ?? '-'}`));
 
 // Every option.
 const options: IdempotencyOptions = {
@@ -34,14 +57,104 @@ const options: IdempotencyOptions = {
   concurrent: 'reject',
   waitTimeoutMs: 10_000,
   pollMs: 25,
-  onStoreError: (error, operation) => console.log(operation, error),
+  maxBodyBytes: 1_048_576,
+  onStoreError: (error, operation) => {
+    const op: 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' = operation;
+    console.log(op, error);
+  },
+  onError: (error) => console.log(error),
 };
 const wrapped: FetchHandler = idempotency(handler, options);
 void wrapped;
 idempotency(handler, { required: true, identity: async () => 'user-1' });
+idempotency(handler, { identity: false });
 idempotency(handler);
 
-// A store of one's own (here: a Map, as a SQL table would be used).
+// PostgresStore: ctx.tx is the pool's client type.
+declare const pool: PgPoolLike;
+const pgStore = new PostgresStore({ pool, table: 'app.idempotency_keys', lockWaitMs: 50 });
+const transactional: true = pgStore.transactional;
+const table: string = pgStore.table;
+const schema: string = PostgresStore.schema('idempotency_keys');
+void transactional;
+void table;
+void schema;
+async function setup(): Promise<void> {
+  await pgStore.migrate();
+  const deleted: number = await pgStore.cleanup();
+  void deleted;
+}
+void setup;
+const charge = idempotency(async (request, ctx) => {
+  const tx: PgPoolClientLike | undefined = ctx.tx;
+  const { amount } = (await request.json()) as { amount: number };
+  const result = await ctx.tx?.query('INSERT INTO charges (amount) VALUES ($1) RETURNING id', [amount]);
+  void result;
+  void tx;
+  return Response.json({ charged: amount }, { status: 201 });
+}, { store: pgStore });
+void charge;
+
+// A pool whose clients have more than the store needs: ctx.tx keeps the richer type.
+interface AppClient extends PgPoolClientLike {
+  copyFrom(table: string): Promise<void>;
+}
+declare const appPool: PgPoolLike<AppClient>;
+const appStore = new PostgresStore<AppClient>({ pool: appPool });
+idempotency(async (_request, ctx: IdempotencyContext<AppClient>) => {
+  await ctx.tx?.copyFrom('imports');
+  return new Response(null, { status: 204 });
+}, { store: appStore });
+const appTx: AppClient | undefined = appStore.transaction('-:k', 'token');
+void appTx;
+
+// idempotent(fn, options): the result type comes from fn, the input type from fn or key.
+interface Message {
+  id: string;
+  orderId: string;
+}
+const ship = idempotent(async (message: Message, ctx) => {
+  const key: string | null = ctx.key;
+  return { shipped: message.orderId, carrierKey: ctx.keyFor('carrier'), key };
+}, { key: (message) => message.id, scope: 'shipments', store: new MemoryStore() });
+const shipped: Promise<{ shipped: string; carrierKey: string; key: string | null }> = ship({ id: 'm-1', orderId: 'o-1' });
+void shipped;
+const jobOptions: IdempotentOptions<Message> = {
+  key: async (message) => message.id,
+  scope: 'tenant-1',
+  store: new MemoryStore(),
+  ttlMs: 60_000,
+  lockTimeoutMs: 30_000,
+  concurrent: 'reject',
+  waitTimeoutMs: 0,
+  pollMs: 10,
+  onStoreError: (error, operation) => console.log(operation, error),
+};
+const count = idempotent((message: Message) => message.orderId.length, jobOptions);
+const counted: Promise<number> = count({ id: 'm-2', orderId: 'o-2' });
+void counted;
+const insert = idempotent(async (message: Message, ctx) => {
+  const tx: PgPoolClientLike | undefined = ctx.tx;
+  await tx?.query('INSERT INTO shipments (order_id) VALUES ($1)', [message.orderId]);
+}, { key: (message) => message.id, store: pgStore });
+const inserted: Promise<void> = insert({ id: 'm-3', orderId: 'o-3' });
+void inserted;
+async function consume(message: Message): Promise<void> {
+  try {
+    await ship(message);
+  } catch (e) {
+    const error = e as IdempotencyError;
+    const code: 'key-reused' | 'in-progress' | 'previous-run-failed' | 'not-committed' = error.code;
+    const name: 'IdempotencyError' = error.name;
+    const message2: string = error.message;
+    void code;
+    void name;
+    void message2;
+  }
+}
+void consume;
+
+// A store of one's own (here: a Map, as a SQL table would be used); renew is optional.
 class MapStore implements IdempotencyStore {
   readonly rows = new Map<string, IdempotencyRecord>();
   acquire(key: string, lock: LockRecord): IdempotencyRecord | null {
@@ -68,6 +181,34 @@ class MapStore implements IdempotencyStore {
   }
 }
 idempotency(handler, { store: new MapStore() });
+idempotent(async () => 1, { key: () => 'k', store: new MapStore() });
+
+// A store with renew and a transaction of its own.
+class TxStore extends MapStore implements IdempotencyStore<{ commitHook(): void }> {
+  readonly transactional = true;
+  renew(key: string, token: string, lock: LockRecord): boolean {
+    const row = this.rows.get(key);
+    if (row?.state !== 'in-progress' || row.token !== token) return false;
+    this.rows.set(key, lock);
+    return true;
+  }
+  transaction(): { commitHook(): void } {
+    return { commitHook() {} };
+  }
+}
+idempotency(async (_request, ctx) => {
+  ctx.tx?.commitHook();
+  return new Response('ok');
+}, { store: new TxStore() });
+
+const held: HeldRecord = { state: 'held' };
+const records: IdempotencyRecord[] = [held, { state: 'in-progress', token: 't', fingerprint: 'f', lockExpiresAt: 0 }];
+for (const record of records) {
+  if (record.state === 'in-progress') {
+    const token: string = record.token;
+    void token;
+  }
+}
 
 const store = new MemoryStore();
 const size: number = store.size;
@@ -84,7 +225,23 @@ store.acquire('k', { state: 'in-progress', token: 't', fingerprint: 'f', lockExp
 
 // @ts-expect-error concurrent is 'wait' or 'reject'
 idempotency(handler, { concurrent: 'queue' });
+// @ts-expect-error identity is a function or false
+idempotency(handler, { identity: true });
+// @ts-expect-error unknown options are refused at runtime, and by the types
+idempotency(handler, { lockTimeout: 1000 });
 // @ts-expect-error the client is required
 new RedisStore({});
-// @ts-expect-error a handler returns a Promise<Response>
+// @ts-expect-error the pool is required
+new PostgresStore({ table: 't' });
+// @ts-expect-error a handler returns a Response
 idempotency(() => 'text');
+// @ts-expect-error keyFor takes a name
+idempotency(async (_request, ctx) => new Response(ctx.keyFor(1)));
+// @ts-expect-error ctx.key may be null
+idempotency(async (_request, ctx) => new Response(ctx.key.toUpperCase()));
+// @ts-expect-error idempotent needs a key
+idempotent(async () => 1, { store: new MemoryStore() });
+// @ts-expect-error the key is a string
+idempotent(async (n: number) => n, { key: (n) => n });
+// @ts-expect-error onError is an option of idempotency only
+idempotent(async () => 1, { key: () => 'k', onError: () => {} });

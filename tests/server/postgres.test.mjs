@@ -1,0 +1,366 @@
+// The idempotency scenarios with PostgresStore against a real PostgreSQL (scripts/test.sh
+// starts one and passes its URL in RETRY_FETCH_DATABASE_URL), plus what only a transactional
+// store does: the handler's writes through ctx.tx commit with the stored answer or not at all,
+// a key held by a live transaction is waited for, a dead holder's key is free at once.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { idempotency, PostgresStore } from 'retry-fetch/server';
+import { storeScenarios, holding } from './scenarios.mjs';
+import { serve, withServer, send, snapshot, newKey, sleep, deferred, problemOf } from './support.mjs';
+
+const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
+const skip = DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set (scripts/test.sh server starts a PostgreSQL)';
+
+const pools = [];
+const tables = [];
+let pool;
+
+/** A pg Pool of its own (ended after the tests); idle clients whose backend died are dropped. */
+function newPool(max = 40) {
+  const p = new pg.Pool({ connectionString: DATABASE_URL, max });
+  p.on('error', () => {});
+  pools.push(p);
+  return p;
+}
+
+before(() => {
+  if (!skip) pool = newPool();
+});
+
+after(async () => {
+  if (!pool) return;
+  for (const t of tables) await pool.query(`DROP TABLE IF EXISTS "${t}"`);
+  await Promise.all(pools.map((p) => p.end()));
+});
+
+/** A fresh table name, dropped after the tests. */
+function tableName(kind) {
+  const name = `${kind}_${crypto.randomUUID().replaceAll('-', '')}`;
+  tables.push(name);
+  return name;
+}
+
+/** A PostgresStore on a table of its own, migrated. */
+async function postgresStore(options = {}) {
+  const store = new PostgresStore({ pool, table: tableName('idem'), ...options });
+  await store.migrate();
+  return store;
+}
+
+/** A table for the handler's own writes: `charges (key, run)`. */
+async function chargesTable() {
+  const name = tableName('charges');
+  await pool.query(`CREATE TABLE "${name}" (id serial PRIMARY KEY, key text NOT NULL, run int NOT NULL)`);
+  return {
+    name,
+    insert: (client, key, run) => client.query(`INSERT INTO "${name}" (key, run) VALUES ($1, $2)`, [key, run]),
+    runs: async () => (await pool.query(`SELECT run FROM "${name}" ORDER BY id`)).rows.map((r) => r.run),
+  };
+}
+
+/** The completed rows of `store`'s table for the unscoped `key`. */
+async function storedRows(store, key) {
+  return (await pool.query(`SELECT fingerprint, response FROM "${store.table}" WHERE scope = '-' AND key = $1`, [key])).rows;
+}
+
+/** Clients of `p` checked out (in a transaction or a query): none once every request ended. */
+async function settled(p = pool) {
+  for (let i = 0; i < 100 && p.totalCount - p.idleCount > 0; i++) await sleep(20);
+  return p.totalCount - p.idleCount;
+}
+
+if (skip) {
+  test('PostgresStore', { skip }, () => {});
+} else {
+  storeScenarios('PostgresStore', () => postgresStore(), { transactional: true });
+
+  const t = (name, options, fn) => (fn ? test(`PostgresStore: ${name}`, { timeout: 60_000, ...options }, fn) : test(`PostgresStore: ${name}`, { timeout: 60_000 }, options));
+
+  t('the handler\'s writes through ctx.tx commit with the stored answer: invisible while it runs, there once it is stored', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    const written = deferred();
+    const proceed = deferred();
+    let runs = 0;
+    const handler = idempotency(async (request, ctx) => {
+      const run = ++runs;
+      await charges.insert(ctx.tx, ctx.key, run);
+      written.resolve();
+      await proceed.promise;
+      return Response.json({ run }, { status: 201 });
+    }, { store });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const sent = send(server.url, { key });
+      await holding(written.promise, sent);
+      assert.deepEqual(await charges.runs(), [], 'the write is not committed while the handler runs');
+      assert.deepEqual(await storedRows(store, key), [], 'nor is the key\'s row');
+      proceed.resolve();
+      const res = await sent;
+      assert.equal(res.status, 201);
+      assert.deepEqual(await charges.runs(), [1], 'committed with the answer');
+      const rows = await storedRows(store, key);
+      assert.equal(rows.length, 1);
+      assert.equal(rows[0].response.status, 201);
+      const replay = await send(server.url, { key });
+      assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await replay.json(), { run: 1 });
+      assert.deepEqual(await charges.runs(), [1]);
+      assert.equal(runs, 1);
+    });
+    assert.equal(await settled(), 0, 'every pool client is back');
+  });
+
+  t('a "not processed" answer (429, 503 with Retry-After) rolls back the handler\'s ctx.tx writes and frees the key', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    let runs = 0;
+    const handler = idempotency(async (request, ctx) => {
+      const run = ++runs;
+      await charges.insert(ctx.tx, ctx.key, run);
+      if (run === 1) return new Response('busy', { status: 429 });
+      if (run === 2) return new Response('down', { status: 503, headers: { 'Retry-After': '1' } });
+      return Response.json({ run }, { status: 201 });
+    }, { store });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      assert.equal((await send(server.url, { key })).status, 429);
+      assert.deepEqual(await charges.runs(), [], 'rolled back');
+      assert.deepEqual(await storedRows(store, key), []);
+      assert.equal((await send(server.url, { key })).status, 503);
+      assert.deepEqual(await charges.runs(), [], 'rolled back');
+      const done = await send(server.url, { key });
+      assert.equal(done.status, 201);
+      assert.equal(done.headers.get('idempotent-replayed'), null);
+      assert.deepEqual(await charges.runs(), [3], 'one row in the end, from the run that was stored');
+      assert.equal((await send(server.url, { key })).headers.get('idempotent-replayed'), 'true');
+      assert.equal(runs, 3);
+    });
+    assert.equal(await settled(), 0);
+  });
+
+  t('a handler that used ctx.tx and throws: its writes roll back, the key is freed (500, not stored): the retry runs it again', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    const told = [];
+    let runs = 0;
+    const handler = idempotency(async (request, ctx) => {
+      const run = ++runs;
+      await charges.insert(ctx.tx, ctx.key, run);
+      if (run === 1) throw new Error('provider timeout after our insert');
+      return Response.json({ run }, { status: 201 });
+    }, { store, onError: (error) => told.push(error.message) });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const failed = await send(server.url, { key });
+      const problem = await problemOf(failed, 500, 'idempotency-handler-failed');
+      assert.match(problem.detail, /rolled back/);
+      assert.deepEqual(told, ['provider timeout after our insert']);
+      assert.deepEqual(await charges.runs(), [], 'the insert was rolled back');
+      assert.deepEqual(await storedRows(store, key), [], 'nothing stored');
+      const retried = await send(server.url, { key });
+      assert.equal(retried.status, 201);
+      assert.equal(retried.headers.get('idempotent-replayed'), null, 'the retry ran the handler');
+      assert.deepEqual(await charges.runs(), [2], 'one row in the end');
+      assert.equal(runs, 2);
+    });
+    assert.equal(await settled(), 0);
+  });
+
+  t('a handler that did not read ctx.tx and throws: a stored 500, as with the other stores (its own writes stay)', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    let runs = 0;
+    const handler = idempotency(async (request) => {
+      const run = ++runs;
+      const key = request.headers.get('idempotency-key');
+      await charges.insert(pool, key, run); // outside the key's transaction: nothing can undo it
+      throw new Error('failed after a write of its own');
+    }, { store, onError: () => {} });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      await problemOf(await send(server.url, { key }), 500, 'idempotency-handler-failed');
+      const replay = await send(server.url, { key });
+      assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+      await problemOf(replay, 500, 'idempotency-handler-failed');
+      assert.equal(runs, 1, 'not run again: its effect may have happened');
+      assert.deepEqual(await charges.runs(), [1]);
+      assert.equal((await storedRows(store, key))[0]?.response.status, 500);
+    });
+    assert.equal(await settled(), 0);
+  });
+
+  t('a key held by a live transaction: acquire answers { state: "held" }, the duplicate waits and gets the replay', async () => {
+    const inner = await postgresStore();
+    const answers = [];
+    const sawHeld = deferred();
+    // The store as the companion sees it, with acquire()'s answers recorded.
+    const store = {
+      transactional: true,
+      acquire: async (...args) => {
+        const answer = await inner.acquire(...args);
+        answers.push(answer);
+        if (answer?.state === 'held') sawHeld.resolve();
+        return answer;
+      },
+      renew: (...args) => inner.renew(...args),
+      reclaim: (...args) => inner.reclaim(...args),
+      complete: (...args) => inner.complete(...args),
+      release: (...args) => inner.release(...args),
+      transaction: (...args) => inner.transaction(...args),
+    };
+    const started = deferred();
+    let runs = 0;
+    const handler = idempotency(async () => {
+      const run = ++runs;
+      started.resolve();
+      await sawHeld.promise; // hold the key until the duplicate has run into it
+      return Response.json({ run }, { status: 201 });
+    }, { store, waitTimeoutMs: 30_000 });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const first = send(server.url, { key });
+      await holding(started.promise, first);
+      const second = await send(server.url, { key });
+      assert.equal(second.status, 201);
+      assert.equal(second.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await second.json(), { run: 1 });
+      assert.equal((await first).headers.get('idempotent-replayed'), null);
+      assert.equal(runs, 1);
+      assert.equal(answers[0], null, 'the first request took the key');
+      assert.ok(answers.some((a) => a?.state === 'held'), `the duplicate saw a held key: ${JSON.stringify(answers)}`);
+      assert.equal(answers.at(-1)?.state, 'completed', 'then the stored answer');
+    });
+    assert.equal(await settled(), 0);
+  });
+
+  t('two server instances, each with its own Pool, share one table: 50 concurrent requests, the handler runs once, one row', async () => {
+    const table = tableName('idem');
+    const charges = await chargesTable();
+    let runs = 0;
+    const instances = [];
+    try {
+      for (let i = 0; i < 2; i++) {
+        const store = new PostgresStore({ pool: newPool(20), table });
+        await store.migrate(); // both at once would be fine too (advisory lock)
+        const handler = idempotency(async (request, ctx) => {
+          const run = ++runs;
+          await charges.insert(ctx.tx, ctx.key, run);
+          await sleep(200);
+          return Response.json({ run, instance: i }, { status: 201 });
+        }, { store, waitTimeoutMs: 30_000 });
+        instances.push(await serve(handler));
+      }
+      const [a, b] = instances;
+      const key = newKey();
+      const responses = await Promise.all(Array.from({ length: 50 }, (_, i) => send((i % 2 ? a : b).url, { key })));
+      assert.equal(runs, 1);
+      const snaps = await Promise.all(responses.map(snapshot));
+      for (const s of snaps) assert.deepEqual(s, snaps[0]);
+      assert.equal(snaps[0].status, 201);
+      assert.equal(responses.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 49);
+      assert.deepEqual(await charges.runs(), [1]);
+    } finally {
+      await Promise.all(instances.map((s) => s.close()));
+    }
+  });
+
+  t('a ctx.tx statement that failed aborts the transaction: nothing is kept, the answer is a 503 (Retry-After: 1), onStoreError(complete)', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    const told = [];
+    let runs = 0;
+    const handler = idempotency(async (request, ctx) => {
+      const run = ++runs;
+      await charges.insert(ctx.tx, ctx.key, run);
+      if (run === 1) await ctx.tx.query('SELECT 1 / 0').catch(() => {}); // swallowed, but the transaction is aborted
+      return Response.json({ run }, { status: 201 });
+    }, { store, onStoreError: (error, operation) => told.push([operation, error.message]) });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const failed = await send(server.url, { key });
+      await problemOf(failed, 503, 'idempotency-store-unavailable', { retryAfter: true });
+      assert.equal(told.length, 1);
+      assert.equal(told[0][0], 'complete');
+      assert.deepEqual(await charges.runs(), []);
+      assert.deepEqual(await storedRows(store, key), []);
+      const retried = await send(server.url, { key });
+      assert.equal(retried.status, 201);
+      assert.deepEqual(await retried.json(), { run: 2 });
+      assert.deepEqual(await charges.runs(), [2]);
+    });
+    assert.equal(await settled(), 0);
+  });
+
+  t('a holder whose connection dies frees the key at once (no lockTimeoutMs to wait): a waiting duplicate runs', async () => {
+    const store = await postgresStore();
+    const storeErrors = [];
+    const killed = deferred();
+    const secondRun = deferred();
+    let runs = 0;
+    const handler = idempotency(async (request, ctx) => {
+      const run = ++runs;
+      if (run === 1) {
+        const { rows } = await ctx.tx.query('SELECT pg_backend_pid() AS pid');
+        await pool.query('SELECT pg_terminate_backend($1)', [rows[0].pid]); // the holder's connection dies
+        killed.resolve();
+        await secondRun.promise; // the key is free while this run is still going
+      } else {
+        secondRun.resolve();
+      }
+      return Response.json({ run }, { status: 201 });
+    }, { store, lockTimeoutMs: 60_000, waitTimeoutMs: 30_000, onStoreError: (e, op) => storeErrors.push(op) });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const first = send(server.url, { key });
+      await holding(killed.promise, first);
+      const started = Date.now();
+      const second = await send(server.url, { key });
+      assert.equal(second.status, 201);
+      assert.equal(second.headers.get('idempotent-replayed'), null);
+      assert.deepEqual(await second.json(), { run: 2 });
+      assert.ok(Date.now() - started < 20_000, 'well before lockTimeoutMs');
+      await (await first).arrayBuffer();
+      assert.deepEqual(storeErrors, ['complete'], 'the dead transaction could not store the first answer');
+      const third = await send(server.url, { key });
+      assert.equal(third.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await third.json(), { run: 2 });
+    });
+    assert.equal(await settled(), 0);
+  });
+
+  t('a holder that wrote through ctx.tx and lost its connection does not answer as if it had committed', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    let runs = 0;
+    const handler = idempotency(async (request, ctx) => {
+      const run = ++runs;
+      await charges.insert(ctx.tx, ctx.key, run);
+      if (run === 1) {
+        const { rows } = await ctx.tx.query('SELECT pg_backend_pid() AS pid');
+        await pool.query('SELECT pg_terminate_backend($1)', [rows[0].pid]);
+        await sleep(100);
+      }
+      return Response.json({ charged: true, run }, { status: 201 });
+    }, { store, onStoreError: () => {} });
+    await withServer(handler, async (server) => {
+      const key = newKey();
+      const first = await send(server.url, { key });
+      const body = await first.text();
+      assert.deepEqual(await charges.runs(), [], 'the insert died with the connection');
+      assert.notEqual(first.status, 201, `the client was told ${first.status} ${body} though nothing was committed`);
+      assert.equal(first.status, 503, 'a failed commit is a 503 (retry with the same key)');
+    });
+  });
+}
+
+test('PostgresStore: bad options are TypeErrors naming the option', () => {
+  assert.throws(() => new PostgresStore(), { name: 'TypeError', message: /PostgresStore: invalid option "options": got undefined/ });
+  assert.throws(() => new PostgresStore({}), { name: 'TypeError', message: /PostgresStore: invalid option "pool": got undefined/ });
+  const fakePool = { connect: async () => ({}), query: async () => ({ rows: [], rowCount: 0 }) };
+  assert.throws(() => new PostgresStore({ pool: fakePool, table: 'bad name' }), { name: 'TypeError', message: /invalid option "table": got "bad name"/ });
+  assert.throws(() => new PostgresStore({ pool: fakePool, tabel: 'x' }), { name: 'TypeError', message: 'PostgresStore: unknown option "tabel" (did you mean "table"?)' });
+  assert.equal(new PostgresStore({ pool: fakePool }).table, 'idempotency_keys');
+  assert.equal(new PostgresStore({ pool: fakePool }).transactional, true);
+});
