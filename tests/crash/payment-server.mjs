@@ -22,9 +22,9 @@
 //   DATABASE_URL, IDEM_TABLE, CHARGES_TABLE (postgres and redis); REDIS_URL, REDIS_PREFIX,
 //   LOCK_TIMEOUT_MS (redis and provider); PROVIDER_URL (provider); PKG_DIR (default: pkg/).
 import http from 'node:http';
-import { appendFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { killSwitch } from './kill-switch.mjs';
 
 // The package: pkg/, or the copy of it the test made (PKG_DIR; see snapshotPackage in harness.mjs).
 const pkgDir = process.env.PKG_DIR || new URL('../../pkg/', import.meta.url).pathname;
@@ -35,39 +35,14 @@ const VARIANT = env.VARIANT;
 const INSTANCE = Number(env.INSTANCE);
 const GENERATION = Number(env.GENERATION);
 const KILL_P = Number(env.KILL_P ?? '0');
-let force = env.FORCE || '';
 
-/** mulberry32: a small seeded PRNG, so a run's kill pattern is reproducible per process. */
-function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = prng(Number(env.SEED) * 7919 + INSTANCE * 104729 + GENERATION * 1299709);
-
-/** Where this handler run dies: 'a', 'b', 'c' or '' (it lives). */
-function decide() {
-  if (force) {
-    const point = force;
-    force = '';
-    return point;
-  }
-  const r = random();
-  if (r < KILL_P) return 'a';
-  if (r < 2 * KILL_P) return 'b';
-  if (r < 3 * KILL_P) return 'c';
-  return '';
-}
-
-function die(point, paymentId) {
-  appendFileSync(env.KILL_LOG, `${JSON.stringify({ instance: INSTANCE, generation: GENERATION, point, paymentId, at: Date.now() })}\n`);
-  process.kill(process.pid, 'SIGKILL');
-}
+const { decide, die } = killSwitch({
+  seed: Number(env.SEED) * 7919 + INSTANCE * 104729 + GENERATION * 1299709,
+  killP: KILL_P,
+  force: env.FORCE || '',
+  logFile: env.KILL_LOG,
+  who: { instance: INSTANCE, generation: GENERATION },
+});
 
 // The test process holds the IPC channel: when it goes, so does this instance.
 process.on('disconnect', () => process.exit(0));
@@ -99,9 +74,9 @@ store.complete = async (key, token, record, ttlMs) => {
   const idempotencyKey = key.slice(key.indexOf(':') + 1);
   const planned = dieAtComplete.get(idempotencyKey);
   dieAtComplete.delete(idempotencyKey);
-  if (planned?.point === 'b') die('b', planned.paymentId);
+  if (planned?.point === 'b') die('b', { paymentId: planned.paymentId });
   const done = await realComplete(key, token, record, ttlMs);
-  if (planned?.point === 'c') die('c', planned.paymentId);
+  if (planned?.point === 'c') die('c', { paymentId: planned.paymentId });
   return done;
 };
 
@@ -134,7 +109,7 @@ const handler = idempotency(
   async (request, ctx) => {
     const { paymentId, amount } = await request.json();
     const point = decide();
-    if (point === 'a') die('a', paymentId);
+    if (point === 'a') die('a', { paymentId });
     const chargeId = await charge(paymentId, amount, ctx);
     if (point !== '') dieAtComplete.set(ctx.key, { point, paymentId });
     return Response.json({ paymentId, chargeId, instance: INSTANCE }, { status: 201 });

@@ -18,6 +18,7 @@
 import { appendFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { killSwitch } from './kill-switch.mjs';
 import pg from 'pg';
 import { createClient } from 'redis';
 
@@ -30,38 +31,14 @@ const SLOT = Number(env.SLOT);
 const GENERATION = Number(env.GENERATION);
 const KILL_P = Number(env.KILL_P ?? '0');
 const MIN_IDLE_MS = Number(env.MIN_IDLE_MS ?? '500');
-let force = env.FORCE || '';
 
-/** mulberry32: a small seeded PRNG, so a run's kill pattern is reproducible per process. */
-function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = prng(Number(env.SEED) * 7919 + SLOT * 104729 + GENERATION * 1299709);
-
-function decide() {
-  if (force) {
-    const point = force;
-    force = '';
-    return point;
-  }
-  const r = random();
-  if (r < KILL_P) return 'a';
-  if (r < 2 * KILL_P) return 'b';
-  if (r < 3 * KILL_P) return 'c';
-  return '';
-}
-
-function die(point, messageId) {
-  appendFileSync(env.KILL_LOG, `${JSON.stringify({ slot: SLOT, generation: GENERATION, consumer: env.CONSUMER, point, messageId, at: Date.now() })}\n`);
-  process.kill(process.pid, 'SIGKILL');
-}
+const { decide, die } = killSwitch({
+  seed: Number(env.SEED) * 7919 + SLOT * 104729 + GENERATION * 1299709,
+  killP: KILL_P,
+  force: env.FORCE || '',
+  logFile: env.KILL_LOG,
+  who: { slot: SLOT, generation: GENERATION, consumer: env.CONSUMER },
+});
 
 function event(type, messageId) {
   appendFileSync(env.EVENT_LOG, `${JSON.stringify({ type, messageId, consumer: env.CONSUMER })}\n`);
@@ -86,9 +63,9 @@ store.complete = async (key, token, record, ttlMs) => {
   const messageId = key.slice(key.indexOf(':') + 1);
   const point = dieAtComplete.get(messageId);
   dieAtComplete.delete(messageId);
-  if (point === 'b') die('b', messageId);
+  if (point === 'b') die('b', { messageId });
   const done = await realComplete(key, token, record, ttlMs);
-  if (point === 'c') die('c', messageId);
+  if (point === 'c') die('c', { messageId });
   return done;
 };
 
@@ -97,7 +74,7 @@ const processMessage = idempotent(
   async (msg, ctx) => {
     ran = true;
     const point = decide();
-    if (point === 'a') die('a', msg.id);
+    if (point === 'a') die('a', { messageId: msg.id });
     const { rows } = await ctx.tx.query(
       `INSERT INTO "${env.EFFECTS_TABLE}" (message_id, n, consumer) VALUES ($1, $2, $3) RETURNING id`,
       [msg.id, msg.n, env.CONSUMER],
