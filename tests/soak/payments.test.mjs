@@ -20,6 +20,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { retryFetch } from '../../pkg/index.node.js';
 import { idempotency, MemoryStore, RedisStore, toNodeHandler } from '../../pkg/server.js';
+import { pool } from '../crash/harness.mjs';
 
 const PAYMENTS = 1000;
 const DOUBLE_SUBMITS = 100;
@@ -88,20 +89,6 @@ async function startPaymentServer(store) {
       for (const s of sockets) s.destroy();
     }),
   };
-}
-
-/** Runs `tasks` (functions returning promises) at most `limit` at a time, in order. */
-async function pool(tasks, limit) {
-  const results = new Array(tasks.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < tasks.length) {
-      const i = next++;
-      results[i] = await tasks[i]();
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, tasks.length) }, worker));
-  return results;
 }
 
 /** One payment: a retryFetch POST; resolves with what the client saw. */
