@@ -829,4 +829,55 @@ mod tests {
             assert!(!key_required_by_default(m), "{m}");
         }
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+            /// `keyFor` always gives a lower-case UUID (version 8, RFC variant), the same one
+            /// for the same inputs.
+            #[test]
+            fn derived_keys_are_uuids(store_key in ".{0,300}", name in ".{1,50}") {
+                let k = derived_key(&store_key, &name);
+                prop_assert_eq!(k.len(), 36);
+                prop_assert_eq!(&k[14..15], "8");
+                prop_assert!(matches!(&k[19..20], "8" | "9" | "a" | "b"));
+                let shaped = k.bytes().enumerate().all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { c == b'-' } else { c.is_ascii_digit() || (b'a'..=b'f').contains(&c) });
+                prop_assert!(shaped);
+                prop_assert_eq!(k.clone(), derived_key(&store_key, &name));
+                // A derived key is itself a valid idempotency key for the next service down.
+                prop_assert!(validate_key(&k).is_ok());
+            }
+
+            /// Whatever a header holds, an accepted key is 1 to 255 visible ASCII characters.
+            #[test]
+            fn accepted_keys_are_valid(value in ".{0,300}") {
+                if let Ok(key) = parse_key(&value) {
+                    prop_assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN);
+                    prop_assert!(key.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+                }
+            }
+
+            /// Cookies other than the session's never change the default scope.
+            #[test]
+            fn other_cookies_do_not_change_the_scope(session in "[a-zA-Z0-9]{1,20}", other in "[a-z_]{1,8}", value in "[a-zA-Z0-9]{0,20}") {
+                prop_assume!(!is_session_cookie(&other));
+                let alone = default_identity(None, Some(&format!("sid={session}")));
+                let with = default_identity(None, Some(&format!("{other}={value}; sid={session}")));
+                prop_assert_eq!(alone, with);
+            }
+
+            /// A lock is waited for while live, taken over once expired; a held key is always waited for.
+            #[test]
+            fn locks_expire_exactly(exp in 0.0f64..1e13, now in 0.0f64..1e13) {
+                let lock = Record::InProgress { fingerprint: "f", lock_expires_at_ms: exp };
+                let action = decide(lock, "f", now);
+                prop_assert_eq!(action, if now >= exp { Action::LockExpired } else { Action::InProgress });
+                prop_assert_eq!(decide(Record::Held, "g", now), Action::InProgress);
+            }
+        }
+    }
 }
