@@ -49,3 +49,24 @@ export function overheadTable(rows, modes) {
 export const fmtBytes = (n) => (n == null ? 'n/a' : n.toLocaleString('en-US'));
 export const fmtKB = (n) => (n == null ? 'n/a' : `${(n / 1000).toFixed(1)} kB`);
 export const fmtMs = (x, digits = 2) => (x == null ? 'n/a' : x.toFixed(digits));
+
+/** companion.json rows -> markdown (a skipped row: its reason, n/a). */
+export function companionTable(rows, modes) {
+  const headers = ['contender'];
+  for (const m of modes) {
+    headers.push(`${m.name}: throughput ratio to the bare handler (IQR of rounds)`, `${m.name}: requests/s`, `${m.name}: µs added per request`);
+  }
+  return table(headers, rows.map((r) => {
+    if (r.skipped) return [`${r.name} (skipped: ${r.skipped})`, ...modes.flatMap(() => ['n/a', 'n/a', 'n/a'])];
+    const cells = [r.name];
+    for (const m of modes) {
+      const x = r[m.id];
+      cells.push(
+        r.reference ? '1 (reference)' : `**${x.ratio.toFixed(3)}** (${x.ratioP25.toFixed(2)}–${x.ratioP75.toFixed(2)})`,
+        x.perSec.toFixed(0),
+        r.reference ? '0' : `${x.addedUsPerRequest >= 0 ? '+' : ''}${x.addedUsPerRequest.toFixed(0)}`,
+      );
+    }
+    return cells;
+  }));
+}

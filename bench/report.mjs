@@ -1,12 +1,13 @@
 // Writes BENCHMARKS.md (at the repository root) from the last results in bench/results/:
-// coldstart.json (size and cold start), overhead.json, storms.json (+ storms.svg) and occ.md.
+// coldstart.json (size and cold start), overhead.json, companion.json, storms.json (+ storms.svg)
+// and occ.md.
 // Reruns nothing; a missing input is reported as such in its section.
 //
 //   node bench/report.mjs [out.md]
 import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { goalsTable, overheadTable, table } from './format.mjs';
+import { companionTable, goalsTable, overheadTable, table } from './format.mjs';
 import { coldTable, sizeTables } from './coldstart.mjs';
 
 const BENCH = fileURLToPath(new URL('.', import.meta.url));
@@ -25,6 +26,7 @@ const missing = (what, how) => `_No results yet: ${what} is missing; run \`${how
 
 const coldstart = readJson('coldstart.json');
 const overhead = readJson('overhead.json');
+const companion = readJson('companion.json');
 const storms = readJson('storms.json');
 const occFile = path.join(RESULTS, 'occ.md');
 const occ = existsSync(occFile) ? readFileSync(occFile, 'utf8') : null;
@@ -44,6 +46,8 @@ p('# Benchmarks',
 const allGoals = [
   ...(coldstart ? coldstart.goalResults.map((g) => ({ ...g, section: 'Size / Cold start' })) : []),
   ...(overhead ? overhead.goals.map((g) => ({ ...g, section: 'Success-path overhead' })) : []),
+  // No goal: the server companion's cost is a measurement (its summary lines have no verdict).
+  ...(companion ? companion.summary.map((g) => ({ ...g, section: 'Server companion' })) : []),
   ...(storms ? storms.goals.map((g) => ({ ...g, section: 'Retry storms' })) : []),
 ];
 if (allGoals.length) {
@@ -85,6 +89,37 @@ if (overhead) {
     'Configurations:',
     o.rows.map((r) => `- ${r.name}: \`${r.config}\``).join('\n'));
 } else p(missing('bench/results/overhead.json', 'node bench/overhead.mjs'));
+
+// ---- Server companion.
+p('## Server companion');
+if (companion) {
+  const c = companion;
+  const skipped = c.rows.filter((r) => r.skipped);
+  p(`Measured ${day(c.generatedAt)} by \`bench/companion.mjs\` on ${machine(c)}, in ${c.totalSeconds.toFixed(0)} s`
+    + `${c.versions?.redis || c.versions?.pg ? ` (redis ${c.versions.redis || 'n/a'}, pg ${c.versions.pg || 'n/a'})` : ''}; `
+    + '`scripts/bench.sh` runs it against a throwaway redis-server and PostgreSQL cluster on the same machine.',
+  'What `idempotency(handler, { store })` from `retry-fetch/server` costs per request, against the bare handler. '
+    + 'One `node:http` server on 127.0.0.1 in a worker thread (its own event loop) serves through `toNodeHandler` on '
+    + 'four paths: `/bare` (the handler alone) and `/memory`, `/redis`, `/postgres` (the same handler wrapped, one '
+    + 'store each). The handler reads the JSON body and answers `201` `{"ok":true,"amount":...}`. The client (the '
+    + `main thread) POSTs \`${c.requestBody}\` with a fresh \`Idempotency-Key\` (\`crypto.randomUUID()\`) per `
+    + 'request with plain `fetch` and reads every body: every request is a new key, so every wrapped request takes '
+    + 'the lock, runs the handler and stores its answer (no replays). '
+    + `${c.rounds} rounds; in each, every contender makes ${c.requestsPerBatch} requests sequentially and then `
+    + `${c.requestsPerBatch} requests ${c.concurrency} at a time, the order of the contenders rotated by one per round `
+    + '(a balanced Williams design: each contender runs right after every other one equally often). '
+    + 'Each round\'s throughput is divided by that round\'s bare-handler throughput; the table gives the median ratio '
+    + 'over the rounds (with the interquartile range of the rounds), the median requests/s, and the median wall time '
+    + 'added per request against the bare handler (wall time / requests: with 32 at a time, that is throughput, not '
+    + 'latency). "bare handler (again, noise)" is a second, separate `/bare` contender: how far its ratio is from 1 '
+    + 'is the noise of the run. The client, the server, redis-server and PostgreSQL share the 2 cores: a store\'s '
+    + 'own CPU time counts against its row.'
+    + (skipped.length ? ` Skipped in this run: ${skipped.map((r) => `${r.name} (${r.skipped})`).join(', ')}.` : ''),
+  companionTable(c.rows, c.modes),
+  `Checks: ${c.checks.join('; ')}. Store and handler errors: ${c.errors.length ? c.errors.join('; ') : 'none'}.`,
+  'Configurations:',
+  c.rows.map((r) => `- ${r.name}: \`${r.config}\`${r.note ? ` (${r.note})` : ''}`).join('\n'));
+} else p(missing('bench/results/companion.json', 'bash scripts/bench.sh (or node bench/companion.mjs with REDIS_URL and DATABASE_URL)'));
 
 // ---- Cold start.
 p('## Cold start');

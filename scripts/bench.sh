@@ -3,18 +3,23 @@
 # was built). Installs bench/'s own devDependencies when bench/node_modules is missing.
 #   1. overhead: success-path throughput of retry-fetch and its peers vs plain fetch
 #      (bench/overhead.mjs, about 1 minute);
-#   2. cold start and size: fresh `node` processes timing `import('retry-fetch')` and the wasm
+#   2. server companion: per-request cost of idempotency(handler, { store }) with MemoryStore,
+#      RedisStore and PostgresStore vs the bare handler (bench/companion.mjs, about 1 minute),
+#      against a throwaway redis-server and PostgreSQL cluster (scripts/services.sh);
+#   3. cold start and size: fresh `node` processes timing `import('retry-fetch')` and the wasm
 #      compile + instantiate; gzip sizes of the client entry and the peers (bench/coldstart.mjs);
-#   3. storms: retry-fetch vs ky, p-retry, fetch-retry, cockatiel against a local overloaded
+#   4. storms: retry-fetch vs ky, p-retry, fetch-retry, cockatiel against a local overloaded
 #      server and a dead one (bench/storms.mjs; ROUNDS=1 for a quick look, 3 by default),
 #      then the chart of its results (bench/results/storms.svg);
-#   4. the OCC simulation (bench/occ_simulation.rs, a Cargo example), its output saved to
+#   5. the OCC simulation (bench/occ_simulation.rs, a Cargo example), its output saved to
 #      bench/results/occ.md;
-#   5. the report: BENCHMARKS.md from bench/results/ (bench/report.mjs, reruns nothing).
+#   6. the report: BENCHMARKS.md from bench/results/ (bench/report.mjs, reruns nothing).
 # Results: markdown on stdout, bench/results/*.json, storms.svg, occ.md, and BENCHMARKS.md.
-# About 4 to 5 minutes on 2 cores.
+# About 5 to 6 minutes on 2 cores.
 set -euo pipefail
 source "$(dirname "$0")/toolchain.sh"
+# start_redis / start_postgres (and an EXIT trap that stops them if this script dies first).
+source "$RF_ROOT/scripts/services.sh"
 cd "$RF_ROOT"
 
 [ -f pkg/package.json ] || rf_die "pkg/ is not built: run 'make pkg' (or 'make bench')"
@@ -28,10 +33,21 @@ mkdir -p bench/results
 rf_say "bench: success-path overhead (about 1 minute)"
 node bench/overhead.mjs
 
+# redis and pg are the repository's devDependencies (node_modules/ at the root, from 'make setup').
+[ -d node_modules/redis ] && [ -d node_modules/pg ] \
+  || rf_die "node_modules/redis or node_modules/pg is missing: run 'make setup' (npm ci at the repository root)"
+rf_say "bench: server companion (about 1 minute; throwaway redis-server and PostgreSQL)"
+start_redis
+start_postgres
+REDIS_URL="$REDIS_URL" DATABASE_URL="$DATABASE_URL" node bench/companion.mjs
+stop_redis
+stop_postgres
+
 rf_say "bench: cold start and size"
 node bench/coldstart.mjs
 
-# ROUNDS is the storms' own knob (overhead: OVERHEAD_ROUNDS, OVERHEAD_REQUESTS; cold start: COLDSTART_RUNS).
+# ROUNDS is the storms' own knob (overhead: OVERHEAD_ROUNDS, OVERHEAD_REQUESTS; companion: COMPANION_ROUNDS,
+# COMPANION_REQUESTS; cold start: COLDSTART_RUNS).
 rf_say "bench: storms (herd and outage, ${ROUNDS:-3} round(s) per contender)"
 node bench/storms.mjs
 node bench/chart.mjs
