@@ -1,12 +1,23 @@
-//! A shared retry budget with gRPC's `retryThrottling` semantics, kept per origin.
+//! A shared retry budget per origin: gRPC's `retryThrottling` token semantics, with two
+//! additions that make it safe to have on by default (issue 12; the AWS SDKs' standard retry
+//! mode and Finagle's `RetryBudget` are on by default too).
 //!
 //! Each origin has a token count that starts full at `max_tokens`. Every failed attempt
 //! (a transient failure) takes one token (not below 0); every success gives back
-//! `token_ratio` (not above `max_tokens`). A *retry* is allowed only while the count is above
-//! `max_tokens / 2`; a first attempt is never blocked. When a service is down, the budget
-//! drains in a few failures and every caller sharing it stops retrying, so an outage costs
-//! about one request per call instead of `1 + retries` (seed 002: "unlimited retries make a
-//! flood; keep a retry budget").
+//! `token_ratio` (not above `max_tokens`), and tokens also come back with time,
+//! `refill_per_sec` a second. A *retry* is allowed while the count is above `max_tokens / 2`;
+//! a first attempt is never blocked.
+//!
+//! - **A call's own failures do not count against it.** The tokens a call took itself are
+//!   added back when its retry is judged, so a lone request (nothing else failing at the
+//!   origin) gets every retry its `maxAttempts` allows, however many that is. Only failures of
+//!   *other* calls refuse a retry: when a service is down, the first wave's failures drain the
+//!   count and every caller sharing it stops retrying, so an outage costs about one request
+//!   per call instead of `maxAttempts` (seed 002: "unlimited retries make a flood; keep a
+//!   retry budget").
+//! - **Time refills it**, so an origin recovers after an outage even when successes are not
+//!   counted (the default budget does not see the successes of `retryFetch`'s lean success
+//!   path, which stays free of any guard).
 
 use super::options::OptionError;
 use super::origins::OriginMap;
@@ -14,24 +25,26 @@ use super::origins::OriginMap;
 /// Budget settings.
 ///
 /// # Default
-/// `max_tokens` 10, `token_ratio` 0.1 (gRPC's example values).
+/// `max_tokens` 10, `token_ratio` 0.1 (gRPC's example values), `refill_per_sec` 0.5.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BudgetConfig {
     /// Tokens per origin when full; retries stop at half of it. Default 10.
     pub max_tokens: f64,
     /// Tokens a success gives back. Default 0.1.
     pub token_ratio: f64,
+    /// Tokens that come back each second (0: only successes refill). Default 0.5.
+    pub refill_per_sec: f64,
 }
 
 impl Default for BudgetConfig {
     fn default() -> Self {
-        BudgetConfig { max_tokens: 10.0, token_ratio: 0.1 }
+        BudgetConfig { max_tokens: 10.0, token_ratio: 0.1, refill_per_sec: 0.5 }
     }
 }
 
 impl BudgetConfig {
     /// `maxTokens` must be a finite number in `(0, 1000000]`; `tokenRatio` a finite number in
-    /// `(0, maxTokens]`.
+    /// `(0, maxTokens]`; `refillPerSecond` a finite number in `[0, maxTokens]`.
     pub fn validate(self) -> Result<Self, OptionError> {
         if !(self.max_tokens.is_finite() && self.max_tokens > 0.0 && self.max_tokens <= 1_000_000.0) {
             return Err(OptionError::new("maxTokens", "a number > 0 and <= 1000000"));
@@ -39,21 +52,31 @@ impl BudgetConfig {
         if !(self.token_ratio.is_finite() && self.token_ratio > 0.0 && self.token_ratio <= self.max_tokens) {
             return Err(OptionError::new("tokenRatio", "a number > 0 and <= maxTokens"));
         }
+        if !(self.refill_per_sec.is_finite() && self.refill_per_sec >= 0.0 && self.refill_per_sec <= self.max_tokens) {
+            return Err(OptionError::new("refillPerSecond", "a number >= 0 and <= maxTokens"));
+        }
         Ok(self)
     }
+}
+
+/// One origin's count and when it was last brought up to date.
+#[derive(Clone, Copy, Debug)]
+struct Count {
+    tokens: f64,
+    at_ms: f64,
 }
 
 /// The token counts of every origin seen.
 #[derive(Clone, Debug, Default)]
 pub struct RetryBudget {
     config: BudgetConfig,
-    tokens: OriginMap<f64>,
+    counts: OriginMap<Count>,
 }
 
 impl RetryBudget {
     /// A budget with `config` (already validated).
     pub fn new(config: BudgetConfig) -> Self {
-        RetryBudget { config, tokens: OriginMap::default() }
+        RetryBudget { config, counts: OriginMap::default() }
     }
 
     /// The settings.
@@ -61,31 +84,47 @@ impl RetryBudget {
         self.config
     }
 
-    /// The token count of `origin` (full when never seen).
-    pub fn tokens(&self, origin: &str) -> f64 {
-        self.tokens.get(origin).copied().unwrap_or(self.config.max_tokens)
+    /// `count` brought to `now_ms` by the time refill.
+    fn refilled(&self, count: Count, now_ms: f64) -> f64 {
+        let elapsed_s = ((now_ms - count.at_ms) / 1000.0).max(0.0);
+        (count.tokens + elapsed_s * self.config.refill_per_sec).min(self.config.max_tokens)
     }
 
-    fn update(&mut self, origin: &str, f: impl FnOnce(f64) -> f64) {
-        let max = self.config.max_tokens;
-        let t = self.tokens.get_or_insert_with(origin, || max);
-        *t = f(*t).clamp(0.0, max);
+    /// The token count of `origin` at `now_ms` (full when never seen).
+    pub fn tokens(&self, origin: &str, now_ms: f64) -> f64 {
+        match self.counts.get(origin) {
+            Some(c) => self.refilled(*c, now_ms),
+            None => self.config.max_tokens,
+        }
     }
 
-    /// A transient failure at `origin`: one token less.
-    pub fn record_failure(&mut self, origin: &str) {
-        self.update(origin, |t| t - 1.0);
+    /// Change the count of `origin` by `delta` (kept within `0..=max_tokens`); the change made.
+    fn update(&mut self, origin: &str, delta: f64, now_ms: f64) -> f64 {
+        let (max, now) = (self.config.max_tokens, now_ms);
+        let before = self.tokens(origin, now);
+        let after = (before + delta).clamp(0.0, max);
+        *self.counts.get_or_insert_with(origin, || Count { tokens: max, at_ms: now }) = Count { tokens: after, at_ms: now };
+        after - before
+    }
+
+    /// A transient failure at `origin`: one token less. Returns the tokens actually taken
+    /// (less than one when the count was nearly empty): the call keeps the sum of what it took,
+    /// for [`RetryBudget::allows_retry`].
+    pub fn record_failure(&mut self, origin: &str, now_ms: f64) -> f64 {
+        -self.update(origin, -1.0, now_ms)
     }
 
     /// A success at `origin`: `token_ratio` tokens more.
-    pub fn record_success(&mut self, origin: &str) {
-        let ratio = self.config.token_ratio;
-        self.update(origin, |t| t + ratio);
+    pub fn record_success(&mut self, origin: &str, now_ms: f64) {
+        self.update(origin, self.config.token_ratio, now_ms);
     }
 
-    /// May a call to `origin` retry now? (Tokens above half of `max_tokens`.)
-    pub fn allows_retry(&self, origin: &str) -> bool {
-        self.tokens(origin) > self.config.max_tokens / 2.0
+    /// May a call to `origin` that took `own_taken` tokens itself retry now? The count plus
+    /// what the call took (its own failures do not count against it) must be above half of
+    /// `max_tokens`.
+    pub fn allows_retry(&self, origin: &str, own_taken: f64, now_ms: f64) -> bool {
+        let count = (self.tokens(origin, now_ms) + own_taken.max(0.0)).min(self.config.max_tokens);
+        count > self.config.max_tokens / 2.0
     }
 }
 
@@ -95,55 +134,110 @@ mod tests {
 
     const O: &str = "https://api.example:443";
 
+    fn grpc() -> RetryBudget {
+        RetryBudget::new(BudgetConfig { refill_per_sec: 0.0, ..BudgetConfig::default() })
+    }
+
     #[test]
-    fn starts_full_and_stops_retries_at_half() {
-        let mut b = RetryBudget::new(BudgetConfig::default());
-        assert_eq!(b.tokens(O), 10.0);
-        assert!(b.allows_retry(O));
+    fn other_calls_failures_stop_retries_at_half() {
+        let mut b = grpc();
+        assert_eq!(b.tokens(O, 0.0), 10.0);
+        assert!(b.allows_retry(O, 0.0, 0.0));
         for _ in 0..4 {
-            b.record_failure(O);
+            assert_eq!(b.record_failure(O, 0.0), 1.0);
         }
-        assert_eq!(b.tokens(O), 6.0);
-        assert!(b.allows_retry(O));
-        b.record_failure(O);
-        assert_eq!(b.tokens(O), 5.0);
-        assert!(!b.allows_retry(O), "5 is not above 10 / 2");
+        assert_eq!(b.tokens(O, 0.0), 6.0);
+        assert!(b.allows_retry(O, 0.0, 0.0));
+        b.record_failure(O, 0.0);
+        assert_eq!(b.tokens(O, 0.0), 5.0);
+        assert!(!b.allows_retry(O, 0.0, 0.0), "5 is not above 10 / 2");
+        // A call that took one of those five itself is judged on 6.
+        assert!(b.allows_retry(O, 1.0, 0.0));
+    }
+
+    #[test]
+    fn a_lone_call_gets_every_retry() {
+        let mut b = grpc();
+        let mut own = 0.0;
+        for attempt in 1..=100 {
+            own += b.record_failure(O, 0.0);
+            assert!(b.allows_retry(O, own, 0.0), "retry after attempt {attempt}");
+        }
+        assert_eq!(b.tokens(O, 0.0), 0.0);
+        assert_eq!(own, 10.0, "it took what there was, no more");
+        // The next call is refused at once: the lone call's failures are others' to it.
+        let taken = b.record_failure(O, 0.0);
+        assert_eq!(taken, 0.0);
+        assert!(!b.allows_retry(O, taken, 0.0));
+    }
+
+    #[test]
+    fn a_herd_in_an_outage_retries_about_half_the_count() {
+        // 200 calls fail their first attempt together; each is judged right after its own
+        // failure: only those judged while others had not yet drained the count retry.
+        let mut b = grpc();
+        let retries = (0..200)
+            .filter(|_| {
+                let own = b.record_failure(O, 0.0);
+                b.allows_retry(O, own, 0.0)
+            })
+            .count();
+        assert_eq!(retries, 5);
     }
 
     #[test]
     fn successes_refill_by_the_ratio_up_to_max() {
-        let mut b = RetryBudget::new(BudgetConfig::default());
+        let mut b = grpc();
         for _ in 0..5 {
-            b.record_failure(O);
+            b.record_failure(O, 0.0);
         }
         for _ in 0..10 {
-            b.record_success(O);
+            b.record_success(O, 0.0);
         }
-        assert!((b.tokens(O) - 6.0).abs() < 1e-9);
-        assert!(b.allows_retry(O));
+        assert!((b.tokens(O, 0.0) - 6.0).abs() < 1e-9);
+        assert!(b.allows_retry(O, 0.0, 0.0));
         for _ in 0..1000 {
-            b.record_success(O);
+            b.record_success(O, 0.0);
         }
-        assert_eq!(b.tokens(O), 10.0);
+        assert_eq!(b.tokens(O, 0.0), 10.0);
+    }
+
+    #[test]
+    fn time_refills_the_count() {
+        let mut b = RetryBudget::new(BudgetConfig::default());
+        for _ in 0..20 {
+            b.record_failure(O, 1_000.0);
+        }
+        assert_eq!(b.tokens(O, 1_000.0), 0.0);
+        assert!((b.tokens(O, 3_000.0) - 1.0).abs() < 1e-9, "0.5 a second");
+        assert!(!b.allows_retry(O, 0.0, 11_000.0), "5 after 10 s: not above half");
+        assert!(b.allows_retry(O, 0.0, 11_100.0));
+        assert_eq!(b.tokens(O, 1e12), 10.0, "never above max");
+        // A clock that goes back refills nothing.
+        assert!((b.tokens(O, 0.0) - 0.0).abs() < 1e-9);
     }
 
     #[test]
     fn never_below_zero_and_origins_are_separate() {
-        let mut b = RetryBudget::new(BudgetConfig::default());
+        let mut b = grpc();
         for _ in 0..100 {
-            b.record_failure(O);
+            b.record_failure(O, 0.0);
         }
-        assert_eq!(b.tokens(O), 0.0);
-        assert_eq!(b.tokens("http://other:80"), 10.0);
-        assert!(b.allows_retry("http://other:80"));
+        assert_eq!(b.tokens(O, 0.0), 0.0);
+        assert_eq!(b.tokens("http://other:80", 0.0), 10.0);
+        assert!(b.allows_retry("http://other:80", 0.0, 0.0));
     }
 
     #[test]
     fn validation() {
-        assert!(BudgetConfig { max_tokens: 0.0, token_ratio: 0.1 }.validate().is_err());
-        assert!(BudgetConfig { max_tokens: f64::NAN, token_ratio: 0.1 }.validate().is_err());
-        assert!(BudgetConfig { max_tokens: 10.0, token_ratio: 0.0 }.validate().is_err());
-        assert!(BudgetConfig { max_tokens: 10.0, token_ratio: 11.0 }.validate().is_err());
-        assert_eq!(BudgetConfig::default().validate(), Ok(BudgetConfig::default()));
+        let d = BudgetConfig::default();
+        assert!(BudgetConfig { max_tokens: 0.0, ..d }.validate().is_err());
+        assert!(BudgetConfig { max_tokens: f64::NAN, ..d }.validate().is_err());
+        assert!(BudgetConfig { token_ratio: 0.0, ..d }.validate().is_err());
+        assert!(BudgetConfig { token_ratio: 11.0, ..d }.validate().is_err());
+        assert!(BudgetConfig { refill_per_sec: -1.0, ..d }.validate().is_err());
+        assert!(BudgetConfig { refill_per_sec: 11.0, ..d }.validate().is_err());
+        assert!(BudgetConfig { refill_per_sec: 0.0, ..d }.validate().is_ok());
+        assert_eq!(d.validate(), Ok(d));
     }
 }

@@ -176,6 +176,8 @@ fn settled(policy: &Rc<Policy>, request: JsValue, started: f64, fulfilled: bool,
 struct Guards {
     origin: String,
     budget: Option<Rc<RefCell<RetryBudget>>>,
+    /// The budget tokens this call's own failures took (they do not count against it).
+    own_taken: f64,
     throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
     breaker: Option<Rc<BreakerShared>>,
     /// The breaker slot this attempt holds (`Some(probe)`), until its outcome is recorded.
@@ -193,9 +195,11 @@ enum Turn {
 
 impl Guards {
     fn new(policy: &Policy, url: impl FnOnce() -> String) -> Guards {
+        let budget = policy.budget.resolve();
         Guards {
-            origin: if policy.has_guards() { origin_of(&url()) } else { String::new() },
-            budget: policy.budget.clone(),
+            origin: if policy.has_guards() || budget.is_some() { origin_of(&url()) } else { String::new() },
+            budget,
+            own_taken: 0.0,
             throttle: policy.throttle.clone(),
             breaker: policy.breaker.clone(),
             slot: None,
@@ -262,9 +266,9 @@ impl Guards {
         if let Some(b) = &self.budget {
             let mut b = b.borrow_mut();
             if transient {
-                b.record_failure(&self.origin);
+                self.own_taken += b.record_failure(&self.origin, now);
             } else if success {
-                b.record_success(&self.origin);
+                b.record_success(&self.origin, now);
             }
         }
         if let Some(t) = &self.throttle {
@@ -275,8 +279,8 @@ impl Guards {
         }
     }
 
-    fn budget_allows_retry(&self) -> bool {
-        self.budget.as_ref().map_or(true, |b| b.borrow().allows_retry(&self.origin))
+    fn budget_allows_retry(&self, now: f64) -> bool {
+        self.budget.as_ref().map_or(true, |b| b.borrow().allows_retry(&self.origin, self.own_taken, now))
     }
 
     /// Will the circuit still be open at `at`?
@@ -476,7 +480,7 @@ pub async fn run(
             has_key: key.is_some(),
             server_delay_ms: server_delay,
             replayable,
-            budget_allows_retry: guards.budget_allows_retry(),
+            budget_allows_retry: guards.budget_allows_retry(now),
             redirected,
         };
         let (delay, reason) = match state.decide(p, report, now, &mut MathRandom) {

@@ -92,7 +92,7 @@ fn unregister(id: f64) {
 /// that say which.
 pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
     let expected = match option {
-        "budget" => "a RetryBudget",
+        "budget" => "a RetryBudget, or false (no budget)",
         "throttle" => "an AdaptiveThrottle",
         _ => "a CircuitBreaker",
     };
@@ -175,6 +175,7 @@ fn guard_expected(option: &str) -> &'static str {
     match option {
         "maxTokens" => "a number > 0 and <= 1000000",
         "tokenRatio" => "a number > 0 and <= maxTokens",
+        "refillPerSecond" => "a number >= 0 and <= maxTokens",
         "initialRate" => "a number of requests per second > 0",
         "rampMs" => "a number of milliseconds > 0",
         "beta" => "a number between 0 and 1 (exclusive)",
@@ -200,9 +201,22 @@ fn refuse_nulls(class: &str, nulls: &[&'static str], allowed: Option<&str>) -> R
 struct BudgetOptions {
     max_tokens: Option<f64>,
     token_ratio: Option<f64>,
+    refill_per_second: Option<f64>,
 }
 
-/// `new RetryBudget({ maxTokens = 10, tokenRatio = 0.1 })`: gRPC retryThrottling per origin.
+thread_local! {
+    /// The default budget: every call and client of this copy of the package that does not
+    /// choose another (`budget`) shares it, per origin.
+    static DEFAULT_BUDGET: Rc<RefCell<RetryBudget>> = Rc::new(RefCell::new(RetryBudget::new(BudgetConfig::default())));
+}
+
+/// The default budget (`BudgetConfig::default()`), shared by this module instance.
+pub fn default_budget() -> Rc<RefCell<RetryBudget>> {
+    DEFAULT_BUDGET.with(Rc::clone)
+}
+
+/// `new RetryBudget({ maxTokens = 10, tokenRatio = 0.1, refillPerSecond = 0.5 })`: gRPC
+/// retryThrottling per origin, a call's own failures not counted against it.
 #[wasm_bindgen(js_name = RetryBudget, skip_typescript)]
 pub struct RetryBudgetHandle {
     id: f64,
@@ -215,15 +229,20 @@ impl RetryBudgetHandle {
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<RetryBudgetHandle, JsValue> {
         let (o, _, nulls): (BudgetOptions, _, _) =
-            deserialize("RetryBudget", &options, &["maxTokens", "tokenRatio"], guard_expected)?;
+            deserialize("RetryBudget", &options, &["maxTokens", "tokenRatio", "refillPerSecond"], guard_expected)?;
         refuse_nulls("RetryBudget", &nulls, None)?;
         let d = BudgetConfig::default();
         let config = BudgetConfig {
             max_tokens: o.max_tokens.unwrap_or(d.max_tokens),
             token_ratio: o.token_ratio.unwrap_or(d.token_ratio),
+            refill_per_sec: o.refill_per_second.unwrap_or(d.refill_per_sec),
         };
         let config = config.validate().map_err(|e| {
-            let v = if e.option == "maxTokens" { config.max_tokens } else { config.token_ratio };
+            let v = match e.option {
+                "maxTokens" => config.max_tokens,
+                "tokenRatio" => config.token_ratio,
+                _ => config.refill_per_sec,
+            };
             setting_error("RetryBudget", e, v)
         })?;
         let inner = Rc::new(RefCell::new(RetryBudget::new(config)));
@@ -234,7 +253,13 @@ impl RetryBudgetHandle {
     /// The token count of the origin of `url` (full, `maxTokens`, when never seen).
     pub fn tokens(&self, url: JsValue) -> Result<f64, JsValue> {
         let origin = url_argument("RetryBudget.tokens", &url)?;
-        Ok(self.inner.borrow().tokens(&origin))
+        Ok(self.inner.borrow().tokens(&origin, js_sys::Date::now()))
+    }
+
+    /// `refillPerSecond`.
+    #[wasm_bindgen(getter, js_name = refillPerSecond)]
+    pub fn refill_per_second(&self) -> f64 {
+        self.inner.borrow().config().refill_per_sec
     }
 
     /// `maxTokens`.
