@@ -98,6 +98,53 @@ function settingMs(name, ms) {
  * the handler's own writes through `ctx.tx` commit with the stored response or not at all.
  * See the comment at the top of this file for the design.
  */
+/**
+ * The record for a committed row: its stored answer, or `HELD` for a row with no answer (one
+ * committed in progress, which counts as held until it expires, then is taken over). A
+ * `response` column read as text (a custom jsonb parser) is parsed here.
+ */
+function completedOrHeld(row) {
+  const response = typeof row.response === 'string' ? JSON.parse(row.response) : row.response;
+  if (response === null || response === undefined) return { ...HELD };
+  return {
+    state: 'completed',
+    fingerprint: row.fingerprint,
+    response,
+    completedAt: Math.round(Number(row.completed_ms)),
+  };
+}
+
+/** Statements that end, or nest, the key's transaction: refused through `ctx.tx`. */
+const TRANSACTION_CONTROL = /^\s*(?:BEGIN|START\s+TRANSACTION|COMMIT|END|ROLLBACK(?!\s+TO\b)|ABORT|PREPARE\s+TRANSACTION|COMMIT\s+PREPARED|ROLLBACK\s+PREPARED)\b/i;
+
+/**
+ * `ctx.tx`: the held client, guarded. Its transaction is the key's lock: a `COMMIT` or
+ * `ROLLBACK` through it (or a nested `BEGIN`, which pg would only warn about) would commit the
+ * in-progress key or free it while the handler runs, and a duplicate could run; `release()`
+ * would hand the connection to someone else. Those throw a TypeError; `SAVEPOINT` and
+ * `ROLLBACK TO SAVEPOINT` work.
+ */
+function guardTransaction(client) {
+  const refuse = (what) => {
+    throw new TypeError(`PostgresStore: ctx.tx is the transaction that holds the idempotency key: ${what} is not allowed through it (it commits with the stored answer; use SAVEPOINT / ROLLBACK TO SAVEPOINT inside it)`);
+  };
+  return new Proxy(client, {
+    get(target, prop) {
+      if (prop === 'release') return () => refuse('release()');
+      const value = Reflect.get(target, prop, target);
+      if (prop === 'query' && typeof value === 'function') {
+        return (config, ...rest) => {
+          const text = typeof config === 'string' ? config : config?.text;
+          const statement = typeof text === 'string' ? text.split(';').find((part) => TRANSACTION_CONTROL.test(part)) : undefined;
+          if (statement !== undefined) refuse(JSON.stringify(statement.trim().split(/\s+/, 2).join(' ')));
+          return value.call(target, config, ...rest);
+        };
+      }
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
+
 export class PostgresStore {
   #pool;
   #table;
@@ -239,6 +286,7 @@ export class PostgresStore {
     };
     client.on('error', entry.onError);
     let holding = false;
+    let live; // the committed row found, if any
     try {
       await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
       const params = [scope, id, lock.fingerprint, ms];
@@ -253,30 +301,30 @@ export class PostgresStore {
         if (found.rowCount === 0) continue; // deleted since: insert again
         const row = found.rows[0];
         if (row.live) {
-          this.#giveBack(entry, (await this.#rollback(entry)) ? undefined : (entry.lost ?? new Error('ROLLBACK failed')));
-          // A row without a response was committed in progress: its handler ran COMMIT through
-          // ctx.tx. It counts as held until it expires (lockTimeoutMs), then it is taken over.
-          if (row.response === null) return { ...HELD };
-          return {
-            state: 'completed',
-            fingerprint: row.fingerprint,
-            response: typeof row.response === 'string' ? JSON.parse(row.response) : row.response,
-            completedAt: Math.round(Number(row.completed_ms)),
-          };
+          live = row;
+          break;
         }
         // Expired: take the row over; its row lock makes it this transaction's, as an insert would.
         holding = (await client.query(this.#sql.takeOver, params)).rowCount === 1;
       }
-      if (!holding) throw new Error(`PostgresStore: the row of ${JSON.stringify(key)} kept changing; giving up`);
-      // The holder's own statements (the handler's, through ctx.tx) are not limited by
-      // lockWaitMs; a holder idle for lockTimeoutMs loses the transaction, and the key.
-      await client.query(`SET LOCAL lock_timeout = DEFAULT; SET LOCAL idle_in_transaction_session_timeout = ${ms}`);
+      if (live === undefined) {
+        if (!holding) throw new Error(`PostgresStore: the row of ${JSON.stringify(key)} kept changing; giving up`);
+        // The holder's own statements (the handler's, through ctx.tx) are not limited by
+        // lockWaitMs; a holder idle for lockTimeoutMs loses the transaction, and the key.
+        await client.query(`SET LOCAL lock_timeout = DEFAULT; SET LOCAL idle_in_transaction_session_timeout = ${ms}`);
+      }
     } catch (error) {
       const sound = await this.#rollback(entry);
       this.#giveBack(entry, sound ? undefined : (entry.lost ?? error));
       // Another live transaction holds the key (lock_timeout ran out waiting for it).
       if (sound && error?.code === LOCK_NOT_AVAILABLE) return { ...HELD };
       throw error;
+    }
+    if (live !== undefined) {
+      // A completed answer (or a row committed in progress): read outside the try, once the
+      // client is back in the pool, so that nothing here can touch a client given back.
+      this.#giveBack(entry, (await this.#rollback(entry)) ? undefined : (entry.lost ?? new Error('ROLLBACK failed')));
+      return completedOrHeld(live);
     }
     if (entry.lost !== undefined) {
       this.#giveBack(entry, entry.lost);
@@ -364,6 +412,9 @@ export class PostgresStore {
    * as `ctx.tx`), or undefined.
    */
   transaction(key, token) {
-    return this.#entry(key, token)?.client;
+    const entry = this.#entry(key, token);
+    if (entry === undefined) return undefined;
+    entry.guarded ??= guardTransaction(entry.client);
+    return entry.guarded;
   }
 }

@@ -88,8 +88,12 @@ export class RedisStore {
     return this.#swap(key, token, JSON.stringify(lock), lockTimeoutMs);
   }
 
-  reclaim(key, staleToken, lock, lockTimeoutMs) {
-    return this.#swap(key, staleToken, JSON.stringify(lock), lockTimeoutMs);
+  // Never takes a lock over: Redis expires a lock by itself (PX), by its own clock, so a lock
+  // that is still there is live. The waiter's judgement ("expired") uses its own clock against
+  // the holder's, and clock skew between instances would let it take over a live lock and run
+  // the handler twice; it waits for the PX expiry instead, then acquire() succeeds.
+  async reclaim() {
+    return false;
   }
 
   complete(key, token, record, ttlMs) {

@@ -37,11 +37,14 @@ function isResponseLike(value) {
 function toRequest(req, signal) {
   const proto = req.socket?.encrypted ? 'https' : 'http';
   const path = typeof req.url === 'string' && req.url !== '' ? req.url : '/';
+  // The origin joined to the request target as text: `new URL('//a/b', base)` would read a
+  // target starting with `//` as another host (`a`) and path (`/b`).
+  const target = path.startsWith('/') ? path : `/${path}`;
   let url;
   try {
-    url = new URL(path, `${proto}://${req.headers?.host ?? 'localhost'}`);
+    url = new URL(`${proto}://${req.headers?.host ?? 'localhost'}${target}`);
   } catch {
-    url = new URL(path, `${proto}://localhost`); // a Host header that is not a host
+    url = new URL(`${proto}://localhost${target}`); // a Host header that is not a host
   }
   const headers = new Headers();
   const raw = Array.isArray(req.rawHeaders) ? req.rawHeaders : [];
@@ -81,9 +84,9 @@ async function writeResponse(response, req, res) {
   // An answer given before the request body was read to its end (a 413, an early refusal):
   // the rest of the upload is not read, so the connection is closed once the answer is out
   // (Node then ends the socket), instead of leaving the client's upload stalled on it.
-  if (!req.complete && !res.destroyed) {
+  if (req.complete === false && !res.destroyed) {
     headers.push('Connection', 'close');
-    res.once('finish', () => req.destroy());
+    res.once('finish', () => req.destroy?.());
   }
   if (typeof response.statusText === 'string' && response.statusText !== '') {
     res.writeHead(response.status, response.statusText, headers);

@@ -510,13 +510,25 @@ pub const SESSION_COOKIE_NAMES: [&str; 9] = [
     "laravel_session", "next-auth.session-token",
 ];
 
-/// Is `name` a session cookie's name (see [`SESSION_COOKIE_NAMES`])? `__Host-` and
+/// How surely `name` is a session cookie's name: 2 for one of [`SESSION_COOKIE_NAMES`], 1 for
+/// a name ending in `session`, `sessionid` or `session-token`, 0 otherwise. `__Host-` and
 /// `__Secure-` prefixes are ignored.
-fn is_session_cookie(name: &str) -> bool {
+fn session_cookie_rank(name: &str) -> u8 {
     let lower = name.trim().to_ascii_lowercase();
     let bare = lower.strip_prefix("__host-").or_else(|| lower.strip_prefix("__secure-")).unwrap_or(&lower);
-    SESSION_COOKIE_NAMES.contains(&bare) || bare.ends_with("session") || bare.ends_with("sessionid")
-        || bare.ends_with("session-token")
+    if SESSION_COOKIE_NAMES.contains(&bare) {
+        2
+    } else if bare.ends_with("session") || bare.ends_with("sessionid") || bare.ends_with("session-token") {
+        1
+    } else {
+        0
+    }
+}
+
+/// Is `name` a session cookie's name (see [`session_cookie_rank`])?
+#[cfg(test)]
+fn is_session_cookie(name: &str) -> bool {
+    session_cookie_rank(name) > 0
 }
 
 /// The default scope of a key when the `identity` option is not given: the caller's
@@ -539,11 +551,22 @@ pub fn default_identity(authorization: Option<&str>, cookie: Option<&str>) -> Op
         return Some(format!("authorization:{auth}"));
     }
     let cookie = cookie?;
-    cookie.split(';').find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        (is_session_cookie(name) && !value.trim().is_empty())
-            .then(|| format!("cookie:{}={}", name.trim(), value.trim()))
-    })
+    // A known name wins over a suffix match wherever it is in the header (`rl_session`, an
+    // analytics cookie whose value changes, must not shadow `connect.sid`); among equals, the
+    // first.
+    let (_, name, value) = cookie
+        .split(';')
+        .filter_map(|pair| {
+            let (name, value) = pair.split_once('=')?;
+            let (name, value) = (name.trim(), value.trim());
+            let rank = session_cookie_rank(name);
+            (rank > 0 && !value.is_empty()).then_some((rank, name, value))
+        })
+        .fold(None, |best: Option<(u8, &str, &str)>, c| match best {
+            Some(b) if b.0 >= c.0 => Some(b),
+            _ => Some(c),
+        })?;
+    Some(format!("cookie:{name}={value}"))
 }
 
 /// A key for one downstream call, derived from the request's store key (scope and key) and a
@@ -575,6 +598,11 @@ pub fn derived_key(store_key: &str, name: &str) -> String {
     let h = hex(&bytes);
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
+
+/// The largest answer body the companion stores: 32 MiB. A larger answer is still sent, but
+/// what is stored (and replayed) for its key is a 500 problem saying it was too large: the
+/// store's record is one JSON string, and a body near V8's string limit would fail to encode.
+pub const MAX_STORED_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
 /// Should `method` carry a key when the `required` option is not given? POST and PATCH (the
 /// methods RFC 9110 does not make idempotent that APIs use for side effects), in any case.
@@ -763,6 +791,9 @@ mod tests {
         assert_eq!(default_identity(None, Some("my_app_session=9")), Some("cookie:my_app_session=9".into()));
         assert_eq!(default_identity(None, Some("sid=")), None, "an empty session cookie is none");
         assert_eq!(default_identity(None, Some("garbage")), None);
+        // A known name wins over a suffix match that comes first.
+        assert_eq!(default_identity(None, Some("rl_session=1; connect.sid=s")), Some("cookie:connect.sid=s".into()));
+        assert_eq!(default_identity(None, Some("a_session=1; b_session=2")), Some("cookie:a_session=1".into()));
         // Other cookies changing between a request and its retry do not change the scope.
         assert_eq!(default_identity(None, Some("_ga=1; sid=a")), default_identity(None, Some("sid=a; _ga=2")));
         // Authorization and cookie identities cannot collide.

@@ -708,7 +708,14 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
       assert.equal(await store.complete('-:k', 'B', done, 1000), false);
       assert.equal(await store.release('-:k', 'B'), false);
       assert.equal(await store.reclaim('-:k', 'B', lock('C'), 1000), false);
-      assert.equal(await store.reclaim('-:k', 'A', lock('C'), 1000), true, 'a takeover compares the stale token');
+      if (label === 'RedisStore') {
+        // Redis never takes a lock over (its PX expiry ends it): play the takeover by hand.
+        assert.equal(await store.reclaim('-:k', 'A', lock('C'), 1000), false, 'RedisStore: reclaim is always false');
+        assert.equal(await store.release('-:k', 'A'), true);
+        assert.equal(await store.acquire('-:k', lock('C'), 1000), null);
+      } else {
+        assert.equal(await store.reclaim('-:k', 'A', lock('C'), 1000), true, 'a takeover compares the stale token');
+      }
       assert.equal(await store.renew('-:k', 'A', lock('A'), 1000), false, 'the old holder cannot extend its successor\'s lock');
       assert.equal(await store.complete('-:k', 'A', done, 1000), false, 'the old holder lost the lock');
       assert.equal(await store.complete('-:k', 'C', done, 1000), true);

@@ -217,9 +217,11 @@ for (const { name, skip, make, visibleLocks } of STORES) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Memory and Redis: reclaim (the lock of a holder that died is taken over by compare-and-swap).
+// Memory: reclaim (the lock of a holder that died is taken over by compare-and-swap). Redis
+// never takes a lock over (its PX expiry, by Redis's own clock, is what ends a lock): reclaim
+// is always false there.
 
-for (const { name, skip, make } of STORES.filter((s) => s.visibleLocks)) {
+for (const { name, skip, make } of STORES.filter((s) => s.visibleLocks && s.name === 'MemoryStore')) {
   test(`${name}: reclaim takes over a lock by its token, once`, { skip }, async () => {
     const store = await make();
     const key = newKey();
@@ -309,11 +311,29 @@ describe('PostgresStore', { skip: pgSkip }, () => {
     assert.equal(await checkedOut(), 0, 'the clients went back to the pool');
   });
 
-  test('a key its handler committed in progress (COMMIT through transaction()) counts as held until it expires', async () => {
+  test('transaction() refuses what would end the key\'s transaction (BEGIN, COMMIT, ROLLBACK, release); SAVEPOINT works', async () => {
+    const store = await postgresStore();
+    const key = newKey();
+    assert.equal(await store.acquire(key, lockOf('a'), 60_000), null);
+    const tx = store.transaction(key, 'a');
+    for (const sql of ['COMMIT', ' begin', 'ROLLBACK', 'end', 'START TRANSACTION', 'SELECT 1; COMMIT', { text: 'ABORT' }]) {
+      assert.throws(() => tx.query(sql), /not allowed through it/, JSON.stringify(sql));
+    }
+    assert.throws(() => tx.release(), /release\(\) is not allowed/);
+    await tx.query('SAVEPOINT s1');
+    await tx.query('ROLLBACK TO SAVEPOINT s1');
+    assert.equal((await tx.query('SELECT 1 AS one')).rows[0].one, 1);
+    assert.deepEqual(await store.acquire(key, lockOf('b'), 60_000), HELD, 'still held');
+    assert.equal(await store.release(key, 'a'), true);
+  });
+
+  test('a key committed in progress (COMMIT on the raw connection) counts as held until it expires', async () => {
     const store = await postgresStore();
     const key = newKey();
     assert.equal(await store.acquire(key, lockOf('a', 300), 300), null);
-    await store.transaction(key, 'a').query('COMMIT');
+    // Around the guard: the raw client under the proxy.
+    const raw = store.transaction(key, 'a');
+    await Object.getPrototypeOf(raw).query.call(raw, 'COMMIT');
     assert.deepEqual(await store.acquire(key, lockOf('b'), 60_000), HELD);
     await sleep(400);
     assert.equal(await store.acquire(key, lockOf('c'), 60_000), null, 'expired: taken over');

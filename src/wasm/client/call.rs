@@ -195,10 +195,9 @@ enum Turn {
 
 impl Guards {
     fn new(policy: &Policy, url: impl FnOnce() -> String) -> Guards {
-        let budget = policy.budget.resolve();
         Guards {
-            origin: if policy.has_guards() || budget.is_some() { origin_of(&url()) } else { String::new() },
-            budget,
+            origin: if policy.has_guards() { origin_of(&url()) } else { String::new() },
+            budget: policy.budget.clone(),
             own_taken: 0.0,
             throttle: policy.throttle.clone(),
             breaker: policy.breaker.clone(),

@@ -204,17 +204,6 @@ struct BudgetOptions {
     refill_per_second: Option<f64>,
 }
 
-thread_local! {
-    /// The default budget: every call and client of this copy of the package that does not
-    /// choose another (`budget`) shares it, per origin.
-    static DEFAULT_BUDGET: Rc<RefCell<RetryBudget>> = Rc::new(RefCell::new(RetryBudget::new(BudgetConfig::default())));
-}
-
-/// The default budget (`BudgetConfig::default()`), shared by this module instance.
-pub fn default_budget() -> Rc<RefCell<RetryBudget>> {
-    DEFAULT_BUDGET.with(Rc::clone)
-}
-
 /// `new RetryBudget({ maxTokens = 10, tokenRatio = 0.1, refillPerSecond = 0.5 })`: gRPC
 /// retryThrottling per origin, a call's own failures not counted against it.
 #[wasm_bindgen(js_name = RetryBudget, skip_typescript)]

@@ -42,9 +42,8 @@ pub struct Policy {
     pub on_retry: Option<Function>,
     /// `fetch`: the transport. Default none (the global `fetch`).
     pub fetch: Option<Function>,
-    /// `budget`: the retry budget. Default the module's default budget, one per origin
-    /// shared by every call and client that does not choose another (`budget: false`: none).
-    pub budget: BudgetChoice,
+    /// `budget`: a shared `RetryBudget`. Default none (`false` says so explicitly).
+    pub budget: Option<Rc<RefCell<RetryBudget>>>,
     /// `throttle`: a shared `AdaptiveThrottle`. Default none.
     pub throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
     /// `breaker`: a shared `CircuitBreaker`. Default none.
@@ -54,37 +53,7 @@ pub struct Policy {
 impl Policy {
     /// Is any guard set (so the call needs the request's origin)?
     pub fn has_guards(&self) -> bool {
-        self.budget.is_shared() || self.throttle.is_some() || self.breaker.is_some()
-    }
-}
-
-/// Which retry budget a call uses.
-#[derive(Clone, Default)]
-pub enum BudgetChoice {
-    /// The default budget (`budget` not given, or `null`): shared by every call of this copy of
-    /// the package that does not choose another. It does not make a call leave the lean
-    /// success path: it is consulted only once an attempt failed.
-    #[default]
-    Default,
-    /// `budget: false`: no budget, retries are never refused for it.
-    Off,
-    /// `budget: new RetryBudget(...)`.
-    Shared(Rc<RefCell<RetryBudget>>),
-}
-
-impl BudgetChoice {
-    /// Is a `RetryBudget` of the caller's set (a guard that needs the origin on every call)?
-    pub fn is_shared(&self) -> bool {
-        matches!(self, BudgetChoice::Shared(_))
-    }
-
-    /// The budget to use, if any.
-    pub fn resolve(&self) -> Option<Rc<RefCell<RetryBudget>>> {
-        match self {
-            BudgetChoice::Default => Some(super::guards::default_budget()),
-            BudgetChoice::Off => None,
-            BudgetChoice::Shared(b) => Some(b.clone()),
-        }
+        self.budget.is_some() || self.throttle.is_some() || self.breaker.is_some()
     }
 }
 
@@ -193,7 +162,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
             "shouldRetry" => out.should_retry = None,
             "onRetry" => out.on_retry = None,
             "fetch" => out.fetch = None,
-            "budget" => out.budget = BudgetChoice::Default,
+            "budget" => out.budget = None,
             "throttle" => out.throttle = None,
             "breaker" => out.breaker = None,
             other => return Err(option_error(OptionError::new(other, expected(other)), &JsValue::NULL)),
@@ -305,10 +274,10 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
         }
     }
     if raw.budget.as_bool() == Some(false) {
-        out.budget = BudgetChoice::Off;
+        out.budget = None;
     } else if !raw.budget.is_undefined() {
         match lookup("budget", &raw.budget)? {
-            Guard::Budget(b) => out.budget = BudgetChoice::Shared(b),
+            Guard::Budget(b) => out.budget = Some(b),
             _ => return Err(option_error(OptionError::new("budget", expected("budget")), &raw.budget)),
         }
     }

@@ -8,6 +8,8 @@ use wasm_bindgen::prelude::*;
 use web_sys::{Headers, Response, ResponseInit};
 
 use super::store::StoredResponse;
+use crate::core::idempotency::MAX_STORED_ANSWER_BYTES;
+use wasm_bindgen::JsCast;
 use crate::wasm::js;
 
 /// The header added to a replayed response.
@@ -103,8 +105,38 @@ pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
     let status_text = response.status_text();
     let has_retry_after = source.has("retry-after").unwrap_or(false);
     let live = self::response(status, &status_text, &source, &bytes)?;
-    let stored = StoredResponse { status, status_text, headers, body: BASE64.encode(&bytes) };
+    let stored = if bytes.len() > MAX_STORED_ANSWER_BYTES {
+        // Sent whole now; what the key keeps says that it could not be kept.
+        stored_problem(500, TOO_LARGE_TO_STORE)
+    } else {
+        StoredResponse { status, status_text, headers, body: BASE64.encode(&bytes) }
+    };
     Ok(Answer { stored, has_retry_after, live })
+}
+
+/// What is stored for an answer over `MAX_STORED_ANSWER_BYTES`.
+const TOO_LARGE_TO_STORE: &str = "{\"type\":\"https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/\",\"title\":\"The answer was too large to be stored\",\"status\":500,\"detail\":\"The request was processed, but its answer (over 32 MiB) was too large to be stored for replay; check the operation's state before trying again with a new key.\",\"code\":\"idempotency-answer-too-large\"}";
+
+/// A handler's result as a `Response`: a `Response` of this realm as it is; a response-like
+/// object (a `Response` of another fetch implementation: `status`, `headers`, `arrayBuffer()`)
+/// read and rebuilt as one; anything else `None`.
+pub async fn as_response(value: JsValue) -> Result<Option<Response>, JsValue> {
+    let value = match value.dyn_into::<Response>() {
+        Ok(response) => return Ok(Some(response)),
+        Err(value) => value,
+    };
+    let status = js::get(&value, "status").as_f64();
+    let read = js::get(&value, "arrayBuffer").dyn_into::<js_sys::Function>().ok();
+    let (Some(status), Some(read)) = (status, read) else { return Ok(None) };
+    if !js::get(&value, "headers").is_object() || !(200.0..=599.0).contains(&status) || status.fract() != 0.0 {
+        return Ok(None);
+    }
+    let buffer = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&read.call0(&value)?)).await?;
+    let bytes = Uint8Array::new(&buffer).to_vec();
+    let headers = Headers::new_with_headers(js::get(&value, "headers").unchecked_ref())
+        .or_else(|_| Headers::new())?;
+    let status_text = js::get(&value, "statusText").as_string().unwrap_or_default();
+    response(status as u16, &status_text, &headers, &bytes).map(Some)
 }
 
 /// A stored response of a value (`idempotent`): status 200, the value's JSON as the body.

@@ -18,7 +18,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStreamDefaultReader, Request, RequestInit, Response};
 
 use super::context::Caller;
-use super::answers::{problem, read_answer, from_stored};
+use super::answers::{as_response, from_stored, problem, read_answer};
 use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Context, Keyed, Ran, Stored};
 use super::options::{HttpSettings, Identity, Required};
 use crate::core::idempotency::{self as idem, after_throw, stores_answer, AfterThrow};
@@ -91,8 +91,9 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
     let c = &s.common;
     let (ran, ctx, renewal) = run_holding(c, k, handler, req, caller).await;
     let failure = match ran {
-        Ran::Resolved(value) => match value.dyn_into::<Response>() {
-            Ok(response) => match read_answer(&response).await {
+        Ran::Resolved(value) => match as_response(value.clone()).await {
+            Err(error) => error, // its body failed
+            Ok(Some(response)) => match read_answer(&response).await {
                 Ok(answer) => {
                     if !stores_answer(answer.stored.status, answer.has_retry_after) {
                         // "Not processed": the key is freed so that the client's retry runs it.
@@ -112,7 +113,7 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
                 }
                 Err(error) => error, // its body failed
             },
-            Err(other) => type_error(&format!("idempotency: the handler must resolve with a Response; got {}", describe(&other))),
+            Ok(None) => type_error(&format!("idempotency: the handler must resolve with a Response; got {}", describe(&value))),
         },
         Ran::Threw(error) => error,
     };

@@ -69,40 +69,59 @@ pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller
             // can be kept (a failure record) and tell the caller.
             match json(&value) {
                 Ok(text) => match store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost).await {
-                    Stored::Kept => Ok(value),
+                    // The first call returns what a repeat returns: the result's JSON, parsed
+                    // (a Date is its string, NaN null, as on every replay).
+                    Stored::Kept => match text {
+                        Some(text) => JSON::parse(&text),
+                        None => Ok(JsValue::UNDEFINED),
+                    },
                     // With a transactional store nothing was committed, fn's ctx.tx writes
                     // neither: the caller must not acknowledge the message.
-                    Stored::Failed | Stored::LockLost if c.store.transactional => Err(idempotency_error(
-                        "not-committed",
-                        "idempotent: the result could not be committed; nothing was kept (fn's ctx.tx writes were rolled back): run it again",
-                    )),
+                    Stored::Failed | Stored::LockLost if c.store.transactional => Err(not_committed()),
                     // The effect happened; its result is the truth even if it is not stored.
                     Stored::Failed | Stored::LockLost => Ok(value),
                 },
-                Err(error) => {
-                    store_failure(c, &k, &error, lost).await;
-                    Err(error)
-                }
+                Err(error) => match store_failure(c, &k, &error, lost).await {
+                    Stored::Failed | Stored::LockLost if c.store.transactional => Err(not_committed()),
+                    _ => Err(error),
+                },
             }
         }
         Ran::Threw(error) => {
             drop(renewal);
             match after_throw(c.store.transactional, ctx.used_tx()) {
                 AfterThrow::Release => free_key(c, &k).await,
-                AfterThrow::StoreFailure => store_failure(c, &k, &error, lost).await,
+                AfterThrow::StoreFailure => {
+                    store_failure(c, &k, &error, lost).await;
+                }
             }
             Err(error)
         }
     }
 }
 
+/// The error of a run whose result a transactional store could not commit.
+fn not_committed() -> JsValue {
+    idempotency_error(
+        "not-committed",
+        "idempotent: the result could not be committed; nothing was kept (fn's ctx.tx writes were rolled back): run it again",
+    )
+}
+
 /// Store a failed run as a 500 whose body names the error, so a repeat does not run again.
-async fn store_failure(c: &super::options::Common, k: &Keyed, error: &JsValue, lost: bool) {
+/// A thrown value that is not an `Error` (`throw 'declined'`) is kept as its string.
+async fn store_failure(c: &super::options::Common, k: &Keyed, error: &JsValue, lost: bool) -> Stored {
     let body: JsValue = js_sys::Object::new().into();
+    let message = js::get(error, "message");
+    let message = if message.is_string() {
+        message
+    } else {
+        crate::wasm::js::to_js_string(error).map(JsValue::from).unwrap_or_else(|_| "a thrown value".into())
+    };
     js::set(&body, "name", &js::get(error, "name"));
-    js::set(&body, "message", &js::get(error, "message"));
+    js::set(&body, "message", &message);
     let text = JSON::stringify(&body).ok().and_then(|t| t.as_string()).unwrap_or_else(|| "{}".into());
-    store_answer(c, k, &stored_problem(500, &text), lost).await;
+    store_answer(c, k, &stored_problem(500, &text), lost).await
 }
 
 /// The result of a stored run: its value, or an `IdempotencyError` for a stored failure.

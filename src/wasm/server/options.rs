@@ -20,9 +20,10 @@ use crate::wasm::options::deserialize;
 
 #[wasm_bindgen]
 extern "C" {
-    /// `console.error(a, b)`.
-    #[wasm_bindgen(js_namespace = console, js_name = error)]
-    fn console_error(a: &JsValue, b: &JsValue);
+    /// `console.error(a, b)`; bound with `catch`: printing a value whose inspection throws
+    /// must not throw through the wasm.
+    #[wasm_bindgen(js_namespace = console, js_name = error, catch)]
+    fn console_error(a: &JsValue, b: &JsValue) -> Result<(), JsValue>;
 }
 
 thread_local! {
@@ -78,7 +79,7 @@ impl Reporter {
                 let mut msg = String::from("retry-fetch/server: idempotency store ");
                 msg.push_str(operation);
                 msg.push_str("() failed:");
-                console_error(&msg.into(), error);
+                let _ = console_error(&msg.into(), error);
             }
         }
     }
@@ -87,7 +88,7 @@ impl Reporter {
     pub fn handler_error(&self, error: &JsValue) {
         match &self.on_error {
             Some(f) => drop(f.call1(&JsValue::UNDEFINED, error)),
-            None => console_error(&"retry-fetch/server: the handler failed:".into(), error),
+            None => drop(console_error(&"retry-fetch/server: the handler failed:".into(), error)),
         }
     }
 }
