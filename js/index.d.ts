@@ -104,8 +104,8 @@ export interface RetryOptions {
   onRetry?: ((info: RetryInfo) => void | Promise<void>) | null;
   /** The transport. @default globalThis.fetch */
   fetch?: ((input: RetryFetchInput, init?: RequestInit) => Promise<Response>) | null;
-  /** A shared retry budget: retries stop while its tokens for the origin are at or below half. @default undefined (none) */
-  budget?: RetryBudget | null;
+  /** A shared retry budget: a retry is refused while its tokens for the origin (plus those this call's own failures took) are at or below half; `false` or `null`: none. @default undefined (none) */
+  budget?: RetryBudget | false | null;
   /** A shared adaptive send rate per origin: every attempt waits for its turn. @default undefined (none) */
   throttle?: AdaptiveThrottle | null;
   /** A shared circuit breaker per origin: while open, calls reject with CircuitOpenError and nothing is sent. @default undefined (none) */
@@ -118,6 +118,8 @@ export interface RetryBudgetOptions {
   maxTokens?: number;
   /** Tokens a success gives back (a failed attempt takes 1). @default 0.1 */
   tokenRatio?: number;
+  /** Tokens that come back each second, so an origin recovers after an outage without successes (0: only successes refill). @default 0.5 */
+  refillPerSecond?: number;
 }
 
 /** A retry budget shared by many calls, per origin (gRPC retryThrottling semantics). */
@@ -127,6 +129,7 @@ export class RetryBudget {
   tokens(url: string): number;
   readonly maxTokens: number;
   readonly tokenRatio: number;
+  readonly refillPerSecond: number;
   /** Release the wasm memory now (otherwise it is released when garbage-collected). */
   free(): void;
 }

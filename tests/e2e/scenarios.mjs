@@ -665,13 +665,17 @@ export const scenarios = [
   {
     name: 'retry budget: under an outage the shared budget stops retries',
     async run({ api, seq }) {
-      const budget = new api.RetryBudget(); // 10 tokens; retries only while tokens > 5
+      // 10 tokens; a retry only while tokens (+ what the call's own failures took) > 5; no
+      // refill by time, so the count is exact.
+      const budget = new api.RetryBudget({ refillPerSecond: 0 });
       const s = seq('503');
       for (let i = 0; i < 10; i++) {
         equal((await api.retryFetch(s.url, undefined, { ...fast, budget, maxAttempts: 9 })).status, 503);
       }
-      // call 1: 5 attempts (10 -> 5 tokens), calls 2-10: one attempt each; 90 without a budget
-      equal((await s.log()).length, 14);
+      // call 1, a lone request: all 9 attempts (its own failures do not count against it;
+      // they take 9 of the 10 tokens); calls 2-10 find the count drained by call 1: one
+      // attempt each. 90 without a budget.
+      equal((await s.log()).length, 18);
       equal(budget.tokens(s.url), 0);
       const r = seq('reset');
       const err = await rejects(api.retryFetch(r.url, undefined, { ...fast, budget }));
@@ -680,6 +684,22 @@ export const scenarios = [
       equal(err.attempts.length, 1);
       const other = new api.RetryBudget({ maxTokens: 4, tokenRatio: 1 });
       equal(other.tokens(s.url), 4);
+      equal(other.refillPerSecond, 0.5, 'the default refill');
+    },
+  },
+  {
+    name: 'retry budget: tokens come back with time (refillPerSecond); budget: false is no budget',
+    async run({ api, seq }) {
+      const budget = new api.RetryBudget({ refillPerSecond: 10 });
+      const s = seq('503');
+      for (let i = 0; i < 3; i++) equal((await api.retryFetch(s.url, undefined, { ...fast, budget, maxAttempts: 3 })).status, 503);
+      const drained = budget.tokens(s.url);
+      ok(drained < 5, `drained: ${drained}`);
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      ok(budget.tokens(s.url) >= drained + 5, `refilled: ${budget.tokens(s.url)}`);
+      const n = (await s.log()).length;
+      equal((await api.retryFetch(s.url, undefined, { ...fast, budget: false, maxAttempts: 4 })).status, 503);
+      equal((await s.log()).length - n, 4, 'budget: false retries freely');
     },
   },
   {
