@@ -1,5 +1,6 @@
-// Small helpers shared by overhead.mjs, coldstart.mjs and report.mjs: statistics and the
-// markdown tables (the scripts print them, report.mjs renders the same ones from the JSON).
+// Small helpers shared by overhead.mjs, coldstart.mjs, companion.mjs, storms.mjs, chart.mjs and
+// report.mjs: statistics and the markdown tables (the scripts print them, report.mjs renders the
+// same ones from the JSON). No imports: coldstart.mjs times this module's import as its floor.
 
 export function median(values) {
   const v = values.filter((x) => typeof x === 'number' && Number.isFinite(x)).sort((a, b) => a - b);
@@ -69,4 +70,84 @@ export function companionTable(rows, modes) {
     }
     return cells;
   }));
+}
+
+// ---- Retry storms (storms.mjs prints these tables, report.mjs renders them from storms.json).
+
+export const stormFmt = {
+  amp: (x) => (x == null ? 'n/a' : x.toFixed(2)),
+  int: (x) => (x == null ? 'n/a' : String(Math.round(x))),
+  ratio: (x) => (x == null || !Number.isFinite(x) ? 'n/a' : `${x.toFixed(2)}×`),
+};
+/**
+ * storms.json -> { kinds, outage }, whatever its version: the results of a run before the
+ * server kinds (one `herd` table against the 'storm' server) become one kind.
+ */
+export function normalizeStorms(s) {
+  if (Array.isArray(s.kinds)) return s;
+  return {
+    ...s,
+    kinds: [{
+      id: 'storm',
+      title: 'herd',
+      description: `${s.server?.ratePerSec} req/s bucket (capacity ${s.server?.burst}) and at most ${s.server?.maxInService} in service, service ${s.server?.serviceMs} ms (results from before the server kinds)`,
+      server: s.server,
+      idealMs: null,
+      rows: s.herd ?? [],
+    }],
+    outage: { description: '503 to every request', rows: s.outage ?? [] },
+  };
+}
+
+/** The herd rows of every server kind, one table with a group row per kind. */
+export function stormHerdTable(kinds, clients) {
+  const rows = [];
+  for (const k of kinds) {
+    const ideal = Number.isFinite(k.idealMs) ? `; ideal ${Math.round(k.idealMs)} ms` : '';
+    rows.push([`**${k.title}**: ${k.description}${ideal}`, '', '', '', '', '', '']);
+    for (const r of k.rows) {
+      const m = r.median;
+      rows.push(m
+        ? [r.name, stormFmt.amp(m.amplification), stormFmt.amp(m.floor), stormFmt.int(m.successes),
+          stormFmt.int(m.p50Ms), stormFmt.int(m.p99Ms), stormFmt.ratio(m.p99OverIdeal)]
+        : [`${r.name} (${r.note ?? 'no result'})`, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a']);
+    }
+  }
+  return table(['server kind / contender', 'amplification', `floor (1 + first ${clients} refused / ${clients})`,
+    `successes (of ${clients})`, 'p50 ms', 'p99 ms', 'p99 / ideal'], rows);
+}
+
+/** The outage rows. */
+export function stormOutageTable(rows, sideBySide) {
+  return table(['contender', 'amplification', 'requests seen', `p99 ms (time to give up${sideBySide ? '; rows ran side by side' : ''})`],
+    rows.map((r) => (r.median
+      ? [r.name, stormFmt.amp(r.median.amplification), stormFmt.int(r.median.seen), stormFmt.int(r.median.p99Ms)]
+      : [`${r.name} (${r.note ?? 'no result'})`, 'n/a', 'n/a', 'n/a'])));
+}
+
+/**
+ * The lines under the storm tables: the checks (connections open at once, requests in service
+ * against a concurrency limit), the calls that rejected, the rounds cut by the timeout.
+ */
+export function stormNotes(kinds, outage, clients, roundTimeoutMs) {
+  const all = [...kinds.flatMap((k) => k.rows.map((r) => [k.title, r])), ...outage.rows.map((r) => ['outage', r])];
+  const withMedian = all.filter(([, r]) => r.median);
+  const peakConn = Math.max(0, ...withMedian.map(([, r]) => r.median.peakOpenConnections ?? 0));
+  const inService = kinds.filter((k) => k.server?.maxInService > 0).map((k) => {
+    const peak = Math.max(0, ...k.rows.filter((r) => r.median).map((r) => r.median.peakInService ?? 0));
+    return `${k.title}: at most ${peak} requests in service (limit ${k.server.maxInService})`;
+  });
+  const checks = `Checks: at most ${peakConn} connections were open at once on a server (${clients} clients: `
+    + `${peakConn >= clients ? 'no client-side connection cap queued requests' : 'FEWER than the clients: a client-side cap may have queued requests'})`
+    + `${inService.length ? `; ${inService.join('; ')}` : ''}.`;
+  const rejected = withMedian
+    .filter(([, r]) => Object.keys(r.median.errors ?? {}).length)
+    .map(([kind, r]) => `${kind} ${r.name}: ${Object.entries(r.median.errors).map(([k, v]) => `${v} ${k}`).join(', ')}`);
+  const cut = all.filter(([, r]) => (r.rounds ?? []).some((x) => x.pendingAtTimeout > 0))
+    .map(([kind, r]) => `${kind} ${r.name} (${r.rounds.map((x) => x.pendingAtTimeout).join('/')} calls still pending after ${roundTimeoutMs / 1000} s, counted as failures)`);
+  return {
+    checks,
+    rejected: `Calls that rejected instead of resolving with a Response (all rounds together): ${rejected.length ? rejected.join('; ') : 'none'}.`,
+    cut: cut.length ? `Rounds cut at ${roundTimeoutMs / 1000} s: ${cut.join('; ')}.` : null,
+  };
 }

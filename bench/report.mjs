@@ -7,7 +7,9 @@
 import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { companionTable, goalsTable, overheadTable, table } from './format.mjs';
+import {
+  companionTable, goalsTable, normalizeStorms, overheadTable, stormHerdTable, stormNotes, stormOutageTable, table,
+} from './format.mjs';
 import { coldTable, sizeTables } from './coldstart.mjs';
 
 const BENCH = fileURLToPath(new URL('.', import.meta.url));
@@ -139,44 +141,34 @@ if (coldstart) {
 // ---- Retry storms.
 p('## Retry storms');
 if (storms) {
-  const s = storms;
-  const f = {
-    amp: (x) => (x == null ? 'n/a' : x.toFixed(2)),
-    int: (x) => (x == null ? 'n/a' : String(Math.round(x))),
-  };
+  const s = normalizeStorms(storms);
+  const kindLines = s.kinds.map((k) => `- **${k.title}**: ${k.description}${Number.isFinite(k.idealMs) ? `; ideal ${Math.round(k.idealMs)} ms` : ''}.`);
   p(`Measured ${day(s.generatedAt)} by \`bench/storms.mjs\` on ${machine(s)}, ${s.rounds} round(s) per contender, `
     + `medians; the run took ${Math.round(s.totalSeconds)} s.`,
-    `${s.clients} calls start at the same moment against a local server (in a worker thread) that answers 503 at once `
-    + `when ${s.server.maxInService} requests are in service or its ${s.server.ratePerSec} req/s token bucket `
-    + `(capacity ${s.server.burst}) is empty, else 200 after ${s.server.serviceMs} ms (herd), or 503 to everything `
-    + `(outage). Every client: ${s.policy.retries} retries (${s.policy.attempts} attempts), base `
-    + `${s.policy.baseDelayMs} ms, cap ${s.policy.maxDelayMs} ms. Amplification = requests the server saw / `
-    + `${s.clients}. Each contender gets a fresh server per round.`);
-  if (existsSync(svg)) p(`![Retry amplification per contender, herd and outage](${rel(svg)})`);
-  p('### Herd',
-    table(['contender', 'amplification', `successes (of ${s.clients})`, 'p50 ms', 'p99 ms'],
-      s.herd.map((r) => (r.median
-        ? [r.name, f.amp(r.median.amplification), f.int(r.median.successes), f.int(r.median.p50Ms), f.int(r.median.p99Ms)]
-        : [`${r.name} (${r.note})`, 'n/a', 'n/a', 'n/a', 'n/a']))));
-  p('### Outage (always 503)',
-    table(['contender', 'amplification', 'requests seen', `p99 ms (time to give up${s.outageSideBySide ? '; rows ran side by side' : ''})`],
-      s.outage.map((r) => (r.median
-        ? [r.name, f.amp(r.median.amplification), f.int(r.median.seen), f.int(r.median.p99Ms)]
-        : [`${r.name} (${r.note})`, 'n/a', 'n/a', 'n/a']))));
+    `${s.clients} calls start at the same moment against a local server (in a worker thread), one server kind at a `
+    + `time, then against a dead one (outage). Every client: ${s.policy.retries} retries (${s.policy.attempts} attempts), `
+    + `base ${s.policy.baseDelayMs} ms, cap ${s.policy.maxDelayMs} ms. Each contender gets a fresh server per round; `
+    + 'the herd rows run one after the other (they share the CPU)'
+    + `${s.outageSideBySide ? ', the outage rows of a round side by side (in a total outage the number of attempts does not depend on timing)' : ''}. `
+    + `**Amplification** = requests the server saw / ${s.clients}. **Floor** = 1 + requests refused among the first `
+    + `${s.clients} the server saw / ${s.clients}: the share of the first wave no client could have avoided, measured `
+    + 'per row (a client that paces its first wave lowers its own floor); amplification minus floor is about the '
+    + `retries that were refused again. **Ideal** = the least time the server needs to serve ${s.clients} requests: an `
+    + 'ideal client sends each request the moment the server can take it, capacity change included (the p99 of a '
+    + 'row is also given as a multiple of it). The server kinds:',
+    kindLines.join('\n'));
+  if (existsSync(svg)) p(`![Retry amplification per contender, per server kind and in the outage](${rel(svg)})`);
+  p('### Herd, by server kind', stormHerdTable(s.kinds, s.clients));
+  p(`### Outage (${s.outage.description ?? 'always 503'})`, stormOutageTable(s.outage.rows, s.outageSideBySide));
   p('### Goals', goalsTable(s.goals));
-  const rowsWithMedian = [...s.herd, ...s.outage].filter((r) => r.median);
-  const peakConn = Math.max(0, ...rowsWithMedian.map((r) => r.median.peakOpenConnections));
-  const peakInService = Math.max(0, ...s.herd.filter((r) => r.median).map((r) => r.median.peakInService));
-  p(`Checks: at most ${peakConn} connections were open at once on the server for ${s.clients} clients `
-    + `(${peakConn >= s.clients ? 'no client-side connection cap queued requests' : 'FEWER than the clients: a client-side cap may have queued requests'}); `
-    + `at most ${peakInService} requests were in service (limit ${s.server.maxInService}).`);
-  const rejected = [...s.herd.map((r) => ['herd', r]), ...s.outage.map((r) => ['outage', r])]
-    .filter(([, r]) => r.median && Object.keys(r.median.errors ?? {}).length)
-    .map(([scenario, r]) => `${scenario} ${r.name}: ${Object.entries(r.median.errors).map(([k, v]) => `${v} ${k}`).join(', ')}`);
-  p(`Calls that rejected instead of resolving with a Response (all rounds together): ${rejected.length ? rejected.join('; ') : 'none'}.`);
-  p('Configurations:',
-    [...s.herd, ...s.outage.filter((r) => !s.herd.some((h) => h.id === r.id))]
-      .map((r) => `- ${r.name}: \`${JSON.stringify(r.config)}\``).join('\n'));
+  const n = s.notes ?? stormNotes(s.kinds, s.outage, s.clients, s.roundTimeoutMs ?? 30_000);
+  p(n.checks, n.rejected, ...(n.cut ? [n.cut] : []));
+  const seen = new Set();
+  const configs = [...s.kinds.flatMap((k) => k.rows), ...s.outage.rows].filter((r) => !seen.has(r.id) && seen.add(r.id));
+  p('Configurations ("default options" is retry-fetch with nothing but the policy above; each "+ X" row adds one '
+    + `instance of X shared by the ${s.clients} calls of a round to the default options`
+    + `${s.budgetFalse ? `; \`budget: false\` ${s.budgetFalse.supported ? 'was accepted by this build, so the jitter rows use it too' : `was not accepted by this build (${s.budgetFalse.error}), so the "no budget" row is n/a`}` : ''}):`,
+  configs.map((r) => `- ${r.name}: \`${JSON.stringify(r.config)}\``).join('\n'));
 } else p(missing('bench/results/storms.json', 'node bench/storms.mjs'));
 
 // ---- OCC simulation.

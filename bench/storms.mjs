@@ -2,33 +2,45 @@
 //
 //   node bench/storms.mjs            (ROUNDS=3 by default; ROUNDS=1 for a quick look)
 //
-// Herd: 200 clients in this process start the same call at the same moment against the storm
-// server (503 above 8 requests in service or when its 400 req/s bucket of 20 tokens is empty,
-// else 200 after 5 ms). Each may make 9 attempts (8 retries), base delay 50 ms, cap 2 s.
+// Herd: 200 clients in this process start the same call at the same moment against a storm
+// server (bench/storm-server.mjs) of each kind:
+//   - rate-limited: token bucket of 400 req/s (capacity 20), service 5 ms, 503 without Retry-After;
+//   - concurrency-limited: at most 8 in service, service 20 ms (~400 req/s), 503 when full;
+//   - shedding: the rate-limited server, but every 503 carries Retry-After: 1;
+//   - halving: the rate-limited server, whose rate halves to 200 req/s 250 ms after the first
+//     request.
 // Outage: the same 200 clients against a server that answers 503 to everything.
+// Each client may make 9 attempts (8 retries), base delay 50 ms, cap 2 s.
 //
-// Per contender and round: amplification (requests the server saw / 200), successes (200s out
-// of 200), p50 and p99 completion time (ms from the common start until the call settled,
-// successes and failures alike). Every contender gets a fresh server per round; the median
-// of the rounds is printed, as markdown, and everything goes to bench/results/storms.json.
+// Per contender, kind and round: amplification (requests the server saw / 200), the floor (1 +
+// requests refused among the first 200 the server saw / 200), successes (200s out of 200), p50
+// and p99 completion time (ms from the common start until the call settled, successes and
+// failures alike). Each kind's ideal is the least time its server needs to serve 200 requests
+// (storm-server.mjs's idealMs); each row's p99 is also given as a multiple of it. Every contender
+// gets a fresh server per round; the median of the rounds is printed, as markdown, and
+// everything goes to bench/results/storms.json.
 //
 // RetryBudget, AdaptiveThrottle and CircuitBreaker are used when the built package exports
-// them (typeof ... === 'function'); otherwise their rows say n/a.
-import os from 'node:os';
+// them (typeof ... === 'function'), and the "no budget" row (`budget: false`) when the package
+// accepts that option (one call is tried at start); otherwise their rows say n/a.
 import { fileURLToPath } from 'node:url';
 import * as rf from 'retry-fetch';
 import ky from 'ky';
 import pRetry from 'p-retry';
 import fetchBuilder from 'fetch-retry';
 import { retry, handleAll, ExponentialBackoff } from 'cockatiel';
-import { spawnStormServer, DEFAULTS as SERVER } from './storm-server.mjs';
-import { log, positiveInt, printMarkdown, versionOf, writeResults } from './common.mjs';
+import { describe, idealMs, resolveOptions, spawnStormServer } from './storm-server.mjs';
+import { log, machine, positiveInt, printMarkdown, versionOf, writeResults } from './common.mjs';
+import {
+  goalsTable, median, percentile, stormFmt as fmt, stormHerdTable, stormNotes, stormOutageTable,
+} from './format.mjs';
 
 const CLIENTS = 200;
 const ROUNDS = positiveInt(process.env.ROUNDS, 3);
 // Outage rows of one round run side by side, each against its own always-503 server: under a
 // total outage the number of attempts does not depend on timing, and this keeps a run short.
-// OUTAGE_SIDE_BY_SIDE=0 runs them one after the other like the herd.
+// OUTAGE_SIDE_BY_SIDE=0 runs them one after the other like the herd. Herd rows never run side
+// by side: they share the CPU, and their timing is what they measure.
 const OUTAGE_SIDE_BY_SIDE = process.env.OUTAGE_SIDE_BY_SIDE !== '0';
 const ROUND_TIMEOUT_MS = 30_000; // a call still pending then counts as a failure at this time
 const RETRIES = 8;
@@ -38,7 +50,9 @@ const POLICY = Object.freeze({ maxAttempts: RETRIES + 1, baseDelayMs: BASE_MS, m
 const RESULTS = fileURLToPath(new URL('./results/storms.json', import.meta.url));
 
 const GOALS = Object.freeze({
-  throttle: { maxAmplification: 1.8, successes: CLIENTS, maxP99Ms: 800 },
+  // Issue 12: AdaptiveThrottle on every kind.
+  throttle: { successes: CLIENTS, maxAboveFloor: 0.1, maxP99OverIdeal: 1.5 },
+  outageDefault: { maxAmplification: 1.5 },
   outageBudget: { maxAmplification: 1.15 },
 });
 
@@ -55,44 +69,50 @@ async function okAndDrain(res) {
 
 const hasExport = (name) => typeof rf[name] === 'function';
 let lingering = false;
+// Whether this build accepts `budget: false` (checked once at start, see probeBudgetFalse).
+const support = { budgetFalse: null, budgetFalseNote: null };
 
-function retryFetchContender({ id, name, jitter, extra, isDefault = false }) {
+function retryFetchContender({ id, name, options = {}, shared }) {
   return {
     id,
     name,
     library: 'retry-fetch',
-    isDefault,
-    needs: extra ? [extra.cls] : [],
-    config: { ...POLICY, jitter, ...(extra ? { [extra.option]: `new ${extra.cls}()` } : {}) },
+    needs: shared ? [shared.cls] : [],
+    needsBudgetFalse: options.budget === false,
+    options, // the jitter rows add `budget: false` to it once the build is known to accept it
+    get config() { return { ...POLICY, ...options, ...(shared ? { [shared.option]: `new ${shared.cls}()` } : {}) }; },
     make() {
-      const options = { ...POLICY, jitter };
-      if (extra) options[extra.option] = new rf[extra.cls](); // ONE instance shared by all 200
-      return async (url) => okAndDrain(await rf.retryFetch(url, undefined, options));
+      const o = { ...POLICY, ...options };
+      if (shared) o[shared.option] = new rf[shared.cls](); // ONE instance shared by all 200
+      return async (url) => okAndDrain(await rf.retryFetch(url, undefined, o));
     },
   };
 }
 
-const JITTERS = ['none', 'full', 'equal', 'decorrelated', 'additive'];
-
-const RF_JITTER = JITTERS.map((jitter) => retryFetchContender({
-  id: `retry-fetch:${jitter}`,
-  name: jitter === 'full' ? 'retry-fetch, jitter full (default)' : `retry-fetch, jitter ${jitter}`,
-  jitter,
-  isDefault: jitter === 'full',
-}));
-const RF_NO_BUDGET = RF_JITTER.find((c) => c.isDefault);
-const RF_THROTTLE = retryFetchContender({
-  id: 'retry-fetch:throttle', name: 'retry-fetch + AdaptiveThrottle', jitter: 'full',
-  extra: { option: 'throttle', cls: 'AdaptiveThrottle' },
-});
+const RF_DEFAULT = retryFetchContender({ id: 'retry-fetch:default', name: 'retry-fetch, default options' });
+const RF_NO_BUDGET = retryFetchContender({ id: 'retry-fetch:no-budget', name: 'retry-fetch, no budget', options: { budget: false } });
 const RF_BUDGET = retryFetchContender({
-  id: 'retry-fetch:budget', name: 'retry-fetch + RetryBudget', jitter: 'full',
-  extra: { option: 'budget', cls: 'RetryBudget' },
+  id: 'retry-fetch:budget', name: 'retry-fetch + RetryBudget', shared: { option: 'budget', cls: 'RetryBudget' },
+});
+const RF_THROTTLE = retryFetchContender({
+  id: 'retry-fetch:throttle', name: 'retry-fetch + AdaptiveThrottle', shared: { option: 'throttle', cls: 'AdaptiveThrottle' },
 });
 const RF_BREAKER = retryFetchContender({
-  id: 'retry-fetch:breaker', name: 'retry-fetch + CircuitBreaker (extra)', jitter: 'full',
-  extra: { option: 'breaker', cls: 'CircuitBreaker' },
+  id: 'retry-fetch:breaker', name: 'retry-fetch + CircuitBreaker', shared: { option: 'breaker', cls: 'CircuitBreaker' },
 });
+// Another jitter than the default 'full', the rate-limited kind only. With `budget: false` when
+// the build accepts it (see withoutBudget), so that these rows compare jitters, not the budget;
+// "retry-fetch, no budget" is then their 'full' counterpart.
+const RF_JITTER = ['none', 'equal', 'decorrelated', 'additive'].map((jitter) => retryFetchContender({
+  id: `retry-fetch:jitter-${jitter}`, name: `retry-fetch, jitter ${jitter} (extra)`, options: { jitter },
+}));
+/** Once `budget: false` is known to work: the jitter rows use it too. */
+function withoutBudget() {
+  for (const c of RF_JITTER) {
+    c.options.budget = false;
+    c.name = c.name.replace(/^retry-fetch, jitter/, 'retry-fetch, no budget, jitter');
+  }
+}
 
 const KY = {
   id: 'ky', name: `ky ${versionOf('ky')}`, library: 'ky', needs: [],
@@ -158,35 +178,42 @@ const COCKATIEL = {
   },
 };
 const PEERS = [KY, KY_JITTER, P_RETRY, FETCH_RETRY, COCKATIEL];
+const OURS = [RF_DEFAULT, RF_NO_BUDGET, RF_BUDGET, RF_THROTTLE, RF_BREAKER];
+const CORE_PEERS = [KY, P_RETRY, FETCH_RETRY, COCKATIEL];
 
-const HERD = [...RF_JITTER, RF_THROTTLE, RF_BUDGET, ...PEERS];
-// No throttle row here: AdaptiveThrottle paces every attempt (its rate falls to minRate, 0.5
-// req/s, under 503s), so in an outage its 200 calls wait in line far past any round; it is a
-// tool for overload, the budget and the breaker are the tools for an outage.
-const OUTAGE = [
-  { ...RF_NO_BUDGET, name: 'retry-fetch, no budget' },
-  { ...RF_BUDGET, name: 'retry-fetch + ONE shared RetryBudget' },
-  RF_BREAKER,
-  ...PEERS,
-];
+// The server kinds of the herd. The jitter variants (retry-fetch's other jitters, ky's jitter:
+// true) run against the rate-limited kind only: the closest to the former herd server, and a
+// full run stays under about 6 minutes.
+const KINDS = [
+  { id: 'rate-limited', title: 'rate-limited', server: { mode: 'rate-limited' }, contenders: [...OURS, ...RF_JITTER, KY, KY_JITTER, P_RETRY, FETCH_RETRY, COCKATIEL] },
+  { id: 'concurrency-limited', title: 'concurrency-limited', server: { mode: 'concurrency-limited' }, contenders: [...OURS, ...CORE_PEERS] },
+  { id: 'shedding', title: 'shedding (Retry-After)', server: { mode: 'shedding' }, contenders: [...OURS, ...CORE_PEERS] },
+  { id: 'halving', title: 'capacity halving', server: { mode: 'halving' }, contenders: [...OURS, ...CORE_PEERS] },
+].map((k) => {
+  const server = resolveOptions({ ...k.server, firstWave: CLIENTS });
+  return { ...k, server, description: describe(server), idealMs: idealMs(server, CLIENTS) };
+});
+
+// No throttle row in the outage: AdaptiveThrottle paces every attempt (its rate falls to minRate,
+// 0.5 req/s, under 503s), so its 200 calls wait in line for their turn (up to its maxWaitMs);
+// it is a tool for overload, the budget and the breaker are the tools for an outage.
+const OUTAGE = {
+  server: resolveOptions({ mode: 'outage', firstWave: CLIENTS }),
+  contenders: [
+    RF_DEFAULT,
+    RF_NO_BUDGET,
+    { ...RF_BUDGET, name: 'retry-fetch + ONE shared RetryBudget' },
+    { ...RF_BREAKER, name: 'retry-fetch + CircuitBreaker (extra)' },
+    ...PEERS,
+  ],
+};
 
 // ---------------------------------------------------------------------------------------------
 // Measuring.
 
-function percentile(sorted, p) {
-  if (sorted.length === 0) return null;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))];
-}
-function median(values) {
-  const v = values.filter((x) => typeof x === 'number' && Number.isFinite(x)).sort((a, b) => a - b);
-  if (v.length === 0) return null;
-  const mid = Math.floor(v.length / 2);
-  return v.length % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
-}
-
-/** One round: a fresh server in `mode`, `clients` calls started in one synchronous loop. */
-async function runRound(server, mode, contender, clients = CLIENTS) {
-  const { id: serverId, url } = await server.start({ mode });
+/** One round: a fresh server with `serverOptions`, `clients` calls started in one synchronous loop. */
+async function runRound(server, serverOptions, contender, clients = CLIENTS) {
+  const { id: serverId, url } = await server.start(serverOptions);
   let stats = null;
   const stop = async () => { if (!stats) stats = await server.stop(serverId); return stats; };
   try {
@@ -219,17 +246,18 @@ async function runRound(server, mode, contender, clients = CLIENTS) {
     ]);
     clearTimeout(timer);
     const pending = clients - times.length;
-    const settled = times.slice().sort((a, b) => a - b);
+    const settled = times.slice();
     for (let i = 0; i < pending; i += 1) settled.push(ROUND_TIMEOUT_MS);
     const wallMs = performance.now() - t0;
     const s = await stop();
     if (timedOut) lingering = true; // calls still pending are abandoned (the process exits at the end)
     return {
       amplification: s.seen / clients,
+      floor: 1 + s.firstWaveRefused / clients,
       successes,
       p50Ms: percentile(settled, 0.5),
       p99Ms: percentile(settled, 0.99),
-      maxMs: settled[settled.length - 1],
+      maxMs: Math.max(...settled),
       wallMs,
       seen: s.seen,
       pendingAtTimeout: pending,
@@ -241,15 +269,20 @@ async function runRound(server, mode, contender, clients = CLIENTS) {
   }
 }
 
-function summarize(rounds) {
+function summarize(rounds, ideal) {
   const m = (k) => median(rounds.map((r) => r[k]));
+  const p99Ms = m('p99Ms');
   return {
     amplification: m('amplification'),
+    floor: m('floor'),
     successes: m('successes'),
     p50Ms: m('p50Ms'),
-    p99Ms: m('p99Ms'),
+    p99Ms,
+    p99OverIdeal: Number.isFinite(ideal) && p99Ms != null ? p99Ms / ideal : null,
     maxMs: m('maxMs'),
     seen: m('seen'),
+    firstWaveRefused: median(rounds.map((r) => r.server.firstWaveRefused)),
+    lastOkMs: median(rounds.map((r) => r.server.lastOkMs)),
     peakOpenConnections: Math.max(...rounds.map((r) => r.server.peakOpenConnections)),
     connectionsPerRound: median(rounds.map((r) => r.server.connections)),
     peakInService: Math.max(...rounds.map((r) => r.server.peakInService)),
@@ -262,109 +295,125 @@ function summarize(rounds) {
 
 function unavailableReason(c) {
   const missing = c.needs.filter((n) => !hasExport(n));
-  return missing.length ? `retry-fetch does not export ${missing.join(', ')} yet` : null;
+  if (missing.length) return `retry-fetch does not export ${missing.join(', ')} yet`;
+  if (c.needsBudgetFalse && !support.budgetFalse) return support.budgetFalseNote;
+  return null;
 }
 
 /**
- * Runs every contender for ROUNDS rounds. Round-robin, so slow drift spreads over all; with
- * `sideBySide`, the contenders of a round run at the same time, each against its own server.
+ * Whether this build accepts `budget: false`: one call against a fresh rate-limited server. A
+ * TypeError naming the option as invalid or unknown means no; anything else is reported.
  */
-async function runScenario(server, mode, contenders, log, { sideBySide = false } = {}) {
-  const rows = contenders.map((c) => ({
-    id: c.id, name: c.name, library: c.library, config: c.config,
-    available: !unavailableReason(c), note: unavailableReason(c), rounds: [], median: null,
-  }));
-  const one = async (r, c, row) => {
-    if (!row.available) return;
-    try {
-      const result = await runRound(server, mode, c);
-      row.rounds.push(result);
-      log(`${mode} round ${r + 1}/${ROUNDS} ${c.name}: amplification ${result.amplification.toFixed(2)}, `
-        + `${result.successes}/${CLIENTS} ok, p99 ${result.p99Ms.toFixed(0)} ms (${(result.wallMs / 1000).toFixed(1)} s)`);
-    } catch (err) {
-      row.available = false;
-      row.note = `error: ${String(err?.message ?? err).split('\n')[0]}`;
-      log(`${mode} ${c.name}: ${row.note}`);
-    }
-  };
-  for (let r = 0; r < ROUNDS; r += 1) {
-    if (sideBySide) {
-      await Promise.all(contenders.map((c, i) => one(r, c, rows[i])));
-    } else {
-      for (const [i, c] of contenders.entries()) await one(r, c, rows[i]);
-    }
+async function probeBudgetFalse(server) {
+  const { id, url } = await server.start({ mode: 'rate-limited' });
+  try {
+    const res = await rf.retryFetch(url, undefined, { budget: false });
+    await res.arrayBuffer();
+    support.budgetFalse = true;
+  } catch (err) {
+    const msg = String(err?.message ?? err).split('\n')[0];
+    support.budgetFalse = false;
+    support.budgetFalseNote = err instanceof TypeError && /invalid|unknown/i.test(msg)
+      ? '`budget: false` is not supported by this build'
+      : `\`budget: false\` probe failed: ${msg}`;
+    support.budgetFalseError = msg;
+  } finally {
+    await server.stop(id).catch(() => {});
   }
-  for (const row of rows) if (row.available && row.rounds.length) row.median = summarize(row.rounds);
-  return rows;
+}
+
+function newRow(c) {
+  const note = unavailableReason(c);
+  return { id: c.id, name: c.name, library: c.library, config: c.config, available: !note, note, rounds: [], median: null };
+}
+
+/** Runs `c` once against a fresh server and records the result in `row`. */
+async function runInto(server, label, serverOptions, r, c, row) {
+  if (!row.available) return;
+  try {
+    const result = await runRound(server, serverOptions, c);
+    row.rounds.push(result);
+    log(`${label} round ${r + 1}/${ROUNDS} ${c.name}: amplification ${result.amplification.toFixed(2)} `
+      + `(floor ${result.floor.toFixed(2)}), ${result.successes}/${CLIENTS} ok, p99 ${result.p99Ms.toFixed(0)} ms `
+      + `(${(result.wallMs / 1000).toFixed(1)} s)`);
+  } catch (err) {
+    row.available = false;
+    row.note = `error: ${String(err?.message ?? err).split('\n')[0]}`;
+    log(`${label} ${c.name}: ${row.note}`);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Printing.
+// Goals.
 
-const fmt = {
-  amp: (x) => (x == null ? 'n/a' : x.toFixed(2)),
-  int: (x) => (x == null ? 'n/a' : String(Math.round(x))),
-  ms: (x) => (x == null ? 'n/a' : String(Math.round(x))),
-};
-
-function table(headers, rows) {
-  const line = (cells) => `| ${cells.join(' | ')} |`;
-  return [line(headers), line(headers.map((h, i) => (i === 0 ? '---' : '---:'))), ...rows.map(line)].join('\n');
-}
-
-function herdTable(rows) {
-  return table(
-    ['contender', 'amplification', `successes (of ${CLIENTS})`, 'p50 ms', 'p99 ms'],
-    rows.map((r) => (r.median
-      ? [r.name, fmt.amp(r.median.amplification), fmt.int(r.median.successes), fmt.ms(r.median.p50Ms), fmt.ms(r.median.p99Ms)]
-      : [`${r.name} (${r.note})`, 'n/a', 'n/a', 'n/a', 'n/a'])),
-  );
-}
-
-function outageTable(rows) {
-  return table(
-    ['contender', 'amplification', 'requests seen', `p99 ms (time to give up${OUTAGE_SIDE_BY_SIDE ? '; rows ran side by side' : ''})`],
-    rows.map((r) => (r.median
-      ? [r.name, fmt.amp(r.median.amplification), fmt.int(r.median.seen), fmt.ms(r.median.p99Ms)]
-      : [`${r.name} (${r.note})`, 'n/a', 'n/a', 'n/a'])),
-  );
-}
-
-function evaluateGoals(herd, outage) {
+function evaluateGoals(kinds, outage) {
   const goals = [];
   const byId = (rows, id) => rows.find((r) => r.id === id);
   const mark = (ok) => (ok == null ? 'n/a' : ok ? 'met' : 'NOT met');
 
-  // 1. Default options no worse than the best JS library measured, metric by metric.
-  const def = byId(herd, RF_NO_BUDGET.id)?.median;
-  const peers = herd.filter((r) => PEERS.some((p) => p.id === r.id) && r.median);
-  const best = (key, better) => peers.reduce((b, r) => (b == null || better(r.median[key], b.median[key]) ? r : b), null);
-  for (const [key, label, better, f] of [
-    ['amplification', 'amplification', (a, b) => a < b, fmt.amp],
-    ['successes', 'successes', (a, b) => a > b, fmt.int],
-    ['p99Ms', 'p99 ms', (a, b) => a < b, fmt.ms],
-  ]) {
-    const b = best(key, better);
-    const met = def && b ? !better(b.median[key], def[key]) : null;
+  for (const k of kinds) {
+    // Default options no worse than the best JS library measured on this kind, metric by metric.
+    const def = byId(k.rows, RF_DEFAULT.id)?.median;
+    const peers = k.rows.filter((r) => PEERS.some((p) => p.id === r.id) && r.median);
+    const best = (key, better) => peers.reduce((b, r) => (b == null || better(r.median[key], b.median[key]) ? r : b), null);
+    const parts = [
+      ['amplification', 'amplification', (a, b) => a < b, fmt.amp, ''],
+      ['successes', 'successes', (a, b) => a > b, fmt.int, ''],
+      ['p99Ms', 'p99', (a, b) => a < b, fmt.int, ' ms'],
+    ].map(([key, label, better, f, unit]) => {
+      const b = best(key, better);
+      return {
+        label,
+        target: b ? `${better(1, 2) ? '≤' : '≥'} ${f(b.median[key])}${unit} (${b.name})` : 'n/a',
+        measured: def ? `${f(def[key])}${unit}` : 'n/a',
+        met: def && b ? !better(b.median[key], def[key]) : null,
+      };
+    });
+    const missed = parts.filter((x) => x.met === false).map((x) => x.label);
     goals.push({
-      goal: `herd, default options (full jitter) vs best JS library: ${label}`,
-      target: b ? `${better(1, 2) ? '≤' : '≥'} ${f(b.median[key])} (${b.name})` : 'n/a',
-      measured: def ? f(def[key]) : 'n/a',
-      met: mark(met),
+      goal: `${k.title}: default options vs the best JS library (amplification; successes; p99)`,
+      target: parts.map((x) => x.target).join('; '),
+      measured: parts.map((x) => x.measured).join('; '),
+      met: parts.some((x) => x.met == null) ? 'n/a' : missed.length ? `NOT met (${missed.join(', ')})` : 'met',
+    });
+
+    // Issue 12: AdaptiveThrottle on every kind.
+    const t = byId(k.rows, RF_THROTTLE.id)?.median;
+    const g = GOALS.throttle;
+    goals.push({
+      goal: `${k.title}, AdaptiveThrottle: successes`,
+      target: `${g.successes}/${CLIENTS}`,
+      measured: t ? `${fmt.int(t.successes)}/${CLIENTS}` : 'n/a',
+      met: mark(t ? t.successes >= g.successes : null),
+    });
+    goals.push({
+      goal: `${k.title}, AdaptiveThrottle: amplification`,
+      target: t ? `≤ floor + ${g.maxAboveFloor} = ${(t.floor + g.maxAboveFloor).toFixed(2)} (floor ${fmt.amp(t.floor)})` : `≤ floor + ${g.maxAboveFloor}`,
+      measured: t ? fmt.amp(t.amplification) : 'n/a',
+      met: mark(t ? t.amplification <= t.floor + g.maxAboveFloor + 1e-9 : null),
+    });
+    goals.push({
+      goal: `${k.title}, AdaptiveThrottle: p99`,
+      target: `≤ ${g.maxP99OverIdeal} × ideal = ${Math.round(g.maxP99OverIdeal * k.idealMs)} ms`,
+      measured: t ? `${fmt.int(t.p99Ms)} ms (${fmt.ratio(t.p99OverIdeal)})` : 'n/a',
+      met: mark(t ? t.p99Ms <= g.maxP99OverIdeal * k.idealMs : null),
     });
   }
 
-  // 2. Throttle.
-  const t = byId(herd, RF_THROTTLE.id)?.median;
-  const g = GOALS.throttle;
-  goals.push({ goal: 'herd, throttle: amplification', target: `≤ ${g.maxAmplification}`, measured: t ? fmt.amp(t.amplification) : 'n/a', met: mark(t ? t.amplification <= g.maxAmplification : null) });
-  goals.push({ goal: 'herd, throttle: successes', target: `${g.successes}/${CLIENTS}`, measured: t ? `${fmt.int(t.successes)}/${CLIENTS}` : 'n/a', met: mark(t ? t.successes >= g.successes : null) });
-  goals.push({ goal: 'herd, throttle: p99', target: `≤ ${g.maxP99Ms} ms`, measured: t ? `${fmt.ms(t.p99Ms)} ms` : 'n/a', met: mark(t ? t.p99Ms <= g.maxP99Ms : null) });
-
-  // 3. Outage with one shared budget.
-  const o = byId(outage, RF_BUDGET.id)?.median;
-  const go = GOALS.outageBudget;
-  goals.push({ goal: 'outage, one shared RetryBudget: amplification', target: `≤ ${go.maxAmplification}`, measured: o ? fmt.amp(o.amplification) : 'n/a', met: mark(o ? o.amplification <= go.maxAmplification : null) });
+  const od = byId(outage.rows, RF_DEFAULT.id)?.median;
+  goals.push({
+    goal: 'outage, default options: amplification',
+    target: `≤ ${GOALS.outageDefault.maxAmplification}`,
+    measured: od ? fmt.amp(od.amplification) : 'n/a',
+    met: mark(od ? od.amplification <= GOALS.outageDefault.maxAmplification : null),
+  });
+  const ob = byId(outage.rows, RF_BUDGET.id)?.median;
+  goals.push({
+    goal: 'outage, one shared RetryBudget: amplification',
+    target: `≤ ${GOALS.outageBudget.maxAmplification}`,
+    measured: ob ? fmt.amp(ob.amplification) : 'n/a',
+    met: mark(ob ? ob.amplification <= GOALS.outageBudget.maxAmplification : null),
+  });
   return goals;
 }
 
@@ -374,67 +423,82 @@ async function main() {
   const started = performance.now();
   const server = spawnStormServer();
   try {
+    await probeBudgetFalse(server);
+    log(`budget: false ${support.budgetFalse ? 'is supported' : `is not supported (${support.budgetFalseError})`}`);
+    if (support.budgetFalse) withoutBudget();
     // Warm-up, not recorded: JIT, the wasm module, each library's first call, undici's pools.
-    for (const c of [...HERD, RF_BREAKER]) {
-      if (unavailableReason(c)) continue;
-      await runRound(server, 'storm', c, 10).catch(() => {});
+    const everyone = [...new Set([...KINDS.flatMap((k) => k.contenders), ...OUTAGE.contenders])];
+    const warmed = new Set();
+    for (const c of everyone) {
+      if (unavailableReason(c) || warmed.has(c.id)) continue;
+      warmed.add(c.id);
+      await runRound(server, { mode: 'rate-limited' }, c, 10).catch(() => {});
     }
-    log(`herd: ${CLIENTS} clients, ${ROUNDS} round(s) per contender`);
-    const herd = await runScenario(server, 'storm', HERD, log);
-    log(`outage: ${CLIENTS} clients, ${ROUNDS} round(s) per contender${OUTAGE_SIDE_BY_SIDE ? ', contenders side by side' : ''}`);
-    const outage = await runScenario(server, 'outage', OUTAGE, log, { sideBySide: OUTAGE_SIDE_BY_SIDE });
-    const goals = evaluateGoals(herd, outage);
+
+    const kinds = KINDS.map((k) => ({
+      id: k.id, title: k.title, description: k.description, server: k.server, idealMs: k.idealMs,
+      rows: k.contenders.map(newRow),
+    }));
+    const outage = { description: describe(OUTAGE.server), server: OUTAGE.server, rows: OUTAGE.contenders.map(newRow) };
+    log(`${CLIENTS} clients, ${ROUNDS} round(s); kinds: ${KINDS.map((k) => `${k.id} (ideal ${Math.round(k.idealMs)} ms)`).join(', ')}; `
+      + `then the outage${OUTAGE_SIDE_BY_SIDE ? ', its contenders side by side' : ''}`);
+    // Round-robin: round r of every kind and contender before round r + 1, so slow drift on the
+    // machine spreads over all of them.
+    for (let r = 0; r < ROUNDS; r += 1) {
+      for (const [ki, k] of KINDS.entries()) {
+        for (const [i, c] of k.contenders.entries()) await runInto(server, k.id, k.server, r, c, kinds[ki].rows[i]);
+      }
+      const one = (c, i) => runInto(server, 'outage', OUTAGE.server, r, c, outage.rows[i]);
+      if (OUTAGE_SIDE_BY_SIDE) await Promise.all(OUTAGE.contenders.map(one));
+      else for (const [i, c] of OUTAGE.contenders.entries()) await one(c, i);
+    }
+    for (const k of kinds) for (const row of k.rows) if (row.available && row.rounds.length) row.median = summarize(row.rounds, k.idealMs);
+    for (const row of outage.rows) if (row.available && row.rounds.length) row.median = summarize(row.rounds, Infinity);
+    const goals = evaluateGoals(kinds, outage);
+    const n = stormNotes(kinds, outage, CLIENTS, ROUND_TIMEOUT_MS);
     const totalSeconds = (performance.now() - started) / 1000;
 
-    const peakConn = Math.max(0, ...[...herd, ...outage].filter((r) => r.median).map((r) => r.median.peakOpenConnections));
-    const peakInService = Math.max(0, ...herd.filter((r) => r.median).map((r) => r.median.peakInService));
+    const m = machine();
     const out = [];
-    out.push(`## Storms (${ROUNDS} round(s), medians; Node ${process.version}, ${os.cpus().length} cores)`);
+    out.push(`## Storms (${ROUNDS} round(s), medians; Node ${m.node}, ${m.cpus} cores; ${totalSeconds.toFixed(0)} s)`);
     out.push('');
-    out.push(`Server: 503 when ${SERVER.maxInService} requests are in service or its ${SERVER.ratePerSec} req/s bucket `
-      + `(capacity ${SERVER.burst}) is empty, else 200 after ${SERVER.serviceMs} ms. Clients: ${CLIENTS} calls started at once, `
-      + `${RETRIES} retries (${RETRIES + 1} attempts), base ${BASE_MS} ms, cap ${CAP_MS} ms. `
-      + `Amplification = requests the server saw / ${CLIENTS}.`);
+    out.push(`Clients: ${CLIENTS} calls started at once, ${RETRIES} retries (${RETRIES + 1} attempts), base ${BASE_MS} ms, `
+      + `cap ${CAP_MS} ms. Amplification = requests the server saw / ${CLIENTS}; floor = 1 + requests refused among the `
+      + `first ${CLIENTS} the server saw / ${CLIENTS}; ideal = the least time the server needs to serve ${CLIENTS} requests.`);
     out.push('');
-    out.push(`### Herd`);
+    out.push('### Herd, by server kind');
     out.push('');
-    out.push(herdTable(herd));
+    out.push(stormHerdTable(kinds, CLIENTS));
     out.push('');
-    out.push(`### Outage (always 503)`);
+    out.push(`### Outage (${outage.description})`);
     out.push('');
-    out.push(outageTable(outage));
+    out.push(stormOutageTable(outage.rows, OUTAGE_SIDE_BY_SIDE));
     out.push('');
-    out.push(`### Goals (informational, not assertions)`);
+    out.push('### Goals (informational, not assertions)');
     out.push('');
-    out.push(table(['goal', 'target', 'measured', ''], goals.map((g) => [g.goal, g.target, g.measured, g.met])));
+    out.push(goalsTable(goals));
     out.push('');
-    out.push(`Checks: at most ${peakConn} connections were open at once on the server (${CLIENTS} clients: `
-      + `${peakConn >= CLIENTS ? 'no client-side connection cap queued requests' : 'FEWER than the clients: a client-side cap may have queued requests'}); `
-      + `at most ${peakInService} requests were in service (limit ${SERVER.maxInService}). Run took ${totalSeconds.toFixed(0)} s.`);
-    const rejected = [...herd.map((r) => ['herd', r]), ...outage.map((r) => ['outage', r])]
-      .filter(([, r]) => r.median && Object.keys(r.median.errors).length)
-      .map(([scenario, r]) => `${scenario} ${r.name}: ${Object.entries(r.median.errors).map(([k, v]) => `${v} ${k}`).join(', ')}`);
-    const timedOut = [...herd, ...outage].filter((r) => r.rounds.some((x) => x.pendingAtTimeout > 0))
-      .map((r) => `${r.name} (${r.rounds.map((x) => x.pendingAtTimeout).join('/')} calls still pending after ${ROUND_TIMEOUT_MS / 1000} s, counted as failures)`);
+    out.push(n.checks);
     out.push('');
-    out.push(`Calls that rejected instead of resolving with a Response (all rounds): ${rejected.length ? rejected.join('; ') : 'none'}.`);
-    if (timedOut.length) out.push(`Rounds cut at ${ROUND_TIMEOUT_MS / 1000} s: ${timedOut.join('; ')}.`);
+    out.push(n.rejected);
+    if (n.cut) out.push('', n.cut);
     await printMarkdown(out);
 
     writeResults(RESULTS, {
-      generatedAt: new Date().toISOString(),
-      node: process.version,
-      platform: `${os.platform()} ${os.arch()}`,
-      cpus: os.cpus().length,
+      format: 2,
+      ...m,
       rounds: ROUNDS,
       clients: CLIENTS,
       outageSideBySide: OUTAGE_SIDE_BY_SIDE,
+      roundTimeoutMs: ROUND_TIMEOUT_MS,
       policy: { retries: RETRIES, attempts: RETRIES + 1, baseDelayMs: BASE_MS, maxDelayMs: CAP_MS },
-      server: { ...SERVER, note: 'burst = token bucket capacity; 503s take no token' },
       exports: Object.keys(rf).sort(),
+      budgetFalse: { supported: support.budgetFalse, error: support.budgetFalseError ?? null },
+      goalTargets: GOALS,
       goals,
-      herd,
+      kinds,
       outage,
+      notes: n,
       totalSeconds,
     });
   } finally {

@@ -722,13 +722,13 @@ fn guard_constructors_reject_bad_settings_with_type_errors_naming_them() {
 fn guard_constructors_name_an_unknown_setting_and_the_closest_one() {
     for (result, expected) in [
         (new_budget(opts("maxToken: 5")), r#"RetryBudget: unknown option "maxToken" (did you mean "maxTokens"?)"#),
-        (new_budget(opts("ratio: 5")), r#"RetryBudget: unknown option "ratio"; the options are maxTokens, tokenRatio"#),
+        (new_budget(opts("ratio: 5")), r#"RetryBudget: unknown option "ratio"; the options are maxTokens, tokenRatio, refillPerSecond"#),
         (new_breaker(opts("failureTreshold: 2")), r#"CircuitBreaker: unknown option "failureTreshold" (did you mean "failureThreshold"?)"#),
         (new_breaker(opts("onstatechange() {}")), r#"CircuitBreaker: unknown option "onstatechange" (did you mean "onStateChange"?)"#),
         (new_throttle(opts("initalRate: 5")), r#"AdaptiveThrottle: unknown option "initalRate" (did you mean "initialRate"?)"#),
         (new_throttle(opts("maxWait: 5")), r#"AdaptiveThrottle: unknown option "maxWait" (did you mean "maxWaitMs"?)"#),
         // a setting of another guard
-        (new_budget(opts("failureThreshold: 2")), r#"RetryBudget: unknown option "failureThreshold"; the options are maxTokens, tokenRatio"#),
+        (new_budget(opts("failureThreshold: 2")), r#"RetryBudget: unknown option "failureThreshold"; the options are maxTokens, tokenRatio, refillPerSecond"#),
     ] {
         match result {
             Ok(_) => panic!("accepted; expected {expected}"),

@@ -63,7 +63,7 @@ test('ESM and CommonJS loaded together: two instances, each works with its own g
   const b = seq('503,200');
   const out = await child(`${prelude}
     // Guards made in both instances first, so their internal ids collide.
-    const guards = { esm: [new esm.RetryBudget(), new esm.CircuitBreaker()], cjs: [new cjs.RetryBudget(), new cjs.CircuitBreaker()] };
+    const guards = { esm: [new esm.RetryBudget({ refillPerSecond: 0 }), new esm.CircuitBreaker()], cjs: [new cjs.RetryBudget({ refillPerSecond: 0 }), new cjs.CircuitBreaker()] };
     const opts = { baseDelayMs: 5, jitter: 'none' };
     const viaEsm = await settle(esm.retryFetch(${JSON.stringify(a.url)}, undefined, { ...opts, budget: guards.esm[0], breaker: guards.esm[1] }));
     const viaCjs = await settle(cjs.retryFetch(${JSON.stringify(b.url)}, undefined, { ...opts, budget: guards.cjs[0], breaker: guards.cjs[1] }));
