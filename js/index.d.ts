@@ -136,9 +136,9 @@ export class RetryBudget {
 
 /** Options of `new AdaptiveThrottle(...)`. An unknown option name is a `TypeError` naming it and the closest known option. */
 export interface AdaptiveThrottleOptions {
-  /** Starting send rate of a new origin, requests per second. @default 100 */
+  /** Starting send rate of a new origin, requests per second. @default 200 */
   initialRate?: number;
-  /** Slow start doubles the rate every rampMs until the first 429/503. @default 100 */
+  /** Slow start doubles the rate every rampMs until the first 429/503; after a cut the rate returns toward the ceiling with a time constant of rampMs / 4. @default 200 */
   rampMs?: number;
   /** Multiplicative decrease on a 429/503, between 0 and 1. @default 0.7 */
   beta?: number;

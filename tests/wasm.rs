@@ -1523,13 +1523,20 @@ async fn create_retry_fetch_merges_per_call_options_over_its_defaults() {
     assert_eq!(status(&res), 200);
 
     // and a guard: { budget: null } takes the client's budget off this call
-    let budget = new_budget(opts("maxTokens: 1")).unwrap();
+    let budget = new_budget(opts("maxTokens: 1, refillPerSecond: 0")).unwrap();
     let client = create_retry_fetch(with(opts("baseDelayMs: 1"), "budget", &budget)).unwrap();
     let s = seq("503,200");
     assert_eq!(status(&resolved(call_client(&client, &s.url, JsValue::UNDEFINED, opts("budget: null")), "budget: null").await), 200);
     assert_eq!(call_method(&budget, "tokens", &[s.url_js()]).unwrap().as_f64(), Some(1.0), "the budget saw a call made with budget: null");
+    assert_eq!(status(&resolved(call_client(&client, &seq("503,200").url, JsValue::UNDEFINED, opts("budget: false")), "budget: false").await), 200);
+    assert_eq!(call_method(&budget, "tokens", &[s.url_js()]).unwrap().as_f64(), Some(1.0), "the budget saw a call made with budget: false");
+    // with the client's budget: a lone call retries (its own failure does not count against
+    // it), 1 - 1 + 0.1; the next call finds the count taken by another: not retried
     let s = seq("503,200");
-    assert_eq!(status(&resolved(call_client(&client, &s.url, JsValue::UNDEFINED, JsValue::UNDEFINED), "with budget").await), 503);
+    assert_eq!(status(&resolved(call_client(&client, &s.url, JsValue::UNDEFINED, JsValue::UNDEFINED), "with budget").await), 200);
+    assert_eq!(call_method(&budget, "tokens", &[s.url_js()]).unwrap().as_f64(), Some(0.1));
+    let s = seq("503,200");
+    assert_eq!(status(&resolved(call_client(&client, &s.url, JsValue::UNDEFINED, JsValue::UNDEFINED), "budget drained").await), 503);
     assert_eq!(call_method(&budget, "tokens", &[s.url_js()]).unwrap().as_f64(), Some(0.0));
 }
 
@@ -1538,36 +1545,37 @@ async fn create_retry_fetch_merges_per_call_options_over_its_defaults() {
 
 #[wasm_bindgen_test]
 async fn the_retry_budget_stops_retries_per_origin() {
-    let budget = new_budget(opts("maxTokens: 4, tokenRatio: 1")).unwrap();
+    let budget = new_budget(opts("maxTokens: 4, tokenRatio: 1, refillPerSecond: 0")).unwrap();
     let tokens = |url: &str| call_method(&budget, "tokens", &[url.into()]).unwrap().as_f64().unwrap();
-    let options = with(opts("maxAttempts: 10, baseDelayMs: 1, jitter: 'none'"), "budget", &budget);
+    let options = with(opts("maxAttempts: 3, baseDelayMs: 1, jitter: 'none'"), "budget", &budget);
     let origin = server();
     assert_eq!(tokens(origin), 4.0);
 
-    // 4 -> 3 (3 > 4 / 2: retry) -> 2 (not above half: stop with the response)
+    // a lone call gets every retry: its own failures do not count against it (4 -> 1)
     let s = seq("503");
     let res = resolved(rf(&s.url, JsValue::UNDEFINED, options.clone()), "budget").await;
     assert_eq!(status(&res), 503);
-    assert_eq!(s.hits().await, 2);
-    assert_eq!(tokens(&s.url), 2.0);
+    assert_eq!(s.hits().await, 3);
+    assert_eq!(tokens(&s.url), 1.0);
     // the budget is per origin: every path of it, however the URL is spelled
-    assert_eq!(tokens(&format!("{origin}/another/path?x=1#y")), 2.0);
-    assert_eq!(tokens(&origin.replace("http://", "HTTP://")), 2.0);
-    assert_eq!(call_method(&budget, "tokens", &[js_fn("u", "return new URL(u)", &[s.url_js()])]).unwrap().as_f64(), Some(2.0));
+    assert_eq!(tokens(&format!("{origin}/another/path?x=1#y")), 1.0);
+    assert_eq!(tokens(&origin.replace("http://", "HTTP://")), 1.0);
+    assert_eq!(call_method(&budget, "tokens", &[js_fn("u", "return new URL(u)", &[s.url_js()])]).unwrap().as_f64(), Some(1.0));
     assert_eq!(tokens(&origin.replace("127.0.0.1", "localhost")), 4.0, "another origin");
     assert_eq!(tokens("https://example.com/"), 4.0);
-    // another call to the origin is not retried; without a response that is RetryError 'budget'
+    // another call finds the count taken by the first (1 -> 0; 0 + its own 1 is not above
+    // 4 / 2): not retried; without a response that is RetryError 'budget'
     let s = seq("reset,200");
     let e = rejected(rf(&s.url, JsValue::UNDEFINED, options.clone()), "budget, network").await;
     assert_retry_error(&e, "budget", 1, Some("TypeError"));
-    assert_eq!(tokens(&s.url), 1.0);
+    assert_eq!(tokens(&s.url), 0.0);
     // a success gives back tokenRatio; a permanent answer neither takes nor gives
     let s = seq("200");
     resolved(rf(&s.url, JsValue::UNDEFINED, options.clone()), "success").await;
-    assert_eq!(tokens(&s.url), 2.0);
+    assert_eq!(tokens(&s.url), 1.0);
     let s = seq("404");
     resolved(rf(&s.url, JsValue::UNDEFINED, options), "404").await;
-    assert_eq!(tokens(&s.url), 2.0);
+    assert_eq!(tokens(&s.url), 1.0);
 }
 
 #[wasm_bindgen_test]

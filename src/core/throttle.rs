@@ -15,10 +15,12 @@
 //!   or so. (These defaults were 100 and 100: the same 200 ms to reach 400 req/s, but a
 //!   steeper crossing of the capacity, so more attempts are in flight, and refused, when the
 //!   first refusal comes back.)
-//! - **Slow start's exit cuts twice**, to β² (0.49) × the rate. A server with a burst
-//!   allowance lets slow start overshoot before it refuses anything: against a 400 req/s
-//!   bucket holding 20 tokens the first 503 comes at about 680 req/s. Half of that is below
-//!   the capacity, so the queue drains without a second wave of refusals.
+//! - **Slow start's exit cuts twice**, to β² (0.49) × the rate, when callers were queued (the
+//!   rate, not the demand, was what the server refused). A server with a burst allowance lets
+//!   slow start overshoot before it refuses anything: against a 400 req/s bucket holding 20
+//!   tokens the first 503 comes at about 680 req/s. Half of that is below the capacity, so the
+//!   queue drains without a second wave of refusals. Any other refusal cuts to β × the rate
+//!   (the measured send rate when nobody waits, as AWS does).
 //! - **One cut per round, but a worse round lowers the ceiling.** Refusals of attempts sent
 //!   before the last cut do not cut the rate again (TCP's one reduction per window); each one
 //!   lowers the ceiling `W_max` (the rate the server refused) by β, never below the cut: more
@@ -31,8 +33,8 @@
 //! - **CUBIC beyond.** The rate is the higher of that return and CUBIC through `W_max`,
 //!   `C·(t − K)³ + W_max` with `K = ∛((W_max − cut) / C)`: flat near `W_max` for seconds, then
 //!   probing above it, so a server whose capacity grew is found again, one refusal at a time.
-//!   A refusal in a new round cuts to β × the rate. Successes never raise the rate above
-//!   twice the measured send rate when nobody is waiting, so an idle period banks nothing.
+//!   Successes never raise the rate above twice the measured send rate when nobody is
+//!   waiting, so an idle period banks nothing.
 //!
 //! # Why this design (measured)
 //!
@@ -371,10 +373,11 @@ impl AdaptiveThrottle {
             } else {
                 // Callers waiting for turns: sending at the fill rate. Otherwise the measured
                 // send rate (AWS), which is lower when demand is below the fill rate.
-                let current = if o.waiting() || measured <= 0.0 { o.fill_rate } else { o.fill_rate.min(measured) };
-                // Slow start overshoots by up to a doubling (more against a bucket's burst)
-                // before the first refusal comes back: its exit cuts twice.
-                let factor = if o.backed_off { config.beta } else { config.beta * config.beta };
+                let waiting = o.waiting();
+                let current = if waiting || measured <= 0.0 { o.fill_rate } else { o.fill_rate.min(measured) };
+                // Slow start that paced a queue overshoots by up to a doubling (more against a
+                // bucket's burst) before the first refusal comes back: its exit cuts twice.
+                let factor = if o.backed_off || !waiting { config.beta } else { config.beta * config.beta };
                 o.backed_off = true;
                 o.w_max = current;
                 o.cut_rate = (current * factor).min(PLATEAU * current).max(config.min_rate);
@@ -500,6 +503,19 @@ mod tests {
         t.on_answer(O, 11.0, true, 20.0);
         let second = t.rate(O, 20.0).unwrap();
         assert!((second - 0.7 * after_first).abs() < 1e-6, "{after_first} -> {second}");
+    }
+
+    #[test]
+    fn a_refusal_with_nobody_waiting_cuts_the_measured_send_rate_by_beta() {
+        let mut t = throttle();
+        for i in 0..5 {
+            let now = i as f64 * 20.0;
+            assert_eq!(turn(&mut t, now), now);
+            t.on_send(O, now);
+        }
+        // 5 sends in the last 100 ms: 50 req/s sent, far below slow start's 200+
+        t.on_answer(O, 80.0, true, 90.0);
+        assert!((t.rate(O, 90.0).unwrap() - 0.7 * 50.0).abs() < 1e-6, "{:?}", t.rate(O, 90.0));
     }
 
     #[test]

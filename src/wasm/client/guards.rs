@@ -288,7 +288,7 @@ struct ThrottleOptions {
     max_wait_ms: Option<f64>,
 }
 
-/// `new AdaptiveThrottle({ initialRate = 100, rampMs = 100, beta = 0.7, scale = 0.4,
+/// `new AdaptiveThrottle({ initialRate = 200, rampMs = 200, beta = 0.7, scale = 0.4,
 /// minRate = 0.5, maxWaitMs = 10000 })`: an adaptive send rate per origin.
 #[wasm_bindgen(js_name = AdaptiveThrottle, skip_typescript)]
 pub struct AdaptiveThrottleHandle {

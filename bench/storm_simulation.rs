@@ -1,0 +1,1049 @@
+//! Virtual-time retry storms: N calls start at the same moment against a server that refuses
+//! at once what it cannot serve, driven by this crate's own retry decision
+//! ([`RetryState::decide`]: the backoff and `Retry-After` rules the wasm client uses) and its
+//! real [`AdaptiveThrottle`], so a throttle policy is checked in milliseconds before the
+//! real-time runs of `bench/storms.mjs` (same servers, same ideal, same floor).
+//!
+//! ```sh
+//! cargo run --release --example storm_simulation > bench/results/storm-simulation.md
+//! cargo run --release --example storm_simulation -- --summary     # one line per server kind (and a cold one)
+//! cargo run --release --example storm_simulation -- --trace shed 3 # one run's sends and refusals (stderr)
+//! cargo test --example storm_simulation
+//! ```
+//!
+//! # The model
+//!
+//! - **Calls** (as `src/wasm/client/call.rs` makes them): all start at t = 0; 9 attempts,
+//!   base 50 ms, cap 2000 ms, full jitter (the storms' policy). With a throttle every attempt,
+//!   first ones included, takes a turn: `enqueue` once, then `poll` until granted, sleeping the
+//!   returned ms rounded up; an attempt that would wait more than `maxWaitMs` is not sent (the
+//!   call stops). `on_send` when sent; `on_answer` on a 503 (throttled) or a 200. After a
+//!   refusal the call waits what `decide` says (its backoff, or the server's `Retry-After`,
+//!   accepted up to `maxRetryAfterMs`, by default the 2000 ms cap), then takes its next turn.
+//! - **Clocks**: the calls read `Date.now()`, whole ms (virtual time rounded down); a timer
+//!   fires 0 to 1 ms late (uniform), as Node's do. The server's clock is exact.
+//! - **Network**: 0.5 to 1.5 ms each way (uniform); a refusal comes back in about 2 ms. A
+//!   section below scales it by 2 and 3.
+//! - **Servers** (the presets of `bench/storm-server.mjs`), refusing with 503 at once:
+//!   - `rate`: a token bucket of 400 req/s holding 20 (full at start); service 5 ms.
+//!   - `concurrency`: at most 8 requests in service, 20 ms each (400 req/s).
+//!   - `shed + Retry-After`: the `rate` server whose 503 carries `Retry-After: 1`: a refused
+//!     call waits a whole second.
+//!   - `halving`: the `rate` server whose bucket fills at 400 req/s until 250 ms after the
+//!     first request, then at 200.
+//! - **Ideal**: the least time the server needs to serve N requests (`idealMs` of
+//!   `bench/storm-server.mjs`: each request sent the moment the server would take it).
+//! - **Floor** of the amplification: 1 + the share of the first N requests the server saw
+//!   that it refused (the first wave, as the storm server counts it). With no guard the first
+//!   wave is all N at t = 0 (floor 1.90 against the bucket); a throttle paces its first wave,
+//!   and its floor is the refusals of slow start's exit.
+//!
+//! Every row is [`RUNS`] seeded runs (SplitMix64): medians, as `bench/storms.mjs` reports
+//! them, plus the worst run's p99 and how many runs kept p99 within 1.5 × ideal. The goal
+//! (issue 12): every run serves all N, amplification at most floor + 0.1, p99 at most 1.5 ×
+//! ideal.
+//!
+//! # Policies
+//!
+//! - retries only: no shared state (p-retry's design, and ours without a guard);
+//! - one `new AdaptiveThrottle()`: the crate's throttle at its defaults (the thing measured);
+//! - for comparison, two pacers re-implemented here: the previous `AdaptiveThrottle` (slow
+//!   start at 100 req/s doubling every 100 ms, one cut by β = 0.7 per round, CUBIC), and a
+//!   BBR-like pacer (the new slow start; then the max-filtered success rate of the last 50 ms,
+//!   paced at 0.9 × it after a refusal and cycled 1.25, 0.75, 1, 1, 1, 1, 1, 1 per 25 ms).
+//!
+//! Every attempt is allowed its retry (`budget_allows_retry`): the shared `RetryBudget`, whose
+//! API is being changed alongside this work, is left out. A throttled herd sees 1 to 4
+//! refusals, fewer than a default budget tolerates; an unguarded herd would be stopped by one.
+//!
+//! The virtual clock is kinder than a real one: no event-loop stalls, no GC pauses, no
+//! connection set-up. It reproduced the previous throttle's real-time figures within a few
+//! percent (p99 643 / 731 / 1314 / 1004 ms here against 680 / 744 / 1329 / 1008 ms measured
+//! with Node 20 on the storm server's four presets), but `bench/storms.mjs` has the last word.
+
+use retry_fetch::core::backoff::{Rng, SplitMix64};
+use retry_fetch::core::classify::Outcome;
+use retry_fetch::core::decide::{AttemptOutcome, Decision, RetryState};
+use retry_fetch::core::options::{Jitter, RetryPolicy};
+use retry_fetch::core::throttle::{AdaptiveThrottle, ThrottleConfig};
+
+/// Seeded runs per row.
+pub const RUNS: u64 = 50;
+const BASE_SEED: u64 = 0x5707_2024;
+
+mod storm {
+    use super::*;
+    use std::cmp::Ordering;
+    use std::collections::BinaryHeap;
+
+    pub const ORIGIN: &str = "http://storm.invalid:80";
+
+    /// What the server is limited by.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub enum Kind {
+        /// A token bucket: `rate` req/s, `burst` tokens, each request served in `service_ms`.
+        Rate { rate: f64, burst: f64, service_ms: f64 },
+        /// At most `slots` requests in service, `service_ms` each.
+        Concurrency { slots: u32, service_ms: f64 },
+        /// The token bucket, refusing with `Retry-After: retry_after_s`.
+        Shed { rate: f64, burst: f64, service_ms: f64, retry_after_s: f64 },
+        /// The token bucket at `rate` until `at_ms`, then at `rate_after`.
+        Halving { rate: f64, rate_after: f64, at_ms: f64, burst: f64, service_ms: f64 },
+        /// A cold server: at most `slots` in service, `cold_ms` each for the requests that
+        /// arrive in the first `warm_after_ms` after the first request, `service_ms` after.
+        Warming { slots: u32, cold_ms: f64, warm_after_ms: f64, service_ms: f64 },
+    }
+
+    impl Kind {
+        pub const RATE: Kind = Kind::Rate { rate: 400.0, burst: 20.0, service_ms: 5.0 };
+        pub const CONCURRENCY: Kind = Kind::Concurrency { slots: 8, service_ms: 20.0 };
+        pub const SHED: Kind = Kind::Shed { rate: 400.0, burst: 20.0, service_ms: 5.0, retry_after_s: 1.0 };
+        pub const HALVING: Kind = Kind::Halving { rate: 400.0, rate_after: 200.0, at_ms: 250.0, burst: 20.0, service_ms: 5.0 };
+
+        pub fn name(self) -> String {
+            match self {
+                Kind::Rate { rate, burst, service_ms } => format!("a token bucket of {rate} req/s holding {burst}, service {service_ms} ms"),
+                Kind::Concurrency { slots, service_ms } => format!("at most {slots} in service, {service_ms} ms each"),
+                Kind::Shed { rate, burst, retry_after_s, .. } => {
+                    format!("the bucket ({rate} req/s, {burst}), its 503s with Retry-After: {retry_after_s}")
+                }
+                Kind::Halving { rate, rate_after, at_ms, burst, .. } => {
+                    format!("the bucket ({rate} req/s, {burst}), filling at {rate_after} req/s from {at_ms} ms after the first request")
+                }
+                Kind::Warming { slots, cold_ms, warm_after_ms, service_ms } => {
+                    format!("at most {slots} in service, {cold_ms} ms each for {warm_after_ms} ms, then {service_ms} ms")
+                }
+            }
+        }
+
+        pub fn short(self) -> &'static str {
+            match self {
+                Kind::Rate { .. } => "rate",
+                Kind::Concurrency { .. } => "concurrency",
+                Kind::Shed { .. } => "shed + Retry-After",
+                Kind::Halving { .. } => "halving",
+                Kind::Warming { .. } => "warming",
+            }
+        }
+
+        /// `(rate, rate after the change, burst, slots, service_ms, change_at_ms)`; 0 = no
+        /// limit of that kind.
+        fn limits(self) -> (f64, f64, f64, u32, f64, f64) {
+            match self {
+                Kind::Rate { rate, burst, service_ms } => (rate, rate, burst, 0, service_ms, f64::INFINITY),
+                Kind::Concurrency { slots, service_ms } => (0.0, 0.0, 0.0, slots, service_ms, f64::INFINITY),
+                Kind::Shed { rate, burst, service_ms, .. } => (rate, rate, burst, 0, service_ms, f64::INFINITY),
+                Kind::Halving { rate, rate_after, at_ms, burst, service_ms } => (rate, rate_after, burst, 0, service_ms, at_ms),
+                // the ideal of the warm server (a lower bound)
+                Kind::Warming { slots, service_ms, .. } => (0.0, 0.0, 0.0, slots, service_ms, f64::INFINITY),
+            }
+        }
+
+        /// The least time, from the first request, in which the server can serve `n`
+        /// requests: an ideal client sends each request at the first moment the server would
+        /// accept it (a token in the bucket, a free slot) and the last ends `service_ms` later.
+        /// A port of `idealMs` in `bench/storm-server.mjs` (whose capacity change halves the
+        /// rate, as every `Halving` here does), so both benchmarks share the goal.
+        pub fn ideal_ms(self, n: usize) -> f64 {
+            let (rate0, rate1, burst, slots, service_ms, h) = self.limits();
+            let rate = |t: f64| if t >= h { rate1 } else { rate0 };
+            let limit = |_: f64| slots;
+            let mut t = 0.0f64;
+            let mut tokens = burst;
+            let refill = |tokens: f64, mut from: f64, to: f64| {
+                let mut x = tokens;
+                if from < h && to > h {
+                    x = (x + (h - from) * rate(from) / 1000.0).min(burst);
+                    from = h;
+                }
+                (x + (to - from) * rate(from) / 1000.0).min(burst)
+            };
+            let token_at = |tokens: f64, from: f64| {
+                if tokens >= 1.0 {
+                    return from;
+                }
+                let (mut x, mut at) = (tokens, from);
+                if at < h {
+                    let need = (1.0 - x) * 1000.0 / rate(at);
+                    if at + need <= h {
+                        return at + need;
+                    }
+                    x += (h - at) * rate(at) / 1000.0;
+                    at = h;
+                }
+                at + (1.0 - x) * 1000.0 / rate(at)
+            };
+            let mut ends: Vec<f64> = Vec::with_capacity(n);
+            for _ in 0..n {
+                for _ in 0..16 {
+                    let mut next = t;
+                    if rate0 > 0.0 {
+                        next = next.max(token_at(tokens, t));
+                    }
+                    let lim = limit(next) as usize;
+                    if lim > 0 {
+                        let mut busy: Vec<f64> = ends.iter().copied().filter(|&e| e > next).collect();
+                        busy.sort_by(f64::total_cmp);
+                        if busy.len() >= lim {
+                            next = next.max(busy[busy.len() - lim]);
+                        }
+                    }
+                    if rate0 > 0.0 {
+                        tokens = refill(tokens, t, next);
+                    }
+                    let moved = next != t;
+                    t = next;
+                    if !moved {
+                        break;
+                    }
+                }
+                if rate0 > 0.0 {
+                    tokens -= 1.0;
+                }
+                ends.push(t + service_ms);
+            }
+            ends.iter().copied().fold(0.0, f64::max)
+        }
+    }
+
+    /// What the calls share.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub enum Guard {
+        /// Retries with full jitter and nothing shared.
+        None,
+        /// One shared `AdaptiveThrottle` with these settings.
+        Throttle(ThrottleConfig),
+        /// The previous `AdaptiveThrottle`, re-implemented here (see [`compare`]).
+        Previous,
+        /// A BBR-like pacer (see [`compare`]).
+        BbrLike,
+    }
+
+    impl Guard {
+        pub fn name(self) -> String {
+            match self {
+                Guard::None => "retries only".into(),
+                Guard::Throttle(c) if c == ThrottleConfig::default() => "one `new AdaptiveThrottle()`".into(),
+                Guard::Throttle(c) => format!("AdaptiveThrottle {c:?}"),
+                Guard::Previous => "previous AdaptiveThrottle (comparison)".into(),
+                Guard::BbrLike => "BBR-like pacer (comparison)".into(),
+            }
+        }
+
+        fn pacer(self) -> Option<Box<dyn Pacer>> {
+            match self {
+                Guard::None => None,
+                Guard::Throttle(c) => Some(Box::new(AdaptiveThrottle::new(c.validate().expect("valid throttle settings")))),
+                Guard::Previous => Some(Box::new(compare::Paced::previous())),
+                Guard::BbrLike => Some(Box::new(compare::Paced::bbr_like())),
+            }
+        }
+    }
+
+    /// The throttle's interface as the wasm client uses it, for one origin.
+    pub trait Pacer {
+        fn enqueue(&mut self, now: f64) -> u64;
+        fn poll(&mut self, ticket: u64, now: f64) -> Result<(), f64>;
+        fn abandon(&mut self, ticket: u64, now: f64);
+        fn on_send(&mut self, now: f64);
+        fn on_answer(&mut self, sent: f64, throttled: bool, now: f64);
+        fn rate(&mut self, now: f64) -> f64;
+        fn max_wait_ms(&self) -> f64;
+    }
+
+    impl Pacer for AdaptiveThrottle {
+        fn enqueue(&mut self, now: f64) -> u64 {
+            AdaptiveThrottle::enqueue(self, ORIGIN, now)
+        }
+        fn poll(&mut self, ticket: u64, now: f64) -> Result<(), f64> {
+            AdaptiveThrottle::poll(self, ORIGIN, ticket, now)
+        }
+        fn abandon(&mut self, ticket: u64, now: f64) {
+            AdaptiveThrottle::abandon(self, ORIGIN, ticket, now)
+        }
+        fn on_send(&mut self, now: f64) {
+            AdaptiveThrottle::on_send(self, ORIGIN, now)
+        }
+        fn on_answer(&mut self, sent: f64, throttled: bool, now: f64) {
+            AdaptiveThrottle::on_answer(self, ORIGIN, sent, throttled, now)
+        }
+        fn rate(&mut self, now: f64) -> f64 {
+            AdaptiveThrottle::rate(self, ORIGIN, now).unwrap_or(0.0)
+        }
+        fn max_wait_ms(&self) -> f64 {
+            self.config().max_wait_ms
+        }
+    }
+
+    /// The comparison pacers: the same FIFO turns and time-based slow start as the crate's
+    /// throttle, different rules after the first refusal.
+    pub mod compare {
+        use super::Pacer;
+
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        enum Rule {
+            /// The previous AdaptiveThrottle: one cut by beta per round from the fill rate (or
+            /// the measured send rate when nobody waits), then CUBIC (beta 0.7, C 0.4), capped
+            /// at twice the measured send rate.
+            Previous,
+            /// BBR-like: pace at the max-filtered delivery (success) rate.
+            BbrLike,
+        }
+
+        /// Sends per second over 100 ms buckets, smoothed (the previous throttle's meter).
+        #[derive(Clone, Copy, Debug, Default)]
+        struct Meter {
+            start: f64,
+            count: f64,
+            rate: f64,
+            seeded: bool,
+        }
+
+        impl Meter {
+            fn record(&mut self, now: f64) {
+                if !self.seeded {
+                    self.seeded = true;
+                    self.start = now;
+                }
+                let elapsed = now - self.start;
+                if elapsed >= 100.0 {
+                    self.rate = self.count / (elapsed / 1000.0) * 0.8 + self.rate * 0.2;
+                    self.count = 0.0;
+                    self.start = now;
+                }
+                self.count += 1.0;
+            }
+            fn rate(&self, now: f64) -> f64 {
+                if self.rate > 0.0 {
+                    self.rate
+                } else {
+                    self.count / ((now - self.start).max(100.0) / 1000.0)
+                }
+            }
+        }
+
+        pub struct Paced {
+            rule: Rule,
+            initial: f64,
+            ramp_ms: f64,
+            bucket_ms: f64,
+            backed_off: bool,
+            fill: f64,
+            tokens: f64,
+            refilled_at: f64,
+            w_max: f64,
+            k_s: f64,
+            last_cut: f64,
+            sends: Meter,
+            successes: Vec<f64>,
+            btl: f64,
+            head: u64,
+            tail: u64,
+            abandoned: Vec<u64>,
+        }
+
+        impl Paced {
+            fn new(rule: Rule, initial: f64, ramp_ms: f64, bucket_ms: f64) -> Paced {
+                Paced {
+                    rule,
+                    initial,
+                    ramp_ms,
+                    bucket_ms,
+                    backed_off: false,
+                    fill: initial,
+                    tokens: (initial * bucket_ms / 1000.0).max(1.0),
+                    refilled_at: 0.0,
+                    w_max: initial,
+                    k_s: 0.0,
+                    last_cut: f64::NEG_INFINITY,
+                    sends: Meter::default(),
+                    successes: Vec::new(),
+                    btl: 0.0,
+                    head: 0,
+                    tail: 0,
+                    abandoned: Vec::new(),
+                }
+            }
+
+            /// The previous AdaptiveThrottle with its defaults (100 req/s, 100 ms, 5 ms bucket).
+            pub fn previous() -> Paced {
+                Paced::new(Rule::Previous, 100.0, 100.0, 5.0)
+            }
+
+            /// BBR-like, after the crate's slow start (200 req/s, 200 ms, 10 ms bucket).
+            pub fn bbr_like() -> Paced {
+                Paced::new(Rule::BbrLike, 200.0, 200.0, 10.0)
+            }
+
+            fn capacity(&self, rate: f64) -> f64 {
+                (rate * self.bucket_ms / 1000.0).max(1.0)
+            }
+
+            fn refill(&mut self, now: f64) {
+                if !self.backed_off {
+                    self.fill = self.initial * (now / self.ramp_ms).clamp(0.0, 60.0).exp2();
+                }
+                let gained = ((now - self.refilled_at) / 1000.0).max(0.0) * self.fill;
+                self.tokens = (self.tokens + gained).min(self.capacity(self.fill));
+                self.refilled_at = now;
+            }
+
+            fn skip_abandoned(&mut self) {
+                while let Some(i) = self.abandoned.iter().position(|&t| t == self.head) {
+                    self.abandoned.swap_remove(i);
+                    self.head += 1;
+                }
+            }
+
+            fn time_for_tokens(&self, needed: f64) -> f64 {
+                if needed <= 0.0 {
+                    0.0
+                } else if self.backed_off {
+                    needed / self.fill * 1000.0
+                } else {
+                    let ramp_s = self.ramp_ms / 1000.0;
+                    self.ramp_ms * (1.0 + needed * std::f64::consts::LN_2 / (self.fill * ramp_s)).log2()
+                }
+            }
+
+            fn delivery(&self, now: f64) -> f64 {
+                self.successes.iter().filter(|&&t| t > now - 50.0).count() as f64 * 20.0
+            }
+        }
+
+        impl Pacer for Paced {
+            fn enqueue(&mut self, _now: f64) -> u64 {
+                self.tail += 1;
+                self.tail - 1
+            }
+
+            fn poll(&mut self, ticket: u64, now: f64) -> Result<(), f64> {
+                self.refill(now);
+                self.skip_abandoned();
+                let ahead = ticket.saturating_sub(self.head) as f64;
+                if ahead == 0.0 && self.tokens >= 1.0 {
+                    self.tokens -= 1.0;
+                    self.head = self.head.max(ticket + 1);
+                    self.skip_abandoned();
+                    return Ok(());
+                }
+                Err(self.time_for_tokens(ahead + 1.0 - self.tokens).max(1.0))
+            }
+
+            fn abandon(&mut self, ticket: u64, _now: f64) {
+                if ticket >= self.head && !self.abandoned.contains(&ticket) {
+                    self.abandoned.push(ticket);
+                    self.skip_abandoned();
+                }
+            }
+
+            fn on_send(&mut self, now: f64) {
+                self.sends.record(now);
+            }
+
+            fn on_answer(&mut self, sent: f64, throttled: bool, now: f64) {
+                self.refill(now);
+                let measured = self.sends.rate(now);
+                match self.rule {
+                    Rule::Previous => {
+                        let (beta, scale) = (0.7, 0.4);
+                        if throttled {
+                            if sent < self.last_cut {
+                                return;
+                            }
+                            let waiting = self.tail > self.head + self.abandoned.len() as u64;
+                            let current = if waiting || measured <= 0.0 { self.fill } else { self.fill.min(measured) };
+                            self.backed_off = true;
+                            self.w_max = current;
+                            self.k_s = (self.w_max * (1.0 - beta) / scale).cbrt();
+                            self.last_cut = now;
+                            self.fill = (current * beta).max(0.5);
+                        } else if self.backed_off {
+                            let t = (now - self.last_cut) / 1000.0;
+                            let cubic = scale * (t - self.k_s).powi(3) + self.w_max;
+                            let ceiling = if measured > 0.0 { 2.0 * measured } else { f64::INFINITY };
+                            self.fill = cubic.min(ceiling).max(0.5);
+                        }
+                    }
+                    Rule::BbrLike => {
+                        if throttled {
+                            if sent <= self.last_cut {
+                                return;
+                            }
+                            self.backed_off = true;
+                            self.last_cut = now;
+                            self.btl = self.delivery(now);
+                            self.fill = (0.9 * self.btl).max(0.5);
+                        } else {
+                            self.successes.push(now);
+                            if self.successes.len() > 512 {
+                                self.successes.drain(..256);
+                            }
+                            if self.backed_off {
+                                self.btl = self.btl.max(self.delivery(now));
+                                let phase = ((now - self.last_cut) / 25.0).floor() as usize % 8;
+                                let gain = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0][phase];
+                                self.fill = (self.btl * gain).max(0.5);
+                            }
+                        }
+                    }
+                }
+                self.tokens = self.tokens.min(self.capacity(self.fill));
+            }
+
+            fn rate(&mut self, now: f64) -> f64 {
+                self.refill(now);
+                self.fill
+            }
+
+            fn max_wait_ms(&self) -> f64 {
+                10_000.0
+            }
+        }
+    }
+
+    /// The storms' retry policy.
+    pub fn policy() -> RetryPolicy {
+        RetryPolicy { max_attempts: 9, base_delay_ms: 50.0, factor: 2.0, max_delay_ms: 2000.0, jitter: Jitter::Full, ..RetryPolicy::default() }
+    }
+
+    /// One-way network latency: `scale` × (0.5 to 1.5 ms).
+    fn net(rng: &mut SplitMix64, scale: f64) -> f64 {
+        scale * (0.5 + rng.next_f64())
+    }
+
+    /// How late a timer fires: 0 to 1 ms.
+    fn lateness(rng: &mut SplitMix64) -> f64 {
+        rng.next_f64()
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Msg {
+        /// Call `c` takes (or asks again for) its turn; then sends.
+        Turn { c: usize },
+        /// Call `c`'s attempt reaches the server.
+        Arrive { c: usize },
+        /// A request leaves service (frees a concurrency slot).
+        Done,
+        /// The answer to call `c`'s attempt.
+        Answer { c: usize, ok: bool, retry_after_ms: Option<f64> },
+    }
+
+    struct Event {
+        at: f64,
+        seq: u64,
+        msg: Msg,
+    }
+
+    impl PartialEq for Event {
+        fn eq(&self, other: &Self) -> bool {
+            self.cmp(other) == Ordering::Equal
+        }
+    }
+    impl Eq for Event {}
+    impl PartialOrd for Event {
+        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Event {
+        // reversed: BinaryHeap is a max-heap, the earliest event comes first
+        fn cmp(&self, other: &Self) -> Ordering {
+            other.at.total_cmp(&self.at).then(other.seq.cmp(&self.seq))
+        }
+    }
+
+    struct Server {
+        kind: Kind,
+        tokens: f64,
+        refilled_at: f64,
+        in_service: u32,
+        /// When the first request arrived (the capacity change counts from there).
+        first_at: Option<f64>,
+    }
+
+    impl Server {
+        fn new(kind: Kind) -> Self {
+            let tokens = match kind {
+                Kind::Rate { burst, .. } | Kind::Shed { burst, .. } | Kind::Halving { burst, .. } => burst,
+                Kind::Concurrency { .. } | Kind::Warming { .. } => 0.0,
+            };
+            Server { kind, tokens, refilled_at: 0.0, in_service: 0, first_at: None }
+        }
+
+        /// Tokens the bucket gains from `from` to `to`.
+        fn gained(&self, from: f64, to: f64) -> f64 {
+            let s = |ms: f64| ms / 1000.0;
+            match self.kind {
+                Kind::Rate { rate, .. } | Kind::Shed { rate, .. } => s(to - from) * rate,
+                Kind::Halving { rate, rate_after, at_ms, .. } => {
+                    let split = (self.first_at.unwrap_or(from) + at_ms).clamp(from, to);
+                    s(split - from) * rate + s(to - split) * rate_after
+                }
+                Kind::Concurrency { .. } | Kind::Warming { .. } => 0.0,
+            }
+        }
+
+        /// Take the request arriving at `now`? `Some(service_ms)` or a refusal.
+        fn admit(&mut self, now: f64) -> Result<f64, Option<f64>> {
+            let first = *self.first_at.get_or_insert(now);
+            match self.kind {
+                Kind::Warming { slots, cold_ms, warm_after_ms, service_ms } => {
+                    if self.in_service < slots {
+                        self.in_service += 1;
+                        Ok(if now - first < warm_after_ms { cold_ms } else { service_ms })
+                    } else {
+                        Err(None)
+                    }
+                }
+                Kind::Concurrency { slots, service_ms } => {
+                    if self.in_service < slots {
+                        self.in_service += 1;
+                        Ok(service_ms)
+                    } else {
+                        Err(None)
+                    }
+                }
+                Kind::Rate { burst, service_ms, .. } | Kind::Halving { burst, service_ms, .. } | Kind::Shed { burst, service_ms, .. } => {
+                    self.tokens = (self.tokens + self.gained(self.refilled_at, now)).min(burst);
+                    self.refilled_at = now;
+                    if self.tokens >= 1.0 {
+                        self.tokens -= 1.0;
+                        Ok(service_ms)
+                    } else if let Kind::Shed { retry_after_s, .. } = self.kind {
+                        Err(Some(retry_after_s * 1000.0))
+                    } else {
+                        Err(None)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The outcome of one run.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct Run {
+        /// Requests the server saw.
+        pub requests: u64,
+        /// Calls that ended with a 200.
+        pub successes: usize,
+        /// When each call ended (ms), success or not.
+        pub ended_ms: Vec<f64>,
+        /// Refusals among the first `n` requests the server saw (the first wave).
+        pub first_wave_refused: u64,
+    }
+
+    #[derive(Clone, Debug)]
+    struct Call {
+        state: RetryState,
+        /// The turn this call waits with, and since when.
+        ticket: Option<(u64, f64)>,
+        sent_at: f64,
+    }
+
+    /// One run: `n` calls start at t = 0 against `kind`, sharing `guard`; network latency
+    /// scaled by `net_scale`; with `trace`, every send and refusal goes to stderr.
+    pub fn simulate(n: usize, kind: Kind, guard: Guard, seed: u64, net_scale: f64, trace: bool) -> Run {
+        let policy = policy();
+        let mut rng = SplitMix64::new(seed);
+        let mut pacer = guard.pacer();
+        let mut server = Server::new(kind);
+        let mut calls: Vec<Call> = (0..n).map(|_| Call { state: RetryState::new(&policy, 0.0), ticket: None, sent_at: 0.0 }).collect();
+        let mut queue = BinaryHeap::new();
+        let mut seq = 0u64;
+        let mut push = |queue: &mut BinaryHeap<Event>, at: f64, msg: Msg| {
+            seq += 1;
+            queue.push(Event { at, seq, msg });
+        };
+        for c in 0..n {
+            push(&mut queue, 0.0, Msg::Turn { c });
+        }
+        let mut run = Run { requests: 0, successes: 0, ended_ms: Vec::with_capacity(n), first_wave_refused: 0 };
+        let cost = |m: &Msg| -> f64 {
+            let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            match m {
+                Msg::Turn { .. } => env("LOOP_TURN"),
+                Msg::Answer { .. } => env("LOOP_ANSWER"),
+                _ => 0.0,
+            }
+        };
+        let mut loop_free = 0.0f64;
+        while let Some(Event { at, msg, .. }) = queue.pop() {
+            let c = cost(&msg);
+            if c > 0.0 {
+                if at < loop_free {
+                    push(&mut queue, loop_free, msg);
+                    continue;
+                }
+                loop_free = at + c;
+            }
+            let now = at.floor(); // Date.now()
+            match msg {
+                Msg::Turn { c } => {
+                    let call = &mut calls[c];
+                    if let Some(p) = pacer.as_mut() {
+                        let (ticket, queued_at) = *call.ticket.get_or_insert_with(|| (p.enqueue(now), now));
+                        if let Err(wait) = p.poll(ticket, now) {
+                            assert!(wait >= 1.0 && wait.is_finite(), "poll asked to wait {wait}");
+                            if now - queued_at + wait > p.max_wait_ms() {
+                                p.abandon(ticket, now);
+                                call.ticket = None;
+                                run.ended_ms.push(at); // the call stops: 'throttled'
+                            } else {
+                                push(&mut queue, at + wait.ceil() + lateness(&mut rng), Msg::Turn { c });
+                            }
+                            continue;
+                        }
+                        call.ticket = None;
+                        p.on_send(now);
+                    }
+                    call.state.start_attempt();
+                    call.sent_at = now;
+                    if trace {
+                        let r = pacer.as_mut().map_or(0.0, |p| p.rate(now));
+                        eprintln!("{at:8.2} send #{} (rate {r:.0})", run.requests + 1);
+                    }
+                    push(&mut queue, at + net(&mut rng, net_scale), Msg::Arrive { c });
+                }
+                Msg::Arrive { c } => {
+                    run.requests += 1;
+                    match server.admit(at) {
+                        Ok(service) => {
+                            push(&mut queue, at + service, Msg::Done);
+                            push(&mut queue, at + service + net(&mut rng, net_scale), Msg::Answer { c, ok: true, retry_after_ms: None });
+                        }
+                        Err(retry_after_ms) => {
+                            if run.requests <= n as u64 {
+                                run.first_wave_refused += 1;
+                            }
+                            push(&mut queue, at + net(&mut rng, net_scale), Msg::Answer { c, ok: false, retry_after_ms });
+                        }
+                    }
+                }
+                Msg::Done => server.in_service = server.in_service.saturating_sub(1),
+                Msg::Answer { c, ok, retry_after_ms } => {
+                    let call = &mut calls[c];
+                    if let Some(p) = pacer.as_mut() {
+                        p.on_answer(call.sent_at, !ok, now);
+                        if trace && !ok {
+                            eprintln!("{at:8.2} 503 to the attempt sent at {} (rate now {:.0})", call.sent_at, p.rate(now));
+                        }
+                    }
+                    if ok {
+                        run.successes += 1;
+                        run.ended_ms.push(at);
+                        continue;
+                    }
+                    let report = AttemptOutcome {
+                        outcome: Outcome::Status(503),
+                        idempotent: true,
+                        has_key: false,
+                        server_delay_ms: retry_after_ms,
+                        replayable: true,
+                        budget_allows_retry: true,
+                        redirected: false,
+                    };
+                    match call.state.decide(&policy, report, now, &mut rng) {
+                        Decision::Retry { delay_ms, .. } => {
+                            push(&mut queue, at + delay_ms as f64 + lateness(&mut rng), Msg::Turn { c });
+                        }
+                        Decision::Stop(_) => run.ended_ms.push(at),
+                    }
+                }
+            }
+        }
+        assert_eq!(run.ended_ms.len(), n, "every call ends");
+        run
+    }
+
+    /// `p` in `(0, 1]` of `values` (nearest rank, as `bench/storms.mjs`).
+    pub fn percentile(values: &[f64], p: f64) -> f64 {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+        v[rank - 1]
+    }
+
+    fn median(values: &[f64]) -> f64 {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        if v.len() % 2 == 1 {
+            v[mid]
+        } else {
+            (v[mid - 1] + v[mid]) / 2.0
+        }
+    }
+
+    /// A row: `runs` seeded runs of one kind and guard.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct Row {
+        pub n: usize,
+        pub amplification: f64,
+        pub floor: f64,
+        pub min_successes: usize,
+        pub p50_ms: f64,
+        pub p99_ms: f64,
+        pub ideal_ms: f64,
+        pub worst_p99_ratio: f64,
+        /// Runs whose p99 was at most 1.5 × ideal, of `runs`.
+        pub runs_within: usize,
+        pub runs: usize,
+    }
+
+    impl Row {
+        pub fn p99_ratio(&self) -> f64 {
+            self.p99_ms / self.ideal_ms
+        }
+
+        /// The issue's goal: all served in every run, amplification within 0.1 of the floor,
+        /// p99 at most 1.5 × ideal (medians).
+        pub fn met(&self) -> bool {
+            self.min_successes == self.n && self.amplification <= self.floor + 0.1 + 1e-9 && self.p99_ratio() <= 1.5
+        }
+    }
+
+    pub fn seed(i: u64) -> u64 {
+        BASE_SEED ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn row(n: usize, kind: Kind, guard: Guard, runs: u64, net_scale: f64) -> Row {
+        let results: Vec<Run> = (0..runs).map(|i| simulate(n, kind, guard, seed(i), net_scale, false)).collect();
+        let ideal_ms = kind.ideal_ms(n);
+        let p99s: Vec<f64> = results.iter().map(|r| percentile(&r.ended_ms, 0.99)).collect();
+        Row {
+            n,
+            amplification: median(&results.iter().map(|r| r.requests as f64 / n as f64).collect::<Vec<_>>()),
+            floor: median(&results.iter().map(|r| 1.0 + r.first_wave_refused as f64 / n as f64).collect::<Vec<_>>()),
+            min_successes: results.iter().map(|r| r.successes).min().unwrap_or(0),
+            p50_ms: median(&results.iter().map(|r| percentile(&r.ended_ms, 0.5)).collect::<Vec<_>>()),
+            p99_ms: median(&p99s),
+            ideal_ms,
+            worst_p99_ratio: p99s.iter().fold(0.0f64, |m, &p| m.max(p / ideal_ms)),
+            runs_within: p99s.iter().filter(|&&p| p <= 1.5 * ideal_ms).count(),
+            runs: p99s.len(),
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        const KINDS: [Kind; 4] = [Kind::RATE, Kind::CONCURRENCY, Kind::SHED, Kind::HALVING];
+
+        #[test]
+        fn a_lone_call_waits_for_nothing() {
+            for kind in KINDS {
+                for s in 0..10 {
+                    let plain = simulate(1, kind, Guard::None, s, 1.0, false);
+                    let throttled = simulate(1, kind, Guard::Throttle(ThrottleConfig::default()), s, 1.0, false);
+                    assert_eq!(plain, throttled, "{kind:?}");
+                    assert_eq!(plain.requests, 1);
+                }
+            }
+        }
+
+        #[test]
+        fn an_unguarded_herd_sends_its_whole_first_wave() {
+            let r = simulate(200, Kind::RATE, Guard::None, 1, 1.0, false);
+            // 200 at t = 0 against a bucket of 20 (plus what it gains in ~1 ms)
+            assert!((178..=180).contains(&r.first_wave_refused), "{}", r.first_wave_refused);
+            assert_eq!(r.successes, 200);
+        }
+
+        #[test]
+        fn the_ideal_times_are_those_of_the_storm_server() {
+            // 20 at once, then 180 at 400/s, + 5 ms
+            assert!((Kind::RATE.ideal_ms(200) - 455.0).abs() < 1e-6, "{}", Kind::RATE.ideal_ms(200));
+            assert_eq!(Kind::CONCURRENCY.ideal_ms(200), 500.0);
+            // 20 + 100 by 250 ms, then 80 at 200/s, + 5 ms
+            assert!((Kind::HALVING.ideal_ms(200) - 655.0).abs() < 1e-6, "{}", Kind::HALVING.ideal_ms(200));
+        }
+
+        #[test]
+        fn the_default_throttle_meets_the_goals_against_every_kind() {
+            for kind in KINDS {
+                let r = row(200, kind, Guard::Throttle(ThrottleConfig::default()), RUNS, 1.0);
+                assert!(r.met(), "{kind:?}: {r:?}");
+            }
+        }
+
+        #[test]
+        fn the_comparison_pacers_run() {
+            for guard in [Guard::Previous, Guard::BbrLike] {
+                let r = simulate(200, Kind::RATE, guard, 1, 1.0, false);
+                assert_eq!(r.successes, 200, "{guard:?}");
+            }
+        }
+    }
+}
+
+use storm::{row, Guard, Kind, Row};
+
+fn print_table(rows: &[(String, Row)], with_n: bool) {
+    let n_head = if with_n { " N |" } else { "" };
+    let n_align = if with_n { "---:|" } else { "" };
+    println!("| server | guard |{n_head} amplification | floor | served (fewest in a run) | p50 ms | p99 ms | ideal ms | p99 / ideal (worst run) | runs with p99 <= 1.5 x ideal | goal |");
+    println!("|---|---|{n_align}---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for (label, r) in rows {
+        let n = if with_n { format!(" {} |", r.n) } else { String::new() };
+        println!(
+            "| {label} |{n} {:.2} | {:.2} | {}/{} | {:.0} | {:.0} | {:.0} | {:.2} ({:.2}) | {}/{} | {} |",
+            r.amplification,
+            r.floor,
+            r.min_successes,
+            r.n,
+            r.p50_ms,
+            r.p99_ms,
+            r.ideal_ms,
+            r.p99_ratio(),
+            r.worst_p99_ratio,
+            r.runs_within,
+            r.runs,
+            if r.met() { "met" } else { "NOT met" }
+        );
+    }
+}
+
+const KINDS: [Kind; 4] = [Kind::RATE, Kind::CONCURRENCY, Kind::SHED, Kind::HALVING];
+
+fn kind_by_name(name: &str) -> Kind {
+    match name {
+        "rate" => Kind::RATE,
+        "concurrency" | "conc" => Kind::CONCURRENCY,
+        "shed" => Kind::SHED,
+        "halving" => Kind::HALVING,
+        "warming" => Kind::Warming { slots: 8, cold_ms: 35.0, warm_after_ms: 150.0, service_ms: 20.0 },
+        other => panic!("unknown server kind {other:?}: rate, concurrency, shed or halving"),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let throttle = Guard::Throttle(ThrottleConfig::default());
+    match args.first().map(String::as_str) {
+        Some("--trace") => {
+            let kind = kind_by_name(args.get(1).map_or("rate", String::as_str));
+            let i = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+            let r = storm::simulate(200, kind, throttle, storm::seed(i), 1.0, true);
+            eprintln!("requests {}, p99 {:.0} ms", r.requests, storm::percentile(&r.ended_ms, 0.99));
+            return;
+        }
+        Some("--summary") => {
+            for kind in KINDS.into_iter().chain([kind_by_name("warming")]) {
+                let r = row(200, kind, throttle, RUNS, 1.0);
+                println!(
+                    "{:<20} amplification {:.3} (floor {:.3}), p99 {:.2} x ideal (worst {:.2}, {}/{} runs within 1.5), {}",
+                    kind.short(),
+                    r.amplification,
+                    r.floor,
+                    r.p99_ratio(),
+                    r.worst_p99_ratio,
+                    r.runs_within,
+                    r.runs,
+                    if r.met() { "met" } else { "NOT met" }
+                );
+            }
+            return;
+        }
+        Some(other) => panic!("unknown argument {other:?}: --summary, --trace <kind> <run>, or nothing"),
+        None => {}
+    }
+    let started = std::time::Instant::now();
+    println!("# Retry storms, virtual time (bench/storm_simulation.rs)");
+    println!();
+    println!(
+        "200 calls start at t = 0; every call: 9 attempts, base 50 ms, cap 2000 ms, full jitter, \
+         `Retry-After` respected (up to 2000 ms), decided by the crate's `RetryState`; the \
+         throttle is the crate's `AdaptiveThrottle` at its defaults. Network 0.5-1.5 ms each \
+         way, whole-ms client clock, timers 0-1 ms late. {RUNS} seeded runs per row, medians. \
+         Floor = 1 + share of the first 200 requests the server refused. Ideal = the least \
+         time the server needs for the 200 requests. Goal (issue 12): all served in every run, \
+         amplification <= floor + 0.1, p99 <= 1.5 x ideal. The model and the comparison \
+         pacers are described at the top of the source."
+    );
+    println!();
+    for kind in KINDS {
+        println!("- `{}`: {}", kind.short(), kind.name());
+    }
+    println!();
+    let guards = [Guard::None, throttle, Guard::Previous, Guard::BbrLike];
+    let mut rows = Vec::new();
+    for kind in KINDS {
+        for guard in guards {
+            rows.push((format!("{} | {}", kind.short(), guard.name()), row(200, kind, guard, RUNS, 1.0)));
+        }
+    }
+    print_table(&rows, false);
+    println!();
+    println!("## A slower network");
+    println!();
+    println!(
+        "The same four servers and the default throttle with the network latency scaled by 2 \
+         and 3 (1-3 ms and 1.5-4.5 ms each way). Against `Retry-After: 1` every refused call \
+         finishes a second late, so p99 <= 1.5 x ideal allows at most 2 refused calls of 200; \
+         slow start's exit refuses the attempts in flight during one round trip, and a longer \
+         round trip means more of them."
+    );
+    println!();
+    let mut rows = Vec::new();
+    for scale in [2.0, 3.0] {
+        for kind in KINDS {
+            rows.push((format!("{} | network x{scale}", kind.short()), row(200, kind, throttle, RUNS, scale)));
+        }
+    }
+    print_table(&rows, false);
+    println!();
+    println!("## A cold server (a limit of the design)");
+    println!();
+    println!(
+        "At most 8 in service, 35 ms each for the first 150 ms (a server, or a client process, \
+         still warming up: 229 req/s), then 20 ms (400 req/s); the ideal is the warm server's. \
+         Slow start meets the cold capacity first, and after a cut the rate stays near the rate \
+         refused (CUBIC probes above it only after seconds), so the herd is served at ~0.5 x \
+         the warm capacity. The previous throttle did the same. A real-time run on a cold Node \
+         process showed it against the concurrency-limited storm server (first 503 at ~80 ms \
+         and ~230 req/s, p99 about 1.06 s with either throttle); probing upward sooner cost the \
+         four servers above more than it gained here, in this simulation."
+    );
+    println!();
+    let cold = Kind::Warming { slots: 8, cold_ms: 35.0, warm_after_ms: 150.0, service_ms: 20.0 };
+    let mut rows = Vec::new();
+    for guard in [Guard::None, throttle, Guard::Previous] {
+        rows.push((format!("{} | {}", cold.short(), guard.name()), row(200, cold, guard, RUNS, 1.0)));
+    }
+    print_table(&rows, false);
+    println!();
+    println!("## Other herd sizes and capacities (the default throttle)");
+    println!();
+    println!(
+        "Not tuned to one server? N from 20 to 1000, capacities from 50 to 2000 req/s; the \
+         goal column applies the same test, though the issue states it for the four servers \
+         above only. Slow start (200 req/s, doubling every 200 ms) is the price against \
+         servers far faster than the herd needs: there the ideal is a few ms and p99 is the time \
+         slow start takes to send N. With N = 1000 against the servers of 50 to 100 req/s the \
+         calls that would wait more than `maxWaitMs` (10 s) for a turn stop ('throttled'), \
+         unsent: fewer served, amplification below 1."
+    );
+    println!();
+    let mut rows = Vec::new();
+    let others = [
+        (Kind::Rate { rate: 50.0, burst: 5.0, service_ms: 5.0 }, "rate 50/s, burst 5"),
+        (Kind::Rate { rate: 100.0, burst: 10.0, service_ms: 5.0 }, "rate 100/s, burst 10"),
+        (Kind::Rate { rate: 2000.0, burst: 50.0, service_ms: 5.0 }, "rate 2000/s, burst 50"),
+        (Kind::Concurrency { slots: 1, service_ms: 20.0 }, "concurrency 1 x 20 ms"),
+        (Kind::Concurrency { slots: 2, service_ms: 10.0 }, "concurrency 2 x 10 ms"),
+        (Kind::Concurrency { slots: 32, service_ms: 20.0 }, "concurrency 32 x 20 ms"),
+        (Kind::Shed { rate: 100.0, burst: 10.0, service_ms: 5.0, retry_after_s: 1.0 }, "shed 100/s, Retry-After: 1"),
+        (Kind::Shed { rate: 1000.0, burst: 20.0, service_ms: 5.0, retry_after_s: 1.0 }, "shed 1000/s, Retry-After: 1"),
+        (Kind::Halving { rate: 1000.0, rate_after: 500.0, at_ms: 250.0, burst: 20.0, service_ms: 5.0 }, "halving 1000 -> 500/s at 250 ms"),
+    ];
+    for (kind, label) in others {
+        for n in [20usize, 200, 1000] {
+            rows.push((format!("{label} | {}", throttle.name()), row(n, kind, throttle, RUNS, 1.0)));
+        }
+    }
+    print_table(&rows, true);
+    println!();
+    eprintln!("(computed in {:.1} s of wall time)", started.elapsed().as_secs_f64());
+}
