@@ -11,11 +11,12 @@
 #   4. storms: retry-fetch vs ky, p-retry, fetch-retry, cockatiel against a local overloaded
 #      server and a dead one (bench/storms.mjs; ROUNDS=1 for a quick look, 3 by default),
 #      then the chart of its results (bench/results/storms.svg);
-#   5. the OCC simulation (bench/occ_simulation.rs, a Cargo example), its output saved to
-#      bench/results/occ.md;
+#   5. the simulations (Cargo examples, virtual time): the OCC experiment
+#      (bench/occ_simulation.rs -> bench/results/occ.md) and the storms against the four
+#      overload kinds (bench/storm_simulation.rs -> bench/results/storm-simulation.md);
 #   6. the report: BENCHMARKS.md from bench/results/ (bench/report.mjs, reruns nothing).
 # Results: markdown on stdout, bench/results/*.json, storms.svg, occ.md, and BENCHMARKS.md.
-# About 5 to 6 minutes on 2 cores.
+# About 8 to 9 minutes on 2 cores.
 set -euo pipefail
 source "$(dirname "$0")/toolchain.sh"
 # start_redis / start_postgres (and an EXIT trap that stops them if this script dies first).
@@ -61,6 +62,15 @@ if grep -q '^name = "occ_simulation"' Cargo.toml 2>/dev/null; then
     rm -f bench/results/occ.md.tmp
     printf 'WARNING: the OCC simulation failed; bench/results/occ.md is left as it was\n' >&2
   fi
+fi
+
+rf_say "bench: storm simulation (cargo run --release --example storm_simulation > bench/results/storm-simulation.md)"
+if cargo run --release --quiet --example storm_simulation > bench/results/storm-simulation.md.tmp; then
+  mv bench/results/storm-simulation.md.tmp bench/results/storm-simulation.md
+  cat bench/results/storm-simulation.md
+else
+  rm -f bench/results/storm-simulation.md.tmp
+  printf 'WARNING: the storm simulation failed; bench/results/storm-simulation.md is left as it was\n' >&2
 fi
 
 rf_say "bench: report (BENCHMARKS.md)"
