@@ -30,7 +30,7 @@ import http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
-import { companionTable, median, percentile, table } from './format.mjs';
+import { companionTable, ratioCell, table } from './format.mjs';
 import { log, machine, positiveInt, printMarkdown, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/companion.json', import.meta.url));
@@ -330,21 +330,7 @@ async function main() {
     const rows = contenders.map((c) => {
       const row = { id: c.id, name: c.name, path: c.path, config: c.config, note: c.note, reference: !!c.reference, noise: !!c.noise };
       if (c.skipped) return { ...row, skipped: c.skipped };
-      for (const mode of MODES) {
-        const ratios = rounds.map((r) => r[mode.id][c.id].ratio);
-        const perSec = rounds.map((r) => r[mode.id][c.id].perSec);
-        // Wall time added per request against the same round's bare handler, in µs (wall time / requests).
-        const addedUs = rounds.map((r) => ((r[mode.id][c.id].ms - r[mode.id].bare.ms) * 1000) / REQUESTS);
-        row[mode.id] = {
-          ratio: median(ratios),
-          ratioP25: percentile(ratios, 0.25),
-          ratioP75: percentile(ratios, 0.75),
-          ratioMin: Math.min(...ratios),
-          ratioMax: Math.max(...ratios),
-          perSec: median(perSec),
-          addedUsPerRequest: median(addedUs),
-        };
-      }
+      for (const mode of MODES) row[mode.id] = ratioCell(rounds, mode.id, c.id, 'bare', REQUESTS, 'addedUsPerRequest');
       return row;
     });
 

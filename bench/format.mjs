@@ -27,35 +27,15 @@ export function goalsTable(goals) {
     ['---', '---', '---:', '---']);
 }
 
-/** overhead.json rows -> markdown. */
-export function overheadTable(rows, modes) {
+/**
+ * Rows of per-round throughput ratios -> markdown: per mode, the median ratio to the
+ * reference (IQR of rounds), the rate, and the µs added per unit (`addedKey` of each mode's
+ * cell). A skipped row (`skipped`: its reason) reads n/a.
+ */
+function ratioTable(rows, modes, { against, rate, per, addedKey }) {
   const headers = ['contender'];
   for (const m of modes) {
-    headers.push(`${m.name}: throughput ratio to plain fetch (IQR of rounds)`, `${m.name}: calls/s`, `${m.name}: µs added per call`);
-  }
-  return table(headers, rows.map((r) => {
-    const cells = [r.name];
-    for (const m of modes) {
-      const x = r[m.id];
-      cells.push(
-        r.reference ? '1 (reference)' : `**${x.ratio.toFixed(3)}** (${x.ratioP25.toFixed(2)}–${x.ratioP75.toFixed(2)})`,
-        x.perSec.toFixed(0),
-        r.reference ? '0' : `${x.addedUsPerCall >= 0 ? '+' : ''}${x.addedUsPerCall.toFixed(0)}`,
-      );
-    }
-    return cells;
-  }));
-}
-
-export const fmtBytes = (n) => (n == null ? 'n/a' : n.toLocaleString('en-US'));
-export const fmtKB = (n) => (n == null ? 'n/a' : `${(n / 1000).toFixed(1)} kB`);
-export const fmtMs = (x, digits = 2) => (x == null ? 'n/a' : x.toFixed(digits));
-
-/** companion.json rows -> markdown (a skipped row: its reason, n/a). */
-export function companionTable(rows, modes) {
-  const headers = ['contender'];
-  for (const m of modes) {
-    headers.push(`${m.name}: throughput ratio to the bare handler (IQR of rounds)`, `${m.name}: requests/s`, `${m.name}: µs added per request`);
+    headers.push(`${m.name}: throughput ratio to ${against} (IQR of rounds)`, `${m.name}: ${rate}`, `${m.name}: µs added per ${per}`);
   }
   return table(headers, rows.map((r) => {
     if (r.skipped) return [`${r.name} (skipped: ${r.skipped})`, ...modes.flatMap(() => ['n/a', 'n/a', 'n/a'])];
@@ -65,11 +45,45 @@ export function companionTable(rows, modes) {
       cells.push(
         r.reference ? '1 (reference)' : `**${x.ratio.toFixed(3)}** (${x.ratioP25.toFixed(2)}–${x.ratioP75.toFixed(2)})`,
         x.perSec.toFixed(0),
-        r.reference ? '0' : `${x.addedUsPerRequest >= 0 ? '+' : ''}${x.addedUsPerRequest.toFixed(0)}`,
+        r.reference ? '0' : `${x[addedKey] >= 0 ? '+' : ''}${x[addedKey].toFixed(0)}`,
       );
     }
     return cells;
   }));
+}
+
+/** overhead.json rows -> markdown. */
+export function overheadTable(rows, modes) {
+  return ratioTable(rows, modes, { against: 'plain fetch', rate: 'calls/s', per: 'call', addedKey: 'addedUsPerCall' });
+}
+
+/**
+ * One contender's cell of a mode from its rounds: median ratio, IQR, extremes, median rate,
+ * and the median µs added per unit against the round's `referenceId` (stored as `addedKey`).
+ */
+export function ratioCell(rounds, modeId, id, referenceId, count, addedKey) {
+  const ratios = rounds.map((r) => r[modeId][id].ratio);
+  const perSec = rounds.map((r) => r[modeId][id].perSec);
+  // Wall time added per unit against the same round's reference, in µs (wall time / count).
+  const added = rounds.map((r) => ((r[modeId][id].ms - r[modeId][referenceId].ms) * 1000) / count);
+  return {
+    ratio: median(ratios),
+    ratioP25: percentile(ratios, 0.25),
+    ratioP75: percentile(ratios, 0.75),
+    ratioMin: Math.min(...ratios),
+    ratioMax: Math.max(...ratios),
+    perSec: median(perSec),
+    [addedKey]: median(added),
+  };
+}
+
+export const fmtBytes = (n) => (n == null ? 'n/a' : n.toLocaleString('en-US'));
+export const fmtKB = (n) => (n == null ? 'n/a' : `${(n / 1000).toFixed(1)} kB`);
+export const fmtMs = (x, digits = 2) => (x == null ? 'n/a' : x.toFixed(digits));
+
+/** companion.json rows -> markdown (a skipped row: its reason, n/a). */
+export function companionTable(rows, modes) {
+  return ratioTable(rows, modes, { against: 'the bare handler', rate: 'requests/s', per: 'request', addedKey: 'addedUsPerRequest' });
 }
 
 // ---- Retry storms (storms.mjs prints these tables, report.mjs renders them from storms.json).

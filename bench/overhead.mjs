@@ -19,7 +19,7 @@
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
-import { goalsTable, median, overheadTable, percentile } from './format.mjs';
+import { goalsTable, overheadTable, ratioCell } from './format.mjs';
 import { log, machine, positiveInt, printMarkdown, versionOf, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/overhead.json', import.meta.url));
@@ -225,21 +225,7 @@ async function main() {
 
     const rows = contenders.map((c) => {
       const row = { id: c.id, name: c.name, config: c.config, reference: !!c.reference, noise: !!c.noise };
-      for (const mode of MODES) {
-        const ratios = rounds.map((r) => r[mode.id][c.id].ratio);
-        const perSec = rounds.map((r) => r[mode.id][c.id].perSec);
-        // Added time per call against the same round's plain fetch, in µs (wall time / calls).
-        const addedUs = rounds.map((r) => ((r[mode.id][c.id].ms - r[mode.id].fetch.ms) * 1000) / REQUESTS);
-        row[mode.id] = {
-          ratio: median(ratios),
-          ratioP25: percentile(ratios, 0.25),
-          ratioP75: percentile(ratios, 0.75),
-          ratioMin: Math.min(...ratios),
-          ratioMax: Math.max(...ratios),
-          perSec: median(perSec),
-          addedUsPerCall: median(addedUs),
-        };
-      }
+      for (const mode of MODES) row[mode.id] = ratioCell(rounds, mode.id, c.id, 'fetch', REQUESTS, 'addedUsPerCall');
       return row;
     });
     const byId = Object.fromEntries(rows.map((r) => [r.id, r]));
