@@ -204,6 +204,12 @@ export interface NodeIncomingMessage extends AsyncIterable<unknown> {
   url?: string | undefined;
   headers: { host?: string | undefined };
   rawHeaders: string[];
+  /** Whether the body was read to its end: when it was not, the answer closes the connection. */
+  complete?: boolean;
+  /** Ends the connection after an answer given before the body was read. */
+  destroy?(): unknown;
+  /** `encrypted` makes the request URL `https:`. */
+  socket?: { encrypted?: boolean } | null;
 }
 
 /** The part of `node:http`'s `ServerResponse` that `toNodeHandler` writes. */
