@@ -208,8 +208,8 @@ export interface NodeIncomingMessage extends AsyncIterable<unknown> {
   complete?: boolean;
   /** Ends the connection after an answer given before the body was read. */
   destroy?(): unknown;
-  /** `encrypted` makes the request URL `https:`. */
-  socket?: { encrypted?: boolean } | null;
+  /** The connection (a `net.Socket`); a TLS one (`encrypted`) makes the request URL `https:`. */
+  socket?: unknown;
 }
 
 /** The part of `node:http`'s `ServerResponse` that `toNodeHandler` writes. */
