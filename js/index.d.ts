@@ -104,7 +104,13 @@ export interface RetryOptions {
   onRetry?: ((info: RetryInfo) => void | Promise<void>) | null;
   /** The transport. @default globalThis.fetch */
   fetch?: ((input: RetryFetchInput, init?: RequestInit) => Promise<Response>) | null;
-  /** A shared retry budget: a retry is refused while its tokens for the origin (plus those this call's own failures took) are at or below half; `false` or `null`: none. @default undefined (none) */
+  /**
+   * The retry budget. By default the package's default budget (per origin, shared by every call
+   * and client): retries sent by other calls, less 2 × those the server accepted, must stay
+   * below 20 (10 s decay); a refused retry is skipped (the call waits its next backoff). A
+   * `RetryBudget` replaces it; `false` turns budgets off; `null` restores the default.
+   * @default the default budget
+   */
   budget?: RetryBudget | false | null;
   /** A shared adaptive send rate per origin: every attempt waits for its turn. @default undefined (none) */
   throttle?: AdaptiveThrottle | null;

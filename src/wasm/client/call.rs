@@ -31,7 +31,7 @@ use super::request::{fix_request, Body, BodyKind, Template};
 use super::signals::CallSignals;
 use crate::core::backoff::Rng;
 use crate::core::breaker::{Admission, BreakerState};
-use crate::core::budget::RetryBudget;
+use crate::core::budget::{RetryBudget, RetryRatio};
 use crate::core::classify::{is_transient, Outcome};
 use crate::core::decide::{AttemptOutcome, Decision, RetryState};
 use crate::core::retry_after::server_delay_ms;
@@ -176,6 +176,10 @@ fn settled(policy: &Rc<Policy>, request: JsValue, started: f64, fulfilled: bool,
 struct Guards {
     origin: String,
     budget: Option<Rc<RefCell<RetryBudget>>>,
+    /// The default budget, unless the call chose a budget (or `budget: false`).
+    ratio: Option<Rc<RefCell<RetryRatio>>>,
+    /// Retries this call sent (its own do not count against it in the default budget).
+    own_retries: f64,
     /// The budget tokens this call's own failures took (they do not count against it).
     own_taken: f64,
     throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
@@ -195,9 +199,12 @@ enum Turn {
 
 impl Guards {
     fn new(policy: &Policy, url: impl FnOnce() -> String) -> Guards {
+        let ratio = policy.default_budget.then(super::guards::default_budget);
         Guards {
-            origin: if policy.has_guards() { origin_of(&url()) } else { String::new() },
+            origin: if policy.has_guards() || ratio.is_some() { origin_of(&url()) } else { String::new() },
             budget: policy.budget.clone(),
+            ratio,
+            own_retries: 0.0,
             own_taken: 0.0,
             throttle: policy.throttle.clone(),
             breaker: policy.breaker.clone(),
@@ -244,15 +251,27 @@ impl Guards {
         Turn::Stop(stop)
     }
 
-    fn sent(&self, now: f64) {
+    fn sent(&mut self, now: f64, attempt: u32) {
         if let Some(t) = &self.throttle {
             t.borrow_mut().on_send(&self.origin, now);
         }
+        if let (Some(r), true) = (&self.ratio, attempt > 1) {
+            r.borrow_mut().record_retry_sent(&self.origin, now);
+            self.own_retries += 1.0;
+        }
+    }
+
+    /// Does the default budget refuse this call's next retry now?
+    fn default_budget_refuses(&self, now: f64) -> bool {
+        self.ratio.as_ref().is_some_and(|r| !r.borrow().allows_retry(&self.origin, self.own_retries, now))
     }
 
     /// The attempt sent at `sent_at` ended at `now` with `outcome`: tell the shared guards.
-    fn settle(&mut self, policy: &Policy, outcome: Outcome, sent_at: f64, now: f64) {
+    fn settle(&mut self, policy: &Policy, outcome: Outcome, sent_at: f64, now: f64, attempt: u32) {
         let transient = is_transient(&policy.policy, outcome);
+        if let (Some(r), true, false) = (&self.ratio, attempt > 1, transient) {
+            r.borrow_mut().record_retry_accepted(&self.origin, now);
+        }
         let status = match outcome {
             Outcome::Status(s) => Some(s),
             _ => None,
@@ -407,7 +426,7 @@ pub async fn run(
                 }
                 let attempt = state.start_attempt();
                 let sent_at = js_sys::Date::now();
-                guards.sent(sent_at);
+                guards.sent(sent_at, attempt);
                 let limit = state.attempt_time_limit_ms(p, sent_at).map(|ms| ms.max(0.0));
                 let timeout = limit.map_or(JsValue::UNDEFINED, timeout_error);
                 let abort = signals.attempt(limit, &timeout)?;
@@ -445,7 +464,7 @@ pub async fn run(
             Err(e) if timed_out => (Outcome::Timeout, None, e.clone()),
             Err(e) => (Outcome::NetworkError, None, e.clone()),
         };
-        guards.settle(&policy, outcome_kind, attempt_started, ended);
+        guards.settle(&policy, outcome_kind, attempt_started, ended, state.attempts());
 
         let record = Object::new();
         js::set(&record, "attempt", &JsValue::from_f64(state.attempts() as f64));
@@ -520,6 +539,29 @@ pub async fn run(
         }
         if state.deadline_passed(js_sys::Date::now()) {
             return finish("deadline");
+        }
+        // The default budget: a retry it refuses now is skipped, not fatal. The attempt counts
+        // as made (nothing is sent) and the call waits its next backoff and asks again; when
+        // the policy stops meanwhile, the last answer is the result (reason 'budget').
+        while guards.default_budget_refuses(js_sys::Date::now()) {
+            state.start_attempt();
+            let now = js_sys::Date::now();
+            let delay = match state.decide(p, report, now, &mut MathRandom) {
+                Decision::Retry { delay_ms, .. } => delay_ms as f64,
+                Decision::Stop(_) => return finish("budget"),
+            };
+            if !state.wait_fits(now, delay) {
+                return finish("deadline");
+            }
+            if let Err(reason) = signals.sleep(delay).await {
+                if let Some(r) = &response {
+                    discard(r).await;
+                }
+                return Err(reason);
+            }
+            if state.deadline_passed(js_sys::Date::now()) {
+                return finish("deadline");
+            }
         }
         if let Some(r) = &response {
             discard(r).await;

@@ -21,7 +21,7 @@ use wasm_bindgen::JsCast;
 use super::errors::option_error;
 use super::options::deserialize;
 use crate::core::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
-use crate::core::budget::{BudgetConfig, RetryBudget};
+use crate::core::budget::{BudgetConfig, RetryBudget, RetryRatio, RetryRatioConfig};
 use crate::core::options::OptionError;
 use crate::core::throttle::{AdaptiveThrottle, ThrottleConfig};
 use crate::wasm::errors::{describe, invalid_option, type_error};
@@ -59,6 +59,17 @@ pub enum Guard {
     Throttle(Rc<RefCell<AdaptiveThrottle>>),
     /// A `CircuitBreaker`.
     Breaker(Rc<BreakerShared>),
+}
+
+thread_local! {
+    /// The default retry budget (`core::budget::RetryRatio`): every call and client of this
+    /// copy of the package that does not choose a budget shares it, per origin.
+    static DEFAULT_BUDGET: Rc<RefCell<RetryRatio>> = Rc::new(RefCell::new(RetryRatio::new(RetryRatioConfig::default())));
+}
+
+/// The default retry budget of this module instance.
+pub fn default_budget() -> Rc<RefCell<RetryRatio>> {
+    DEFAULT_BUDGET.with(Rc::clone)
 }
 
 thread_local! {

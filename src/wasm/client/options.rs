@@ -30,7 +30,7 @@ pub use crate::wasm::options::deserialize;
 
 /// Everything a call needs besides the request: the validated policy, the shared guards and
 /// the caller's JavaScript values. `Policy::default()` is the built-in defaults.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Policy {
     /// The validated retry policy.
     pub policy: RetryPolicy,
@@ -42,12 +42,31 @@ pub struct Policy {
     pub on_retry: Option<Function>,
     /// `fetch`: the transport. Default none (the global `fetch`).
     pub fetch: Option<Function>,
-    /// `budget`: a shared `RetryBudget`. Default none (`false` says so explicitly).
+    /// `budget`: a shared `RetryBudget`. `None` with `default_budget`: the default budget.
     pub budget: Option<Rc<RefCell<RetryBudget>>>,
+    /// The default budget applies (`budget` not given or `null`; `false` turns it off).
+    /// Default true.
+    pub default_budget: bool,
     /// `throttle`: a shared `AdaptiveThrottle`. Default none.
     pub throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
     /// `breaker`: a shared `CircuitBreaker`. Default none.
     pub breaker: Option<Rc<BreakerShared>>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            policy: RetryPolicy::default(),
+            signal: None,
+            should_retry: None,
+            on_retry: None,
+            fetch: None,
+            budget: None,
+            default_budget: true,
+            throttle: None,
+            breaker: None,
+        }
+    }
 }
 
 impl Policy {
@@ -162,7 +181,10 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
             "shouldRetry" => out.should_retry = None,
             "onRetry" => out.on_retry = None,
             "fetch" => out.fetch = None,
-            "budget" => out.budget = None,
+            "budget" => {
+                out.budget = None;
+                out.default_budget = true;
+            }
             "throttle" => out.throttle = None,
             "breaker" => out.breaker = None,
             other => return Err(option_error(OptionError::new(other, expected(other)), &JsValue::NULL)),
@@ -275,9 +297,13 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     }
     if raw.budget.as_bool() == Some(false) {
         out.budget = None;
+        out.default_budget = false;
     } else if !raw.budget.is_undefined() {
         match lookup("budget", &raw.budget)? {
-            Guard::Budget(b) => out.budget = Some(b),
+            Guard::Budget(b) => {
+                out.budget = Some(b);
+                out.default_budget = false;
+            }
             _ => return Err(option_error(OptionError::new("budget", expected("budget")), &raw.budget)),
         }
     }
