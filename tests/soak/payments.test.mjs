@@ -35,6 +35,10 @@ const POLICY = {
   jitter: 'full',
   timeoutMs: 10_000, // per attempt: nothing here may hang the soak
   deadlineMs: 30_000,
+  // Every payment's first attempt fails here by design: to the default retry budget that is
+  // a sustained failure of this origin, which it would (rightly) stop retrying into. The soak
+  // is about exactly-once through retries, so it retries freely.
+  budget: false,
 };
 
 /**

@@ -540,11 +540,16 @@ pub async fn run(
         if state.deadline_passed(js_sys::Date::now()) {
             return finish("deadline");
         }
-        // The default budget: a retry it refuses now is skipped, not fatal. The attempt counts
-        // as made (nothing is sent) and the call waits its next backoff and asks again; when
-        // the policy stops meanwhile, the last answer is the result (reason 'budget').
+        // The default budget: a retry it refuses now is skipped, not fatal: nothing is sent,
+        // the call waits another backoff and asks again, at most `maxAttempts` times (skips
+        // do not use up attempts); then, or when the policy stops meanwhile (the deadline),
+        // the last answer is the result (reason 'budget').
+        let mut skips = 0;
         while guards.default_budget_refuses(js_sys::Date::now()) {
-            state.start_attempt();
+            skips += 1;
+            if skips > p.max_attempts {
+                return finish("budget");
+            }
             let now = js_sys::Date::now();
             let delay = match state.decide(p, report, now, &mut MathRandom) {
                 Decision::Retry { delay_ms, .. } => delay_ms as f64,
