@@ -362,6 +362,18 @@ fn retry_context(
     ctx
 }
 
+/// Wait `delay` ms keeping the last response (it is the answer if the call ends during the
+/// wait); an abort discards it and is the call's error.
+async fn wait_keeping(signals: &mut CallSignals, delay: f64, response: Option<&JsValue>) -> Result<(), JsValue> {
+    if let Err(reason) = signals.sleep(delay).await {
+        if let Some(r) = response {
+            discard(r).await;
+        }
+        return Err(reason);
+    }
+    Ok(())
+}
+
 /// Call a hook and await what it returns (a promise is awaited; a throw or a rejection is
 /// the call's error).
 async fn call_hook(hook: &Function, ctx: &Object) -> Result<JsValue, JsValue> {
@@ -531,12 +543,7 @@ pub async fn run(
         js::set(&record, "delayMs", &JsValue::from_f64(delay));
         // The response is kept through the wait: if the deadline passes meanwhile (a late
         // timer), it is the answer, and nothing more is sent.
-        if let Err(reason) = signals.sleep(delay).await {
-            if let Some(r) = &response {
-                discard(r).await;
-            }
-            return Err(reason);
-        }
+        wait_keeping(&mut signals, delay, response.as_ref()).await?;
         if state.deadline_passed(js_sys::Date::now()) {
             return finish("deadline");
         }
@@ -558,12 +565,7 @@ pub async fn run(
             if !state.wait_fits(now, delay) {
                 return finish("deadline");
             }
-            if let Err(reason) = signals.sleep(delay).await {
-                if let Some(r) = &response {
-                    discard(r).await;
-                }
-                return Err(reason);
-            }
+            wait_keeping(&mut signals, delay, response.as_ref()).await?;
             if state.deadline_passed(js_sys::Date::now()) {
                 return finish("deadline");
             }
