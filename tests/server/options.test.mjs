@@ -513,6 +513,7 @@ function upload(url, total, key) {
       out.answeredAt = Date.now();
       res.resume();
       res.on('end', () => ((answered = true), done()));
+      res.on('close', () => ((answered = true), done()));
     });
     req.on('error', (error) => {
       out.error = error.code ?? error.message;
@@ -522,6 +523,14 @@ function upload(url, total, key) {
     req.on('finish', () => {
       ended = true;
       out.endedAt ??= Date.now();
+      done();
+    });
+    // A connection the server closed after its answer: once a response came, Node reports
+    // the broken upload as 'close' (not always 'error' or 'finish').
+    req.on('close', () => {
+      ended = true;
+      out.endedAt ??= Date.now();
+      if (out.status !== undefined) answered = true;
       done();
     });
     const pump = () => {
