@@ -593,10 +593,7 @@ pub fn derived_key(store_key: &str, name: &str) -> String {
     let digest = h.finalize();
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest[..16]);
-    bytes[6] = (bytes[6] & 0x0f) | 0x80; // version 8
-    bytes[8] = (bytes[8] & 0x3f) | 0x80; // variant 10xx
-    let h = hex(&bytes);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    super::key::uuid(bytes, 8)
 }
 
 /// The largest answer body the companion stores: 32 MiB. A larger answer is still sent, but

@@ -12,8 +12,20 @@ use super::options::KeyFormat;
 /// assert_eq!(uuid_v4([0; 16]), "00000000-0000-4000-8000-000000000000");
 /// assert_eq!(uuid_v4([0xff; 16]), "ffffffff-ffff-4fff-bfff-ffffffffffff");
 /// ```
-pub fn uuid_v4(mut bytes: [u8; 16]) -> String {
-    bytes[6] = (bytes[6] & 0x0f) | 0x40; // version 4
+pub fn uuid_v4(bytes: [u8; 16]) -> String {
+    uuid(bytes, 4)
+}
+
+/// Format 16 bytes as a UUID of `version` (RFC 9562: the version in the high nibble of byte 6,
+/// the variant `10` in the high bits of byte 8), lower-case, 36 characters: version 4 for
+/// random bytes, version 8 for bytes of the caller's own derivation (a hash).
+///
+/// ```
+/// use retry_fetch::core::key::uuid;
+/// assert_eq!(uuid([0; 16], 8), "00000000-0000-8000-8000-000000000000");
+/// ```
+pub fn uuid(mut bytes: [u8; 16], version: u8) -> String {
+    bytes[6] = (bytes[6] & 0x0f) | (version << 4);
     bytes[8] = (bytes[8] & 0x3f) | 0x80; // variant 10xx
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(36);

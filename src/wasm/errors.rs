@@ -37,12 +37,17 @@ pub fn type_error(message: &str) -> JsValue {
 /// The `TypeError` for an invalid option of the API `api` (`retryFetch`, `idempotency`):
 /// `<api>: invalid option "<name>": got <value>; expected <what is allowed>`.
 pub fn invalid_option(api: &str, err: OptionError, value: &JsValue) -> JsValue {
+    invalid_value(api, err.option, value, err.expected)
+}
+
+/// `<api>: invalid option "<option>": got <value>; expected <expected>`, a `TypeError`.
+pub fn invalid_value(api: &str, option: &str, value: &JsValue, expected: &str) -> JsValue {
     let mut msg = String::from(api);
     msg.push_str(": invalid option \"");
-    msg.push_str(err.option);
+    msg.push_str(option);
     msg.push_str("\": got ");
     msg.push_str(&describe(value));
     msg.push_str("; expected ");
-    msg.push_str(err.expected);
+    msg.push_str(expected);
     type_error(&msg)
 }

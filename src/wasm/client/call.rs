@@ -14,7 +14,7 @@
 //! and the wait (`RetryState::decide`), the budget, `Retry-After`, and the deadline again
 //! after the hooks.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 
 use js_sys::{Array, Function, Object, Promise};
@@ -174,7 +174,7 @@ fn settled(policy: &Rc<Policy>, request: JsValue, started: f64, fulfilled: bool,
 /// The shared guards of one call and what it holds of them. Dropping it gives back a
 /// half-open probe slot or a throttle turn the call still holds.
 struct Guards {
-    origin: String,
+    origin: LazyOrigin,
     budget: Option<Rc<RefCell<RetryBudget>>>,
     /// The default budget, unless the call chose a budget (or `budget: false`).
     ratio: Option<Rc<RefCell<RetryRatio>>>,
@@ -190,6 +190,20 @@ struct Guards {
     ticket: Option<(u64, f64)>,
 }
 
+/// The origin of the call's request, parsed (a `URL`, a call into JS) the first time a guard
+/// needs it: a call whose only guard is the default budget and that succeeds at once never
+/// parses it.
+struct LazyOrigin {
+    request: Request,
+    origin: OnceCell<String>,
+}
+
+impl LazyOrigin {
+    fn get(&self) -> &str {
+        self.origin.get_or_init(|| origin_of(&self.request.url()))
+    }
+}
+
 /// What the throttle says of an attempt's turn.
 enum Turn {
     Now,
@@ -198,10 +212,11 @@ enum Turn {
 }
 
 impl Guards {
-    fn new(policy: &Policy, url: impl FnOnce() -> String) -> Guards {
+    fn new(policy: &Policy, request: &Request) -> Guards {
         let ratio = policy.default_budget.then(super::guards::default_budget);
         Guards {
-            origin: if policy.has_guards() || ratio.is_some() { origin_of(&url()) } else { String::new() },
+            // `Clone::clone`: the handle, not `Request.clone()`, which tees the body.
+            origin: LazyOrigin { request: <Request as Clone>::clone(request), origin: OnceCell::new() },
             budget: policy.budget.clone(),
             ratio,
             own_retries: 0.0,
@@ -216,8 +231,8 @@ impl Guards {
     /// May the next attempt be sent? `Err(ms until a probe may go)` when the circuit is open.
     fn admit(&mut self, now: f64) -> Result<(), f64> {
         let Some(b) = &self.breaker else { return Ok(()) };
-        let (admission, transition) = b.state.borrow_mut().admit(&self.origin, now);
-        b.report(&self.origin, transition);
+        let (admission, transition) = b.state.borrow_mut().admit(self.origin.get(), now);
+        b.report(self.origin.get(), transition);
         match admission {
             Admission::Allowed { probe } => {
                 self.slot = Some(probe);
@@ -231,8 +246,8 @@ impl Guards {
     fn turn(&mut self, state: &RetryState, now: f64) -> Turn {
         let Some(t) = &self.throttle else { return Turn::Now };
         let mut t = t.borrow_mut();
-        let (ticket, queued_at) = *self.ticket.get_or_insert_with(|| (t.enqueue(&self.origin, now), now));
-        let wait = match t.poll(&self.origin, ticket, now) {
+        let (ticket, queued_at) = *self.ticket.get_or_insert_with(|| (t.enqueue(self.origin.get(), now), now));
+        let wait = match t.poll(self.origin.get(), ticket, now) {
             Ok(()) => {
                 self.ticket = None;
                 return Turn::Now;
@@ -246,31 +261,31 @@ impl Guards {
         } else {
             return Turn::Wait(wait.ceil().max(0.0));
         };
-        t.abandon(&self.origin, ticket, now);
+        t.abandon(self.origin.get(), ticket, now);
         self.ticket = None;
         Turn::Stop(stop)
     }
 
     fn sent(&mut self, now: f64, attempt: u32) {
         if let Some(t) = &self.throttle {
-            t.borrow_mut().on_send(&self.origin, now);
+            t.borrow_mut().on_send(self.origin.get(), now);
         }
         if let (Some(r), true) = (&self.ratio, attempt > 1) {
-            r.borrow_mut().record_retry_sent(&self.origin, now);
+            r.borrow_mut().record_retry_sent(self.origin.get(), now);
             self.own_retries += 1.0;
         }
     }
 
     /// Does the default budget refuse this call's next retry now?
     fn default_budget_refuses(&self, now: f64) -> bool {
-        self.ratio.as_ref().is_some_and(|r| !r.borrow().allows_retry(&self.origin, self.own_retries, now))
+        self.ratio.as_ref().is_some_and(|r| !r.borrow().allows_retry(self.origin.get(), self.own_retries, now))
     }
 
     /// The attempt sent at `sent_at` ended at `now` with `outcome`: tell the shared guards.
     fn settle(&mut self, policy: &Policy, outcome: Outcome, sent_at: f64, now: f64, attempt: u32) {
         let transient = is_transient(&policy.policy, outcome);
         if let (Some(r), true, false) = (&self.ratio, attempt > 1, transient) {
-            r.borrow_mut().record_retry_accepted(&self.origin, now);
+            r.borrow_mut().record_retry_accepted(self.origin.get(), now);
         }
         let status = match outcome {
             Outcome::Status(s) => Some(s),
@@ -278,42 +293,42 @@ impl Guards {
         };
         let success = status.is_some_and(|s| s < 400);
         if let (Some(b), Some(probe)) = (&self.breaker, self.slot.take()) {
-            let t = b.state.borrow_mut().record(&self.origin, probe, transient, now);
-            b.report(&self.origin, t);
+            let t = b.state.borrow_mut().record(self.origin.get(), probe, transient, now);
+            b.report(self.origin.get(), t);
         }
         if let Some(b) = &self.budget {
             let mut b = b.borrow_mut();
             if transient {
-                self.own_taken += b.record_failure(&self.origin, now);
+                self.own_taken += b.record_failure(self.origin.get(), now);
             } else if success {
-                b.record_success(&self.origin, now);
+                b.record_success(self.origin.get(), now);
             }
         }
         if let Some(t) = &self.throttle {
             let throttled = matches!(status, Some(429) | Some(503));
             if throttled || success {
-                t.borrow_mut().on_answer(&self.origin, sent_at, throttled, now);
+                t.borrow_mut().on_answer(self.origin.get(), sent_at, throttled, now);
             }
         }
     }
 
     fn budget_allows_retry(&self, now: f64) -> bool {
-        self.budget.as_ref().map_or(true, |b| b.borrow().allows_retry(&self.origin, self.own_taken, now))
+        self.budget.as_ref().map_or(true, |b| b.borrow().allows_retry(self.origin.get(), self.own_taken, now))
     }
 
     /// Will the circuit still be open at `at`?
     fn open_at(&self, at: f64) -> bool {
-        self.breaker.as_ref().is_some_and(|b| b.state.borrow().state(&self.origin, at) == BreakerState::Open)
+        self.breaker.as_ref().is_some_and(|b| b.state.borrow().state(self.origin.get(), at) == BreakerState::Open)
     }
 }
 
 impl Drop for Guards {
     fn drop(&mut self) {
         if let (Some(b), Some(probe)) = (&self.breaker, self.slot) {
-            b.state.borrow_mut().release(&self.origin, probe);
+            b.state.borrow_mut().release(self.origin.get(), probe);
         }
         if let (Some(t), Some((ticket, _))) = (&self.throttle, self.ticket) {
-            t.borrow_mut().abandon(&self.origin, ticket, js_sys::Date::now());
+            t.borrow_mut().abandon(self.origin.get(), ticket, js_sys::Date::now());
         }
     }
 }
@@ -394,7 +409,7 @@ pub async fn run(
     if let Some(reason) = signals.aborted() {
         return Err(reason);
     }
-    let mut guards = Guards::new(&policy, || t.request.url());
+    let mut guards = Guards::new(&policy, &t.request);
     let body = if first.is_some() { Body::AsIs } else { t.body(p.max_buffered_body_bytes).await? };
     let replayable = !matches!(body, Body::Stream(_)) && t.body_kind != BodyKind::OneShot;
     let key = t.key.clone();
@@ -418,7 +433,7 @@ pub async fn run(
                 }
                 // The circuit breaker: an open circuit sends nothing.
                 if let Err(wait) = guards.admit(js_sys::Date::now()) {
-                    let open = circuit_open_error(&guards.origin, wait);
+                    let open = circuit_open_error(guards.origin.get(), wait);
                     return Err(if history.length() == 0 { open } else { retry_error("circuit-open", &history, &open) });
                 }
                 // The adaptive throttle: wait for this attempt's turn.

@@ -18,9 +18,10 @@ pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
 /// The `type` of every problem answer: the draft that defines these errors.
 const PROBLEM_TYPE: &str = "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/";
 
-/// An RFC 9457 problem answer: `{ type, title, status, detail, code }`, `Cache-Control:
-/// no-store`, and `Retry-After: 1` when `retry_after`.
-pub fn problem(status: u16, code: &str, title: &str, detail: &str, retry_after: bool) -> Result<Response, JsValue> {
+/// An RFC 9457 problem answer as the store keeps it: `{ type, title, status, detail, code }`,
+/// `Cache-Control: no-store`, and `Retry-After: 1` when `retry_after` (header names as a
+/// `Headers` lists them: lower-case, sorted).
+pub fn problem_record(status: u16, code: &str, title: &str, detail: &str, retry_after: bool) -> Result<StoredResponse, JsValue> {
     let body: JsValue = js_sys::Object::new().into();
     js::set(&body, "type", &PROBLEM_TYPE.into());
     js::set(&body, "title", &title.into());
@@ -28,16 +29,19 @@ pub fn problem(status: u16, code: &str, title: &str, detail: &str, retry_after: 
     js::set(&body, "detail", &detail.into());
     js::set(&body, "code", &code.into());
     let text = js_sys::JSON::stringify(&body)?.as_string().unwrap_or_default();
-    let headers = Headers::new()?;
-    headers.set("Content-Type", "application/problem+json")?;
-    headers.set("Cache-Control", "no-store")?;
+    let mut headers = vec![
+        ("cache-control".to_string(), "no-store".to_string()),
+        ("content-type".to_string(), "application/problem+json".to_string()),
+    ];
     if retry_after {
-        headers.set("Retry-After", "1")?;
+        headers.push(("retry-after".to_string(), "1".to_string()));
     }
-    let init = ResponseInit::new();
-    init.set_status(status);
-    init.set_headers(&headers);
-    Response::new_with_opt_str_and_init(Some(&text), &init)
+    Ok(StoredResponse { status, status_text: String::new(), headers, body: BASE64.encode(text.as_bytes()) })
+}
+
+/// An RFC 9457 problem answer (see [`problem_record`]), as a `Response`.
+pub fn problem(status: u16, code: &str, title: &str, detail: &str, retry_after: bool) -> Result<Response, JsValue> {
+    from_stored(&problem_record(status, code, title, detail, retry_after)?, false)
 }
 
 /// Must a response with `status` have a null body?
@@ -107,15 +111,13 @@ pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
     let live = self::response(status, &status_text, &source, &bytes)?;
     let stored = if bytes.len() > MAX_STORED_ANSWER_BYTES {
         // Sent whole now; what the key keeps says that it could not be kept.
-        stored_problem(500, TOO_LARGE_TO_STORE)
+        problem_record(500, "idempotency-answer-too-large", "The answer was too large to be stored",
+            "The request was processed, but its answer (over 32 MiB) was too large to be stored for replay; check the operation's state before trying again with a new key.", false)?
     } else {
         StoredResponse { status, status_text, headers, body: BASE64.encode(&bytes) }
     };
     Ok(Answer { stored, has_retry_after, live })
 }
-
-/// What is stored for an answer over `MAX_STORED_ANSWER_BYTES`.
-const TOO_LARGE_TO_STORE: &str = "{\"type\":\"https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/\",\"title\":\"The answer was too large to be stored\",\"status\":500,\"detail\":\"The request was processed, but its answer (over 32 MiB) was too large to be stored for replay; check the operation's state before trying again with a new key.\",\"code\":\"idempotency-answer-too-large\"}";
 
 /// A handler's result as a `Response`: a `Response` of this realm as it is; a response-like
 /// object (a `Response` of another fetch implementation: `status`, `headers`, `arrayBuffer()`)

@@ -18,7 +18,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStreamDefaultReader, Request, RequestInit, Response};
 
 use super::context::Caller;
-use super::answers::{as_response, from_stored, problem, read_answer};
+use super::answers::{as_response, from_stored, problem, problem_record, read_answer};
 use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Context, Keyed, Ran, Stored};
 use super::options::{HttpSettings, Identity, Required};
 use crate::core::idempotency::{self as idem, after_throw, stores_answer, AfterThrow};
@@ -129,10 +129,10 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
         }
         AfterThrow::StoreFailure => {
             let detail = format!("The handler failed after it started and may have had effects; this answer is stored for this {header} and replayed. Check the operation's state before trying again with a new key.");
-            let answer = read_answer(&problem(500, "idempotency-handler-failed", "The request failed", &detail, false)?).await?;
+            let stored = problem_record(500, "idempotency-handler-failed", "The request failed", &detail, false)?;
             // Whether or not the store kept it, this request's answer is the 500.
-            store_answer(c, k, &answer.stored, lost).await;
-            Ok(answer.live)
+            store_answer(c, k, &stored, lost).await;
+            from_stored(&stored, false)
         }
     }
 }

@@ -62,6 +62,21 @@ pub fn unknown_option_error(api: &str, name: &str, known: Vec<String>) -> JsValu
     crate::wasm::options::unknown_option(api, name, &known)
 }
 
+/// `invalidOptionError(api, option, value, expected)`: the `TypeError` for an invalid option of
+/// a store's or `toNodeHandler`'s (`RedisStore: invalid option "prefix": got 5; expected a
+/// string`), worded as the wasm's own. Not public API: the JS side calls it.
+#[wasm_bindgen(js_name = invalidOptionError, skip_typescript)]
+pub fn invalid_option_error(api: &str, option: &str, value: &JsValue, expected: &str) -> JsValue {
+    crate::wasm::errors::invalid_value(api, option, value, expected)
+}
+
+/// `describeValue(value)`: a value as the errors show it (`"3"`, `a function`, `NaN`). Not
+/// public API: the JS side calls it for its own messages.
+#[wasm_bindgen(js_name = describeValue, skip_typescript)]
+pub fn describe_value(value: &JsValue) -> String {
+    describe(value)
+}
+
 /// `value` as a function, or a `TypeError` (`what`, then the value).
 fn function(value: JsValue, what: &str) -> Result<Function, JsValue> {
     use wasm_bindgen::JsCast;
