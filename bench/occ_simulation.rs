@@ -53,10 +53,12 @@
 use retry_fetch::core::backoff::{Backoff, Rng, SplitMix64};
 use retry_fetch::core::options::{Jitter, RetryPolicy, MAX_ATTEMPTS_LIMIT};
 
+#[path = "timeline.rs"]
+mod timeline;
+
 mod occ {
     use super::*;
-    use std::cmp::Ordering;
-    use std::collections::BinaryHeap;
+    use crate::timeline::Timeline;
 
     /// `backoff_cls(5, 2000)` in the original: base and cap, in ms.
     pub const BASE_MS: f64 = 5.0;
@@ -126,30 +128,6 @@ mod occ {
         WriteRsp { c: usize, ok: bool },
     }
 
-    struct Event {
-        at: f64,
-        seq: u64,
-        msg: Msg,
-    }
-
-    impl PartialEq for Event {
-        fn eq(&self, other: &Self) -> bool {
-            self.cmp(other) == Ordering::Equal
-        }
-    }
-    impl Eq for Event {}
-    impl PartialOrd for Event {
-        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-            Some(self.cmp(other))
-        }
-    }
-    impl Ord for Event {
-        // Reversed: BinaryHeap is a max-heap, we want the earliest event first.
-        fn cmp(&self, other: &Self) -> Ordering {
-            other.at.total_cmp(&self.at).then(other.seq.cmp(&self.seq))
-        }
-    }
-
     /// The outcome of one run.
     #[derive(Clone, Copy, Debug, PartialEq)]
     pub struct Run {
@@ -166,15 +144,10 @@ mod occ {
         let policy = policy(strategy, mapping);
         let mut rng = SplitMix64::new(seed);
         let mut backoffs: Vec<Backoff> = (0..clients).map(|_| Backoff::new(&policy)).collect();
-        let mut queue = BinaryHeap::new();
-        let mut seq = 0u64;
-        let mut push = |queue: &mut BinaryHeap<Event>, at: f64, msg: Msg| {
-            seq += 1;
-            queue.push(Event { at, seq, msg });
-        };
+        let mut queue = Timeline::new();
         for c in 0..clients {
             let at = net_delay(&mut rng);
-            push(&mut queue, at, Msg::Read { c });
+            queue.push(at, Msg::Read { c });
         }
         let mut version = 0u64;
         let mut run = Run {
@@ -184,17 +157,17 @@ mod occ {
         };
         let mut now = 0.0f64;
         let mut done = 0usize;
-        while let Some(Event { at, msg, .. }) = queue.pop() {
+        while let Some((at, msg)) = queue.pop() {
             debug_assert!(at >= now, "time must move forward");
             now = at;
             match msg {
                 Msg::Read { c } => {
                     let at = now + net_delay(&mut rng);
-                    push(&mut queue, at, Msg::ReadRsp { c, version });
+                    queue.push(at, Msg::ReadRsp { c, version });
                 }
                 Msg::ReadRsp { c, version: v } => {
                     let at = now + net_delay(&mut rng);
-                    push(&mut queue, at, Msg::Write { c, version: v });
+                    queue.push(at, Msg::Write { c, version: v });
                 }
                 Msg::Write { c, version: v } => {
                     run.calls += 1;
@@ -205,7 +178,7 @@ mod occ {
                         run.failures += 1;
                     }
                     let at = now + net_delay(&mut rng);
-                    push(&mut queue, at, Msg::WriteRsp { c, ok });
+                    queue.push(at, Msg::WriteRsp { c, ok });
                 }
                 Msg::WriteRsp { c, ok } => {
                     if ok {
@@ -214,7 +187,7 @@ mod occ {
                         // Same draw order as the original: network delay, then backoff.
                         let net = net_delay(&mut rng);
                         let sleep = backoffs[c].next_delay(&mut rng) as f64;
-                        push(&mut queue, now + net + sleep, Msg::Read { c });
+                        queue.push(now + net + sleep, Msg::Read { c });
                     }
                 }
             }

@@ -67,14 +67,16 @@ use retry_fetch::core::decide::{AttemptOutcome, Decision, RetryState};
 use retry_fetch::core::options::{Jitter, RetryPolicy};
 use retry_fetch::core::throttle::{AdaptiveThrottle, ThrottleConfig};
 
+#[path = "timeline.rs"]
+mod timeline;
+
 /// Seeded runs per row.
 pub const RUNS: u64 = 50;
 const BASE_SEED: u64 = 0x5707_2024;
 
 mod storm {
     use super::*;
-    use std::cmp::Ordering;
-    use std::collections::BinaryHeap;
+    use crate::timeline::Timeline;
 
     pub const ORIGIN: &str = "http://storm.invalid:80";
 
@@ -529,30 +531,6 @@ mod storm {
         Answer { c: usize, ok: bool, retry_after_ms: Option<f64> },
     }
 
-    struct Event {
-        at: f64,
-        seq: u64,
-        msg: Msg,
-    }
-
-    impl PartialEq for Event {
-        fn eq(&self, other: &Self) -> bool {
-            self.cmp(other) == Ordering::Equal
-        }
-    }
-    impl Eq for Event {}
-    impl PartialOrd for Event {
-        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-            Some(self.cmp(other))
-        }
-    }
-    impl Ord for Event {
-        // reversed: BinaryHeap is a max-heap, the earliest event comes first
-        fn cmp(&self, other: &Self) -> Ordering {
-            other.at.total_cmp(&self.at).then(other.seq.cmp(&self.seq))
-        }
-    }
-
     struct Server {
         kind: Kind,
         tokens: f64,
@@ -649,14 +627,9 @@ mod storm {
         let mut pacer = guard.pacer();
         let mut server = Server::new(kind);
         let mut calls: Vec<Call> = (0..n).map(|_| Call { state: RetryState::new(&policy, 0.0), ticket: None, sent_at: 0.0 }).collect();
-        let mut queue = BinaryHeap::new();
-        let mut seq = 0u64;
-        let mut push = |queue: &mut BinaryHeap<Event>, at: f64, msg: Msg| {
-            seq += 1;
-            queue.push(Event { at, seq, msg });
-        };
+        let mut queue = Timeline::new();
         for c in 0..n {
-            push(&mut queue, 0.0, Msg::Turn { c });
+            queue.push(0.0, Msg::Turn { c });
         }
         let mut run = Run { requests: 0, successes: 0, ended_ms: Vec::with_capacity(n), first_wave_refused: 0 };
         let cost = |m: &Msg| -> f64 {
@@ -668,11 +641,11 @@ mod storm {
             }
         };
         let mut loop_free = 0.0f64;
-        while let Some(Event { at, msg, .. }) = queue.pop() {
+        while let Some((at, msg)) = queue.pop() {
             let c = cost(&msg);
             if c > 0.0 {
                 if at < loop_free {
-                    push(&mut queue, loop_free, msg);
+                    queue.push(loop_free, msg);
                     continue;
                 }
                 loop_free = at + c;
@@ -690,7 +663,7 @@ mod storm {
                                 call.ticket = None;
                                 run.ended_ms.push(at); // the call stops: 'throttled'
                             } else {
-                                push(&mut queue, at + wait.ceil() + lateness(&mut rng), Msg::Turn { c });
+                                queue.push(at + wait.ceil() + lateness(&mut rng), Msg::Turn { c });
                             }
                             continue;
                         }
@@ -703,20 +676,20 @@ mod storm {
                         let r = pacer.as_mut().map_or(0.0, |p| p.rate(now));
                         eprintln!("{at:8.2} send #{} (rate {r:.0})", run.requests + 1);
                     }
-                    push(&mut queue, at + net(&mut rng, net_scale), Msg::Arrive { c });
+                    queue.push(at + net(&mut rng, net_scale), Msg::Arrive { c });
                 }
                 Msg::Arrive { c } => {
                     run.requests += 1;
                     match server.admit(at) {
                         Ok(service) => {
-                            push(&mut queue, at + service, Msg::Done);
-                            push(&mut queue, at + service + net(&mut rng, net_scale), Msg::Answer { c, ok: true, retry_after_ms: None });
+                            queue.push(at + service, Msg::Done);
+                            queue.push(at + service + net(&mut rng, net_scale), Msg::Answer { c, ok: true, retry_after_ms: None });
                         }
                         Err(retry_after_ms) => {
                             if run.requests <= n as u64 {
                                 run.first_wave_refused += 1;
                             }
-                            push(&mut queue, at + net(&mut rng, net_scale), Msg::Answer { c, ok: false, retry_after_ms });
+                            queue.push(at + net(&mut rng, net_scale), Msg::Answer { c, ok: false, retry_after_ms });
                         }
                     }
                 }
@@ -745,7 +718,7 @@ mod storm {
                     };
                     match call.state.decide(&policy, report, now, &mut rng) {
                         Decision::Retry { delay_ms, .. } => {
-                            push(&mut queue, at + delay_ms as f64 + lateness(&mut rng), Msg::Turn { c });
+                            queue.push(at + delay_ms as f64 + lateness(&mut rng), Msg::Turn { c });
                         }
                         Decision::Stop(_) => run.ended_ms.push(at),
                     }
