@@ -46,3 +46,17 @@ export function writeResults(file, results) {
   writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
   log(`wrote ${file}`);
 }
+
+/** `count` calls of `call(url)`, `concurrency` at a time; resolves with the elapsed ms. */
+export async function timedBatch(call, url, count, concurrency) {
+  let issued = 0;
+  const loop = async () => {
+    while (issued < count) {
+      issued += 1;
+      await call(url);
+    }
+  };
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: concurrency }, loop));
+  return performance.now() - t0;
+}

@@ -31,7 +31,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { companionTable, ratioCell, table } from './format.mjs';
-import { log, machine, positiveInt, printMarkdown, writeResults } from './common.mjs';
+import { log, machine, positiveInt, printMarkdown, timedBatch, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/companion.json', import.meta.url));
 const PG_POOL_MAX = 40;
@@ -237,20 +237,6 @@ function roundOrders(n) {
   return n % 2 ? [...rows, ...rows.map((row) => [...row].reverse())] : rows;
 }
 
-/** `count` requests to `url`, `concurrency` at a time; resolves with the elapsed ms. */
-async function batch(url, count, concurrency) {
-  let issued = 0;
-  const loop = async () => {
-    while (issued < count) {
-      issued += 1;
-      await post(url);
-    }
-  };
-  const t0 = performance.now();
-  await Promise.all(Array.from({ length: concurrency }, loop));
-  return performance.now() - t0;
-}
-
 async function main() {
   const ROUNDS = positiveInt(process.env.COMPANION_ROUNDS, 10);
   const REQUESTS = positiveInt(process.env.COMPANION_REQUESTS, 300);
@@ -301,7 +287,7 @@ async function main() {
 
     // Warm-up, not recorded: JIT, wasm, the stores' first calls, pg's and undici's connections.
     for (const mode of MODES) {
-      for (const c of active) await batch(server.base + c.path, Math.ceil(REQUESTS / 3), mode.concurrency);
+      for (const c of active) await timedBatch(post, server.base + c.path, Math.ceil(REQUESTS / 3), mode.concurrency);
     }
     log(`companion: ${active.length} contenders × ${MODES.length} modes × ${ROUNDS} rounds × ${REQUESTS} requests`
       + `${Object.keys(server.skipped).length ? ` (skipped: ${Object.entries(server.skipped).map(([k, v]) => `${k}, ${v}`).join('; ')})` : ''}`);
@@ -314,7 +300,7 @@ async function main() {
       for (const mode of MODES) {
         round[mode.id] = {};
         for (const c of order) {
-          const ms = await batch(server.base + c.path, REQUESTS, mode.concurrency);
+          const ms = await timedBatch(post, server.base + c.path, REQUESTS, mode.concurrency);
           round[mode.id][c.id] = { ms, perSec: (REQUESTS * 1000) / ms };
         }
         const ref = round[mode.id].bare.perSec;

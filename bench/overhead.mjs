@@ -20,7 +20,7 @@ import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { goalsTable, overheadTable, ratioCell } from './format.mjs';
-import { log, machine, positiveInt, printMarkdown, versionOf, writeResults } from './common.mjs';
+import { log, machine, positiveInt, printMarkdown, timedBatch, versionOf, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/overhead.json', import.meta.url));
 
@@ -181,26 +181,12 @@ async function main() {
     { id: 'concurrent', name: `${CONCURRENCY} concurrent`, concurrency: CONCURRENCY },
   ];
 
-  /** `count` calls, `concurrency` at a time; resolves with the elapsed ms. */
-  async function batch(call, url, count, concurrency) {
-    let issued = 0;
-    const loop = async () => {
-      while (issued < count) {
-        issued += 1;
-        await call(url);
-      }
-    };
-    const t0 = performance.now();
-    await Promise.all(Array.from({ length: concurrency }, loop));
-    return performance.now() - t0;
-  }
-
   const server = await startServer();
   const calls = new Map(contenders.map((c) => [c.id, c.make()]));
   try {
     // Warm-up, not recorded: JIT, wasm, every library's first calls, undici's connections.
     for (const mode of MODES) {
-      for (const c of contenders) await batch(calls.get(c.id), server.url, Math.ceil(REQUESTS / 3), mode.concurrency);
+      for (const c of contenders) await timedBatch(calls.get(c.id), server.url, Math.ceil(REQUESTS / 3), mode.concurrency);
     }
     log(`overhead: ${contenders.length} contenders × ${MODES.length} modes × ${ROUNDS} rounds × ${REQUESTS} requests`);
 
@@ -211,7 +197,7 @@ async function main() {
       for (const mode of MODES) {
         round[mode.id] = {};
         for (const c of order) {
-          const ms = await batch(calls.get(c.id), server.url, REQUESTS, mode.concurrency);
+          const ms = await timedBatch(calls.get(c.id), server.url, REQUESTS, mode.concurrency);
           round[mode.id][c.id] = { ms, perSec: (REQUESTS * 1000) / ms };
         }
         const ref = round[mode.id].fetch.perSec;
