@@ -181,26 +181,37 @@ pub fn fingerprint(method: &str, path_and_query: &str, body: &[u8]) -> String {
 }
 
 /// The key under which a request's record is stored: the idempotency key scoped by the
-/// caller's identity (the IETF draft's composite key; seed 002, rule 17: unique on
-/// `(idempotency_key, user_id)`), so two users who happen to send the same key never see each
-/// other's responses.
+/// caller's identity (the IETF draft's composite key; a unique `(idempotency_key, user_id)`
+/// pair), so two users who happen to send the same key never see each other's responses.
 ///
-/// - with an identity: the SHA-256 of the identity (64 hex digits, so an API token or an
-///   e-mail address used as identity is not written to the store in clear), `:`, the key;
-/// - without one (`None` or an empty string): `-:` and the key.
+/// - with an identity: the HMAC-SHA-256 of the identity keyed with `secret` (64 hex digits),
+///   `:`, the key. A keyed hash, so that what the store holds cannot be turned back into the
+///   credential (an API token, a Basic-auth password) by hashing guesses: without the secret a
+///   dictionary gets nowhere. Every instance that shares the store must use the same secret
+///   (the store keeps one, or the `secret` option gives it);
+/// - without one (`None` or an empty string): `-:` and the key (no secret needed).
 ///
 /// A hex digest never contains `-`, so the two forms cannot collide.
 ///
 /// ```
 /// use retry_fetch::core::idempotency::store_key;
-/// assert_eq!(store_key(None, "k1"), "-:k1");
-/// assert_eq!(store_key(Some("abc"), "k1"),
-///     "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad:k1");
+/// assert_eq!(store_key(b"s", None, "k1"), "-:k1");
+/// let alice = store_key(b"secret-1", Some("alice"), "k1");
+/// assert_eq!(alice.len(), 64 + 3);
+/// assert_ne!(alice, store_key(b"secret-2", Some("alice"), "k1"));
 /// ```
-pub fn store_key(identity: Option<&str>, key: &str) -> String {
+pub fn store_key(secret: &[u8], identity: Option<&str>, key: &str) -> String {
     match identity {
         Some(id) if !id.is_empty() => {
-            let mut out = sha256_hex(id.as_bytes());
+            use hmac::{Mac, SimpleHmac};
+            // HMAC accepts a key of any length: new_from_slice cannot fail.
+            let mut out = match SimpleHmac::<Sha256>::new_from_slice(secret) {
+                Ok(mut mac) => {
+                    mac.update(id.as_bytes());
+                    hex(&mac.finalize().into_bytes())
+                }
+                Err(_) => sha256_hex(id.as_bytes()),
+            };
             out.push(':');
             out.push_str(key);
             out
@@ -212,6 +223,18 @@ pub fn store_key(identity: Option<&str>, key: &str) -> String {
             out
         }
     }
+}
+
+/// The shortest `secret` accepted, in characters.
+pub const MIN_SECRET_LEN: usize = 16;
+
+/// What `secret` (and what a store's `secret()` returns) must be.
+pub const SECRET_EXPECTED: &str = "a string of at least 16 characters that every instance sharing the store uses (e.g. 64 random hex digits from your secret manager)";
+
+/// `secret`: the key of the HMAC that scopes store keys ([`store_key`]); at least
+/// [`MIN_SECRET_LEN`] characters.
+pub fn secret(v: &str) -> Result<&str, OptionError> {
+    if v.chars().count() >= MIN_SECRET_LEN { Ok(v) } else { Err(OptionError::new("secret", SECRET_EXPECTED)) }
 }
 
 /// What the store holds for a key, as far as the decision is concerned.
@@ -351,6 +374,12 @@ pub struct ServerOptions {
     /// `maxBodyBytes`: the largest request body read for the fingerprint; a longer one is
     /// answered 413 before the handler runs. Default [`DEFAULT_MAX_BODY_BYTES`] (1 MiB).
     pub max_body_bytes: f64,
+    /// `handlerTimeoutMs`: how long a keyed handler may run before its `request.signal`
+    /// aborts (a `TimeoutError`). Default none: no limit.
+    pub handler_timeout_ms: Option<f64>,
+    /// `ignoredMethods`: the methods whose key is ignored (upper-case). Default
+    /// [`DEFAULT_IGNORED_METHODS`].
+    pub ignored_methods: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -363,6 +392,8 @@ impl Default for ServerOptions {
             wait_timeout_ms: None,
             poll_ms: DEFAULT_POLL_MS,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            handler_timeout_ms: None,
+            ignored_methods: DEFAULT_IGNORED_METHODS.iter().map(|m| m.to_string()).collect(),
         }
     }
 }
@@ -378,12 +409,29 @@ impl ServerOptions {
     pub fn renew_interval_ms(&self) -> f64 {
         (self.lock_timeout_ms / 3.0).floor().max(1.0)
     }
+
+    /// Is the key of a `method` request ignored (`ignoredMethods`)? Compared without case.
+    pub fn ignores_key(&self, method: &str) -> bool {
+        self.ignored_methods.iter().any(|m| m.eq_ignore_ascii_case(method))
+    }
 }
 
 /// What `ttlMs` must be.
 pub const TTL_EXPECTED: &str = "an integer number of milliseconds from 1 to 31536000000 (365 days)";
-/// What `lockTimeoutMs` and `pollMs` must be.
+/// What `pollMs` and `handlerTimeoutMs` must be.
 pub const POSITIVE_MS_EXPECTED: &str = "an integer number of milliseconds from 1 to 2147483647";
+/// The shortest `lockTimeoutMs` accepted: 1 s. A live holder renews its lock every third of
+/// it; below a second, one slow store round trip or event-loop pause (a GC, a long JSON
+/// parse) lets a live holder's lock lapse, and a duplicate runs the handler again.
+pub const MIN_LOCK_TIMEOUT_MS: f64 = 1_000.0;
+/// What `lockTimeoutMs` must be.
+pub const LOCK_TIMEOUT_EXPECTED: &str = "an integer number of milliseconds from 1000 to 2147483647 (a live holder renews its lock every third of it)";
+/// What `ignoredMethods` must be.
+pub const IGNORED_METHODS_EXPECTED: &str = "an array of HTTP method names (e.g. ['GET', 'HEAD', 'OPTIONS'])";
+/// The methods whose `Idempotency-Key` is ignored by default: `GET`, `HEAD`, `OPTIONS`. They
+/// are safe (RFC 9110): a repeat has no effect to prevent, and storing their answers would
+/// let any client fill the store by adding a key to a read.
+pub const DEFAULT_IGNORED_METHODS: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
 /// What `waitTimeoutMs` must be.
 pub const WAIT_MS_EXPECTED: &str = "an integer number of milliseconds from 0 to 2147483647";
 /// What `header` must be.
@@ -400,9 +448,20 @@ pub fn ttl_ms(v: f64) -> Result<f64, OptionError> {
     if integer_in(v, 1.0, MAX_TTL_MS) { Ok(v) } else { Err(OptionError::new("ttlMs", TTL_EXPECTED)) }
 }
 
-/// `lockTimeoutMs`: an integer from 1 to 2^31 - 1.
+/// `lockTimeoutMs`: an integer from [`MIN_LOCK_TIMEOUT_MS`] to 2^31 - 1.
 pub fn lock_timeout_ms(v: f64) -> Result<f64, OptionError> {
-    if integer_in(v, 1.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("lockTimeoutMs", POSITIVE_MS_EXPECTED)) }
+    if integer_in(v, MIN_LOCK_TIMEOUT_MS, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("lockTimeoutMs", LOCK_TIMEOUT_EXPECTED)) }
+}
+
+/// `handlerTimeoutMs`: an integer from 1 to 2^31 - 1.
+pub fn handler_timeout_ms(v: f64) -> Result<f64, OptionError> {
+    if integer_in(v, 1.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("handlerTimeoutMs", POSITIVE_MS_EXPECTED)) }
+}
+
+/// One method of `ignoredMethods`: an HTTP method name (a token), kept upper-case.
+pub fn ignored_method(v: &str) -> Result<String, OptionError> {
+    let token = !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if token { Ok(v.to_ascii_uppercase()) } else { Err(OptionError::new("ignoredMethods", IGNORED_METHODS_EXPECTED)) }
 }
 
 /// `waitTimeoutMs`: an integer from 0 to 2^31 - 1 (0: answer 409 unless the first request has
@@ -441,15 +500,16 @@ pub fn max_body_bytes(v: f64) -> Result<f64, OptionError> {
 }
 
 /// Every option `idempotency(handler, options)` takes, by its JavaScript name.
-pub const SERVER_OPTION_NAMES: [&str; 12] = [
-    "store", "header", "required", "identity", "ttlMs", "lockTimeoutMs", "concurrent",
-    "waitTimeoutMs", "pollMs", "maxBodyBytes", "onStoreError", "onError",
+pub const SERVER_OPTION_NAMES: [&str; 15] = [
+    "store", "header", "required", "identity", "secret", "ttlMs", "lockTimeoutMs", "concurrent",
+    "waitTimeoutMs", "pollMs", "maxBodyBytes", "handlerTimeoutMs", "ignoredMethods",
+    "onStoreError", "onError",
 ];
 
 /// Every option `idempotent(fn, options)` takes, by its JavaScript name.
-pub const JOB_OPTION_NAMES: [&str; 9] = [
-    "store", "key", "scope", "ttlMs", "lockTimeoutMs", "concurrent", "waitTimeoutMs", "pollMs",
-    "onStoreError",
+pub const JOB_OPTION_NAMES: [&str; 10] = [
+    "store", "key", "scope", "secret", "ttlMs", "lockTimeoutMs", "concurrent", "waitTimeoutMs",
+    "pollMs", "onStoreError",
 ];
 
 /// The statuses that say "this request was not processed, send it again": a handler's answer
@@ -477,7 +537,7 @@ pub fn stores_answer(status: u16, has_retry_after: bool) -> bool {
 }
 
 /// What becomes of a key whose handler threw (or resolved with something that is not a
-/// `Response`) after it started.
+/// `Response`) after it started, or answered in a way that is not kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AfterThrow {
     /// Free the key: the store's transaction is rolled back, and with it every write the
@@ -490,35 +550,104 @@ pub enum AfterThrow {
 
 /// A handler that started may have had effects, so a throw ends like a stored `500`, unless
 /// the store is transactional and the handler used its transaction (`ctx.tx`), in which case
-/// the rollback undid its writes and the key is freed.
+/// the rollback undid its writes and the key is freed; or unless the companion itself aborted
+/// the handler's `request.signal` (`handlerTimeoutMs`): a handler stopped by its server is
+/// not an answer, so the key is freed (rolled back) and the retry runs it again.
 ///
 /// ```
 /// use retry_fetch::core::idempotency::{after_throw, AfterThrow};
-/// assert_eq!(after_throw(true, true), AfterThrow::Release);
-/// assert_eq!(after_throw(true, false), AfterThrow::StoreFailure);
-/// assert_eq!(after_throw(false, false), AfterThrow::StoreFailure);
+/// assert_eq!(after_throw(true, true, false), AfterThrow::Release);
+/// assert_eq!(after_throw(true, false, false), AfterThrow::StoreFailure);
+/// assert_eq!(after_throw(false, false, false), AfterThrow::StoreFailure);
+/// assert_eq!(after_throw(false, false, true), AfterThrow::Release);
 /// ```
-pub fn after_throw(transactional_store: bool, used_transaction: bool) -> AfterThrow {
-    if transactional_store && used_transaction { AfterThrow::Release } else { AfterThrow::StoreFailure }
+pub fn after_throw(transactional_store: bool, used_transaction: bool, aborted_by_companion: bool) -> AfterThrow {
+    if aborted_by_companion || (transactional_store && used_transaction) { AfterThrow::Release } else { AfterThrow::StoreFailure }
 }
 
-/// Cookie names taken for a session cookie when no `identity` is given (compared without
-/// case): the usual names of Express, Rails, Django, PHP, Java, Laravel and Auth.js sessions.
-/// A cookie whose name ends in `session` or `sessionid` counts too.
-pub const SESSION_COOKIE_NAMES: [&str; 9] = [
-    "connect.sid", "sid", "session", "sessionid", "session_id", "jsessionid", "phpsessid",
-    "laravel_session", "next-auth.session-token",
+/// What becomes of a handler's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Store it for the key (and, with a transactional store, commit the handler's writes).
+    Store,
+    /// Free the key (with a transactional store: roll back the handler's writes); the answer
+    /// is sent but not kept.
+    Free,
+}
+
+/// The answer with `status` (with `Retry-After` or not) is stored ([`stores_answer`]),
+/// except:
+/// - a "not processed" answer ([`NOT_PROCESSED_STATUSES`], a `503` with `Retry-After`): freed;
+/// - a `500` from a handler that wrote through a transactional store's `ctx.tx`: freed, its
+///   writes rolled back. A 500 is what a framework answers for a handler that threw
+///   half-way; committing its writes would keep half an operation under a failed answer;
+/// - an answer that cannot be stored (`storable` false: too large, not JSON) from a handler
+///   that wrote through a transactional store's `ctx.tx`: freed, so the effect is never
+///   committed without its answer.
+///
+/// ```
+/// use retry_fetch::core::idempotency::{ending, Ending};
+/// assert_eq!(ending(201, false, true, true, true), Ending::Store);
+/// assert_eq!(ending(500, false, true, true, true), Ending::Free);
+/// assert_eq!(ending(500, false, false, false, true), Ending::Store);
+/// assert_eq!(ending(429, false, false, false, true), Ending::Free);
+/// assert_eq!(ending(201, false, true, true, false), Ending::Free);
+/// ```
+pub fn ending(status: u16, has_retry_after: bool, transactional_store: bool, used_transaction: bool, storable: bool) -> Ending {
+    let rolled_back = transactional_store && used_transaction && (status == 500 || !storable);
+    if rolled_back || !stores_answer(status, has_retry_after) { Ending::Free } else { Ending::Store }
+}
+
+/// Response headers never stored nor replayed: `Set-Cookie` and `Set-Cookie2` (a replay must
+/// not hand one caller's session to another, nor renew a session), and the hop-by-hop headers
+/// of RFC 9110 §7.6.1 (`Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
+/// `Transfer-Encoding`, `Upgrade`), which describe one connection, not the answer.
+pub const UNSTORED_HEADERS: [&str; 9] = [
+    "set-cookie", "set-cookie2", "connection", "keep-alive", "proxy-connection", "te", "trailer",
+    "transfer-encoding", "upgrade",
 ];
 
-/// How surely `name` is a session cookie's name: 2 for one of [`SESSION_COOKIE_NAMES`], 1 for
-/// a name ending in `session`, `sessionid` or `session-token`, 0 otherwise. `__Host-` and
-/// `__Secure-` prefixes are ignored.
+/// Is the response header `name` stored with the answer (see [`UNSTORED_HEADERS`])?
+pub fn stores_header(name: &str) -> bool {
+    !UNSTORED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// Request headers that carry a credential, in the order they are looked for when no
+/// `identity` is given (lower-case): `Authorization`, then the API-key and token headers
+/// APIs commonly use.
+pub const CREDENTIAL_HEADERS: [&str; 6] =
+    ["authorization", "x-api-key", "api-key", "x-auth-token", "x-access-token", "x-session-token"];
+
+/// Cookie names taken for a session or credential cookie when no `identity` is given (compared
+/// without case): the usual names of Express, Koa, Rails, Django, PHP, Java, Laravel, ASP.NET,
+/// Auth.js and of JWT cookies.
+pub const SESSION_COOKIE_NAMES: [&str; 17] = [
+    "connect.sid", "sid", "session", "sessionid", "session_id", "jsessionid", "phpsessid",
+    "laravel_session", "next-auth.session-token", "authjs.session-token", "koa.sess",
+    ".aspnetcore.cookies", "token", "jwt", "access_token", "auth_token", "id_token",
+];
+
+/// Name endings that make a cookie count as a credential (after the known names): `session`,
+/// `sessionid`, `session-token`, `auth-token` (Supabase's `sb-<ref>-auth-token`),
+/// `auth_token`, `access_token`, `access-token`.
+pub const SESSION_COOKIE_SUFFIXES: [&str; 7] =
+    ["session", "sessionid", "session-token", "auth-token", "auth_token", "access_token", "access-token"];
+
+/// How surely `name` is a credential cookie's name: 2 for one of [`SESSION_COOKIE_NAMES`]
+/// (or a name starting with `.aspnetcore.`), 1 for a name with one of
+/// [`SESSION_COOKIE_SUFFIXES`], 0 otherwise. `__Host-` and `__Secure-` prefixes are ignored;
+/// chunked cookies (`sb-x-auth-token.0`) count by their base name.
 fn session_cookie_rank(name: &str) -> u8 {
     let lower = name.trim().to_ascii_lowercase();
     let bare = lower.strip_prefix("__host-").or_else(|| lower.strip_prefix("__secure-")).unwrap_or(&lower);
-    if SESSION_COOKIE_NAMES.contains(&bare) {
+    // `name.0`, `name.1`: one cookie split in chunks (Supabase, Auth.js).
+    let base = match bare.rsplit_once('.') {
+        Some((b, n)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => b,
+        _ => bare,
+    };
+    if SESSION_COOKIE_NAMES.contains(&base) || base.starts_with(".aspnetcore.") {
         2
-    } else if bare.ends_with("session") || bare.ends_with("sessionid") || bare.ends_with("session-token") {
+    } else if SESSION_COOKIE_SUFFIXES.iter().any(|s| base.ends_with(s)) {
         1
     } else {
         0
@@ -533,27 +662,34 @@ fn is_session_cookie(name: &str) -> bool {
 
 /// The default scope of a key when the `identity` option is not given: the caller's
 /// credentials, so that a caller who reuses another's key never gets that caller's stored
-/// answer. The `Authorization` header's value when present; else the session cookie's
-/// `name=value` (the first cookie of [`is_session_cookie`]); else `None` (keys unscoped).
-/// Only the session cookie counts, not the whole `Cookie` header: other cookies (analytics,
-/// preferences) may change between a request and its retry. The store keeps only a SHA-256
-/// of it ([`store_key`]).
+/// answer. `header(name)` reads a request header (lower-case name). The first of
+/// [`CREDENTIAL_HEADERS`] present (`authorization:Bearer t1`); else the credential cookie's
+/// `name=value` (the first cookie of the highest [`session_cookie_rank`]); else `None`: the request carries no credential this recognises, and its
+/// key is not scoped. Other cookies (analytics, preferences) are left out: they may change
+/// between a request and its retry. The store keeps only a keyed hash of it ([`store_key`]).
 ///
 /// ```
 /// use retry_fetch::core::idempotency::default_identity;
-/// assert_eq!(default_identity(Some("Bearer t1"), Some("sid=abc")), Some("authorization:Bearer t1".into()));
-/// assert_eq!(default_identity(None, Some("_ga=1; sid=abc")), Some("cookie:sid=abc".into()));
-/// assert_eq!(default_identity(None, Some("_ga=1; theme=dark")), None);
-/// assert_eq!(default_identity(None, None), None);
+/// let from = |h: &'static [(&'static str, &'static str)]| move |name: &str| h.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
+/// assert_eq!(default_identity(from(&[("authorization", "Bearer t1"), ("cookie", "sid=abc")])), Some("authorization:Bearer t1".into()));
+/// assert_eq!(default_identity(from(&[("x-api-key", "alice")])), Some("x-api-key:alice".into()));
+/// assert_eq!(default_identity(from(&[("cookie", "_ga=1; sid=abc")])), Some("cookie:sid=abc".into()));
+/// assert_eq!(default_identity(from(&[("cookie", "_ga=1; theme=dark")])), None);
+/// assert_eq!(default_identity(from(&[])), None);
 /// ```
-pub fn default_identity(authorization: Option<&str>, cookie: Option<&str>) -> Option<String> {
-    if let Some(auth) = authorization.map(str::trim).filter(|a| !a.is_empty()) {
-        return Some(format!("authorization:{auth}"));
+pub fn default_identity(header: impl Fn(&str) -> Option<String>) -> Option<String> {
+    for name in CREDENTIAL_HEADERS {
+        if let Some(value) = header(name) {
+            let value = value.trim();
+            if !value.is_empty() {
+                return Some(format!("{name}:{value}"));
+            }
+        }
     }
-    let cookie = cookie?;
+    let cookie = header("cookie")?;
     // A known name wins over a suffix match wherever it is in the header (`rl_session`, an
     // analytics cookie whose value changes, must not shadow `connect.sid`); among equals, the
-    // first.
+    // first (a session split in chunks counts by its first chunk).
     let (_, name, value) = cookie
         .split(';')
         .filter_map(|pair| {
@@ -610,6 +746,15 @@ pub fn key_required_by_default(method: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `default_identity` of a request with these `Authorization` and `Cookie` headers.
+    fn id(authorization: Option<&str>, cookie: Option<&str>) -> Option<String> {
+        default_identity(|name| match name {
+            "authorization" => authorization.map(String::from),
+            "cookie" => cookie.map(String::from),
+            _ => None,
+        })
+    }
 
     #[test]
     fn plain_keys() {
@@ -711,19 +856,56 @@ mod tests {
 
     #[test]
     fn store_keys_are_scoped_and_unambiguous() {
-        assert_eq!(store_key(None, "k"), "-:k");
-        assert_eq!(store_key(Some(""), "k"), "-:k", "an empty identity is no identity");
-        let alice = store_key(Some("alice"), "k");
-        let bob = store_key(Some("bob"), "k");
+        let s = b"0123456789abcdef";
+        assert_eq!(store_key(s, None, "k"), "-:k");
+        assert_eq!(store_key(s, Some(""), "k"), "-:k", "an empty identity is no identity");
+        let alice = store_key(s, Some("alice"), "k");
+        let bob = store_key(s, Some("bob"), "k");
         assert_ne!(alice, bob);
-        assert_ne!(alice, store_key(None, "k"));
-        assert_eq!(alice, format!("{}:k", sha256_hex(b"alice")));
+        assert_ne!(alice, store_key(s, None, "k"));
+        // HMAC-SHA-256 (RFC 4231 test case 2: key "Jefe").
+        assert_eq!(
+            store_key(b"Jefe", Some("what do ya want for nothing?"), "k"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843:k"
+        );
         assert!(!alice.contains("alice"), "the identity is not stored in clear");
+        assert_ne!(alice, format!("{}:k", sha256_hex(b"alice")), "not a plain hash a dictionary can invert");
+        assert_ne!(alice, store_key(b"another secret!!", Some("alice"), "k"), "the secret keys the hash");
         // identity "a:b" + key "c" vs identity "a" + key "b:c"
-        assert_ne!(store_key(Some("a:b"), "c"), store_key(Some("a"), "b:c"));
+        assert_ne!(store_key(s, Some("a:b"), "c"), store_key(s, Some("a"), "b:c"));
         // An anonymous key that looks like a scoped one still differs (prefix `-:`).
-        let scoped_looking = format!("{}:k", sha256_hex(b"alice"));
-        assert_ne!(store_key(None, &scoped_looking), alice);
+        assert_ne!(store_key(s, None, &alice), alice);
+        assert!(secret("0123456789abcde").is_err() && secret("0123456789abcdef").is_ok());
+    }
+
+    #[test]
+    fn credentials_recognised_by_default() {
+        let with = |name: &'static str, value: &'static str| default_identity(move |h| (h == name).then(|| value.to_string()));
+        for header in CREDENTIAL_HEADERS {
+            assert_eq!(with(header, "alice"), Some(format!("{header}:alice")), "{header}");
+            assert_ne!(with(header, "alice"), with(header, "bob"));
+        }
+        for cookie in ["token=a", "jwt=a", "access_token=a", "sb-abcd-auth-token=a", "sb-abcd-auth-token.0=a",
+            ".AspNetCore.Cookies=a", ".AspNetCore.Session=a", "koa.sess=a", "authjs.session-token=a", "__Secure-next-auth.session-token=a"] {
+            assert_eq!(id(None, Some(&format!("_ga=1; {cookie}"))), Some(format!("cookie:{cookie}")), "{cookie}");
+        }
+        assert_eq!(id(None, Some("theme=dark; _ga=GA1; csrftoken=x")), None);
+        // A header credential wins over a cookie.
+        assert_eq!(default_identity(|h| match h { "x-api-key" => Some("k".into()), "cookie" => Some("sid=1".into()), _ => None }), Some("x-api-key:k".into()));
+    }
+
+    #[test]
+    fn endings() {
+        assert_eq!(ending(201, false, false, false, true), Ending::Store);
+        assert_eq!(ending(500, false, false, false, true), Ending::Store, "a 500 may follow an effect");
+        assert_eq!(ending(500, false, true, false, true), Ending::Store, "tx not used: nothing rolled back");
+        assert_eq!(ending(500, false, true, true, true), Ending::Free, "tx used: rolled back");
+        assert_eq!(ending(502, false, true, true, true), Ending::Store);
+        assert_eq!(ending(503, true, false, false, true), Ending::Free);
+        assert_eq!(ending(201, false, true, true, false), Ending::Free, "never commit an effect without its answer");
+        assert_eq!(ending(201, false, false, false, false), Ending::Store, "the too-large problem is stored");
+        assert!(!stores_header("Connection") && !stores_header("transfer-encoding") && !stores_header("Set-Cookie2"));
+        assert!(stores_header("content-type") && stores_header("location"));
     }
 
     #[test]
@@ -764,6 +946,7 @@ mod tests {
         assert_eq!(o.max_body_bytes, 1_048_576.0);
         assert_eq!(o.renew_interval_ms(), 20_000.0);
         assert_eq!(ServerOptions { lock_timeout_ms: 2.0, ..o.clone() }.renew_interval_ms(), 1.0);
+        assert_eq!(o.handler_timeout_ms, None);
     }
 
     #[test]
@@ -780,21 +963,21 @@ mod tests {
 
     #[test]
     fn default_scope_from_credentials() {
-        assert_eq!(default_identity(Some("  "), None), None, "a blank Authorization is none");
-        assert_eq!(default_identity(Some(""), Some("sid=1")), Some("cookie:sid=1".into()));
-        assert_eq!(default_identity(None, Some("__Host-session=x; a=b")), Some("cookie:__Host-session=x".into()));
-        assert_eq!(default_identity(None, Some("connect.sid=s%3Aabc")), Some("cookie:connect.sid=s%3Aabc".into()));
-        assert_eq!(default_identity(None, Some("JSESSIONID=9")), Some("cookie:JSESSIONID=9".into()));
-        assert_eq!(default_identity(None, Some("my_app_session=9")), Some("cookie:my_app_session=9".into()));
-        assert_eq!(default_identity(None, Some("sid=")), None, "an empty session cookie is none");
-        assert_eq!(default_identity(None, Some("garbage")), None);
+        assert_eq!(id(Some("  "), None), None, "a blank Authorization is none");
+        assert_eq!(id(Some(""), Some("sid=1")), Some("cookie:sid=1".into()));
+        assert_eq!(id(None, Some("__Host-session=x; a=b")), Some("cookie:__Host-session=x".into()));
+        assert_eq!(id(None, Some("connect.sid=s%3Aabc")), Some("cookie:connect.sid=s%3Aabc".into()));
+        assert_eq!(id(None, Some("JSESSIONID=9")), Some("cookie:JSESSIONID=9".into()));
+        assert_eq!(id(None, Some("my_app_session=9")), Some("cookie:my_app_session=9".into()));
+        assert_eq!(id(None, Some("sid=")), None, "an empty session cookie is none");
+        assert_eq!(id(None, Some("garbage")), None);
         // A known name wins over a suffix match that comes first.
-        assert_eq!(default_identity(None, Some("rl_session=1; connect.sid=s")), Some("cookie:connect.sid=s".into()));
-        assert_eq!(default_identity(None, Some("a_session=1; b_session=2")), Some("cookie:a_session=1".into()));
+        assert_eq!(id(None, Some("rl_session=1; connect.sid=s")), Some("cookie:connect.sid=s".into()));
+        assert_eq!(id(None, Some("a_session=1; b_session=2")), Some("cookie:a_session=1".into()));
         // Other cookies changing between a request and its retry do not change the scope.
-        assert_eq!(default_identity(None, Some("_ga=1; sid=a")), default_identity(None, Some("sid=a; _ga=2")));
+        assert_eq!(id(None, Some("_ga=1; sid=a")), id(None, Some("sid=a; _ga=2")));
         // Authorization and cookie identities cannot collide.
-        assert_ne!(default_identity(Some("sid=a"), None), default_identity(None, Some("sid=a")));
+        assert_ne!(id(Some("sid=a"), None), id(None, Some("sid=a")));
     }
 
     #[test]
@@ -804,7 +987,7 @@ mod tests {
         assert!(k.bytes().enumerate().all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { c == b'-' } else { c.is_ascii_hexdigit() && !c.is_ascii_uppercase() }));
         assert!(matches!(&k[19..20], "8" | "9" | "a" | "b"));
         assert_ne!(derived_key("-:k1", "a"), derived_key("-:k1", "b"));
-        assert_ne!(derived_key(&store_key(Some("alice"), "k1"), "a"), derived_key(&store_key(Some("bob"), "k1"), "a"));
+        assert_ne!(derived_key(&store_key(b"s", Some("alice"), "k1"), "a"), derived_key(&store_key(b"s", Some("bob"), "k1"), "a"));
         // The NUL separator: ("-:k1", "2x") and ("-:k12", "x") differ.
         assert_ne!(derived_key("-:k1", "2x"), derived_key("-:k12", "x"));
     }
@@ -831,7 +1014,16 @@ mod tests {
             assert_eq!(ttl_ms(bad).map_err(|e| e.option), Err("ttlMs"), "{bad}");
         }
         assert_eq!(lock_timeout_ms(60_000.0), Ok(60_000.0));
+        assert_eq!(lock_timeout_ms(1_000.0), Ok(1_000.0));
+        assert!(lock_timeout_ms(999.0).is_err(), "a lock shorter than a second lapses under a live holder");
+        assert!(lock_timeout_ms(1.0).is_err());
         assert!(lock_timeout_ms(0.0).is_err());
+        assert_eq!(handler_timeout_ms(1.0), Ok(1.0));
+        assert!(handler_timeout_ms(0.0).is_err());
+        assert_eq!(ignored_method("get"), Ok("GET".into()));
+        assert!(ignored_method("G ET").is_err() && ignored_method("").is_err());
+        let o = ServerOptions::default();
+        assert!(o.ignores_key("GET") && o.ignores_key("head") && o.ignores_key("OPTIONS") && !o.ignores_key("POST"));
         assert!(lock_timeout_ms(MAX_TIMER_MS + 1.0).is_err());
         assert_eq!(wait_timeout_ms(0.0), Ok(0.0));
         assert_eq!(wait_timeout_ms(-1.0).map_err(|e| e.option), Err("waitTimeoutMs"));
@@ -860,6 +1052,7 @@ mod tests {
 
     mod properties {
         use super::super::*;
+        use super::id;
         use proptest::prelude::*;
 
         proptest! {
@@ -893,8 +1086,8 @@ mod tests {
             #[test]
             fn other_cookies_do_not_change_the_scope(session in "[a-zA-Z0-9]{1,20}", other in "[a-z_]{1,8}", value in "[a-zA-Z0-9]{0,20}") {
                 prop_assume!(!is_session_cookie(&other));
-                let alone = default_identity(None, Some(&format!("sid={session}")));
-                let with = default_identity(None, Some(&format!("{other}={value}; sid={session}")));
+                let alone = id(None, Some(&format!("sid={session}")));
+                let with = id(None, Some(&format!("{other}={value}; sid={session}")));
                 prop_assert_eq!(alone, with);
             }
 

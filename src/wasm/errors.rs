@@ -7,15 +7,14 @@ use wasm_bindgen::prelude::*;
 use super::js;
 use crate::core::options::OptionError;
 
-/// A short, readable rendering of a JS value for an error message: strings quoted
-/// (`"3"`), everything else as `String(value)` (`NaN`, `[object Object]`, `null`).
+/// A short, readable rendering of a JS value for an error message: strings quoted as JSON
+/// quotes them (`"3"`, `"a\"b"`), everything else as `String(value)` (`NaN`, `[object Object]`, `null`).
 pub fn describe(value: &JsValue) -> String {
-    if let Some(s) = value.as_string() {
-        let mut out = String::with_capacity(s.len() + 2);
-        out.push('"');
-        out.push_str(&s);
-        out.push('"');
-        return out;
+    if value.is_string() {
+        // JSON's quoting: a quote, a backslash or a control character inside stays readable.
+        if let Some(s) = js_sys::JSON::stringify(value).ok().and_then(|s| s.as_string()) {
+            return s;
+        }
     }
     if value.is_function() {
         return "a function".into();

@@ -81,11 +81,13 @@ pub fn from_stored(stored: &StoredResponse, replayed: bool) -> Result<Response, 
 /// A handler's answer, read whole: what is stored, and the live response to send (the same
 /// status, headers (every `Set-Cookie` kept) and bytes).
 pub struct Answer {
-    /// What the store keeps: never a `Set-Cookie` (a replay must not hand one caller's
-    /// session to another, nor renew a session).
+    /// What the store keeps: never a `Set-Cookie` nor a hop-by-hop header
+    /// (`core::idempotency::UNSTORED_HEADERS`).
     pub stored: StoredResponse,
     /// Whether it carried `Retry-After`.
     pub has_retry_after: bool,
+    /// Whether it was too large to be stored (`stored` is then a 500 problem saying so).
+    pub too_large: bool,
     /// The response to send now.
     pub live: Response,
 }
@@ -100,7 +102,7 @@ pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
         for entry in entries {
             let pair = js_sys::Array::from(&entry?);
             let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) else { continue };
-            if !name.eq_ignore_ascii_case("set-cookie") {
+            if crate::core::idempotency::stores_header(&name) {
                 headers.push((name, value));
             }
         }
@@ -109,14 +111,15 @@ pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
     let status_text = response.status_text();
     let has_retry_after = source.has("retry-after").unwrap_or(false);
     let live = self::response(status, &status_text, &source, &bytes)?;
-    let stored = if bytes.len() > MAX_STORED_ANSWER_BYTES {
+    let too_large = bytes.len() > MAX_STORED_ANSWER_BYTES;
+    let stored = if too_large {
         // Sent whole now; what the key keeps says that it could not be kept.
         problem_record(500, "idempotency-answer-too-large", "The answer was too large to be stored",
             "The request was processed, but its answer (over 32 MiB) was too large to be stored for replay; check the operation's state before trying again with a new key.", false)?
     } else {
         StoredResponse { status, status_text, headers, body: BASE64.encode(&bytes) }
     };
-    Ok(Answer { stored, has_retry_after, live })
+    Ok(Answer { stored, has_retry_after, too_large, live })
 }
 
 /// A handler's result as a `Response`: a `Response` of this realm as it is; a response-like

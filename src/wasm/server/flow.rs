@@ -32,16 +32,22 @@ pub struct Keyed {
 }
 
 impl Keyed {
-    /// A request's key, with a fresh token.
-    pub fn new(key: String, identity: Option<&str>, fingerprint: String) -> Keyed {
+    /// A request's key, with a fresh token. The secret (the HMAC key of the scope) is asked
+    /// for only when there is an identity to scope by.
+    pub async fn new(c: &Common, key: String, identity: Option<&str>, fingerprint: String) -> Result<Keyed, JsValue> {
+        let identity = identity.filter(|i| !i.is_empty());
+        let secret = match identity {
+            Some(_) => c.secret.get(&c.store).await?,
+            None => Rc::from(&[][..]),
+        };
         let mut bytes = [0u8; 16];
         let _ = getrandom::fill(&mut bytes); // never fails in browsers and Node (crypto.getRandomValues)
-        Keyed {
-            store_key: idem::store_key(identity, &key).into(),
+        Ok(Keyed {
+            store_key: idem::store_key(&secret, identity, &key).into(),
             key,
             fingerprint: fingerprint.into(),
             token: uuid_v4(bytes).into(),
-        }
+        })
     }
 }
 
@@ -126,9 +132,15 @@ pub struct Context {
 
 impl Context {
     /// The context of a request holding `k` (`tx`: the store's transaction) or, for a request
-    /// without a key, `{ key: null, keyFor() throws, tx: undefined }`.
-    pub fn new(k: Option<&Keyed>, tx: JsValue) -> Context {
+    /// without a key, `{ key: null, keyFor() throws, tx: undefined }`. The own properties of
+    /// `route` (the second argument the wrapped function was called with: Next.js's
+    /// `{ params }`, an adapter's state) come first; the idempotency fields win over them.
+    pub fn new(k: Option<&Keyed>, tx: JsValue, route: &JsValue) -> Context {
         let object: JsValue = Object::new().into();
+        if route.is_object() {
+            // Object.assign reads the source's getters; one that throws leaves that field out.
+            let _ = js_sys::Reflect::apply(&assign(), &JsValue::UNDEFINED, &js_sys::Array::of2(&object, route));
+        }
         let used_tx = Rc::new(Cell::new(false));
         js::set(&object, "key", &k.map_or(JsValue::NULL, |k| JsValue::from_str(&k.key)));
         let store_key = k.map(|k| k.store_key.clone());
@@ -160,19 +172,54 @@ impl Context {
     }
 }
 
+/// `Object.assign`.
+fn assign() -> Function {
+    js::get(&js::get(&js_sys::global(), "Object"), "assign").unchecked_into()
+}
+
 /// How the handler ended.
 pub enum Ran {
     /// It resolved with this value.
     Resolved(JsValue),
     /// It threw or rejected with this error.
     Threw(JsValue),
+    /// Its signal was aborted (`handlerTimeoutMs`) and it still had not settled a
+    /// `lockTimeoutMs` later: given up on, as a holder that hung.
+    Abandoned,
+}
+
+/// The handler's time limit: abort `controller` with a `TimeoutError` after `ms`.
+pub struct Limit<'a> {
+    /// `handlerTimeoutMs`.
+    pub ms: f64,
+    /// The controller of the handler's `request.signal`.
+    pub controller: &'a web_sys::AbortController,
+}
+
+/// `promise`'s outcome, or `None` when it has not settled within `ms`.
+async fn within(promise: &Promise, ms: f64) -> Option<Result<JsValue, JsValue>> {
+    let sentinel: JsValue = Object::new().into();
+    let mut handle = JsValue::UNDEFINED;
+    let timer = Promise::new(&mut |resolve, _| {
+        let bound: JsValue = resolve.bind1(&JsValue::UNDEFINED, &sentinel).into();
+        handle = js::set_timeout(bound.unchecked_ref(), ms.clamp(0.0, MAX_TIMER_MS));
+    });
+    let outcome = JsFuture::from(Promise::race(&js_sys::Array::of2(promise, &timer))).await;
+    js::clear_timeout(&handle);
+    match outcome {
+        Ok(v) if Object::is(&v, &sentinel) => None,
+        other => Some(other),
+    }
 }
 
 /// Run `f(input, ctx)` while holding `k`, renewing the lock every third of `lockTimeoutMs`.
 /// Returns how it ended, the context (was `tx` used?) and the renewal (was the lock lost?),
-/// which stops renewing when dropped.
-pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue, caller: &Caller) -> (Ran, Context, Renewal) {
-    let ctx = Context::new(Some(k), c.store.transaction(&k.store_key, &k.token));
+/// which stops renewing when dropped. With a `limit`, the handler's signal is aborted after
+/// `limit.ms`, and a handler that still has not settled `lockTimeoutMs` later is
+/// [`Ran::Abandoned`]. Once it has settled (or is abandoned), the store's transaction is
+/// closed to it (`closeTransaction`): `ctx.tx` throws from then on.
+pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue, route: &JsValue, caller: &Caller, limit: Option<Limit<'_>>) -> (Ran, Context, Renewal) {
+    let ctx = Context::new(Some(k), c.store.transaction(&k.store_key, &k.token), route);
     let renewal = Renewal::start(
         c.store.clone(),
         k.store_key.clone(),
@@ -182,12 +229,30 @@ pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue, c
         c.limits.renew_interval_ms(),
         c.reporter.clone(),
     );
-    let ran = match caller.call(f, &[input, &ctx.object]) {
-        Err(e) => Ran::Threw(e),
-        Ok(v) => match JsFuture::from(Promise::resolve(&v)).await {
-            Ok(v) => Ran::Resolved(v),
-            Err(e) => Ran::Threw(e),
-        },
+    let outcome = match caller.call(f, &[input, &ctx.object]) {
+        Err(e) => Some(Err(e)),
+        Ok(v) => {
+            let promise = Promise::resolve(&v);
+            match limit {
+                None => Some(JsFuture::from(promise).await),
+                Some(limit) => match within(&promise, limit.ms).await {
+                    Some(outcome) => Some(outcome),
+                    None => {
+                        let reason = web_sys::DomException::new_with_message_and_name(
+                            "the handler ran longer than handlerTimeoutMs", "TimeoutError",
+                        ).map(JsValue::from).unwrap_or(JsValue::UNDEFINED);
+                        limit.controller.abort_with_reason(&reason);
+                        within(&promise, c.limits.lock_timeout_ms).await
+                    }
+                },
+            }
+        }
+    };
+    c.store.close_transaction(&k.store_key, &k.token);
+    let ran = match outcome {
+        Some(Ok(v)) => Ran::Resolved(v),
+        Some(Err(e)) => Ran::Threw(e),
+        None => Ran::Abandoned,
     };
     (ran, ctx, renewal)
 }

@@ -19,27 +19,34 @@ use web_sys::{ReadableStreamDefaultReader, Request, RequestInit, Response};
 
 use super::context::Caller;
 use super::answers::{as_response, from_stored, problem, problem_record, read_answer};
-use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Context, Keyed, Ran, Stored};
+use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Context, Keyed, Limit, Ran, Stored};
 use super::options::{HttpSettings, Identity, Required};
-use crate::core::idempotency::{self as idem, after_throw, stores_answer, AfterThrow};
+use crate::core::idempotency::{self as idem, after_throw, ending, AfterThrow, Ending};
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
 
-/// Handle one request (the function `idempotency` returns).
-pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue, caller: Caller) -> Result<JsValue, JsValue> {
+/// Handle one request (the function `idempotency` returns): `request`, and `route`, the
+/// second argument it was called with (Next.js's `{ params }`), whose fields `ctx` carries.
+pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue, route: JsValue, caller: Caller) -> Result<JsValue, JsValue> {
     let req: Request = request
         .dyn_into()
         .map_err(|v| type_error(&format!("idempotency: the wrapped handler takes a Request; got {}", describe(&v))))?;
     let header = &s.common.limits.header;
     let headers = req.headers();
-    let Some(raw) = headers.get(header)? else {
-        if is_required(&s.required, &req, &caller).await? {
-            let path = web_sys::Url::new(&req.url()).map(|u| u.pathname()).unwrap_or_default();
-            let detail = format!("{} {} requires an {header} header (a unique key per operation, the same on every retry).", req.method(), path);
-            return Ok(problem(400, "idempotency-key-missing", &format!("{header} is missing"), &detail, false)?.into());
+    let method = req.method();
+    // A key on a safe method (GET, HEAD, OPTIONS by default) is ignored: nothing to prevent,
+    // and storing reads would let any client fill the store.
+    let raw = match headers.get(header)? {
+        Some(raw) if !s.common.limits.ignores_key(&method) => raw,
+        _ => {
+            if is_required(&s.required, &req, &caller).await? {
+                let path = web_sys::Url::new(&req.url()).map(|u| u.pathname()).unwrap_or_default();
+                let detail = format!("{method} {path} requires an {header} header (a unique key per operation, the same on every retry).");
+                return Ok(problem(400, "idempotency-key-missing", &format!("{header} is missing"), &detail, false)?.into());
+            }
+            let ctx = Context::new(None, JsValue::UNDEFINED, &route);
+            return JsFuture::from(Promise::resolve(&caller.call(&handler, &[&req, &ctx.object])?)).await;
         }
-        let ctx = Context::new(None, JsValue::UNDEFINED);
-        return JsFuture::from(Promise::resolve(&caller.call(&handler, &[&req, &ctx.object])?)).await;
     };
     let key = match idem::parse_key(&raw) {
         Ok(key) => key,
@@ -48,21 +55,30 @@ pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue, ca
             return Ok(problem(400, "idempotency-key-invalid", &format!("{header} is invalid"), &detail, false)?.into());
         }
     };
-    let identity = identity(&s.identity, &req, &caller).await?;
+    if req.body_used() || req.body().is_some_and(|b| b.locked()) {
+        // A body parser or validator read it first: it cannot be fingerprinted, and the
+        // handler could not read it either. A server setup error, answered, never a crash.
+        let detail = format!("The request body was read before the idempotency companion could fingerprint it (a body parser or validator ran first). Wrap the handler before anything reads the body, or use the adapter for your framework (retry-fetch/express, retry-fetch/fastify, retry-fetch/hono), which fingerprints what the parser left. Nothing was processed for this {header}.");
+        return Ok(problem(500, "idempotency-body-already-read", "The request body was already read", &detail, false)?.into());
+    }
+    let identity = identity(&s, &req, &caller).await?;
     let limit = s.common.limits.max_body_bytes;
-    let Some((body, req)) = read_body(req, limit).await? else {
+    let Some(body) = read_body(&req, limit).await? else {
         let detail = format!("The request body is larger than {limit} bytes, the most this endpoint reads for an {header}.");
         return Ok(problem(413, "idempotency-body-too-large", "Request body too large", &detail, false)?.into());
     };
     let url = web_sys::Url::new(&req.url())?;
     let mut path = url.pathname();
     path.push_str(&url.search());
-    let k = Keyed::new(key, identity.as_deref(), idem::fingerprint(&req.method(), &path, &body));
+    let k = match Keyed::new(&s.common, key, identity.as_deref(), idem::fingerprint(&method, &path, body.as_deref().unwrap_or_default())).await {
+        Ok(k) => k,
+        Err(error) => return unavailable(&s, &error, "secret"),
+    };
 
     let signal = req.signal();
     let aborted = || signal.aborted().then(|| signal.reason());
     let answer = match claim(&s.common, &k, &aborted).await {
-        Ok(Claim::Held) => return process(&s, &k, &handler, &req, &caller).await.map(JsValue::from),
+        Ok(Claim::Held) => return process(&s, &k, &handler, &req, body, &route, &caller).await.map(JsValue::from),
         Ok(Claim::Replay(stored)) => match from_stored(&stored, true) {
             Ok(response) => response,
             Err(error) => return unavailable(&s, &error, "acquire"),
@@ -86,19 +102,53 @@ fn unavailable(s: &HttpSettings, error: &JsValue, operation: &str) -> Result<JsV
         &format!("The request was not processed and nothing was stored; retry later with the same {header}."), true)?.into())
 }
 
+/// The request the handler gets: the same URL, method and headers, the bytes read as its
+/// body, and a signal of the companion's own. The client going away does not abort it: a
+/// keyed handler runs to its end (a charge that went through is stored, and the client's
+/// retry gets it), as Stripe's API does. Only `handlerTimeoutMs` aborts it.
+fn handler_request(req: &Request, body: Option<&[u8]>, signal: &web_sys::AbortSignal) -> Result<Request, JsValue> {
+    let init = RequestInit::new();
+    if let Some(bytes) = body {
+        init.set_body(&Uint8Array::from(bytes));
+    }
+    init.set_signal(Some(signal));
+    Request::new_with_request_and_init(req, &init)
+}
+
 /// Holding the key: run the handler, then store its answer or free the key.
-async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request, caller: &Caller) -> Result<Response, JsValue> {
+async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request, body: Option<Vec<u8>>, route: &JsValue, caller: &Caller) -> Result<Response, JsValue> {
     let c = &s.common;
-    let (ran, ctx, renewal) = run_holding(c, k, handler, req, caller).await;
+    let header = &c.limits.header;
+    let controller = web_sys::AbortController::new()?;
+    let request = match handler_request(req, body.as_deref(), &controller.signal()) {
+        Ok(request) => request,
+        Err(error) => {
+            free_key(c, k).await;
+            return Err(error);
+        }
+    };
+    let limit = c.limits.handler_timeout_ms.map(|ms| Limit { ms, controller: &controller });
+    let (ran, ctx, renewal) = run_holding(c, k, handler, &request, route, caller, limit).await;
+    let aborted = controller.signal().aborted();
     let failure = match ran {
         Ran::Resolved(value) => match as_response(value.clone()).await {
             Err(error) => error, // its body failed
             Ok(Some(response)) => match read_answer(&response).await {
                 Ok(answer) => {
-                    if !stores_answer(answer.stored.status, answer.has_retry_after) {
-                        // "Not processed": the key is freed so that the client's retry runs it.
-                        free_key(c, k).await;
-                        return Ok(answer.live);
+                    let storable = !answer.too_large;
+                    match ending(answer.stored.status, answer.has_retry_after, c.store.transactional, ctx.used_tx(), storable) {
+                        Ending::Free => {
+                            // "Not processed", or rolled back: the key is freed so that the
+                            // client's retry runs it.
+                            drop(renewal);
+                            free_key(c, k).await;
+                            if !storable {
+                                return problem(500, "idempotency-answer-too-large", "The answer was too large to be stored",
+                                    &format!("The answer (over 32 MiB) could not be stored for replay, so the handler's writes through ctx.tx were rolled back and nothing is kept for this {header}."), false);
+                            }
+                            return Ok(answer.live);
+                        }
+                        Ending::Store => {}
                     }
                     return match store_answer(c, k, &answer.stored, renewal.lost()).await {
                         Stored::Kept => Ok(answer.live),
@@ -116,14 +166,38 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
             Ok(None) => type_error(&format!("idempotency: the handler must resolve with a Response; got {}", describe(&value))),
         },
         Ran::Threw(error) => error,
+        Ran::Abandoned => {
+            // A handler that ignores its aborted signal is treated as one that hung: with a
+            // transactional store its transaction is rolled back now; otherwise its lock is
+            // no longer renewed and lapses after lockTimeoutMs (the time it has to finish),
+            // then the retry runs it.
+            drop(renewal);
+            let wait_s = if c.store.transactional {
+                free_key(c, k).await;
+                1.0
+            } else {
+                (c.limits.lock_timeout_ms / 1000.0).ceil()
+            };
+            c.reporter.handler_error(&js_sys::Error::new("idempotency: the handler ran past handlerTimeoutMs and did not stop when its signal was aborted").into());
+            let stored = problem_record(503, "idempotency-handler-timeout", "The request took too long",
+                &format!("The handler did not finish within its time limit and was stopped; nothing is stored for this {header}. Retry later with the same key."), false)?;
+            let response = from_stored(&stored, false)?;
+            response.headers().set("retry-after", &wait_s.to_string())?;
+            return Ok(response);
+        }
     };
     let lost = renewal.lost();
     drop(renewal);
-    c.reporter.handler_error(&failure);
-    let header = &c.limits.header;
-    match after_throw(c.store.transactional, ctx.used_tx()) {
+    if !aborted {
+        c.reporter.handler_error(&failure);
+    }
+    match after_throw(c.store.transactional, ctx.used_tx(), aborted) {
         AfterThrow::Release => {
             free_key(c, k).await;
+            if aborted {
+                return problem(503, "idempotency-handler-timeout", "The request took too long",
+                    &format!("The handler did not finish within its time limit and was stopped; nothing is stored for this {header}, so a retry with the same key runs it again."), true);
+            }
             problem(500, "idempotency-handler-failed", "The request failed",
                 &format!("The handler failed and its writes were rolled back; nothing is stored for this {header}, so a retry with the same key runs it again."), false)
         }
@@ -151,13 +225,20 @@ async fn is_required(required: &Required, req: &Request, caller: &Caller) -> Res
     }
 }
 
+/// What the warning about a keyed request without a recognised credential says.
+const UNSCOPED_WARNING: &str = "retry-fetch/server: idempotency: a keyed request carried no credential the default identity recognises (Authorization, X-API-Key, Api-Key, X-Auth-Token, X-Access-Token, X-Session-Token, or a session or token cookie), so its key is not scoped to a caller: two callers who send the same key get one stored answer. Set the \"identity\" option to the authenticated caller (identity: (request) => userId), or identity: false if keys are shared on purpose. (Shown once.)";
+
 /// The identity that scopes the key (the `identity` option; by default the credentials).
-async fn identity(identity: &Identity, req: &Request, caller: &Caller) -> Result<Option<String>, JsValue> {
-    match identity {
+async fn identity(s: &HttpSettings, req: &Request, caller: &Caller) -> Result<Option<String>, JsValue> {
+    match &s.identity {
         Identity::Unscoped => Ok(None),
         Identity::Credentials => {
             let h = req.headers();
-            Ok(idem::default_identity(h.get("authorization")?.as_deref(), h.get("cookie")?.as_deref()))
+            let found = idem::default_identity(|name| h.get(name).ok().flatten());
+            if found.is_none() && !s.warned_unscoped.replace(true) {
+                let _ = super::options::console_warn(UNSCOPED_WARNING);
+            }
+            Ok(found)
         }
         Identity::Ask(f) => {
             let v = JsFuture::from(Promise::resolve(&caller.call(f, &[req])?)).await?;
@@ -171,16 +252,17 @@ async fn identity(identity: &Identity, req: &Request, caller: &Caller) -> Result
     }
 }
 
-/// Read `req`'s body, at most `limit` bytes: the bytes and the request the handler gets (a
-/// new `Request` over the same bytes), or `None` when the body is longer (a declared
-/// `Content-Length` over the limit is refused before anything is read).
-async fn read_body(req: Request, limit: f64) -> Result<Option<(Vec<u8>, Request)>, JsValue> {
+/// Read `req`'s body, at most `limit` bytes: `Some(None)` for a request without a body,
+/// `Some(Some(bytes))`, or `None` when the body is longer (a declared `Content-Length` over
+/// the limit is refused before anything is read). The caller checked that the body is
+/// neither used nor locked.
+async fn read_body(req: &Request, limit: f64) -> Result<Option<Option<Vec<u8>>>, JsValue> {
     let declared = req.headers().get("content-length")?.and_then(|v| v.trim().parse::<f64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Ok(None);
     }
     let Some(stream) = req.body() else {
-        return Ok(Some((Vec::new(), req)));
+        return Ok(Some(None));
     };
     let reader: ReadableStreamDefaultReader = stream.get_reader().dyn_into()?;
     let mut bytes = Vec::new();
@@ -199,10 +281,5 @@ async fn read_body(req: Request, limit: f64) -> Result<Option<(Vec<u8>, Request)
         }
         bytes.extend_from_slice(&part.to_vec());
     }
-    // The handler reads the body again: a Request over the bytes read (same URL, method,
-    // headers and signal).
-    let init = RequestInit::new();
-    init.set_body(&Uint8Array::from(bytes.as_slice()));
-    let again = Request::new_with_request_and_init(&req, &init)?;
-    Ok(Some((bytes, again)))
+    Ok(Some(Some(bytes)))
 }

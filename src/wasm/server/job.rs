@@ -48,7 +48,7 @@ pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller
         ))
     })?;
     let body = json(&input)?.unwrap_or_default();
-    let k = Keyed::new(key, s.scope.as_deref(), idem::fingerprint("JOB", "", body.as_bytes()));
+    let k = Keyed::new(c, key, s.scope.as_deref(), idem::fingerprint("JOB", "", body.as_bytes())).await?;
     match claim(c, &k, &|| None).await {
         Ok(Claim::Held) => {}
         Ok(Claim::Replay(stored)) => return replay(&stored),
@@ -61,7 +61,7 @@ pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller
         Err(ClaimError::Aborted(reason)) => return Err(reason),
         Err(ClaimError::Store(error, _)) => return Err(error),
     }
-    let (ran, ctx, renewal) = run_holding(c, &k, &f, &input, &caller).await;
+    let (ran, ctx, renewal) = run_holding(c, &k, &f, &input, &JsValue::UNDEFINED, &caller, None).await;
     let lost = renewal.lost();
     match ran {
         Ran::Resolved(value) => {
@@ -81,15 +81,24 @@ pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller
                     // The effect happened; its result is the truth even if it is not stored.
                     Stored::Failed | Stored::LockLost => Ok(value),
                 },
+                // fn wrote through ctx.tx: its writes must not commit without a result a
+                // redelivery can get back. Rolled back; the error says why.
+                Err(error) if c.store.transactional && ctx.used_tx() => {
+                    drop(renewal);
+                    free_key(c, &k).await;
+                    Err(not_storable(&error))
+                }
                 Err(error) => match store_failure(c, &k, &error, lost).await {
                     Stored::Failed | Stored::LockLost if c.store.transactional => Err(not_committed()),
                     _ => Err(error),
                 },
             }
         }
+        // Jobs have no time limit of the companion's: never abandoned.
+        Ran::Abandoned => Err(not_committed()),
         Ran::Threw(error) => {
             drop(renewal);
-            match after_throw(c.store.transactional, ctx.used_tx()) {
+            match after_throw(c.store.transactional, ctx.used_tx(), false) {
                 AfterThrow::Release => free_key(c, &k).await,
                 AfterThrow::StoreFailure => {
                     store_failure(c, &k, &error, lost).await;
@@ -106,6 +115,17 @@ fn not_committed() -> JsValue {
         "not-committed",
         "idempotent: the result could not be committed; nothing was kept (fn's ctx.tx writes were rolled back): run it again",
     )
+}
+
+/// The error of a run whose result cannot be stored (not JSON) while its `ctx.tx` writes were
+/// rolled back.
+fn not_storable(cause: &JsValue) -> JsValue {
+    let mut msg = String::from("idempotent: fn's result cannot be stored as JSON (");
+    msg.push_str(&crate::wasm::js::to_js_string(cause).map(String::from).unwrap_or_default());
+    msg.push_str("), so its ctx.tx writes were rolled back and nothing is kept: return a JSON-serialisable result (no BigInt, no cycles)");
+    let e = idempotency_error("not-storable", &msg);
+    js::set(&e, "cause", cause);
+    e
 }
 
 /// Store a failed run as a 500 whose body names the error, so a repeat does not run again.

@@ -15,7 +15,7 @@ mod store;
 
 use std::rc::Rc;
 
-use js_sys::{Function, Promise};
+use js_sys::{Function, Promise, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
@@ -25,15 +25,17 @@ pub use context::set_context_capture;
 pub use options::set_default_store;
 
 /// `idempotency(handler, options)`: the handler wrapped so that a request repeated with the
-/// same key is answered with the stored response instead of being processed twice. Options
-/// and their defaults: `server.d.ts`. An invalid or unknown option is a `TypeError` naming it.
+/// same key is answered with the stored response instead of being processed twice. The
+/// wrapped function takes `(request, route?)`: `route`'s fields (Next.js's `{ params }`) are
+/// passed on in `ctx`. Options and their defaults: `server.d.ts`. An invalid or unknown
+/// option is a `TypeError` naming it.
 #[wasm_bindgen(js_name = idempotency, skip_typescript)]
 pub fn idempotency(handler: JsValue, options: JsValue) -> Result<Function, JsValue> {
     let handler = function(handler, "idempotency: the handler must be a function (request, ctx) => Promise<Response>")?;
     let settings = Rc::new(options::read_http(&options)?);
-    let wrapped = Closure::<dyn Fn(JsValue) -> Promise>::new(move |request: JsValue| {
+    let wrapped = Closure::<dyn Fn(JsValue, JsValue) -> Promise>::new(move |request: JsValue, route: JsValue| {
         let caller = context::Caller::capture();
-        future_to_promise(http::handle(settings.clone(), handler.clone(), request, caller))
+        future_to_promise(http::handle(settings.clone(), handler.clone(), request, route, caller))
     });
     Ok(wrapped.into_js_value().into())
 }
@@ -68,6 +70,42 @@ pub fn unknown_option_error(api: &str, name: &str, known: Vec<String>) -> JsValu
 #[wasm_bindgen(js_name = invalidOptionError, skip_typescript)]
 pub fn invalid_option_error(api: &str, option: &str, value: &JsValue, expected: &str) -> JsValue {
     crate::wasm::errors::invalid_value(api, option, value, expected)
+}
+
+/// `canonicalBody(value)`: the bytes a framework adapter fingerprints when a body parser has
+/// already read the request (`req.body`): a string as its UTF-8, bytes (`Uint8Array`,
+/// `ArrayBuffer`) as they are, anything else as canonical JSON (object keys sorted at every
+/// level, so the same value parsed from differently ordered JSON is the same request);
+/// `undefined` and `null` as no bytes. Not public API: the adapters call it.
+#[wasm_bindgen(js_name = canonicalBody, skip_typescript)]
+pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
+    use wasm_bindgen::JsCast;
+    if value.is_undefined() || value.is_null() {
+        return Ok(Uint8Array::new_with_length(0));
+    }
+    if let Some(s) = value.as_string() {
+        return Ok(Uint8Array::from(s.as_bytes()));
+    }
+    if value.is_instance_of::<Uint8Array>() || value.is_instance_of::<js_sys::ArrayBuffer>() {
+        return Ok(Uint8Array::new(&value));
+    }
+    // JSON.stringify with a replacer that rebuilds every plain object with its keys sorted.
+    let sort = Closure::<dyn Fn(JsValue, JsValue) -> JsValue>::new(|_key: JsValue, v: JsValue| {
+        if !v.is_object() || js_sys::Array::is_array(&v) {
+            return v;
+        }
+        let Ok(keys) = crate::wasm::js::object_keys(&v) else { return v };
+        keys.sort();
+        let sorted = js_sys::Object::new();
+        for k in keys.iter() {
+            if let Ok(item) = js_sys::Reflect::get(&v, &k) {
+                let _ = js_sys::Reflect::set(&sorted, &k, &item);
+            }
+        }
+        sorted.into()
+    });
+    let text = js_sys::JSON::stringify_with_replacer(&value, sort.as_ref().unchecked_ref())?;
+    Ok(Uint8Array::from(text.as_string().unwrap_or_default().as_bytes()))
 }
 
 /// `describeValue(value)`: a value as the errors show it (`"3"`, `a function`, `NaN`). Not

@@ -5,7 +5,8 @@
 //! allowed. The numbers are checked by `crate::core::idempotency`; the store, the functions
 //! and the key stay JavaScript values.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 use js_sys::Function;
 use serde::Deserialize;
@@ -24,6 +25,9 @@ extern "C" {
     /// must not throw through the wasm.
     #[wasm_bindgen(js_namespace = console, js_name = error, catch)]
     fn console_error(a: &JsValue, b: &JsValue) -> Result<(), JsValue>;
+    /// `console.warn(message)`, bound with `catch`.
+    #[wasm_bindgen(js_namespace = console, js_name = warn, catch)]
+    pub fn console_warn(message: &str) -> Result<(), JsValue>;
 }
 
 thread_local! {
@@ -50,7 +54,10 @@ fn expected(option: &str) -> &'static str {
         "required" => "true, false or a function (request) => boolean",
         "identity" => "a function (request) => string | undefined, or false (keys not scoped)",
         "ttlMs" => idem::TTL_EXPECTED,
-        "lockTimeoutMs" | "pollMs" => idem::POSITIVE_MS_EXPECTED,
+        "lockTimeoutMs" => idem::LOCK_TIMEOUT_EXPECTED,
+        "pollMs" | "handlerTimeoutMs" => idem::POSITIVE_MS_EXPECTED,
+        "secret" => idem::SECRET_EXPECTED,
+        "ignoredMethods" => idem::IGNORED_METHODS_EXPECTED,
         "waitTimeoutMs" => idem::WAIT_MS_EXPECTED,
         "concurrent" => idem::CONCURRENT_EXPECTED,
         "maxBodyBytes" => idem::BODY_BYTES_EXPECTED,
@@ -93,10 +100,29 @@ impl Reporter {
     }
 }
 
+/// The HMAC key that scopes store keys (`core::idempotency::store_key`): the `secret` option,
+/// else the store's `secret()`, asked once (on the first request with an identity) and kept.
+#[derive(Default)]
+pub struct Secret(RefCell<Option<Rc<[u8]>>>);
+
+impl Secret {
+    /// The secret, from the option or (once) from the store.
+    pub async fn get(&self, store: &Store) -> Result<Rc<[u8]>, JsValue> {
+        if let Some(s) = self.0.borrow().as_ref() {
+            return Ok(s.clone());
+        }
+        let got: Rc<[u8]> = store.secret().await?.into_bytes().into();
+        *self.0.borrow_mut() = Some(got.clone());
+        Ok(got)
+    }
+}
+
 /// What both APIs share: the store, the limits, the reporting.
 pub struct Common {
     /// `store`. Default `new MemoryStore()`.
     pub store: Store,
+    /// `secret`. Default: the store's own (`store.secret()`).
+    pub secret: Secret,
     /// `ttlMs`, `lockTimeoutMs`, `concurrent`, `waitTimeoutMs`, `pollMs`, `maxBodyBytes` and
     /// `header`, checked by the core (defaults in `ServerOptions::default()`).
     pub limits: ServerOptions,
@@ -132,6 +158,8 @@ pub struct HttpSettings {
     pub required: Required,
     /// `identity`. Default: the request's credentials.
     pub identity: Identity,
+    /// Was the warning about a keyed request without a recognised credential shown?
+    pub warned_unscoped: Cell<bool>,
 }
 
 /// The options of `idempotent(fn, options)`.
@@ -160,6 +188,9 @@ struct RawOptions {
     wait_timeout_ms: Option<f64>,
     poll_ms: Option<f64>,
     max_body_bytes: Option<f64>,
+    handler_timeout_ms: Option<f64>,
+    ignored_methods: Option<Vec<String>>,
+    secret: Option<String>,
     #[serde(with = "serde_wasm_bindgen::preserve")]
     on_store_error: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
@@ -199,6 +230,21 @@ fn read_raw(api: &'static str, options: &JsValue, known: &[&'static str]) -> Res
     if let Some(n) = raw.max_body_bytes {
         limits.max_body_bytes = check(idem::max_body_bytes(n), n)?;
     }
+    if let Some(n) = raw.handler_timeout_ms {
+        limits.handler_timeout_ms = Some(check(idem::handler_timeout_ms(n), n)?);
+    }
+    if let Some(list) = &raw.ignored_methods {
+        let mut methods = Vec::with_capacity(list.len());
+        for m in list {
+            methods.push(idem::ignored_method(m).map_err(|e| invalid_option(api, e, &m.into()))?);
+        }
+        limits.ignored_methods = methods;
+    }
+    let secret = Secret::default();
+    if let Some(v) = &raw.secret {
+        let ok = idem::secret(v).map_err(|e| invalid_option(api, e, &v.into()))?;
+        *secret.0.borrow_mut() = Some(ok.as_bytes().into());
+    }
     let store = if raw.store.is_undefined() {
         let made = DEFAULT_STORE.with(|s| s.borrow().as_ref().map(|f| f.call0(&JsValue::UNDEFINED)));
         match made {
@@ -219,7 +265,17 @@ fn read_raw(api: &'static str, options: &JsValue, known: &[&'static str]) -> Res
         on_store_error: function("onStoreError", &raw.on_store_error)?,
         on_error: function("onError", &raw.on_error)?,
     };
-    Ok((raw, Common { store, limits, reporter }))
+    Ok((raw, Common { store, secret, limits, reporter }))
+}
+
+/// A `TypeError` when keys may be scoped but no secret can be had: neither the `secret` option
+/// nor a store that keeps one (`secret()`).
+fn check_secret(api: &str, common: &Common, may_scope: bool) -> Result<(), JsValue> {
+    if !may_scope || common.secret.0.borrow().is_some() || common.store.has_secret() {
+        return Ok(());
+    }
+    let expected = "a string of at least 16 characters that every instance sharing the store uses: this store has no secret() to keep one";
+    Err(crate::wasm::errors::invalid_value(api, "secret", &JsValue::UNDEFINED, expected))
 }
 
 /// Read the options of `idempotency(handler, options)`.
@@ -237,7 +293,8 @@ pub fn read_http(options: &JsValue) -> Result<HttpSettings, JsValue> {
         (Some(false), _) => Identity::Unscoped,
         _ => Identity::Ask(raw.identity.clone().dyn_into().map_err(|v| error("identity", &v))?),
     };
-    Ok(HttpSettings { common, required, identity })
+    check_secret(api, &common, !matches!(identity, Identity::Unscoped))?;
+    Ok(HttpSettings { common, required, identity, warned_unscoped: Cell::new(false) })
 }
 
 /// Read the options of `idempotent(fn, options)`.
@@ -252,7 +309,9 @@ pub fn read_job(options: &JsValue) -> Result<JobSettings, JsValue> {
         .clone()
         .dyn_into::<Function>()
         .map_err(|v| invalid_option(api, OptionError::new("key", expected("key")), &v))?;
-    Ok(JobSettings { common, key, scope: raw.scope.filter(|s| !s.is_empty()) })
+    let scope = raw.scope.filter(|s| !s.is_empty());
+    check_secret(api, &common, scope.is_some())?;
+    Ok(JobSettings { common, key, scope })
 }
 
 /// Is `concurrent` `'reject'`?

@@ -218,6 +218,34 @@ impl Store {
         Ok(v.is_truthy())
     }
 
+    /// Does the store keep a secret (`secret()`)?
+    pub fn has_secret(&self) -> bool {
+        js::get(&self.object, "secret").is_function()
+    }
+
+    /// `secret()`: the store's HMAC key for scopes, the same for every instance sharing it; a
+    /// value that is not a string of [`crate::core::idempotency::MIN_SECRET_LEN`] characters
+    /// or more is a `TypeError`.
+    pub async fn secret(&self) -> Result<String, JsValue> {
+        let v = self.call("secret", &[]).await?;
+        match v.as_string() {
+            Some(s) if crate::core::idempotency::secret(&s).is_ok() => Ok(s),
+            _ => Err(type_error(&format!(
+                "idempotency: the store's secret() returned {}; expected {}",
+                describe(&v),
+                crate::core::idempotency::SECRET_EXPECTED
+            ))),
+        }
+    }
+
+    /// `closeTransaction(key, token)`, if the store has it: the handler settled, so what
+    /// `transaction()` handed out (`ctx.tx`) must refuse further use. A throw is ignored.
+    pub fn close_transaction(&self, key: &str, token: &str) {
+        if let Ok(f) = js::get(&self.object, "closeTransaction").dyn_into::<Function>() {
+            let _ = f.call2(&self.object, &key.into(), &token.into());
+        }
+    }
+
     /// `transaction(key, token)`: the store's transaction that holds the key (`ctx.tx`), or
     /// `undefined` for a store without one.
     pub fn transaction(&self, key: &str, token: &str) -> JsValue {
