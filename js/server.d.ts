@@ -45,16 +45,28 @@ export interface IdempotencyContext<Tx = unknown> {
   /**
    * The store's transaction that holds the key (`PostgresStore`: a `pg` client inside it):
    * the handler's writes through it commit together with the stored answer, or not at all.
-   * `undefined` with a store without transactions (`MemoryStore`, `RedisStore`).
+   * `undefined` with a store without transactions (`MemoryStore`, `RedisStore`). Any use of
+   * it after the handler settled throws a TypeError.
    */
   readonly tx: Tx | undefined;
 }
 
-/** A fetch-style handler: what `idempotency` wraps, called with the request and its context. */
-export type IdempotentHandler<Tx = unknown> = (request: Request, ctx: IdempotencyContext<Tx>) => Promise<Response> | Response;
+/**
+ * A fetch-style handler: what `idempotency` wraps, called with the request and its context.
+ * `Route` is the second argument the wrapped function is called with (Next.js's
+ * `{ params }`): its fields are in `ctx` too. In a keyed request, `request.signal` is the
+ * companion's: aborted only by `handlerTimeoutMs`, never by the client going away.
+ */
+export type IdempotentHandler<Tx = unknown, Route extends object = {}> = (
+  request: Request,
+  ctx: IdempotencyContext<Tx> & Route,
+) => Promise<Response> | Response;
 
-/** A fetch-style handler: what `idempotency` returns and `toNodeHandler` serves. */
-export type FetchHandler = (request: Request) => Promise<Response>;
+/**
+ * A fetch-style handler: what `idempotency` returns and `toNodeHandler` serves. The optional
+ * `route` (Next.js's `{ params }`) is handed on in the handler's `ctx`.
+ */
+export type FetchHandler<Route extends object = {}> = (request: Request, route?: Route) => Promise<Response>;
 
 /** Options of `idempotency(handler, options)`. Every one is optional. */
 export interface IdempotencyOptions<Tx = unknown> {
@@ -73,14 +85,26 @@ export interface IdempotencyOptions<Tx = unknown> {
    * The caller's identity that scopes keys (the IETF draft's composite key; a unique
    * `(key, user)` pair), e.g. the authenticated user id: the same key from two identities is
    * two operations, so a caller who reuses another's key never gets that caller's answer.
-   * Stored as its SHA-256, never in clear. A function returning `undefined` or `''`: no scope;
-   * `false`: keys are never scoped.
-   * @default the request's credentials: the `Authorization` header when present, else the
-   * session cookie (`connect.sid`, `sid`, `session`, `sessionid`, `session_id`, `JSESSIONID`,
-   * `PHPSESSID`, `laravel_session`, `next-auth.session-token`, or a name ending in `session`,
-   * `sessionid` or `session-token`; `__Host-`/`__Secure-` prefixes ignored); else no scope.
+   * Stored as an HMAC-SHA-256 keyed with `secret`, never in clear. A function returning
+   * `undefined` or `''`: no scope; `false`: keys are never scoped.
+   * @default the request's credentials: the first of the `Authorization`, `X-API-Key`,
+   * `Api-Key`, `X-Auth-Token`, `X-Access-Token` and `X-Session-Token` headers, else one
+   * credential cookie (`connect.sid`, `sid`, `session`, `sessionid`, `session_id`,
+   * `JSESSIONID`, `PHPSESSID`, `laravel_session`, `next-auth.session-token`,
+   * `authjs.session-token`, `koa.sess`, `.AspNetCore.*`, `token`, `jwt`, `access_token`,
+   * `auth_token`, `id_token`, or a name ending in `session`, `sessionid`, `session-token`,
+   * `auth-token`, `auth_token`, `access_token` or `access-token`; `__Host-`/`__Secure-`
+   * prefixes ignored); else no scope, and a `console.warn` (once) naming this option.
    */
   identity?: ((request: Request) => string | undefined | Promise<string | undefined>) | false;
+  /**
+   * The key of the HMAC that turns the identity into the stored scope: at least 16
+   * characters, the same on every instance that shares the store (e.g. 64 random hex digits
+   * from your secret manager). Required with a store that has no `secret()`, unless
+   * `identity: false`.
+   * @default the store's own secret (`store.secret()`)
+   */
+  secret?: string;
   /** How long a completed response is kept and replayed, in ms (1 to 365 days). @default 86400000 (24 h) */
   ttlMs?: number;
   /**
@@ -88,6 +112,7 @@ export interface IdempotencyOptions<Tx = unknown> {
    * of this while its handler runs (with its token as the fence), so a slow handler keeps its
    * key; a holder that died (crash, a blocked event loop) frees it after this. With
    * `PostgresStore` a dead holder frees the key at once (its connection's transaction dies).
+   * At least 1000 (below a second a slow store round trip lets a live holder's lock lapse).
    * @default 60000
    */
   lockTimeoutMs?: number;
@@ -104,13 +129,27 @@ export interface IdempotencyOptions<Tx = unknown> {
    */
   maxBodyBytes?: number;
   /**
-   * Told when the store fails, or refuses (the lock was lost): `operation` is `'acquire'` or
-   * `'reclaim'` (the answer is a 503 problem, nothing ran, nothing stored), `'renew'`,
+   * How long a keyed handler may run, in ms: then its `request.signal` is aborted with a
+   * `TimeoutError`; a throw after that frees the key (with `PostgresStore`, rolls back its
+   * `ctx.tx` writes) and answers 503 with `Retry-After`, never a stored 500. A handler that
+   * ignores the abort is abandoned `lockTimeoutMs` later (its lock no longer renewed).
+   * @default none (no limit)
+   */
+  handlerTimeoutMs?: number;
+  /**
+   * Methods whose `Idempotency-Key` is ignored: the request goes to the handler as one
+   * without a key (nothing stored).
+   * @default ['GET', 'HEAD', 'OPTIONS']
+   */
+  ignoredMethods?: string[];
+  /**
+   * Told when the store fails, or refuses (the lock was lost): `operation` is `'secret'`,
+   * `'acquire'` or `'reclaim'` (the answer is a 503 problem, nothing ran, nothing stored), `'renew'`,
    * `'complete'` or `'release'` (after the handler ran: its answer is still returned, except
    * a transactional store whose commit failed: a 503, nothing kept).
    * @default logs with console.error
    */
-  onStoreError?: (error: unknown, operation: 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release') => void;
+  onStoreError?: (error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release') => void;
   /** Told when the handler throws, or does not resolve with a Response, after it started. @default logs with console.error */
   onError?: (error: unknown) => void;
 }
@@ -123,9 +162,12 @@ export interface IdempotencyOptions<Tx = unknown> {
  *   (`ctx.key` is `null`);
  * - an invalid key (empty, over 255 characters, not visible ASCII, a bad sf-string): 400;
  * - a body over `maxBodyBytes`: 413;
+ * - a key on an ignored method (`ignoredMethods`: GET, HEAD, OPTIONS): as without a key;
+ * - a body already read by something else: 500 problem (`idempotency-body-already-read`);
  * - a new key: the lock is taken atomically, the handler runs (the lock renewed while it
- *   does), its answer (status, headers except `Set-Cookie`, body; 5xx included, as Stripe
- *   does) is stored for `ttlMs` and returned;
+ *   does; the client going away does not abort it), its answer (status, headers except
+ *   `Set-Cookie` and hop-by-hop ones, body; 5xx included, as Stripe does) is stored for
+ *   `ttlMs` and returned; a 500 after `ctx.tx` writes is rolled back instead;
  * - an answer that says the request was not processed — 408, 425, 429, or 503 with
  *   `Retry-After` — is returned but not stored: the key is freed for the client's retry;
  * - a key with a stored answer: that answer, byte for byte, plus `Idempotent-Replayed: true`
@@ -141,7 +183,10 @@ export interface IdempotencyOptions<Tx = unknown> {
  * The response body is buffered to be stored: not for streaming answers.
  * @throws TypeError when `handler` is not a function, or an option is invalid or unknown.
  */
-export function idempotency<Tx = unknown>(handler: IdempotentHandler<Tx>, options?: IdempotencyOptions<Tx>): FetchHandler;
+export function idempotency<Tx = unknown, Route extends object = {}>(
+  handler: IdempotentHandler<Tx, Route>,
+  options?: IdempotencyOptions<Tx>,
+): FetchHandler<Route>;
 
 /** Options of `idempotent(fn, options)`. `key` is required. */
 export interface IdempotentOptions<Input, Tx = unknown> {
@@ -149,6 +194,8 @@ export interface IdempotentOptions<Input, Tx = unknown> {
   key: (input: Input) => string | Promise<string>;
   /** Scopes the keys (a queue's or a tenant's name): the same key in two scopes is two jobs. @default none */
   scope?: string;
+  /** See `IdempotencyOptions.secret` (needed with a `scope` and a store without `secret()`). @default the store's own */
+  secret?: string;
   /** See `IdempotencyOptions.store`. @default new MemoryStore() */
   store?: IdempotencyStore<Tx>;
   /** How long a result is kept and returned for the key, in ms. @default 86400000 (24 h) */
@@ -166,7 +213,7 @@ export interface IdempotentOptions<Input, Tx = unknown> {
    * store that fails before `fn` ran rejects the call with the store's error instead.
    * @default logs with console.error
    */
-  onStoreError?: (error: unknown, operation: 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release') => void;
+  onStoreError?: (error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release') => void;
 }
 
 /**
@@ -175,13 +222,14 @@ export interface IdempotentOptions<Input, Tx = unknown> {
  * `'in-progress'` (a run with the key is still going on), `'previous-run-failed'` (a run with
  * the key threw after it started; its message is in this one's) or `'not-committed'` (a
  * transactional store could not commit: `fn`'s `ctx.tx` writes were rolled back and nothing
- * is stored; run it again, do not acknowledge the message).
+ * is stored; run it again, do not acknowledge the message) or `'not-storable'` (`fn` wrote
+ * through `ctx.tx` and its result is not JSON: rolled back, nothing kept).
  */
 export interface IdempotencyError extends Error {
   /** `'IdempotencyError'`. */
   readonly name: 'IdempotencyError';
   /** Why `fn` did not run. */
-  readonly code: 'key-reused' | 'in-progress' | 'previous-run-failed' | 'not-committed';
+  readonly code: 'key-reused' | 'in-progress' | 'previous-run-failed' | 'not-committed' | 'not-storable';
 }
 
 /**

@@ -3,7 +3,7 @@
 //! scoped by the caller's identity, the options of `idempotency(handler, options)`, and the
 //! per-request state machine.
 //!
-//! Everything here is pure: the shell (`src/wasm/server.rs`, behind the `server` cargo
+//! Everything here is pure: the shell (`src/wasm/server/`, behind the `server` cargo
 //! feature) and `js/server.js` bring the clock, the store and the handler.
 //!
 //! The scheme, for a request that carries a key:
@@ -11,7 +11,7 @@
 //! 1. parse the header ([`parse_key`]): plain, or an RFC 8941 sf-string (`"abc"`); an invalid
 //!    key is a 400;
 //! 2. compute the [`fingerprint`] (method, path and query, SHA-256 of the body) and the
-//!    [`store_key`] (identity + key);
+//!    [`store_key`] (a keyed hash of the identity + key);
 //! 3. take the lock atomically in the store (`SET key lock NX PX lockTimeoutMs` in Redis); on
 //!    success run the handler, store its response as completed, release the lock;
 //! 4. when the store already holds a record, [`decide`] what to do with it: replay it, answer

@@ -1,13 +1,19 @@
 //! `idempotency(handler, options)`: one request through the companion.
 //!
-//! 1. No key: a 400 when one is required, else the handler at once (`ctx.key` is `null`).
+//! 1. No key (or a key on an ignored method: GET, HEAD, OPTIONS): a 400 when one is required,
+//!    else the handler at once (`ctx.key` is `null`).
 //! 2. The key is parsed (400 when invalid), scoped by the identity (by default the request's
-//!    credentials), and the body read for the fingerprint, at most `maxBodyBytes` (413).
+//!    credentials, HMAC'd with the secret), and the body read for the fingerprint, at most
+//!    `maxBodyBytes` (413); a body something else already read is a 500 problem.
 //! 3. The key is claimed (`flow::claim`): replay (422 for another request), wait or 409, or
-//!    hold it and run `handler(request, ctx)` with the lock renewed.
+//!    hold it and run `handler(request, ctx)` with the lock renewed. The handler's request
+//!    carries the companion's own signal: the client going away does not stop it (its answer
+//!    is stored for the retry); only `handlerTimeoutMs` aborts it.
 //! 4. The answer is stored, unless it says the request was not processed (408, 425, 429, 503
-//!    with `Retry-After`: the key is freed). A handler that throws after it started ends as
-//!    a stored 500, unless its writes were rolled back with the store's transaction.
+//!    with `Retry-After`) or was rolled back (a 500, or an answer too large to store, after
+//!    `ctx.tx` writes): the key is freed. A handler that throws after it started ends as a
+//!    stored 500, unless its writes were rolled back with the store's transaction or the
+//!    companion aborted it.
 
 use std::rc::Rc;
 
