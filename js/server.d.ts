@@ -105,7 +105,7 @@ export interface IdempotencyOptions<Tx = unknown> {
    * @default the store's own secret (`store.secret()`)
    */
   secret?: string;
-  /** How long a completed response is kept and replayed, in ms (1 to 365 days). @default 86400000 (24 h) */
+  /** How long a completed response is kept and replayed, in ms (1 ms to 365 days). @default 86400000 (24 h) */
   ttlMs?: number;
   /**
    * How long a lock lasts without renewal, in ms. A live holder renews its lock every third

@@ -601,15 +601,27 @@ pub fn ending(status: u16, has_retry_after: bool, transactional_store: bool, use
 /// Response headers never stored nor replayed: `Set-Cookie` and `Set-Cookie2` (a replay must
 /// not hand one caller's session to another, nor renew a session), and the hop-by-hop headers
 /// of RFC 9110 §7.6.1 (`Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
-/// `Transfer-Encoding`, `Upgrade`), which describe one connection, not the answer.
+/// `Transfer-Encoding`, `Upgrade`, and those `Connection` names), which describe one
+/// connection, not the answer.
 pub const UNSTORED_HEADERS: [&str; 9] = [
     "set-cookie", "set-cookie2", "connection", "keep-alive", "proxy-connection", "te", "trailer",
     "transfer-encoding", "upgrade",
 ];
 
-/// Is the response header `name` stored with the answer (see [`UNSTORED_HEADERS`])?
-pub fn stores_header(name: &str) -> bool {
-    !UNSTORED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
+/// Is the response header `name` stored with the answer? Not one of [`UNSTORED_HEADERS`],
+/// nor a header the answer's `Connection` header names (`connection`: its value), which
+/// RFC 9110 §7.6.1 makes hop-by-hop too.
+///
+/// ```
+/// use retry_fetch::core::idempotency::stores_header;
+/// assert!(stores_header("content-type", None));
+/// assert!(!stores_header("keep-alive", None));
+/// assert!(!stores_header("x-hop", Some("close, X-Hop")));
+/// assert!(stores_header("x-other", Some("close, X-Hop")));
+/// ```
+pub fn stores_header(name: &str, connection: Option<&str>) -> bool {
+    let named = connection.is_some_and(|c| c.split(',').any(|t| t.trim().eq_ignore_ascii_case(name)));
+    !named && !UNSTORED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
 /// Request headers that carry a credential, in the order they are looked for when no
@@ -904,8 +916,9 @@ mod tests {
         assert_eq!(ending(503, true, false, false, true), Ending::Free);
         assert_eq!(ending(201, false, true, true, false), Ending::Free, "never commit an effect without its answer");
         assert_eq!(ending(201, false, false, false, false), Ending::Store, "the too-large problem is stored");
-        assert!(!stores_header("Connection") && !stores_header("transfer-encoding") && !stores_header("Set-Cookie2"));
-        assert!(stores_header("content-type") && stores_header("location"));
+        assert!(!stores_header("Connection", None) && !stores_header("transfer-encoding", None) && !stores_header("Set-Cookie2", None));
+        assert!(stores_header("content-type", None) && stores_header("location", Some("keep-alive")));
+        assert!(!stores_header("X-Hop", Some("x-hop")) && !stores_header("a", Some(" b ,a")));
     }
 
     #[test]

@@ -98,11 +98,12 @@ pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
     let bytes = Uint8Array::new(&buffer).to_vec();
     let source = response.headers();
     let mut headers = Vec::new();
+    let connection = source.get("connection").ok().flatten();
     if let Ok(Some(entries)) = js_sys::try_iter(&source) {
         for entry in entries {
             let pair = js_sys::Array::from(&entry?);
             let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) else { continue };
-            if crate::core::idempotency::stores_header(&name) {
+            if crate::core::idempotency::stores_header(&name, connection.as_deref()) {
                 headers.push((name, value));
             }
         }

@@ -42,10 +42,12 @@ pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue, ro
     let method = req.method();
     // A key on a safe method (GET, HEAD, OPTIONS by default) is ignored: nothing to prevent,
     // and storing reads would let any client fill the store.
+    let ignored = s.common.limits.ignores_key(&method);
     let raw = match headers.get(header)? {
-        Some(raw) if !s.common.limits.ignores_key(&method) => raw,
+        Some(raw) if !ignored => raw,
         _ => {
-            if is_required(&s.required, &req, &caller).await? {
+            // `required` applies to the methods whose keys count.
+            if !ignored && is_required(&s.required, &req, &caller).await? {
                 let path = web_sys::Url::new(&req.url()).map(|u| u.pathname()).unwrap_or_default();
                 let detail = format!("{method} {path} requires an {header} header (a unique key per operation, the same on every retry).");
                 return Ok(problem(400, "idempotency-key-missing", &format!("{header} is missing"), &detail, false)?.into());
