@@ -175,15 +175,15 @@ for (const [label, makeStore, skip] of stores) {
 
   t('a run slower than lockTimeoutMs keeps its key (the lock is renewed): a repeat waits and gets the result', async () => {
     const started = deferred();
-    const { fn, state } = await job({ lockTimeoutMs: 300, waitTimeoutMs: 10_000 }, async (input, run) => {
+    const { fn, state } = await job({ lockTimeoutMs: 1000, waitTimeoutMs: 10_000 }, async (input, run) => {
       started.resolve();
-      await sleep(800);
+      await sleep(1600);
       return { run };
     });
     const message = { id: newKey() };
     const first = fn(message);
     await started.promise;
-    await sleep(400); // past lockTimeoutMs
+    await sleep(1150); // past lockTimeoutMs
     assert.deepEqual(await fn(message), { run: 1 });
     assert.deepEqual(await first, { run: 1 });
     assert.equal(state.runs, 1);
@@ -218,8 +218,11 @@ for (const [label, makeStore, skip] of stores) {
         }
         seen.push({ key: ctx.key, charge: ctx.keyFor('charge'), refund: ctx.keyFor('refund'), tx: tx === undefined ? 'undefined' : typeof tx?.query, bad });
         return null;
-      }, { store: await makeStore(), key: (m) => m.id, scope: 'shipments' });
-    const [one, two] = [await make(), await make()]; // two instances, each its own store
+      }, { store: await makeStore(), key: (m) => m.id, scope: 'shipments', secret });
+    // Two instances, each its own store: what they share is the secret that keys the scope's
+    // HMAC (instances sharing a store share the store's secret()).
+    let secret = 'a-secret-shared-by-the-instances';
+    const [one, two] = [await make(), await make()];
     const id = newKey();
     await one({ id });
     await two({ id });
@@ -234,6 +237,11 @@ for (const [label, makeStore, skip] of stores) {
     }
     assert.equal(seen[1].charge, seen[0].charge, 'the same on another instance');
     assert.notEqual(seen[2].charge, seen[0].charge);
+    // With another secret, the scope is another HMAC: another derived key.
+    secret = 'another-secret-of-other-instances';
+    await (await make())({ id });
+    assert.equal(seen.length, 4);
+    assert.notEqual(seen[3].charge, seen[0].charge, 'the derived key depends on the secret');
   });
 
   t('the key: missing is a TypeError at once; a key function returning "", 300 characters or a number rejects with a TypeError, fn does not run', async () => {

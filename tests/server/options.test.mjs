@@ -15,12 +15,31 @@ const post = (key, init = {}) =>
 
 test('invalid options are TypeErrors naming the option, the value and what is allowed', () => {
   const ms = 'an integer number of milliseconds from 1 to 2147483647';
+  const lock = 'an integer number of milliseconds from 1000 to 2147483647 (a live holder renews its lock every third of it)';
+  const secret = 'a string of at least 16 characters that every instance sharing the store uses (e.g. 64 random hex digits from your secret manager)';
+  const methods = "an array of HTTP method names (e.g. ['GET', 'HEAD', 'OPTIONS'])";
   const cases = [
     [{ ttlMs: 0 }, 'idempotency: invalid option "ttlMs": got 0; expected an integer number of milliseconds from 1 to 31536000000 (365 days)'],
     [{ ttlMs: '1000' }, 'idempotency: invalid option "ttlMs": got "1000"; expected an integer number of milliseconds from 1 to 31536000000 (365 days)'],
     [{ ttlMs: null }, 'idempotency: invalid option "ttlMs": got null; expected an integer number of milliseconds from 1 to 31536000000 (365 days)'],
-    [{ lockTimeoutMs: 1.5 }, `idempotency: invalid option "lockTimeoutMs": got 1.5; expected ${ms}`],
-    [{ lockTimeoutMs: 0 }, `idempotency: invalid option "lockTimeoutMs": got 0; expected ${ms}`],
+    [{ lockTimeoutMs: 1.5 }, `idempotency: invalid option "lockTimeoutMs": got 1.5; expected ${lock}`],
+    [{ lockTimeoutMs: 0 }, `idempotency: invalid option "lockTimeoutMs": got 0; expected ${lock}`],
+    [{ lockTimeoutMs: 1 }, `idempotency: invalid option "lockTimeoutMs": got 1; expected ${lock}`],
+    [{ lockTimeoutMs: 999 }, `idempotency: invalid option "lockTimeoutMs": got 999; expected ${lock}`],
+    [{ lockTimeoutMs: 1000.5 }, `idempotency: invalid option "lockTimeoutMs": got 1000.5; expected ${lock}`],
+    [{ lockTimeoutMs: 2 ** 31 }, `idempotency: invalid option "lockTimeoutMs": got 2147483648; expected ${lock}`],
+    [{ handlerTimeoutMs: 0 }, `idempotency: invalid option "handlerTimeoutMs": got 0; expected ${ms}`],
+    [{ handlerTimeoutMs: 1.5 }, `idempotency: invalid option "handlerTimeoutMs": got 1.5; expected ${ms}`],
+    [{ handlerTimeoutMs: '100' }, `idempotency: invalid option "handlerTimeoutMs": got "100"; expected ${ms}`],
+    [{ secret: 'too short' }, `idempotency: invalid option "secret": got "too short"; expected ${secret}`],
+    [{ secret: 'x'.repeat(15) }, `idempotency: invalid option "secret": got "${'x'.repeat(15)}"; expected ${secret}`],
+    [{ secret: 42 }, /^idempotency: invalid option "secret": got 42; expected a string of at least 16 characters/],
+    [{ ignoredMethods: ['G ET'] }, `idempotency: invalid option "ignoredMethods": got "G ET"; expected ${methods}`],
+    [{ ignoredMethods: [''] }, `idempotency: invalid option "ignoredMethods": got ""; expected ${methods}`],
+    [{ ignoredMethods: 'GET' }, /^idempotency: invalid option "ignoredMethods": got "GET"; expected an array of HTTP method names/],
+    // Strings are quoted as JSON quotes them: a quote or a backslash inside stays readable.
+    [{ header: 'a"b' }, 'idempotency: invalid option "header": got "a\\"b"; expected an HTTP header name (letters, digits and !#$%&\'*+-.^_`|~)'],
+    [{ concurrent: 'a\\b\n' }, `idempotency: invalid option "concurrent": got "a\\\\b\\n"; expected 'wait' or 'reject'`],
     [{ waitTimeoutMs: -1 }, 'idempotency: invalid option "waitTimeoutMs": got -1; expected an integer number of milliseconds from 0 to 2147483647'],
     [{ pollMs: 0 }, `idempotency: invalid option "pollMs": got 0; expected ${ms}`],
     [{ pollMs: NaN }, `idempotency: invalid option "pollMs": got NaN; expected ${ms}`],
@@ -58,11 +77,15 @@ test('invalid options are TypeErrors naming the option, the value and what is al
     store: new MemoryStore(),
     identity: false,
     maxBodyBytes: 0,
-    lockTimeoutMs: 1,
+    lockTimeoutMs: 1000,
+    handlerTimeoutMs: 1,
+    ignoredMethods: [],
+    secret: 'x'.repeat(16),
     onError() {},
     onStoreError() {},
   });
   idempotency(ok, { maxBodyBytes: 2147483647, identity: async () => undefined, required: () => true });
+  idempotency(ok, { lockTimeoutMs: 2147483647, handlerTimeoutMs: 2147483647, ignoredMethods: ['get', 'PROPFIND', 'M-SEARCH'] });
 });
 
 test('an unknown option is a TypeError naming the closest known one, or listing them', () => {
@@ -72,7 +95,9 @@ test('an unknown option is a TypeError naming the closest known one, or listing 
     [{ waitTimeout: 1000 }, 'idempotency: unknown option "waitTimeout" (did you mean "waitTimeoutMs"?)'],
     [{ onstoreerror() {} }, 'idempotency: unknown option "onstoreerror" (did you mean "onStoreError"?)'],
     [{ Store: new MemoryStore() }, 'idempotency: unknown option "Store" (did you mean "store"?)'],
-    [{ zzzz: 1 }, 'idempotency: unknown option "zzzz"; the options are store, header, required, identity, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, maxBodyBytes, onStoreError, onError'],
+    [{ zzzz: 1 }, 'idempotency: unknown option "zzzz"; the options are store, header, required, identity, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, maxBodyBytes, handlerTimeoutMs, ignoredMethods, onStoreError, onError'],
+    [{ handlerTimeout: 1000 }, 'idempotency: unknown option "handlerTimeout" (did you mean "handlerTimeoutMs"?)'],
+    [{ ignoreMethods: [] }, 'idempotency: unknown option "ignoreMethods" (did you mean "ignoredMethods"?)'],
   ];
   for (const [options, message] of cases) {
     assert.throws(() => idempotency(ok, options), { name: 'TypeError', message }, JSON.stringify(Object.keys(options)));
@@ -81,7 +106,20 @@ test('an unknown option is a TypeError naming the closest known one, or listing 
   idempotency(ok, { lockTimeout: undefined });
   assert.throws(() => idempotent(ok, { key: () => 'k', lockTimeout: 1 }), { name: 'TypeError', message: 'idempotent: unknown option "lockTimeout" (did you mean "lockTimeoutMs"?)' });
   assert.throws(() => idempotent(ok, { key: () => 'k', keys: 1 }), { name: 'TypeError', message: 'idempotent: unknown option "keys" (did you mean "key"?)' });
+  assert.throws(() => idempotent(ok, { key: () => 'k', zzzz: 1 }), {
+    name: 'TypeError',
+    message: 'idempotent: unknown option "zzzz"; the options are store, key, scope, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, onStoreError',
+  });
   assert.throws(() => idempotent(ok, { key: () => 'k', identity: false }), { name: 'TypeError', message: /^idempotent: unknown option "identity"; the options are store, key, scope, / });
+  // The options of idempotency() alone are unknown to idempotent().
+  for (const name of ['handlerTimeoutMs', 'ignoredMethods', 'maxBodyBytes']) {
+    assert.throws(() => idempotent(ok, { key: () => 'k', [name]: 1 }), { name: 'TypeError', message: new RegExp(`^idempotent: unknown option "${name}"`) });
+  }
+  assert.throws(() => idempotent(ok, { key: () => 'k', lockTimeoutMs: 999 }), {
+    name: 'TypeError',
+    message: 'idempotent: invalid option "lockTimeoutMs": got 999; expected an integer number of milliseconds from 1000 to 2147483647 (a live holder renews its lock every third of it)',
+  });
+  assert.throws(() => idempotent(ok, { key: () => 'k', secret: 'short' }), { name: 'TypeError', message: /^idempotent: invalid option "secret": got "short"; expected a string of at least 16 characters/ });
 });
 
 test('required: a boolean or a function; a function must return a boolean', async () => {
@@ -99,17 +137,48 @@ test('required: a boolean or a function; a function must return a boolean', asyn
   });
 });
 
-test('a key on a GET is honoured too; a custom header name works', async () => {
+test('a key on a GET, HEAD or OPTIONS is ignored by default (ignoredMethods); with ignoredMethods: [] it is honoured; a custom header name works', async () => {
   let runs = 0;
-  const h = idempotency(async () => new Response(String(++runs)), { header: 'X-Request-Key' });
-  const get = () => new Request('http://localhost/report?id=1', { headers: { 'X-Request-Key': 'r1' } });
+  const seen = [];
+  const handler = async (request, ctx) => (seen.push(ctx.key), new Response(String(++runs)));
+  const get = (method = 'GET') => new Request('http://localhost/report?id=1', { method, headers: { 'X-Request-Key': 'r1' } });
+  const byDefault = idempotency(handler, { header: 'X-Request-Key', identity: false });
+  for (const method of ['GET', 'HEAD', 'OPTIONS', 'GET']) {
+    const res = await byDefault(get(method));
+    assert.equal(res.headers.get('idempotent-replayed'), null, `${method}: not replayed`);
+  }
+  assert.equal(runs, 4, 'every keyed read ran');
+  assert.deepEqual(seen, [null, null, null, null], 'and saw no key (ctx.key null)');
+  // An invalid key on an ignored method is ignored too: no 400.
+  const invalid = await byDefault(new Request('http://localhost/report', { headers: { 'X-Request-Key': 'two words' } }));
+  assert.equal(invalid.status, 200);
+  runs = 0;
+  seen.length = 0;
+  const h = idempotency(handler, { header: 'X-Request-Key', ignoredMethods: [], identity: false });
   assert.equal(await (await h(get())).text(), '1');
   const again = await h(get());
   assert.equal(again.headers.get('idempotent-replayed'), 'true');
   assert.equal(await again.text(), '1');
+  assert.deepEqual(seen, ['r1']);
   const missing = await h(post('ignored-because-other-header'));
   assert.equal(missing.status, 400);
   assert.match((await missing.json()).detail, /requires an X-Request-Key header/);
+  // ignoredMethods is compared without case, and may name any method (here POST: a key on a
+  // POST is then ignored, and with required: false it passes straight through).
+  let posts = 0;
+  const ignorePost = idempotency(async () => new Response(String(++posts)), { ignoredMethods: ['post'], required: false, identity: false });
+  const k = newKey();
+  assert.equal(await (await ignorePost(post(k))).text(), '1');
+  const second = await ignorePost(post(k));
+  assert.equal(second.headers.get('idempotent-replayed'), null);
+  assert.equal(await second.text(), '2');
+  // A method left out of the list is keyed again: DELETE is not ignored by default.
+  let deletes = 0;
+  const del = idempotency(async () => new Response(String(++deletes)), { identity: false });
+  const remove = () => new Request('http://localhost/pay/1', { method: 'DELETE', headers: { 'Idempotency-Key': k } });
+  await (await del(remove())).text();
+  assert.equal((await del(remove())).headers.get('idempotent-replayed'), 'true');
+  assert.equal(deletes, 1);
 });
 
 test('identity must return a string or undefined', async () => {
@@ -236,7 +305,12 @@ test('a custom store whose locks do not expire (and without renew): an expired l
   // A holder that died 1 s ago, with another payload even.
   store.rows.set(`-:${key}`, { state: 'in-progress', token: 'dead', fingerprint: 'other', lockExpiresAt: Date.now() - 1000 });
   let runs = 0;
-  const h = idempotency(async () => new Response(`run ${++runs}`), { store });
+  // TableStore has no secret(): keys that may be scoped need the secret option.
+  assert.throws(() => idempotency(ok, { store }), {
+    name: 'TypeError',
+    message: 'idempotency: invalid option "secret": got undefined; expected a string of at least 16 characters that every instance sharing the store uses: this store has no secret() to keep one',
+  });
+  const h = idempotency(async () => new Response(`run ${++runs}`), { store, secret: 'table-store-secret-0123' });
   const res = await h(post(key));
   assert.equal(await res.text(), 'run 1');
   assert.deepEqual(store.calls, ['acquire', 'reclaim', 'complete']);
@@ -252,7 +326,7 @@ test('a store that returns a malformed record: a 503 problem (Retry-After: 1), o
   const store = new TableStore();
   const told = [];
   let runs = 0;
-  const h = idempotency(async () => (runs++, new Response('ran')), { store, onStoreError: (error, operation) => told.push([operation, error]) });
+  const h = idempotency(async () => (runs++, new Response('ran')), { store, identity: false, onStoreError: (error, operation) => told.push([operation, error]) });
   const fp = fingerprintOf({ method: 'POST', path: '/pay', body: 'x' });
   for (const [row, message] of [
     [{ state: 'done', fingerprint: 'f' }, /state is /],
@@ -296,7 +370,7 @@ test('a stored response that cannot be rebuilt (body not base64, status out of r
   ]) {
     const told = [];
     const store = { acquire: () => ({ state: 'completed', fingerprint: fp, completedAt: 0, response }), reclaim: () => false, complete: () => true, release: () => true };
-    const h = idempotency(ok, { store, onStoreError: (e, op) => told.push(op) });
+    const h = idempotency(ok, { store, identity: false, onStoreError: (e, op) => told.push(op) });
     let res;
     try {
       res = await h(post('k'));
@@ -324,7 +398,7 @@ test('a store that is down before the handler: a 503 problem with Retry-After: 1
   const table = new TableStore();
   table.rows.set('-:k', { state: 'in-progress', token: 'dead', fingerprint: 'f', lockExpiresAt: Date.now() - 1 });
   const told = [];
-  const h = idempotency(ok, { store: failing(table, 'reclaim', new Error('gone')), onStoreError: (error, operation) => told.push(operation) });
+  const h = idempotency(ok, { store: failing(table, 'reclaim', new Error('gone')), identity: false, onStoreError: (error, operation) => told.push(operation) });
   await problemOf(await h(post('k')), 503, 'idempotency-store-unavailable', { retryAfter: true });
   assert.deepEqual(told, ['reclaim']);
   // A throwing onStoreError does not change the answer.
@@ -366,9 +440,9 @@ test('a store failing after the handler ran: the handler\'s answer is still retu
     },
   });
   let runs = 0;
-  const slow = idempotency(async () => (await sleep(150), new Response(`run ${++runs}`)), {
+  const slow = idempotency(async () => (await sleep(450), new Response(`run ${++runs}`)), {
     store: flaky,
-    lockTimeoutMs: 90, // renewed every 30 ms
+    lockTimeoutMs: 1000, // renewed every 333 ms: once or more in 450 ms
     onStoreError,
   });
   const key = newKey();
@@ -382,20 +456,21 @@ test('a store failing after the handler ran: the handler\'s answer is still retu
 
 test('the lock is renewed every third of lockTimeoutMs while the handler runs, with the holder\'s token', async () => {
   const spy = spyStore(new MemoryStore());
-  const h = idempotency(async () => (await sleep(500), new Response('done')), { store: spy.store, lockTimeoutMs: 300 });
+  const h = idempotency(async () => (await sleep(1150), new Response('done')), { store: spy.store, lockTimeoutMs: 1000 });
   assert.equal(await (await h(post(newKey()))).text(), 'done');
   const acquired = spy.calls.find(([m]) => m === 'acquire');
   const renewals = spy.calls.filter(([m]) => m === 'renew');
-  assert.ok(renewals.length >= 2 && renewals.length <= 6, `${renewals.length} renewals in 500 ms at one per 100 ms`);
+  // At 333, 666 and 999 ms; a late timer may leave out the last one.
+  assert.ok(renewals.length >= 2 && renewals.length <= 4, `${renewals.length} renewals in 1150 ms at one per 333 ms`);
   for (const [, key, token, lock, ms] of renewals) {
     assert.equal(key, acquired[1]);
     assert.equal(token, acquired[2].token);
     assert.equal(lock.token, token);
     assert.equal(lock.state, 'in-progress');
-    assert.equal(ms, 300);
+    assert.equal(ms, 1000);
   }
   const count = spy.calls.filter(([m]) => m === 'renew').length;
-  await sleep(250);
+  await sleep(500);
   assert.equal(spy.calls.filter(([m]) => m === 'renew').length, count, 'no renewal after the handler ended');
 });
 

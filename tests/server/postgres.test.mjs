@@ -209,6 +209,8 @@ if (skip) {
       complete: (...args) => inner.complete(...args),
       release: (...args) => inner.release(...args),
       transaction: (...args) => inner.transaction(...args),
+      closeTransaction: (...args) => inner.closeTransaction?.(...args),
+      secret: () => inner.secret(),
     };
     const started = deferred();
     let runs = 0;

@@ -2,6 +2,7 @@
 // one and passes its URL in RETRY_FETCH_REDIS_URL), and server instances sharing it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash, createHmac } from 'node:crypto';
 import { createClient } from 'redis';
 import { idempotency, RedisStore } from 'retry-fetch/server';
 import { storeScenarios, holding } from './scenarios.mjs';
@@ -79,10 +80,17 @@ if (skip) {
       const first = await send(server.url, { key: 'order-1' });
       assert.deepEqual(first.headers.getSetCookie(), ['sid=s3cr3t; HttpOnly']);
       await first.text();
-      const keys = await client.keys(`${p}*`);
+      // The store's secret (at <prefix>secret) and the one record.
+      const secret = await store.secret();
+      assert.match(secret, /^[0-9a-f]{64}$/);
+      assert.equal(await client.get(`${p}secret`), secret);
+      const keys = (await client.keys(`${p}*`)).filter((k) => k !== `${p}secret`);
       assert.equal(keys.length, 1);
       assert.match(keys[0], new RegExp(`^${p}[0-9a-f]{64}:order-1$`), 'identity hashed, then the key');
       assert.ok(!keys[0].includes('user-7'), 'the identity is not stored in clear');
+      const scope = createHmac('sha256', secret).update('user-7').digest('hex');
+      assert.equal(keys[0], `${p}${scope}:order-1`, 'the scope is HMAC-SHA-256(secret, identity)');
+      assert.notEqual(scope, createHash('sha256').update('user-7').digest('hex'), 'not a plain hash');
       const ttl = await client.pTTL(keys[0]);
       assert.ok(ttl > 55_000 && ttl <= 60_000, `TTL ${ttl}`);
       const value = await client.get(keys[0]);
@@ -102,7 +110,7 @@ if (skip) {
       started.resolve();
       await finish.promise;
       return new Response('done');
-    }, { store: new RedisStore({ client, prefix: p }), lockTimeoutMs: 600 });
+    }, { store: new RedisStore({ client, prefix: p }), lockTimeoutMs: 1000 });
     await withServer(handler, async (server) => {
       const key = newKey();
       const sent = send(server.url, { key });
@@ -111,14 +119,14 @@ if (skip) {
       const lock = JSON.parse(await client.get(redisKey));
       assert.equal(lock.state, 'in-progress');
       const firstTtl = await client.pTTL(redisKey);
-      assert.ok(firstTtl > 0 && firstTtl <= 600, `PTTL ${firstTtl}`);
-      await sleep(1500); // 2.5 lifetimes of the first lock
+      assert.ok(firstTtl > 0 && firstTtl <= 1000, `PTTL ${firstTtl}`);
+      await sleep(2500); // 2.5 lifetimes of the first lock
       const renewed = JSON.parse(await client.get(redisKey));
       assert.equal(renewed?.state, 'in-progress', 'the lock is still there');
       assert.equal(renewed.token, lock.token, 'held by the same holder');
-      assert.ok(renewed.lockExpiresAt > lock.lockExpiresAt + 900, 'with a later expiry');
+      assert.ok(renewed.lockExpiresAt > lock.lockExpiresAt + 1500, 'with a later expiry');
       const ttl = await client.pTTL(redisKey);
-      assert.ok(ttl > 0 && ttl <= 600, `PTTL ${ttl}`);
+      assert.ok(ttl > 0 && ttl <= 1000, `PTTL ${ttl}`);
       finish.resolve();
       assert.equal(await (await sent).text(), 'done');
       assert.equal(JSON.parse(await client.get(redisKey)).state, 'completed');

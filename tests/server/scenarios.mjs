@@ -428,7 +428,7 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
         await release.promise; // still running (alive, but it cannot renew) long after the lock lapsed
       }
       return Response.json({ run });
-    }, { store: withoutRenew(store), lockTimeoutMs: 300, waitTimeoutMs: 10_000, onStoreError: (e, op) => storeErrors.push(op) });
+    }, { store: withoutRenew(store), lockTimeoutMs: 1000, waitTimeoutMs: 10_000, onStoreError: (e, op) => storeErrors.push(op) });
     const server = await serve(handler);
     try {
       const key = newKey();
@@ -439,7 +439,7 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
       assert.equal(second.status, 200);
       assert.equal(second.headers.get('idempotent-replayed'), null);
       assert.deepEqual(await second.json(), { run: 2 });
-      assert.ok(Date.now() - started >= 200, 'the duplicate waited for the lock to lapse');
+      assert.ok(Date.now() - started >= 700, 'the duplicate waited for the lock to lapse');
       // The late holder finishes: its client gets its answer, but it is not stored over the new one.
       release.resolve();
       const late = await sent;
