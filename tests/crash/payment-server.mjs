@@ -17,6 +17,8 @@
 //   VARIANT: 'postgres'  PostgresStore, the charge inserted through ctx.tx (keyed: commits with
 //                        the stored answer or not at all);
 //            'redis'     RedisStore, the charge inserted with pool.query (an unkeyed effect);
+//            'postgres-outside'  PostgresStore, the charge inserted with pool.query, outside
+//                        the key's transaction (an unkeyed effect);
 //            'provider'  RedisStore, the charge made at a fake provider that dedupes by the
 //                        Idempotency-Key it receives (ctx.keyFor('charge'));
 //   DATABASE_URL, IDEM_TABLE, CHARGES_TABLE (postgres and redis); REDIS_URL, REDIS_PREFIX,
@@ -48,14 +50,24 @@ const { decide, die } = killSwitch({
 process.on('disconnect', () => process.exit(0));
 
 let pool = null;
-if (VARIANT === 'postgres' || VARIANT === 'redis') {
+const ON_POSTGRES = VARIANT === 'postgres' || VARIANT === 'postgres-outside';
+if (ON_POSTGRES || VARIANT === 'redis') {
   const { default: pg } = await import('pg');
   pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: 10, connectionTimeoutMillis: 10_000 });
   pool.on('error', (error) => console.error(`instance ${INSTANCE}: idle pg client error: ${error.message}`));
 }
 
+// The charge outside ctx.tx goes through a pool of its own: on the store's pool it would wait
+// for a connection that the keys in progress hold (each holds one until its answer commits).
+let chargePool = pool;
+if (VARIANT === 'postgres-outside') {
+  const { default: pg } = await import('pg');
+  chargePool = new pg.Pool({ connectionString: env.DATABASE_URL, max: 10, connectionTimeoutMillis: 10_000 });
+  chargePool.on('error', (error) => console.error(`instance ${INSTANCE}: idle pg client error: ${error.message}`));
+}
+
 let store;
-if (VARIANT === 'postgres') {
+if (ON_POSTGRES) {
   store = new PostgresStore({ pool, table: env.IDEM_TABLE });
   await store.migrate();
 } else {
@@ -88,9 +100,9 @@ async function charge(paymentId, amount, ctx) {
     );
     return rows[0].id;
   }
-  if (VARIANT === 'redis') {
+  if (VARIANT === 'redis' || VARIANT === 'postgres-outside') {
     // Outside any transaction: done the moment it returns, whatever happens to the key.
-    const { rows } = await pool.query(
+    const { rows } = await chargePool.query(
       `INSERT INTO "${env.CHARGES_TABLE}" (payment_id, amount, instance) VALUES ($1, $2, $3) RETURNING id`,
       [paymentId, amount, INSTANCE],
     );

@@ -24,8 +24,11 @@
 //   3. RedisStore, the charge made at a fake payment provider (an http server in this process)
 //      that dedupes by the Idempotency-Key it receives; the handler forwards
 //      ctx.keyFor('charge'): exactly one provider charge per payment, whatever the store.
+//   4. PostgresStore, the charge inserted with pool.query OUTSIDE ctx.tx: committed on its
+//      own, so a kill between the charge and complete() frees the key (the transaction dies)
+//      and the retry charges again at once: doubles expected and reported, as in 2.
 //
-// Needs DATABASE_URL (variants 1 and 2) and REDIS_URL (variants 2 and 3); a variant whose
+// Needs DATABASE_URL (variants 1, 2 and 4) and REDIS_URL (variants 2 and 3); a variant whose
 // server is not configured is skipped with a message. Optional: CRASH_SEED (default: random,
 // printed), CRASH_KILL_P (default 0.02).
 import { test, after } from 'node:test';
@@ -292,21 +295,24 @@ test('PostgresStore, charge through ctx.tx: 200 payments through SIGKILLs at 3 p
   }
 });
 
-test('RedisStore, unkeyed charge (plain pool.query): the crash window between charge and complete stays open (reported)', { skip: pgSkip || redisSkip, timeout: 180_000 }, async (t) => {
+/**
+ * Runs the 200 payments with an unkeyed charge (a plain pool.query outside the key's
+ * transaction) and checks what must hold whatever the store: every call ends with a success
+ * and no payment is lost. The doubles are reported: the window between the charge and the
+ * stored answer stays open (README's crash table).
+ */
+async function unkeyedRun(t, variant, label, extraEnv) {
   const db = await pgTestPool();
-  const charges = `crash_charges_redis_${RUN}`;
+  const charges = `crash_charges_${variant.replace('-', '_')}_${RUN}`;
   await createCharges(db, charges);
-  const prefix = `retry-fetch-crash:${RUN}:redis:`;
-  cleanups.push(() => deleteRedisPrefix(prefix));
-
-  const run = await runPayments('redis', { DATABASE_URL, CHARGES_TABLE: charges, REDIS_URL, REDIS_PREFIX: prefix, LOCK_TIMEOUT_MS: '1000' });
+  const run = await runPayments(variant, { DATABASE_URL, CHARGES_TABLE: charges, ...extraEnv });
   const { rows } = await db.query(`SELECT id, payment_id FROM "${charges}" ORDER BY id`);
   const grouped = byPayment(rows);
   const doubles = [...grouped].filter(([, list]) => list.length > 1);
   const extra = rows.length - grouped.size;
   const lost = run.results.filter((r) => !grouped.has(r.paymentId));
   const failed = failedCalls(run.results);
-  t.diagnostic(describeRun('RedisStore + unkeyed pool.query', run, `${rows.length} charge rows, ${doubles.length} payments charged more than once (${extra} extra charges; kills at b: ${run.counts.b}), ${lost.length} lost, ${failed.length} failed calls`));
+  t.diagnostic(describeRun(label, run, `${rows.length} charge rows, ${doubles.length} payments charged more than once (${extra} extra charges; kills at b: ${run.counts.b}), ${lost.length} lost, ${failed.length} failed calls`));
 
   const context = () => `seed ${SEED}\n${run.fleet.stderrText()}`;
   assert.deepEqual(run.fleet.unexpectedExits(), [], `an instance exited other than by its own SIGKILL\n${context()}`);
@@ -318,6 +324,20 @@ test('RedisStore, unkeyed charge (plain pool.query): the crash window between ch
   for (const r of run.results) {
     assert.ok(grouped.get(r.paymentId).some((row) => row.id === r.body.chargeId), `payment ${r.paymentId}: the returned charge id is one of its rows`);
   }
+}
+
+test('RedisStore, unkeyed charge (plain pool.query): the crash window between charge and complete stays open (reported)', { skip: pgSkip || redisSkip, timeout: 180_000 }, async (t) => {
+  const prefix = `retry-fetch-crash:${RUN}:redis:`;
+  cleanups.push(() => deleteRedisPrefix(prefix));
+  await unkeyedRun(t, 'redis', 'RedisStore + unkeyed pool.query', { REDIS_URL, REDIS_PREFIX: prefix, LOCK_TIMEOUT_MS: '1000' });
+});
+
+test('PostgresStore, charge outside ctx.tx (plain pool.query): the crash window stays open too (reported)', { skip: pgSkip, timeout: 180_000 }, async (t) => {
+  const idemTable = `crash_idem_pgout_${RUN}`;
+  const db = await pgTestPool();
+  await new PostgresStore({ pool: db, table: idemTable }).migrate();
+  cleanups.push(() => db.query(`DROP TABLE IF EXISTS "${idemTable}"`));
+  await unkeyedRun(t, 'postgres-outside', 'PostgresStore + pool.query outside ctx.tx', { IDEM_TABLE: idemTable });
 });
 
 test('RedisStore, charge at a provider that dedupes by ctx.keyFor(\'charge\'): exactly one provider charge per payment', { skip: redisSkip, timeout: 180_000 }, async (t) => {
