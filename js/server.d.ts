@@ -49,6 +49,12 @@ export interface IdempotencyContext<Tx = unknown> {
    * it after the handler settled throws a TypeError.
    */
   readonly tx: Tx | undefined;
+  /**
+   * The handler's `request.signal`, for a framework route that does not see the request: in
+   * a keyed request the companion's (aborted only by `handlerTimeoutMs`, with a
+   * `TimeoutError`), otherwise the client's. `undefined` in an `idempotent` job.
+   */
+  readonly signal: AbortSignal | undefined;
 }
 
 /**
@@ -78,6 +84,7 @@ export interface IdempotencyOptions<Tx = unknown> {
    * Whether a request without a key is refused (400, a JSON problem). When not required, a
    * request without a key goes straight to the handler. A request that has a key always goes
    * through the idempotency scheme.
+   * Never applies to `ignoredMethods` (their keys are ignored anyway).
    * @default true for POST and PATCH, false for every other method
    */
   required?: boolean | ((request: Request) => boolean | Promise<boolean>);

@@ -125,7 +125,11 @@ test('an unknown option is a TypeError naming the closest known one, or listing 
 test('required: a boolean or a function; a function must return a boolean', async () => {
   assert.equal((await idempotency(ok, { required: false })(post())).status, 200);
   assert.equal((await idempotency(ok)(new Request('http://localhost/pay', { method: 'DELETE' }))).status, 200);
-  assert.equal((await idempotency(ok, { required: true })(new Request('http://localhost/x'))).status, 400);
+  assert.equal((await idempotency(ok, { required: true })(new Request('http://localhost/x', { method: 'DELETE' }))).status, 400);
+  // The methods whose keys are ignored (GET, HEAD, OPTIONS) never require one.
+  assert.equal((await idempotency(ok, { required: true })(new Request('http://localhost/x'))).status, 200);
+  const keyedGet = new Request('http://localhost/x', { headers: { 'Idempotency-Key': 'k' } });
+  assert.equal((await idempotency(ok, { required: true, identity: false })(keyedGet)).status, 200);
   const byPath = idempotency(ok, { required: (request) => new URL(request.url).pathname.startsWith('/pay') });
   assert.equal((await byPath(post())).status, 400);
   assert.equal((await byPath(new Request('http://localhost/search', { method: 'POST', body: 'q' }))).status, 200);

@@ -122,7 +122,7 @@ pub async fn claim(c: &Common, k: &Keyed, aborted: &dyn Fn() -> Option<JsValue>)
     }
 }
 
-/// The handler's second argument: `{ key, keyFor(name), tx }`. `tx` is a getter, so reading
+/// The handler's second argument: `{ key, keyFor(name), tx, signal }`. `tx` is a getter, so reading
 /// it is known (a throw after it is rolled back rather than stored).
 pub struct Context {
     /// The JS object.
@@ -135,7 +135,9 @@ impl Context {
     /// without a key, `{ key: null, keyFor() throws, tx: undefined }`. The own properties of
     /// `route` (the second argument the wrapped function was called with: Next.js's
     /// `{ params }`, an adapter's state) come first; the idempotency fields win over them.
-    pub fn new(k: Option<&Keyed>, tx: JsValue, route: &JsValue) -> Context {
+    /// `signal` is the handler's request signal (for a framework route that never sees the
+    /// request: `undefined` for an `idempotent` job).
+    pub fn new(k: Option<&Keyed>, tx: JsValue, route: &JsValue, signal: &JsValue) -> Context {
         let object: JsValue = Object::new().into();
         if route.is_object() {
             // Object.assign reads the source's getters; one that throws leaves that field out.
@@ -143,6 +145,7 @@ impl Context {
         }
         let used_tx = Rc::new(Cell::new(false));
         js::set(&object, "key", &k.map_or(JsValue::NULL, |k| JsValue::from_str(&k.key)));
+        js::set(&object, "signal", signal);
         let store_key = k.map(|k| k.store_key.clone());
         let key_for = Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |name: JsValue| {
             let Some(store_key) = &store_key else {
@@ -218,8 +221,8 @@ async fn within(promise: &Promise, ms: f64) -> Option<Result<JsValue, JsValue>> 
 /// `limit.ms`, and a handler that still has not settled `lockTimeoutMs` later is
 /// [`Ran::Abandoned`]. Once it has settled (or is abandoned), the store's transaction is
 /// closed to it (`closeTransaction`): `ctx.tx` throws from then on.
-pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue, route: &JsValue, caller: &Caller, limit: Option<Limit<'_>>) -> (Ran, Context, Renewal) {
-    let ctx = Context::new(Some(k), c.store.transaction(&k.store_key, &k.token), route);
+pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue, route: &JsValue, signal: &JsValue, caller: &Caller, limit: Option<Limit<'_>>) -> (Ran, Context, Renewal) {
+    let ctx = Context::new(Some(k), c.store.transaction(&k.store_key, &k.token), route, signal);
     let renewal = Renewal::start(
         c.store.clone(),
         k.store_key.clone(),

@@ -52,7 +52,7 @@ pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue, ro
                 let detail = format!("{method} {path} requires an {header} header (a unique key per operation, the same on every retry).");
                 return Ok(problem(400, "idempotency-key-missing", &format!("{header} is missing"), &detail, false)?.into());
             }
-            let ctx = Context::new(None, JsValue::UNDEFINED, &route);
+            let ctx = Context::new(None, JsValue::UNDEFINED, &route, &req.signal());
             return JsFuture::from(Promise::resolve(&caller.call(&handler, &[&req, &ctx.object])?)).await;
         }
     };
@@ -136,7 +136,7 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
         }
     };
     let limit = c.limits.handler_timeout_ms.map(|ms| Limit { ms, controller: &controller });
-    let (ran, ctx, renewal) = run_holding(c, k, handler, &request, route, caller, limit).await;
+    let (ran, ctx, renewal) = run_holding(c, k, handler, &request, route, &request.signal(), caller, limit).await;
     let aborted = controller.signal().aborted();
     let failure = match ran {
         Ran::Resolved(value) => match as_response(value.clone()).await {

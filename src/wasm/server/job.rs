@@ -61,7 +61,7 @@ pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller
         Err(ClaimError::Aborted(reason)) => return Err(reason),
         Err(ClaimError::Store(error, _)) => return Err(error),
     }
-    let (ran, ctx, renewal) = run_holding(c, &k, &f, &input, &JsValue::UNDEFINED, &caller, None).await;
+    let (ran, ctx, renewal) = run_holding(c, &k, &f, &input, &JsValue::UNDEFINED, &JsValue::UNDEFINED, &caller, None).await;
     let lost = renewal.lost();
     match ran {
         Ran::Resolved(value) => {

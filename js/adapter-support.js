@@ -1,0 +1,193 @@
+// Shared by the framework adapters (express.js, fastify.js, hono.js): how a framework's route
+// runs as the companion's handler. Nothing here decides anything about keys, fingerprints or
+// answers: that is all the companion's (`idempotency()` of server.js, driven by the wasm).
+// The adapters only translate between their framework and a fetch Request/Response.
+//
+// The "deferred handler": per request the adapter builds a fetch Request and calls the
+// companion with it. The companion's handler, made once per middleware, does not answer by
+// itself: it hands the adapter the `ctx` (the key is held now) and returns a promise that the
+// adapter settles with the route's answer once the framework's route has run. If the
+// companion answers first (a replay, 400, 409, 413, 422, 503...), the route does not run.
+import { idempotency } from './server.js';
+
+/** The property of `route` (and so of `ctx`) that carries one request's state to the handler. */
+const STATE = Symbol('retry-fetch adapter state');
+const HELD = Symbol('held');
+
+/** `Promise.withResolvers()` (Node 22+), for Node 20. */
+function deferred() {
+  let resolve;
+  let reject;
+  const promise = new Promise((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+/**
+ * The companion for one middleware instance, with `options` as `idempotency()` takes them
+ * (validated there: a bad option is its TypeError). Returns `start(request)`, which runs one
+ * request through it and returns a `Run`:
+ *
+ * - `await run.first()`: `null` once the key is held (or the request has none) and the route
+ *   must run, with `run.ctx` and `run.request` (the handler's request: the body bytes the
+ *   companion read, and the companion's own signal) set; or the companion's own Response
+ *   when it answered without running the route;
+ * - `run.answer(response)` / `run.fail(error)`: the route's answer, or its error (the route
+ *   threw); the first call counts;
+ * - `await run.result`: the companion's final Response (normally the route's answer; a
+ *   problem when the route failed or the commit did).
+ */
+export function deferredCompanion(options) {
+  const companion = idempotency((request, ctx) => {
+    const state = ctx[STATE];
+    if (state === undefined) {
+      throw new TypeError('retry-fetch adapter: the companion was called without the adapter\'s state');
+    }
+    // The route sees ctx without the adapter's own property.
+    Reflect.deleteProperty(ctx, STATE);
+    state.ctx = ctx;
+    state.request = request;
+    state.held.resolve(HELD);
+    return state.answer.promise;
+  }, options);
+
+  return function start(request) {
+    const state = { ctx: undefined, request: undefined, held: deferred(), answer: deferred(), settled: false };
+    // The companion resolves with a Response; should it ever reject (a bug, or a handler of
+    // the user's such as `identity` that throws), the adapter passes the error on.
+    const result = Promise.resolve().then(() => companion(request, { [STATE]: state }));
+    result.catch(() => {}); // observed by first() or by the adapter's `await run.result`
+    return {
+      get ctx() {
+        return state.ctx;
+      },
+      get request() {
+        return state.request;
+      },
+      async first() {
+        const winner = await Promise.race([state.held.promise, result]);
+        return winner === HELD ? null : winner;
+      },
+      answer(response) {
+        if (state.settled) return;
+        state.settled = true;
+        state.answer.resolve(response);
+      },
+      fail(error) {
+        if (state.settled) return;
+        state.settled = true;
+        state.answer.reject(error);
+      },
+      get settled() {
+        return state.settled;
+      },
+      result,
+    };
+  };
+}
+
+/**
+ * Is `error` one the framework turns into a 4xx answer on purpose (`statusCode` or `status`
+ * 400 to 499: Fastify's and http-errors' `statusCode`, Hono's `HTTPException#status`)? Such
+ * a route did answer: its answer (a 404, a 403...) is what the companion gets, as if the route
+ * had returned it. Any other error is a route that failed.
+ */
+export function isClientError(error) {
+  if (typeof error !== 'object' || error === null) return false;
+  const status = error.statusCode ?? error.status;
+  return Number.isInteger(status) && status >= 400 && status <= 499;
+}
+
+/** The statuses whose Response has no body (the Fetch API refuses one). */
+const NULL_BODY = new Set([101, 103, 204, 205, 304]);
+
+/**
+ * A fetch Response of what a route wrote: `status`, `statusText` (or undefined), `headers` as
+ * `[name, value]` pairs (a value a string, number or array of them), `body` a Uint8Array.
+ */
+export function toResponse({ status, statusText, headers, body }) {
+  const h = new Headers();
+  for (const [name, value] of headers) {
+    for (const v of Array.isArray(value) ? value : [value]) h.append(name, String(v));
+  }
+  const init = { status, headers: h };
+  if (typeof statusText === 'string' && statusText !== '') init.statusText = statusText;
+  return new Response(NULL_BODY.has(status) || body === null || body.byteLength === 0 ? null : body, init);
+}
+
+/**
+ * `[name, value]` pairs of a Response's headers: one pair per name, a string, or an array for
+ * several `Set-Cookie`s.
+ */
+export function headerPairs(response) {
+  const pairs = [];
+  const cookies = response.headers.getSetCookie?.() ?? [];
+  if (cookies.length > 0) pairs.push(['set-cookie', cookies]);
+  for (const [name, value] of response.headers) {
+    if (name !== 'set-cookie') pairs.push([name, value]);
+  }
+  return pairs;
+}
+
+/**
+ * The headers to send with the companion's final `response`: the ones set on this request
+ * before the adapter ran (`before`: `[name, value]` pairs, e.g. CORS headers or a session
+ * cookie of an earlier middleware, which a replay or a problem answer must keep), each one
+ * replaced by the response's own header of that name.
+ */
+export function finalHeaders(before, response) {
+  const own = headerPairs(response);
+  const names = new Set(own.map(([name]) => name));
+  return [...before.filter(([name]) => !names.has(name.toLowerCase())), ...own];
+}
+
+/** The whole body of `response` as a Uint8Array (empty for none). */
+export async function bodyBytes(response) {
+  if (response.body === null) return new Uint8Array(0);
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+/** The bytes of `chunk` as written to a node:http response (a string in `encoding`, or bytes). */
+export function chunkBytes(chunk, encoding) {
+  if (chunk === undefined || chunk === null) return null;
+  if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8');
+  if (chunk instanceof Uint8Array) return chunk;
+  if (ArrayBuffer.isView(chunk)) return new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  if (chunk instanceof ArrayBuffer) return new Uint8Array(chunk);
+  throw new TypeError(`retry-fetch adapter: a response chunk must be a string or bytes; got ${typeof chunk}`);
+}
+
+/** Fetch `Headers` of a node:http request's raw headers (HTTP/2 pseudo-headers left out). */
+export function nodeRequestHeaders(req) {
+  const headers = new Headers();
+  const raw = Array.isArray(req.rawHeaders) ? req.rawHeaders : [];
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    if (raw[i].startsWith(':')) continue;
+    try {
+      headers.append(raw[i], raw[i + 1]);
+    } catch {
+      // a header the Fetch API refuses: leave it out
+    }
+  }
+  return headers;
+}
+
+/** The absolute URL of a node:http request whose target is `target` (its original URL). */
+export function nodeRequestUrl(req, target) {
+  const proto = req.socket?.encrypted ? 'https' : 'http';
+  const path = typeof target === 'string' && target !== '' ? target : '/';
+  // Joined as text: `new URL('//a/b', base)` would read a target starting with `//` as a host.
+  const full = path.startsWith('/') ? path : `/${path}`;
+  try {
+    return new URL(`${proto}://${req.headers?.host ?? 'localhost'}${full}`);
+  } catch {
+    return new URL(`${proto}://localhost${full}`); // a Host header that is not a host
+  }
+}
+
+/** Does this method carry a body in a fetch Request? (GET and HEAD cannot.) */
+export function methodHasBody(method) {
+  return method !== 'GET' && method !== 'HEAD';
+}

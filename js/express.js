@@ -1,0 +1,266 @@
+// `retry-fetch/express`: the idempotency companion as Express 5 (and Connect) middleware.
+// Types and documentation: express.d.ts. A thin layer over `idempotency()` of server.js: it
+// builds a fetch Request of the node:http request, runs the route as the companion's handler
+// (adapter-support.js) and writes the companion's Response back. Only node:http's own API is
+// used on `req` and `res` (no Express helpers), so plain Connect works too.
+import { Readable } from 'node:stream';
+import { canonicalBody } from './server-wasm.js';
+import {
+  deferredCompanion,
+  toResponse,
+  finalHeaders,
+  bodyBytes,
+  chunkBytes,
+  nodeRequestHeaders,
+  nodeRequestUrl,
+  methodHasBody,
+} from './adapter-support.js';
+
+/** Was the request's body read by a body parser before this middleware? */
+function parsed(req) {
+  // body-parser 1 sets `_body`; body-parser 2 (Express 5) reads the stream to its end.
+  return req._body === true || req.readableEnded === true || (req.complete === true && req.readable === false);
+}
+
+/** Does the request declare a body (type-is's `hasBody`: Transfer-Encoding or Content-Length)? */
+function declaresBody(req) {
+  const h = req.headers ?? {};
+  return h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && !Number.isNaN(Number(h['content-length'])));
+}
+
+/** The fetch Request the companion gets for `req`; `streamed` when its body is `req` itself. */
+function fetchRequest(req) {
+  const method = req.method ?? 'GET';
+  const init = { method, headers: nodeRequestHeaders(req) };
+  let streamed = false;
+  if (methodHasBody(method)) {
+    if (parsed(req)) {
+      // A parser consumed the bytes: the fingerprint is of what it made of them.
+      init.body = canonicalBody(req.body);
+    } else if (declaresBody(req)) {
+      // Read by the companion, at most maxBodyBytes (a longer one is its 413).
+      init.body = Readable.toWeb(req);
+      init.duplex = 'half';
+      streamed = true;
+    }
+  }
+  return { request: new Request(nodeRequestUrl(req, req.originalUrl ?? req.url), init), streamed };
+}
+
+/** The headers of `res` as `[name, value]` pairs. */
+function currentHeaders(res) {
+  return Object.entries(res.getHeaders());
+}
+
+/**
+ * Writes the companion's `response` to `res` (with the headers set before the adapter ran,
+ * `before`), through `writeHead`/`end` as they were before the adapter wrapped them.
+ */
+async function send(req, res, response, before, { writeHead, end }) {
+  const body = await bodyBytes(response);
+  if (res.destroyed || res.writableEnded) return;
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+  for (const [name, value] of finalHeaders(before, response)) res.setHeader(name, value);
+  // An answer given before the request body was read to its end (a 413, an early refusal):
+  // the rest of the upload is not read, so the connection is closed once the answer is out.
+  if (req.complete === false) {
+    res.setHeader('Connection', 'close');
+    res.once('finish', () => req.destroy?.());
+  }
+  res.statusCode = response.status;
+  if (typeof response.statusText === 'string' && response.statusText !== '') {
+    res.statusMessage = response.statusText;
+    writeHead.call(res, response.status, response.statusText);
+  } else {
+    writeHead.call(res, response.status);
+  }
+  if (req.method === 'HEAD' || body.byteLength === 0) end.call(res);
+  else end.call(res, Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+}
+
+const WRAPPED = ['writeHead', 'write', 'end', 'flushHeaders', 'setHeader', 'appendHeader', 'removeHeader'];
+
+/**
+ * Buffers what the route writes to `res` (status, headers, body) instead of sending it, and
+ * calls `done(response)` with it once the route ends the response. `release()` puts `res`'s
+ * methods back; `originals` are the ones to send the final answer through.
+ */
+function capture(res, done) {
+  const originals = {};
+  const own = {};
+  for (const name of WRAPPED) {
+    originals[name] = res[name];
+    own[name] = Object.hasOwn(res, name);
+  }
+  const chunks = [];
+  let head = null; // { status, statusText } once writeHead ran
+  let ended = false;
+  let released = false;
+  // Released before the route ended (the companion answered without its answer: its time
+  // limit ran out): whatever it writes later is dropped, the final answer is already out.
+  let abandoned = false;
+  const wrappers = {
+    writeHead(statusCode, reason, headers) {
+      if (released && !abandoned) return originals.writeHead.apply(this, arguments);
+      if (abandoned) return this;
+      if (ended || head !== null) return this;
+      let statusText = typeof reason === 'string' ? reason : undefined;
+      const obj = typeof reason === 'string' ? headers : reason;
+      // As node:http merges them: the headers passed here win over setHeader's.
+      if (Array.isArray(obj)) {
+        for (let i = 0; i + 1 < obj.length; i += 2) res.removeHeader(obj[i]);
+        for (let i = 0; i + 1 < obj.length; i += 2) res.appendHeader(obj[i], obj[i + 1]);
+      } else if (obj && typeof obj === 'object') {
+        for (const name of Object.keys(obj)) res.setHeader(name, obj[name]);
+      }
+      res.statusCode = statusCode;
+      if (statusText !== undefined) res.statusMessage = statusText;
+      head = { status: statusCode, statusText: res.statusMessage };
+      return this;
+    },
+    write(chunk, encoding, callback) {
+      if (released && !abandoned) return originals.write.apply(this, arguments);
+      if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
+      if (!ended && !abandoned) {
+        if (head === null) wrappers.writeHead.call(this, res.statusCode);
+        const bytes = chunkBytes(chunk, encoding);
+        if (bytes !== null && bytes.byteLength > 0) chunks.push(Buffer.from(bytes));
+      }
+      if (typeof callback === 'function') process.nextTick(callback);
+      return true;
+    },
+    end(chunk, encoding, callback) {
+      if (released && !abandoned) return originals.end.apply(this, arguments);
+      if (typeof chunk === 'function') [callback, chunk, encoding] = [chunk, undefined, undefined];
+      else if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
+      if (abandoned) {
+        if (typeof callback === 'function') process.nextTick(callback);
+        return this;
+      }
+      if (!ended) {
+        if (chunk !== undefined && chunk !== null) wrappers.write.call(this, chunk, encoding);
+        else if (head === null) wrappers.writeHead.call(this, res.statusCode);
+        ended = true;
+        let response;
+        try {
+          response = toResponse({
+            status: head.status,
+            statusText: head.statusText,
+            headers: currentHeaders(res),
+            body: Buffer.concat(chunks),
+          });
+        } catch (error) {
+          done(null, error); // not a Response (a status the Fetch API refuses): the route failed
+          return this;
+        }
+        done(response);
+      }
+      if (typeof callback === 'function') res.once('finish', callback);
+      return this;
+    },
+    flushHeaders() {
+      if (released && !abandoned) return originals.flushHeaders.apply(this, arguments);
+      // nothing is sent before the companion has the whole answer
+    },
+    // Headers: as they are, except that an abandoned route's late ones are dropped once the
+    // final answer is out (node:http would throw ERR_HTTP_HEADERS_SENT into the route).
+    setHeader() {
+      if (abandoned && res._header) return this;
+      return originals.setHeader.apply(this, arguments);
+    },
+    appendHeader() {
+      if (abandoned && res._header) return this;
+      return originals.appendHeader.apply(this, arguments);
+    },
+    removeHeader() {
+      if (abandoned && res._header) return undefined;
+      return originals.removeHeader.apply(this, arguments);
+    },
+  };
+  for (const name of WRAPPED) res[name] = wrappers[name];
+  // What the route and later middleware see: the headers are "sent" once it wrote them.
+  Object.defineProperty(res, 'headersSent', { configurable: true, get: () => (released ? Boolean(res._header) : head !== null) });
+  return {
+    originals,
+    release() {
+      if (released) return;
+      released = true;
+      delete res.headersSent;
+      if (!ended) {
+        abandoned = true; // the wrappers stay, and drop what the route still writes
+        return;
+      }
+      for (const name of WRAPPED) {
+        if (res[name] !== wrappers[name]) continue; // wrapped again by a later middleware: it calls ours, which passes through
+        if (own[name]) res[name] = originals[name];
+        else delete res[name];
+      }
+    },
+  };
+}
+
+async function handle(start, req, res, next) {
+  // Writes to a socket the client has closed fail; that is not the server's error.
+  res.on('error', () => {});
+  const before = currentHeaders(res);
+  const sendThrough = { writeHead: res.writeHead, end: res.end };
+  const { request, streamed } = fetchRequest(req);
+  const run = start(request);
+  let early;
+  try {
+    early = await run.first();
+  } catch (error) {
+    next(error);
+    return;
+  }
+  if (early !== null) {
+    await send(req, res, early, before, sendThrough);
+    return;
+  }
+  try {
+    if (streamed) {
+      // The route reads the bytes the companion read (a parser after this middleware finds
+      // the stream consumed and leaves them as they are).
+      req.body = Buffer.from(await run.request.arrayBuffer());
+      req._body = true;
+    }
+    req.idempotency = run.ctx;
+  } catch (error) {
+    run.fail(error);
+    await send(req, res, await run.result, before, sendThrough);
+    return;
+  }
+  const captured = capture(res, (response, error) => (response ? run.answer(response) : run.fail(error)));
+  try {
+    next();
+  } catch (error) {
+    run.fail(error); // Connect calls the route synchronously and catches; Express 5 too
+  }
+  let final;
+  try {
+    final = await run.result;
+  } catch (error) {
+    // The companion failed outside its rules (it answers every rule with a Response): the
+    // route ran, so `next(error)` cannot be called again; answered as toNodeHandler would.
+    console.error('retry-fetch/express: the companion failed:', error);
+    final = new Response('Internal Server Error\n', { status: 500, headers: { 'Content-Type': 'text/plain; charset=utf-8' } });
+  } finally {
+    captured.release();
+  }
+  await send(req, res, final, before, captured.originals);
+}
+
+/**
+ * Express 5 / Connect middleware: `app.use(idempotency(options))`, or per route
+ * `app.post('/pay', express.json(), idempotency(options), handler)`. `options` are those of
+ * `idempotency()` (server.d.ts).
+ */
+export function idempotency(options) {
+  const start = deferredCompanion(options);
+  return function idempotencyMiddleware(req, res, next) {
+    handle(start, req, res, next).catch((error) => {
+      if (!res.headersSent && !res.destroyed) next(error);
+      else res.destroy();
+    });
+  };
+}

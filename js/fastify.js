@@ -1,0 +1,150 @@
+// `retry-fetch/fastify`: the idempotency companion as a Fastify 5 plugin. Types and
+// documentation: fastify.d.ts. A thin layer over `idempotency()` of server.js: hooks build a
+// fetch Request of the request (its body as Fastify parsed it), run the route as the
+// companion's handler (adapter-support.js) and send the companion's Response.
+//
+//   preHandler  start the companion; it answers (replay, 400, 409, 413, 422, 503...) and the
+//               route does not run, or it holds the key: `request.idempotency` is its ctx;
+//   onError     the route threw: the companion is told (an error with a 4xx statusCode is an
+//               answer the route gave on purpose, captured like any other);
+//   onSend      the route's answer (status, headers, payload) goes to the companion, and what
+//               the companion answers (normally the same, stored) is what is sent.
+import { canonicalBody } from './server-wasm.js';
+import {
+  deferredCompanion,
+  isClientError,
+  toResponse,
+  finalHeaders,
+  headerPairs,
+  bodyBytes,
+  chunkBytes,
+  nodeRequestHeaders,
+  nodeRequestUrl,
+  methodHasBody,
+} from './adapter-support.js';
+
+/** This request's run through the companion. */
+const RUN = Symbol('retry-fetch idempotency run');
+
+/** Fastify's own register options, not the companion's. */
+const REGISTER_OPTIONS = ['prefix', 'logLevel', 'logSerializers'];
+
+/** The fetch Request the companion gets: Fastify already parsed the body. */
+function fetchRequest(request) {
+  const raw = request.raw;
+  const method = raw.method ?? 'GET';
+  const init = { method, headers: nodeRequestHeaders(raw) };
+  if (methodHasBody(method)) {
+    // The bytes as received when a raw-body plugin kept them, else what the parser made.
+    init.body = canonicalBody(request.rawBody !== undefined ? request.rawBody : request.body);
+  }
+  return new Request(nodeRequestUrl(raw, raw.url), init);
+}
+
+/** Is `payload` a fetch Response (`reply.send(response)`)? */
+function isResponse(payload) {
+  return typeof payload === 'object' && payload !== null && Object.prototype.toString.call(payload) === '[object Response]';
+}
+
+/** The bytes of an onSend payload: a string, bytes, a (web or node) stream, or nothing. */
+async function payloadBytes(payload) {
+  if (payload === undefined || payload === null) return new Uint8Array(0);
+  if (typeof payload === 'string' || payload instanceof Uint8Array) return chunkBytes(payload);
+  if (isResponse(payload)) return bodyBytes(payload);
+  if (typeof payload[Symbol.asyncIterator] === 'function') {
+    const chunks = [];
+    for await (const chunk of payload) chunks.push(Buffer.from(chunkBytes(chunk)));
+    return Buffer.concat(chunks);
+  }
+  return chunkBytes(String(payload));
+}
+
+/** Sets the companion's `response` on `reply` (status, the headers of `before` it does not replace, its own). */
+async function setFinal(reply, response, before) {
+  for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
+  for (const [name, value] of finalHeaders(before, response)) reply.header(name, value);
+  reply.code(response.status);
+  const body = await bodyBytes(response);
+  return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+}
+
+/**
+ * The Fastify plugin: `await app.register(idempotency, options)`; `options` are those of
+ * `idempotency()` (server.d.ts). Its hooks are added to the context it is registered in (the
+ * plugin is not encapsulated, as fastify-plugin would make it), so it applies to every route
+ * of that context and of its children, wherever they are declared (Fastify gives a route its
+ * context's hooks when the app gets ready). A route opts out with `config: { idempotency: false }`.
+ */
+export async function idempotency(fastify, options) {
+  let companionOptions = options;
+  if (options !== null && typeof options === 'object' && REGISTER_OPTIONS.some((name) => Object.hasOwn(options, name))) {
+    companionOptions = { ...options };
+    for (const name of REGISTER_OPTIONS) delete companionOptions[name];
+  }
+  const start = deferredCompanion(companionOptions);
+
+  if (!fastify.hasRequestDecorator('idempotency')) fastify.decorateRequest('idempotency', null);
+
+  fastify.addHook('preHandler', async (request, reply) => {
+    if (request.is404) return; // no route: Fastify's 404, nothing to protect
+    if (request.routeOptions?.config?.idempotency === false) return; // the route opted out
+    const before = Object.entries(reply.getHeaders());
+    const run = start(fetchRequest(request));
+    const early = await run.first();
+    if (early !== null) {
+      request[RUN] = { early: true, untyped: !early.headers.has('content-type') };
+      for (const [name, value] of headerPairs(early)) reply.header(name, value);
+      reply.code(early.status);
+      const body = await bodyBytes(early);
+      return reply.send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+    }
+    request[RUN] = { run, before, sent: false };
+    request.idempotency = run.ctx;
+  });
+
+  fastify.addHook('onError', async (request, reply, error) => {
+    const entry = request[RUN];
+    if (entry === undefined || entry.early) return;
+    if (!isClientError(error)) entry.run.fail(error);
+  });
+
+  fastify.addHook('onSend', async (request, reply, payload) => {
+    const entry = request[RUN];
+    if (entry === undefined || entry.sent) return payload;
+    entry.sent = true;
+    if (entry.early) {
+      // The companion's answer as it is: without the type Fastify gives a Buffer by default.
+      if (entry.untyped) reply.removeHeader('content-type');
+      return payload;
+    }
+    const { run, before } = entry;
+    if (!run.settled) {
+      try {
+        if (isResponse(payload)) {
+          // A fetch Response sent as it is: Fastify would take its status and headers too.
+          reply.code(payload.status);
+          for (const [name, value] of payload.headers) reply.header(name, value);
+        }
+        const body = await payloadBytes(payload);
+        run.answer(toResponse({ status: reply.statusCode, headers: Object.entries(reply.getHeaders()), body }));
+      } catch (error) {
+        run.fail(error);
+      }
+    }
+    return setFinal(reply, await run.result, before);
+  });
+
+  // A reply that never went through onSend (the route hijacked it and wrote to reply.raw):
+  // the companion must not wait for an answer that will not come.
+  fastify.addHook('onResponse', async (request) => {
+    const entry = request[RUN];
+    if (entry !== undefined && !entry.early && !entry.run.settled) {
+      entry.run.fail(new Error('retry-fetch/fastify: the route answered without Fastify\'s onSend (reply.hijack()); its answer was not seen'));
+    }
+  });
+}
+
+idempotency[Symbol.for('skip-override')] = true;
+idempotency[Symbol.for('fastify.display-name')] = 'retry-fetch-idempotency';
+
+export default idempotency;

@@ -1,0 +1,95 @@
+// `retry-fetch/hono`: the idempotency companion as Hono 4 middleware. Types and
+// documentation: hono.d.ts. A thin layer over `idempotency()` of server.js: it builds a fetch
+// Request of `c.req`, runs the rest of the chain (`next()`) as the companion's handler
+// (adapter-support.js) and sets `c.res` to the companion's Response.
+import { deferredCompanion, isClientError, finalHeaders, methodHasBody } from './adapter-support.js';
+
+/** Whether a middleware or validator before this one read the body (Hono keeps what it read). */
+function bodyRead(c) {
+  const cache = c.req.bodyCache;
+  return (cache !== undefined && cache !== null && Object.keys(cache).length > 0) || c.req.raw.bodyUsed === true;
+}
+
+/** `response` with the headers of `before` it does not set itself (see finalHeaders). */
+function withHeaders(response, before) {
+  const headers = new Headers();
+  for (const [name, value] of finalHeaders(before, response)) {
+    for (const v of Array.isArray(value) ? value : [value]) headers.append(name, v);
+  }
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+}
+
+/** The headers set on `c` before this middleware ran (by one before it: CORS, a session...). */
+function headersBefore(c) {
+  const pairs = [];
+  const headers = c.res.headers;
+  const cookies = headers.getSetCookie?.() ?? [];
+  if (cookies.length > 0) pairs.push(['set-cookie', cookies]);
+  for (const [name, value] of headers) if (name !== 'set-cookie') pairs.push([name, value]);
+  return pairs;
+}
+
+/** Replaces `c.res` by `response` as it is (Hono would merge the old response's headers into it). */
+function replaceResponse(c, response) {
+  c.res = undefined;
+  c.res = response;
+}
+
+/**
+ * Hono middleware: `app.use('/pay', idempotency(options))` or per route
+ * `app.post('/pay', validator, idempotency(options), handler)`. `options` are those of
+ * `idempotency()` (server.d.ts).
+ */
+export function idempotency(options) {
+  const start = deferredCompanion(options);
+  return async function idempotencyMiddleware(c, next) {
+    const raw = c.req.raw;
+    const method = raw.method;
+    const init = { method, headers: raw.headers };
+    let streamed = false;
+    if (methodHasBody(method)) {
+      if (bodyRead(c)) {
+        // A validator read it: Hono gives its bytes again (JSON it parsed as its text).
+        init.body = new Uint8Array(await c.req.arrayBuffer());
+      } else if (raw.body !== null) {
+        // Read by the companion, at most maxBodyBytes (a longer one is its 413).
+        init.body = raw.body;
+        init.duplex = 'half';
+        streamed = true;
+      }
+    }
+    const before = headersBefore(c);
+    const run = start(new Request(raw.url, init));
+    const early = await run.first();
+    if (early !== null) {
+      replaceResponse(c, withHeaders(early, before));
+      return;
+    }
+    try {
+      const request = run.request;
+      if (methodHasBody(method) && (streamed || init.body !== undefined)) {
+        // The route reads the bytes the companion read, through c.req (json(), text()...) or
+        // c.req.raw: a Request over them with the companion's signal (not aborted when the
+        // client goes away).
+        const bytes = await request.arrayBuffer();
+        if (streamed) c.req.bodyCache.arrayBuffer = Promise.resolve(bytes);
+        c.req.raw = new Request(request, { body: bytes });
+      } else {
+        c.req.raw = request;
+      }
+      c.set('idempotency', run.ctx);
+    } catch (error) {
+      run.fail(error);
+      replaceResponse(c, withHeaders(await run.result, before));
+      return;
+    }
+    try {
+      await next();
+      if (c.error !== undefined && !isClientError(c.error)) run.fail(c.error);
+      else run.answer(c.res);
+    } catch (error) {
+      run.fail(error); // not an Error (Hono's onError only takes those): thrown through
+    }
+    replaceResponse(c, withHeaders(await run.result, before));
+  };
+}

@@ -1,0 +1,291 @@
+// retry-fetch/express in Express 5 and Connect 3 (real frameworks from npm, real servers on
+// 127.0.0.1): after the body parsers, replays byte for byte, 422, the raw body read when no
+// parser ran, headers of earlier middleware, Express's error handler, and the shared
+// scenarios against PostgreSQL (support.mjs).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import express from 'express';
+import connect from 'connect';
+import { idempotency } from 'retry-fetch/express';
+import { adapterScenarios, post, snapshot, pay } from './support.mjs';
+
+/** Serve `handler` (an Express app, a Connect app) on 127.0.0.1:0. */
+async function listen(handler) {
+  const server = http.createServer(handler);
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close() {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** An Express app that does not log the errors its routes throw (they are the tests'). */
+function quietApp() {
+  const app = express();
+  app.set('env', 'test');
+  return app;
+}
+
+const NO_SCOPE = { identity: false };
+
+test('Express: after express.json() the route reads req.body; a repeat gets the stored answer byte for byte; another body is a 422', async () => {
+  const app = quietApp();
+  let runs = 0;
+  app.post('/orders/:id/pay', express.json(), idempotency(NO_SCOPE), (req, res) => {
+    runs++;
+    res.status(201).set('X-Run', String(runs)).json({ order: req.params.id, amount: req.body.amount, key: req.idempotency.key, run: runs });
+  });
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    const first = await post(server.url, '/orders/7/pay', { key, body: { amount: 4200, currency: 'EUR' } });
+    assert.equal(first.status, 201);
+    assert.equal(first.headers.get('idempotent-replayed'), null);
+    const a = await snapshot(first);
+    assert.deepEqual(JSON.parse(a.body), { order: '7', amount: 4200, key, run: 1 });
+    // The same JSON with its keys in another order and other spacing: the same request.
+    const repeat = await post(server.url, '/orders/7/pay', { key, body: '{ "currency": "EUR", "amount": 4200 }' });
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(repeat), a, 'the stored answer, byte for byte (status, headers, body)');
+    const other = await post(server.url, '/orders/7/pay', { key, body: { amount: 1, currency: 'EUR' } });
+    assert.equal(other.status, 422);
+    assert.equal((await other.json()).code, 'idempotency-key-reused');
+    assert.equal(runs, 1, 'the route ran once');
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: after express.urlencoded(), express.text() and express.raw() too (no "body already read" 500)', async () => {
+  const app = quietApp();
+  let runs = 0;
+  const echo = (req, res) => {
+    runs++;
+    res.status(201).json({ body: Buffer.isBuffer(req.body) ? `bytes:${req.body.toString('hex')}` : req.body, run: runs });
+  };
+  app.post('/form', express.urlencoded({ extended: false }), idempotency(NO_SCOPE), echo);
+  app.post('/text', express.text(), idempotency(NO_SCOPE), echo);
+  app.post('/raw', express.raw(), idempotency(NO_SCOPE), echo);
+  const server = await listen(app);
+  try {
+    const cases = [
+      ['/form', 'application/x-www-form-urlencoded', 'amount=4200&currency=EUR', 'amount=1', { amount: '4200', currency: 'EUR' }],
+      ['/text', 'text/plain', 'pay 4200 EUR', 'pay 1 EUR', 'pay 4200 EUR'],
+      ['/raw', 'application/octet-stream', '\x01\x02\x03', '\x01', 'bytes:010203'],
+    ];
+    for (const [path, type, body, otherBody, parsed] of cases) {
+      const key = crypto.randomUUID();
+      const before = runs;
+      const first = await post(server.url, path, { key, body, type });
+      assert.equal(first.status, 201, `${path}: ${first.status}`);
+      const a = await snapshot(first);
+      assert.deepEqual(JSON.parse(a.body).body, parsed, `${path}: the route reads what the parser made`);
+      const repeat = await post(server.url, path, { key, body, type });
+      assert.equal(repeat.headers.get('idempotent-replayed'), 'true', path);
+      assert.deepEqual(await snapshot(repeat), a, `${path}: replayed byte for byte`);
+      assert.equal((await post(server.url, path, { key, body: otherBody, type })).status, 422, `${path}: another body`);
+      assert.equal(runs, before + 1, `${path}: the route ran once`);
+    }
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: no parser before it: the companion reads the raw body (413 over maxBodyBytes), req.body is the Buffer, a parser after it leaves it', async () => {
+  const app = quietApp();
+  let runs = 0;
+  app.post('/raw', idempotency({ ...NO_SCOPE, maxBodyBytes: 64 }), express.json(), (req, res) => {
+    runs++;
+    res.status(201).json({ isBuffer: Buffer.isBuffer(req.body), text: Buffer.isBuffer(req.body) ? req.body.toString('utf8') : null });
+  });
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    const first = await post(server.url, '/raw', { key, body: '{"amount":4200}' });
+    assert.equal(first.status, 201);
+    const a = await snapshot(first);
+    assert.deepEqual(JSON.parse(a.body), { isBuffer: true, text: '{"amount":4200}' });
+    const repeat = await post(server.url, '/raw', { key, body: '{"amount":4200}' });
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(repeat), a);
+    // Raw bytes: other spacing is another body.
+    assert.equal((await post(server.url, '/raw', { key, body: '{ "amount": 4200 }' })).status, 422);
+    const big = await post(server.url, '/raw', { key: crypto.randomUUID(), body: JSON.stringify({ pad: 'x'.repeat(200) }) });
+    assert.equal(big.status, 413);
+    assert.equal((await big.json()).code, 'idempotency-body-too-large');
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: app.use(idempotency()): headers set before it are on every answer (replay, 400, 422); a GET goes through every time; Express\'s error handler 500 is stored', async () => {
+  const app = quietApp();
+  app.use((req, res, next) => {
+    res.setHeader('Access-Control-Allow-Origin', 'https://shop.example');
+    next();
+  });
+  app.use(express.json());
+  app.use(idempotency(NO_SCOPE));
+  let runs = 0;
+  let failures = 0;
+  app.post('/pay', (req, res) => {
+    runs++;
+    res.status(201).json({ run: runs });
+  });
+  app.get('/balance', (req, res) => {
+    runs++;
+    res.json({ run: runs, key: req.idempotency.key });
+  });
+  app.post('/fails', () => {
+    failures++;
+    throw new Error('no ctx.tx used: the 500 is stored and replayed');
+  });
+  const server = await listen(app);
+  const cors = (res) => res.headers.get('access-control-allow-origin');
+  try {
+    const key = crypto.randomUUID();
+    const first = await post(server.url, '/pay', { key, body: { amount: 1 } });
+    assert.equal(first.status, 201);
+    assert.equal(cors(first), 'https://shop.example');
+    const repeat = await post(server.url, '/pay', { key, body: { amount: 1 } });
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.equal(cors(repeat), 'https://shop.example');
+    const reused = await post(server.url, '/pay', { key, body: { amount: 2 } });
+    assert.equal(reused.status, 422);
+    assert.equal(cors(reused), 'https://shop.example', 'the companion\'s own answer keeps the earlier middleware\'s headers');
+    const missing = await post(server.url, '/pay', { body: { amount: 2 } });
+    assert.equal(missing.status, 400);
+    assert.equal((await missing.json()).code, 'idempotency-key-missing');
+    assert.equal(cors(missing), 'https://shop.example');
+    assert.equal(runs, 1);
+
+    const g1 = await fetch(`${server.url}/balance`);
+    const g2 = await fetch(`${server.url}/balance`, { headers: { 'Idempotency-Key': 'ignored-on-get' } });
+    assert.deepEqual([await g1.json(), await g2.json()], [{ run: 2, key: null }, { run: 3, key: null }], 'a GET runs every time');
+
+    const failKey = crypto.randomUUID();
+    const failed = await post(server.url, '/fails', { key: failKey, body: {} });
+    assert.equal(failed.status, 500);
+    const f = await snapshot(failed);
+    const again = await post(server.url, '/fails', { key: failKey, body: {} });
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(again), f, 'Express\'s 500 page, replayed');
+    assert.equal(failures, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: the answer is lost on the way (connection cut as it is written): retryFetch\'s retry gets the stored 201, the route ran once', async () => {
+  const app = quietApp();
+  let attempts = 0;
+  // Before the adapter: on the first attempt, the connection dies as the answer is written.
+  app.use((req, res, next) => {
+    if (++attempts === 1) {
+      res.writeHead = function () {
+        req.socket.destroy();
+        return this;
+      };
+    }
+    next();
+  });
+  let runs = 0;
+  app.post('/payments', express.json(), idempotency(NO_SCOPE), (req, res) => {
+    runs++;
+    res.status(201).json({ payment: req.body.payment, run: runs });
+  });
+  const server = await listen(app);
+  try {
+    const res = await pay(server.url, { payment: 'p-1', amount: 1 });
+    assert.equal(res.status, 201);
+    assert.equal(res.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await res.json(), { payment: 'p-1', run: 1 });
+    assert.equal(runs, 1);
+    assert.equal(attempts, 2);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: an unknown or invalid option is the companion\'s TypeError, at once', () => {
+  assert.throws(() => idempotency({ lockTimeout: 5000 }), (e) => e instanceof TypeError && /lockTimeoutMs/.test(e.message));
+  assert.throws(() => idempotency({ lockTimeoutMs: 10 }), (e) => e instanceof TypeError && /lockTimeoutMs/.test(e.message));
+});
+
+test('Connect: with express.json() and without a parser, node:http\'s API only: replay byte for byte, 422, route once', async () => {
+  const app = connect();
+  let runs = 0;
+  const route = (req, res) => {
+    runs++;
+    const body = Buffer.isBuffer(req.body) ? req.body.toString('utf8') : req.body;
+    res.statusCode = 201;
+    res.setHeader('Content-Type', 'application/json');
+    res.end(JSON.stringify({ url: req.url, body, key: req.idempotency.key, run: runs }));
+  };
+  app.use('/parsed', express.json());
+  app.use('/parsed', idempotency(NO_SCOPE));
+  app.use('/parsed', route);
+  app.use('/raw', idempotency(NO_SCOPE));
+  app.use('/raw', route);
+  const server = await listen(app);
+  try {
+    for (const [path, parsed] of [['/parsed/pay', { amount: 4200 }], ['/raw/pay', '{"amount":4200}']]) {
+      const key = crypto.randomUUID();
+      const before = runs;
+      const first = await post(server.url, path, { key, body: { amount: 4200 } });
+      assert.equal(first.status, 201, path);
+      const a = await snapshot(first);
+      assert.deepEqual(JSON.parse(a.body), { url: '/pay', body: parsed, key, run: before + 1 }, path);
+      const repeat = await post(server.url, path, { key, body: { amount: 4200 } });
+      assert.equal(repeat.headers.get('idempotent-replayed'), 'true', path);
+      assert.deepEqual(await snapshot(repeat), a, `${path}: byte for byte`);
+      assert.equal((await post(server.url, path, { key, body: { amount: 1 } })).status, 422, path);
+      assert.equal(runs, before + 1, `${path}: the route ran once`);
+    }
+    // The mount path is part of the fingerprint (req.originalUrl): the same key on another route is a 422.
+    const key = crypto.randomUUID();
+    assert.equal((await post(server.url, '/raw/a', { key, body: {} })).status, 201);
+    assert.equal((await post(server.url, '/raw/b', { key, body: {} })).status, 422);
+  } finally {
+    await server.close();
+  }
+});
+
+/** Express 5: express.json() + the adapter + the route; a route that throws reaches Express's error handler. */
+async function startExpress({ options, route }) {
+  const app = quietApp();
+  app.post('/payments', express.json(), idempotency(options), async (req, res) => {
+    const out = await route({ body: req.body, ctx: req.idempotency });
+    res.status(out.status).json(out.json);
+  });
+  return listen(app);
+}
+
+/** Connect 3: express.json() + the adapter + a route on node:http's API; a throw goes to next(error), then to the app's error handler. */
+async function startConnect({ options, route }) {
+  const app = connect();
+  app.use(express.json());
+  app.use(idempotency(options));
+  app.use('/payments', (req, res, next) => {
+    route({ body: req.body, ctx: req.idempotency }).then((out) => {
+      res.statusCode = out.status;
+      res.setHeader('Content-Type', 'application/json');
+      res.end(JSON.stringify(out.json));
+    }, next);
+  });
+  // An error handler of the app's own: its 500 is the route's answer.
+  app.use((error, req, res, next) => {
+    res.statusCode = 500;
+    res.setHeader('Content-Type', 'application/json');
+    res.end(JSON.stringify({ error: error.message }));
+  });
+  return listen(app);
+}
+
+adapterScenarios('Express', startExpress);
+adapterScenarios('Connect', startConnect);

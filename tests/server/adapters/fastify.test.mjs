@@ -1,0 +1,214 @@
+// retry-fetch/fastify in Fastify 5 (real framework from npm, a real server on 127.0.0.1):
+// Fastify's body parsing stays on, replays byte for byte, 422, thrown errors (5xx: the route
+// failed; 4xx: its answer), headers of onRequest hooks, opting out, and the shared scenarios
+// against PostgreSQL (support.mjs).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import Fastify from 'fastify';
+import { idempotency } from 'retry-fetch/fastify';
+import defaultExport from 'retry-fetch/fastify';
+import { adapterScenarios, post, snapshot, pay } from './support.mjs';
+
+/** Start `app` on 127.0.0.1:0. */
+async function listen(app) {
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return {
+    url: `http://127.0.0.1:${app.server.address().port}`,
+    close: () => app.close(),
+  };
+}
+
+const NO_SCOPE = { identity: false };
+
+test('Fastify: the route reads request.body as Fastify parsed it; a repeat gets the stored answer byte for byte; another body is a 422', async () => {
+  const app = Fastify();
+  await app.register(idempotency, NO_SCOPE);
+  let runs = 0;
+  app.post('/orders/:id/pay', {
+    schema: { body: { type: 'object', required: ['amount'], properties: { amount: { type: 'integer' }, currency: { type: 'string' } } } },
+  }, async (request, reply) => {
+    runs++;
+    reply.code(201).header('x-run', String(runs));
+    return { order: request.params.id, amount: request.body.amount, key: request.idempotency.key, run: runs };
+  });
+  app.post('/text', async (request, reply) => {
+    runs++;
+    return reply.code(201).type('text/plain').send(`got ${request.body}`);
+  });
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    const first = await post(server.url, '/orders/7/pay', { key, body: { amount: 4200, currency: 'EUR' } });
+    assert.equal(first.status, 201);
+    const a = await snapshot(first);
+    assert.deepEqual(JSON.parse(a.body), { order: '7', amount: 4200, key, run: 1 });
+    const repeat = await post(server.url, '/orders/7/pay', { key, body: '{"currency":"EUR",  "amount":4200}' });
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(repeat), a, 'the stored answer, byte for byte');
+    const other = await post(server.url, '/orders/7/pay', { key, body: { amount: 1, currency: 'EUR' } });
+    assert.equal(other.status, 422);
+    assert.equal((await other.json()).code, 'idempotency-key-reused');
+    // Schema validation runs before the plugin's hook: a bad body is Fastify's 400, nothing held.
+    const invalid = await post(server.url, '/orders/7/pay', { key: crypto.randomUUID(), body: { currency: 'EUR' } });
+    assert.equal(invalid.status, 400);
+    assert.equal((await invalid.json()).code, 'FST_ERR_VALIDATION');
+    assert.equal(runs, 1, 'the route ran once');
+
+    const textKey = crypto.randomUUID();
+    const t1 = await post(server.url, '/text', { key: textKey, body: 'pay 4200', type: 'text/plain' });
+    assert.equal(t1.status, 201);
+    const ta = await snapshot(t1);
+    assert.equal(ta.body.toString(), 'got pay 4200');
+    const t2 = await post(server.url, '/text', { key: textKey, body: 'pay 4200', type: 'text/plain' });
+    assert.equal(t2.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(t2), ta);
+    assert.equal((await post(server.url, '/text', { key: textKey, body: 'pay 1', type: 'text/plain' })).status, 422);
+    assert.equal(runs, 2);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a thrown 4xx is the route\'s answer, stored and replayed', async () => {
+  const app = Fastify();
+  const told = [];
+  await app.register(idempotency, { ...NO_SCOPE, onError: (error) => told.push(error.message) });
+  let runs = 0;
+  app.post('/fails', async () => {
+    runs++;
+    throw new Error('the provider is down');
+  });
+  app.post('/missing', async () => {
+    runs++;
+    const error = new Error('no such order');
+    error.statusCode = 404;
+    throw error;
+  });
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    const failed = await post(server.url, '/fails', { key, body: {} });
+    assert.equal(failed.status, 500);
+    assert.equal(failed.headers.get('content-type'), 'application/problem+json');
+    const f = await snapshot(failed);
+    assert.equal(JSON.parse(f.body).code, 'idempotency-handler-failed');
+    const again = await post(server.url, '/fails', { key, body: {} });
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(again), f);
+    assert.deepEqual(told, ['the provider is down']);
+
+    const key404 = crypto.randomUUID();
+    const missing = await post(server.url, '/missing', { key: key404, body: {} });
+    assert.equal(missing.status, 404);
+    const m = await snapshot(missing);
+    assert.equal(JSON.parse(m.body).message, 'no such order', 'Fastify\'s own error answer');
+    const replay = await post(server.url, '/missing', { key: key404, body: {} });
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(replay), m);
+    assert.equal(runs, 2);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Fastify: headers of onRequest hooks are on every answer; a route can opt out; a GET and an unknown route go through', async () => {
+  const app = Fastify();
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('access-control-allow-origin', 'https://shop.example');
+  });
+  await app.register(defaultExport, NO_SCOPE);
+  let runs = 0;
+  app.post('/pay', async (request, reply) => {
+    runs++;
+    return reply.code(201).send({ run: runs });
+  });
+  app.post('/webhook', { config: { idempotency: false } }, async (request) => {
+    runs++;
+    return { idempotency: request.idempotency };
+  });
+  app.get('/balance', async (request) => {
+    runs++;
+    return { key: request.idempotency.key };
+  });
+  const server = await listen(app);
+  const cors = (res) => res.headers.get('access-control-allow-origin');
+  try {
+    const key = crypto.randomUUID();
+    const first = await post(server.url, '/pay', { key, body: { a: 1 } });
+    assert.equal(first.status, 201);
+    assert.equal(cors(first), 'https://shop.example');
+    const repeat = await post(server.url, '/pay', { key, body: { a: 1 } });
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.equal(cors(repeat), 'https://shop.example');
+    const reused = await post(server.url, '/pay', { key, body: { a: 2 } });
+    assert.equal(reused.status, 422);
+    assert.equal(cors(reused), 'https://shop.example');
+    const missing = await post(server.url, '/pay', { body: { a: 2 } });
+    assert.equal(missing.status, 400);
+    assert.equal(cors(missing), 'https://shop.example');
+    assert.equal(runs, 1);
+
+    const hook = await post(server.url, '/webhook', { body: {} });
+    assert.equal(hook.status, 200, 'opted out: no key required');
+    assert.deepEqual(await hook.json(), { idempotency: null });
+    assert.deepEqual(await (await fetch(`${server.url}/balance`)).json(), { key: null });
+    assert.equal((await post(server.url, '/nowhere', { key: crypto.randomUUID(), body: {} })).status, 404, 'Fastify\'s 404');
+    assert.equal(runs, 3);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Fastify: an unknown or invalid option fails the registration with the companion\'s TypeError', async () => {
+  const app = Fastify();
+  await assert.rejects(async () => app.register(idempotency, { lockTimeout: 5000 }), (e) => e instanceof TypeError && /lockTimeoutMs/.test(e.message));
+  const app2 = Fastify();
+  await assert.rejects(async () => app2.register(idempotency, { concurrent: 'queue' }), (e) => e instanceof TypeError && /concurrent/.test(e.message));
+  // Fastify's own register options are not the companion's.
+  const app3 = Fastify();
+  await app3.register(idempotency, { ...NO_SCOPE, prefix: '/v1', logLevel: 'warn' });
+  await app3.ready();
+  await app3.close();
+});
+
+test('Fastify: a retrying client: the answer is lost on the way once, the retry gets the stored 201', async () => {
+  const app = Fastify();
+  let attempts = 0;
+  app.addHook('onRequest', async (request, reply) => {
+    if (++attempts === 1) {
+      reply.raw.writeHead = function () {
+        request.raw.socket.destroy();
+        return this;
+      };
+    }
+  });
+  await app.register(idempotency, NO_SCOPE);
+  let runs = 0;
+  app.post('/payments', async (request, reply) => {
+    runs++;
+    return reply.code(201).send({ payment: request.body.payment, run: runs });
+  });
+  const server = await listen(app);
+  try {
+    const res = await pay(server.url, { payment: 'p-1', amount: 1 });
+    assert.equal(res.status, 201);
+    assert.equal(res.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await res.json(), { payment: 'p-1', run: 1 });
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+/** Fastify 5: the plugin, JSON parsed by Fastify, the route; a throw goes to Fastify's error handling. */
+async function startFastify({ options, route }) {
+  const app = Fastify();
+  await app.register(idempotency, options);
+  app.post('/payments', async (request, reply) => {
+    const out = await route({ body: request.body, ctx: request.idempotency });
+    return reply.code(out.status).send(out.json);
+  });
+  return listen(app);
+}
+
+adapterScenarios('Fastify', startFastify);

@@ -1,0 +1,202 @@
+// retry-fetch/hono in Hono 4 on @hono/node-server (real packages from npm, a real server on
+// 127.0.0.1): before and after a validator, replays byte for byte, 422, c.req.raw, errors
+// (a throw: the route failed; an HTTPException 4xx: its answer), headers of earlier
+// middleware (cors), and the shared scenarios against PostgreSQL (support.mjs).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Hono } from 'hono';
+import { validator } from 'hono/validator';
+import { cors } from 'hono/cors';
+import { HTTPException } from 'hono/http-exception';
+import { serve } from '@hono/node-server';
+import { idempotency } from 'retry-fetch/hono';
+import { adapterScenarios, post, snapshot, pay } from './support.mjs';
+
+/** Serve `app` with @hono/node-server on 127.0.0.1:0. */
+async function listen(app) {
+  const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' });
+  if (!server.listening) await new Promise((resolve) => server.once('listening', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close() {
+      server.closeAllConnections?.();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** A validator of JSON bodies with an integer `amount` (what @hono/zod-validator does with a schema). */
+const payment = validator('json', (value, c) => {
+  if (typeof value?.amount !== 'number') return c.json({ error: 'amount is required' }, 400);
+  return value;
+});
+
+const NO_SCOPE = { identity: false };
+
+test('Hono: after a validator (the body already read) and before one: the route reads c.req.valid(); a repeat is replayed byte for byte; another body is a 422', async () => {
+  const app = new Hono();
+  app.onError((error, c) => c.json({ error: error.message }, 500));
+  let runs = 0;
+  const route = async (c) => {
+    runs++;
+    c.header('X-Run', String(runs));
+    return c.json({ order: c.req.param('id'), amount: c.req.valid('json').amount, key: c.get('idempotency').key, run: runs }, 201);
+  };
+  // After the validator, per route.
+  app.post('/after/:id', payment, idempotency(NO_SCOPE), route);
+  // Before it: app.use on the path, the validator in the route.
+  app.use('/before/*', idempotency(NO_SCOPE));
+  app.post('/before/:id', payment, route);
+  const server = await listen(app);
+  try {
+    for (const base of ['/after', '/before']) {
+      const path = `${base}/7`;
+      const before = runs;
+      const key = crypto.randomUUID();
+      const first = await post(server.url, path, { key, body: { amount: 4200, currency: 'EUR' } });
+      assert.equal(first.status, 201, path);
+      const a = await snapshot(first);
+      assert.deepEqual(JSON.parse(a.body), { order: '7', amount: 4200, key, run: before + 1 }, path);
+      const repeat = await post(server.url, path, { key, body: { amount: 4200, currency: 'EUR' } });
+      assert.equal(repeat.headers.get('idempotent-replayed'), 'true', path);
+      assert.deepEqual(await snapshot(repeat), a, `${path}: the stored answer, byte for byte`);
+      const other = await post(server.url, path, { key, body: { amount: 1, currency: 'EUR' } });
+      assert.equal(other.status, 422, path);
+      assert.equal((await other.json()).code, 'idempotency-key-reused');
+      assert.equal(runs, before + 1, `${path}: the route ran once`);
+    }
+    // A validator's refusal after the middleware is the route's answer (a 400, stored).
+    const key = crypto.randomUUID();
+    const refused = await post(server.url, '/before/7', { key, body: { currency: 'EUR' } });
+    assert.equal(refused.status, 400);
+    assert.equal((await post(server.url, '/before/7', { key, body: { currency: 'EUR' } })).headers.get('idempotent-replayed'), 'true');
+  } finally {
+    await server.close();
+  }
+});
+
+test('Hono: c.req.arrayBuffer() gives the bytes back after c.req.json() (Hono\'s body cache); c.req.raw is readable in the route', async () => {
+  const app = new Hono();
+  app.post('/probe', async (c) => {
+    const parsed = await c.req.json();
+    const bytes = new Uint8Array(await c.req.arrayBuffer());
+    return c.json({ parsed, text: new TextDecoder().decode(bytes) });
+  });
+  let runs = 0;
+  app.post('/raw', idempotency(NO_SCOPE), async (c) => {
+    runs++;
+    return c.json({ raw: await c.req.raw.text(), text: await c.req.text(), aborted: c.req.raw.signal.aborted }, 201);
+  });
+  const server = await listen(app);
+  try {
+    const probe = await post(server.url, '/probe', { body: '{"b": 2,  "a": 1}' });
+    assert.deepEqual(await probe.json(), { parsed: { b: 2, a: 1 }, text: '{"b": 2,  "a": 1}' }, 'the text as received, not re-serialised');
+    const key = crypto.randomUUID();
+    const first = await post(server.url, '/raw', { key, body: 'pay 4200', type: 'text/plain' });
+    assert.equal(first.status, 201);
+    const a = await snapshot(first);
+    assert.deepEqual(JSON.parse(a.body), { raw: 'pay 4200', text: 'pay 4200', aborted: false });
+    const repeat = await post(server.url, '/raw', { key, body: 'pay 4200', type: 'text/plain' });
+    assert.deepEqual(await snapshot(repeat), a);
+    assert.equal((await post(server.url, '/raw', { key, body: 'pay 1', type: 'text/plain' })).status, 422);
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Hono: a throw is a failed route (the companion\'s 500, stored); an HTTPException 404 is the route\'s answer; cors headers are on every answer', async () => {
+  const app = new Hono();
+  const told = [];
+  app.use('*', cors({ origin: 'https://shop.example' }));
+  app.onError((error, c) => (error instanceof HTTPException ? error.getResponse() : c.json({ error: error.message }, 500)));
+  let runs = 0;
+  app.use('/api/*', idempotency({ ...NO_SCOPE, onError: (error) => told.push(error.message) }));
+  app.post('/api/fails', () => {
+    runs++;
+    throw new Error('the provider is down');
+  });
+  app.post('/api/missing', () => {
+    runs++;
+    throw new HTTPException(404, { message: 'no such order' });
+  });
+  app.post('/api/pay', (c) => {
+    runs++;
+    return c.json({ run: runs }, 201);
+  });
+  const server = await listen(app);
+  const origin = { Origin: 'https://shop.example' };
+  const cors_ = (res) => res.headers.get('access-control-allow-origin');
+  try {
+    const key = crypto.randomUUID();
+    const failed = await post(server.url, '/api/fails', { key, body: {}, headers: origin });
+    assert.equal(failed.status, 500);
+    assert.equal(cors_(failed), 'https://shop.example');
+    const f = await snapshot(failed);
+    assert.equal(JSON.parse(f.body).code, 'idempotency-handler-failed');
+    const again = await post(server.url, '/api/fails', { key, body: {}, headers: origin });
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(again), f);
+    assert.deepEqual(told, ['the provider is down']);
+
+    const key404 = crypto.randomUUID();
+    const missing = await post(server.url, '/api/missing', { key: key404, body: {}, headers: origin });
+    assert.equal(missing.status, 404);
+    const m = await snapshot(missing);
+    assert.equal(m.body.toString(), 'no such order');
+    const replay = await post(server.url, '/api/missing', { key: key404, body: {}, headers: origin });
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(replay), m);
+
+    const payKey = crypto.randomUUID();
+    assert.equal((await post(server.url, '/api/pay', { key: payKey, body: { a: 1 }, headers: origin })).status, 201);
+    const reused = await post(server.url, '/api/pay', { key: payKey, body: { a: 2 }, headers: origin });
+    assert.equal(reused.status, 422);
+    assert.equal(cors_(reused), 'https://shop.example', 'the companion\'s own answer keeps cors\'s headers');
+    const missingKey = await post(server.url, '/api/pay', { body: { a: 2 }, headers: origin });
+    assert.equal(missingKey.status, 400);
+    assert.equal(cors_(missingKey), 'https://shop.example');
+    assert.equal(runs, 3);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Hono: an unknown or invalid option is the companion\'s TypeError, at once', () => {
+  assert.throws(() => idempotency({ lockTimeout: 5000 }), (e) => e instanceof TypeError && /lockTimeoutMs/.test(e.message));
+  assert.throws(() => idempotency({ maxBodyBytes: -1 }), (e) => e instanceof TypeError && /maxBodyBytes/.test(e.message));
+});
+
+test('Hono: a body over maxBodyBytes is the companion\'s 413, the route does not run', async () => {
+  const app = new Hono();
+  let runs = 0;
+  app.post('/payments', idempotency({ ...NO_SCOPE, maxBodyBytes: 64 }), (c) => {
+    runs++;
+    return c.text('ran');
+  });
+  const server = await listen(app);
+  try {
+    const res = await post(server.url, '/payments', { key: crypto.randomUUID(), body: { pad: 'x'.repeat(200) } });
+    assert.equal(res.status, 413);
+    assert.equal((await res.json()).code, 'idempotency-body-too-large');
+    assert.equal(runs, 0);
+    const ok = await pay(server.url, { small: 1 });
+    assert.equal(ok.status, 200);
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+/** Hono 4: a validator, the middleware, the route; a throw goes to app.onError. */
+async function startHono({ options, route }) {
+  const app = new Hono();
+  app.onError((error, c) => c.json({ error: error.message }, 500));
+  app.post('/payments', payment, idempotency(options), async (c) => {
+    const out = await route({ body: c.req.valid('json'), ctx: c.var.idempotency });
+    return c.json(out.json, out.status);
+  });
+  return listen(app);
+}
+
+adapterScenarios('Hono', startHono);

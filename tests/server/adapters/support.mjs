@@ -1,0 +1,241 @@
+// Shared by the framework adapter tests (tests/server/adapters/*.test.mjs): a PostgreSQL pool
+// and throwaway tables, the retrying client, and the scenarios every framework must pass
+// (`adapterScenarios`), written once against a framework-neutral route.
+//
+// A test file gives `adapterScenarios` a `start({ options, route })` that serves, on
+// 127.0.0.1:0, one route `POST /payments` through its framework and its adapter (with the
+// framework's body parser or validator before it) and resolves with `{ url, close() }`.
+// `route({ body, ctx })` is the route's work: `body` the parsed JSON body, `ctx` the
+// idempotency context the adapter exposes; it resolves with `{ status, json }` (the route
+// answers `json` with that status) or throws (the route fails, as the framework lets it).
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { retryFetch } from 'retry-fetch';
+import { PostgresStore } from 'retry-fetch/server';
+
+export const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
+export const pgSkip = DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set (scripts/test.sh server starts a PostgreSQL)';
+
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A retrying client that survives what the scenarios do: no retry budget, short waits. */
+export const POLICY = { maxAttempts: 8, baseDelayMs: 50, maxDelayMs: 500, budget: false };
+
+/** A JSON POST through retryFetch (which adds an Idempotency-Key, or uses `key`). */
+export function pay(url, body, options = {}) {
+  return retryFetch(
+    `${url}/payments`,
+    { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) },
+    { ...POLICY, ...options },
+  );
+}
+
+/** A JSON POST with real fetch, once, with `key` (or none) and `extra` headers. */
+export function post(url, path, { key, body, type = 'application/json', headers = {} } = {}) {
+  const h = { 'Content-Type': type, ...headers };
+  if (key !== undefined) h['Idempotency-Key'] = key;
+  return fetch(url + path, { method: 'POST', headers: h, body: typeof body === 'string' ? body : JSON.stringify(body) });
+}
+
+/** Status, headers (minus Date, Idempotent-Replayed, and the connection's own) and body bytes. */
+export async function snapshot(response) {
+  const skip = new Set(['date', 'idempotent-replayed', 'connection', 'keep-alive']);
+  return {
+    status: response.status,
+    headers: [...response.headers].filter(([name]) => !skip.has(name)),
+    body: Buffer.from(await response.arrayBuffer()),
+  };
+}
+
+let pool = null;
+const tables = [];
+after(async () => {
+  if (pool === null) return;
+  for (const t of tables) await pool.query(`DROP TABLE IF EXISTS "${t}"`).catch(() => {});
+  await pool.end();
+});
+
+/** The file's pg Pool (small: test files may share the server with others). */
+export function pgPool() {
+  if (pool === null) {
+    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 20 });
+    pool.on('error', () => {});
+  }
+  return pool;
+}
+
+function tableName(kind) {
+  const name = `${kind}_${crypto.randomUUID().replaceAll('-', '')}`;
+  tables.push(name);
+  return name;
+}
+
+/** A PostgresStore on a fresh table, migrated. */
+export async function postgresStore() {
+  const store = new PostgresStore({ pool: pgPool(), table: tableName('adapter_idem') });
+  await store.migrate();
+  return store;
+}
+
+/** A fresh `charges` table: `insert(tx, payment)` (through the key's transaction), `rows()`. */
+export async function chargesTable() {
+  const name = tableName('adapter_charges');
+  await pgPool().query(`CREATE TABLE "${name}" (id serial PRIMARY KEY, payment text NOT NULL, amount int NOT NULL)`);
+  return {
+    async insert(tx, payment, amount) {
+      const { rows } = await tx.query(`INSERT INTO "${name}" (payment, amount) VALUES ($1, $2) RETURNING id`, [payment, amount]);
+      return rows[0].id;
+    },
+    async rows() {
+      return (await pgPool().query(`SELECT id, payment, amount FROM "${name}" ORDER BY id`)).rows;
+    },
+  };
+}
+
+/** The statuses of the answers stored in `store`'s table. */
+export async function storedStatuses(store) {
+  return (await pgPool().query(`SELECT response FROM "${store.table}"`)).rows.map((r) => r.response.status);
+}
+
+/** Clients of the pool still checked out (a transaction left open): 0 once every request ended. */
+export async function checkedOut() {
+  const p = pgPool();
+  for (let i = 0; i < 100 && p.totalCount - p.idleCount > 0; i++) await sleep(20);
+  return p.totalCount - p.idleCount;
+}
+
+/**
+ * The scenarios every adapter must pass, against PostgreSQL (skipped without one).
+ * `start({ options, route })`: see the top of this file.
+ */
+export function adapterScenarios(name, start) {
+  const t = (title, fn) => test(`${name}: ${title}`, { skip: pgSkip, timeout: 30_000 }, fn);
+
+  t('50 concurrent duplicates of one key: the route runs once, one row is written, every caller gets the same 201', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    let runs = 0;
+    const server = await start({
+      options: { store, identity: false },
+      route: async ({ body, ctx }) => {
+        runs++;
+        await sleep(100); // the duplicates arrive while it runs
+        const id = await charges.insert(ctx.tx, body.payment, body.amount);
+        return { status: 201, json: { charge: id, payment: body.payment, key: ctx.key } };
+      },
+    });
+    try {
+      const key = crypto.randomUUID();
+      const responses = await Promise.all(
+        Array.from({ length: 50 }, () => pay(server.url, { payment: 'p-50', amount: 4200 }, { idempotencyKey: key })),
+      );
+      const answers = await Promise.all(responses.map(snapshot));
+      assert.equal(runs, 1, 'the route ran once');
+      const rows = await charges.rows();
+      assert.equal(rows.length, 1, 'one row written');
+      const first = answers[0];
+      assert.equal(first.status, 201);
+      assert.deepEqual(JSON.parse(first.body), { charge: rows[0].id, payment: 'p-50', key });
+      for (const a of answers) assert.deepEqual(a, first, 'every caller gets the same answer, byte for byte');
+      const replayed = responses.filter((r) => r.headers.get('idempotent-replayed') === 'true').length;
+      assert.ok(replayed >= 49, `at least 49 of 50 answers are replays (${replayed})`);
+      assert.deepEqual(await storedStatuses(store), [201]);
+    } finally {
+      await server.close();
+    }
+    assert.equal(await checkedOut(), 0, 'every pool client is back');
+  });
+
+  t('ctx.tx: the route\'s write commits with its answer; a route that throws after writing commits nothing, the key is freed and the retry writes once', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    const seen = []; // [payment, status] of every attempt the client made
+    let runs = 0;
+    const server = await start({
+      options: { store, identity: false, onError: () => {} },
+      route: async ({ body, ctx }) => {
+        const run = ++runs;
+        const id = await charges.insert(ctx.tx, body.payment, body.amount);
+        if (body.payment === 'p-throws' && run === 2) throw new Error('the provider failed after our insert');
+        return { status: 201, json: { charge: id, run } };
+      },
+    });
+    const watch = (payment) => ({
+      fetch: async (input, init) => {
+        const res = await fetch(input, init);
+        seen.push([payment, res.status]);
+        return res;
+      },
+    });
+    try {
+      // 1. commits with its answer
+      const ok = await pay(server.url, { payment: 'p-ok', amount: 100 }, watch('p-ok'));
+      assert.equal(ok.status, 201);
+      const okBody = await ok.json();
+      assert.deepEqual((await charges.rows()).map((r) => [r.id, r.payment]), [[okBody.charge, 'p-ok']]);
+
+      // 2. run 2 throws after its insert: rolled back, the key freed; retryFetch's retry (a
+      //    500 on a keyed POST) runs the route again, which writes once.
+      const retried = await pay(server.url, { payment: 'p-throws', amount: 200 }, watch('p-throws'));
+      assert.equal(retried.status, 201);
+      assert.equal(retried.headers.get('idempotent-replayed'), null, 'the retry ran the route');
+      const body = await retried.json();
+      assert.equal(body.run, 3);
+      assert.deepEqual(seen.filter(([p]) => p === 'p-throws').map(([, s]) => s), [500, 201], 'the failed attempt was a 500, the retry a 201');
+      const rows = await charges.rows();
+      assert.deepEqual(rows.map((r) => r.payment), ['p-ok', 'p-throws'], 'the failed run\'s insert was rolled back: one row for p-throws');
+      assert.equal(rows[1].id, body.charge);
+      assert.deepEqual((await storedStatuses(store)).sort(), [201, 201], 'no 500 stored');
+      assert.equal(runs, 3);
+    } finally {
+      await server.close();
+    }
+    assert.equal(await checkedOut(), 0, 'every pool client is back');
+  });
+
+  t('a client that times out (300 ms) on a route whose provider takes 500 ms: one charge, the caller ends with the 201 by the replay, no 500 stored', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    let runs = 0;
+    let providerCalls = 0;
+    const server = await start({
+      options: { store, identity: false },
+      route: async ({ body, ctx }) => {
+        runs++;
+        providerCalls++;
+        await sleep(500); // the payment provider
+        const id = await charges.insert(ctx.tx, body.payment, body.amount);
+        return { status: 201, json: { charge: id } };
+      },
+    });
+    const statuses = [];
+    try {
+      const res = await pay(server.url, { payment: 'p-slow', amount: 300 }, {
+        timeoutMs: 300,
+        fetch: async (input, init) => {
+          try {
+            const r = await fetch(input, init);
+            statuses.push(r.status);
+            return r;
+          } catch (error) {
+            statuses.push(error?.name ?? 'error');
+            throw error;
+          }
+        },
+      });
+      assert.equal(res.status, 201);
+      assert.equal(res.headers.get('idempotent-replayed'), 'true', 'answered by the replay of the first run');
+      const body = await res.json();
+      assert.equal(typeof statuses[0], 'string', `the first attempt timed out (${statuses[0]})`);
+      assert.equal(runs, 1, 'the route ran once');
+      assert.equal(providerCalls, 1, 'one charge at the provider');
+      const rows = await charges.rows();
+      assert.deepEqual(rows.map((r) => r.id), [body.charge], 'one row, the one the caller was told');
+      assert.deepEqual(await storedStatuses(store), [201], 'the 201 is stored, no 500');
+    } finally {
+      await server.close();
+    }
+    assert.equal(await checkedOut(), 0, 'every pool client is back');
+  });
+}
