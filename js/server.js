@@ -12,6 +12,7 @@ import { Readable } from 'node:stream';
 import { setContextCapture, setDefaultStore } from './server-wasm.js';
 import { MemoryStore } from './memory-store.js';
 import { describe, optionError } from './store-support.js';
+import { nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
 
 setDefaultStore(() => new MemoryStore());
 // The handler runs in the async context of its own request (src/wasm/server/context.rs).
@@ -35,34 +36,13 @@ function isResponseLike(value) {
 
 /** A `Request` for a node:http request (body streamed, `duplex: 'half'`). */
 function toRequest(req, signal) {
-  const proto = req.socket?.encrypted ? 'https' : 'http';
-  const path = typeof req.url === 'string' && req.url !== '' ? req.url : '/';
-  // The origin joined to the request target as text: `new URL('//a/b', base)` would read a
-  // target starting with `//` as another host (`a`) and path (`/b`).
-  const target = path.startsWith('/') ? path : `/${path}`;
-  let url;
-  try {
-    url = new URL(`${proto}://${req.headers?.host ?? 'localhost'}${target}`);
-  } catch {
-    url = new URL(`${proto}://localhost${target}`); // a Host header that is not a host
-  }
-  const headers = new Headers();
-  const raw = Array.isArray(req.rawHeaders) ? req.rawHeaders : [];
-  for (let i = 0; i + 1 < raw.length; i += 2) {
-    if (raw[i].startsWith(':')) continue; // HTTP/2 pseudo-headers
-    try {
-      headers.append(raw[i], raw[i + 1]);
-    } catch {
-      // a header the Fetch API refuses: leave it out
-    }
-  }
   const method = req.method ?? 'GET';
-  const init = { method, headers, signal };
+  const init = { method, headers: nodeRequestHeaders(req), signal };
   if (method !== 'GET' && method !== 'HEAD') {
     init.body = Readable.toWeb(req);
     init.duplex = 'half';
   }
-  return new Request(url, init);
+  return new Request(nodeRequestUrl(req, req.url), init);
 }
 
 /** Resolves on 'drain' or 'close', whichever comes first. */
