@@ -1,24 +1,65 @@
 import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, LockRecord } from './store.js';
 
+/** Options of `new MemoryStore(...)`. An unknown option name is a `TypeError` naming it. */
+export interface MemoryStoreOptions {
+  /**
+   * The most records (locks and completed answers) kept: an integer of 1 or more.
+   * @default 10000
+   */
+  maxEntries?: number;
+  /**
+   * The most bytes of records kept, a record's size being the size of its JSON (the length of
+   * `JSON.stringify(record)`, in UTF-16 code units; a stored answer's body is base64 in it, so
+   * about 4/3 of its bytes): an integer of 1 or more. @default 67108864 (64 MiB)
+   */
+  maxBytes?: number;
+}
+
 /**
  * An `IdempotencyStore` in this process's memory (one server process; atomic because
- * JavaScript is single-threaded). Records expire by time; expired ones are swept lazily.
+ * JavaScript is single-threaded).
+ *
+ * Bounded by `maxEntries` and `maxBytes`. When storing a record (a lock, an answer) would
+ * exceed either, expired records are dropped, then completed answers are evicted, oldest
+ * completion first, until it fits (an evicted answer is no longer replayed: a retry with its key
+ * runs the handler again). A lock, a request in progress, is never evicted: when the other
+ * records are all locks and a new one does not fit, `acquire` throws (`MemoryStore: full: N
+ * requests in progress (maxEntries ...)`), which the companion answers with a 503. An answer
+ * larger than `maxBytes` by itself evicts every other answer and is stored anyway: the one case
+ * in which `bytes` exceeds `maxBytes`.
+ *
+ * Records expire by the monotonic clock (`performance.now()`): a step of the wall clock never
+ * makes a live lock or answer expire early or late. For the same reason `reclaim` is always
+ * `false` (a lock still in the store is live by its clock, whatever the caller's wall clock
+ * says; an expired one is dropped and `acquire` succeeds).
+ * @throws TypeError when an option is unknown, or `maxEntries` or `maxBytes` is not an integer of 1 or more.
  */
 export class MemoryStore implements IdempotencyStore {
   /** An empty store. */
-  constructor();
-  /** See `IdempotencyStore.acquire`. */
+  constructor(options?: MemoryStoreOptions);
+  /** See `IdempotencyStore.acquire`. Rejects when the store is full of requests in progress. */
   acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<IdempotencyRecord | null>;
   /** See `IdempotencyStore.renew`. */
   renew(key: string, token: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean>;
-  /** See `IdempotencyStore.reclaim`. */
-  reclaim(key: string, staleToken: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean>;
+  /** Always `false`: a lock still in the store is live by the store's own clock; an expired one is gone. */
+  reclaim(key: string, staleToken: string, lock: LockRecord, lockTimeoutMs: number): Promise<false>;
   /** See `IdempotencyStore.complete`. */
   complete(key: string, token: string, record: CompletedRecord, ttlMs: number): Promise<boolean>;
   /** See `IdempotencyStore.release`. */
   release(key: string, token: string): Promise<boolean>;
+  /**
+   * See `IdempotencyStore.secret`: 64 hex digits, random, made by the constructor (each
+   * `MemoryStore` has its own).
+   */
+  secret(): string;
   /** How many records (locks and stored responses) are live. */
   readonly size: number;
-  /** Forget every record. */
+  /** The size of the live records: the sum of the sizes of their JSON (see `maxBytes`). */
+  readonly bytes: number;
+  /** The most records kept. @default 10000 */
+  readonly maxEntries: number;
+  /** The most bytes of records kept. @default 67108864 */
+  readonly maxBytes: number;
+  /** Forget every record (the secret stays). */
   clear(): void;
 }

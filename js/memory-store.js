@@ -1,85 +1,264 @@
 // MemoryStore: the idempotency store of `retry-fetch/server` for one server process (re-exported
 // by server.js). The store protocol and every default: store.d.ts and memory-store.d.ts.
+//
+// Bounded: at most `maxEntries` records and `maxBytes` bytes of records (the length of each
+// record's JSON). Room is made by dropping expired records, then evicting completed answers,
+// oldest completion first; a lock (a request in progress) is never evicted: when only locks
+// are left, a new lock is refused (acquire throws; the companion answers 503).
+//
+// Expiry runs on the monotonic clock (performance.now()), not on Date.now(): a step of the wall
+// clock (NTP, a VM resumed, an operator) must neither expire a live lock, which would let a
+// duplicate run the handler a second time, nor keep an expired answer. The records keep the
+// epoch-ms fields the companion puts in them (lockExpiresAt, completedAt): those are its own.
+import { newSecret, optionError, checkOptionNames } from './store-support.js';
 
-/** The live entry for `key` in `map`, dropping it when it has expired. */
-function liveEntry(map, key, now) {
-  const entry = map.get(key);
-  if (entry === undefined) return undefined;
-  if (entry.expiresAt <= now) {
-    map.delete(key);
-    return undefined;
-  }
-  return entry;
+const OPTIONS = ['maxEntries', 'maxBytes'];
+const DEFAULT_MAX_ENTRIES = 10_000;
+const DEFAULT_MAX_BYTES = 67_108_864; // 64 MiB
+const BOUND_EXPECTED = `an integer from 1 to ${Number.MAX_SAFE_INTEGER}`;
+
+/** A lifetime in ms as the expiry arithmetic takes it (a NaN would break the heap's order). */
+function lifetime(ms) {
+  if (Number.isFinite(ms)) return ms;
+  return ms === Infinity ? Infinity : 0;
 }
 
 function holds(entry, token) {
-  return entry !== undefined && entry.record.state === 'in-progress' && entry.record.token === token;
+  return entry !== undefined && entry.state === 'in-progress' && entry.token === token;
+}
+
+// A binary min-heap of entries on `expiresAt`. An entry is immutable once stored (a renewal or
+// a completion stores a new one), so a heap item whose entry is no longer the key's current one
+// is stale: skipped when it is popped, and dropped when the heap is rebuilt.
+function siftUp(heap, i) {
+  const item = heap[i];
+  while (i > 0) {
+    const parent = (i - 1) >> 1;
+    if (heap[parent].expiresAt <= item.expiresAt) break;
+    heap[i] = heap[parent];
+    i = parent;
+  }
+  heap[i] = item;
+}
+
+function siftDown(heap, i) {
+  const n = heap.length;
+  const item = heap[i];
+  for (;;) {
+    let child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && heap[child + 1].expiresAt < heap[child].expiresAt) child++;
+    if (heap[child].expiresAt >= item.expiresAt) break;
+    heap[i] = heap[child];
+    i = child;
+  }
+  heap[i] = item;
+}
+
+function popMin(heap) {
+  const top = heap[0];
+  const last = heap.pop();
+  if (heap.length > 0) {
+    heap[0] = last;
+    siftDown(heap, 0);
+  }
+  return top;
 }
 
 /**
  * An IdempotencyStore in this process's memory: for one server process (several processes or
  * machines need a shared store such as RedisStore). Atomic because JavaScript runs one
- * callback at a time and no method awaits before it has decided. Records expire by time.
+ * callback at a time and no method awaits before it has decided. Records expire by time (the
+ * monotonic clock); the store holds at most `maxEntries` records and `maxBytes` bytes of them.
  */
 export class MemoryStore {
-  #records = new Map(); // key -> { record, expiresAt }
-  #lastSweep = 0;
+  // key -> entry { key, json, state, token, expiresAt (performance.now() ms), bytes }. A record is
+  // kept as its JSON (records are JSON by the protocol): a copy the caller cannot change, whose
+  // length is its size, parsed again for each reader.
+  #records = new Map();
+  #answers = new Map(); // key -> entry of each completed record
+  // The completed entries in completion order, the eviction order, from #oldest on (entries no
+  // longer in #answers are skipped). A queue rather than #answers' own order: V8 leaves a
+  // deleted Map entry's slot in place until it rehashes, so iterating a Map whose oldest entries
+  // keep being deleted from its start walks over every one of them, each time.
+  #order = [];
+  #oldest = 0;
+  #heap = []; // every stored entry by expiresAt (stale ones until popped or rebuilt)
+  #bytes = 0; // of #records
+  #answerBytes = 0; // of #answers
+  #maxEntries;
+  #maxBytes;
+  #secret = newSecret();
 
-  /** Drop expired records, at most once a second (each call is O(records)). */
-  #sweep(now) {
-    if (now - this.#lastSweep < 1000) return;
-    this.#lastSweep = now;
-    for (const [key, entry] of this.#records) if (entry.expiresAt <= now) this.#records.delete(key);
+  constructor(options) {
+    if (options !== undefined && (typeof options !== 'object' || options === null)) {
+      throw optionError('MemoryStore', 'options', options, 'an object { maxEntries?, maxBytes? }');
+    }
+    if (options !== undefined) checkOptionNames('MemoryStore', options, OPTIONS);
+    const { maxEntries = DEFAULT_MAX_ENTRIES, maxBytes = DEFAULT_MAX_BYTES } = options ?? {};
+    if (!Number.isSafeInteger(maxEntries) || maxEntries < 1) throw optionError('MemoryStore', 'maxEntries', maxEntries, BOUND_EXPECTED);
+    if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw optionError('MemoryStore', 'maxBytes', maxBytes, BOUND_EXPECTED);
+    this.#maxEntries = maxEntries;
+    this.#maxBytes = maxBytes;
+  }
+
+  /** Drop every record that has expired by `now` (amortised O(log n) each). */
+  #dropExpired(now) {
+    const heap = this.#heap;
+    while (heap.length > 0 && heap[0].expiresAt <= now) {
+      const entry = popMin(heap);
+      if (this.#records.get(entry.key) === entry) this.#remove(entry.key);
+    }
+  }
+
+  #remove(key) {
+    const entry = this.#records.get(key);
+    if (entry === undefined) return;
+    this.#records.delete(key);
+    this.#bytes -= entry.bytes;
+    if (this.#answers.get(key) === entry) {
+      this.#answers.delete(key);
+      this.#answerBytes -= entry.bytes;
+    }
+  }
+
+  /**
+   * Store `record` at `key` (replacing what is there), live for `ms` from `now`, making room by
+   * evicting completed answers, oldest first. `newLock`: a lock that takes a new entry, refused
+   * (throws) when it does not fit beside the other locks; anything else is stored even then.
+   */
+  #put(key, record, ms, now, newLock) {
+    const json = JSON.stringify(record);
+    const bytes = json.length;
+    this.#remove(key);
+    const fits = () => this.#records.size < this.#maxEntries && this.#bytes + bytes <= this.#maxBytes;
+    if (!fits()) {
+      if (newLock) {
+        // Only completed answers can be evicted: does the lock fit once they all are?
+        const locks = this.#records.size - this.#answers.size;
+        if (locks >= this.#maxEntries) {
+          throw new Error(`MemoryStore: full: ${locks} requests in progress (maxEntries ${this.#maxEntries})`);
+        }
+        if (this.#bytes - this.#answerBytes + bytes > this.#maxBytes) {
+          throw new Error(`MemoryStore: full: ${locks} requests in progress (maxBytes ${this.#maxBytes})`);
+        }
+      }
+      // Oldest completion first. An answer larger than maxBytes by itself evicts every other
+      // one and is stored anyway (the one case the bound is exceeded).
+      while (!fits() && this.#oldest < this.#order.length) {
+        const oldest = this.#order[this.#oldest];
+        this.#order[this.#oldest++] = undefined;
+        if (this.#answers.get(oldest.key) === oldest) this.#remove(oldest.key);
+      }
+    }
+    const entry = { key, json, state: record.state, token: record.token, expiresAt: now + lifetime(ms), bytes };
+    this.#records.set(key, entry);
+    this.#bytes += bytes;
+    if (record.state === 'completed') {
+      this.#answers.set(key, entry);
+      this.#answerBytes += bytes;
+      this.#order.push(entry);
+      // The places of answers that expired (evicted ones leave from the front): dropped when
+      // they outnumber the live answers.
+      if (this.#order.length - this.#oldest > 2 * this.#answers.size + 1024) {
+        this.#order = [...this.#answers.values()]; // a Map iterates in insertion order: completion order
+        this.#oldest = 0;
+      } else if (this.#oldest > 1024 && this.#oldest * 2 > this.#order.length) {
+        this.#order = this.#order.slice(this.#oldest);
+        this.#oldest = 0;
+      }
+    }
+    const heap = this.#heap;
+    heap.push(entry);
+    siftUp(heap, heap.length - 1);
+    // Renewed, replaced and evicted entries stay in the heap until their time: rebuild it from
+    // the live ones when they outnumber those (amortised O(1) a call).
+    if (heap.length > 2 * this.#records.size + 1024) {
+      this.#heap = [...this.#records.values()];
+      for (let i = (this.#heap.length >> 1) - 1; i >= 0; i--) siftDown(this.#heap, i);
+    }
   }
 
   async acquire(key, lock, lockTimeoutMs) {
-    const now = Date.now();
-    this.#sweep(now);
-    const entry = liveEntry(this.#records, key, now);
-    if (entry !== undefined) return structuredClone(entry.record);
-    this.#records.set(key, { record: structuredClone(lock), expiresAt: now + lockTimeoutMs });
+    const now = performance.now();
+    this.#dropExpired(now);
+    const entry = this.#records.get(key);
+    if (entry !== undefined) return JSON.parse(entry.json);
+    this.#put(key, lock, lockTimeoutMs, now, true);
     return null;
   }
 
   // Only the live lock of `token` is replaced: a holder whose lock expired (and was maybe taken
   // over) cannot extend its successor's.
   async renew(key, token, lock, lockTimeoutMs) {
-    const now = Date.now();
-    if (!holds(liveEntry(this.#records, key, now), token)) return false;
-    this.#records.set(key, { record: structuredClone(lock), expiresAt: now + lockTimeoutMs });
+    const now = performance.now();
+    this.#dropExpired(now);
+    if (!holds(this.#records.get(key), token)) return false;
+    this.#put(key, lock, lockTimeoutMs, now, false);
     return true;
   }
 
-  async reclaim(key, staleToken, lock, lockTimeoutMs) {
-    const now = Date.now();
-    if (!holds(liveEntry(this.#records, key, now), staleToken)) return false;
-    this.#records.set(key, { record: structuredClone(lock), expiresAt: now + lockTimeoutMs });
-    return true;
+  // Never takes a lock over. A lock still here is live by this store's own (monotonic) clock;
+  // the caller judged it expired by its wall clock (the lock's lockExpiresAt), which a clock
+  // step can move: taking it over would run the handler twice. An expired lock is dropped by
+  // the store itself, and acquire() then succeeds.
+  async reclaim() {
+    return false;
   }
 
   async complete(key, token, record, ttlMs) {
-    const now = Date.now();
-    if (!holds(liveEntry(this.#records, key, now), token)) return false;
-    this.#records.set(key, { record: structuredClone(record), expiresAt: now + ttlMs });
+    const now = performance.now();
+    this.#dropExpired(now);
+    if (!holds(this.#records.get(key), token)) return false;
+    this.#put(key, record, ttlMs, now, false);
     return true;
   }
 
   async release(key, token) {
-    if (!holds(liveEntry(this.#records, key, Date.now()), token)) return false;
-    this.#records.delete(key);
+    this.#dropExpired(performance.now());
+    if (!holds(this.#records.get(key), token)) return false;
+    this.#remove(key);
     return true;
+  }
+
+  /**
+   * The HMAC key with which the companion hashes a caller's identity into the store key's
+   * scope: 64 hex digits, random, made when the store was. Never changes.
+   */
+  secret() {
+    return this.#secret;
   }
 
   /** How many records (locks and completed responses) are live. */
   get size() {
-    const now = Date.now();
-    let n = 0;
-    for (const entry of this.#records.values()) if (entry.expiresAt > now) n++;
-    return n;
+    this.#dropExpired(performance.now());
+    return this.#records.size;
   }
 
-  /** Forget every record. */
+  /** The size of the live records: the sum of the lengths of their JSON. */
+  get bytes() {
+    this.#dropExpired(performance.now());
+    return this.#bytes;
+  }
+
+  /** The most records kept (default 10000). */
+  get maxEntries() {
+    return this.#maxEntries;
+  }
+
+  /** The most bytes of records kept (default 67108864, 64 MiB). */
+  get maxBytes() {
+    return this.#maxBytes;
+  }
+
+  /** Forget every record (the secret stays). */
   clear() {
     this.#records.clear();
+    this.#answers.clear();
+    this.#order = [];
+    this.#oldest = 0;
+    this.#heap = [];
+    this.#bytes = 0;
+    this.#answerBytes = 0;
   }
 }

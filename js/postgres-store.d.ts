@@ -27,7 +27,9 @@ export interface PgPoolClientLike {
 
 /**
  * The part of a node-postgres `Pool` (`new Pool()` from the `pg` package, v8) that
- * `PostgresStore` uses. With `@types/pg`, `Pool` is one.
+ * `PostgresStore` uses. With `@types/pg`, `Pool` is one. Give the pool an `'error'` listener
+ * (`pool.on('error', ...)`): an idle client's connection that fails (a database restart, a
+ * killed backend) is reported on the pool, and without a listener Node ends the process.
  */
 export interface PgPoolLike<Client extends PgPoolClientLike = PgPoolClientLike> {
   /** Check a client out of the pool. */
@@ -48,6 +50,9 @@ export interface PostgresStoreOptions<Client extends PgPoolClientLike = PgPoolCl
    * The table: an SQL identifier, optionally schema-qualified (`'app.idempotency_keys'`):
    * letters, digits and `_`, not starting with a digit, at most 63 characters a part. It is
    * quoted, so its case is kept. Create it with `migrate()` or `PostgresStore.schema(table)`.
+   * Its expiry index is `<table>_expires_at_idx`; for a name longer than 48 characters,
+   * `<its first 39 characters>_<8 hex digits of the SHA-256 of table>_expires_at_idx`, so that
+   * two long names with the same beginning get an index each.
    * @default 'idempotency_keys'
    */
   table?: string;
@@ -81,10 +86,51 @@ export interface PostgresStoreOptions<Client extends PgPoolClientLike = PgPoolCl
  *
  * A statement through `ctx.tx` that fails aborts the whole transaction (use a `SAVEPOINT` to
  * recover from one): `complete` then throws, nothing is stored, the writes are rolled back.
- * Do not run `COMMIT` or `ROLLBACK` through `ctx.tx`: the transaction is the store's (a key
- * committed in progress counts as held until `lockTimeoutMs` has passed).
+ *
+ * `ctx.tx` is guarded:
+ *
+ * - statements that would end or nest its transaction throw a `TypeError`: `BEGIN`,
+ *   `START TRANSACTION`, `COMMIT`, `END`, `ROLLBACK` (but `ROLLBACK TO [SAVEPOINT]`), `ABORT`,
+ *   `PREPARE TRANSACTION`, `COMMIT PREPARED`, `ROLLBACK PREPARED`, in any statement of the text
+ *   (`query(text)`, `query({ text })`, a submittable with a `text`), found by an SQL lexer that
+ *   skips comments (nested ones too), strings (`'...'`, `E'...'`, `$tag$...$tag$`) and quoted
+ *   identifiers; and so does `release()`. `SAVEPOINT` and `ROLLBACK TO SAVEPOINT` work. A
+ *   `CREATE FUNCTION ... BEGIN ATOMIC ... END` is refused too (run it outside `ctx.tx`).
+ * - once its handler has settled (`closeTransaction()`, or else `complete()` / `release()`),
+ *   every use of it throws a `TypeError` ("ctx.tx was used after its handler settled"): a
+ *   statement left running late would otherwise go into the transaction being committed, or
+ *   into another request's once the client is back in the pool.
+ * - what still gets past the guard (a `COMMIT` sent on its raw connection) is detected by
+ *   `complete`, which stores the answer only in the transaction `acquire` opened (it compares
+ *   `txid_current()`). If that transaction was committed through `ctx.tx`, the handler's writes
+ *   before it are committed and the key's row with them, without an answer: `complete` stores
+ *   the answer into that row after the fact (outside a transaction, not atomically: a crash in
+ *   between leaves the key held until `lockTimeoutMs`, then it runs again), prints the mistake
+ *   with `console.error` (`retry-fetch/server: PostgresStore: ...`) and resolves `true`, so a
+ *   retry replays the answer rather than run the effects again. If it was rolled back, the row
+ *   is gone and nothing can be stored: `complete` rejects (the companion answers 503). Either
+ *   way that pool client is destroyed, not reused.
+ *
  * Expired rows are deleted by `acquire` at most once a minute (in the background) and by
- * `cleanup()`.
+ * `cleanup()`. The store's secret (`secret()`) is a row of the table that never expires: scope
+ * `''`, key `'secret'`, the secret in `fingerprint`.
+ *
+ * @example
+ * ```js
+ * import pg from 'pg';
+ * import { idempotency, PostgresStore } from 'retry-fetch/server';
+ *
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 20 });
+ * // An idle client whose connection fails (a database restart) is reported on the pool:
+ * // without a listener, that 'error' event ends the process. The pool drops the client.
+ * pool.on('error', (error) => console.error('postgres:', error));
+ * const store = new PostgresStore({ pool });
+ * await store.migrate();
+ * const handler = idempotency(async (request, ctx) => {
+ *   await ctx.tx.query('INSERT INTO payments (amount) VALUES ($1)', [42]);
+ *   return Response.json({ ok: true }, { status: 201 });
+ * }, { store });
+ * ```
  *
  * `Client` is the pool's client type (`new PostgresStore<PoolClient>({ pool })` with
  * `@types/pg`), what `transaction()` returns.
@@ -125,11 +171,34 @@ export class PostgresStore<Client extends PgPoolClientLike = PgPoolClientLike> i
   /**
    * Store the response in the key's row (live for `ttlMs`) and `COMMIT`, with the handler's
    * writes; `false` when `token` does not hold `key` or its transaction was lost. Rejects when
-   * the transaction was aborted by a failed statement, or the `COMMIT` failed.
+   * the transaction was aborted by a failed statement, or the `COMMIT` failed, or the
+   * transaction was rolled back through `ctx.tx`; one committed through `ctx.tx` gets its
+   * answer after the fact (`true`, and a `console.error`: see the class). Closes `ctx.tx`.
    */
   complete(key: string, token: string, record: CompletedRecord, ttlMs: number): Promise<boolean>;
-  /** `ROLLBACK`: the key is free and the handler's writes through `transaction()` are undone; `false` when `token` does not hold `key`. */
+  /**
+   * `ROLLBACK`: the key is free and the handler's writes through `transaction()` are undone;
+   * `false` when `token` does not hold `key`. Closes `ctx.tx`.
+   */
   release(key: string, token: string): Promise<boolean>;
-  /** The pool client inside the transaction that holds `key` for `token` (the handler's `ctx.tx`), or `undefined`. */
+  /**
+   * The pool client inside the transaction that holds `key` for `token` (the handler's
+   * `ctx.tx`), guarded (see the class), or `undefined`.
+   */
   transaction(key: string, token: string): Client | undefined;
+  /**
+   * The handler of `key` has settled: from now on every use of what `transaction()` returned
+   * throws a `TypeError` (reading a symbol-keyed property, `then` or `constructor` still works,
+   * for logging and awaiting it). Nothing else happens: `complete` or `release` follows.
+   */
+  closeTransaction(key: string, token: string): void;
+  /**
+   * See `IdempotencyStore.secret`: 64 hex digits in a row of the table (scope `''`, key
+   * `'secret'`, `expires_at` `'infinity'`), the same for every instance on the table. The first
+   * call creates it if missing (`INSERT ... ON CONFLICT DO NOTHING` of a random one) and reads
+   * it, on `pool.query`; the value is cached in the instance once read (a failure is not).
+   * Do not delete the row: a new secret gives every caller a new scope, so a retry of a request
+   * made before would run it again.
+   */
+  secret(): Promise<string>;
 }

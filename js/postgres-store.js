@@ -15,7 +15,20 @@
 //   - a holder that hangs with its transaction open loses it after lockTimeoutMs without a
 //     statement (idle_in_transaction_session_timeout); renew() runs one to keep a live one.
 // reclaim() has nothing to do: an in-progress record is never visible, so never stale.
-import { describe, optionError, checkOptionNames } from './store-support.js';
+//
+// ctx.tx must not end that transaction: a COMMIT through it would commit the key in progress
+// (and the handler's writes without their answer), a ROLLBACK would free the key while the
+// handler runs. guardTransaction() refuses transaction control (a small SQL lexer finds the
+// first words of each statement) and every use once the handler has settled
+// (closeTransaction(), or complete()/release()); and whatever got past it anyway (through the
+// raw connection) is caught at the end: complete() stores the answer only in the very
+// transaction acquire() opened (txid_current()).
+//
+// The store's secret (secret()) is a row of the table too: scope '' (a real scope is 64 hex
+// digits or '-'), key 'secret', the secret in `fingerprint`, expires_at 'infinity' (cleanup()
+// never deletes it), committed once by whichever instance comes first.
+import { createHash } from 'node:crypto';
+import { describe, optionError, checkOptionNames, newSecret, cachedSecret, SECRET_FORMAT } from './store-support.js';
 
 const OPTIONS = ['pool', 'table', 'lockWaitMs'];
 
@@ -54,10 +67,20 @@ function quoteTable(table) {
     .join('.');
 }
 
-/** The expiry index's name: the table's name (without schema) + `_expires_at_idx`, at most 63 characters. */
+const INDEX_SUFFIX = '_expires_at_idx';
+
+/**
+ * The expiry index's name: the table's name (without schema) + `_expires_at_idx`. When that is
+ * longer than 63 characters, the name is cut shorter and `_` + 8 hex digits of the SHA-256 of
+ * the whole table name (as given, schema included) go before the suffix: two long names that
+ * share their beginning get an index each (cut alone, the second one's CREATE INDEX IF NOT
+ * EXISTS would find the first one's name and create nothing).
+ */
 function indexName(table) {
   const base = table.split('.').pop();
-  return `"${base.slice(0, MAX_IDENTIFIER - '_expires_at_idx'.length)}_expires_at_idx"`;
+  if (base.length + INDEX_SUFFIX.length <= MAX_IDENTIFIER) return `"${base}${INDEX_SUFFIX}"`;
+  const hash = createHash('sha256').update(table).digest('hex').slice(0, 8);
+  return `"${base.slice(0, MAX_IDENTIFIER - INDEX_SUFFIX.length - 1 - hash.length)}_${hash}${INDEX_SUFFIX}"`;
 }
 
 function schemaSql(table) {
@@ -75,10 +98,14 @@ CREATE INDEX IF NOT EXISTS ${indexName(table)} ON ${t} (expires_at);
 `;
 }
 
-/** `<scope>:<idempotency key>` split at the first `:` (the scope never contains one). */
+/**
+ * `<scope>:<idempotency key>` split at the first `:` (the scope never contains one). The scope
+ * is never empty: scope '' is the store's secret's row.
+ */
 function splitKey(key) {
   const i = typeof key === 'string' ? key.indexOf(':') : -1;
   if (i < 0) throw new TypeError(`PostgresStore: the key must be "<scope>:<idempotency key>"; got ${describe(key)}`);
+  if (i === 0) throw new TypeError(`PostgresStore: the key's scope must not be empty (scope '' is the store's secret's row); got ${describe(key)}`);
   return [key.slice(0, i), key.slice(i + 1)];
 }
 
@@ -114,33 +141,211 @@ function completedOrHeld(row) {
   };
 }
 
-/** Statements that end, or nest, the key's transaction: refused through `ctx.tx`. */
-const TRANSACTION_CONTROL = /^\s*(?:BEGIN|START\s+TRANSACTION|COMMIT|END|ROLLBACK(?!\s+TO\b)|ABORT|PREPARE\s+TRANSACTION|COMMIT\s+PREPARED|ROLLBACK\s+PREPARED)\b/i;
+// ---------------------------------------------------------------------------------------------
+// The guard of ctx.tx.
+
+/** A character that can start an unquoted identifier or keyword (PostgreSQL: any non-ASCII too). */
+const IDENT_START = /[A-Za-z_\u0080-\uFFFF]/;
+/** A character that can continue one (`$` too: `a$b` is one identifier). */
+const IDENT_PART = /[A-Za-z0-9_$\u0080-\uFFFF]/;
+/** A dollar quote's opening delimiter at `lastIndex`: `$$` or `$tag$` (a tag of any length). */
+const DOLLAR_QUOTE = /\$(?:[A-Za-z_\u0080-\uFFFF][A-Za-z0-9_\u0080-\uFFFF]*)?\$/y;
 
 /**
- * `ctx.tx`: the held client, guarded. Its transaction is the key's lock: a `COMMIT` or
- * `ROLLBACK` through it (or a nested `BEGIN`, which pg would only warn about) would commit the
- * in-progress key or free it while the handler runs, and a duplicate could run; `release()`
- * would hand the connection to someone else. Those throw a TypeError; `SAVEPOINT` and
- * `ROLLBACK TO SAVEPOINT` work.
+ * The first three tokens of each statement of `sql` (split at the `;` that are not in a
+ * comment, a string, a quoted identifier or a dollar-quoted string): a keyword or unquoted
+ * identifier upper-cased, anything else `'?'`. Skips `--` comments, nested `/* *\/` comments,
+ * `'...'` strings (`''` inside; with `backslashes`, a `\` escapes the next character too, as with
+ * standard_conforming_strings off), `E'...'` strings (backslash escapes), `"..."` identifiers
+ * and `$tag$...$tag$` strings. An unterminated one runs to the end (PostgreSQL refuses the whole
+ * text then, so nothing of it runs).
  */
-function guardTransaction(client) {
+function statementHeads(sql, backslashes) {
+  const n = sql.length;
+  const heads = [];
+  let head = [];
+  const token = (t) => {
+    if (head.length < 3) head.push(t);
+  };
+  /** The index after the quoted text that starts at `i` (its quote `q`), `''`-style doubling inside. */
+  const skipQuoted = (i, q, escapes) => {
+    for (i++; i < n; i++) {
+      const c = sql[i];
+      if (escapes && c === '\\') i++;
+      else if (c === q) {
+        if (sql[i + 1] !== q) return i + 1;
+        i++;
+      }
+    }
+    return n;
+  };
+  let i = 0;
+  while (i < n) {
+    const c = sql[i];
+    const next = sql[i + 1];
+    if (c === ';') {
+      if (head.length > 0) heads.push(head);
+      head = [];
+      i++;
+    } else if (c === '-' && next === '-') {
+      while (i < n && sql[i] !== '\n' && sql[i] !== '\r') i++;
+    } else if (c === '/' && next === '*') {
+      let depth = 1;
+      for (i += 2; i < n && depth > 0; ) {
+        if (sql[i] === '/' && sql[i + 1] === '*') {
+          depth++;
+          i += 2;
+        } else if (sql[i] === '*' && sql[i + 1] === '/') {
+          depth--;
+          i += 2;
+        } else {
+          i++;
+        }
+      }
+    } else if (c === "'") {
+      i = skipQuoted(i, "'", backslashes);
+      token('?');
+    } else if ((c === 'E' || c === 'e') && next === "'") {
+      i = skipQuoted(i + 1, "'", true);
+      token('?');
+    } else if (c === '"') {
+      i = skipQuoted(i, '"', false);
+      token('?');
+    } else if (c === '$') {
+      DOLLAR_QUOTE.lastIndex = i;
+      const open = DOLLAR_QUOTE.exec(sql);
+      if (open === null) {
+        i++; // a parameter ($1) or an operator character
+      } else {
+        const close = sql.indexOf(open[0], i + open[0].length);
+        i = close < 0 ? n : close + open[0].length;
+      }
+      token('?');
+    } else if (IDENT_START.test(c)) {
+      let j = i + 1;
+      while (j < n && IDENT_PART.test(sql[j])) j++;
+      token(sql.slice(i, j).toUpperCase());
+      i = j;
+    } else if (/\s/.test(c)) {
+      i++;
+    } else {
+      token('?'); // a number, an operator, a parenthesis...
+      i++;
+    }
+  }
+  if (head.length > 0) heads.push(head);
+  return heads;
+}
+
+/** The transaction-control statement a statement's head makes (`'COMMIT'`...), or undefined. */
+function transactionControl([first, second, third]) {
+  switch (first) {
+    case 'BEGIN':
+    case 'END':
+    case 'ABORT':
+      return first;
+    case 'COMMIT':
+      return second === 'PREPARED' ? 'COMMIT PREPARED' : 'COMMIT';
+    case 'ROLLBACK':
+      // ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name: allowed, it stays in the transaction.
+      if (second === 'TO' || ((second === 'WORK' || second === 'TRANSACTION') && third === 'TO')) return undefined;
+      return second === 'PREPARED' ? 'ROLLBACK PREPARED' : 'ROLLBACK';
+    case 'START':
+      return second === 'TRANSACTION' ? 'START TRANSACTION' : undefined;
+    case 'PREPARE':
+      return second === 'TRANSACTION' ? 'PREPARE TRANSACTION' : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * The first statement of `sql` that would end, or nest, the key's transaction (`'COMMIT'`,
+ * `'ROLLBACK'`, `'BEGIN'`...), or undefined. Read both with and without backslash escapes in
+ * plain strings (standard_conforming_strings on, the default, and off): refused if either reading
+ * finds one, so a session setting cannot hide a statement inside what looks like a string.
+ */
+function refusedStatement(sql) {
+  for (const backslashes of [false, true]) {
+    for (const head of statementHeads(sql, backslashes)) {
+      const control = transactionControl(head);
+      if (control !== undefined) return control;
+    }
+  }
+  return undefined;
+}
+
+/** The SQL text of what `query()` was given: a string, a config `{ text }`, a submittable. */
+function sqlText(config) {
+  if (typeof config === 'string') return config;
+  if (typeof config !== 'object' || config === null) return undefined;
+  if (typeof config.text === 'string') return config.text;
+  if (typeof config.cursor?.text === 'string') return config.cursor.text; // pg-query-stream
+  return undefined;
+}
+
+const SETTLED = 'PostgresStore: ctx.tx was used after its handler settled: the transaction that held the idempotency key is being committed or rolled back; run statements only while the handler runs';
+
+/**
+ * Properties of a closed `ctx.tx` that may still be read: what inspecting, logging or awaiting
+ * it reads (`then`: a promise resolved with it asks), none of which reaches the connection.
+ */
+function harmless(prop) {
+  return typeof prop === 'symbol' || prop === 'then' || prop === 'constructor';
+}
+
+/**
+ * `ctx.tx`: the held client of `entry`, guarded. Its transaction is the key's lock: a `COMMIT`
+ * or `ROLLBACK` through it (or a nested `BEGIN`, which pg would only warn about) would commit
+ * the in-progress key or free it while the handler runs, and a duplicate could run; `release()`
+ * would hand the connection to someone else. Those throw a TypeError; `SAVEPOINT` and
+ * `ROLLBACK TO SAVEPOINT` work. Once `entry.closed` (the handler settled), every use throws:
+ * the transaction is being committed or rolled back, and then the client serves another request.
+ */
+function guardTransaction(entry) {
+  const client = entry.client;
+  const open = () => {
+    if (entry.closed) throw new TypeError(SETTLED);
+  };
   const refuse = (what) => {
     throw new TypeError(`PostgresStore: ctx.tx is the transaction that holds the idempotency key: ${what} is not allowed through it (it commits with the stored answer; use SAVEPOINT / ROLLBACK TO SAVEPOINT inside it)`);
   };
+  const query = (config, ...rest) => {
+    open();
+    const text = sqlText(config);
+    const refused = text === undefined ? undefined : refusedStatement(text);
+    if (refused !== undefined) refuse(JSON.stringify(refused));
+    return Reflect.get(client, 'query', client).call(client, config, ...rest);
+  };
+  const release = () => {
+    open();
+    refuse('release()');
+  };
   return new Proxy(client, {
     get(target, prop) {
-      if (prop === 'release') return () => refuse('release()');
+      if (entry.closed && !harmless(prop)) throw new TypeError(SETTLED);
+      if (prop === 'query') return query;
+      if (prop === 'release') return release;
       const value = Reflect.get(target, prop, target);
-      if (prop === 'query' && typeof value === 'function') {
-        return (config, ...rest) => {
-          const text = typeof config === 'string' ? config : config?.text;
-          const statement = typeof text === 'string' ? text.split(';').find((part) => TRANSACTION_CONTROL.test(part)) : undefined;
-          if (statement !== undefined) refuse(JSON.stringify(statement.trim().split(/\s+/, 2).join(' ')));
-          return value.call(target, config, ...rest);
-        };
-      }
-      return typeof value === 'function' ? value.bind(target) : value;
+      if (typeof value !== 'function' || prop === 'constructor') return value;
+      // Bound to the client (a constructor, such as pg's _Promise, still constructs); and a
+      // method taken while the handler ran (or read after it, by a symbol) refuses to run after it.
+      return function (...args) {
+        open();
+        return new.target === undefined ? value.apply(target, args) : Reflect.construct(value, args);
+      };
+    },
+    set(target, prop, value) {
+      open();
+      return Reflect.set(target, prop, value, target);
+    },
+    defineProperty(target, prop, descriptor) {
+      open();
+      return Reflect.defineProperty(target, prop, descriptor);
+    },
+    deleteProperty(target, prop) {
+      open();
+      return Reflect.deleteProperty(target, prop);
     },
   });
 }
@@ -150,8 +355,9 @@ export class PostgresStore {
   #table;
   #sql;
   #lockWaitMs;
-  #held = new Map(); // token -> { key, client, lost, returned, onError }: the open transactions of this store
+  #held = new Map(); // token -> { key, client, txid, lost, returned, closed, onError, guarded }: the open transactions of this store
   #lastCleanup = 0;
+  #secret = cachedSecret(() => this.#readSecret());
 
   constructor(options) {
     if (typeof options !== 'object' || options === null) {
@@ -173,20 +379,34 @@ export class PostgresStore {
     this.#lockWaitMs = lockWaitMs;
     const t = quoteTable(table);
     this.#sql = {
+      // RETURNING the transaction's id, which complete() checks (one round trip for both).
       insert: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)
         VALUES ($1, $2, $3, 'null'::jsonb, now(), now() + $4::double precision * interval '1 millisecond')
-        ON CONFLICT (scope, key) DO NOTHING RETURNING 1`,
+        ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()::text AS txid`,
       // completed_at as ms since the epoch: a float8 is a JS number whatever type parsers the
       // application set for timestamptz.
       select: `SELECT fingerprint, response, (extract(epoch FROM completed_at) * 1000)::double precision AS completed_ms,
         expires_at > now() AS live FROM ${t} WHERE scope = $1 AND key = $2`,
       takeOver: `UPDATE ${t} SET fingerprint = $3, response = 'null'::jsonb, completed_at = now(),
         expires_at = now() + $4::double precision * interval '1 millisecond'
-        WHERE scope = $1 AND key = $2 AND expires_at <= now() RETURNING 1`,
+        WHERE scope = $1 AND key = $2 AND expires_at <= now() RETURNING txid_current()::text AS txid`,
       // clock_timestamp(), not now(): now() is when the transaction (the handler) began.
+      // Only in the transaction acquire() opened: one that was ended through ctx.tx (a COMMIT
+      // or ROLLBACK past the guard) has another id, or none (then this UPDATE runs on its own).
       complete: `UPDATE ${t} SET fingerprint = $3, response = $4::jsonb, completed_at = to_timestamp($5::double precision / 1000),
         expires_at = clock_timestamp() + $6::double precision * interval '1 millisecond'
-        WHERE scope = $1 AND key = $2`,
+        WHERE scope = $1 AND key = $2 AND txid_current() = $7::bigint`,
+      // After a COMMIT through ctx.tx: the key's row committed without its answer gets it, on its
+      // own (autocommit). SKIP LOCKED: a row locked now is another holder's (the committed row
+      // expired and was taken over): not ours to fill, and not worth waiting for.
+      salvage: `UPDATE ${t} SET response = $4::jsonb, completed_at = to_timestamp($5::double precision / 1000),
+        expires_at = clock_timestamp() + $6::double precision * interval '1 millisecond'
+        WHERE (scope, key) IN (SELECT scope, key FROM ${t} WHERE scope = $1 AND key = $2 AND fingerprint = $3
+          AND response = 'null'::jsonb FOR UPDATE SKIP LOCKED)`,
+      // The secret's row: never expires (so cleanup() never deletes it), never a key's (scope '').
+      createSecret: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)
+        VALUES ('', 'secret', $1, 'null'::jsonb, now(), 'infinity') ON CONFLICT (scope, key) DO NOTHING`,
+      readSecret: `SELECT fingerprint FROM ${t} WHERE scope = '' AND key = 'secret'`,
       // SKIP LOCKED: a row an acquire() is taking over stays locked while its handler runs;
       // waiting for it would hold a pool client that long.
       cleanup: `DELETE FROM ${t} WHERE (scope, key) IN
@@ -274,7 +494,7 @@ export class PostgresStore {
     if (typeof client?.release !== 'function') {
       throw new TypeError('PostgresStore: pool.connect() did not give a pool client (one with release()); pass a pg Pool, not a Client');
     }
-    const entry = { key, client, lost: undefined, returned: false, onError: undefined };
+    const entry = { key, client, txid: undefined, lost: undefined, returned: false, closed: false, onError: undefined, guarded: undefined };
     // A checked-out pg client has no 'error' listener of the pool's: without one, a connection
     // that fails between two statements (killed, timed out) would crash the process.
     entry.onError = (error) => {
@@ -293,7 +513,9 @@ export class PostgresStore {
       // A loop because the row can change between the statements: deleted by cleanup() after
       // the INSERT saw it, completed by its holder after the SELECT saw it expired.
       for (let attempt = 0; attempt < 10 && !holding; attempt++) {
-        if ((await client.query(this.#sql.insert, params)).rowCount === 1) {
+        const inserted = await client.query(this.#sql.insert, params);
+        if (inserted.rowCount === 1) {
+          entry.txid = inserted.rows[0].txid;
           holding = true;
           break;
         }
@@ -305,7 +527,11 @@ export class PostgresStore {
           break;
         }
         // Expired: take the row over; its row lock makes it this transaction's, as an insert would.
-        holding = (await client.query(this.#sql.takeOver, params)).rowCount === 1;
+        const taken = await client.query(this.#sql.takeOver, params);
+        if (taken.rowCount === 1) {
+          entry.txid = taken.rows[0].txid;
+          holding = true;
+        }
       }
       if (live === undefined) {
         if (!holding) throw new Error(`PostgresStore: the row of ${JSON.stringify(key)} kept changing; giving up`);
@@ -358,16 +584,17 @@ export class PostgresStore {
     const entry = this.#entry(key, token);
     if (entry === undefined) return false;
     this.#held.delete(token); // from here on, renew() and transaction() no longer see it
+    entry.closed = true; // ctx.tx refuses to be used from now on (a companion that never called closeTransaction())
     if (entry.lost !== undefined) {
       this.#giveBack(entry, entry.lost);
       return false; // PostgreSQL rolled it back when the connection failed: the lock was lost
     }
     const [scope, id] = splitKey(key);
     const { client } = entry;
+    const params = [scope, id, record.fingerprint, JSON.stringify(record.response), record.completedAt, ttlMs];
+    let updated;
     try {
-      const params = [scope, id, record.fingerprint, JSON.stringify(record.response), record.completedAt, ttlMs];
-      const updated = await client.query(this.#sql.complete, params);
-      if (updated.rowCount !== 1) throw new Error(`PostgresStore: the row of ${JSON.stringify(key)} is missing from its own transaction`);
+      updated = await client.query(this.#sql.complete, [...params, entry.txid]);
     } catch (error) {
       // Nothing was stored; the transaction (with the handler's writes) is rolled back.
       const sound = await this.#rollback(entry);
@@ -380,6 +607,20 @@ export class PostgresStore {
         );
       }
       throw error;
+    }
+    if (updated.rowCount !== 1) {
+      // Not the transaction acquire() opened (ended through ctx.tx), or it is, but the key's row
+      // was deleted or changed in it (through ctx.tx too).
+      let same = false;
+      try {
+        same = (await client.query('SELECT txid_current_if_assigned()::text AS txid')).rows[0].txid === entry.txid;
+      } catch {
+        // the connection cannot tell: treat it as ended (the client is destroyed)
+      }
+      if (!same) return this.#endedThroughTx(entry, key, params);
+      const sound = await this.#rollback(entry);
+      this.#giveBack(entry, sound ? undefined : (entry.lost ?? new Error('ROLLBACK failed')));
+      throw new Error(`PostgresStore: the row of ${JSON.stringify(key)} is missing from its own transaction (deleted or changed through ctx.tx?); nothing was stored and its writes were rolled back`);
     }
     let committed;
     try {
@@ -397,10 +638,44 @@ export class PostgresStore {
     return true;
   }
 
+  /**
+   * complete() found the transaction acquire() opened gone: a COMMIT or ROLLBACK (or both, and a
+   * BEGIN) reached the connection past ctx.tx's guard. The connection is in a state nobody
+   * knows: rolled back (ending whatever transaction it is in), then destroyed. If a COMMIT got
+   * through, the key's row is committed without an answer while the handler's effects before it
+   * are committed: the answer is stored into that row now, outside any transaction, so that a
+   * retry replays it instead of running the handler again; that is reported (console.error) and
+   * counts as stored (true): throwing would have the companion answer "nothing was kept", which
+   * is false. If a ROLLBACK got through, the row is gone and nothing can be stored: throws.
+   */
+  async #endedThroughTx(entry, key, params) {
+    await this.#rollback(entry);
+    this.#giveBack(entry, entry.lost ?? new Error('PostgresStore: the transaction was ended through ctx.tx'));
+    let salvaged;
+    try {
+      salvaged = await this.#pool.query(this.#sql.salvage, params);
+    } catch (error) {
+      throw new Error(
+        `PostgresStore: the transaction of ${JSON.stringify(key)} was ended through ctx.tx before complete() (a COMMIT or ROLLBACK that got past its guard), and storing the answer after the fact failed: nothing is stored`,
+        { cause: error },
+      );
+    }
+    if (salvaged.rowCount === 1) {
+      console.error(
+        `retry-fetch/server: PostgresStore: the transaction of ${JSON.stringify(key)} was ended through ctx.tx before complete() (a COMMIT that got past its guard): what the handler wrote before it was committed without the answer; the answer was stored after the fact, not atomically with those writes (a crash in between would have left the key held until lockTimeoutMs, then run again). Do not end the transaction through ctx.tx (its raw connection included).`,
+      );
+      return true;
+    }
+    throw new Error(
+      `PostgresStore: the transaction of ${JSON.stringify(key)} was ended through ctx.tx before complete() (a ROLLBACK that got past its guard): the key's row is gone, so nothing is stored (what the handler wrote before the ROLLBACK was rolled back; anything after it was committed on its own)`,
+    );
+  }
+
   async release(key, token) {
     const entry = this.#entry(key, token);
     if (entry === undefined) return false;
     this.#held.delete(token);
+    entry.closed = true; // ctx.tx refuses to be used from now on (a companion that never called closeTransaction())
     // A connection that cannot roll back is destroyed, which rolls the transaction back too.
     const sound = await this.#rollback(entry);
     this.#giveBack(entry, sound ? undefined : (entry.lost ?? new Error('ROLLBACK failed')));
@@ -414,7 +689,38 @@ export class PostgresStore {
   transaction(key, token) {
     const entry = this.#entry(key, token);
     if (entry === undefined) return undefined;
-    entry.guarded ??= guardTransaction(entry.client);
+    entry.guarded ??= guardTransaction(entry);
     return entry.guarded;
+  }
+
+  /**
+   * The handler of `key` (held by `token`) has settled: from now on every use of what
+   * `transaction()` returned throws a TypeError (its transaction is about to be committed or
+   * rolled back, and its client then serves someone else). `complete()` and `release()` do it
+   * too, for a companion that does not call this.
+   */
+  closeTransaction(key, token) {
+    const entry = this.#entry(key, token);
+    if (entry !== undefined) entry.closed = true;
+  }
+
+  /**
+   * The secret shared by every instance on this table: created by whichever comes first (an
+   * `INSERT ... ON CONFLICT DO NOTHING` of a random one), then read; cached once read.
+   */
+  secret() {
+    return this.#secret();
+  }
+
+  async #readSecret() {
+    // Two statements, each in a transaction of its own: the SELECT sees the row whichever
+    // instance's INSERT won (a concurrent one's INSERT waits for the winner's commit).
+    await this.#pool.query(this.#sql.createSecret, [newSecret()]);
+    const result = await this.#pool.query(this.#sql.readSecret);
+    const secret = result.rows?.[0]?.fingerprint;
+    if (typeof secret !== 'string' || !SECRET_FORMAT.test(secret)) {
+      throw new TypeError(`PostgresStore: the secret's row of ${this.#table} (scope '', key 'secret') does not hold a store secret (64 hex digits); got ${describe(secret)}`);
+    }
+    return secret;
   }
 }

@@ -5,8 +5,8 @@ import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, LockRecord }
  * that `RedisStore` uses.
  */
 export interface RedisClientLike {
-  /** `SET key value NX PX ms`: resolves `null` when the key exists. */
-  set(key: string, value: string, options: { NX: true; PX: number }): Promise<unknown>;
+  /** `SET key value NX [PX ms]`: resolves `null` when the key exists. */
+  set(key: string, value: string, options: { NX: true; PX?: number }): Promise<unknown>;
   /** `GET key`: the string, or `null`. */
   get(key: string): Promise<unknown>;
   /** `EVAL script numkeys keys... args...`. */
@@ -24,8 +24,23 @@ export interface RedisStoreOptions {
 /**
  * An `IdempotencyStore` in Redis, shared by every server instance. The lock is
  * `SET key value NX PX lockTimeoutMs`; a response is stored with `PX ttlMs`; renewing,
- * completing, releasing and taking over a lock check the owner's token in a Lua script
- * (`EVAL`), so a holder whose lock expired cannot extend or overwrite its successor's.
+ * completing and releasing a lock check the owner's token in a Lua script (`EVAL`), so a
+ * holder whose lock expired cannot extend or overwrite its successor's. The store's secret
+ * (`secret()`) is kept at `<prefix>secret`, without expiry.
+ *
+ * @example
+ * ```js
+ * import { createClient } from 'redis';
+ * import { idempotency, RedisStore } from 'retry-fetch/server';
+ *
+ * // disableOfflineQueue: while Redis is unreachable, commands fail at once (the companion
+ * // answers 503, the client retries later) instead of queueing until it is back, which would
+ * // leave every request hanging.
+ * const client = createClient({ url: process.env.REDIS_URL, disableOfflineQueue: true });
+ * client.on('error', (error) => console.error('redis:', error)); // node-redis reconnects by itself
+ * await client.connect();
+ * const handler = idempotency(charge, { store: new RedisStore({ client }) });
+ * ```
  * @throws TypeError when `client` is not a node-redis client or `prefix` not a string.
  */
 export class RedisStore implements IdempotencyStore {
@@ -36,10 +51,22 @@ export class RedisStore implements IdempotencyStore {
   acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<IdempotencyRecord | null>;
   /** Replace the lock held by `token` with `lock`, `PX lockTimeoutMs` (Lua, `EVAL`). */
   renew(key: string, token: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean>;
-  /** Replace the lock held by `staleToken` (Lua, `EVAL`). */
-  reclaim(key: string, staleToken: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean>;
+  /**
+   * Always `false`: a lock still in Redis is live by Redis's own clock (its `PX`); taking it
+   * over on the caller's clock would run the handler twice under clock skew. Once Redis
+   * expires it, `acquire` succeeds.
+   */
+  reclaim(key: string, staleToken: string, lock: LockRecord, lockTimeoutMs: number): Promise<false>;
   /** Replace the lock held by `token` with the record, `PX ttlMs` (Lua, `EVAL`). */
   complete(key: string, token: string, record: CompletedRecord, ttlMs: number): Promise<boolean>;
   /** Delete the lock held by `token` (Lua, `EVAL`). */
   release(key: string, token: string): Promise<boolean>;
+  /**
+   * See `IdempotencyStore.secret`: 64 hex digits at `<prefix>secret`, the same for every
+   * instance on this Redis and prefix. The first call creates it if missing
+   * (`SET <prefix>secret <random> NX`, no expiry) and reads it (`GET`); the value is cached in
+   * the instance once read (a failure is not). Do not delete the key: a new secret gives every
+   * caller a new scope, so a retry of a request made before would run it again.
+   */
+  secret(): Promise<string>;
 }

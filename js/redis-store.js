@@ -1,7 +1,7 @@
 // RedisStore: the idempotency store of `retry-fetch/server` shared by every server instance
 // through Redis (re-exported by server.js). The store protocol and every default: store.d.ts and
 // redis-store.d.ts. This package does not depend on `redis`: the caller passes its client.
-import { optionError, checkOptionNames } from './store-support.js';
+import { optionError, checkOptionNames, newSecret, cachedSecret, SECRET_FORMAT } from './store-support.js';
 
 // Replace (or delete) the record at KEYS[1] only if it is the lock held by ARGV[1]:
 // ARGV[2] is the new value ('' deletes), ARGV[3] its lifetime in ms. Returns 1 if done, else 0.
@@ -37,6 +37,7 @@ function parseRecord(value, key) {
 export class RedisStore {
   #client;
   #prefix;
+  #secret = cachedSecret(() => this.#readSecret());
 
   constructor(options) {
     if (typeof options !== 'object' || options === null) {
@@ -102,5 +103,31 @@ export class RedisStore {
 
   release(key, token) {
     return this.#swap(key, token, '', 0);
+  }
+
+  /**
+   * The secret shared by every instance on this Redis and prefix, at `<prefix>secret` (never a
+   * record's key: those have a `:` after the prefix): created once by whichever instance comes
+   * first (`SET NX`, no expiry), then read. Cached once read.
+   */
+  secret() {
+    return this.#secret();
+  }
+
+  async #readSecret() {
+    const k = `${this.#prefix}secret`;
+    // SET NX then GET: the GET sees whichever instance's SET came first. Only a deletion in
+    // between (by hand, FLUSHALL) makes the GET miss: then set it again.
+    for (let i = 0; i < 3; i++) {
+      await this.#client.set(k, newSecret(), { NX: true });
+      const value = await this.#client.get(k);
+      if (value === null || value === undefined) continue;
+      const secret = typeof value === 'string' ? value : String(value);
+      if (!SECRET_FORMAT.test(secret)) {
+        throw new TypeError(`RedisStore: the value at ${JSON.stringify(k)} is not a store secret (64 hex digits); delete it, or give idempotency() a secret option`);
+      }
+      return secret;
+    }
+    throw new Error(`RedisStore: the secret at ${JSON.stringify(k)} kept vanishing; giving up`);
   }
 }

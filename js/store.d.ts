@@ -4,8 +4,9 @@
  * so can a store of your own.
  *
  * Keys: `idempotency()` passes one string, `"<scope>:<idempotency key>"`, where the scope is
- * 64 hex digits (the SHA-256 of the caller's identity) or `-` when keys are not scoped. The
- * scope never contains `:`, so a store that keeps the two apart splits at the first `:`.
+ * 64 hex digits (an HMAC-SHA-256 of the caller's identity, keyed with the store's secret or the
+ * `secret` option) or `-` when keys are not scoped. The scope is never empty and never contains
+ * `:`, so a store that keeps the two apart splits at the first `:`.
  */
 
 /** A lock: a request with this key is being processed. */
@@ -105,8 +106,29 @@ export interface IdempotencyStore<Tx = unknown> {
    */
   transaction?(key: string, token: string): Tx | undefined;
   /**
+   * Optional. Called once the handler has settled (resolved or thrown), before `complete()` or
+   * `release()`, with the key and token `transaction()` was called with: from then on the
+   * object `transaction()` returned must refuse to be used (`PostgresStore`: every use of
+   * `ctx.tx` throws a `TypeError`), so that a statement the handler left running late can no
+   * longer reach the transaction being committed, nor, once its connection is back in a pool,
+   * another request's. Synchronous; called whether or not the handler used `ctx.tx`.
+   */
+  closeTransaction?(key: string, token: string): void;
+  /**
    * Optional. `true` when `release()` rolls back what was written through `transaction()`
    * (`PostgresStore`). @default false
    */
   readonly transactional?: boolean;
+  /**
+   * Optional. The store's secret: the HMAC key with which the companion hashes a caller's
+   * identity into the scope part of the store key, so that a scope read from the store cannot
+   * be reversed into the credential by trying a dictionary of them. It must be the same for
+   * every instance that shares the store's backend (the same caller must get the same scope on
+   * each) and must never change once created (every stored key would be orphaned). The
+   * companion calls it at most once per `idempotency()` / `idempotent()` instance, on the first
+   * request that has an identity, and caches it. The `secret` option of `idempotency()` takes
+   * its place. `MemoryStore`: random, made by its constructor; `RedisStore`: at
+   * `<prefix>secret`; `PostgresStore`: a row of its table (scope `''`).
+   */
+  secret?(): string | Promise<string>;
 }

@@ -58,8 +58,11 @@ const options: IdempotencyOptions = {
   waitTimeoutMs: 10_000,
   pollMs: 25,
   maxBodyBytes: 1_048_576,
+  secret: 'a-secret-every-instance-shares',
+  handlerTimeoutMs: 30_000,
+  ignoredMethods: ['GET', 'HEAD', 'OPTIONS'],
   onStoreError: (error, operation) => {
-    const op: 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' = operation;
+    const op: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' = operation;
     console.log(op, error);
   },
   onError: (error) => console.log(error),
@@ -69,6 +72,13 @@ void wrapped;
 idempotency(handler, { required: true, identity: async () => 'user-1' });
 idempotency(handler, { identity: false });
 idempotency(handler);
+// A Next.js route handler: the route's second argument reaches ctx; ctx.signal is the handler's.
+const POST = idempotency<unknown, { params: Promise<{ id: string }> }>(async (request, ctx) => {
+  const { id } = await ctx.params;
+  return Response.json({ id, key: ctx.key, aborted: ctx.signal?.aborted ?? false });
+});
+const routed: Promise<Response> = POST(new Request('http://x/pay/7', { method: 'POST' }), { params: Promise.resolve({ id: '7' }) });
+void routed;
 
 // PostgresStore: ctx.tx is the pool's client type.
 declare const pool: PgPoolLike;
@@ -144,7 +154,7 @@ async function consume(message: Message): Promise<void> {
     await ship(message);
   } catch (e) {
     const error = e as IdempotencyError;
-    const code: 'key-reused' | 'in-progress' | 'previous-run-failed' | 'not-committed' = error.code;
+    const code: 'key-reused' | 'in-progress' | 'previous-run-failed' | 'not-committed' | 'not-storable' = error.code;
     const name: 'IdempotencyError' = error.name;
     const message2: string = error.message;
     void code;
