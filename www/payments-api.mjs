@@ -160,10 +160,13 @@ export function createPaymentsApi({ timers = new Set(), storage } = {}) {
     requests.clear();
     await storage.clear();
     store = storage.make();
-    protectedCharge = idempotency(charge, { store });
+    protectedCharge = idempotency(charge, COMPANION_OPTIONS());
   }
+  // The demo has no user accounts: every page is the same caller, so keys are not scoped
+  // (identity: false says so; an API with users passes identity: (request) => userId).
+  const COMPANION_OPTIONS = () => ({ store, identity: false });
   store = storage.make();
-  protectedCharge = idempotency(charge, { store });
+  protectedCharge = idempotency(charge, COMPANION_OPTIONS());
 
   function sleep(ms, res) {
     return new Promise((done) => {
