@@ -165,3 +165,34 @@ export function stormNotes(kinds, outage, clients, roundTimeoutMs) {
     cut: cut.length ? `Rounds cut at ${roundTimeoutMs / 1000} s: ${cut.join('; ')}.` : null,
   };
 }
+
+/**
+ * adapters.json -> markdown, one table per mode: per framework, its bare route's requests/s,
+ * the wrapped route's requests/s, its throughput ratio to the bare route (median, IQR of
+ * rounds), the µs added per request, the server thread's busy time per request (bare → with
+ * the adapter; when the results have it), and the noise row's ratio (bare again / bare).
+ */
+export function adaptersTable(rows, frameworks, mode) {
+  const byId = Object.fromEntries(rows.map((r) => [r.id, r]));
+  const ratio = (x) => (x ? `**${x.ratio.toFixed(3)}** (${x.ratioP25.toFixed(2)}–${x.ratioP75.toFixed(2)})` : 'n/a');
+  const rate = (x) => (x ? x.perSec.toFixed(0) : 'n/a');
+  const busy = (x) => (typeof x?.serverBusyUs === 'number' ? x.serverBusyUs.toFixed(0) : 'n/a');
+  const withBusy = rows.some((r) => typeof r[mode.id]?.serverBusyUs === 'number');
+  return table([
+    'framework (adapter)',
+    `${mode.name}: bare, requests/s`,
+    `${mode.name}: with the adapter, requests/s`,
+    `${mode.name}: throughput ratio, with the adapter / bare (IQR of rounds)`,
+    `${mode.name}: µs added per request`,
+    ...(withBusy ? [`${mode.name}: server thread busy per request, µs (bare → with the adapter)`] : []),
+    `${mode.name}: noise, bare again / bare (IQR of rounds)`,
+  ], frameworks.map((f) => {
+    const bare = byId[`${f.id}:bare`]?.[mode.id];
+    const wrapped = byId[`${f.id}:wrapped`]?.[mode.id];
+    const again = byId[`${f.id}:again`]?.[mode.id];
+    const versions = Object.entries(f.versions ?? {}).filter(([, v]) => v).map(([p, v]) => `${p} ${v}`).join(', ');
+    const added = wrapped ? `${wrapped.addedUsPerRequest >= 0 ? '+' : ''}${wrapped.addedUsPerRequest.toFixed(0)}` : 'n/a';
+    return [`${f.name}${versions ? ` (${versions})` : ''}, \`${f.adapter}\``, rate(bare), rate(wrapped), ratio(wrapped), added,
+      ...(withBusy ? [`${busy(bare)} → ${busy(wrapped)}`] : []), ratio(again)];
+  }));
+}

@@ -1,6 +1,6 @@
 // Writes BENCHMARKS.md (at the repository root) from the last results in bench/results/:
-// coldstart.json (size and cold start), overhead.json, companion.json, storms.json (+ storms.svg)
-// and occ.md.
+// coldstart.json (size and cold start), overhead.json, companion.json, adapters.json,
+// storms.json (+ storms.svg) and occ.md.
 // Reruns nothing; a missing input is reported as such in its section.
 //
 //   node bench/report.mjs [out.md]
@@ -8,7 +8,7 @@ import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  companionTable, goalsTable, normalizeStorms, overheadTable, stormHerdTable, stormNotes, stormOutageTable, table,
+  adaptersTable, companionTable, goalsTable, normalizeStorms, overheadTable, stormHerdTable, stormNotes, stormOutageTable, table,
 } from './format.mjs';
 import { coldTable, sizeTables } from './coldstart.mjs';
 
@@ -29,6 +29,7 @@ const missing = (what, how) => `_No results yet: ${what} is missing; run \`${how
 const coldstart = readJson('coldstart.json');
 const overhead = readJson('overhead.json');
 const companion = readJson('companion.json');
+const adapters = readJson('adapters.json');
 const storms = readJson('storms.json');
 const occFile = path.join(RESULTS, 'occ.md');
 const occ = existsSync(occFile) ? readFileSync(occFile, 'utf8') : null;
@@ -50,6 +51,7 @@ const allGoals = [
   ...(overhead ? overhead.goals.map((g) => ({ ...g, section: 'Success-path overhead' })) : []),
   // No goal: the server companion's cost is a measurement (its summary lines have no verdict).
   ...(companion ? companion.summary.map((g) => ({ ...g, section: 'Server companion' })) : []),
+  ...(adapters ? adapters.summary.map((g) => ({ ...g, section: 'Server companion, framework adapters' })) : []),
   ...(storms ? storms.goals.map((g) => ({ ...g, section: 'Retry storms' })) : []),
 ];
 if (allGoals.length) {
@@ -122,6 +124,35 @@ if (companion) {
   'Configurations:',
   c.rows.map((r) => `- ${r.name}: \`${r.config}\`${r.note ? ` (${r.note})` : ''}`).join('\n'));
 } else p(missing('bench/results/companion.json', 'bash scripts/bench.sh (or node bench/companion.mjs with REDIS_URL and DATABASE_URL)'));
+
+// ---- Server companion with framework adapters.
+p('## Server companion with framework adapters');
+if (adapters) {
+  const a = adapters;
+  const versions = a.frameworks.flatMap((f) => Object.entries(f.versions ?? {}).map(([name, v]) => `${name} ${v || 'n/a'}`));
+  p(`Measured ${day(a.generatedAt)} by \`bench/adapters.mjs\` on ${machine(a)}, in ${a.totalSeconds.toFixed(0)} s (${versions.join(', ')}).`,
+    'What the companion costs per request through each framework adapter (`retry-fetch/express`, `retry-fetch/fastify`, '
+    + '`retry-fetch/hono`), against the same route in the bare framework, and, for reference, the plain fetch handler pair '
+    + '(`toNodeHandler(handler)` against `toNodeHandler(idempotency(handler))`), all in one run. Each framework serves in a '
+    + 'worker thread of its own on 127.0.0.1 (one is busy at a time), two routes in the same app: `/bare` (the route alone: '
+    + 'it reads the JSON body and answers `201` `{"ok":true,"amount":...}`) and `/wrapped` (the same route behind the '
+    + 'adapter, with a `MemoryStore` of its own and `identity: false`). The client (the main thread) POSTs '
+    + `\`${a.requestBody}\` with a fresh \`Idempotency-Key\` per request with plain \`fetch\` and reads every body: every `
+    + 'wrapped request takes the lock, runs the route and stores its answer (no replays). '
+    + `${a.rounds} rounds; in each, every contender makes ${a.requestsPerBatch} requests sequentially and then `
+    + `${a.requestsPerBatch} requests ${a.concurrency} at a time, in a balanced order (as in the server companion). `
+    + 'Each framework\'s ratio is its `/wrapped` throughput over its own `/bare` throughput in the same round; the tables '
+    + 'give the median over the rounds (with the interquartile range of the rounds), the median requests/s of both, the '
+    + 'median wall time added per request, and how long the server thread\'s event loop was busy per request (not '
+    + 'waiting for I/O; wall time, so it includes time the thread waited for a core). "bare again / bare" is a second, '
+    + 'separate `/bare` contender per framework: how far it is from 1 is the noise of that ratio. At 32 concurrent the bare '
+    + 'routes are bound by the client (its `fetch` costs more per request than a bare route), the wrapped ones by the '
+    + 'server thread; client and server share the 2 cores.',
+  ...a.modes.flatMap((m) => [`**${m.name[0].toUpperCase()}${m.name.slice(1)}:**`, adaptersTable(a.rows, a.frameworks, m)]),
+  `Checks: ${a.checks.join('. ')}. Store and route errors: ${a.errors.length ? a.errors.join('; ') : 'none'}.`,
+  'Configurations (`route` is the same in both paths of a framework):',
+  a.frameworks.map((f) => `- ${f.name}: \`${f.bare}\`, \`${f.wrapped}\`; \`route\` = \`${f.route}\`${f.note ? ` (${f.note})` : ''}`).join('\n'));
+} else p(missing('bench/results/adapters.json', 'node bench/adapters.mjs'));
 
 // ---- Cold start.
 p('## Cold start');

@@ -5,7 +5,9 @@
 #      (bench/overhead.mjs, about 1 minute);
 #   2. server companion: per-request cost of idempotency(handler, { store }) with MemoryStore,
 #      RedisStore and PostgresStore vs the bare handler (bench/companion.mjs, about 1 minute),
-#      against a throwaway redis-server and PostgreSQL cluster (scripts/services.sh);
+#      against a throwaway redis-server and PostgreSQL cluster (scripts/services.sh); then the
+#      framework adapters: retry-fetch/express, /fastify, /hono and the fetch handler pair, each
+#      vs the same route in the bare framework (bench/adapters.mjs, MemoryStore, about 1 minute);
 #   3. cold start and size: fresh `node` processes timing `import('retry-fetch')` and the wasm
 #      compile + instantiate; gzip sizes of the client entry and the peers (bench/coldstart.mjs);
 #   4. storms: retry-fetch vs ky, p-retry, fetch-retry, cockatiel against a local overloaded
@@ -16,7 +18,7 @@
 #      overload kinds (bench/storm_simulation.rs -> bench/results/storm-simulation.md);
 #   6. the report: BENCHMARKS.md from bench/results/ (bench/report.mjs, reruns nothing).
 # Results: markdown on stdout, bench/results/*.json, storms.svg, occ.md, and BENCHMARKS.md.
-# About 8 to 9 minutes on 2 cores.
+# About 9 to 10 minutes on 2 cores.
 set -euo pipefail
 source "$(dirname "$0")/toolchain.sh"
 # start_redis / start_postgres (and an EXIT trap that stops them if this script dies first).
@@ -44,11 +46,17 @@ REDIS_URL="$REDIS_URL" DATABASE_URL="$DATABASE_URL" node bench/companion.mjs
 stop_redis
 stop_postgres
 
+# express, fastify, hono and @hono/node-server are also root devDependencies; MemoryStore only.
+[ -d node_modules/express ] && [ -d node_modules/fastify ] && [ -d node_modules/hono ] && [ -d node_modules/@hono/node-server ] \
+  || rf_die "node_modules/express, fastify, hono or @hono/node-server is missing: run 'make setup' (npm ci at the repository root)"
+rf_say "bench: server companion with framework adapters (about 1 minute)"
+node bench/adapters.mjs
+
 rf_say "bench: cold start and size"
 node bench/coldstart.mjs
 
 # ROUNDS is the storms' own knob (overhead: OVERHEAD_ROUNDS, OVERHEAD_REQUESTS; companion: COMPANION_ROUNDS,
-# COMPANION_REQUESTS; cold start: COLDSTART_RUNS).
+# COMPANION_REQUESTS; adapters: ADAPTERS_ROUNDS, ADAPTERS_REQUESTS; cold start: COLDSTART_RUNS).
 rf_say "bench: storms (herd and outage, ${ROUNDS:-3} round(s) per contender)"
 node bench/storms.mjs
 node bench/chart.mjs
