@@ -65,6 +65,17 @@ test('the server entry imports in Node', async () => {
   assert.equal(out, 'function function');
 });
 
+test('the framework adapters import from the installed package (no framework needed to load them)', async () => {
+  const out = await node(['--input-type=module', '-e', `
+    const names = [];
+    for (const entry of ['express', 'fastify', 'hono']) {
+      const m = await import('retry-fetch/' + entry);
+      names.push(entry + ':' + typeof m.idempotency);
+    }
+    console.log(names.join(' '));`]);
+  assert.equal(out, 'express:function fastify:function hono:function');
+});
+
 async function page(path) {
   browser ??= await launchChromium();
   files ??= await startStaticServer({ root: dir });
