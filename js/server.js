@@ -141,7 +141,9 @@ export function toNodeHandler(handler, options) {
   if (typeof report !== 'function') throw optionError('toNodeHandler', 'onError', report, 'a function');
   const onError = (error) => {
     try {
-      report(error);
+      // An async onError that rejects must not become an unhandled rejection either.
+      const result = report(error);
+      if (typeof result?.then === 'function') result.then(undefined, () => {});
     } catch {
       // a throwing onError must not become an unhandled rejection
     }

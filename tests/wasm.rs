@@ -361,7 +361,7 @@ async fn assert_call_rejected(url: &str, options: JsValue, expected: &str) {
 }
 
 const STATUSES: &str = "an array of integer HTTP statuses from 100 to 599";
-const KEY: &str = "'auto', false, or a key of 1 to 255 visible ASCII characters";
+const KEY: &str = "'auto' (lower-case), false, or a key of 1 to 255 visible ASCII characters";
 const HEADER: &str = "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) that is not a forbidden request header (content-length, host, cookie, sec-*, proxy-*, ...)";
 
 fn invalid_option_cases() -> Vec<(String, String)> {

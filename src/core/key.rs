@@ -5,6 +5,26 @@
 
 use super::options::KeyFormat;
 
+/// The longest idempotency key, in characters.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// What an idempotency key must be (the `idempotencyKey` option, and a key the caller put in
+/// the header itself): 1 to 255 visible ASCII characters, `!` to `~`, no spaces (what an HTTP
+/// header and an RFC 8941 string can both carry unchanged).
+pub const KEY_EXPECTED: &str = "a key of 1 to 255 visible ASCII characters";
+
+/// Is `key` a valid idempotency key ([`KEY_EXPECTED`])?
+///
+/// ```
+/// use retry_fetch::core::key::is_valid_key;
+/// assert!(is_valid_key("8e03978e-40d5-43e8-bc93-6894a57f9324"));
+/// assert!(!is_valid_key("") && !is_valid_key("   ") && !is_valid_key("a b"));
+/// assert!(!is_valid_key(&"k".repeat(256)));
+/// ```
+pub fn is_valid_key(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| (0x21..=0x7e).contains(&b))
+}
+
 /// Format 16 random bytes as a UUID version 4 (RFC 9562), lower-case, 36 characters.
 ///
 /// ```

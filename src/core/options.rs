@@ -260,20 +260,22 @@ pub fn key_format(name: &str) -> Result<KeyFormat, OptionError> {
 /// `idempotencyKey` given as a string: `'auto'`, or a key of 1 to 255 visible ASCII
 /// characters, `!` to `~`, no spaces (what an HTTP header and an RFC 8941 string can both
 /// carry unchanged).
+///
+/// `'Auto'`, `'AUTO'` (any case but `'auto'`) are refused: sent as a literal key, one shared
+/// by every call, a server that replays keys would answer every payment with the first one's.
 pub fn key_mode(value: &str) -> Result<KeyMode, OptionError> {
     if value == "auto" {
         return Ok(KeyMode::Auto);
     }
-    let visible = value.bytes().all(|b| (0x21..=0x7e).contains(&b));
-    if !value.is_empty() && value.len() <= 255 && visible {
+    if !value.eq_ignore_ascii_case("auto") && crate::core::key::is_valid_key(value) {
         Ok(KeyMode::Fixed(value.to_string()))
     } else {
-        Err(OptionError::new(
-            "idempotencyKey",
-            "'auto', false, or a key of 1 to 255 visible ASCII characters",
-        ))
+        Err(OptionError::new("idempotencyKey", KEY_MODE_EXPECTED))
     }
 }
+
+/// What `idempotencyKey` must be.
+pub const KEY_MODE_EXPECTED: &str = "'auto' (lower-case), false, or a key of 1 to 255 visible ASCII characters";
 
 /// The request header names a browser's `fetch` refuses to let a script set (the Fetch
 /// Standard's forbidden request-header names), compared ASCII-case-insensitively; names that
@@ -417,6 +419,11 @@ mod tests {
         assert!(key_mode("   ").is_err());
         assert!(key_mode("a b").is_err());
         assert!(key_mode(&"k".repeat(256)).is_err());
+        // Another case of 'auto' would be one literal key shared by every call.
+        for near in ["Auto", "AUTO", "aUTO"] {
+            assert_eq!(key_mode(near).map_err(|e| e.expected), Err(KEY_MODE_EXPECTED), "{near}");
+        }
+        assert_eq!(key_mode("autos"), Ok(KeyMode::Fixed("autos".into())));
         assert_eq!(header_name("X-Request-Key"), Ok("X-Request-Key".into()));
         assert!(header_name("Bad Header").is_err());
         assert!(header_name("").is_err());

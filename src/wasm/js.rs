@@ -7,6 +7,7 @@
 
 use js_sys::JsString;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 #[wasm_bindgen]
 extern "C" {
@@ -48,4 +49,40 @@ pub fn get_or_throw(target: &JsValue, key: &str) -> Result<JsValue, JsValue> {
 /// on a plain extensible object).
 pub fn set(target: &JsValue, key: &str, value: &JsValue) {
     let _ = js_sys::Reflect::set(target, &JsValue::from_str(key), value);
+}
+
+thread_local! {
+    /// `() => {}`, made once, to mark a promise's rejection as handled.
+    static NOOP: Closure<dyn FnMut(JsValue)> = Closure::new(|_| {});
+}
+
+/// Mark `promise`'s rejection as handled (a cancel we do not wait for, an abort promise
+/// nobody may be waiting on).
+pub fn ignore_rejection(promise: &js_sys::Promise) {
+    NOOP.with(|noop| {
+        let _ = promise.catch(noop);
+    });
+}
+
+/// Call a callback of the caller's whose result nobody awaits (a listener such as
+/// `onStateChange`, a reporter such as `onStoreError`): a throw is ignored, and so is a
+/// rejection of the promise it may return, which would otherwise be an unhandled rejection
+/// (in Node, the end of the process).
+pub fn call_detached(f: &js_sys::Function, args: &[&JsValue]) {
+    let list = js_sys::Array::new();
+    for a in args {
+        list.push(a);
+    }
+    let Ok(value) = f.apply(&JsValue::UNDEFINED, &list) else { return };
+    if !value.is_object() {
+        return;
+    }
+    // A thenable: `then(undefined, () => {})`, through its own `then` (which may throw).
+    if let Ok(then) = js_sys::Reflect::get(&value, &JsValue::from_str("then")) {
+        if let Some(then) = then.dyn_ref::<js_sys::Function>() {
+            NOOP.with(|noop| {
+                let _ = then.call2(&value, &JsValue::UNDEFINED, noop.as_ref());
+            });
+        }
+    }
 }

@@ -15,7 +15,10 @@
 //! after the hooks.
 
 use std::cell::{OnceCell, RefCell};
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
 use std::rc::Rc;
+use std::task::Poll;
 
 use js_sys::{Array, Function, Object, Promise};
 use wasm_bindgen::prelude::*;
@@ -24,7 +27,7 @@ use wasm_bindgen_futures::{future_to_promise, JsFuture};
 use web_sys::{Headers, Request, Response};
 
 use super::bindings::{global_fetch, Thenable};
-use super::errors::{circuit_open_error, retry_error, timeout_error};
+use super::errors::{circuit_open_error, deadline_error, retry_error, timeout_error};
 use super::guards::{origin_of, BreakerShared};
 use super::options::Policy;
 use super::request::{fix_request, Body, BodyKind, Template};
@@ -396,6 +399,46 @@ async fn call_hook(hook: &Function, ctx: &Object) -> Result<JsValue, JsValue> {
     JsFuture::from(Promise::resolve(&v)).await
 }
 
+/// How a step bounded by the call's signals and a time limit ended.
+enum Bounded<T> {
+    /// The step ended first, with this.
+    Done(T),
+    /// A signal aborted first, with this reason.
+    Aborted(JsValue),
+    /// The time was up first.
+    TimeUp,
+}
+
+/// Run `step` until it ends, a signal of the call aborts, or `limit_ms` (if any) passes,
+/// whichever comes first: an abort or the deadline ends the call at once whatever is pending
+/// (a hook's promise that never settles, a stream body that never yields, a transport that
+/// ignores its signal).
+async fn bounded<T>(signals: &mut CallSignals, limit_ms: Option<f64>, mut step: Pin<&mut dyn Future<Output = T>>) -> Bounded<T> {
+    let stop = signals.stop(limit_ms);
+    let stopped = JsFuture::from(stop.promise.clone());
+    let mut stopped = pin!(stopped);
+    poll_fn(|cx| {
+        if let Poll::Ready(v) = step.as_mut().poll(cx) {
+            return Poll::Ready(Bounded::Done(v));
+        }
+        match stopped.as_mut().poll(cx) {
+            Poll::Ready(Err(reason)) => Poll::Ready(Bounded::Aborted(reason)),
+            Poll::Ready(Ok(_)) => Poll::Ready(Bounded::TimeUp),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// The call gives up without sending more (`reason`): the last response kept from the attempt
+/// before, if any (every stop returns it, as plain fetch would have); else a `RetryError`.
+fn give_up(last: Option<JsValue>, reason: &str, history: &Array, cause: JsValue) -> Result<JsValue, JsValue> {
+    match last {
+        Some(response) => Ok(response),
+        None => Err(retry_error(reason, history, &cause)),
+    }
+}
+
 /// The call from its first attempt (or, with `first`, from the outcome of a first attempt the
 /// lean path already made) to its end.
 pub async fn run(
@@ -410,17 +453,36 @@ pub async fn run(
         return Err(reason);
     }
     let mut guards = Guards::new(&policy, &t.request);
-    let body = if first.is_some() { Body::AsIs } else { t.body(p.max_buffered_body_bytes).await? };
+    let mut state = RetryState::new(p, started);
+    let deadline = || deadline_error(p.deadline_ms.unwrap_or(0.0));
+    let body = if first.is_some() {
+        Body::AsIs
+    } else {
+        match t.body_kind {
+            // Buffering a stream body waits on the caller's stream: an abort or the deadline
+            // ends it (the other bodies are in memory).
+            BodyKind::Stream => {
+                let step = pin!(t.body(p.max_buffered_body_bytes));
+                match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
+                    Bounded::Done(body) => body?,
+                    Bounded::Aborted(reason) => return Err(reason),
+                    Bounded::TimeUp => return Err(retry_error("deadline", &Array::new(), &deadline())),
+                }
+            }
+            _ => t.body(p.max_buffered_body_bytes).await?,
+        }
+    };
     let replayable = !matches!(body, Body::Stream(_)) && t.body_kind != BodyKind::OneShot;
     let key = t.key.clone();
-    let mut state = RetryState::new(p, started);
     let history = Array::new();
     let first_at = if p.retry_headers {
         Some(String::from(js_sys::Date::new(&JsValue::from_f64(started)).to_iso_string()))
     } else {
         None
     };
-    // The outcome kept from the attempt before: a response we did not hand out yet.
+    // The response of the attempt before, kept until the next attempt's outcome: if the call
+    // stops before that (the throttle, the breaker, the deadline), it is the answer.
+    let mut last: Option<JsValue> = None;
     loop {
         let (outcome, attempt_started, ended, timed_out) = match first.take() {
             Some((outcome, ended)) => {
@@ -429,25 +491,37 @@ pub async fn run(
             }
             None => {
                 if let Some(reason) = signals.aborted() {
+                    if let Some(r) = &last {
+                        discard(r).await;
+                    }
                     return Err(reason);
+                }
+                // Nothing is sent once the deadline has passed, counted from the call (a
+                // blocked event loop can start the first attempt late).
+                if state.deadline_passed(js_sys::Date::now()) {
+                    return give_up(last, "deadline", &history, deadline());
                 }
                 // The circuit breaker: an open circuit sends nothing.
                 if let Err(wait) = guards.admit(js_sys::Date::now()) {
                     let open = circuit_open_error(guards.origin.get(), wait);
-                    return Err(if history.length() == 0 { open } else { retry_error("circuit-open", &history, &open) });
+                    // Before any attempt the call's error is the CircuitOpenError itself.
+                    return if history.length() == 0 { Err(open) } else { give_up(last, "circuit-open", &history, open) };
                 }
                 // The adaptive throttle: wait for this attempt's turn.
                 loop {
                     match guards.turn(&state, js_sys::Date::now()) {
                         Turn::Now => break,
-                        Turn::Wait(ms) => signals.sleep(ms).await?,
+                        Turn::Wait(ms) => {
+                            if let Err(reason) = signals.sleep(ms).await {
+                                if let Some(r) = &last {
+                                    discard(r).await;
+                                }
+                                return Err(reason);
+                            }
+                        }
                         Turn::Stop(reason) => {
-                            let cause = if reason == "deadline" {
-                                timeout_error(p.deadline_ms.unwrap_or(0.0))
-                            } else {
-                                JsValue::UNDEFINED
-                            };
-                            return Err(retry_error(reason, &history, &cause));
+                            let cause = if reason == "deadline" { deadline() } else { JsValue::UNDEFINED };
+                            return give_up(last, reason, &history, cause);
                         }
                     }
                 }
@@ -463,11 +537,26 @@ pub async fn run(
                     // A transport that throws synchronously failed like one that rejects.
                     Some(f) => f.call2(&JsValue::UNDEFINED, &t.request, &init).map(|v| Promise::resolve(&v)),
                 };
+                // The attempt is bounded too, a little after its own time limit: a transport
+                // that ignores its signal cannot hold the call past an abort or the deadline.
+                let mut gave_up = false;
                 let outcome = match sent {
-                    Ok(p) => JsFuture::from(p).await,
+                    // The platform's fetch honours the attempt's signal.
+                    Ok(p) if policy.fetch.is_none() => JsFuture::from(p).await,
+                    Ok(p) => match bounded(&mut signals, limit.map(|ms| ms + TRANSPORT_GRACE_MS), pin!(JsFuture::from(p))).await {
+                        Bounded::Done(outcome) => outcome,
+                        Bounded::Aborted(reason) => Err(reason),
+                        Bounded::TimeUp => {
+                            gave_up = true;
+                            Err(JsValue::UNDEFINED)
+                        }
+                    },
                     Err(e) => Err(e),
                 };
-                let timed_out = abort.timed_out();
+                if let Some(r) = last.take() {
+                    discard(&r).await;
+                }
+                let timed_out = gave_up || abort.timed_out();
                 drop(abort); // the time limit and the signal links end with the attempt
                 let outcome = match outcome {
                     Err(_) if timed_out => Err(timeout),
@@ -539,9 +628,17 @@ pub async fn run(
             _ => None,
         };
         let attempt = state.attempts();
+        // The hooks are bounded by the call's signals and deadline: a promise that never
+        // settles cannot hold the call.
         if let Some(hook) = &policy.should_retry {
             let ctx = retry_context(attempt, delay, reason, response.as_ref(), status, &error, key.as_deref());
-            match call_hook(hook, &ctx).await?.as_bool() {
+            let step = pin!(call_hook(hook, &ctx));
+            let verdict = match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
+                Bounded::Done(v) => v?,
+                Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
+                Bounded::TimeUp => return finish("deadline"),
+            };
+            match verdict.as_bool() {
                 Some(true) => {}
                 Some(false) => return finish("shouldRetry"),
                 None => return Err(type_error("retryFetch: shouldRetry must return true or false (or a promise of one)")),
@@ -549,7 +646,12 @@ pub async fn run(
         }
         if let Some(hook) = &policy.on_retry {
             let ctx = retry_context(attempt, delay, reason, None, status, &error, key.as_deref());
-            call_hook(hook, &ctx).await?;
+            let step = pin!(call_hook(hook, &ctx));
+            match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
+                Bounded::Done(v) => drop(v?),
+                Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
+                Bounded::TimeUp => return finish("deadline"),
+            }
         }
         // The hooks took time: a wait that no longer ends before the deadline is not started.
         if !state.wait_fits(js_sys::Date::now(), delay) {
@@ -585,10 +687,21 @@ pub async fn run(
                 return finish("deadline");
             }
         }
-        if let Some(r) = &response {
-            discard(r).await;
-        }
+        last = response;
     }
+}
+
+/// How much later than its own time limit an attempt is given up on when its transport
+/// ignores the attempt's signal (one that honours it has settled by then).
+const TRANSPORT_GRACE_MS: f64 = 25.0;
+
+/// The call was aborted while `response` was pending a decision: it is discarded, and the
+/// abort's reason is the call's error.
+async fn abandon(response: Option<&JsValue>, reason: JsValue) -> Result<JsValue, JsValue> {
+    if let Some(r) = response {
+        discard(r).await;
+    }
+    Err(reason)
 }
 
 /// The `init` of one attempt (`undefined` when the request goes as it is): its signal, the

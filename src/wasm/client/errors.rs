@@ -38,6 +38,14 @@ pub fn timeout_error(ms: f64) -> JsValue {
     named_error("TimeoutError", &msg).into()
 }
 
+/// The `TimeoutError` of a call whose `deadlineMs` passed.
+pub fn deadline_error(ms: f64) -> JsValue {
+    let mut msg = String::from("retryFetch: the deadline (deadlineMs ");
+    msg.push_str(&int(ms.ceil()));
+    msg.push_str(") passed");
+    named_error("TimeoutError", &msg).into()
+}
+
 /// `value.message` when it is a string (a throwing getter counts as none).
 fn message_of(value: &JsValue) -> Option<String> {
     js::get(value, "message").as_string()

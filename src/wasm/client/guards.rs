@@ -36,8 +36,8 @@ pub struct BreakerShared {
 }
 
 impl BreakerShared {
-    /// Tell the listener about `transition` (a throwing listener is ignored: the breaker's
-    /// state must not depend on it).
+    /// Tell the listener about `transition` (a throwing listener, or one whose promise
+    /// rejects, is ignored: the breaker's state must not depend on it).
     pub fn report(&self, origin: &str, transition: Option<Transition>) {
         let (Some(t), Some(listener)) = (transition, &self.on_state_change) else {
             return;
@@ -46,7 +46,7 @@ impl BreakerShared {
         js::set(&event, "origin", &JsValue::from_str(origin));
         js::set(&event, "from", &JsValue::from_str(t.from.as_str()));
         js::set(&event, "to", &JsValue::from_str(t.to.as_str()));
-        let _ = listener.call1(&JsValue::UNDEFINED, &event);
+        js::call_detached(listener, &[&event]);
     }
 }
 

@@ -149,7 +149,7 @@ fn expected(option: &str) -> &'static str {
         "jitter" => "'none', 'full', 'equal', 'decorrelated' or 'additive'",
         "retryOnStatus" => STATUSES,
         "timeoutMs" | "deadlineMs" => POSITIVE_MS,
-        "idempotencyKey" => "'auto', false, or a key of 1 to 255 visible ASCII characters",
+        "idempotencyKey" => crate::core::options::KEY_MODE_EXPECTED,
         "idempotencyHeader" => "an HTTP header name",
         "idempotencyKeyFormat" => "'plain' or 'sf-string'",
         "maxBufferedBodyBytes" => "an integer number of bytes from 0 to 2147483647",

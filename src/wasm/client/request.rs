@@ -24,7 +24,7 @@ use super::bindings::RequestConstructor;
 use super::signals::ignore_rejection;
 use super::options::Policy;
 use crate::core::classify::is_idempotent_method;
-use crate::core::key::{header_value, uuid_v4};
+use crate::core::key::{header_value, is_valid_key, uuid_v4, KEY_EXPECTED};
 use crate::core::options::KeyMode;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
@@ -114,6 +114,21 @@ impl Template {
         };
         if let (true, Some(k)) = (add, &key) {
             headers.set(header, &header_value(k, p.idempotency_key_format))?;
+        }
+        // A key the caller put in the header decides, as ours does, that a non-idempotent
+        // request is safe to retry: it is held to the same rule (an empty or blank value, or
+        // 300 characters, must not make a POST look safe).
+        if let (false, false, Some(k)) = (add, idempotent, &key) {
+            if !is_valid_key(k) {
+                let mut msg = String::from("retryFetch: the ");
+                msg.push_str(header);
+                msg.push_str(" header is ");
+                msg.push_str(&crate::wasm::errors::describe(&JsValue::from_str(k)));
+                msg.push_str("; expected ");
+                msg.push_str(KEY_EXPECTED);
+                msg.push_str(" (it is what makes retrying this request safe)");
+                return Err(type_error(&msg));
+            }
         }
         Ok(Template { body_kind: body_kind(&request, init), request, idempotent, key })
     }

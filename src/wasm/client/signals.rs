@@ -113,24 +113,48 @@ impl CallSignals {
         result
     }
 
+    /// A promise that resolves (to `undefined`) after `ms`, if given, and rejects with the
+    /// reason of the first signal to abort: what bounds a step of the call that cannot be
+    /// aborted itself (a hook's promise, a stream body's read, a transport that ignores its
+    /// signal). Its timer is cleared when the [`Stop`] is dropped.
+    pub fn stop(&mut self, ms: Option<f64>) -> Stop {
+        let abort = self.on_abort();
+        let mut handle = JsValue::UNDEFINED;
+        let mut ended = None;
+        // Settled when the Stop is dropped: a promise nobody settles would keep the future
+        // awaiting it (and its callbacks) alive for ever.
+        let end = Promise::new(&mut |resolve, _| ended = Some(resolve));
+        let list = Array::of2(&abort, &end);
+        if let Some(ms) = ms {
+            list.push(&Promise::new(&mut |resolve, _| handle = set_timeout(&resolve, timer_ms(ms))));
+        }
+        Stop { promise: Promise::race(&list), handle, end: ended }
+    }
+
     /// The signal of one attempt with time limit `limit_ms`: see [`AttemptAbort`].
     pub fn attempt(&self, limit_ms: Option<f64>, timeout: &JsValue) -> Result<AttemptAbort, JsValue> {
         AttemptAbort::new(self, limit_ms, timeout)
     }
 }
 
-thread_local! {
-    /// `() => {}`, made once, to mark a promise's rejection as handled.
-    static NOOP: Closure<dyn FnMut(JsValue)> = Closure::new(|_| {});
+/// See [`CallSignals::stop`].
+pub struct Stop {
+    /// Resolves when the time is up, rejects with an abort's reason.
+    pub promise: Promise,
+    handle: JsValue,
+    end: Option<Function>,
 }
 
-/// Mark `promise`'s rejection as handled (a cancel we do not wait for, an abort promise
-/// nobody may be waiting on).
-pub fn ignore_rejection(promise: &Promise) {
-    NOOP.with(|noop| {
-        let _ = promise.catch(noop);
-    });
+impl Drop for Stop {
+    fn drop(&mut self) {
+        clear_timeout(&self.handle);
+        if let Some(end) = &self.end {
+            let _ = end.call0(&JsValue::UNDEFINED);
+        }
+    }
 }
+
+pub use crate::wasm::js::ignore_rejection;
 
 /// The abort signal of one attempt: it aborts when a caller's signal does (with its reason)
 /// or when the time limit fires (then [`AttemptAbort::timed_out`]). `AbortSignal.any` joins

@@ -80,8 +80,8 @@ impl Reporter {
     /// `release`), or before the handler ran (`acquire`: the answer is a 503).
     pub fn store_error(&self, error: &JsValue, operation: &str) {
         match &self.on_store_error {
-            // A throwing callback must not become the request's error.
-            Some(f) => drop(f.call2(&JsValue::UNDEFINED, error, &operation.into())),
+            // A throwing (or rejecting) callback must not become the request's error.
+            Some(f) => crate::wasm::js::call_detached(f, &[error, &operation.into()]),
             None => {
                 let mut msg = String::from("retry-fetch/server: idempotency store ");
                 msg.push_str(operation);
@@ -94,7 +94,7 @@ impl Reporter {
     /// The handler threw (or did not resolve with a Response) after it started.
     pub fn handler_error(&self, error: &JsValue) {
         match &self.on_error {
-            Some(f) => drop(f.call1(&JsValue::UNDEFINED, error)),
+            Some(f) => crate::wasm::js::call_detached(f, &[error]),
             None => drop(console_error(&"retry-fetch/server: the handler failed:".into(), error)),
         }
     }
