@@ -576,4 +576,125 @@ export const scenarios = [
       equal((await s.log()).length, 2);
     },
   },
+
+  // ---- a key is a key; aborts and deadlines end the call at once; stops keep the response --
+  {
+    name: 'contract: an empty, blank or over-long Idempotency-Key on a POST is a TypeError before sending',
+    async run({ api, seq }) {
+      const s = seq('reset,reset,200');
+      for (const [value, label] of [['', 'empty'], ['   ', 'blank'], ['k'.repeat(300), '300 characters']]) {
+        await refusedBeforeSending(api, s.url, { method: 'POST', body: 'pay', headers: { 'Idempotency-Key': value } }, `a key header ${label}`);
+      }
+      equal((await s.log()).length, 0, 'nothing was sent:');
+      for (const near of ['Auto', 'AUTO']) {
+        const err = await rejects(api.retryFetch(s.url, { method: 'POST', body: 'pay' }, { idempotencyKey: near }), `idempotencyKey ${near}`);
+        equal(err?.name, 'TypeError');
+        ok(names(err.message, 'idempotencyKey'), err.message);
+      }
+      // A valid key of the caller's is used as it is, on every retry.
+      const res = await api.retryFetch(s.url, { method: 'POST', body: 'pay', headers: { 'Idempotency-Key': 'order-42' } }, fast);
+      equal(res.status, 200);
+      deepEqual((await s.log()).map((r) => r.headers['idempotency-key']), ['order-42', 'order-42', 'order-42']);
+    },
+  },
+  {
+    name: 'contract: an abort or the deadline ends a call whose stream body never yields',
+    node: true,
+    async run({ api, seq }) {
+      const s = seq('200');
+      const never = () => new ReadableStream({ pull: () => new Promise(() => {}) });
+      const controller = new AbortController();
+      const reason = new Error('stop');
+      const aborted = api.retryFetch(s.url, { method: 'POST', body: never(), duplex: 'half' }, { signal: controller.signal });
+      setTimeout(() => controller.abort(reason), 30);
+      equal(await settlesWithin(aborted, 2_000), 'rejected');
+      equal(await aborted.catch((e) => e), reason, 'the abort reason is the error:');
+      const late = api.retryFetch(s.url, { method: 'POST', body: never(), duplex: 'half' }, { deadlineMs: 100 });
+      equal(await settlesWithin(late, 2_000), 'rejected');
+      const err = await late.catch((e) => e);
+      equal(err?.name, 'RetryError');
+      equal(err.reason, 'deadline');
+      equal((await s.log()).length, 0, 'nothing was sent:');
+    },
+  },
+  {
+    name: 'contract: a hook whose promise never settles cannot hold the call past an abort or the deadline',
+    async run({ api, seq }) {
+      const s = seq('503,200');
+      const pending = () => new Promise(() => {});
+      const byDeadline = api.retryFetch(s.url, undefined, { ...fast, deadlineMs: 300, onRetry: pending });
+      equal(await settlesWithin(byDeadline, 2_000), 'fulfilled');
+      const res = await byDeadline;
+      equal(res.status, 503, 'the deadline returns the last response:');
+      ok((await res.text()).includes('503'), 'its body is readable');
+      const controller = new AbortController();
+      const reason = new Error('user left');
+      const byAbort = api.retryFetch(seq('503,200').url, undefined, { ...fast, signal: controller.signal, shouldRetry: pending });
+      setTimeout(() => controller.abort(reason), 50);
+      equal(await settlesWithin(byAbort, 2_000), 'rejected');
+      equal(await byAbort.catch((e) => e), reason);
+    },
+  },
+  {
+    name: 'contract: a transport that ignores its signal cannot hold the call past an abort or the deadline',
+    async run({ api, seq }) {
+      const s = seq('200');
+      const deaf = () => new Promise(() => {});
+      const late = api.retryFetch(s.url, undefined, { deadlineMs: 100, fetch: deaf });
+      equal(await settlesWithin(late, 2_000), 'rejected');
+      const err = await late.catch((e) => e);
+      equal(err?.name, 'RetryError');
+      equal(err.reason, 'deadline');
+      const controller = new AbortController();
+      const reason = new Error('stop');
+      const byAbort = api.retryFetch(s.url, undefined, { signal: controller.signal, fetch: deaf });
+      setTimeout(() => controller.abort(reason), 30);
+      equal(await settlesWithin(byAbort, 2_000), 'rejected');
+      equal(await byAbort.catch((e) => e), reason);
+    },
+  },
+  {
+    name: 'contract: nothing is sent after the deadline, counted from the call (a blocked event loop)',
+    async run({ api, seq }) {
+      const s = seq('200');
+      let calls = 0;
+      const counting = (i, n) => {
+        calls += 1;
+        return fetch(i, n);
+      };
+      const call = api.retryFetch(s.url, undefined, { deadlineMs: 30, fetch: counting });
+      const until = performance.now() + 100;
+      while (performance.now() < until) {
+        // the event loop is blocked past the deadline before the first attempt could go
+      }
+      const err = await rejects(call);
+      equal(err?.name, 'RetryError');
+      equal(err.reason, 'deadline');
+      equal(err.attempts.length, 0);
+      equal(calls, 0, 'the transport was called after the deadline');
+    },
+  },
+  {
+    name: 'contract: a throttle refusal after a 503 returns that 503, its body readable, as every stop does',
+    async run({ api, seq }) {
+      const throttle = new api.AdaptiveThrottle({ initialRate: 1, minRate: 0.5, rampMs: 60_000, maxWaitMs: 200 });
+      const s = seq('503,200');
+      const res = await api.retryFetch(s.url, undefined, { ...fast, throttle });
+      equal(res.status, 503);
+      ok((await res.text()).includes('"status":503'), 'the body is readable');
+      equal((await s.log()).length, 1, 'the retry was not sent:');
+    },
+  },
 ];
+
+/** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */
+async function settlesWithin(promise, ms) {
+  let timer;
+  const pending = new Promise((resolve) => (timer = setTimeout(() => resolve('pending'), ms)));
+  const state = promise.then(() => 'fulfilled', () => 'rejected');
+  try {
+    return await Promise.race([state, pending]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -65,3 +65,28 @@ test('a Buffer body (a view into a shared pool) is replayed byte-identical with 
   const seen = s.log().map((r) => Buffer.from(r.bodyBase64, 'base64').toString('hex'));
   assert.deepEqual(seen, [want, want, want]);
 });
+
+test('a callback that returns a rejecting promise never becomes an unhandled rejection (onStateChange)', async () => {
+  const unhandled = [];
+  const onUnhandled = (reason) => unhandled.push(reason);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    const changes = [];
+    const breaker = new api.CircuitBreaker({
+      failureThreshold: 1,
+      openMs: 60_000,
+      onStateChange: async (change) => {
+        changes.push(change.to);
+        throw new Error('listener failed');
+      },
+    });
+    const s = seq('reset');
+    const err = await api.retryFetch(s.url, undefined, { baseDelayMs: 5, breaker }).then(() => assert.fail('expected a rejection'), (e) => e);
+    assert.equal(err.reason, 'circuit-open');
+    assert.deepEqual(changes, ['open'], 'the listener ran');
+    await new Promise((r) => setTimeout(r, 50)); // unhandled rejections are reported after a tick
+    assert.deepEqual(unhandled, []);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+  }
+});
