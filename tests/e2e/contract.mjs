@@ -351,7 +351,7 @@ export const scenarios = [
   {
     name: 'contract: a transport that resolves to something that is not a Response is a TypeError, not retried',
     async run({ api }) {
-      for (const [label, value] of [['{}', {}], ['42', 42]]) {
+      for (const [label, value] of [['{}', {}], ['42', 42], ['{ status: 200 }', { status: 200 }]]) {
         let calls = 0;
         const fetch = async () => {
           calls += 1;
@@ -683,6 +683,22 @@ export const scenarios = [
       equal(res.status, 503);
       ok((await res.text()).includes('"status":503'), 'the body is readable');
       equal((await s.log()).length, 1, 'the retry was not sent:');
+    },
+  },
+  {
+    name: 'contract: a POST answered 307 or 308 reaches the target once, with its body, and succeeds',
+    async run({ api, seq }) {
+      for (const status of [307, 308]) {
+        const target = seq('201');
+        const old = seq(`${status}+to=${redirectTo(target)}`);
+        const res = await api.retryFetch(old.url, { method: 'POST', body: 'pay' }, fast);
+        equal(res.status, 201, `${status}:`);
+        equal((await old.log()).length, 1, `${status}: POSTs to the old URL:`);
+        const sent = await target.log();
+        equal(sent.length, 1, `${status}: POSTs to the target:`);
+        equal(sent[0].method, 'POST');
+        equal(sent[0].body, 'pay');
+      }
     },
   },
 ];

@@ -346,6 +346,13 @@ async fn discard(response: &JsValue) {
     }
 }
 
+/// Is `value` a `Response`, or one of another fetch implementation (a number `status`, and
+/// `headers` with a `get` method)? `{ status: 200 }` is not.
+fn response_like(value: &JsValue) -> bool {
+    value.is_instance_of::<Response>()
+        || (value.is_object() && js::get(&js::get(value, "headers"), "get").is_function())
+}
+
 /// A response header, or `None` (also when the object has no usable `headers`).
 fn header(response: &JsValue, name: &str) -> Option<String> {
     let headers = js::get(response, "headers");
@@ -574,7 +581,7 @@ pub async fn run(
         }
         let (outcome_kind, response, error) = match &outcome {
             Ok(v) => match js::get(v, "status").as_f64() {
-                Some(s) if v.is_object() => (Outcome::Status(s.clamp(0.0, 999.0) as u16), Some(v.clone()), JsValue::UNDEFINED),
+                Some(s) if response_like(v) => (Outcome::Status(s.clamp(0.0, 999.0) as u16), Some(v.clone()), JsValue::UNDEFINED),
                 _ => return Err(type_error("retryFetch: fetch resolved to something that is not a Response")),
             },
             Err(e) if timed_out => (Outcome::Timeout, None, e.clone()),
@@ -722,7 +729,9 @@ fn attempt_init(
     }
     match body {
         Body::AsIs => {}
-        Body::Bytes(bytes) => js::set(&init, "body", bytes),
+        // A Blob over the bytes, not the bytes: Node's fetch detaches a byte body once sent,
+        // so it could not send it again to a 307/308's target (every such POST failed).
+        Body::Bytes(bytes) => js::set(&init, "body", &web_sys::Blob::new_with_u8_array_sequence(&Array::of1(bytes))?.into()),
         Body::Stream(stream) => {
             js::set(&init, "body", stream);
             js::set(&init, "duplex", &JsValue::from_str("half"));
