@@ -701,6 +701,28 @@ export const scenarios = [
       }
     },
   },
+  {
+    name: "contract: a client's default signal and a call's own signal both cancel the call",
+    async run({ api, seq }) {
+      const s = seq('hang');
+      const client = new AbortController();
+      const call = new AbortController();
+      const retryFetch = api.createRetryFetch({ signal: client.signal });
+      const reason = new Error('the page is closing');
+      const pending = retryFetch(s.url, undefined, { signal: call.signal });
+      setTimeout(() => client.abort(reason), 30);
+      equal(await settlesWithin(pending, 2_000), 'rejected');
+      equal(await pending.catch((e) => e), reason, "the client's signal was ignored:");
+      const other = new AbortController();
+      const own = new Error('this call only');
+      const second = api.createRetryFetch({ signal: other.signal })(seq('hang').url, undefined, { signal: call.signal });
+      setTimeout(() => call.abort(own), 30);
+      equal(await second.catch((e) => e), own);
+      // null clears both.
+      const cleared = api.createRetryFetch({ signal: AbortSignal.abort(new Error('default')) });
+      equal((await cleared(seq('200').url, undefined, { signal: null })).status, 200);
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

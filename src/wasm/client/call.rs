@@ -455,7 +455,7 @@ pub async fn run(
     mut first: Option<(Result<JsValue, JsValue>, f64)>,
 ) -> Result<JsValue, JsValue> {
     let p = &policy.policy;
-    let mut signals = CallSignals::new(t.request.signal().into(), policy.signal.as_ref());
+    let mut signals = CallSignals::new(t.request.signal().into(), policy.signal.as_ref(), policy.default_signal.as_ref());
     if let Some(reason) = signals.aborted() {
         return Err(reason);
     }

@@ -36,6 +36,9 @@ pub struct Policy {
     pub policy: RetryPolicy,
     /// `signal`: cancels the call. Default none.
     pub signal: Option<JsValue>,
+    /// A `createRetryFetch` client's default `signal` when a call gives its own: both cancel
+    /// the call. Default none.
+    pub default_signal: Option<JsValue>,
     /// `shouldRetry(ctx)`: the caller's veto on a retry. Default none.
     pub should_retry: Option<Function>,
     /// `onRetry(info)`: called before each wait. Default none.
@@ -58,6 +61,7 @@ impl Default for Policy {
         Policy {
             policy: RetryPolicy::default(),
             signal: None,
+            default_signal: None,
             should_retry: None,
             on_retry: None,
             fetch: None,
@@ -177,7 +181,10 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
             "timeoutMs" => out.policy.timeout_ms = None,
             "deadlineMs" => out.policy.deadline_ms = None,
             "maxRetryAfterMs" => out.policy.max_retry_after_ms = None,
-            "signal" => out.signal = None,
+            "signal" => {
+                out.signal = None;
+                out.default_signal = None;
+            }
             "shouldRetry" => out.should_retry = None,
             "onRetry" => out.on_retry = None,
             "fetch" => out.fetch = None,
@@ -284,6 +291,8 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
         if !is_abort_signal(&raw.signal) {
             return Err(option_error(OptionError::new("signal", "an AbortSignal"), &raw.signal));
         }
+        // A client's default signal still cancels the call (ky, and init.signal, combine too).
+        out.default_signal = out.signal.take().or(out.default_signal.take());
         out.signal = Some(raw.signal);
     }
     for (name, v, slot) in [

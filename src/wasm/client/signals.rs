@@ -50,7 +50,8 @@ impl Drop for Link {
 }
 
 /// The caller's signals for one call: the request's own (`init.signal` or a `Request`
-/// input's) and `options.signal`.
+/// input's), `options.signal`, and a client's default signal that a call's own did not
+/// replace.
 pub struct CallSignals {
     list: Vec<JsValue>,
     /// `options.signal` was given (so every attempt needs its own joined signal).
@@ -62,9 +63,12 @@ pub struct CallSignals {
 
 impl CallSignals {
     /// The signals of a call.
-    pub fn new(request_signal: JsValue, option_signal: Option<&JsValue>) -> CallSignals {
+    pub fn new(request_signal: JsValue, option_signal: Option<&JsValue>, default_signal: Option<&JsValue>) -> CallSignals {
         let mut list = vec![request_signal];
         if let Some(s) = option_signal {
+            list.push(s.clone());
+        }
+        if let Some(s) = default_signal {
             list.push(s.clone());
         }
         CallSignals { has_option_signal: option_signal.is_some(), list, aborted: None }
