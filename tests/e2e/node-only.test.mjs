@@ -90,3 +90,50 @@ test('a callback that returns a rejecting promise never becomes an unhandled rej
     process.off('unhandledRejection', onUnhandled);
   }
 });
+
+// A POST the server redirected was taken: it is never sent again, whatever the redirect's
+// target does (Node shows redirects to the loop, which follows them itself).
+for (const [target, label] of [['reset', 'drops the connection'], ['hang', 'is slower than timeoutMs'], ['503', 'answers 503']]) {
+  test(`a POST answered 303 is never sent again when the redirect's target ${label}`, async () => {
+    const receipt = seq(target);
+    const pay = seq(`303+to=${encodeURIComponent(new URL(receipt.url).pathname + new URL(receipt.url).search)}`);
+    const outcome = await api
+      .retryFetch(pay.url, { method: 'POST', body: 'pay' }, { ...fast, timeoutMs: 300 })
+      .then((res) => res.status, (e) => e);
+    const posts = (await pay.log()).filter((r) => r.method === 'POST');
+    assert.equal(posts.length, 1, `the POST was sent ${posts.length} times (${outcome?.message ?? outcome})`);
+    const gets = (await receipt.log()).filter((r) => r.method === 'GET');
+    assert.equal(gets.length, 1, 'the receipt was asked for once');
+    if (target === '503') {
+      assert.equal(outcome, 503, 'the target\'s answer is the result');
+    } else {
+      assert.equal(outcome.name, 'RetryError');
+      assert.equal(outcome.attempts.length, 1);
+    }
+  });
+}
+
+test('a POST answered 307 whose target drops the connection reaches each URL once', async () => {
+  const target = seq('reset');
+  const old = seq(`307+to=${encodeURIComponent(new URL(target.url).pathname + new URL(target.url).search)}`);
+  const err = await api.retryFetch(old.url, { method: 'POST', body: 'pay' }, fast).then(() => assert.fail('expected a rejection'), (e) => e);
+  assert.equal(err.name, 'RetryError');
+  assert.equal((await old.log()).length, 1);
+  const sent = await target.log();
+  assert.equal(sent.length, 1);
+  assert.equal(sent[0].method, 'POST');
+  assert.equal(sent[0].body, 'pay');
+});
+
+test('a followed redirect keeps the key and drops Authorization across origins; a GET still follows as fetch does', async () => {
+  const receipt = seq('200');
+  const pay = seq(`303+to=${encodeURIComponent(new URL(receipt.url).pathname + new URL(receipt.url).search)}`);
+  const res = await api.retryFetch(pay.url, { method: 'POST', body: '{"a":1}', headers: { Authorization: 'Bearer t', 'Content-Type': 'application/json' } }, fast);
+  assert.equal(res.status, 200);
+  const [get] = await receipt.log();
+  assert.equal(get.method, 'GET');
+  assert.equal(get.body, '');
+  assert.equal(get.headers['content-type'], undefined, 'a 303 drops the body headers');
+  assert.equal(get.headers.authorization, 'Bearer t', 'same origin: Authorization kept');
+  assert.match(get.headers['idempotency-key'], /^[0-9a-f-]{36}$/);
+});

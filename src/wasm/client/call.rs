@@ -491,10 +491,10 @@ pub async fn run(
     // stops before that (the throttle, the breaker, the deadline), it is the answer.
     let mut last: Option<JsValue> = None;
     loop {
-        let (outcome, attempt_started, ended, timed_out) = match first.take() {
+        let (outcome, attempt_started, ended, timed_out, followed) = match first.take() {
             Some((outcome, ended)) => {
                 state.start_attempt();
-                (outcome, started, ended, false)
+                (outcome, started, ended, false, false)
             }
             None => {
                 if let Some(reason) = signals.aborted() {
@@ -538,7 +538,10 @@ pub async fn run(
                 let limit = state.attempt_time_limit_ms(p, sent_at).map(|ms| ms.max(0.0));
                 let timeout = limit.map_or(JsValue::UNDEFINED, timeout_error);
                 let abort = signals.attempt(limit, &timeout)?;
-                let init = attempt_init(&t, &body, abort.signal.as_ref(), first_at.as_deref().filter(|_| attempt > 1), attempt)?;
+                // A non-idempotent request whose redirects the runtime lets us see is followed
+                // here, so that a failure after a redirect is known as one (below).
+                let manual = policy.fetch.is_none() && !t.idempotent && follows_redirects(&t.request) && redirects_visible();
+                let init = attempt_init(&t, &body, abort.signal.as_ref(), first_at.as_deref().filter(|_| attempt > 1), attempt, manual)?;
                 let sent = match &policy.fetch {
                     None => Ok(global_fetch(&t.request, &init)),
                     // A transport that throws synchronously failed like one that rejects.
@@ -547,8 +550,14 @@ pub async fn run(
                 // The attempt is bounded too, a little after its own time limit: a transport
                 // that ignores its signal cannot hold the call past an abort or the deadline.
                 let mut gave_up = false;
+                let mut followed = false;
                 let outcome = match sent {
                     // The platform's fetch honours the attempt's signal.
+                    Ok(p) if manual => {
+                        let (outcome, hops) = follow(JsFuture::from(p).await, &t, &body, &init).await;
+                        followed = hops;
+                        outcome
+                    }
                     Ok(p) if policy.fetch.is_none() => JsFuture::from(p).await,
                     Ok(p) => match bounded(&mut signals, limit.map(|ms| ms + TRANSPORT_GRACE_MS), pin!(JsFuture::from(p))).await {
                         Bounded::Done(outcome) => outcome,
@@ -569,7 +578,7 @@ pub async fn run(
                     Err(_) if timed_out => Err(timeout),
                     other => other,
                 };
-                (outcome, sent_at, js_sys::Date::now(), timed_out)
+                (outcome, sent_at, js_sys::Date::now(), timed_out, followed)
             }
         };
 
@@ -614,7 +623,9 @@ pub async fn run(
             ),
             _ => None,
         };
-        let redirected = response.as_ref().is_some_and(|r| js::get(r, "redirected").as_bool() == Some(true));
+        // A redirect means the server took the request: for a non-idempotent one, whatever
+        // happened after it (the target's answer, a failure on the way to it) is final.
+        let redirected = followed || response.as_ref().is_some_and(|r| js::get(r, "redirected").as_bool() == Some(true));
         let report = AttemptOutcome {
             outcome: outcome_kind,
             idempotent: t.idempotent,
@@ -698,6 +709,98 @@ pub async fn run(
     }
 }
 
+/// The most redirects one attempt follows (fetch's own limit).
+const MAX_REDIRECTS: u32 = 20;
+
+/// Does `request` follow redirects (`redirect: 'follow'`, the default)?
+fn follows_redirects(request: &Request) -> bool {
+    js::get(request, "redirect").as_string().map_or(true, |r| r == "follow")
+}
+
+/// Does the runtime show a `redirect: 'manual'` answer as the redirect it is (Node, Deno,
+/// Bun, workers)? Browsers hand back an opaque redirect instead, with no `Location` to
+/// follow: there the platform follows, and a failure after a redirect cannot be told apart.
+fn redirects_visible() -> bool {
+    let global = js_sys::global();
+    js::get(&js::get(&js::get(&global, "process"), "versions"), "node").is_string()
+        || js::get(&global, "Deno").is_object()
+}
+
+/// Follow the redirects of a non-idempotent request sent with `redirect: 'manual'`, as fetch
+/// would (RFC 9110 and the Fetch Standard: a 303, and a 301 or 302 of a POST, become a GET
+/// without a body; a 307 or 308 sends the same method and body again; `Authorization` is not
+/// sent to another origin), with the attempt's signal. Returns the final outcome and whether
+/// a redirect was followed: after one, the server took the request, so the call never sends
+/// it again, whatever the target answers or however it fails.
+async fn follow(mut outcome: Result<JsValue, JsValue>, t: &Template, body: &Body, init: &JsValue) -> (Result<JsValue, JsValue>, bool) {
+    let mut url = t.request.url();
+    let mut method = t.request.method();
+    let headers = match Headers::new_with_headers(&js::get(init, "headers").dyn_into().unwrap_or_else(|_| t.request.headers())) {
+        Ok(h) => h,
+        Err(e) => return (Err(e), false),
+    };
+    let mut with_body = true;
+    for hop in 0..=MAX_REDIRECTS {
+        let Ok(response) = &outcome else { return (outcome, hop > 0) };
+        let status = js::get(response, "status").as_f64().unwrap_or(0.0);
+        let location = header(response, "location");
+        let (true, Some(location)) = (matches!(status as u16, 301 | 302 | 303 | 307 | 308), location) else {
+            if hop > 0 {
+                // What fetch's own following says: `redirected`, and the final `url`.
+                own_value(response, "redirected", &JsValue::TRUE);
+                own_value(response, "url", &JsValue::from_str(&url));
+            }
+            return (outcome, hop > 0);
+        };
+        discard(response).await;
+        if hop == MAX_REDIRECTS {
+            return (Err(type_error("retryFetch: too many redirects (over 20)")), true);
+        }
+        let next = match web_sys::Url::new_with_base(&location, &url) {
+            Ok(next) => next,
+            Err(_) => return (Err(type_error("retryFetch: a redirect's Location is not a URL")), true),
+        };
+        if (status == 303.0 && method != "HEAD") || ((status == 301.0 || status == 302.0) && method == "POST") {
+            method = String::from("GET");
+            with_body = false;
+            for h in ["content-type", "content-length", "content-encoding", "content-language", "content-location"] {
+                let _ = headers.delete(h);
+            }
+        }
+        if origin_of(&url) != next.origin() {
+            let _ = headers.delete("authorization");
+        }
+        url = next.href();
+        let hop_init = Object::new();
+        js::set(&hop_init, "method", &JsValue::from_str(&method));
+        js::set(&hop_init, "headers", &headers);
+        js::set(&hop_init, "redirect", &JsValue::from_str("manual"));
+        js::set(&hop_init, "signal", &js::get(init, "signal"));
+        if with_body {
+            match body {
+                Body::Bytes(bytes) => match web_sys::Blob::new_with_u8_array_sequence(&Array::of1(bytes)) {
+                    Ok(blob) => js::set(&hop_init, "body", &blob),
+                    Err(e) => return (Err(e), true),
+                },
+                // A body that cannot be sent again cannot follow a 307 or 308.
+                _ if t.request.body().is_some() => {
+                    return (Err(type_error("retryFetch: a 307 or 308 redirect needs the body again, and this body can be sent only once")), true)
+                }
+                _ => {}
+            }
+        }
+        outcome = JsFuture::from(global_fetch(&JsValue::from_str(&url), &hop_init)).await;
+    }
+    (outcome, true)
+}
+
+/// `Object.defineProperty(target, key, { value })`: an own property over a prototype getter.
+fn own_value(target: &JsValue, key: &str, value: &JsValue) {
+    let descriptor = Object::new();
+    js::set(&descriptor, "value", value);
+    let _ = js_sys::Reflect::define_property(target.unchecked_ref::<Object>(), &JsValue::from_str(key), &descriptor);
+}
+
 /// How much later than its own time limit an attempt is given up on when its transport
 /// ignores the attempt's signal (one that honours it has settled by then).
 const TRANSPORT_GRACE_MS: f64 = 25.0;
@@ -719,11 +822,15 @@ fn attempt_init(
     signal: Option<&JsValue>,
     first_at: Option<&str>,
     attempt: u32,
+    manual_redirects: bool,
 ) -> Result<JsValue, JsValue> {
-    if signal.is_none() && first_at.is_none() && matches!(body, Body::AsIs) {
+    if signal.is_none() && first_at.is_none() && matches!(body, Body::AsIs) && !manual_redirects {
         return Ok(JsValue::UNDEFINED);
     }
     let init = Object::new();
+    if manual_redirects {
+        js::set(&init, "redirect", &JsValue::from_str("manual"));
+    }
     if let Some(s) = signal {
         js::set(&init, "signal", s);
     }
