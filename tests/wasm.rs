@@ -844,7 +844,8 @@ async fn guards_are_not_interchangeable_and_freed_or_foreign_guards_are_refused(
         ("throttle", &throttle, "AdaptiveThrottle", "an AdaptiveThrottle"),
     ] {
         call_method(guard, "free", &[]).unwrap();
-        let msg = inv(option, &format!("a {class} that was freed (free() was called on it)"), expected);
+        let article = if class.starts_with('A') { "an" } else { "a" };
+        let msg = inv(option, &format!("{article} {class} that was freed (free() was called on it)"), expected);
         let options = with(Object::new().into(), option, guard);
         assert_type_error(&create_retry_fetch(options.clone()).err().expect("a freed guard was accepted"), &msg);
         assert_call_rejected(&s.url, options, &msg).await;

@@ -137,3 +137,13 @@ test('a followed redirect keeps the key and drops Authorization across origins; 
   assert.equal(get.headers.authorization, 'Bearer t', 'same origin: Authorization kept');
   assert.match(get.headers['idempotency-key'], /^[0-9a-f-]{36}$/);
 });
+
+test("README's list of RetryError reasons is the StopReason union of index.d.ts", async () => {
+  const { readFile } = await import('node:fs/promises');
+  const dts = await readFile(new URL('../../js/index.d.ts', import.meta.url), 'utf8');
+  const union = dts.match(/export type StopReason =([^;]*);/)[1].match(/'[^']+'/g).sort();
+  const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
+  const sentence = readme.match(/`RetryError\.reason` is ([\s\S]*?)`RetryError\.attempts`/)[1];
+  const listed = [...new Set(sentence.match(/`'[^']+'`/g).map((s) => s.slice(1, -1)))].sort();
+  assert.deepEqual(listed, union);
+});

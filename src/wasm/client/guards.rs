@@ -124,7 +124,7 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
         Ok(id) => id,
         // wasm-bindgen's getter throws on a freed object (its pointer is 0)
         Err(_) if js::get(value, "__wbg_ptr").as_f64() == Some(0.0) => {
-            let mut what = String::from("a ");
+            let mut what = String::from(article(&class));
             what.push_str(&class);
             what.push_str(" that was freed (free() was called on it)");
             return Err(bad(&what));
@@ -138,12 +138,17 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
     match found {
         Some(g) => Ok(g),
         None => {
-            let mut what = String::from("a ");
+            let mut what = String::from(article(&class));
             what.push_str(&class);
             what.push_str(" from another copy of retry-fetch (each copy, e.g. the ES module and the CommonJS build, keeps its own guards)");
             Err(bad(&what))
         }
     }
+}
+
+/// `"an "` before a name that starts with a vowel (`an AdaptiveThrottle`), else `"a "`.
+fn article(name: &str) -> &'static str {
+    if name.starts_with(['A', 'E', 'I', 'O', 'U', 'a', 'e', 'i', 'o', 'u']) { "an " } else { "a " }
 }
 
 /// The origin (`scheme://host:port`) of a URL string, as `URL.origin` gives it; the string
