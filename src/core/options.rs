@@ -318,6 +318,26 @@ pub const RETRY_OPTION_NAMES: [&str; 24] = [
     "budget", "throttle", "breaker",
 ];
 
+/// Names that do not belong in `init` (fetch's `RequestInit`) but are retry options: ours
+/// (but `signal`, which both take) and the usual names of other retry libraries (ky's
+/// `retry`, `timeout`, `hooks`; axios-retry's `retries`, `retryDelay`, `retryCondition`;
+/// fetch-retry's `retryOn`; p-retry's `onFailedAttempt`). Found in `init`, they would be
+/// silently ignored, so the call is a `TypeError` that points at the third argument.
+pub const FOREIGN_RETRY_NAMES: [&str; 9] =
+    ["retry", "retries", "timeout", "retryDelay", "retryCondition", "retryOn", "hooks", "onFailedAttempt", "throwHttpErrors"];
+
+/// Is `name`, found in `init`, a retry option put there by mistake ([`FOREIGN_RETRY_NAMES`],
+/// or one of ours but `signal`)?
+///
+/// ```
+/// use retry_fetch::core::options::misplaced_in_init;
+/// assert!(misplaced_in_init("maxAttempts") && misplaced_in_init("retry") && misplaced_in_init("timeout"));
+/// assert!(!misplaced_in_init("signal") && !misplaced_in_init("headers") && !misplaced_in_init("method"));
+/// ```
+pub fn misplaced_in_init(name: &str) -> bool {
+    (name != "signal" && RETRY_OPTION_NAMES.contains(&name)) || FOREIGN_RETRY_NAMES.contains(&name)
+}
+
 /// The known name closest to a misspelled `name` (`maxAttemps` -> `maxAttempts`), by
 /// case-insensitive Damerau-Levenshtein distance; `None` when nothing is close (more than a
 /// third of the name would have to change).

@@ -723,6 +723,32 @@ export const scenarios = [
       equal((await cleared(seq('200').url, undefined, { signal: null })).status, 200);
     },
   },
+  {
+    name: 'contract: retry options put in init (ours, or ky and axios names) are a TypeError pointing at the third argument',
+    async run({ api, seq }) {
+      const s = seq('503,200');
+      for (const init of [{ maxAttempts: 5 }, { retry: { limit: 2 } }, { timeout: 1000 }, { retries: 3 }, { method: 'POST', body: 'x', timeoutMs: 100 }]) {
+        const name = Object.keys(init).find((k) => k !== 'method' && k !== 'body');
+        const err = await rejects(api.retryFetch(s.url, init), `init ${name} was accepted`);
+        equal(err?.name, 'TypeError');
+        ok(err.message.includes(`"${name}"`) && err.message.includes('third argument'), err.message);
+      }
+      equal((await s.log()).length, 0, 'nothing was sent:');
+      // signal belongs to both; fetch's own members are fine.
+      const res = await api.retryFetch(s.url, { signal: new AbortController().signal, headers: { 'X-A': '1' }, cache: 'no-store' }, fast);
+      equal(res.status, 200);
+    },
+  },
+  {
+    name: "contract: onRetry sees the failed response's headers (Retry-After, a request id)",
+    async run({ api, seq }) {
+      const s = seq('503+ra=0,200');
+      const seen = [];
+      const res = await api.retryFetch(s.url, undefined, { ...fast, onRetry: (info) => seen.push([info.status, info.headers?.get('retry-after')]) });
+      equal(res.status, 200);
+      deepEqual(seen, [[503, '0']]);
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

@@ -81,6 +81,9 @@ impl Client {
     }
 
     fn start(&self, input: &JsValue, init: &JsValue, options: &JsValue) -> Result<Promise, JsValue> {
+        if init.is_object() {
+            check_init(init)?;
+        }
         let per_call = !(options.is_undefined() || options.is_null());
         let policy = if per_call {
             Rc::new(super::options::read(options, &self.policy)?)
@@ -127,6 +130,23 @@ impl Client {
             )
         })
     }
+}
+
+/// `init` is fetch's `RequestInit`: a retry option found there (ours, or another library's
+/// name such as ky's `retry` or `timeout`) would be ignored, so it is a `TypeError` that
+/// points at the third argument (`retryFetch(url, options)` is told apart this way too).
+fn check_init(init: &JsValue) -> Result<(), JsValue> {
+    let Ok(keys) = js::object_keys(init) else { return Ok(()) };
+    for key in keys.iter() {
+        let Some(name) = key.as_string() else { continue };
+        if crate::core::options::misplaced_in_init(&name) {
+            let mut msg = String::from("retryFetch: init has \"");
+            msg.push_str(&name);
+            msg.push_str("\", a retry option: init is fetch's RequestInit (method, headers, body...), and retry options go in the third argument: retryFetch(input, init, options) (e.g. retryFetch(url, undefined, { maxAttempts: 5 }))");
+            return Err(type_error(&msg));
+        }
+    }
+    Ok(())
 }
 
 /// Can a call under `policy` take the lean path (given a lean request)? No guard, no time
@@ -360,12 +380,14 @@ fn header(response: &JsValue, name: &str) -> Option<String> {
     get.call1(&headers, &JsValue::from_str(name)).ok()?.as_string()
 }
 
-/// The object given to `shouldRetry` (with `response`) and `onRetry` (without).
+/// The object given to `shouldRetry` (with `response`) and `onRetry` (without it, but with
+/// the last response's `headers`, so a `Retry-After` or a request id can be logged).
 fn retry_context(
     attempt: u32,
     delay: f64,
     reason: &str,
     response: Option<&JsValue>,
+    headers: Option<&JsValue>,
     status: Option<u16>,
     error: &JsValue,
     key: Option<&str>,
@@ -376,6 +398,9 @@ fn retry_context(
     js::set(&ctx, "reason", &JsValue::from_str(reason));
     if let Some(r) = response {
         js::set(&ctx, "response", r);
+    }
+    if let Some(h) = headers {
+        js::set(&ctx, "headers", &js::get(h, "headers"));
     }
     match status {
         Some(s) => js::set(&ctx, "status", &JsValue::from_f64(s as f64)),
@@ -649,7 +674,7 @@ pub async fn run(
         // The hooks are bounded by the call's signals and deadline: a promise that never
         // settles cannot hold the call.
         if let Some(hook) = &policy.should_retry {
-            let ctx = retry_context(attempt, delay, reason, response.as_ref(), status, &error, key.as_deref());
+            let ctx = retry_context(attempt, delay, reason, response.as_ref(), response.as_ref(), status, &error, key.as_deref());
             let step = pin!(call_hook(hook, &ctx));
             let verdict = match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
                 Bounded::Done(v) => v?,
@@ -663,7 +688,7 @@ pub async fn run(
             }
         }
         if let Some(hook) = &policy.on_retry {
-            let ctx = retry_context(attempt, delay, reason, None, status, &error, key.as_deref());
+            let ctx = retry_context(attempt, delay, reason, None, response.as_ref(), status, &error, key.as_deref());
             let step = pin!(call_hook(hook, &ctx));
             match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
                 Bounded::Done(v) => drop(v?),
