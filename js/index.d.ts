@@ -34,7 +34,10 @@ export interface RetryContext {
   idempotencyKey?: string;
 }
 
-/** What `onRetry` is given, before each wait. */
+/** Headers `beforeRetry` may return: a `Headers`, an object, or `[name, value]` pairs. */
+export type RetryHeaders = Headers | Record<string, string> | Array<[string, string]>;
+
+/** What `onRetry` (before each wait) and `beforeRetry` (before each retry is sent) are given. */
 export interface RetryInfo {
   /** The attempt that just failed (1-based). */
   attempt: number;
@@ -44,6 +47,8 @@ export interface RetryInfo {
   reason: RetryReason;
   /** The response status, when there was a response. */
   status?: number;
+  /** The failed response's headers (its `Retry-After`, a request id), when there was one. */
+  headers?: Headers;
   /** The error, when the failure was a network error or a timeout. */
   error?: unknown;
   /** The idempotency key the request carries, if any. */
@@ -51,59 +56,67 @@ export interface RetryInfo {
 }
 
 /**
- * Options of `retryFetch`. Every one is optional.
+ * Options of `retryFetch`. Every one is optional, and one set to `undefined` is ignored (as if
+ * absent), so these types also accept `undefined` under `exactOptionalPropertyTypes`.
  *
  * An unknown option name (`maxAttemps`) is a `TypeError` that names it and, when one is
  * close, the closest known option (`maxAttempts`); it is not ignored.
  */
 export interface RetryOptions {
   /** Total attempts including the first; an integer from 1 to 100. @default 3 */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
   /** Delay before the second attempt, in ms. @default 500 */
-  baseDelayMs?: number;
+  baseDelayMs?: number | undefined;
   /** Growth of the delay per attempt (1 to 100): the delay before attempt n+1 is `min(maxDelayMs, baseDelayMs * factor^(n-1))`, then jitter. @default 2 */
-  factor?: number;
+  factor?: number | undefined;
   /** Upper bound of every computed delay, in ms. @default 30000 */
-  maxDelayMs?: number;
+  maxDelayMs?: number | undefined;
   /** Jitter mode. @default 'full' */
-  jitter?: Jitter;
+  jitter?: Jitter | undefined;
   /**
    * Status codes worth retrying (subject to the safe-to-retry matrix). A list given here is
    * the whole list: a 409 of a request with an idempotency key is retried under the default
    * list only, so with `[503]` or `[]` it is final (put 409 in the list to keep retrying it).
    * @default [408, 429, 500, 502, 503, 504]
    */
-  retryOnStatus?: number[];
+  retryOnStatus?: number[] | undefined;
   /** Retry network errors (subject to the safe-to-retry matrix). @default true */
-  retryOnNetworkError?: boolean;
+  retryOnNetworkError?: boolean | undefined;
   /** Retry per-attempt timeouts (subject to the safe-to-retry matrix). @default true */
-  retryOnTimeout?: boolean;
+  retryOnTimeout?: boolean | undefined;
   /** Per-attempt timeout in ms, for the wait for response headers; `null` for none. @default undefined (none) */
-  timeoutMs?: number | null;
+  timeoutMs?: number | null | undefined;
   /** Total time budget of the call in ms; no wait or attempt starts that cannot finish inside it. @default undefined (none) */
-  deadlineMs?: number | null;
+  deadlineMs?: number | null | undefined;
   /** Cancels the call: the attempt in flight and any wait stop at once, and the call rejects with the signal's reason. `init.signal` works the same. */
-  signal?: AbortSignal | null;
+  signal?: AbortSignal | null | undefined;
   /** Let `Retry-After` (or `RateLimit-Reset` / `RateLimit`) replace the computed delay. @default true */
-  respectRetryAfter?: boolean;
+  respectRetryAfter?: boolean | undefined;
   /** Longest server-requested wait accepted, in ms; a longer one returns the response at once. @default maxDelayMs */
-  maxRetryAfterMs?: number | null;
+  maxRetryAfterMs?: number | null | undefined;
   /** `'auto'`: a fresh UUID v4 key on non-idempotent requests; a string: this key; `false`: none. @default 'auto' */
-  idempotencyKey?: 'auto' | string | false;
+  idempotencyKey?: 'auto' | string | false | undefined;
   /** The header that carries the key. @default 'Idempotency-Key' */
-  idempotencyHeader?: string;
+  idempotencyHeader?: string | undefined;
   /** `'plain'`: the key as is; `'sf-string'`: the IETF draft's quoted form. @default 'plain' */
-  idempotencyKeyFormat?: 'plain' | 'sf-string';
+  idempotencyKeyFormat?: 'plain' | 'sf-string' | undefined;
   /** Send `X-Retry-Count` and `X-Original-Request-At` on attempts after the first (causes a CORS preflight). @default false */
-  retryHeaders?: boolean;
+  retryHeaders?: boolean | undefined;
   /** Largest `ReadableStream` body buffered for replay, in bytes; a longer one is sent once and not retried. @default 1048576 */
-  maxBufferedBodyBytes?: number;
+  maxBufferedBodyBytes?: number | undefined;
   /** The caller's veto on a retry the policy would make. */
-  shouldRetry?: ((context: RetryContext) => boolean | Promise<boolean>) | null;
+  shouldRetry?: ((context: RetryContext) => boolean | Promise<boolean>) | null | undefined;
   /** Called before each wait; if it throws, the call rejects with that error. */
-  onRetry?: ((info: RetryInfo) => void | Promise<void>) | null;
+  onRetry?: ((info: RetryInfo) => void | Promise<void>) | null | undefined;
+  /**
+   * Called when a retry is about to be sent (after the wait), with `attempt` the one about
+   * to go: it may return headers to set on it and every later attempt (a refreshed token, a
+   * new signature). The key and the body stay fixed: returning the key header is a
+   * TypeError. A throw rejects the call. @default undefined (none)
+   */
+  beforeRetry?: ((info: RetryInfo) => RetryHeaders | void | undefined | Promise<RetryHeaders | void | undefined>) | null | undefined;
   /** The transport. @default globalThis.fetch */
-  fetch?: ((input: RetryFetchInput, init?: RequestInit) => Promise<Response>) | null;
+  fetch?: ((input: RetryFetchInput, init?: RequestInit) => Promise<Response>) | null | undefined;
   /**
    * The retry budget. By default the package's default budget (per origin, shared by every call
    * and client): retries sent by other calls, less 2 × those the server accepted, must stay
@@ -111,80 +124,105 @@ export interface RetryOptions {
    * `RetryBudget` replaces it; `false` turns budgets off; `null` restores the default.
    * @default the default budget
    */
-  budget?: RetryBudget | false | null;
+  budget?: RetryBudget | false | null | undefined;
   /** A shared adaptive send rate per origin: every attempt waits for its turn. @default undefined (none) */
-  throttle?: AdaptiveThrottle | null;
+  throttle?: AdaptiveThrottle | null | undefined;
   /** A shared circuit breaker per origin: while open, calls reject with CircuitOpenError and nothing is sent. @default undefined (none) */
-  breaker?: CircuitBreaker | null;
+  breaker?: CircuitBreaker | null | undefined;
 }
 
-/** Options of `new RetryBudget(...)`. An unknown option name (`maxToken`) is a `TypeError` naming it and the closest known option. */
+/** Options of `new RetryBudget(...)`; one set to `undefined` is ignored. An unknown option name (`maxToken`) is a `TypeError` naming it and the closest known option. */
 export interface RetryBudgetOptions {
   /** Tokens per origin when full; retries are allowed only while tokens > maxTokens / 2. @default 10 */
-  maxTokens?: number;
+  maxTokens?: number | undefined;
   /** Tokens a success gives back (a failed attempt takes 1). @default 0.1 */
-  tokenRatio?: number;
+  tokenRatio?: number | undefined;
   /** Tokens that come back each second, so an origin recovers after an outage without successes (0: only successes refill). @default 0.5 */
-  refillPerSecond?: number;
+  refillPerSecond?: number | undefined;
+}
+
+declare global {
+  interface SymbolConstructor {
+    /**
+     * `Symbol.dispose` (explicit resource management), which the guards' `[Symbol.dispose]()`
+     * is keyed by. TypeScript's lib declares it from `esnext.disposable` (and `@types/node`
+     * does too); this is the same declaration, which merges with theirs, so these types
+     * compile without either (`lib: ["ES2022", "DOM"]`).
+     */
+    readonly dispose: unique symbol;
+  }
 }
 
 /** A retry budget shared by many calls, per origin (gRPC retryThrottling semantics). */
 export class RetryBudget {
   constructor(options?: RetryBudgetOptions);
-  /** The token count for the origin of `url`. */
-  tokens(url: string): number;
+  /** The token count for the origin of `url` (a URL string or a `URL`). */
+  tokens(url: string | URL): number;
   readonly maxTokens: number;
   readonly tokenRatio: number;
   readonly refillPerSecond: number;
   /** Release the wasm memory now (otherwise it is released when garbage-collected). */
   free(): void;
+  /**
+   * `free()`, for `using` (explicit resource management): `using budget = new RetryBudget()`
+   * frees it at the end of the block. Defined when the JavaScript engine has `Symbol.dispose`
+   * as the package loads (Node 18.18 / 20.4 and later, and browsers with explicit resource
+   * management); elsewhere call `free()`. A guard used after it is freed throws.
+   */
+  [Symbol.dispose](): void;
 }
 
-/** Options of `new AdaptiveThrottle(...)`. An unknown option name is a `TypeError` naming it and the closest known option. */
+/** Options of `new AdaptiveThrottle(...)`; one set to `undefined` is ignored. An unknown option name is a `TypeError` naming it and the closest known option. */
 export interface AdaptiveThrottleOptions {
   /** Starting send rate of a new origin, requests per second. @default 200 */
-  initialRate?: number;
+  initialRate?: number | undefined;
   /** Slow start doubles the rate every rampMs until the first 429/503; after a cut the rate returns toward the ceiling with a time constant of rampMs / 4. @default 200 */
-  rampMs?: number;
+  rampMs?: number | undefined;
   /** Multiplicative decrease on a 429/503, between 0 and 1. @default 0.7 */
-  beta?: number;
+  beta?: number | undefined;
   /** CUBIC's scale constant C (req/s per s³). @default 0.4 */
-  scale?: number;
+  scale?: number | undefined;
   /** The lowest send rate, requests per second. @default 0.5 */
-  minRate?: number;
+  minRate?: number | undefined;
   /** The longest an attempt waits for its turn, in ms; one that would wait longer is not sent and the call rejects with a RetryError (reason 'throttled'). @default 10000 */
-  maxWaitMs?: number;
+  maxWaitMs?: number | undefined;
 }
 
 /** A client-side send rate per origin that shrinks on 429/503 and grows back on success. */
 export class AdaptiveThrottle {
   constructor(options?: AdaptiveThrottleOptions);
-  /** The current send rate (req/s) for the origin of `url`, or undefined if never seen. */
-  rate(url: string): number | undefined;
+  /** The current send rate (req/s) for the origin of `url` (a URL string or a `URL`), or undefined if never seen. */
+  rate(url: string | URL): number | undefined;
+  /** Release the wasm memory now (otherwise it is released when garbage-collected). */
   free(): void;
+  /** `free()`, for `using` (explicit resource management), as on `RetryBudget`. */
+  [Symbol.dispose](): void;
 }
 
 /** A state of a circuit breaker. */
 export type CircuitState = 'closed' | 'open' | 'half-open';
 
-/** Options of `new CircuitBreaker(...)`. An unknown option name is a `TypeError` naming it and the closest known option. */
+/** Options of `new CircuitBreaker(...)`; one set to `undefined` is ignored. An unknown option name is a `TypeError` naming it and the closest known option. */
 export interface CircuitBreakerOptions {
   /** Consecutive transient failures that open the circuit. @default 5 */
-  failureThreshold?: number;
+  failureThreshold?: number | undefined;
   /** How long the circuit stays open before a probe, in ms. @default 10000 */
-  openMs?: number;
+  openMs?: number | undefined;
   /** Probes allowed at a time while half-open. @default 1 */
-  halfOpenMaxCalls?: number;
-  /** Called on every state change. */
-  onStateChange?: (event: { origin: string; from: CircuitState; to: CircuitState }) => void;
+  halfOpenMaxCalls?: number | undefined;
+  /** Called on every state change; `null` for none. */
+  onStateChange?: ((event: { origin: string; from: CircuitState; to: CircuitState }) => void) | null | undefined;
 }
 
 /** A circuit breaker per origin: closed → open → half-open → closed. */
 export class CircuitBreaker {
   constructor(options?: CircuitBreakerOptions);
-  /** The state for the origin of `url`. */
-  state(url: string): CircuitState;
+  /** The state for the origin of `url` (a URL string or a `URL`). */
+  state(url: string | URL): CircuitState;
+  /** Release the wasm memory now (otherwise it is released when garbage-collected). */
   free(): void;
+  /** `free()`, for `using` (explicit resource management), as on `RetryBudget`. */
+  [Symbol.dispose](): void;
 }
 
 /** The error a call rejects with when its origin's circuit is open (nothing was sent). */
@@ -243,10 +281,11 @@ export interface RetryError extends Error {
 export function retryFetch(input: RetryFetchInput, init?: RequestInit, options?: RetryOptions): Promise<Response>;
 
 /**
- * A `retryFetch` whose options default to `defaults`; per-call options merge over them.
- * An invalid or unknown option in `defaults` throws a `TypeError` here, at once.
+ * A `retryFetch` whose options default to `defaults` (without it, the package's defaults);
+ * per-call options merge over them. An invalid or unknown option in `defaults` throws a
+ * `TypeError` here, at once.
  */
-export function createRetryFetch(defaults: RetryOptions): typeof retryFetch;
+export function createRetryFetch(defaults?: RetryOptions): typeof retryFetch;
 
 /** The first `count` delays (ms) the policy would wait; reproducible with a `seed`. */
 export function backoffDelays(options: RetryOptions, count: number, seed?: number): number[];

@@ -749,6 +749,32 @@ export const scenarios = [
       deepEqual(seen, [[503, '0']]);
     },
   },
+  {
+    name: 'contract: beforeRetry changes the headers of the retries (a refreshed token); the key and body stay fixed',
+    async run({ api, seq }) {
+      const s = seq('401,503,200');
+      const infos = [];
+      let token = 'old';
+      const res = await api.retryFetch(s.url, { method: 'POST', body: 'pay', headers: { Authorization: 'Bearer old' } }, {
+        ...fast,
+        retryOnStatus: [401, 503],
+        beforeRetry: async (info) => {
+          infos.push([info.attempt, info.status]);
+          if (info.status === 401) token = 'new';
+          return { Authorization: `Bearer ${token}` };
+        },
+      });
+      equal(res.status, 200);
+      deepEqual(infos, [[2, 401], [3, 503]]);
+      const log = await s.log();
+      deepEqual(log.map((r) => r.headers.authorization), ['Bearer old', 'Bearer new', 'Bearer new']);
+      equal(new Set(log.map((r) => r.headers['idempotency-key'])).size, 1, 'one key:');
+      deepEqual(log.map((r) => r.body), ['pay', 'pay', 'pay']);
+      const err = await rejects(api.retryFetch(seq('503,200').url, { method: 'POST', body: 'pay' }, { ...fast, beforeRetry: () => ({ 'Idempotency-Key': 'other' }) }));
+      equal(err?.name, 'TypeError');
+      ok(err.message.includes('Idempotency-Key'), err.message);
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

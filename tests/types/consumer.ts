@@ -1,5 +1,5 @@
-// A TypeScript consumer of the built package: `tsc --noEmit --strict` must accept the
-// correct uses and reject the wrong ones (each @ts-expect-error fails the build if the
+// A TypeScript consumer of the built package: `tsc --noEmit --strict
+// --exactOptionalPropertyTypes` must accept the correct uses and reject the wrong ones (each @ts-expect-error fails the build if the
 // line it marks compiles, so the types are proved precise, not `any`).
 import {
   retryFetch,
@@ -10,6 +10,9 @@ import {
   type RetryInfo,
   type RetryContext,
   type StopReason,
+  type RetryBudgetOptions,
+  type AdaptiveThrottleOptions,
+  type CircuitBreakerOptions,
   RetryBudget,
   AdaptiveThrottle,
   CircuitBreaker,
@@ -88,6 +91,126 @@ async function main(): Promise<void> {
   void rate;
   // @ts-expect-error: a budget is a RetryBudget, not a number
   await retryFetch('/', undefined, { budget: 10 });
+
+  // Guard methods take a URL string or a URL (the runtime reads a URL's href).
+  const origin = new URL('https://a.example');
+  const urlTokens: number = budget.tokens(origin);
+  const urlRate: number | undefined = throttle.rate(new URL('https://a.example/path?q=1'));
+  const urlState: 'closed' | 'open' | 'half-open' = breaker.state(origin);
+  void urlTokens;
+  void urlRate;
+  void urlState;
+  // @ts-expect-error: a url is a string or a URL, not a number
+  budget.tokens(42);
+  // @ts-expect-error: nor a Request
+  throttle.rate(new Request('https://a.example/'));
+  // @ts-expect-error: nor nothing
+  breaker.state();
+
+  // Guards are disposable (Symbol.dispose is free()), without `using` and without lib
+  // esnext.disposable in the tsconfig: the package's types declare Symbol.dispose.
+  const scratch = new RetryBudget();
+  scratch[Symbol.dispose]();
+  new AdaptiveThrottle()[Symbol.dispose]();
+  new CircuitBreaker()[Symbol.dispose]();
+  interface DisposableGuard {
+    [Symbol.dispose](): void;
+  }
+  const disposables: DisposableGuard[] = [budget, throttle, breaker];
+  void disposables;
+  // @ts-expect-error: [Symbol.dispose]() returns nothing (the member is typed, not any)
+  const disposed: number = budget[Symbol.dispose]();
+  void disposed;
+
+  // createRetryFetch needs no argument (the package's defaults).
+  const plain: typeof retryFetch = createRetryFetch();
+  await plain('https://api.example/');
+  // @ts-expect-error: defaults are an options object
+  createRetryFetch(3);
+
+  // exactOptionalPropertyTypes: every option takes an explicit undefined (ignored at runtime),
+  // e.g. an optional value passed through. The mapped type makes this list every option.
+  const everyOptionUndefined: { [K in keyof Required<RetryOptions>]: undefined } = {
+    maxAttempts: undefined,
+    baseDelayMs: undefined,
+    factor: undefined,
+    maxDelayMs: undefined,
+    jitter: undefined,
+    retryOnStatus: undefined,
+    retryOnNetworkError: undefined,
+    retryOnTimeout: undefined,
+    timeoutMs: undefined,
+    deadlineMs: undefined,
+    signal: undefined,
+    respectRetryAfter: undefined,
+    maxRetryAfterMs: undefined,
+    idempotencyKey: undefined,
+    idempotencyHeader: undefined,
+    idempotencyKeyFormat: undefined,
+    retryHeaders: undefined,
+    maxBufferedBodyBytes: undefined,
+    shouldRetry: undefined,
+    onRetry: undefined,
+    beforeRetry: undefined,
+    fetch: undefined,
+    budget: undefined,
+    throttle: undefined,
+    breaker: undefined,
+  };
+  const undefinedOptions: RetryOptions = everyOptionUndefined;
+  await retryFetch('/', undefined, undefinedOptions);
+  const passedThrough = (timeoutMs?: number, signal?: AbortSignal): RetryOptions => ({ timeoutMs, signal });
+  const sparse: RetryOptions = { timeoutMs: undefined, signal: undefined };
+  await createRetryFetch(sparse)('/', undefined, passedThrough());
+  backoffDelays({ maxAttempts: undefined, jitter: undefined }, 3);
+  // The options whose `null` means none (or, for budget, the default budget).
+  const nulls: RetryOptions = {
+    timeoutMs: null,
+    deadlineMs: null,
+    maxRetryAfterMs: null,
+    signal: null,
+    shouldRetry: null,
+    onRetry: null,
+    fetch: null,
+    budget: null,
+    throttle: null,
+    breaker: null,
+  };
+  await retryFetch('/', undefined, nulls);
+  // @ts-expect-error: maxAttempts has no null (the runtime refuses it)
+  await retryFetch('/', undefined, { maxAttempts: null });
+  // @ts-expect-error: undefined is accepted, but a wrong type still is not
+  const wrongSparse: RetryOptions = { timeoutMs: undefined, signal: 'abort' };
+  void wrongSparse;
+
+  // The guards' options too.
+  const budgetOptions: { [K in keyof Required<RetryBudgetOptions>]: undefined } = {
+    maxTokens: undefined,
+    tokenRatio: undefined,
+    refillPerSecond: undefined,
+  };
+  const throttleOptions: { [K in keyof Required<AdaptiveThrottleOptions>]: undefined } = {
+    initialRate: undefined,
+    rampMs: undefined,
+    beta: undefined,
+    scale: undefined,
+    minRate: undefined,
+    maxWaitMs: undefined,
+  };
+  const breakerOptions: { [K in keyof Required<CircuitBreakerOptions>]: undefined } = {
+    failureThreshold: undefined,
+    openMs: undefined,
+    halfOpenMaxCalls: undefined,
+    onStateChange: undefined,
+  };
+  new RetryBudget(budgetOptions);
+  new AdaptiveThrottle(throttleOptions);
+  new CircuitBreaker(breakerOptions);
+  new CircuitBreaker({ onStateChange: null });
+  // @ts-expect-error: a guard setting has no null (the runtime refuses it)
+  new CircuitBreaker({ openMs: null });
+  // @ts-expect-error: nor a wrong type
+  new RetryBudget({ maxTokens: undefined, tokenRatio: '0.1' });
 
   // @ts-expect-error: jitter is one of five names
   await retryFetch('/', undefined, { jitter: 'random' });

@@ -11,6 +11,7 @@ async function main(): Promise<void> {
   // The manual entry takes the .wasm bytes a Node app read itself (a Buffer is a Uint8Array).
   await init(await readFile(new URL('./retry_fetch_bg.wasm', import.meta.url)));
   await init(new URL('https://cdn.example/retry_fetch_bg.wasm'));
+  await init(undefined);
   // @ts-expect-error: not a URL, bytes or a module
   await init(42);
 

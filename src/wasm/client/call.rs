@@ -515,6 +515,8 @@ pub async fn run(
     // The response of the attempt before, kept until the next attempt's outcome: if the call
     // stops before that (the throttle, the breaker, the deadline), it is the answer.
     let mut last: Option<JsValue> = None;
+    // Headers `beforeRetry` set, sent on every attempt after it (the key and body stay fixed).
+    let mut extra: Option<Headers> = None;
     loop {
         let (outcome, attempt_started, ended, timed_out, followed) = match first.take() {
             Some((outcome, ended)) => {
@@ -566,7 +568,7 @@ pub async fn run(
                 // A non-idempotent request whose redirects the runtime lets us see is followed
                 // here, so that a failure after a redirect is known as one (below).
                 let manual = policy.fetch.is_none() && !t.idempotent && follows_redirects(&t.request) && redirects_visible();
-                let init = attempt_init(&t, &body, abort.signal.as_ref(), first_at.as_deref().filter(|_| attempt > 1), attempt, manual)?;
+                let init = attempt_init(&t, &body, abort.signal.as_ref(), first_at.as_deref().filter(|_| attempt > 1), attempt, manual, extra.as_ref())?;
                 let sent = match &policy.fetch {
                     None => Ok(global_fetch(&t.request, &init)),
                     // A transport that throws synchronously failed like one that rejects.
@@ -730,8 +732,49 @@ pub async fn run(
                 return finish("deadline");
             }
         }
+        // beforeRetry: the retry is about to be sent; it may give headers to set on it (a
+        // refreshed token, a new signature). The key and the body stay as they are.
+        if let Some(hook) = &policy.before_retry {
+            let ctx = retry_context(attempt + 1, delay, reason, None, response.as_ref(), status, &error, key.as_deref());
+            let step = pin!(call_hook(hook, &ctx));
+            let changed = match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
+                Bounded::Done(v) => v?,
+                Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
+                Bounded::TimeUp => return finish("deadline"),
+            };
+            if !changed.is_undefined() && !changed.is_null() {
+                let headers = match extra.take() {
+                    Some(h) => h,
+                    None => Headers::new()?,
+                };
+                set_headers(&headers, &changed, &p.idempotency_header)?;
+                extra = Some(headers);
+            }
+        }
         last = response;
     }
+}
+
+/// Add the headers `beforeRetry` returned (a `Headers`, an object or a list of pairs) to
+/// `extra`. Its own key header cannot be changed: the key is what makes the retry safe.
+fn set_headers(extra: &Headers, given: &JsValue, key_header: &str) -> Result<(), JsValue> {
+    let given = Headers::new_with_str_sequence_sequence(given)
+        .map_err(|_| type_error("retryFetch: beforeRetry must return headers (a Headers, an object or [name, value] pairs) or undefined"))?;
+    if given.has(key_header)? {
+        let mut msg = String::from("retryFetch: beforeRetry cannot change the ");
+        msg.push_str(key_header);
+        msg.push_str(" header: the same key on every attempt is what makes the retry safe");
+        return Err(type_error(&msg));
+    }
+    if let Ok(Some(entries)) = js_sys::try_iter(&given) {
+        for entry in entries.flatten() {
+            let pair = Array::from(&entry);
+            if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
+                extra.set(&name, &value)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The most redirects one attempt follows (fetch's own limit).
@@ -848,8 +891,10 @@ fn attempt_init(
     first_at: Option<&str>,
     attempt: u32,
     manual_redirects: bool,
+    extra: Option<&Headers>,
 ) -> Result<JsValue, JsValue> {
-    if signal.is_none() && first_at.is_none() && matches!(body, Body::AsIs) && !manual_redirects {
+    let changed = extra.is_some();
+    if signal.is_none() && first_at.is_none() && matches!(body, Body::AsIs) && !manual_redirects && !changed {
         return Ok(JsValue::UNDEFINED);
     }
     let init = Object::new();
@@ -869,10 +914,20 @@ fn attempt_init(
             js::set(&init, "duplex", &JsValue::from_str("half"));
         }
     }
-    if let Some(at) = first_at {
+    if first_at.is_some() || changed {
         let headers = Headers::new_with_headers(&t.request.headers())?;
-        headers.set("X-Retry-Count", &(attempt - 1).to_string())?;
-        headers.set("X-Original-Request-At", at)?;
+        if let Some(at) = first_at {
+            headers.set("X-Retry-Count", &(attempt - 1).to_string())?;
+            headers.set("X-Original-Request-At", at)?;
+        }
+        if let Some(Ok(Some(entries))) = extra.map(|h| js_sys::try_iter(h)) {
+            for entry in entries.flatten() {
+                let pair = Array::from(&entry);
+                if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
+                    headers.set(&name, &value)?;
+                }
+            }
+        }
         js::set(&init, "headers", &headers);
     }
     Ok(init.into())

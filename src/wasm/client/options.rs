@@ -43,6 +43,9 @@ pub struct Policy {
     pub should_retry: Option<Function>,
     /// `onRetry(info)`: called before each wait. Default none.
     pub on_retry: Option<Function>,
+    /// `beforeRetry(info)`: called before each retry is sent; may return headers to set on
+    /// it (a refreshed token). Default none.
+    pub before_retry: Option<Function>,
     /// `fetch`: the transport. Default none (the global `fetch`).
     pub fetch: Option<Function>,
     /// `budget`: a shared `RetryBudget`. `None` with `default_budget`: the default budget.
@@ -64,6 +67,7 @@ impl Default for Policy {
             default_signal: None,
             should_retry: None,
             on_retry: None,
+            before_retry: None,
             fetch: None,
             budget: None,
             default_budget: true,
@@ -130,6 +134,8 @@ struct RawOptions {
     #[serde(with = "serde_wasm_bindgen::preserve")]
     on_retry: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
+    before_retry: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
     fetch: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
     budget: JsValue,
@@ -158,7 +164,7 @@ fn expected(option: &str) -> &'static str {
         "idempotencyKeyFormat" => "'plain' or 'sf-string'",
         "maxBufferedBodyBytes" => "an integer number of bytes from 0 to 2147483647",
         "signal" => "an AbortSignal",
-        "shouldRetry" | "onRetry" | "fetch" => "a function",
+        "shouldRetry" | "onRetry" | "beforeRetry" | "fetch" => "a function",
         "budget" => "a RetryBudget, or false (no budget)",
         "throttle" => "an AdaptiveThrottle",
         "breaker" => "a CircuitBreaker",
@@ -187,6 +193,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
             }
             "shouldRetry" => out.should_retry = None,
             "onRetry" => out.on_retry = None,
+            "beforeRetry" => out.before_retry = None,
             "fetch" => out.fetch = None,
             "budget" => {
                 out.budget = None;
@@ -298,6 +305,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     for (name, v, slot) in [
         ("shouldRetry", raw.should_retry, &mut out.should_retry),
         ("onRetry", raw.on_retry, &mut out.on_retry),
+        ("beforeRetry", raw.before_retry, &mut out.before_retry),
         ("fetch", raw.fetch, &mut out.fetch),
     ] {
         if !v.is_undefined() {
