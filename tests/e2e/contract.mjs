@@ -775,6 +775,23 @@ export const scenarios = [
       ok(err.message.includes('Idempotency-Key'), err.message);
     },
   },
+  {
+    name: "contract: requests fetch can never send (ftp:, a bad port, redirect: 'error' meeting a redirect) are TypeErrors, never retried",
+    async run({ api, seq }) {
+      await refusedBeforeSending(api, 'ftp://example.com/file', undefined, 'an ftp: URL');
+      await refusedBeforeSending(api, 'http://127.0.0.1:6000/', undefined, 'port 6000');
+      const target = seq('200');
+      const s = seq(`303+to=${redirectTo(target)}`);
+      const err = await rejects(api.retryFetch(s.url, { redirect: 'error' }, fast));
+      equal(err?.name, 'TypeError');
+      ok(!api.isRetryError(err), err?.message);
+      equal((await s.log()).length, 1, 'the request was sent again:');
+      equal((await target.log()).length, 0, 'the redirect was followed:');
+      const many = await rejects(api.retryFetch(target.url, undefined, { retryOnStatus: Array.from({ length: 501 }, () => 503) }));
+      equal(many?.name, 'TypeError');
+      ok(many.message.includes('501 items'), many.message);
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

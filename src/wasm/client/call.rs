@@ -161,10 +161,13 @@ fn lean(policy: &Policy) -> bool {
         && !p.retry_on_status.iter().any(|&s| s < 400)
 }
 
-/// Is `request` lean: no body, and no key of ours to add?
+/// Is `request` lean: no body, no key of ours to add, and not `redirect: 'error'` (which
+/// the loop sends with 'manual', to tell a redirect from a network error)?
 fn lean_request(policy: &Policy, request: &Request) -> bool {
     let idempotent = || crate::core::classify::is_idempotent_method(&request.method());
-    request.body().is_none() && !policy.policy.idempotency_key.may_add_key(idempotent())
+    request.body().is_none()
+        && !policy.policy.idempotency_key.may_add_key(idempotent())
+        && js::get(request, "redirect").as_string().as_deref() != Some("error")
 }
 
 /// The first attempt of a lean call settled: a response below 400 is the answer; anything
@@ -568,7 +571,10 @@ pub async fn run(
                 // A non-idempotent request whose redirects the runtime lets us see is followed
                 // here, so that a failure after a redirect is known as one (below).
                 let manual = policy.fetch.is_none() && !t.idempotent && follows_redirects(&t.request) && redirects_visible();
-                let init = attempt_init(&t, &body, abort.signal.as_ref(), first_at.as_deref().filter(|_| attempt > 1), attempt, manual, extra.as_ref())?;
+                // `redirect: 'error'`: sent with 'manual', so that meeting a redirect is told
+                // apart from a network error (it is a TypeError, never retried).
+                let refuses = policy.fetch.is_none() && js::get(&t.request, "redirect").as_string().as_deref() == Some("error");
+                let init = attempt_init(&t, &body, abort.signal.as_ref(), first_at.as_deref().filter(|_| attempt > 1), attempt, manual || refuses, extra.as_ref())?;
                 let sent = match &policy.fetch {
                     None => Ok(global_fetch(&t.request, &init)),
                     // A transport that throws synchronously failed like one that rejects.
@@ -600,6 +606,14 @@ pub async fn run(
                     discard(&r).await;
                 }
                 let timed_out = gave_up || abort.timed_out();
+                if let (true, Ok(r)) = (refuses, &outcome) {
+                    let status = js::get(r, "status").as_f64().unwrap_or(0.0);
+                    let opaque = js::get(r, "type").as_string().as_deref() == Some("opaqueredirect");
+                    if opaque || (matches!(status as u16, 301 | 302 | 303 | 307 | 308) && header(r, "location").is_some()) {
+                        discard(r).await;
+                        return Err(type_error("retryFetch: the request has redirect: 'error' and the server answered with a redirect"));
+                    }
+                }
                 drop(abort); // the time limit and the signal links end with the attempt
                 let outcome = match outcome {
                     Err(_) if timed_out => Err(timeout),

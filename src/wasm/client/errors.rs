@@ -55,9 +55,14 @@ fn message_of(value: &JsValue) -> Option<String> {
 /// `cause` (the last error).
 pub fn retry_error(reason: &str, attempts: &js_sys::Array, cause: &JsValue) -> JsValue {
     let n = attempts.length();
-    let mut msg = String::from("retryFetch failed after ");
-    msg.push_str(&int(n as f64));
-    msg.push_str(if n == 1 { " attempt (" } else { " attempts (" });
+    let mut msg = if n == 0 {
+        String::from("retryFetch sent nothing (")
+    } else {
+        let mut m = String::from("retryFetch failed after ");
+        m.push_str(&int(n as f64));
+        m.push_str(if n == 1 { " attempt (" } else { " attempts (" });
+        m
+    };
     msg.push_str(reason);
     msg.push(')');
     if let Some(m) = message_of(cause) {

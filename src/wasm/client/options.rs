@@ -230,9 +230,11 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
         };
     }
     if let Some(list) = raw.retry_on_status {
-        let bad = || option_error(OptionError::new("retryOnStatus", STATUSES), &value("retryOnStatus"));
         if list.len() > 500 {
-            return Err(bad());
+            let mut msg = String::from("retryFetch: invalid option \"retryOnStatus\": ");
+            msg.push_str(&list.len().to_string());
+            msg.push_str(" items; expected at most 500 (there are 500 HTTP statuses, 100 to 599)");
+            return Err(type_error(&msg));
         }
         let mut statuses = Vec::with_capacity(list.len());
         for (i, n) in list.iter().enumerate() {

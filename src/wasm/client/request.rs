@@ -93,6 +93,16 @@ fn body_kind(request: &Request, init: &JsValue) -> BodyKind {
 impl Template {
     /// The call's request: `request` (already fixed), the key added per `policy`.
     pub fn new(policy: &Policy, request: Request, init: &JsValue) -> Result<Template, JsValue> {
+        // A request fetch can never send (an ftp: URL, a bad port) fails every time: refused
+        // here, before anything is sent, rather than retried as a network error.
+        let url = request.url();
+        if let Some(why) = crate::core::classify::unfetchable(&url) {
+            let mut msg = String::from("retryFetch: ");
+            msg.push_str(why);
+            msg.push_str(": ");
+            msg.push_str(&url);
+            return Err(type_error(&msg));
+        }
         let idempotent = is_idempotent_method(&request.method());
         let p = &policy.policy;
         let header = p.idempotency_header.as_str();
