@@ -1,10 +1,14 @@
 // Browser and worker entry (an ES module, no bundler needed): fetch and instantiate the wasm
 // once, with top-level await, before the exports can be used. Everything else is the wasm's.
-import init from './retry_fetch.js';
+import init, { setErrorClasses } from './retry_fetch.js';
+import { RetryError, CircuitOpenError } from './errors.js';
 
 await init({ module_or_path: new URL('./retry_fetch_bg.wasm', import.meta.url) });
+
+setErrorClasses(RetryError, CircuitOpenError);
 
 export {
   retryFetch, createRetryFetch, backoffDelays, isRetryError, isCircuitOpenError,
   RetryBudget, AdaptiveThrottle, CircuitBreaker,
 } from './retry_fetch.js';
+export { RetryError, CircuitOpenError };

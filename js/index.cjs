@@ -3,6 +3,13 @@
 // (./cjs/retry_fetch.js), which loads the .wasm synchronously. Everything is the wasm's.
 const wasm = require('./cjs/retry_fetch.js');
 
+// The classes of the errors a call rejects with, for `instanceof` (see errors.js).
+class RetryError extends Error {}
+RetryError.prototype.name = 'RetryError';
+class CircuitOpenError extends Error {}
+CircuitOpenError.prototype.name = 'CircuitOpenError';
+wasm.setErrorClasses(RetryError, CircuitOpenError);
+
 module.exports = {
   retryFetch: wasm.retryFetch,
   createRetryFetch: wasm.createRetryFetch,
@@ -12,4 +19,6 @@ module.exports = {
   RetryBudget: wasm.RetryBudget,
   AdaptiveThrottle: wasm.AdaptiveThrottle,
   CircuitBreaker: wasm.CircuitBreaker,
+  RetryError,
+  CircuitOpenError,
 };

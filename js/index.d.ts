@@ -226,7 +226,9 @@ export class CircuitBreaker {
 }
 
 /** The error a call rejects with when its origin's circuit is open (nothing was sent). */
-export interface CircuitOpenError extends Error {
+export declare class CircuitOpenError extends Error {
+  /** Made by the package only (a call rejects with one); exported for `instanceof`. */
+  private constructor();
   name: 'CircuitOpenError';
   /** Time until the circuit lets a probe through, in ms. */
   retryAfterMs: number;
@@ -264,7 +266,9 @@ export type StopReason =
   | 'throttled';
 
 /** The error a call rejects with when it ends on a network error or a timeout. */
-export interface RetryError extends Error {
+export declare class RetryError extends Error {
+  /** Made by the package only (a call rejects with one); exported for `instanceof`. */
+  private constructor();
   name: 'RetryError';
   /** Why it stopped. */
   reason: StopReason;

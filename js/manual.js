@@ -3,6 +3,9 @@
 // (e.g. in the service worker's `install` event or before the first call), then use the API.
 // This file only loads the wasm: until it is loaded, every export says to call init().
 import initWasm, * as wasm from './retry_fetch.js';
+import { RetryError, CircuitOpenError } from './errors.js';
+
+export { RetryError, CircuitOpenError };
 
 let ready;
 let loaded = false;
@@ -13,15 +16,16 @@ let loaded = false;
  * so a later `init()` can try again.
  */
 export function init(wasmSource) {
-  ready ??= initWasm({ module_or_path: wasmSource ?? new URL('./retry_fetch_bg.wasm', import.meta.url) }).then(
-    () => {
+  ready ??= initWasm({ module_or_path: wasmSource ?? new URL('./retry_fetch_bg.wasm', import.meta.url) })
+    .then(() => {
+      // Throws for a module that lacks this package's exports: then it is not kept either.
+      wasm.setErrorClasses(RetryError, CircuitOpenError);
       loaded = true;
-    },
-    (error) => {
+    })
+    .catch((error) => {
       ready = undefined;
       throw error;
-    },
-  );
+    });
   return ready;
 }
 

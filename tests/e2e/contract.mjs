@@ -792,6 +792,24 @@ export const scenarios = [
       ok(many.message.includes('501 items'), many.message);
     },
   },
+  {
+    name: 'contract: RetryError and CircuitOpenError are exported classes: instanceof works, and so do the name checks',
+    async run({ api, seq }) {
+      ok(typeof api.RetryError === 'function' && typeof api.CircuitOpenError === 'function', 'the classes are exported');
+      const err = await rejects(api.retryFetch(seq('reset').url, undefined, { ...fast, maxAttempts: 2 }));
+      ok(err instanceof api.RetryError, 'instanceof RetryError');
+      ok(err instanceof Error);
+      equal(err.name, 'RetryError');
+      ok(api.isRetryError(err));
+      const breaker = new api.CircuitBreaker({ failureThreshold: 1, openMs: 60_000 });
+      const s = seq('reset');
+      await rejects(api.retryFetch(s.url, undefined, { ...fast, breaker }));
+      const open = await rejects(api.retryFetch(s.url, undefined, { ...fast, breaker }));
+      ok(open instanceof api.CircuitOpenError, 'instanceof CircuitOpenError');
+      equal(open.name, 'CircuitOpenError');
+      ok(!(open instanceof api.RetryError));
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

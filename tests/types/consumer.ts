@@ -224,3 +224,13 @@ async function main(): Promise<void> {
   await retryFetch('/', undefined, { shouldRetry: () => 'yes' });
 }
 void main;
+
+// The error classes: instanceof narrows.
+import { RetryError as RetryErrorClass, CircuitOpenError as CircuitOpenErrorClass } from 'retry-fetch';
+export function describeFailure(e: unknown): string {
+  if (e instanceof RetryErrorClass) return `${e.reason} after ${e.attempts.length}`;
+  if (e instanceof CircuitOpenErrorClass) return `open for ${e.retryAfterMs} ms at ${e.origin}`;
+  return 'other';
+}
+// @ts-expect-error: the classes are made by the package only
+new RetryErrorClass();

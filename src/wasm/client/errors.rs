@@ -3,6 +3,7 @@
 //! invalid options.
 
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 use crate::core::options::OptionError;
 use crate::wasm::errors::invalid_option;
@@ -23,9 +24,35 @@ pub fn int(n: f64) -> String {
     }
 }
 
-/// `new Error(message)` with `name` set (by name, so checks work across realms and copies).
+thread_local! {
+    /// The `RetryError` and `CircuitOpenError` classes (`Error` subclasses the entry file
+    /// defines and hands over with `setErrorClasses`), so that `instanceof` works.
+    static CLASSES: std::cell::RefCell<Option<(js_sys::Function, js_sys::Function)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `setErrorClasses(RetryError, CircuitOpenError)`: how an entry file gives the wasm its two
+/// error classes (plain `Error` subclasses: JavaScript can declare a class, the wasm cannot).
+/// Not part of the public API.
+#[wasm_bindgen(js_name = setErrorClasses, skip_typescript)]
+pub fn set_error_classes(retry: js_sys::Function, circuit_open: js_sys::Function) {
+    CLASSES.with(|c| *c.borrow_mut() = Some((retry, circuit_open)));
+}
+
+/// `new Error(message)` with `name` set (by name, so checks work across realms and copies);
+/// a `RetryError` or `CircuitOpenError` is an instance of its exported class when the entry
+/// gave it.
 fn named_error(name: &str, message: &str) -> js_sys::Error {
-    let e = js_sys::Error::new(message);
+    let class = CLASSES.with(|c| {
+        c.borrow().as_ref().and_then(|(retry, open)| match name {
+            "RetryError" => Some(retry.clone()),
+            "CircuitOpenError" => Some(open.clone()),
+            _ => None,
+        })
+    });
+    let e = class
+        .and_then(|class| js_sys::Reflect::construct(&class, &js_sys::Array::of1(&JsValue::from_str(message))).ok())
+        .map(|v| v.unchecked_into::<js_sys::Error>())
+        .unwrap_or_else(|| js_sys::Error::new(message));
     e.set_name(name);
     e
 }

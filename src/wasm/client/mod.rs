@@ -27,6 +27,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::core::backoff::{delays, Rng, SplitMix64};
 pub use call::Client;
+pub use errors::set_error_classes;
 pub use guards::{AdaptiveThrottleHandle, CircuitBreakerHandle, RetryBudgetHandle};
 pub use options::Policy;
 
