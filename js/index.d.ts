@@ -284,12 +284,23 @@ export declare class RetryError extends Error {
  */
 export function retryFetch(input: RetryFetchInput, init?: RequestInit, options?: RetryOptions): Promise<Response>;
 
+/** A `retryFetch` with defaults of its own (`createRetryFetch`). */
+export interface RetryFetchClient {
+  (input: RetryFetchInput, init?: RequestInit, options?: RetryOptions): Promise<Response>;
+  /**
+   * A new client whose defaults are this one's with `options` merged over them (as ky's
+   * `extend`); this client is unchanged. A `signal` given here and this client's both
+   * cancel the new client's calls. @throws TypeError for an invalid or unknown option.
+   */
+  extend(options?: RetryOptions): RetryFetchClient;
+}
+
 /**
  * A `retryFetch` whose options default to `defaults` (without it, the package's defaults);
  * per-call options merge over them. An invalid or unknown option in `defaults` throws a
  * `TypeError` here, at once.
  */
-export function createRetryFetch(defaults?: RetryOptions): typeof retryFetch;
+export function createRetryFetch(defaults?: RetryOptions): RetryFetchClient;
 
 /** The first `count` delays (ms) the policy would wait; reproducible with a `seed`. */
 export function backoffDelays(options: RetryOptions, count: number, seed?: number): number[];

@@ -810,6 +810,24 @@ export const scenarios = [
       ok(!(open instanceof api.RetryError));
     },
   },
+  {
+    name: 'contract: createRetryFetch(...).extend(options) is a new client over the old one\'s defaults; the old one is unchanged',
+    async run({ api, seq }) {
+      const base = api.createRetryFetch({ ...fast, maxAttempts: 1, retryOnStatus: [503] });
+      const more = base.extend({ maxAttempts: 3 });
+      equal(typeof more.extend, 'function');
+      const once = seq('503,503,200');
+      equal((await base(once.url)).status, 503);
+      equal((await once.log()).length, 1);
+      const thrice = seq('503,503,200');
+      equal((await more(thrice.url)).status, 200);
+      equal((await thrice.log()).length, 3);
+      const other = seq('500,200');
+      equal((await more(other.url)).status, 500, 'the base retryOnStatus [503] still applies:');
+      const err = await rejects(Promise.resolve().then(() => base.extend({ maxAttemps: 2 })));
+      equal(err?.name, 'TypeError');
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

@@ -45,16 +45,28 @@ pub fn retry_fetch(input: JsValue, init: JsValue, options: JsValue) -> Promise {
     DEFAULT.with(|c| c.call(&input, &init, &options))
 }
 
-/// `createRetryFetch(defaults)`: a `retryFetch` whose options default to `defaults`
-/// (validated now: a `TypeError` is thrown here); per-call options merge over them.
+/// `createRetryFetch(defaults?)`: a `retryFetch` whose options default to `defaults`
+/// (validated now: a `TypeError` is thrown here); per-call options merge over them. The
+/// function has `extend(options)`: a new client whose defaults are these merged with
+/// `options` (as ky's `extend`), this one unchanged.
 #[wasm_bindgen(js_name = createRetryFetch, skip_typescript)]
 pub fn create_retry_fetch(defaults: JsValue) -> Result<JsValue, JsValue> {
     let base = DEFAULT.with(|c| c.policy.clone());
-    let client = Client::new(Rc::new(options::read(&defaults, &base)?));
+    client_function(Rc::new(options::read(&defaults, &base)?))
+}
+
+/// The function of a client with `policy` as its defaults, and its `extend`.
+fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
+    let client = Client::new(policy.clone());
     let f = Closure::<dyn Fn(JsValue, JsValue, JsValue) -> Promise>::new(
         move |input: JsValue, init: JsValue, options: JsValue| client.call(&input, &init, &options),
-    );
-    Ok(f.into_js_value())
+    )
+    .into_js_value();
+    let extend = Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |options: JsValue| {
+        client_function(Rc::new(options::read(&options, &policy)?))
+    });
+    crate::wasm::js::set(&f, "extend", &extend.into_js_value());
+    Ok(f)
 }
 
 /// `backoffDelays(options, count, seed?)`: the first `count` delays (ms) the policy would
