@@ -34,6 +34,18 @@ export interface RetryContext {
   idempotencyKey?: string;
 }
 
+/** What `onSettled` is given when a call ends. */
+export interface SettledInfo {
+  /** How many attempts the call sent (1 when the first succeeded; 0 when it sent none). */
+  attempts: number;
+  /** From the call to its end, in ms. */
+  durationMs: number;
+  /** The response the call resolved with, if it did. */
+  response?: Response;
+  /** What the call rejected with, if it did. */
+  error?: unknown;
+}
+
 /** Headers `beforeRetry` may return: a `Headers`, an object, or `[name, value]` pairs. */
 export type RetryHeaders = Headers | Record<string, string> | Array<[string, string]>;
 
@@ -115,6 +127,13 @@ export interface RetryOptions {
    * TypeError. A throw rejects the call. @default undefined (none)
    */
   beforeRetry?: ((info: RetryInfo) => RetryHeaders | void | undefined | Promise<RetryHeaders | void | undefined>) | null | undefined;
+  /**
+   * Called once when the call ends (after it started: an invalid option rejects before),
+   * with how many attempts it sent: `{ attempts, durationMs, response }` or
+   * `{ attempts, durationMs, error }`. Its result is not awaited; a throw or a rejection is
+   * ignored. @default undefined (none)
+   */
+  onSettled?: ((info: SettledInfo) => void | Promise<void>) | null | undefined;
   /** The transport. @default globalThis.fetch */
   fetch?: ((input: RetryFetchInput, init?: RequestInit) => Promise<Response>) | null | undefined;
   /**

@@ -310,12 +310,12 @@ pub fn header_name(value: &str) -> Result<String, OptionError> {
 }
 
 /// Every option `retryFetch` takes, by its JavaScript name.
-pub const RETRY_OPTION_NAMES: [&str; 25] = [
+pub const RETRY_OPTION_NAMES: [&str; 26] = [
     "maxAttempts", "baseDelayMs", "factor", "maxDelayMs", "jitter", "retryOnStatus",
     "retryOnNetworkError", "retryOnTimeout", "timeoutMs", "deadlineMs", "respectRetryAfter",
     "maxRetryAfterMs", "idempotencyKey", "idempotencyHeader", "idempotencyKeyFormat",
     "retryHeaders", "maxBufferedBodyBytes", "signal", "shouldRetry", "onRetry", "beforeRetry",
-    "fetch", "budget", "throttle", "breaker",
+    "onSettled", "fetch", "budget", "throttle", "breaker",
 ];
 
 /// Names that do not belong in `init` (fetch's `RequestInit`) but are retry options: ours

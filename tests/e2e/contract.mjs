@@ -828,6 +828,17 @@ export const scenarios = [
       equal(err?.name, 'TypeError');
     },
   },
+  {
+    name: 'contract: onSettled tells how many attempts a call took, on success and on failure',
+    async run({ api, seq }) {
+      const seen = [];
+      const onSettled = (info) => seen.push([info.attempts, info.response?.status ?? info.error?.name]);
+      equal((await api.retryFetch(seq('200').url, undefined, { ...fast, onSettled })).status, 200);
+      equal((await api.retryFetch(seq('503,503,200').url, undefined, { ...fast, onSettled })).status, 200);
+      await rejects(api.retryFetch(seq('reset').url, undefined, { ...fast, maxAttempts: 2, onSettled: async (info) => { onSettled(info); throw new Error('ignored'); } }));
+      deepEqual(seen, [[1, 200], [3, 200], [2, 'RetryError']]);
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

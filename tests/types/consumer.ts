@@ -152,6 +152,7 @@ async function main(): Promise<void> {
     shouldRetry: undefined,
     onRetry: undefined,
     beforeRetry: undefined,
+    onSettled: undefined,
     fetch: undefined,
     budget: undefined,
     throttle: undefined,

@@ -155,6 +155,7 @@ fn lean(policy: &Policy) -> bool {
     let p = &policy.policy;
     !policy.has_guards()
         && policy.signal.is_none()
+        && policy.on_settled.is_none()
         && policy.fetch.is_none()
         && p.timeout_ms.is_none()
         && p.deadline_ms.is_none()
@@ -480,7 +481,31 @@ pub async fn run(
     policy: Rc<Policy>,
     t: Template,
     started: f64,
+    first: Option<(Result<JsValue, JsValue>, f64)>,
+) -> Result<JsValue, JsValue> {
+    let attempts = std::cell::Cell::new(0);
+    let outcome = run_loop(policy.clone(), t, started, first, &attempts).await;
+    // onSettled: how the call ended and how many attempts it took, whatever the outcome.
+    if let Some(hook) = &policy.on_settled {
+        let info = Object::new();
+        js::set(&info, "attempts", &JsValue::from_f64(attempts.get() as f64));
+        js::set(&info, "durationMs", &JsValue::from_f64(js_sys::Date::now() - started));
+        match &outcome {
+            Ok(response) => js::set(&info, "response", response),
+            Err(error) => js::set(&info, "error", error),
+        }
+        js::call_detached(hook, &[&info]);
+    }
+    outcome
+}
+
+/// The loop of [`run`]; `attempts` counts the attempts sent.
+async fn run_loop(
+    policy: Rc<Policy>,
+    t: Template,
+    started: f64,
     mut first: Option<(Result<JsValue, JsValue>, f64)>,
+    attempts: &std::cell::Cell<u32>,
 ) -> Result<JsValue, JsValue> {
     let p = &policy.policy;
     let mut signals = CallSignals::new(t.request.signal().into(), policy.signal.as_ref(), policy.default_signal.as_ref());
@@ -523,7 +548,7 @@ pub async fn run(
     loop {
         let (outcome, attempt_started, ended, timed_out, followed) = match first.take() {
             Some((outcome, ended)) => {
-                state.start_attempt();
+                attempts.set(state.start_attempt());
                 (outcome, started, ended, false, false)
             }
             None => {
@@ -563,6 +588,7 @@ pub async fn run(
                     }
                 }
                 let attempt = state.start_attempt();
+                attempts.set(attempt);
                 let sent_at = js_sys::Date::now();
                 guards.sent(sent_at, attempt);
                 let limit = state.attempt_time_limit_ms(p, sent_at).map(|ms| ms.max(0.0));

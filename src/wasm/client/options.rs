@@ -46,6 +46,8 @@ pub struct Policy {
     /// `beforeRetry(info)`: called before each retry is sent; may return headers to set on
     /// it (a refreshed token). Default none.
     pub before_retry: Option<Function>,
+    /// `onSettled(info)`: called once when the call ends, with its attempts. Default none.
+    pub on_settled: Option<Function>,
     /// `fetch`: the transport. Default none (the global `fetch`).
     pub fetch: Option<Function>,
     /// `budget`: a shared `RetryBudget`. `None` with `default_budget`: the default budget.
@@ -68,6 +70,7 @@ impl Default for Policy {
             should_retry: None,
             on_retry: None,
             before_retry: None,
+            on_settled: None,
             fetch: None,
             budget: None,
             default_budget: true,
@@ -136,6 +139,8 @@ struct RawOptions {
     #[serde(with = "serde_wasm_bindgen::preserve")]
     before_retry: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
+    on_settled: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
     fetch: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
     budget: JsValue,
@@ -164,7 +169,7 @@ fn expected(option: &str) -> &'static str {
         "idempotencyKeyFormat" => "'plain' or 'sf-string'",
         "maxBufferedBodyBytes" => "an integer number of bytes from 0 to 2147483647",
         "signal" => "an AbortSignal",
-        "shouldRetry" | "onRetry" | "beforeRetry" | "fetch" => "a function",
+        "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => "a function",
         "budget" => "a RetryBudget, or false (no budget)",
         "throttle" => "an AdaptiveThrottle",
         "breaker" => "a CircuitBreaker",
@@ -194,6 +199,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
             "shouldRetry" => out.should_retry = None,
             "onRetry" => out.on_retry = None,
             "beforeRetry" => out.before_retry = None,
+            "onSettled" => out.on_settled = None,
             "fetch" => out.fetch = None,
             "budget" => {
                 out.budget = None;
@@ -308,6 +314,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
         ("shouldRetry", raw.should_retry, &mut out.should_retry),
         ("onRetry", raw.on_retry, &mut out.on_retry),
         ("beforeRetry", raw.before_retry, &mut out.before_retry),
+        ("onSettled", raw.on_settled, &mut out.on_settled),
         ("fetch", raw.fetch, &mut out.fetch),
     ] {
         if !v.is_undefined() {
