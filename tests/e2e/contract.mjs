@@ -839,6 +839,17 @@ export const scenarios = [
       deepEqual(seen, [[1, 200], [3, 200], [2, 'RetryError']]);
     },
   },
+  {
+    name: "contract: shouldRetry may read ctx.response's body; the response the call returns stays readable",
+    async run({ api, seq }) {
+      const s = seq('503');
+      let read;
+      const res = await api.retryFetch(s.url, undefined, { ...fast, shouldRetry: async (ctx) => ((read = await ctx.response.text()), false) });
+      equal(res.status, 503);
+      ok(read.includes('"status":503'), 'the hook read the body');
+      equal(await res.text(), read, 'and the caller can read it too');
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

@@ -716,13 +716,23 @@ async fn run_loop(
         // The hooks are bounded by the call's signals and deadline: a promise that never
         // settles cannot hold the call.
         if let Some(hook) = &policy.should_retry {
-            let ctx = retry_context(attempt, delay, reason, response.as_ref(), response.as_ref(), status, &error, key.as_deref());
+            // A clone, so that a hook that reads the body leaves the response the call may
+            // still return readable.
+            let offered = response.as_ref().map(clone_response);
+            let ctx = retry_context(attempt, delay, reason, offered.as_ref(), response.as_ref(), status, &error, key.as_deref());
             let step = pin!(call_hook(hook, &ctx));
             let verdict = match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
                 Bounded::Done(v) => v?,
                 Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
                 Bounded::TimeUp => return finish("deadline"),
             };
+            if let (Some(o), Some(r)) = (&offered, &response) {
+                if !JsValue::eq(o, r) {
+                    // Not awaited: a clone's (a tee branch's) cancel settles only once the
+                    // other branch is done with.
+                    cancel_body(o);
+                }
+            }
             match verdict.as_bool() {
                 Some(true) => {}
                 Some(false) => return finish("shouldRetry"),
@@ -900,6 +910,26 @@ async fn follow(mut outcome: Result<JsValue, JsValue>, t: &Template, body: &Body
         outcome = JsFuture::from(global_fetch(&JsValue::from_str(&url), &hop_init)).await;
     }
     (outcome, true)
+}
+
+/// Cancel `response`'s body without waiting for it.
+fn cancel_body(response: &JsValue) {
+    let body = js::get(response, "body");
+    if let Ok(cancel) = js::get(&body, "cancel").dyn_into::<Function>() {
+        if let Ok(p) = cancel.call0(&body) {
+            js::ignore_rejection(&Promise::resolve(&p));
+        }
+    }
+}
+
+/// `response.clone()`, or the response itself when it cannot be cloned (another fetch
+/// implementation's answer without `clone`, a body already used).
+fn clone_response(response: &JsValue) -> JsValue {
+    js::get(response, "clone")
+        .dyn_into::<Function>()
+        .ok()
+        .and_then(|clone| clone.call0(response).ok())
+        .unwrap_or_else(|| response.clone())
 }
 
 /// `Object.defineProperty(target, key, { value })`: an own property over a prototype getter.
