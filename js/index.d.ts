@@ -134,6 +134,12 @@ export interface RetryOptions {
    * ignored. @default undefined (none)
    */
   onSettled?: ((info: SettledInfo) => void | Promise<void>) | null | undefined;
+  /**
+   * Headers every call sends unless its own request has them (the call's win): mostly a
+   * `createRetryFetch` default (ky's `create({ headers })`); `extend` merges over them, and
+   * `null` clears them. @default undefined (none)
+   */
+  headers?: RetryHeaders | null | undefined;
   /** The transport. @default globalThis.fetch */
   fetch?: ((input: RetryFetchInput, init?: RequestInit) => Promise<Response>) | null | undefined;
   /**

@@ -513,7 +513,7 @@ fn unknown_options_are_type_errors_naming_the_closest_known_name() {
     let all = "maxAttempts, baseDelayMs, factor, maxDelayMs, jitter, retryOnStatus, retryOnNetworkError, \
                retryOnTimeout, timeoutMs, deadlineMs, respectRetryAfter, maxRetryAfterMs, idempotencyKey, \
                idempotencyHeader, idempotencyKeyFormat, retryHeaders, maxBufferedBodyBytes, signal, shouldRetry, \
-               onRetry, beforeRetry, onSettled, fetch, budget, throttle, breaker";
+               onRetry, beforeRetry, onSettled, headers, fetch, budget, throttle, breaker";
     assert_options_rejected(
         "({ completelyUnrelatedThing: 1 })",
         &format!(r#"retryFetch: unknown option "completelyUnrelatedThing"; the options are {all}"#),

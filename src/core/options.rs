@@ -310,16 +310,16 @@ pub fn header_name(value: &str) -> Result<String, OptionError> {
 }
 
 /// Every option `retryFetch` takes, by its JavaScript name.
-pub const RETRY_OPTION_NAMES: [&str; 26] = [
+pub const RETRY_OPTION_NAMES: [&str; 27] = [
     "maxAttempts", "baseDelayMs", "factor", "maxDelayMs", "jitter", "retryOnStatus",
     "retryOnNetworkError", "retryOnTimeout", "timeoutMs", "deadlineMs", "respectRetryAfter",
     "maxRetryAfterMs", "idempotencyKey", "idempotencyHeader", "idempotencyKeyFormat",
     "retryHeaders", "maxBufferedBodyBytes", "signal", "shouldRetry", "onRetry", "beforeRetry",
-    "onSettled", "fetch", "budget", "throttle", "breaker",
+    "onSettled", "headers", "fetch", "budget", "throttle", "breaker",
 ];
 
 /// Names that do not belong in `init` (fetch's `RequestInit`) but are retry options: ours
-/// (but `signal`, which both take) and the usual names of other retry libraries (ky's
+/// (but `signal` and `headers`, which both take) and the usual names of other retry libraries (ky's
 /// `retry`, `timeout`, `hooks`; axios-retry's `retries`, `retryDelay`, `retryCondition`;
 /// fetch-retry's `retryOn`; p-retry's `onFailedAttempt`). Found in `init`, they would be
 /// silently ignored, so the call is a `TypeError` that points at the third argument.
@@ -327,7 +327,7 @@ pub const FOREIGN_RETRY_NAMES: [&str; 9] =
     ["retry", "retries", "timeout", "retryDelay", "retryCondition", "retryOn", "hooks", "onFailedAttempt", "throwHttpErrors"];
 
 /// Is `name`, found in `init`, a retry option put there by mistake ([`FOREIGN_RETRY_NAMES`],
-/// or one of ours but `signal`)?
+/// or one of ours but `signal` and `headers`)?
 ///
 /// ```
 /// use retry_fetch::core::options::misplaced_in_init;
@@ -335,7 +335,7 @@ pub const FOREIGN_RETRY_NAMES: [&str; 9] =
 /// assert!(!misplaced_in_init("signal") && !misplaced_in_init("headers") && !misplaced_in_init("method"));
 /// ```
 pub fn misplaced_in_init(name: &str) -> bool {
-    (name != "signal" && RETRY_OPTION_NAMES.contains(&name)) || FOREIGN_RETRY_NAMES.contains(&name)
+    (name != "signal" && name != "headers" && RETRY_OPTION_NAMES.contains(&name)) || FOREIGN_RETRY_NAMES.contains(&name)
 }
 
 /// The known name closest to a misspelled `name` (`maxAttemps` -> `maxAttempts`), by

@@ -850,6 +850,24 @@ export const scenarios = [
       equal(await res.text(), read, 'and the caller can read it too');
     },
   },
+  {
+    name: "contract: a client's default headers go on every call unless the call sets them; extend merges over them",
+    async run({ api, seq }) {
+      const s = seq('200');
+      const client = api.createRetryFetch({ headers: { 'X-Client': 'web', Authorization: 'Bearer default' } });
+      await client(s.url);
+      await client(s.url, { headers: { Authorization: 'Bearer mine' } });
+      await client.extend({ headers: { 'X-Client': 'admin' } })(s.url);
+      const log = await s.log();
+      deepEqual(log.map((r) => [r.headers['x-client'], r.headers.authorization]), [
+        ['web', 'Bearer default'],
+        ['web', 'Bearer mine'],
+        ['admin', 'Bearer default'],
+      ]);
+      const err = await rejects(Promise.resolve().then(() => api.createRetryFetch({ headers: 42 })));
+      equal(err?.name, 'TypeError');
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

@@ -153,6 +153,7 @@ async function main(): Promise<void> {
     onRetry: undefined,
     beforeRetry: undefined,
     onSettled: undefined,
+    headers: undefined,
     fetch: undefined,
     budget: undefined,
     throttle: undefined,

@@ -94,12 +94,15 @@ impl Client {
         // A GET of a URL string with no init: the string is the whole request, already fixed,
         // and `fetch(url)` makes the only `Request` the call needs (a URL fetch refuses is
         // told apart from a network error if the first attempt fails: see `settled`).
-        let plain_get = init.is_undefined() && input.is_string();
+        let plain_get = init.is_undefined() && input.is_string() && policy.headers.is_none();
         let lean_policy = lean(&policy);
         let (sent, request) = if lean_policy && plain_get && !policy.policy.idempotency_key.may_add_key(true) {
             (global_fetch(input, &JsValue::UNDEFINED), input.clone())
         } else {
             let request = fix_request(input, init)?;
+            if let Some(defaults) = &policy.headers {
+                add_default_headers(&request, defaults)?;
+            }
             if !(lean_policy && lean_request(&policy, &request)) {
                 let template = Template::new(&policy, request, init)?;
                 return Ok(future_to_promise(run(policy, template, started, None)));
@@ -144,6 +147,23 @@ fn check_init(init: &JsValue) -> Result<(), JsValue> {
             msg.push_str(&name);
             msg.push_str("\", a retry option: init is fetch's RequestInit (method, headers, body...), and retry options go in the third argument: retryFetch(input, init, options) (e.g. retryFetch(url, undefined, { maxAttempts: 5 }))");
             return Err(type_error(&msg));
+        }
+    }
+    Ok(())
+}
+
+/// Set each of a client's default `headers` that `request` does not carry already (the
+/// call's own headers win).
+fn add_default_headers(request: &Request, defaults: &Headers) -> Result<(), JsValue> {
+    let headers = request.headers();
+    if let Ok(Some(entries)) = js_sys::try_iter(defaults) {
+        for entry in entries.flatten() {
+            let pair = Array::from(&entry);
+            if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
+                if !headers.has(&name)? {
+                    headers.set(&name, &value)?;
+                }
+            }
         }
     }
     Ok(())

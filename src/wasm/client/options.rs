@@ -48,6 +48,9 @@ pub struct Policy {
     pub before_retry: Option<Function>,
     /// `onSettled(info)`: called once when the call ends, with its attempts. Default none.
     pub on_settled: Option<Function>,
+    /// `headers`: headers every call of a client sends unless its request has them (ky's
+    /// `create({ headers })`). Default none.
+    pub headers: Option<web_sys::Headers>,
     /// `fetch`: the transport. Default none (the global `fetch`).
     pub fetch: Option<Function>,
     /// `budget`: a shared `RetryBudget`. `None` with `default_budget`: the default budget.
@@ -71,6 +74,7 @@ impl Default for Policy {
             on_retry: None,
             before_retry: None,
             on_settled: None,
+            headers: None,
             fetch: None,
             budget: None,
             default_budget: true,
@@ -141,6 +145,8 @@ struct RawOptions {
     #[serde(with = "serde_wasm_bindgen::preserve")]
     on_settled: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
+    headers: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
     fetch: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
     budget: JsValue,
@@ -170,6 +176,7 @@ fn expected(option: &str) -> &'static str {
         "maxBufferedBodyBytes" => "an integer number of bytes from 0 to 2147483647",
         "signal" => "an AbortSignal",
         "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => "a function",
+        "headers" => "headers: a Headers, an object of strings or [name, value] pairs",
         "budget" => "a RetryBudget, or false (no budget)",
         "throttle" => "an AdaptiveThrottle",
         "breaker" => "a CircuitBreaker",
@@ -200,6 +207,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
             "onRetry" => out.on_retry = None,
             "beforeRetry" => out.before_retry = None,
             "onSettled" => out.on_settled = None,
+            "headers" => out.headers = None,
             "fetch" => out.fetch = None,
             "budget" => {
                 out.budget = None;
@@ -320,6 +328,24 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
         if !v.is_undefined() {
             *slot = Some(v.dyn_into::<Function>().map_err(|v| option_error(OptionError::new(name, "a function"), &v))?);
         }
+    }
+    if !raw.headers.is_undefined() {
+        // Over the client's own: the later default wins for a name both set.
+        let given = web_sys::Headers::new_with_str_sequence_sequence(&raw.headers)
+            .map_err(|_| option_error(OptionError::new("headers", "headers: a Headers, an object of strings or [name, value] pairs"), &raw.headers))?;
+        let merged = match &out.headers {
+            Some(h) => web_sys::Headers::new_with_headers(h)?,
+            None => web_sys::Headers::new()?,
+        };
+        if let Ok(Some(entries)) = js_sys::try_iter(&given) {
+            for entry in entries.flatten() {
+                let pair = js_sys::Array::from(&entry);
+                if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
+                    merged.set(&name, &value)?;
+                }
+            }
+        }
+        out.headers = Some(merged);
     }
     if raw.budget.as_bool() == Some(false) {
         out.budget = None;
