@@ -146,10 +146,12 @@ export interface RetryOptions {
    * The retry budget. By default the package's default budget (per origin, shared by every call
    * and client): retries sent by other calls, less 2 × those the server accepted, must stay
    * below 20 (10 s decay); a refused retry is skipped (the call waits its next backoff). A
-   * `RetryBudget` replaces it; `false` turns budgets off; `null` restores the default.
+   * `RetryBudget` replaces it; `'own'` gives a `createRetryFetch` client a default budget of
+   * its own (another client's failures cannot refuse its retries; its `extend`s share it);
+   * `false` turns budgets off; `null` restores the default.
    * @default the default budget
    */
-  budget?: RetryBudget | false | null | undefined;
+  budget?: RetryBudget | 'own' | false | null | undefined;
   /** A shared adaptive send rate per origin: every attempt waits for its turn. @default undefined (none) */
   throttle?: AdaptiveThrottle | null | undefined;
   /** A shared circuit breaker per origin: while open, calls reject with CircuitOpenError and nothing is sent. @default undefined (none) */

@@ -430,7 +430,7 @@ fn invalid_option_cases() -> Vec<(String, String)> {
         ("({ shouldRetry: 'yes' })".into(), inv("shouldRetry", r#""yes""#, "a function")),
         ("({ onRetry: {} })".into(), inv("onRetry", "[object Object]", "a function")),
         ("({ fetch: [] })".into(), inv("fetch", "an array", "a function")),
-        ("({ budget: {} })".into(), inv("budget", "[object Object]", "a RetryBudget, or false (no budget)")),
+        ("({ budget: {} })".into(), inv("budget", "[object Object]", "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)")),
         ("({ throttle: 7 })".into(), inv("throttle", "7", "an AdaptiveThrottle")),
         ("({ breaker: true })".into(), inv("breaker", "true", "a CircuitBreaker")),
     ]
@@ -815,8 +815,8 @@ async fn guards_are_not_interchangeable_and_freed_or_foreign_guards_are_refused(
         format!(r#"retryFetch: invalid option "{option}": got {got}; expected {expected}"#)
     };
     for (option, guard, expected) in [
-        ("budget", &breaker, "a RetryBudget, or false (no budget)"),
-        ("budget", &throttle, "a RetryBudget, or false (no budget)"),
+        ("budget", &breaker, "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)"),
+        ("budget", &throttle, "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)"),
         ("breaker", &throttle, "a CircuitBreaker"),
         ("breaker", &budget, "a CircuitBreaker"),
         ("throttle", &budget, "an AdaptiveThrottle"),
@@ -833,13 +833,13 @@ async fn guards_are_not_interchangeable_and_freed_or_foreign_guards_are_refused(
     let msg = inv(
         "budget",
         "a RetryBudget from another copy of retry-fetch (each copy, e.g. the ES module and the CommonJS build, keeps its own guards)",
-        "a RetryBudget, or false (no budget)",
+        "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)",
     );
     assert_call_rejected(&s.url, with(Object::new().into(), "budget", &foreign), &msg).await;
 
     // a freed guard is a clear TypeError naming its class, not "null pointer passed to rust"
     for (option, guard, class, expected) in [
-        ("budget", &budget, "RetryBudget", "a RetryBudget, or false (no budget)"),
+        ("budget", &budget, "RetryBudget", "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)"),
         ("breaker", &breaker, "CircuitBreaker", "a CircuitBreaker"),
         ("throttle", &throttle, "AdaptiveThrottle", "an AdaptiveThrottle"),
     ] {

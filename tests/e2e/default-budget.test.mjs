@@ -118,3 +118,39 @@ test('createRetryFetch clients share the default budget; budget: false and a Ret
     await s.close();
   }
 });
+
+test("budget: 'own' gives a client a default budget of its own: another client's failures do not refuse its retries", async () => {
+  // 503 while in outage; then, per path, the first request gets a 503 and the next a 200.
+  let outage = true;
+  const hits = new Map();
+  const s = http.createServer((req, res) => {
+    req.resume();
+    const n = (hits.get(req.url) ?? 0) + 1;
+    hits.set(req.url, n);
+    const status = outage || n === 1 ? 503 : 200;
+    res.writeHead(status, { 'content-type': 'text/plain' });
+    res.end(String(status));
+  });
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${s.address().port}`;
+  try {
+    const noisy = createRetryFetch(fast);
+    await Promise.all(Array.from({ length: 50 }, () => noisy(`${base}/poll`, undefined, { maxAttempts: 9 })));
+    outage = false;
+    // The package-wide budget of this origin is drained by the noisy client: a client on it
+    // is refused its retry and ends with the 503.
+    const shared = await createRetryFetch(fast)(`${base}/shared`, undefined, { maxAttempts: 6 });
+    assert.equal(shared.status, 503, 'a client on the shared budget was not refused');
+    assert.equal(hits.get('/shared'), 1);
+    // A client with its own default budget gets the retry it needs.
+    const critical = createRetryFetch({ ...fast, budget: 'own' });
+    const res = await critical(`${base}/pay`, undefined, { maxAttempts: 6 });
+    assert.equal(res.status, 200, "the client with its own budget was refused by another's failures");
+    assert.equal(hits.get('/pay'), 2);
+    // Its extend()s share that budget.
+    assert.equal((await critical.extend({ maxAttempts: 3 })(`${base}/pay2`)).status, 200);
+  } finally {
+    s.closeAllConnections();
+    await new Promise((resolve) => s.close(resolve));
+  }
+});

@@ -260,7 +260,7 @@ enum Turn {
 
 impl Guards {
     fn new(policy: &Policy, request: &Request) -> Guards {
-        let ratio = policy.default_budget.then(super::guards::default_budget);
+        let ratio = policy.default_budget.then(|| policy.own_budget.clone().unwrap_or_else(super::guards::default_budget));
         Guards {
             // `Clone::clone`: the handle, not `Request.clone()`, which tees the body.
             origin: LazyOrigin { request: <Request as Clone>::clone(request), origin: OnceCell::new() },

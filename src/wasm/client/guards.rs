@@ -103,7 +103,7 @@ fn unregister(id: f64) {
 /// that say which.
 pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
     let expected = match option {
-        "budget" => "a RetryBudget, or false (no budget)",
+        "budget" => super::options::BUDGET_EXPECTED,
         "throttle" => "an AdaptiveThrottle",
         _ => "a CircuitBreaker",
     };

@@ -58,6 +58,9 @@ pub struct Policy {
     /// The default budget applies (`budget` not given or `null`; `false` turns it off).
     /// Default true.
     pub default_budget: bool,
+    /// `budget: 'own'`: a default budget of this client's own (same rule, its own counts),
+    /// instead of the one every call and client of the package shares. Default none.
+    pub own_budget: Option<Rc<RefCell<crate::core::budget::RetryRatio>>>,
     /// `throttle`: a shared `AdaptiveThrottle`. Default none.
     pub throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
     /// `breaker`: a shared `CircuitBreaker`. Default none.
@@ -78,6 +81,7 @@ impl Default for Policy {
             fetch: None,
             budget: None,
             default_budget: true,
+            own_budget: None,
             throttle: None,
             breaker: None,
         }
@@ -90,6 +94,9 @@ impl Policy {
         self.budget.is_some() || self.throttle.is_some() || self.breaker.is_some()
     }
 }
+
+/// What `budget` must be.
+pub const BUDGET_EXPECTED: &str = "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)";
 
 /// `jitter`, by name.
 #[derive(Deserialize, Clone, Copy)]
@@ -177,7 +184,7 @@ fn expected(option: &str) -> &'static str {
         "signal" => "an AbortSignal",
         "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => "a function",
         "headers" => "headers: a Headers, an object of strings or [name, value] pairs",
-        "budget" => "a RetryBudget, or false (no budget)",
+        "budget" => BUDGET_EXPECTED,
         "throttle" => "an AdaptiveThrottle",
         "breaker" => "a CircuitBreaker",
         _ => "true or false",
@@ -212,6 +219,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
             "budget" => {
                 out.budget = None;
                 out.default_budget = true;
+                out.own_budget = None;
             }
             "throttle" => out.throttle = None,
             "breaker" => out.breaker = None,
@@ -350,11 +358,20 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     if raw.budget.as_bool() == Some(false) {
         out.budget = None;
         out.default_budget = false;
+        out.own_budget = None;
+    } else if raw.budget.as_string().as_deref() == Some("own") {
+        // One noisy poller's failures cannot switch off a critical client's retries.
+        out.budget = None;
+        out.default_budget = true;
+        out.own_budget = Some(Rc::new(RefCell::new(crate::core::budget::RetryRatio::new(
+            crate::core::budget::RetryRatioConfig::default(),
+        ))));
     } else if !raw.budget.is_undefined() {
         match lookup("budget", &raw.budget)? {
             Guard::Budget(b) => {
                 out.budget = Some(b);
                 out.default_budget = false;
+                out.own_budget = None;
             }
             _ => return Err(option_error(OptionError::new("budget", expected("budget")), &raw.budget)),
         }
