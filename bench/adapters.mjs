@@ -22,7 +22,7 @@
 // Contenders, per framework: the bare route (that framework's reference), the bare route again
 // (a second, separate contender on /bare: its ratio to the first is the noise of the run), and
 // the wrapped route. Two modes: sequential and 32 concurrent. Every round runs each contender
-// for REQUESTS requests in each mode, in a balanced order (companion.mjs's roundOrders, a
+// for REQUESTS requests in each mode, in a balanced order (common.mjs roundOrders, a
 // Williams design: over 12 rounds each of the 12 contenders runs at every position and right
 // after every other one once). Each round's throughput is divided by the same round's
 // throughput of that framework's bare route; the median ratio over the rounds is printed with
@@ -38,7 +38,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { adaptersTable, median, ratioCell, table } from './format.mjs';
-import { log, machine, positiveInt, printMarkdown, timedBatch, writeResults } from './common.mjs';
+import { log, machine, positiveInt, printMarkdown, roundOrders, timedBatch, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/adapters.json', import.meta.url));
 
@@ -267,17 +267,6 @@ async function post(url, key = crypto.randomUUID()) {
   const body = await res.text();
   if (res.status !== 201) throw new Error(`${url}: unexpected status ${res.status}: ${body.slice(0, 300)}`);
   return { body, replayed: res.headers.get('idempotent-replayed') };
-}
-
-/** companion.mjs's balanced round orders (a Williams design); see there. */
-function roundOrders(n) {
-  const base = [0];
-  for (let k = 1; base.length < n; k += 1) {
-    base.push(k);
-    if (base.length < n) base.push(n - k);
-  }
-  const rows = Array.from({ length: n }, (_, r) => base.map((x) => (x + r) % n));
-  return n % 2 ? [...rows, ...rows.map((row) => [...row].reverse())] : rows;
 }
 
 async function main() {

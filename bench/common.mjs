@@ -60,3 +60,22 @@ export async function timedBatch(call, url, count, concurrency) {
   await Promise.all(Array.from({ length: concurrency }, loop));
   return performance.now() - t0;
 }
+
+/**
+ * The orders of the rounds for `n` contenders: a Williams design, i.e. a base order
+ * (0, 1, n-1, 2, n-2, ...) rotated by one per round and, for an odd `n`, the same rotations
+ * reversed: over a cycle (n rounds, 2n for an odd n), every contender runs at every position
+ * and right after every other contender equally often. A plain rotation keeps each
+ * contender's predecessor fixed: the bare handler would always run right after PostgresStore,
+ * and whatever a batch leaves behind (garbage to collect, the database's background work)
+ * would always land on the reference.
+ */
+export function roundOrders(n) {
+  const base = [0];
+  for (let k = 1; base.length < n; k += 1) {
+    base.push(k);
+    if (base.length < n) base.push(n - k);
+  }
+  const rows = Array.from({ length: n }, (_, r) => base.map((x) => (x + r) % n));
+  return n % 2 ? [...rows, ...rows.map((row) => [...row].reverse())] : rows;
+}

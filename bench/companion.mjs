@@ -31,7 +31,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { companionTable, ratioCell, table } from './format.mjs';
-import { log, machine, positiveInt, printMarkdown, timedBatch, writeResults } from './common.mjs';
+import { log, machine, positiveInt, printMarkdown, roundOrders, timedBatch, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/companion.json', import.meta.url));
 const PG_POOL_MAX = 40;
@@ -216,25 +216,6 @@ async function post(url, key = crypto.randomUUID()) {
   const body = await res.text();
   if (res.status !== 201) throw new Error(`${url}: unexpected status ${res.status}: ${body.slice(0, 300)}`);
   return { body, replayed: res.headers.get('idempotent-replayed') };
-}
-
-/**
- * The orders of the rounds for `n` contenders: a Williams design, i.e. a base order
- * (0, 1, n-1, 2, n-2, ...) rotated by one per round and, for an odd `n`, the same rotations
- * reversed: over a cycle (n rounds, 2n for an odd n), every contender runs at every position
- * and right after every other contender equally often. A plain rotation keeps each
- * contender's predecessor fixed: the bare handler would always run right after PostgresStore,
- * and whatever a batch leaves behind (garbage to collect, the database's background work)
- * would always land on the reference.
- */
-function roundOrders(n) {
-  const base = [0];
-  for (let k = 1; base.length < n; k += 1) {
-    base.push(k);
-    if (base.length < n) base.push(n - k);
-  }
-  const rows = Array.from({ length: n }, (_, r) => base.map((x) => (x + r) % n));
-  return n % 2 ? [...rows, ...rows.map((row) => [...row].reverse())] : rows;
 }
 
 async function main() {
