@@ -159,7 +159,7 @@ export function chunkBytes(chunk, encoding) {
   throw new TypeError(`retry-fetch adapter: a response chunk must be a string or bytes; got ${typeof chunk}`);
 }
 
-export { nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
+export { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
 
 /** Does this method carry a body in a fetch Request? (GET and HEAD cannot.) */
 export function methodHasBody(method) {

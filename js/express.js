@@ -13,6 +13,7 @@ import {
   chunkBytes,
   nodeRequestHeaders,
   nodeRequestUrl,
+  lingerAfterEarlyAnswer,
   methodHasBody,
 } from './adapter-support.js';
 
@@ -65,7 +66,7 @@ async function send(req, res, response, before, { writeHead, end }) {
   // the rest of the upload is not read, so the connection is closed once the answer is out.
   if (req.complete === false) {
     res.setHeader('Connection', 'close');
-    res.once('finish', () => req.destroy?.());
+    lingerAfterEarlyAnswer(req, res);
   }
   res.statusCode = response.status;
   if (typeof response.statusText === 'string' && response.statusText !== '') {

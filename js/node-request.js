@@ -1,5 +1,5 @@
-// A node:http request as the Fetch API sees it: its headers and its absolute URL. Shared by
-// toNodeHandler (server.js) and the framework adapters (adapter-support.js).
+// A node:http request as the Fetch API sees it: its headers and its absolute URL, and how an
+// early answer ends it. Shared by toNodeHandler (server.js) and the framework adapters.
 
 /** Fetch `Headers` of a node:http request's raw headers (HTTP/2 pseudo-headers left out). */
 export function nodeRequestHeaders(req) {
@@ -27,4 +27,24 @@ export function nodeRequestUrl(req, target) {
   } catch {
     return new URL(`${proto}://localhost${full}`); // a Host header that is not a host
   }
+}
+
+/** How long the rest of an unread upload is read and dropped after an early answer, in ms. */
+const LINGER_MS = 2000;
+
+/**
+ * An answer given before the request body was read to its end (a 413, an early refusal):
+ * once the answer is out, the rest of the upload is read and dropped (not kept) for at most
+ * LINGER_MS, then the connection is closed. Closing at once would make the client's next
+ * write fail (EPIPE, a reset) before it reads the answer, and it would see a network error
+ * instead of the 413.
+ */
+export function lingerAfterEarlyAnswer(req, res) {
+  res.once('finish', () => {
+    const timer = setTimeout(() => req.destroy?.(), LINGER_MS);
+    timer.unref?.();
+    req.once?.('end', () => clearTimeout(timer));
+    req.once?.('close', () => clearTimeout(timer));
+    req.resume?.();
+  });
 }

@@ -12,7 +12,7 @@ import { Readable } from 'node:stream';
 import { setContextCapture, setDefaultStore } from './server-wasm.js';
 import { MemoryStore } from './memory-store.js';
 import { describe, optionError } from './store-support.js';
-import { nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
+import { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
 
 setDefaultStore(() => new MemoryStore());
 // The handler runs in the async context of its own request (src/wasm/server/context.rs).
@@ -62,11 +62,12 @@ async function writeResponse(response, req, res) {
   const headers = [];
   for (const [name, value] of new Headers(response.headers)) headers.push(name, value);
   // An answer given before the request body was read to its end (a 413, an early refusal):
-  // the rest of the upload is not read, so the connection is closed once the answer is out
-  // (Node then ends the socket), instead of leaving the client's upload stalled on it.
+  // the connection closes after it, once the rest of the upload has been read and dropped
+  // (for a short while at most: node-request.js), so the client reads the answer instead of
+  // meeting a reset, and its upload is not left stalled.
   if (req.complete === false && !res.destroyed) {
     headers.push('Connection', 'close');
-    res.once('finish', () => req.destroy?.());
+    lingerAfterEarlyAnswer(req, res);
   }
   if (typeof response.statusText === 'string' && response.statusText !== '') {
     res.writeHead(response.status, response.statusText, headers);
