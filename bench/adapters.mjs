@@ -38,7 +38,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { adaptersTable, median, ratioCell, table } from './format.mjs';
-import { log, machine, positiveInt, printMarkdown, roundOrders, timedBatch, writeResults } from './common.mjs';
+import { PAYMENT_BODY, importRetrying, log, machine, positiveInt, postPayment, printMarkdown, roundOrders, timedBatch, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/adapters.json', import.meta.url));
 
@@ -83,18 +83,6 @@ const FRAMEWORKS = [
     note: 'node:http, as in the server companion benchmark',
   },
 ];
-
-/** Imports a module, retrying a few times: pkg/ may be rebuilt while this runs. */
-async function importRetrying(specifier) {
-  for (let i = 0; ; i += 1) {
-    try {
-      return await import(specifier);
-    } catch (err) {
-      if (i >= 4) throw err;
-      await new Promise((resolve) => setTimeout(resolve, 2000));
-    }
-  }
-}
 
 /** The version of a package in the repository's node_modules (the frameworks), or ''. */
 function versionOfRoot(pkg) {
@@ -253,21 +241,14 @@ function startServer(framework) {
   }), async (err) => { await worker.terminate(); throw err; });
 }
 
-const BODY = JSON.stringify({ amount: 4200, currency: 'EUR' });
 const sent = new Map(); // url -> requests sent (for the checks)
 
-/** One request: POST BODY with a fresh key (or `key`), the body read; a status other than 201 throws. */
-async function post(url, key = crypto.randomUUID()) {
+/** postPayment, counted per URL. */
+function post(url, key) {
   sent.set(url, (sent.get(url) ?? 0) + 1);
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'idempotency-key': key },
-    body: BODY,
-  });
-  const body = await res.text();
-  if (res.status !== 201) throw new Error(`${url}: unexpected status ${res.status}: ${body.slice(0, 300)}`);
-  return { body, replayed: res.headers.get('idempotent-replayed') };
+  return postPayment(url, key);
 }
+
 
 async function main() {
   const ROUNDS = positiveInt(process.env.ADAPTERS_ROUNDS, 12);
@@ -398,7 +379,7 @@ async function main() {
       concurrency: CONCURRENCY,
       frameworks,
       server: 'one worker thread per framework, node:http on 127.0.0.1; /bare (the route alone) and /wrapped (the same route behind the adapter, a MemoryStore of its own, identity: false) in the same app; the route reads the JSON body and answers 201 {"ok":true,"amount":...}',
-      requestBody: BODY,
+      requestBody: PAYMENT_BODY,
     };
 
     const out = [];

@@ -79,3 +79,33 @@ export function roundOrders(n) {
   const rows = Array.from({ length: n }, (_, r) => base.map((x) => (x + r) % n));
   return n % 2 ? [...rows, ...rows.map((row) => [...row].reverse())] : rows;
 }
+
+/** Imports a module, retrying a few times: pkg/ may be rebuilt while this runs. */
+export async function importRetrying(specifier) {
+  for (let i = 0; ; i += 1) {
+    try {
+      return await import(specifier);
+    } catch (err) {
+      if (i >= 4) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+    }
+  }
+}
+
+/** The body the server benchmarks (companion.mjs, adapters.mjs) post. */
+export const PAYMENT_BODY = JSON.stringify({ amount: 4200, currency: 'EUR' });
+
+/**
+ * One request of the server benchmarks: POST PAYMENT_BODY with a fresh key (or `key`), the
+ * body read; a status other than 201 throws.
+ */
+export async function postPayment(url, key = crypto.randomUUID()) {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body: PAYMENT_BODY,
+  });
+  const body = await res.text();
+  if (res.status !== 201) throw new Error(`${url}: unexpected status ${res.status}: ${body.slice(0, 300)}`);
+  return { body, replayed: res.headers.get('idempotent-replayed') };
+}

@@ -31,7 +31,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { companionTable, ratioCell, table } from './format.mjs';
-import { log, machine, positiveInt, printMarkdown, roundOrders, timedBatch, writeResults } from './common.mjs';
+import { PAYMENT_BODY, importRetrying, log, machine, positiveInt, postPayment, printMarkdown, roundOrders, timedBatch, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/companion.json', import.meta.url));
 const PG_POOL_MAX = 40;
@@ -40,18 +40,6 @@ const STORES = [
   { id: 'redis', path: '/redis', name: 'RedisStore', env: 'REDIS_URL' },
   { id: 'postgres', path: '/postgres', name: 'PostgresStore', env: 'DATABASE_URL' },
 ];
-
-/** Imports a module, retrying a few times: pkg/ may be rebuilt while this runs. */
-async function importRetrying(specifier) {
-  for (let i = 0; ; i += 1) {
-    try {
-      return await import(specifier);
-    } catch (err) {
-      if (i >= 4) throw err;
-      await new Promise((resolve) => setTimeout(resolve, 2000));
-    }
-  }
-}
 
 const versionOfRoot = async (pkg) => {
   try {
@@ -202,21 +190,12 @@ function startServer(env) {
   }), async (err) => { await worker.terminate(); throw err; });
 }
 
-const BODY = JSON.stringify({ amount: 4200, currency: 'EUR' });
+/** postPayment: one request of the run. */
+const post = postPayment;
+
 /** The handler, as the results describe it (serve() defines it). */
 const HANDLER = 'toNodeHandler(async (request) => { const { amount } = await request.json(); return Response.json({ ok: true, amount }, { status: 201 }); })';
 
-/** One request: POST BODY with a fresh key (or `key`), the body read; a status other than 201 throws. */
-async function post(url, key = crypto.randomUUID()) {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'idempotency-key': key },
-    body: BODY,
-  });
-  const body = await res.text();
-  if (res.status !== 201) throw new Error(`${url}: unexpected status ${res.status}: ${body.slice(0, 300)}`);
-  return { body, replayed: res.headers.get('idempotent-replayed') };
-}
 
 async function main() {
   const ROUNDS = positiveInt(process.env.COMPANION_ROUNDS, 10);
@@ -336,7 +315,7 @@ async function main() {
       versions: { redis: await versionOfRoot('redis'), pg: await versionOfRoot('pg') },
       pgPoolMax: PG_POOL_MAX,
       server: 'node:http in a worker thread on 127.0.0.1, toNodeHandler per path; the handler reads the JSON body and answers 201 {"ok":true,"amount":...}',
-      requestBody: BODY,
+      requestBody: PAYMENT_BODY,
     };
 
     const out = [];

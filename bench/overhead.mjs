@@ -20,7 +20,7 @@ import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { goalsTable, overheadTable, ratioCell } from './format.mjs';
-import { log, machine, positiveInt, printMarkdown, timedBatch, versionOf, writeResults } from './common.mjs';
+import { importRetrying, log, machine, positiveInt, printMarkdown, timedBatch, versionOf, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/overhead.json', import.meta.url));
 
@@ -52,18 +52,6 @@ if (!isMainThread && workerData?.overheadServer) {
 }
 
 // ---------------------------------------------------------------------------------------------
-
-/** Imports a module, retrying a few times: pkg/ may be rebuilt while this runs. */
-async function importRetrying(specifier) {
-  for (let i = 0; ; i += 1) {
-    try {
-      return await import(specifier);
-    } catch (err) {
-      if (i >= 4) throw err;
-      await new Promise((resolve) => setTimeout(resolve, 2000));
-    }
-  }
-}
 
 function startServer() {
   const worker = new Worker(fileURLToPath(import.meta.url), { workerData: { overheadServer: true } });

@@ -29,7 +29,8 @@ function parseRecord(value, key) {
 
 /**
  * An IdempotencyStore in Redis, shared by every server instance: the lock is
- * `SET key value NX PX lockTimeoutMs` (seed 002, rule 19), a completed response is stored with
+ * `SET key value NX PX lockTimeoutMs` (a distributed lock: a job already running is not
+ * started twice), a completed response is stored with
  * `PX ttlMs`, and only the lock's owner may renew, complete, release or take it over (a Lua
  * script comparing the owner token). `client` is a connected node-redis (`redis` v4+) client
  * you create; this package does not depend on it.

@@ -1,5 +1,5 @@
-// Server entry, `retry-fetch/server`: the other half of idempotency keys (seed 002, rules 10,
-// 11, 17 and 19; the IETF Idempotency-Key draft). For Node 20+ (and Deno and Bun, which have
+// Server entry, `retry-fetch/server`: the other half of idempotency keys (the IETF
+// Idempotency-Key draft: stored answers, a lock per key, keys unique per caller). For Node 20+ (and Deno and Bun, which have
 // `node:fs`). Types and every default: server.d.ts.
 //
 // Rust drives: `idempotency(handler, options)` and `idempotent(fn, options)` are wasm exports

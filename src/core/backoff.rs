@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn exponential_without_jitter_matches_seed_000() {
-        // seed 000: 500 ms, 1 s, 2 s, ...
+        // the classic schedule: base 500 ms doubling, 500 ms, 1 s, 2 s, ...
         let d = delays(&policy(Jitter::None), 5, &mut Fixed(0.5));
         assert_eq!(d, [500, 1000, 2000, 4000, 8000]);
     }

@@ -1,5 +1,5 @@
-//! A circuit breaker per origin: closed → open → half-open → closed (seed 000: "when the
-//! service is down completely, retrying is the wrong strategy").
+//! A circuit breaker per origin: closed → open → half-open → closed (when the service
+//! is down completely, retrying is the wrong strategy: stop sending for a while).
 //!
 //! - **closed**: every attempt goes through. `failure_threshold` consecutive transient
 //!   failures open it; a success resets the count.

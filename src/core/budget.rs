@@ -1,6 +1,6 @@
 //! A shared retry budget per origin: gRPC's `retryThrottling` token semantics, with two
-//! additions that make it safe to have on by default (issue 12; the AWS SDKs' standard retry
-//! mode and Finagle's `RetryBudget` are on by default too).
+//! additions that make it safe to have on by default (the AWS SDKs' standard retry mode and
+//! Finagle's `RetryBudget` are on by default too).
 //!
 //! Each origin has a token count that starts full at `max_tokens`. Every failed attempt
 //! (a transient failure) takes one token (not below 0); every success gives back
@@ -13,8 +13,8 @@
 //!   origin) gets every retry its `maxAttempts` allows, however many that is. Only failures of
 //!   *other* calls refuse a retry: when a service is down, the first wave's failures drain the
 //!   count and every caller sharing it stops retrying, so an outage costs about one request
-//!   per call instead of `maxAttempts` (seed 002: "unlimited retries make a flood; keep a
-//!   retry budget").
+//!   per call instead of `maxAttempts` (unlimited retries make a flood: a retry budget keeps
+//!   them bounded).
 //! - **Time refills it**, so an origin recovers after an outage even when successes are not
 //!   counted (the default budget does not see the successes of `retryFetch`'s lean success
 //!   path, which stays free of any guard).

@@ -1,6 +1,6 @@
 //! Classification: which outcomes are transient, and when a retry is safe.
 //!
-//! The safe-to-retry matrix (seed 002: "retry only with idempotency"):
+//! The safe-to-retry matrix (retry only what is idempotent, by method or by key):
 //!
 //! | request | status in `retryOnStatus` | 409 | network error | timeout |
 //! |---|---|---|---|---|

@@ -1,5 +1,5 @@
-//! The server side of idempotency keys (seed 002, rules 10, 11, 17 and 19; the IETF
-//! `Idempotency-Key` header draft): reading the key, the request fingerprint, the store key
+//! The server side of idempotency keys (the IETF `Idempotency-Key` header draft: a repeat
+//! gets the stored answer, a concurrent duplicate waits on a lock, keys are unique per caller): reading the key, the request fingerprint, the store key
 //! scoped by the caller's identity, the options of `idempotency(handler, options)`, and the
 //! per-request state machine.
 //!
@@ -28,7 +28,7 @@ pub const MAX_KEY_LEN: usize = 255;
 /// Default header that carries the key: `Idempotency-Key` (the IETF draft's, and Stripe's).
 pub const DEFAULT_HEADER: &str = "Idempotency-Key";
 
-/// Default time a completed response is kept: 24 hours (what Stripe keeps; seed 002, rule 10).
+/// Default time a completed response is kept: 24 hours (what Stripe keeps).
 pub const DEFAULT_TTL_MS: f64 = 86_400_000.0;
 
 /// Default lifetime of a lock: 60 s. A lock whose holder died (crash, hang) stops counting
@@ -228,8 +228,18 @@ pub fn store_key(secret: &[u8], identity: Option<&str>, key: &str) -> String {
 /// The shortest `secret` accepted, in characters.
 pub const MIN_SECRET_LEN: usize = 16;
 
+/// The rule for a secret, which the messages below share.
+macro_rules! secret_rule {
+    () => {
+        "a string of at least 16 characters that every instance sharing the store uses"
+    };
+}
+
 /// What `secret` (and what a store's `secret()` returns) must be.
-pub const SECRET_EXPECTED: &str = "a string of at least 16 characters that every instance sharing the store uses (e.g. 64 random hex digits from your secret manager)";
+pub const SECRET_EXPECTED: &str = concat!(secret_rule!(), " (e.g. 64 random hex digits from your secret manager)");
+
+/// What `secret` must be when the store keeps none (it has no `secret()`).
+pub const SECRET_MISSING_EXPECTED: &str = concat!(secret_rule!(), ": this store has no secret() to keep one");
 
 /// `secret`: the key of the HMAC that scopes store keys ([`store_key`]); at least
 /// [`MIN_SECRET_LEN`] characters.
@@ -338,7 +348,7 @@ pub fn decide(record: Record<'_>, fingerprint: &str, now_ms: f64) -> Action {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Concurrent {
     /// `'wait'`: poll the store until the first finishes, then answer with its (replayed)
-    /// response; a 409 when `waitTimeoutMs` runs out first. Seed 002, rule 11.
+    /// response; a 409 when `waitTimeoutMs` runs out first (without the lock both would run).
     Wait,
     /// `'reject'`: answer 409 at once (the IETF draft's behaviour; the client retries a 409
     /// when it sent a key).

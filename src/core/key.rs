@@ -1,7 +1,7 @@
 //! Idempotency keys: UUID v4 from 16 random bytes, and the header forms.
 //!
 //! The bytes come from the caller; the shell takes them from the platform CSPRNG
-//! (`crypto.getRandomValues`, through `getrandom`) and nothing weaker (seed 000, rule 6).
+//! (`crypto.getRandomValues`, through `getrandom`) and nothing weaker: a key must be unique per operation, or a server would answer one payment with another's result.
 
 use super::options::KeyFormat;
 

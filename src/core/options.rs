@@ -30,7 +30,7 @@ pub enum Jitter {
     Equal,
     /// `'decorrelated'`: `min(cap, uniform(base, 3 * previous))`.
     Decorrelated,
-    /// `'additive'`: `d + uniform(0..base)`, the form in the retry-pattern article (seed 000).
+    /// `'additive'`: `d + uniform(0..base)`, exponential delay plus up to one base of random extra.
     Additive,
 }
 

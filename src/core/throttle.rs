@@ -42,7 +42,7 @@
 //! 2 s, full jitter, `Retry-After` respected) against the four servers of
 //! `bench/storm-server.mjs`, which refuse with 503 at once what they cannot take, in virtual
 //! time with this crate's own retry decision and this throttle (`bench/results/
-//! storm-simulation.md`: medians of 50 seeded runs, 1 ms of network each way). Issue 12's goal:
+//! storm-simulation.md`: medians of 50 seeded runs, 1 ms of network each way). The goal:
 //! all served, amplification within 0.1 of its first-wave floor, p99 at most 1.5 × the ideal
 //! (the least time the server needs for the 200 requests):
 //!

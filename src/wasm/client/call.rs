@@ -30,7 +30,7 @@ use super::bindings::{global_fetch, Thenable};
 use super::errors::{circuit_open_error, deadline_error, retry_error, timeout_error};
 use super::guards::{origin_of, BreakerShared};
 use super::options::Policy;
-use super::request::{fix_request, Body, BodyKind, Template};
+use super::request::{body_blob, copy_headers, fix_request, Body, BodyKind, Template};
 use super::signals::CallSignals;
 use crate::core::backoff::Rng;
 use crate::core::breaker::{Admission, BreakerState};
@@ -155,18 +155,7 @@ fn check_init(init: &JsValue) -> Result<(), JsValue> {
 /// Set each of a client's default `headers` that `request` does not carry already (the
 /// call's own headers win).
 fn add_default_headers(request: &Request, defaults: &Headers) -> Result<(), JsValue> {
-    let headers = request.headers();
-    if let Ok(Some(entries)) = js_sys::try_iter(defaults) {
-        for entry in entries.flatten() {
-            let pair = Array::from(&entry);
-            if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
-                if !headers.has(&name)? {
-                    headers.set(&name, &value)?;
-                }
-            }
-        }
-    }
-    Ok(())
+    copy_headers(defaults, &request.headers(), true)
 }
 
 /// Can a call under `policy` take the lean path (given a lean request)? No guard, no time
@@ -382,12 +371,16 @@ impl Drop for Guards {
 
 /// Cancel the body of a response we will not hand out, so its connection is freed.
 async fn discard(response: &JsValue) {
-    let body = js::get(response, "body");
-    if let Ok(cancel) = js::get(&body, "cancel").dyn_into::<Function>() {
-        if let Ok(p) = cancel.call0(&body) {
-            let _ = JsFuture::from(Promise::resolve(&p)).await;
-        }
+    if let Some(cancelled) = cancel_body(response) {
+        let _ = JsFuture::from(cancelled).await;
     }
+}
+
+/// Start cancelling `response`'s body: the promise of the cancel, if it has a body.
+fn cancel_body(response: &JsValue) -> Option<Promise> {
+    let body = js::get(response, "body");
+    let cancel = js::get(&body, "cancel").dyn_into::<Function>().ok()?;
+    cancel.call0(&body).ok().map(|p| Promise::resolve(&p))
 }
 
 /// Is `value` a `Response`, or one of another fetch implementation (a number `status`, and
@@ -750,7 +743,9 @@ async fn run_loop(
                 if !JsValue::eq(o, r) {
                     // Not awaited: a clone's (a tee branch's) cancel settles only once the
                     // other branch is done with.
-                    cancel_body(o);
+                    if let Some(cancelled) = cancel_body(o) {
+                        js::ignore_rejection(&cancelled);
+                    }
                 }
             }
             match verdict.as_bool() {
@@ -836,15 +831,7 @@ fn set_headers(extra: &Headers, given: &JsValue, key_header: &str) -> Result<(),
         msg.push_str(" header: the same key on every attempt is what makes the retry safe");
         return Err(type_error(&msg));
     }
-    if let Ok(Some(entries)) = js_sys::try_iter(&given) {
-        for entry in entries.flatten() {
-            let pair = Array::from(&entry);
-            if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
-                extra.set(&name, &value)?;
-            }
-        }
-    }
-    Ok(())
+    copy_headers(&given, extra, false)
 }
 
 /// The most redirects one attempt follows (fetch's own limit).
@@ -859,9 +846,15 @@ fn follows_redirects(request: &Request) -> bool {
 /// Bun, workers)? Browsers hand back an opaque redirect instead, with no `Location` to
 /// follow: there the platform follows, and a failure after a redirect cannot be told apart.
 fn redirects_visible() -> bool {
-    let global = js_sys::global();
-    js::get(&js::get(&js::get(&global, "process"), "versions"), "node").is_string()
-        || js::get(&global, "Deno").is_object()
+    thread_local! {
+        /// Found once: the runtime does not change.
+        static VISIBLE: bool = {
+            let global = js_sys::global();
+            js::get(&js::get(&js::get(&global, "process"), "versions"), "node").is_string()
+                || js::get(&global, "Deno").is_object()
+        };
+    }
+    VISIBLE.with(|v| *v)
 }
 
 /// Follow the redirects of a non-idempotent request sent with `redirect: 'manual'`, as fetch
@@ -916,7 +909,7 @@ async fn follow(mut outcome: Result<JsValue, JsValue>, t: &Template, body: &Body
         js::set(&hop_init, "signal", &js::get(init, "signal"));
         if with_body {
             match body {
-                Body::Bytes(bytes) => match web_sys::Blob::new_with_u8_array_sequence(&Array::of1(bytes)) {
+                Body::Bytes(bytes) => match body_blob(bytes) {
                     Ok(blob) => js::set(&hop_init, "body", &blob),
                     Err(e) => return (Err(e), true),
                 },
@@ -930,16 +923,6 @@ async fn follow(mut outcome: Result<JsValue, JsValue>, t: &Template, body: &Body
         outcome = JsFuture::from(global_fetch(&JsValue::from_str(&url), &hop_init)).await;
     }
     (outcome, true)
-}
-
-/// Cancel `response`'s body without waiting for it.
-fn cancel_body(response: &JsValue) {
-    let body = js::get(response, "body");
-    if let Ok(cancel) = js::get(&body, "cancel").dyn_into::<Function>() {
-        if let Ok(p) = cancel.call0(&body) {
-            js::ignore_rejection(&Promise::resolve(&p));
-        }
-    }
 }
 
 /// `response.clone()`, or the response itself when it cannot be cloned (another fetch
@@ -996,9 +979,7 @@ fn attempt_init(
     }
     match body {
         Body::AsIs => {}
-        // A Blob over the bytes, not the bytes: Node's fetch detaches a byte body once sent,
-        // so it could not send it again to a 307/308's target (every such POST failed).
-        Body::Bytes(bytes) => js::set(&init, "body", &web_sys::Blob::new_with_u8_array_sequence(&Array::of1(bytes))?.into()),
+        Body::Bytes(bytes) => js::set(&init, "body", &body_blob(bytes)?),
         Body::Stream(stream) => {
             js::set(&init, "body", stream);
             js::set(&init, "duplex", &JsValue::from_str("half"));
@@ -1010,13 +991,8 @@ fn attempt_init(
             headers.set("X-Retry-Count", &(attempt - 1).to_string())?;
             headers.set("X-Original-Request-At", at)?;
         }
-        if let Some(Ok(Some(entries))) = extra.map(|h| js_sys::try_iter(h)) {
-            for entry in entries.flatten() {
-                let pair = Array::from(&entry);
-                if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
-                    headers.set(&name, &value)?;
-                }
-            }
+        if let Some(extra) = extra {
+            copy_headers(extra, &headers, false)?;
         }
         js::set(&init, "headers", &headers);
     }

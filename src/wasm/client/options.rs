@@ -345,14 +345,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
             Some(h) => web_sys::Headers::new_with_headers(h)?,
             None => web_sys::Headers::new()?,
         };
-        if let Ok(Some(entries)) = js_sys::try_iter(&given) {
-            for entry in entries.flatten() {
-                let pair = js_sys::Array::from(&entry);
-                if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
-                    merged.set(&name, &value)?;
-                }
-            }
-        }
+        super::request::copy_headers(&given, &merged, false)?;
         out.headers = Some(merged);
     }
     if raw.budget.as_bool() == Some(false) {

@@ -196,3 +196,26 @@ async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsVal
     }
     Ok(Body::Bytes(out))
 }
+
+/// Set every header of `from` (a `Headers`) on `to`; with `keep_present`, not those `to`
+/// already has. One helper for the client's default headers, `beforeRetry`'s and an
+/// attempt's.
+pub fn copy_headers(from: &JsValue, to: &web_sys::Headers, keep_present: bool) -> Result<(), JsValue> {
+    if let Ok(Some(entries)) = js_sys::try_iter(from) {
+        for entry in entries.flatten() {
+            let pair = Array::from(&entry);
+            if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
+                if !(keep_present && to.has(&name)?) {
+                    to.set(&name, &value)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A `Blob` over the body bytes: what each attempt (and a 307/308's target) is sent. Node's
+/// fetch detaches a byte body once sent, so it could not send the same bytes again.
+pub fn body_blob(bytes: &Uint8Array) -> Result<JsValue, JsValue> {
+    Ok(web_sys::Blob::new_with_u8_array_sequence(&Array::of1(bytes))?.into())
+}

@@ -274,8 +274,7 @@ fn check_secret(api: &str, common: &Common, may_scope: bool) -> Result<(), JsVal
     if !may_scope || common.secret.0.borrow().is_some() || common.store.has_secret() {
         return Ok(());
     }
-    let expected = "a string of at least 16 characters that every instance sharing the store uses: this store has no secret() to keep one";
-    Err(crate::wasm::errors::invalid_value(api, "secret", &JsValue::UNDEFINED, expected))
+    Err(crate::wasm::errors::invalid_value(api, "secret", &JsValue::UNDEFINED, idem::SECRET_MISSING_EXPECTED))
 }
 
 /// Read the options of `idempotency(handler, options)`.
