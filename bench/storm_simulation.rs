@@ -84,35 +84,97 @@ mod storm {
     #[derive(Clone, Copy, Debug, PartialEq)]
     pub enum Kind {
         /// A token bucket: `rate` req/s, `burst` tokens, each request served in `service_ms`.
-        Rate { rate: f64, burst: f64, service_ms: f64 },
+        Rate {
+            rate: f64,
+            burst: f64,
+            service_ms: f64,
+        },
         /// At most `slots` requests in service, `service_ms` each.
         Concurrency { slots: u32, service_ms: f64 },
         /// The token bucket, refusing with `Retry-After: retry_after_s`.
-        Shed { rate: f64, burst: f64, service_ms: f64, retry_after_s: f64 },
+        Shed {
+            rate: f64,
+            burst: f64,
+            service_ms: f64,
+            retry_after_s: f64,
+        },
         /// The token bucket at `rate` until `at_ms`, then at `rate_after`.
-        Halving { rate: f64, rate_after: f64, at_ms: f64, burst: f64, service_ms: f64 },
+        Halving {
+            rate: f64,
+            rate_after: f64,
+            at_ms: f64,
+            burst: f64,
+            service_ms: f64,
+        },
         /// A cold server: at most `slots` in service, `cold_ms` each for the requests that
         /// arrive in the first `warm_after_ms` after the first request, `service_ms` after.
-        Warming { slots: u32, cold_ms: f64, warm_after_ms: f64, service_ms: f64 },
+        Warming {
+            slots: u32,
+            cold_ms: f64,
+            warm_after_ms: f64,
+            service_ms: f64,
+        },
     }
 
     impl Kind {
-        pub const RATE: Kind = Kind::Rate { rate: 400.0, burst: 20.0, service_ms: 5.0 };
-        pub const CONCURRENCY: Kind = Kind::Concurrency { slots: 8, service_ms: 20.0 };
-        pub const SHED: Kind = Kind::Shed { rate: 400.0, burst: 20.0, service_ms: 5.0, retry_after_s: 1.0 };
-        pub const HALVING: Kind = Kind::Halving { rate: 400.0, rate_after: 200.0, at_ms: 250.0, burst: 20.0, service_ms: 5.0 };
+        pub const RATE: Kind = Kind::Rate {
+            rate: 400.0,
+            burst: 20.0,
+            service_ms: 5.0,
+        };
+        pub const CONCURRENCY: Kind = Kind::Concurrency {
+            slots: 8,
+            service_ms: 20.0,
+        };
+        pub const SHED: Kind = Kind::Shed {
+            rate: 400.0,
+            burst: 20.0,
+            service_ms: 5.0,
+            retry_after_s: 1.0,
+        };
+        pub const HALVING: Kind = Kind::Halving {
+            rate: 400.0,
+            rate_after: 200.0,
+            at_ms: 250.0,
+            burst: 20.0,
+            service_ms: 5.0,
+        };
 
         pub fn name(self) -> String {
             match self {
-                Kind::Rate { rate, burst, service_ms } => format!("a token bucket of {rate} req/s holding {burst}, service {service_ms} ms"),
-                Kind::Concurrency { slots, service_ms } => format!("at most {slots} in service, {service_ms} ms each"),
-                Kind::Shed { rate, burst, retry_after_s, .. } => {
+                Kind::Rate {
+                    rate,
+                    burst,
+                    service_ms,
+                } => format!(
+                    "a token bucket of {rate} req/s holding {burst}, service {service_ms} ms"
+                ),
+                Kind::Concurrency { slots, service_ms } => {
+                    format!("at most {slots} in service, {service_ms} ms each")
+                }
+                Kind::Shed {
+                    rate,
+                    burst,
+                    retry_after_s,
+                    ..
+                } => {
                     format!("the bucket ({rate} req/s, {burst}), its 503s with Retry-After: {retry_after_s}")
                 }
-                Kind::Halving { rate, rate_after, at_ms, burst, .. } => {
+                Kind::Halving {
+                    rate,
+                    rate_after,
+                    at_ms,
+                    burst,
+                    ..
+                } => {
                     format!("the bucket ({rate} req/s, {burst}), filling at {rate_after} req/s from {at_ms} ms after the first request")
                 }
-                Kind::Warming { slots, cold_ms, warm_after_ms, service_ms } => {
+                Kind::Warming {
+                    slots,
+                    cold_ms,
+                    warm_after_ms,
+                    service_ms,
+                } => {
                     format!("at most {slots} in service, {cold_ms} ms each for {warm_after_ms} ms, then {service_ms} ms")
                 }
             }
@@ -132,12 +194,31 @@ mod storm {
         /// limit of that kind.
         fn limits(self) -> (f64, f64, f64, u32, f64, f64) {
             match self {
-                Kind::Rate { rate, burst, service_ms } => (rate, rate, burst, 0, service_ms, f64::INFINITY),
-                Kind::Concurrency { slots, service_ms } => (0.0, 0.0, 0.0, slots, service_ms, f64::INFINITY),
-                Kind::Shed { rate, burst, service_ms, .. } => (rate, rate, burst, 0, service_ms, f64::INFINITY),
-                Kind::Halving { rate, rate_after, at_ms, burst, service_ms } => (rate, rate_after, burst, 0, service_ms, at_ms),
+                Kind::Rate {
+                    rate,
+                    burst,
+                    service_ms,
+                } => (rate, rate, burst, 0, service_ms, f64::INFINITY),
+                Kind::Concurrency { slots, service_ms } => {
+                    (0.0, 0.0, 0.0, slots, service_ms, f64::INFINITY)
+                }
+                Kind::Shed {
+                    rate,
+                    burst,
+                    service_ms,
+                    ..
+                } => (rate, rate, burst, 0, service_ms, f64::INFINITY),
+                Kind::Halving {
+                    rate,
+                    rate_after,
+                    at_ms,
+                    burst,
+                    service_ms,
+                } => (rate, rate_after, burst, 0, service_ms, at_ms),
                 // the ideal of the warm server (a lower bound)
-                Kind::Warming { slots, service_ms, .. } => (0.0, 0.0, 0.0, slots, service_ms, f64::INFINITY),
+                Kind::Warming {
+                    slots, service_ms, ..
+                } => (0.0, 0.0, 0.0, slots, service_ms, f64::INFINITY),
             }
         }
 
@@ -184,7 +265,8 @@ mod storm {
                     }
                     let lim = limit(next) as usize;
                     if lim > 0 {
-                        let mut busy: Vec<f64> = ends.iter().copied().filter(|&e| e > next).collect();
+                        let mut busy: Vec<f64> =
+                            ends.iter().copied().filter(|&e| e > next).collect();
                         busy.sort_by(f64::total_cmp);
                         if busy.len() >= lim {
                             next = next.max(busy[busy.len() - lim]);
@@ -225,7 +307,9 @@ mod storm {
         pub fn name(self) -> String {
             match self {
                 Guard::None => "retries only".into(),
-                Guard::Throttle(c) if c == ThrottleConfig::default() => "one `new AdaptiveThrottle()`".into(),
+                Guard::Throttle(c) if c == ThrottleConfig::default() => {
+                    "one `new AdaptiveThrottle()`".into()
+                }
                 Guard::Throttle(c) => format!("AdaptiveThrottle {c:?}"),
                 Guard::Previous => "previous AdaptiveThrottle (comparison)".into(),
                 Guard::BbrLike => "BBR-like pacer (comparison)".into(),
@@ -235,7 +319,9 @@ mod storm {
         fn pacer(self) -> Option<Box<dyn Pacer>> {
             match self {
                 Guard::None => None,
-                Guard::Throttle(c) => Some(Box::new(AdaptiveThrottle::new(c.validate().expect("valid throttle settings")))),
+                Guard::Throttle(c) => Some(Box::new(AdaptiveThrottle::new(
+                    c.validate().expect("valid throttle settings"),
+                ))),
                 Guard::Previous => Some(Box::new(compare::Paced::previous())),
                 Guard::BbrLike => Some(Box::new(compare::Paced::bbr_like())),
             }
@@ -404,7 +490,8 @@ mod storm {
                     needed / self.fill * 1000.0
                 } else {
                     let ramp_s = self.ramp_ms / 1000.0;
-                    self.ramp_ms * (1.0 + needed * std::f64::consts::LN_2 / (self.fill * ramp_s)).log2()
+                    self.ramp_ms
+                        * (1.0 + needed * std::f64::consts::LN_2 / (self.fill * ramp_s)).log2()
                 }
             }
 
@@ -454,7 +541,11 @@ mod storm {
                                 return;
                             }
                             let waiting = self.tail > self.head + self.abandoned.len() as u64;
-                            let current = if waiting || measured <= 0.0 { self.fill } else { self.fill.min(measured) };
+                            let current = if waiting || measured <= 0.0 {
+                                self.fill
+                            } else {
+                                self.fill.min(measured)
+                            };
                             self.backed_off = true;
                             self.w_max = current;
                             self.k_s = (self.w_max * (1.0 - beta) / scale).cbrt();
@@ -463,7 +554,11 @@ mod storm {
                         } else if self.backed_off {
                             let t = (now - self.last_cut) / 1000.0;
                             let cubic = scale * (t - self.k_s).powi(3) + self.w_max;
-                            let ceiling = if measured > 0.0 { 2.0 * measured } else { f64::INFINITY };
+                            let ceiling = if measured > 0.0 {
+                                2.0 * measured
+                            } else {
+                                f64::INFINITY
+                            };
                             self.fill = cubic.min(ceiling).max(0.5);
                         }
                     }
@@ -506,7 +601,14 @@ mod storm {
 
     /// The storms' retry policy.
     pub fn policy() -> RetryPolicy {
-        RetryPolicy { max_attempts: 9, base_delay_ms: 50.0, factor: 2.0, max_delay_ms: 2000.0, jitter: Jitter::Full, ..RetryPolicy::default() }
+        RetryPolicy {
+            max_attempts: 9,
+            base_delay_ms: 50.0,
+            factor: 2.0,
+            max_delay_ms: 2000.0,
+            jitter: Jitter::Full,
+            ..RetryPolicy::default()
+        }
     }
 
     /// One-way network latency: `scale` × (0.5 to 1.5 ms).
@@ -528,7 +630,11 @@ mod storm {
         /// A request leaves service (frees a concurrency slot).
         Done,
         /// The answer to call `c`'s attempt.
-        Answer { c: usize, ok: bool, retry_after_ms: Option<f64> },
+        Answer {
+            c: usize,
+            ok: bool,
+            retry_after_ms: Option<f64>,
+        },
     }
 
     struct Server {
@@ -543,10 +649,18 @@ mod storm {
     impl Server {
         fn new(kind: Kind) -> Self {
             let tokens = match kind {
-                Kind::Rate { burst, .. } | Kind::Shed { burst, .. } | Kind::Halving { burst, .. } => burst,
+                Kind::Rate { burst, .. }
+                | Kind::Shed { burst, .. }
+                | Kind::Halving { burst, .. } => burst,
                 Kind::Concurrency { .. } | Kind::Warming { .. } => 0.0,
             };
-            Server { kind, tokens, refilled_at: 0.0, in_service: 0, first_at: None }
+            Server {
+                kind,
+                tokens,
+                refilled_at: 0.0,
+                in_service: 0,
+                first_at: None,
+            }
         }
 
         /// Tokens the bucket gains from `from` to `to`.
@@ -554,7 +668,12 @@ mod storm {
             let s = |ms: f64| ms / 1000.0;
             match self.kind {
                 Kind::Rate { rate, .. } | Kind::Shed { rate, .. } => s(to - from) * rate,
-                Kind::Halving { rate, rate_after, at_ms, .. } => {
+                Kind::Halving {
+                    rate,
+                    rate_after,
+                    at_ms,
+                    ..
+                } => {
                     let split = (self.first_at.unwrap_or(from) + at_ms).clamp(from, to);
                     s(split - from) * rate + s(to - split) * rate_after
                 }
@@ -566,10 +685,19 @@ mod storm {
         fn admit(&mut self, now: f64) -> Result<f64, Option<f64>> {
             let first = *self.first_at.get_or_insert(now);
             match self.kind {
-                Kind::Warming { slots, cold_ms, warm_after_ms, service_ms } => {
+                Kind::Warming {
+                    slots,
+                    cold_ms,
+                    warm_after_ms,
+                    service_ms,
+                } => {
                     if self.in_service < slots {
                         self.in_service += 1;
-                        Ok(if now - first < warm_after_ms { cold_ms } else { service_ms })
+                        Ok(if now - first < warm_after_ms {
+                            cold_ms
+                        } else {
+                            service_ms
+                        })
                     } else {
                         Err(None)
                     }
@@ -582,7 +710,15 @@ mod storm {
                         Err(None)
                     }
                 }
-                Kind::Rate { burst, service_ms, .. } | Kind::Halving { burst, service_ms, .. } | Kind::Shed { burst, service_ms, .. } => {
+                Kind::Rate {
+                    burst, service_ms, ..
+                }
+                | Kind::Halving {
+                    burst, service_ms, ..
+                }
+                | Kind::Shed {
+                    burst, service_ms, ..
+                } => {
                     self.tokens = (self.tokens + self.gained(self.refilled_at, now)).min(burst);
                     self.refilled_at = now;
                     if self.tokens >= 1.0 {
@@ -621,19 +757,42 @@ mod storm {
 
     /// One run: `n` calls start at t = 0 against `kind`, sharing `guard`; network latency
     /// scaled by `net_scale`; with `trace`, every send and refusal goes to stderr.
-    pub fn simulate(n: usize, kind: Kind, guard: Guard, seed: u64, net_scale: f64, trace: bool) -> Run {
+    pub fn simulate(
+        n: usize,
+        kind: Kind,
+        guard: Guard,
+        seed: u64,
+        net_scale: f64,
+        trace: bool,
+    ) -> Run {
         let policy = policy();
         let mut rng = SplitMix64::new(seed);
         let mut pacer = guard.pacer();
         let mut server = Server::new(kind);
-        let mut calls: Vec<Call> = (0..n).map(|_| Call { state: RetryState::new(&policy, 0.0), ticket: None, sent_at: 0.0 }).collect();
+        let mut calls: Vec<Call> = (0..n)
+            .map(|_| Call {
+                state: RetryState::new(&policy, 0.0),
+                ticket: None,
+                sent_at: 0.0,
+            })
+            .collect();
         let mut queue = Timeline::new();
         for c in 0..n {
             queue.push(0.0, Msg::Turn { c });
         }
-        let mut run = Run { requests: 0, successes: 0, ended_ms: Vec::with_capacity(n), first_wave_refused: 0 };
+        let mut run = Run {
+            requests: 0,
+            successes: 0,
+            ended_ms: Vec::with_capacity(n),
+            first_wave_refused: 0,
+        };
         let cost = |m: &Msg| -> f64 {
-            let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            let env = |k: &str| {
+                std::env::var(k)
+                    .ok()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
             match m {
                 Msg::Turn { .. } => env("LOOP_TURN"),
                 Msg::Answer { .. } => env("LOOP_ANSWER"),
@@ -655,7 +814,8 @@ mod storm {
                 Msg::Turn { c } => {
                     let call = &mut calls[c];
                     if let Some(p) = pacer.as_mut() {
-                        let (ticket, queued_at) = *call.ticket.get_or_insert_with(|| (p.enqueue(now), now));
+                        let (ticket, queued_at) =
+                            *call.ticket.get_or_insert_with(|| (p.enqueue(now), now));
                         if let Err(wait) = p.poll(ticket, now) {
                             assert!(wait >= 1.0 && wait.is_finite(), "poll asked to wait {wait}");
                             if now - queued_at + wait > p.max_wait_ms() {
@@ -683,23 +843,45 @@ mod storm {
                     match server.admit(at) {
                         Ok(service) => {
                             queue.push(at + service, Msg::Done);
-                            queue.push(at + service + net(&mut rng, net_scale), Msg::Answer { c, ok: true, retry_after_ms: None });
+                            queue.push(
+                                at + service + net(&mut rng, net_scale),
+                                Msg::Answer {
+                                    c,
+                                    ok: true,
+                                    retry_after_ms: None,
+                                },
+                            );
                         }
                         Err(retry_after_ms) => {
                             if run.requests <= n as u64 {
                                 run.first_wave_refused += 1;
                             }
-                            queue.push(at + net(&mut rng, net_scale), Msg::Answer { c, ok: false, retry_after_ms });
+                            queue.push(
+                                at + net(&mut rng, net_scale),
+                                Msg::Answer {
+                                    c,
+                                    ok: false,
+                                    retry_after_ms,
+                                },
+                            );
                         }
                     }
                 }
                 Msg::Done => server.in_service = server.in_service.saturating_sub(1),
-                Msg::Answer { c, ok, retry_after_ms } => {
+                Msg::Answer {
+                    c,
+                    ok,
+                    retry_after_ms,
+                } => {
                     let call = &mut calls[c];
                     if let Some(p) = pacer.as_mut() {
                         p.on_answer(call.sent_at, !ok, now);
                         if trace && !ok {
-                            eprintln!("{at:8.2} 503 to the attempt sent at {} (rate now {:.0})", call.sent_at, p.rate(now));
+                            eprintln!(
+                                "{at:8.2} 503 to the attempt sent at {} (rate now {:.0})",
+                                call.sent_at,
+                                p.rate(now)
+                            );
                         }
                     }
                     if ok {
@@ -772,7 +954,9 @@ mod storm {
         /// The issue's goal: all served in every run, amplification within 0.1 of the floor,
         /// p99 at most 1.5 × ideal (medians).
         pub fn met(&self) -> bool {
-            self.min_successes == self.n && self.amplification <= self.floor + 0.1 + 1e-9 && self.p99_ratio() <= 1.5
+            self.min_successes == self.n
+                && self.amplification <= self.floor + 0.1 + 1e-9
+                && self.p99_ratio() <= 1.5
         }
     }
 
@@ -781,15 +965,35 @@ mod storm {
     }
 
     pub fn row(n: usize, kind: Kind, guard: Guard, runs: u64, net_scale: f64) -> Row {
-        let results: Vec<Run> = (0..runs).map(|i| simulate(n, kind, guard, seed(i), net_scale, false)).collect();
+        let results: Vec<Run> = (0..runs)
+            .map(|i| simulate(n, kind, guard, seed(i), net_scale, false))
+            .collect();
         let ideal_ms = kind.ideal_ms(n);
-        let p99s: Vec<f64> = results.iter().map(|r| percentile(&r.ended_ms, 0.99)).collect();
+        let p99s: Vec<f64> = results
+            .iter()
+            .map(|r| percentile(&r.ended_ms, 0.99))
+            .collect();
         Row {
             n,
-            amplification: median(&results.iter().map(|r| r.requests as f64 / n as f64).collect::<Vec<_>>()),
-            floor: median(&results.iter().map(|r| 1.0 + r.first_wave_refused as f64 / n as f64).collect::<Vec<_>>()),
+            amplification: median(
+                &results
+                    .iter()
+                    .map(|r| r.requests as f64 / n as f64)
+                    .collect::<Vec<_>>(),
+            ),
+            floor: median(
+                &results
+                    .iter()
+                    .map(|r| 1.0 + r.first_wave_refused as f64 / n as f64)
+                    .collect::<Vec<_>>(),
+            ),
             min_successes: results.iter().map(|r| r.successes).min().unwrap_or(0),
-            p50_ms: median(&results.iter().map(|r| percentile(&r.ended_ms, 0.5)).collect::<Vec<_>>()),
+            p50_ms: median(
+                &results
+                    .iter()
+                    .map(|r| percentile(&r.ended_ms, 0.5))
+                    .collect::<Vec<_>>(),
+            ),
             p99_ms: median(&p99s),
             ideal_ms,
             worst_p99_ratio: p99s.iter().fold(0.0f64, |m, &p| m.max(p / ideal_ms)),
@@ -809,7 +1013,14 @@ mod storm {
             for kind in KINDS {
                 for s in 0..10 {
                     let plain = simulate(1, kind, Guard::None, s, 1.0, false);
-                    let throttled = simulate(1, kind, Guard::Throttle(ThrottleConfig::default()), s, 1.0, false);
+                    let throttled = simulate(
+                        1,
+                        kind,
+                        Guard::Throttle(ThrottleConfig::default()),
+                        s,
+                        1.0,
+                        false,
+                    );
                     assert_eq!(plain, throttled, "{kind:?}");
                     assert_eq!(plain.requests, 1);
                 }
@@ -820,23 +1031,41 @@ mod storm {
         fn an_unguarded_herd_sends_its_whole_first_wave() {
             let r = simulate(200, Kind::RATE, Guard::None, 1, 1.0, false);
             // 200 at t = 0 against a bucket of 20 (plus what it gains in ~1 ms)
-            assert!((178..=180).contains(&r.first_wave_refused), "{}", r.first_wave_refused);
+            assert!(
+                (178..=180).contains(&r.first_wave_refused),
+                "{}",
+                r.first_wave_refused
+            );
             assert_eq!(r.successes, 200);
         }
 
         #[test]
         fn the_ideal_times_are_those_of_the_storm_server() {
             // 20 at once, then 180 at 400/s, + 5 ms
-            assert!((Kind::RATE.ideal_ms(200) - 455.0).abs() < 1e-6, "{}", Kind::RATE.ideal_ms(200));
+            assert!(
+                (Kind::RATE.ideal_ms(200) - 455.0).abs() < 1e-6,
+                "{}",
+                Kind::RATE.ideal_ms(200)
+            );
             assert_eq!(Kind::CONCURRENCY.ideal_ms(200), 500.0);
             // 20 + 100 by 250 ms, then 80 at 200/s, + 5 ms
-            assert!((Kind::HALVING.ideal_ms(200) - 655.0).abs() < 1e-6, "{}", Kind::HALVING.ideal_ms(200));
+            assert!(
+                (Kind::HALVING.ideal_ms(200) - 655.0).abs() < 1e-6,
+                "{}",
+                Kind::HALVING.ideal_ms(200)
+            );
         }
 
         #[test]
         fn the_default_throttle_meets_the_goals_against_every_kind() {
             for kind in KINDS {
-                let r = row(200, kind, Guard::Throttle(ThrottleConfig::default()), RUNS, 1.0);
+                let r = row(
+                    200,
+                    kind,
+                    Guard::Throttle(ThrottleConfig::default()),
+                    RUNS,
+                    1.0,
+                );
                 assert!(r.met(), "{kind:?}: {r:?}");
             }
         }
@@ -859,7 +1088,11 @@ fn print_table(rows: &[(String, Row)], with_n: bool) {
     println!("| server | guard |{n_head} amplification | floor | served (fewest in a run) | p50 ms | p99 ms | ideal ms | p99 / ideal (worst run) | runs with p99 <= 1.5 x ideal | goal |");
     println!("|---|---|{n_align}---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for (label, r) in rows {
-        let n = if with_n { format!(" {} |", r.n) } else { String::new() };
+        let n = if with_n {
+            format!(" {} |", r.n)
+        } else {
+            String::new()
+        };
         println!(
             "| {label} |{n} {:.2} | {:.2} | {}/{} | {:.0} | {:.0} | {:.0} | {:.2} ({:.2}) | {}/{} | {} |",
             r.amplification,
@@ -886,7 +1119,12 @@ fn kind_by_name(name: &str) -> Kind {
         "concurrency" | "conc" => Kind::CONCURRENCY,
         "shed" => Kind::SHED,
         "halving" => Kind::HALVING,
-        "warming" => Kind::Warming { slots: 8, cold_ms: 35.0, warm_after_ms: 150.0, service_ms: 20.0 },
+        "warming" => Kind::Warming {
+            slots: 8,
+            cold_ms: 35.0,
+            warm_after_ms: 150.0,
+            service_ms: 20.0,
+        },
         other => panic!("unknown server kind {other:?}: rate, concurrency, shed or halving"),
     }
 }
@@ -899,7 +1137,11 @@ fn main() {
             let kind = kind_by_name(args.get(1).map_or("rate", String::as_str));
             let i = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
             let r = storm::simulate(200, kind, throttle, storm::seed(i), 1.0, true);
-            eprintln!("requests {}, p99 {:.0} ms", r.requests, storm::percentile(&r.ended_ms, 0.99));
+            eprintln!(
+                "requests {}, p99 {:.0} ms",
+                r.requests,
+                storm::percentile(&r.ended_ms, 0.99)
+            );
             return;
         }
         Some("--summary") => {
@@ -919,7 +1161,9 @@ fn main() {
             }
             return;
         }
-        Some(other) => panic!("unknown argument {other:?}: --summary, --trace <kind> <run>, or nothing"),
+        Some(other) => {
+            panic!("unknown argument {other:?}: --summary, --trace <kind> <run>, or nothing")
+        }
         None => {}
     }
     let started = std::time::Instant::now();
@@ -944,7 +1188,10 @@ fn main() {
     let mut rows = Vec::new();
     for kind in KINDS {
         for guard in guards {
-            rows.push((format!("{} | {}", kind.short(), guard.name()), row(200, kind, guard, RUNS, 1.0)));
+            rows.push((
+                format!("{} | {}", kind.short(), guard.name()),
+                row(200, kind, guard, RUNS, 1.0),
+            ));
         }
     }
     print_table(&rows, false);
@@ -962,7 +1209,10 @@ fn main() {
     let mut rows = Vec::new();
     for scale in [2.0, 3.0] {
         for kind in KINDS {
-            rows.push((format!("{} | network x{scale}", kind.short()), row(200, kind, throttle, RUNS, scale)));
+            rows.push((
+                format!("{} | network x{scale}", kind.short()),
+                row(200, kind, throttle, RUNS, scale),
+            ));
         }
     }
     print_table(&rows, false);
@@ -980,10 +1230,18 @@ fn main() {
          four servers above more than it gained here, in this simulation."
     );
     println!();
-    let cold = Kind::Warming { slots: 8, cold_ms: 35.0, warm_after_ms: 150.0, service_ms: 20.0 };
+    let cold = Kind::Warming {
+        slots: 8,
+        cold_ms: 35.0,
+        warm_after_ms: 150.0,
+        service_ms: 20.0,
+    };
     let mut rows = Vec::new();
     for guard in [Guard::None, throttle, Guard::Previous] {
-        rows.push((format!("{} | {}", cold.short(), guard.name()), row(200, cold, guard, RUNS, 1.0)));
+        rows.push((
+            format!("{} | {}", cold.short(), guard.name()),
+            row(200, cold, guard, RUNS, 1.0),
+        ));
     }
     print_table(&rows, false);
     println!();
@@ -1001,22 +1259,92 @@ fn main() {
     println!();
     let mut rows = Vec::new();
     let others = [
-        (Kind::Rate { rate: 50.0, burst: 5.0, service_ms: 5.0 }, "rate 50/s, burst 5"),
-        (Kind::Rate { rate: 100.0, burst: 10.0, service_ms: 5.0 }, "rate 100/s, burst 10"),
-        (Kind::Rate { rate: 2000.0, burst: 50.0, service_ms: 5.0 }, "rate 2000/s, burst 50"),
-        (Kind::Concurrency { slots: 1, service_ms: 20.0 }, "concurrency 1 x 20 ms"),
-        (Kind::Concurrency { slots: 2, service_ms: 10.0 }, "concurrency 2 x 10 ms"),
-        (Kind::Concurrency { slots: 32, service_ms: 20.0 }, "concurrency 32 x 20 ms"),
-        (Kind::Shed { rate: 100.0, burst: 10.0, service_ms: 5.0, retry_after_s: 1.0 }, "shed 100/s, Retry-After: 1"),
-        (Kind::Shed { rate: 1000.0, burst: 20.0, service_ms: 5.0, retry_after_s: 1.0 }, "shed 1000/s, Retry-After: 1"),
-        (Kind::Halving { rate: 1000.0, rate_after: 500.0, at_ms: 250.0, burst: 20.0, service_ms: 5.0 }, "halving 1000 -> 500/s at 250 ms"),
+        (
+            Kind::Rate {
+                rate: 50.0,
+                burst: 5.0,
+                service_ms: 5.0,
+            },
+            "rate 50/s, burst 5",
+        ),
+        (
+            Kind::Rate {
+                rate: 100.0,
+                burst: 10.0,
+                service_ms: 5.0,
+            },
+            "rate 100/s, burst 10",
+        ),
+        (
+            Kind::Rate {
+                rate: 2000.0,
+                burst: 50.0,
+                service_ms: 5.0,
+            },
+            "rate 2000/s, burst 50",
+        ),
+        (
+            Kind::Concurrency {
+                slots: 1,
+                service_ms: 20.0,
+            },
+            "concurrency 1 x 20 ms",
+        ),
+        (
+            Kind::Concurrency {
+                slots: 2,
+                service_ms: 10.0,
+            },
+            "concurrency 2 x 10 ms",
+        ),
+        (
+            Kind::Concurrency {
+                slots: 32,
+                service_ms: 20.0,
+            },
+            "concurrency 32 x 20 ms",
+        ),
+        (
+            Kind::Shed {
+                rate: 100.0,
+                burst: 10.0,
+                service_ms: 5.0,
+                retry_after_s: 1.0,
+            },
+            "shed 100/s, Retry-After: 1",
+        ),
+        (
+            Kind::Shed {
+                rate: 1000.0,
+                burst: 20.0,
+                service_ms: 5.0,
+                retry_after_s: 1.0,
+            },
+            "shed 1000/s, Retry-After: 1",
+        ),
+        (
+            Kind::Halving {
+                rate: 1000.0,
+                rate_after: 500.0,
+                at_ms: 250.0,
+                burst: 20.0,
+                service_ms: 5.0,
+            },
+            "halving 1000 -> 500/s at 250 ms",
+        ),
     ];
     for (kind, label) in others {
         for n in [20usize, 200, 1000] {
-            rows.push((format!("{label} | {}", throttle.name()), row(n, kind, throttle, RUNS, 1.0)));
+            rows.push((
+                format!("{label} | {}", throttle.name()),
+                row(n, kind, throttle, RUNS, 1.0),
+            ));
         }
     }
     print_table(&rows, true);
     println!();
-    eprintln!("(computed in {:.1} s of wall time)", started.elapsed().as_secs_f64());
+    eprintln!(
+        "(computed in {:.1} s of wall time)",
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -38,13 +38,20 @@ pub struct Timeline<M> {
 impl<M> Timeline<M> {
     /// An empty timeline.
     pub fn new() -> Self {
-        Timeline { heap: BinaryHeap::new(), seq: 0 }
+        Timeline {
+            heap: BinaryHeap::new(),
+            seq: 0,
+        }
     }
 
     /// `msg` is due at `at`.
     pub fn push(&mut self, at: f64, msg: M) {
         self.seq += 1;
-        self.heap.push(Event { at, seq: self.seq, msg });
+        self.heap.push(Event {
+            at,
+            seq: self.seq,
+            msg,
+        });
     }
 
     /// The earliest message and its time.

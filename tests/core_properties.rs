@@ -31,8 +31,13 @@ fn config() -> ProptestConfig {
 // Strategies and helpers
 // ---------------------------------------------------------------------------------------
 
-const ALL_JITTERS: [Jitter; 5] =
-    [Jitter::None, Jitter::Full, Jitter::Equal, Jitter::Decorrelated, Jitter::Additive];
+const ALL_JITTERS: [Jitter; 5] = [
+    Jitter::None,
+    Jitter::Full,
+    Jitter::Equal,
+    Jitter::Decorrelated,
+    Jitter::Additive,
+];
 
 fn jitter_strategy() -> impl Strategy<Value = Jitter> {
     proptest::sample::select(ALL_JITTERS.to_vec())
@@ -72,16 +77,21 @@ fn max_delay_strategy() -> impl Strategy<Value = f64> {
 }
 
 fn policy_strategy() -> impl Strategy<Value = RetryPolicy> {
-    (jitter_strategy(), base_strategy(), factor_strategy(), max_delay_strategy(), 1u32..=100).prop_map(
-        |(jitter, base, factor, max, attempts)| RetryPolicy {
+    (
+        jitter_strategy(),
+        base_strategy(),
+        factor_strategy(),
+        max_delay_strategy(),
+        1u32..=100,
+    )
+        .prop_map(|(jitter, base, factor, max, attempts)| RetryPolicy {
             jitter,
             base_delay_ms: base,
             factor,
             max_delay_ms: max,
             max_attempts: attempts,
             ..RetryPolicy::default()
-        },
-    )
+        })
 }
 
 /// The cap every delay must respect: `min(maxDelayMs, 2^31 - 1)`.
@@ -322,7 +332,13 @@ fn check_wait(what: &str, x: Option<f64>, now: f64) -> Result<(), TestCaseError>
         prop_assert!(!x.is_nan(), "{} gave NaN", what);
         prop_assert!(x >= 0.0, "{} gave {} < 0", what, x);
         if now.is_finite() {
-            prop_assert!(x.is_finite(), "{} gave {} for a finite now {}", what, x, now);
+            prop_assert!(
+                x.is_finite(),
+                "{} gave {} for a finite now {}",
+                what,
+                x,
+                now
+            );
         }
     }
     Ok(())
@@ -598,7 +614,13 @@ fn server_delay_strategy() -> impl Strategy<Value = Option<f64>> {
 
 fn call_policy_strategy() -> impl Strategy<Value = RetryPolicy> {
     (
-        (jitter_strategy(), 0.0f64..5_000.0, 1.0f64..4.0, prop_oneof![0.0f64..60_000.0, Just(MAX_TIMER_MS)], 1u32..=100),
+        (
+            jitter_strategy(),
+            0.0f64..5_000.0,
+            1.0f64..4.0,
+            prop_oneof![0.0f64..60_000.0, Just(MAX_TIMER_MS)],
+            1u32..=100,
+        ),
         (
             proptest::sample::subsequence(vec![408u16, 409, 425, 429, 500, 502, 503, 504], 0..=8),
             any::<bool>(),
@@ -606,26 +628,40 @@ fn call_policy_strategy() -> impl Strategy<Value = RetryPolicy> {
             any::<bool>(),
         ),
         (
-            proptest::option::of(prop_oneof![0.5f64..100_000.0, (1u32..=100_000).prop_map(f64::from), Just(MAX_TIMER_MS)]),
-            proptest::option::of(prop_oneof![0.0f64..100_000.0, Just(0.0), Just(MAX_TIMER_MS)]),
+            proptest::option::of(prop_oneof![
+                0.5f64..100_000.0,
+                (1u32..=100_000).prop_map(f64::from),
+                Just(MAX_TIMER_MS)
+            ]),
+            proptest::option::of(prop_oneof![
+                0.0f64..100_000.0,
+                Just(0.0),
+                Just(MAX_TIMER_MS)
+            ]),
         ),
     )
-        .prop_map(|((jitter, base, factor, max, attempts), (statuses, net, timeout, respect), (deadline, max_ra))| {
-            RetryPolicy {
-                jitter,
-                base_delay_ms: base,
-                factor,
-                max_delay_ms: max,
-                max_attempts: attempts,
-                retry_on_status: statuses,
-                retry_on_network_error: net,
-                retry_on_timeout: timeout,
-                respect_retry_after: respect,
-                deadline_ms: deadline,
-                max_retry_after_ms: max_ra,
-                ..RetryPolicy::default()
-            }
-        })
+        .prop_map(
+            |(
+                (jitter, base, factor, max, attempts),
+                (statuses, net, timeout, respect),
+                (deadline, max_ra),
+            )| {
+                RetryPolicy {
+                    jitter,
+                    base_delay_ms: base,
+                    factor,
+                    max_delay_ms: max,
+                    max_attempts: attempts,
+                    retry_on_status: statuses,
+                    retry_on_network_error: net,
+                    retry_on_timeout: timeout,
+                    respect_retry_after: respect,
+                    deadline_ms: deadline,
+                    max_retry_after_ms: max_ra,
+                    ..RetryPolicy::default()
+                }
+            },
+        )
 }
 
 fn reason_of(outcome: Outcome) -> RetryReason {
@@ -653,18 +689,27 @@ fn call_strategy(flags: BoxedStrategy<(bool, bool)>) -> impl Strategy<Value = Ca
     (
         prop_oneof![Just(0.0), (0u64..=4_000_000_000_000).prop_map(|v| v as f64)],
         flags,
-        proptest::collection::vec((outcome_strategy(), prop_oneof![Just(0u32), 0u32..=3_000], server_delay_strategy()), 1..=110),
+        proptest::collection::vec(
+            (
+                outcome_strategy(),
+                prop_oneof![Just(0u32), 0u32..=3_000],
+                server_delay_strategy(),
+            ),
+            1..=110,
+        ),
         any::<u64>(),
         proptest::bool::weighted(0.9),
     )
-        .prop_map(|(start_ms, (idempotent, has_key), attempts, seed, replayable)| Call {
-            start_ms,
-            idempotent,
-            has_key,
-            attempts,
-            replayable,
-            seed,
-        })
+        .prop_map(
+            |(start_ms, (idempotent, has_key), attempts, seed, replayable)| Call {
+                start_ms,
+                idempotent,
+                has_key,
+                attempts,
+                replayable,
+                seed,
+            },
+        )
 }
 
 /// Run `call` under `policy` and check every invariant of a single decision and of the
@@ -695,22 +740,44 @@ fn simulate(policy: &RetryPolicy, call: &Call) -> Result<Vec<Decision>, TestCase
         let verdict = classify(policy, outcome, call.idempotent, call.has_key);
         let decision = state.decide(policy, report, now, &mut rng);
         decisions.push(decision);
-        let asked = if policy.respect_retry_after { server_delay_ms } else { None };
+        let asked = if policy.respect_retry_after {
+            server_delay_ms
+        } else {
+            None
+        };
 
         match decision {
-            Decision::Retry { delay_ms, reason, from_server } => {
+            Decision::Retry {
+                delay_ms,
+                reason,
+                from_server,
+            } => {
                 retries += 1;
                 waited_ms += delay_ms;
                 prop_assert_eq!(verdict, Verdict::Retryable(reason));
                 prop_assert_eq!(reason, reason_of(outcome));
-                prop_assert!(n < policy.max_attempts, "retry after attempt {} of {}", n, policy.max_attempts);
+                prop_assert!(
+                    n < policy.max_attempts,
+                    "retry after attempt {} of {}",
+                    n,
+                    policy.max_attempts
+                );
                 prop_assert!(retries < policy.max_attempts);
                 prop_assert!(delay_ms <= MAX_TIMER_U64);
                 prop_assert!(call.replayable, "retried a body that cannot be sent again");
                 prop_assert_eq!(from_server, asked.is_some());
                 if let Some(a) = asked {
-                    prop_assert!(a <= policy.retry_after_cap_ms(), "accepted {} above {}", a, policy.retry_after_cap_ms());
-                    let expected = if a <= 0.0 { 0 } else { (a.ceil().min(MAX_TIMER_MS)) as u64 };
+                    prop_assert!(
+                        a <= policy.retry_after_cap_ms(),
+                        "accepted {} above {}",
+                        a,
+                        policy.retry_after_cap_ms()
+                    );
+                    let expected = if a <= 0.0 {
+                        0
+                    } else {
+                        (a.ceil().min(MAX_TIMER_MS)) as u64
+                    };
                     prop_assert_eq!(delay_ms, expected, "server asked {}", a);
                 } else {
                     prop_assert!(delay_ms as f64 <= cap, "{} above the cap {}", delay_ms, cap);
@@ -724,8 +791,16 @@ fn simulate(policy: &RetryPolicy, call: &Call) -> Result<Vec<Decision>, TestCase
                     );
                 }
                 if let Some(deadline) = policy.deadline_ms {
-                    prop_assert!((waited_ms as f64) < deadline, "waited {} of a {} ms deadline", waited_ms, deadline);
-                    prop_assert!(now + delay_ms as f64 - call.start_ms < deadline, "the wait ends after the deadline");
+                    prop_assert!(
+                        (waited_ms as f64) < deadline,
+                        "waited {} of a {} ms deadline",
+                        waited_ms,
+                        deadline
+                    );
+                    prop_assert!(
+                        now + delay_ms as f64 - call.start_ms < deadline,
+                        "the wait ends after the deadline"
+                    );
                 }
                 now += delay_ms as f64;
             }
@@ -762,7 +837,11 @@ fn simulate(policy: &RetryPolicy, call: &Call) -> Result<Vec<Decision>, TestCase
                     && n < policy.max_attempts
                     && policy.deadline_ms.is_none()
                 {
-                    prop_assert!(asked.is_some(), "stopped with {:?} though nothing prevented a retry", stop);
+                    prop_assert!(
+                        asked.is_some(),
+                        "stopped with {:?} though nothing prevented a retry",
+                        stop
+                    );
                 }
                 break;
             }
@@ -925,35 +1004,76 @@ fn headers_to_decision_end_to_end() {
     // The same with a key: the server's wait is used as is.
     let mut state = RetryState::new(&policy, now);
     state.start_attempt();
-    let keyed = AttemptOutcome { has_key: true, ..post };
+    let keyed = AttemptOutcome {
+        has_key: true,
+        ..post
+    };
     assert_eq!(
         state.decide(&policy, keyed, now, &mut Half),
-        Decision::Retry { delay_ms: 2000, reason: RetryReason::Status, from_server: true }
+        Decision::Retry {
+            delay_ms: 2000,
+            reason: RetryReason::Status,
+            from_server: true
+        }
     );
 
     // 429 with a RateLimit field (no Retry-After): the longest exhausted window.
-    let wait = retry_after::server_delay_ms(None, None, Some(r#""a";r=0;t=3, "b";r=0;t=7, "c";r=2;t=60"#), now);
+    let wait = retry_after::server_delay_ms(
+        None,
+        None,
+        Some(r#""a";r=0;t=3, "b";r=0;t=7, "c";r=2;t=60"#),
+        now,
+    );
     assert_eq!(wait, Some(7000.0));
     let mut state = RetryState::new(&policy, now);
     state.start_attempt();
-    let limited = AttemptOutcome { outcome: Outcome::Status(429), server_delay_ms: wait, ..post };
+    let limited = AttemptOutcome {
+        outcome: Outcome::Status(429),
+        server_delay_ms: wait,
+        ..post
+    };
     assert_eq!(
         state.decide(&policy, limited, now, &mut Half),
-        Decision::Retry { delay_ms: 7000, reason: RetryReason::Status, from_server: true }
+        Decision::Retry {
+            delay_ms: 7000,
+            reason: RetryReason::Status,
+            from_server: true
+        }
     );
 }
 
 #[test]
 fn rate_limit_reset_as_unix_time_and_http_date() {
     let now = 1_700_000_000_000.0;
-    assert_eq!(retry_after::parse_ratelimit_reset("1700000042", now), Some(42_000.0));
-    assert_eq!(retry_after::parse_ratelimit_reset("1600000000", now), Some(0.0));
-    assert_eq!(retry_after::parse_ratelimit_reset("999999999", now), Some(999_999_999_000.0));
+    assert_eq!(
+        retry_after::parse_ratelimit_reset("1700000042", now),
+        Some(42_000.0)
+    );
+    assert_eq!(
+        retry_after::parse_ratelimit_reset("1600000000", now),
+        Some(0.0)
+    );
+    assert_eq!(
+        retry_after::parse_ratelimit_reset("999999999", now),
+        Some(999_999_999_000.0)
+    );
     // 2023-11-14T22:13:20Z is 1_700_000_000 s.
-    assert_eq!(retry_after::parse_retry_after("Tue, 14 Nov 2023 22:13:30 GMT", now), Some(10_000.0));
-    assert_eq!(retry_after::parse_retry_after("Tuesday, 14-Nov-23 22:13:30 GMT", now), Some(10_000.0));
-    assert_eq!(retry_after::parse_retry_after("Tue Nov 14 22:13:30 2023", now), Some(10_000.0));
-    assert_eq!(retry_after::parse_retry_after("Tue, 14 Nov 2023 22:13:30 CET", now), None);
+    assert_eq!(
+        retry_after::parse_retry_after("Tue, 14 Nov 2023 22:13:30 GMT", now),
+        Some(10_000.0)
+    );
+    assert_eq!(
+        retry_after::parse_retry_after("Tuesday, 14-Nov-23 22:13:30 GMT", now),
+        Some(10_000.0)
+    );
+    assert_eq!(
+        retry_after::parse_retry_after("Tue Nov 14 22:13:30 2023", now),
+        Some(10_000.0)
+    );
+    assert_eq!(
+        retry_after::parse_retry_after("Tue, 14 Nov 2023 22:13:30 CET", now),
+        None
+    );
 }
 
 #[test]
@@ -967,8 +1087,14 @@ fn validated_options_drive_a_deterministic_schedule() {
         ..RetryPolicy::default()
     };
     let count = options::delay_count(6.0).unwrap();
-    assert_eq!(backoff::delays(&policy, count, &mut Half), [100, 300, 900, 2000, 2000, 2000]);
-    let equal = RetryPolicy { jitter: Jitter::Equal, ..policy.clone() };
+    assert_eq!(
+        backoff::delays(&policy, count, &mut Half),
+        [100, 300, 900, 2000, 2000, 2000]
+    );
+    let equal = RetryPolicy {
+        jitter: Jitter::Equal,
+        ..policy.clone()
+    };
     assert_eq!(backoff::delays(&equal, 4, &mut Half), [75, 225, 675, 1500]);
 
     // The schedule of a whole call: 4 retries, then the attempts run out.
@@ -978,16 +1104,18 @@ fn validated_options_drive_a_deterministic_schedule() {
     loop {
         state.start_attempt();
         let o = AttemptOutcome {
-        outcome: Outcome::Timeout,
-        idempotent: true,
-        has_key: false,
-        server_delay_ms: None,
-        replayable: true,
-        budget_allows_retry: true,
-        redirected: false,
-    };
+            outcome: Outcome::Timeout,
+            idempotent: true,
+            has_key: false,
+            server_delay_ms: None,
+            replayable: true,
+            budget_allows_retry: true,
+            redirected: false,
+        };
         match state.decide(&policy, o, now, &mut Half) {
-            Decision::Retry { delay_ms, reason, .. } => {
+            Decision::Retry {
+                delay_ms, reason, ..
+            } => {
                 assert_eq!(reason.as_str(), "timeout");
                 delays.push(delay_ms);
                 now += delay_ms as f64;
@@ -1023,7 +1151,10 @@ fn deadline_limits_the_attempt_and_the_wait() {
         redirected: false,
     };
     // Attempt 1 times out at 10_800; wait 500 ends at 11_300 < 12_000.
-    assert!(matches!(state.decide(&policy, o, 10_800.0, &mut Half), Decision::Retry { delay_ms: 500, .. }));
+    assert!(matches!(
+        state.decide(&policy, o, 10_800.0, &mut Half),
+        Decision::Retry { delay_ms: 500, .. }
+    ));
     state.start_attempt();
     assert_eq!(state.attempt_time_limit_ms(&policy, 11_300.0), Some(700.0));
     // Attempt 2 ends at 12_000: the deadline is spent, a 1000 ms wait cannot fit.
@@ -1039,8 +1170,17 @@ fn a_generated_key_in_both_header_forms() {
     let k = key::uuid_v4(*b"0123456789abcdef");
     assert_eq!(k, "30313233-3435-4637-b839-616263646566");
     assert!(key::is_uuid_v4(&k));
-    assert_eq!(key::header_value(&k, options::key_format("plain").unwrap()), k);
-    assert_eq!(key::header_value(&k, options::key_format("sf-string").unwrap()), format!("\"{k}\""));
+    assert_eq!(
+        key::header_value(&k, options::key_format("plain").unwrap()),
+        k
+    );
+    assert_eq!(
+        key::header_value(&k, options::key_format("sf-string").unwrap()),
+        format!("\"{k}\"")
+    );
     assert_eq!(options::key_mode("auto"), Ok(KeyMode::Auto));
-    assert_eq!(options::header_name("Idempotency-Key").unwrap(), RetryPolicy::default().idempotency_header);
+    assert_eq!(
+        options::header_name("Idempotency-Key").unwrap(),
+        RetryPolicy::default().idempotency_header
+    );
 }

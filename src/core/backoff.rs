@@ -119,7 +119,9 @@ impl Backoff {
     /// decorrelated jitter continues from what actually happened.
     pub fn note_external_delay(&mut self, delay_ms: u64) {
         self.retries = self.retries.saturating_add(1);
-        self.previous_ms = clamp_ms(delay_ms as f64).min(self.cap_ms).max(self.base_ms.min(self.cap_ms));
+        self.previous_ms = clamp_ms(delay_ms as f64)
+            .min(self.cap_ms)
+            .max(self.base_ms.min(self.cap_ms));
     }
 }
 
@@ -153,7 +155,10 @@ mod tests {
     use super::*;
 
     fn policy(jitter: Jitter) -> RetryPolicy {
-        RetryPolicy { jitter, ..RetryPolicy::default() }
+        RetryPolicy {
+            jitter,
+            ..RetryPolicy::default()
+        }
     }
 
     struct Fixed(f64);
@@ -172,25 +177,43 @@ mod tests {
 
     #[test]
     fn cap_bounds_the_schedule() {
-        let p = RetryPolicy { max_delay_ms: 3000.0, ..policy(Jitter::None) };
-        assert_eq!(delays(&p, 5, &mut Fixed(0.0)), [500, 1000, 2000, 3000, 3000]);
+        let p = RetryPolicy {
+            max_delay_ms: 3000.0,
+            ..policy(Jitter::None)
+        };
+        assert_eq!(
+            delays(&p, 5, &mut Fixed(0.0)),
+            [500, 1000, 2000, 3000, 3000]
+        );
     }
 
     #[test]
     fn full_jitter_scales_the_whole_delay() {
-        assert_eq!(delays(&policy(Jitter::Full), 3, &mut Fixed(0.5)), [250, 500, 1000]);
+        assert_eq!(
+            delays(&policy(Jitter::Full), 3, &mut Fixed(0.5)),
+            [250, 500, 1000]
+        );
         assert_eq!(delays(&policy(Jitter::Full), 2, &mut Fixed(0.0)), [0, 0]);
     }
 
     #[test]
     fn equal_jitter_keeps_half() {
-        assert_eq!(delays(&policy(Jitter::Equal), 2, &mut Fixed(0.0)), [250, 500]);
-        assert_eq!(delays(&policy(Jitter::Equal), 2, &mut Fixed(0.5)), [375, 750]);
+        assert_eq!(
+            delays(&policy(Jitter::Equal), 2, &mut Fixed(0.0)),
+            [250, 500]
+        );
+        assert_eq!(
+            delays(&policy(Jitter::Equal), 2, &mut Fixed(0.5)),
+            [375, 750]
+        );
     }
 
     #[test]
     fn additive_jitter_adds_up_to_one_base() {
-        assert_eq!(delays(&policy(Jitter::Additive), 2, &mut Fixed(0.5)), [750, 1250]);
+        assert_eq!(
+            delays(&policy(Jitter::Additive), 2, &mut Fixed(0.5)),
+            [750, 1250]
+        );
     }
 
     #[test]
@@ -212,14 +235,23 @@ mod tests {
         };
         let d = delays(&p, 100, &mut Fixed(0.9));
         assert!(d.iter().all(|&x| x == MAX_TIMER_MS as u64));
-        let zero = RetryPolicy { base_delay_ms: 0.0, factor: 100.0, ..policy(Jitter::Decorrelated) };
+        let zero = RetryPolicy {
+            base_delay_ms: 0.0,
+            factor: 100.0,
+            ..policy(Jitter::Decorrelated)
+        };
         assert!(delays(&zero, 100, &mut Fixed(0.9)).iter().all(|&x| x == 0));
     }
 
     #[test]
     fn a_misbehaving_rng_is_contained() {
         for u in [f64::NAN, -1.0, 7.0, f64::INFINITY] {
-            for j in [Jitter::Full, Jitter::Equal, Jitter::Decorrelated, Jitter::Additive] {
+            for j in [
+                Jitter::Full,
+                Jitter::Equal,
+                Jitter::Decorrelated,
+                Jitter::Additive,
+            ] {
                 let d = delays(&policy(j), 10, &mut Fixed(u));
                 assert!(d.iter().all(|&x| x <= 30_000), "{j:?} {u} {d:?}");
             }

@@ -60,7 +60,11 @@ pub struct BreakerConfig {
 
 impl Default for BreakerConfig {
     fn default() -> Self {
-        BreakerConfig { failure_threshold: 5, open_ms: 10_000.0, half_open_max_calls: 1 }
+        BreakerConfig {
+            failure_threshold: 5,
+            open_ms: 10_000.0,
+            half_open_max_calls: 1,
+        }
     }
 }
 
@@ -68,13 +72,25 @@ impl BreakerConfig {
     /// Check the ranges documented on each field.
     pub fn validate(self) -> Result<Self, OptionError> {
         if !(1..=1000).contains(&self.failure_threshold) {
-            return Err(OptionError::new("failureThreshold", "an integer from 1 to 1000"));
+            return Err(OptionError::new(
+                "failureThreshold",
+                "an integer from 1 to 1000",
+            ));
         }
-        if !(self.open_ms.is_finite() && self.open_ms >= 0.0 && self.open_ms <= super::options::MAX_TIMER_MS) {
-            return Err(OptionError::new("openMs", "a number of milliseconds from 0 to 2147483647"));
+        if !(self.open_ms.is_finite()
+            && self.open_ms >= 0.0
+            && self.open_ms <= super::options::MAX_TIMER_MS)
+        {
+            return Err(OptionError::new(
+                "openMs",
+                "a number of milliseconds from 0 to 2147483647",
+            ));
         }
         if !(1..=1000).contains(&self.half_open_max_calls) {
-            return Err(OptionError::new("halfOpenMaxCalls", "an integer from 1 to 1000"));
+            return Err(OptionError::new(
+                "halfOpenMaxCalls",
+                "an integer from 1 to 1000",
+            ));
         }
         Ok(self)
     }
@@ -106,7 +122,12 @@ struct OriginBreaker {
 
 impl Default for OriginBreaker {
     fn default() -> Self {
-        OriginBreaker { state: BreakerState::Closed, consecutive_failures: 0, opened_at_ms: 0.0, probes_in_flight: 0 }
+        OriginBreaker {
+            state: BreakerState::Closed,
+            consecutive_failures: 0,
+            opened_at_ms: 0.0,
+            probes_in_flight: 0,
+        }
     }
 }
 
@@ -120,7 +141,10 @@ pub struct CircuitBreaker {
 impl CircuitBreaker {
     /// A breaker with `config` (already validated).
     pub fn new(config: BreakerConfig) -> Self {
-        CircuitBreaker { config, origins: OriginMap::default() }
+        CircuitBreaker {
+            config,
+            origins: OriginMap::default(),
+        }
     }
 
     /// The settings.
@@ -129,14 +153,18 @@ impl CircuitBreaker {
     }
 
     fn origin(&mut self, origin: &str) -> &mut OriginBreaker {
-        self.origins.get_or_insert_with(origin, OriginBreaker::default)
+        self.origins
+            .get_or_insert_with(origin, OriginBreaker::default)
     }
 
     /// The state of `origin` at `now_ms` (open becomes half-open once `open_ms` passed).
     pub fn state(&self, origin: &str, now_ms: f64) -> BreakerState {
         match self.origins.get(origin) {
             None => BreakerState::Closed,
-            Some(b) if b.state == BreakerState::Open && now_ms >= b.opened_at_ms + self.config.open_ms => {
+            Some(b)
+                if b.state == BreakerState::Open
+                    && now_ms >= b.opened_at_ms + self.config.open_ms =>
+            {
                 BreakerState::HalfOpen
             }
             Some(b) => b.state,
@@ -152,11 +180,19 @@ impl CircuitBreaker {
         if b.state == BreakerState::Open {
             let reopen_at = b.opened_at_ms + config.open_ms;
             if now_ms < reopen_at {
-                return (Admission::Rejected { retry_after_ms: reopen_at - now_ms }, None);
+                return (
+                    Admission::Rejected {
+                        retry_after_ms: reopen_at - now_ms,
+                    },
+                    None,
+                );
             }
             b.state = BreakerState::HalfOpen;
             b.probes_in_flight = 0;
-            transition = Some(Transition { from: BreakerState::Open, to: BreakerState::HalfOpen });
+            transition = Some(Transition {
+                from: BreakerState::Open,
+                to: BreakerState::HalfOpen,
+            });
         }
         match b.state {
             BreakerState::Closed => (Admission::Allowed { probe: false }, transition),
@@ -164,13 +200,24 @@ impl CircuitBreaker {
                 b.probes_in_flight += 1;
                 (Admission::Allowed { probe: true }, transition)
             }
-            _ => (Admission::Rejected { retry_after_ms: config.open_ms }, transition),
+            _ => (
+                Admission::Rejected {
+                    retry_after_ms: config.open_ms,
+                },
+                transition,
+            ),
         }
     }
 
     /// The result of an admitted attempt: `transient_failure` or not (a success, or a
     /// permanent answer such as 404, which shows the service is up).
-    pub fn record(&mut self, origin: &str, probe: bool, transient_failure: bool, now_ms: f64) -> Option<Transition> {
+    pub fn record(
+        &mut self,
+        origin: &str,
+        probe: bool,
+        transient_failure: bool,
+        now_ms: f64,
+    ) -> Option<Transition> {
         let threshold = self.config.failure_threshold;
         let b = self.origin(origin);
         if probe {
@@ -222,7 +269,9 @@ mod tests {
     }
 
     fn fail(b: &mut CircuitBreaker, n: u32, now: f64) -> Vec<Transition> {
-        (0..n).filter_map(|_| b.record(O, false, true, now)).collect()
+        (0..n)
+            .filter_map(|_| b.record(O, false, true, now))
+            .collect()
     }
 
     #[test]
@@ -230,8 +279,19 @@ mod tests {
         let mut b = breaker();
         assert!(fail(&mut b, 4, 0.0).is_empty());
         assert_eq!(b.state(O, 0.0), Closed);
-        assert_eq!(fail(&mut b, 1, 100.0), [Transition { from: Closed, to: Open }]);
-        assert_eq!(b.admit(O, 150.0).0, Admission::Rejected { retry_after_ms: 9_950.0 });
+        assert_eq!(
+            fail(&mut b, 1, 100.0),
+            [Transition {
+                from: Closed,
+                to: Open
+            }]
+        );
+        assert_eq!(
+            b.admit(O, 150.0).0,
+            Admission::Rejected {
+                retry_after_ms: 9_950.0
+            }
+        );
     }
 
     #[test]
@@ -251,8 +311,19 @@ mod tests {
         assert_eq!(b.state(O, 11_000.0), HalfOpen);
         let (first, t) = b.admit(O, 11_000.0);
         assert_eq!(first, Admission::Allowed { probe: true });
-        assert_eq!(t, Some(Transition { from: Open, to: HalfOpen }));
-        assert_eq!(b.admit(O, 11_001.0).0, Admission::Rejected { retry_after_ms: 10_000.0 });
+        assert_eq!(
+            t,
+            Some(Transition {
+                from: Open,
+                to: HalfOpen
+            })
+        );
+        assert_eq!(
+            b.admit(O, 11_001.0).0,
+            Admission::Rejected {
+                retry_after_ms: 10_000.0
+            }
+        );
     }
 
     #[test]
@@ -260,13 +331,30 @@ mod tests {
         let mut b = breaker();
         fail(&mut b, 5, 0.0);
         b.admit(O, 10_000.0);
-        assert_eq!(b.record(O, true, false, 10_010.0), Some(Transition { from: HalfOpen, to: Closed }));
+        assert_eq!(
+            b.record(O, true, false, 10_010.0),
+            Some(Transition {
+                from: HalfOpen,
+                to: Closed
+            })
+        );
         assert_eq!(b.admit(O, 10_020.0).0, Admission::Allowed { probe: false });
 
         fail(&mut b, 5, 20_000.0);
         b.admit(O, 30_000.0);
-        assert_eq!(b.record(O, true, true, 30_005.0), Some(Transition { from: HalfOpen, to: Open }));
-        assert_eq!(b.admit(O, 30_006.0).0, Admission::Rejected { retry_after_ms: 9_999.0 });
+        assert_eq!(
+            b.record(O, true, true, 30_005.0),
+            Some(Transition {
+                from: HalfOpen,
+                to: Open
+            })
+        );
+        assert_eq!(
+            b.admit(O, 30_006.0).0,
+            Admission::Rejected {
+                retry_after_ms: 9_999.0
+            }
+        );
     }
 
     #[test]
@@ -279,7 +367,10 @@ mod tests {
 
     #[test]
     fn released_probes_free_their_slot() {
-        let mut b = CircuitBreaker::new(BreakerConfig { half_open_max_calls: 2, ..BreakerConfig::default() });
+        let mut b = CircuitBreaker::new(BreakerConfig {
+            half_open_max_calls: 2,
+            ..BreakerConfig::default()
+        });
         fail(&mut b, 5, 0.0);
         assert_eq!(b.admit(O, 10_000.0).0, Admission::Allowed { probe: true });
         assert_eq!(b.admit(O, 10_000.0).0, Admission::Allowed { probe: true });
@@ -292,16 +383,34 @@ mod tests {
     fn origins_are_independent() {
         let mut b = breaker();
         fail(&mut b, 5, 0.0);
-        assert_eq!(b.admit("http://other:1", 1.0).0, Admission::Allowed { probe: false });
+        assert_eq!(
+            b.admit("http://other:1", 1.0).0,
+            Admission::Allowed { probe: false }
+        );
     }
 
     #[test]
     fn validation() {
         let d = BreakerConfig::default();
-        assert!(BreakerConfig { failure_threshold: 0, ..d }.validate().is_err());
+        assert!(BreakerConfig {
+            failure_threshold: 0,
+            ..d
+        }
+        .validate()
+        .is_err());
         assert!(BreakerConfig { open_ms: -1.0, ..d }.validate().is_err());
-        assert!(BreakerConfig { open_ms: f64::INFINITY, ..d }.validate().is_err());
-        assert!(BreakerConfig { half_open_max_calls: 0, ..d }.validate().is_err());
+        assert!(BreakerConfig {
+            open_ms: f64::INFINITY,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(BreakerConfig {
+            half_open_max_calls: 0,
+            ..d
+        }
+        .validate()
+        .is_err());
         assert!(d.validate().is_ok());
     }
 }

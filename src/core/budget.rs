@@ -38,7 +38,11 @@ pub struct BudgetConfig {
 
 impl Default for BudgetConfig {
     fn default() -> Self {
-        BudgetConfig { max_tokens: 10.0, token_ratio: 0.1, refill_per_sec: 0.5 }
+        BudgetConfig {
+            max_tokens: 10.0,
+            token_ratio: 0.1,
+            refill_per_sec: 0.5,
+        }
     }
 }
 
@@ -46,14 +50,27 @@ impl BudgetConfig {
     /// `maxTokens` must be a finite number in `(0, 1000000]`; `tokenRatio` a finite number in
     /// `(0, maxTokens]`; `refillPerSecond` a finite number in `[0, maxTokens]`.
     pub fn validate(self) -> Result<Self, OptionError> {
-        if !(self.max_tokens.is_finite() && self.max_tokens > 0.0 && self.max_tokens <= 1_000_000.0) {
+        if !(self.max_tokens.is_finite() && self.max_tokens > 0.0 && self.max_tokens <= 1_000_000.0)
+        {
             return Err(OptionError::new("maxTokens", "a number > 0 and <= 1000000"));
         }
-        if !(self.token_ratio.is_finite() && self.token_ratio > 0.0 && self.token_ratio <= self.max_tokens) {
-            return Err(OptionError::new("tokenRatio", "a number > 0 and <= maxTokens"));
+        if !(self.token_ratio.is_finite()
+            && self.token_ratio > 0.0
+            && self.token_ratio <= self.max_tokens)
+        {
+            return Err(OptionError::new(
+                "tokenRatio",
+                "a number > 0 and <= maxTokens",
+            ));
         }
-        if !(self.refill_per_sec.is_finite() && self.refill_per_sec >= 0.0 && self.refill_per_sec <= self.max_tokens) {
-            return Err(OptionError::new("refillPerSecond", "a number >= 0 and <= maxTokens"));
+        if !(self.refill_per_sec.is_finite()
+            && self.refill_per_sec >= 0.0
+            && self.refill_per_sec <= self.max_tokens)
+        {
+            return Err(OptionError::new(
+                "refillPerSecond",
+                "a number >= 0 and <= maxTokens",
+            ));
         }
         Ok(self)
     }
@@ -76,7 +93,10 @@ pub struct RetryBudget {
 impl RetryBudget {
     /// A budget with `config` (already validated).
     pub fn new(config: BudgetConfig) -> Self {
-        RetryBudget { config, counts: OriginMap::default() }
+        RetryBudget {
+            config,
+            counts: OriginMap::default(),
+        }
     }
 
     /// The settings.
@@ -103,7 +123,13 @@ impl RetryBudget {
         let (max, now) = (self.config.max_tokens, now_ms);
         let before = self.tokens(origin, now);
         let after = (before + delta).clamp(0.0, max);
-        *self.counts.get_or_insert_with(origin, || Count { tokens: max, at_ms: now }) = Count { tokens: after, at_ms: now };
+        *self.counts.get_or_insert_with(origin, || Count {
+            tokens: max,
+            at_ms: now,
+        }) = Count {
+            tokens: after,
+            at_ms: now,
+        };
         after - before
     }
 
@@ -135,7 +161,10 @@ mod tests {
     const O: &str = "https://api.example:443";
 
     fn grpc() -> RetryBudget {
-        RetryBudget::new(BudgetConfig { refill_per_sec: 0.0, ..BudgetConfig::default() })
+        RetryBudget::new(BudgetConfig {
+            refill_per_sec: 0.0,
+            ..BudgetConfig::default()
+        })
     }
 
     #[test]
@@ -210,7 +239,10 @@ mod tests {
         }
         assert_eq!(b.tokens(O, 1_000.0), 0.0);
         assert!((b.tokens(O, 3_000.0) - 1.0).abs() < 1e-9, "0.5 a second");
-        assert!(!b.allows_retry(O, 0.0, 11_000.0), "5 after 10 s: not above half");
+        assert!(
+            !b.allows_retry(O, 0.0, 11_000.0),
+            "5 after 10 s: not above half"
+        );
         assert!(b.allows_retry(O, 0.0, 11_100.0));
         assert_eq!(b.tokens(O, 1e12), 10.0, "never above max");
         // A clock that goes back refills nothing.
@@ -231,13 +263,48 @@ mod tests {
     #[test]
     fn validation() {
         let d = BudgetConfig::default();
-        assert!(BudgetConfig { max_tokens: 0.0, ..d }.validate().is_err());
-        assert!(BudgetConfig { max_tokens: f64::NAN, ..d }.validate().is_err());
-        assert!(BudgetConfig { token_ratio: 0.0, ..d }.validate().is_err());
-        assert!(BudgetConfig { token_ratio: 11.0, ..d }.validate().is_err());
-        assert!(BudgetConfig { refill_per_sec: -1.0, ..d }.validate().is_err());
-        assert!(BudgetConfig { refill_per_sec: 11.0, ..d }.validate().is_err());
-        assert!(BudgetConfig { refill_per_sec: 0.0, ..d }.validate().is_ok());
+        assert!(BudgetConfig {
+            max_tokens: 0.0,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(BudgetConfig {
+            max_tokens: f64::NAN,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(BudgetConfig {
+            token_ratio: 0.0,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(BudgetConfig {
+            token_ratio: 11.0,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(BudgetConfig {
+            refill_per_sec: -1.0,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(BudgetConfig {
+            refill_per_sec: 11.0,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(BudgetConfig {
+            refill_per_sec: 0.0,
+            ..d
+        }
+        .validate()
+        .is_ok());
         assert_eq!(d.validate(), Ok(d));
     }
 }
@@ -274,7 +341,11 @@ pub struct RetryRatioConfig {
 
 impl Default for RetryRatioConfig {
     fn default() -> Self {
-        RetryRatioConfig { ratio: 2.0, floor: 20.0, window_ms: 10_000.0 }
+        RetryRatioConfig {
+            ratio: 2.0,
+            floor: 20.0,
+            window_ms: 10_000.0,
+        }
     }
 }
 
@@ -296,18 +367,33 @@ pub struct RetryRatio {
 impl RetryRatio {
     /// A budget with `config`.
     pub fn new(config: RetryRatioConfig) -> Self {
-        RetryRatio { config, counts: OriginMap::default() }
+        RetryRatio {
+            config,
+            counts: OriginMap::default(),
+        }
     }
 
     /// `count` decayed to `now_ms`.
     fn decayed(&self, count: RatioCount, now_ms: f64) -> RatioCount {
         let f = (-((now_ms - count.at_ms).max(0.0)) / self.config.window_ms).exp();
-        RatioCount { sent: count.sent * f, accepted: count.accepted * f, at_ms: now_ms.max(count.at_ms) }
+        RatioCount {
+            sent: count.sent * f,
+            accepted: count.accepted * f,
+            at_ms: now_ms.max(count.at_ms),
+        }
     }
 
     fn update(&mut self, origin: &str, now_ms: f64, f: impl FnOnce(&mut RatioCount)) {
-        let fresh = RatioCount { sent: 0.0, accepted: 0.0, at_ms: now_ms };
-        let current = self.counts.get(origin).copied().map_or(fresh, |c| self.decayed(c, now_ms));
+        let fresh = RatioCount {
+            sent: 0.0,
+            accepted: 0.0,
+            at_ms: now_ms,
+        };
+        let current = self
+            .counts
+            .get(origin)
+            .copied()
+            .map_or(fresh, |c| self.decayed(c, now_ms));
         let mut next = current;
         f(&mut next);
         *self.counts.get_or_insert_with(origin, || fresh) = next;
@@ -325,7 +411,9 @@ impl RetryRatio {
 
     /// May a call that sent `own_sent` retries itself send another retry to `origin` now?
     pub fn allows_retry(&self, origin: &str, own_sent: f64, now_ms: f64) -> bool {
-        let Some(c) = self.counts.get(origin).copied() else { return true };
+        let Some(c) = self.counts.get(origin).copied() else {
+            return true;
+        };
         let c = self.decayed(c, now_ms);
         // Own retries decay too; at most what is counted is taken off.
         let others = (c.sent - own_sent).max(0.0);
@@ -374,7 +462,10 @@ mod ratio_tests {
         }
         assert!(!r.allows_retry(O, 0.0, 0.0));
         r.record_retry_accepted(O, 0.0);
-        assert!(r.allows_retry(O, 0.0, 0.0), "one accepted retry: two more may go");
+        assert!(
+            r.allows_retry(O, 0.0, 0.0),
+            "one accepted retry: two more may go"
+        );
         r.record_retry_sent(O, 0.0);
         r.record_retry_sent(O, 0.0);
         assert!(!r.allows_retry(O, 0.0, 0.0));
@@ -387,7 +478,10 @@ mod ratio_tests {
             r.record_retry_sent(O, 0.0);
         }
         assert!(!r.allows_retry(O, 0.0, 0.0));
-        assert!(!r.allows_retry(O, 0.0, 5_000.0), "40 · e^-0.5 = 24 still above 20");
+        assert!(
+            !r.allows_retry(O, 0.0, 5_000.0),
+            "40 · e^-0.5 = 24 still above 20"
+        );
         assert!(r.allows_retry(O, 0.0, 10_000.0), "40 · e^-1 = 14.7");
         // A clock that goes back does not grow the counts.
         assert!(!r.allows_retry(O, 0.0, -1_000.0));

@@ -88,7 +88,12 @@ pub fn is_transient(policy: &RetryPolicy, outcome: Outcome) -> bool {
 ///
 /// `idempotent`: the method is idempotent; `has_key`: the request carries an idempotency key
 /// (added by us or by the caller).
-pub fn classify(policy: &RetryPolicy, outcome: Outcome, idempotent: bool, has_key: bool) -> Verdict {
+pub fn classify(
+    policy: &RetryPolicy,
+    outcome: Outcome,
+    idempotent: bool,
+    has_key: bool,
+) -> Verdict {
     let safe = idempotent || has_key;
     match outcome {
         Outcome::Status(status) => {
@@ -132,7 +137,9 @@ mod tests {
 
     #[test]
     fn idempotent_methods_per_rfc_9110() {
-        for m in ["GET", "get", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "delete"] {
+        for m in [
+            "GET", "get", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "delete",
+        ] {
             assert!(is_idempotent_method(m), "{m}");
         }
         for m in ["POST", "PATCH", "CONNECT", "PURGE", "LOCK", ""] {
@@ -143,55 +150,110 @@ mod tests {
     #[test]
     fn seed_000_status_table_for_idempotent_requests() {
         for s in [408, 429, 500, 502, 503, 504] {
-            assert_eq!(classify(&p(), Status(s), true, false), Retryable(R::Status), "{s}");
+            assert_eq!(
+                classify(&p(), Status(s), true, false),
+                Retryable(R::Status),
+                "{s}"
+            );
         }
         for s in [200, 201, 301, 400, 401, 403, 404, 409, 422, 501] {
             assert_eq!(classify(&p(), Status(s), true, false), Final, "{s}");
         }
-        assert_eq!(classify(&p(), NetworkError, true, false), Retryable(R::Network));
+        assert_eq!(
+            classify(&p(), NetworkError, true, false),
+            Retryable(R::Network)
+        );
         assert_eq!(classify(&p(), Timeout, true, false), Retryable(R::Timeout));
     }
 
     #[test]
     fn non_idempotent_without_key_retries_only_not_processed() {
-        assert_eq!(classify(&p(), Status(429), false, false), Retryable(R::Status));
-        assert_eq!(classify(&p(), Status(408), false, false), Retryable(R::Status));
+        assert_eq!(
+            classify(&p(), Status(429), false, false),
+            Retryable(R::Status)
+        );
+        assert_eq!(
+            classify(&p(), Status(408), false, false),
+            Retryable(R::Status)
+        );
         for s in [500, 502, 503, 504] {
-            assert_eq!(classify(&p(), Status(s), false, false), UnsafeToRetry(R::Status), "{s}");
+            assert_eq!(
+                classify(&p(), Status(s), false, false),
+                UnsafeToRetry(R::Status),
+                "{s}"
+            );
         }
-        assert_eq!(classify(&p(), NetworkError, false, false), UnsafeToRetry(R::Network));
-        assert_eq!(classify(&p(), Timeout, false, false), UnsafeToRetry(R::Timeout));
+        assert_eq!(
+            classify(&p(), NetworkError, false, false),
+            UnsafeToRetry(R::Network)
+        );
+        assert_eq!(
+            classify(&p(), Timeout, false, false),
+            UnsafeToRetry(R::Timeout)
+        );
         assert_eq!(classify(&p(), Status(409), false, false), Final);
     }
 
     #[test]
     fn a_key_makes_everything_transient_retryable_including_409() {
         for s in [408, 409, 429, 500, 502, 503, 504] {
-            assert_eq!(classify(&p(), Status(s), false, true), Retryable(R::Status), "{s}");
+            assert_eq!(
+                classify(&p(), Status(s), false, true),
+                Retryable(R::Status),
+                "{s}"
+            );
         }
-        assert_eq!(classify(&p(), NetworkError, false, true), Retryable(R::Network));
+        assert_eq!(
+            classify(&p(), NetworkError, false, true),
+            Retryable(R::Network)
+        );
         assert_eq!(classify(&p(), Timeout, false, true), Retryable(R::Timeout));
         assert_eq!(classify(&p(), Status(400), false, true), Final);
     }
 
     #[test]
     fn a_list_the_caller_gives_is_the_whole_list() {
-        let given = RetryPolicy { retry_on_status: vec![503], retry_keyed_conflict: false, ..p() };
+        let given = RetryPolicy {
+            retry_on_status: vec![503],
+            retry_keyed_conflict: false,
+            ..p()
+        };
         assert_eq!(classify(&given, Status(409), false, true), Final);
-        let empty = RetryPolicy { retry_on_status: vec![], retry_keyed_conflict: false, ..p() };
+        let empty = RetryPolicy {
+            retry_on_status: vec![],
+            retry_keyed_conflict: false,
+            ..p()
+        };
         assert_eq!(classify(&empty, Status(409), false, true), Final);
-        let with_409 = RetryPolicy { retry_on_status: vec![409], retry_keyed_conflict: false, ..p() };
-        assert_eq!(classify(&with_409, Status(409), false, true), Retryable(R::Status));
+        let with_409 = RetryPolicy {
+            retry_on_status: vec![409],
+            retry_keyed_conflict: false,
+            ..p()
+        };
+        assert_eq!(
+            classify(&with_409, Status(409), false, true),
+            Retryable(R::Status)
+        );
     }
 
     #[test]
     fn switches_turn_off_error_retries() {
-        let policy = RetryPolicy { retry_on_network_error: false, retry_on_timeout: false, ..p() };
+        let policy = RetryPolicy {
+            retry_on_network_error: false,
+            retry_on_timeout: false,
+            ..p()
+        };
         assert_eq!(classify(&policy, NetworkError, true, true), Final);
         assert_eq!(classify(&policy, Timeout, true, true), Final);
-        let only_503 = RetryPolicy { retry_on_status: vec![503], ..p() };
+        let only_503 = RetryPolicy {
+            retry_on_status: vec![503],
+            ..p()
+        };
         assert_eq!(classify(&only_503, Status(502), true, false), Final);
-        assert_eq!(classify(&only_503, Status(503), true, false), Retryable(R::Status));
+        assert_eq!(
+            classify(&only_503, Status(503), true, false),
+            Retryable(R::Status)
+        );
     }
 }
 
@@ -199,10 +261,10 @@ mod tests {
 /// fails every time, so it is a `TypeError` before anything is sent, never retried.
 pub const BAD_PORTS: [u16; 81] = [
     0, 1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101,
-    102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389,
-    427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636,
-    989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566,
-    6665, 6666, 6667, 6668, 6669, 6679,
+    102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427,
+    465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990,
+    993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667,
+    6668, 6669, 6679,
 ];
 
 /// Why fetch can never send to `url` (an absolute, normalised URL, as `Request.url` gives
@@ -229,11 +291,17 @@ pub fn unfetchable(url: &str) -> Option<&'static str> {
     let authority = authority.split(['/', '?', '#']).next().unwrap_or("");
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let port = match host_port.rsplit_once(':') {
-        Some((host, port)) if !port.contains(']') && (!host.starts_with('[') || host.ends_with(']')) => port,
+        Some((host, port))
+            if !port.contains(']') && (!host.starts_with('[') || host.ends_with(']')) =>
+        {
+            port
+        }
         _ => return None,
     };
     match port.parse::<u16>() {
-        Ok(p) if BAD_PORTS.contains(&p) => Some("fetch refuses this port (a Fetch Standard \"bad port\")"),
+        Ok(p) if BAD_PORTS.contains(&p) => {
+            Some("fetch refuses this port (a Fetch Standard \"bad port\")")
+        }
         _ => None,
     }
 }

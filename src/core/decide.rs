@@ -135,7 +135,8 @@ impl RetryState {
     /// again after the hooks (`shouldRetry`, `onRetry`) ran, since they take time too: a wait
     /// that no longer fits is not started, so nothing is sent once the deadline has passed.
     pub fn wait_fits(&self, now_ms: f64, delay_ms: f64) -> bool {
-        self.deadline_at_ms.map_or(true, |end| now_ms + delay_ms < end)
+        self.deadline_at_ms
+            .map_or(true, |end| now_ms + delay_ms < end)
     }
 
     /// Decide what follows an attempt that ended at `now_ms` with `report`.
@@ -163,7 +164,11 @@ impl RetryState {
         if !report.budget_allows_retry {
             return Decision::Stop(Stop::BudgetExhausted(reason));
         }
-        let server_delay = if policy.respect_retry_after { report.server_delay_ms } else { None };
+        let server_delay = if policy.respect_retry_after {
+            report.server_delay_ms
+        } else {
+            None
+        };
         let (delay_ms, from_server) = match server_delay {
             Some(asked) if asked.is_nan() || asked > policy.retry_after_cap_ms() => {
                 return Decision::Stop(Stop::RetryAfterTooLong(reason));
@@ -181,7 +186,11 @@ impl RetryState {
                 return Decision::Stop(Stop::DeadlineExhausted(reason));
             }
         }
-        Decision::Retry { delay_ms, reason, from_server }
+        Decision::Retry {
+            delay_ms,
+            reason,
+            from_server,
+        }
     }
 }
 
@@ -192,11 +201,22 @@ mod tests {
     use crate::core::options::Jitter;
 
     fn policy() -> RetryPolicy {
-        RetryPolicy { jitter: Jitter::None, ..RetryPolicy::default() }
+        RetryPolicy {
+            jitter: Jitter::None,
+            ..RetryPolicy::default()
+        }
     }
 
     fn status(s: u16) -> AttemptOutcome {
-        AttemptOutcome { outcome: Outcome::Status(s), idempotent: true, has_key: false, server_delay_ms: None, replayable: true, budget_allows_retry: true, redirected: false }
+        AttemptOutcome {
+            outcome: Outcome::Status(s),
+            idempotent: true,
+            has_key: false,
+            server_delay_ms: None,
+            replayable: true,
+            budget_allows_retry: true,
+            redirected: false,
+        }
     }
 
     fn run(policy: &RetryPolicy, outcomes: &[AttemptOutcome]) -> Vec<Decision> {
@@ -216,100 +236,211 @@ mod tests {
     }
 
     fn retry(delay_ms: u64) -> Decision {
-        Decision::Retry { delay_ms, reason: RetryReason::Status, from_server: false }
+        Decision::Retry {
+            delay_ms,
+            reason: RetryReason::Status,
+            from_server: false,
+        }
     }
 
     #[test]
     fn three_attempts_by_default_then_stop() {
         let d = run(&policy(), &[status(503), status(503), status(503)]);
-        assert_eq!(d, [retry(500), retry(1000), Decision::Stop(Stop::AttemptsExhausted(RetryReason::Status))]);
+        assert_eq!(
+            d,
+            [
+                retry(500),
+                retry(1000),
+                Decision::Stop(Stop::AttemptsExhausted(RetryReason::Status))
+            ]
+        );
     }
 
     #[test]
     fn success_and_permanent_failures_are_final() {
-        assert_eq!(run(&policy(), &[status(200)]), [Decision::Stop(Stop::Final)]);
-        assert_eq!(run(&policy(), &[status(404)]), [Decision::Stop(Stop::Final)]);
+        assert_eq!(
+            run(&policy(), &[status(200)]),
+            [Decision::Stop(Stop::Final)]
+        );
+        assert_eq!(
+            run(&policy(), &[status(404)]),
+            [Decision::Stop(Stop::Final)]
+        );
     }
 
     #[test]
     fn post_without_key_is_not_retried_after_network_error() {
-        let o = AttemptOutcome { outcome: Outcome::NetworkError, idempotent: false, has_key: false, server_delay_ms: None, replayable: true, budget_allows_retry: true, redirected: false };
-        assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::UnsafeToRetry(RetryReason::Network))]);
+        let o = AttemptOutcome {
+            outcome: Outcome::NetworkError,
+            idempotent: false,
+            has_key: false,
+            server_delay_ms: None,
+            replayable: true,
+            budget_allows_retry: true,
+            redirected: false,
+        };
+        assert_eq!(
+            run(&policy(), &[o]),
+            [Decision::Stop(Stop::UnsafeToRetry(RetryReason::Network))]
+        );
         let keyed = AttemptOutcome { has_key: true, ..o };
         assert_eq!(
             run(&policy(), &[keyed]),
-            [Decision::Retry { delay_ms: 500, reason: RetryReason::Network, from_server: false }]
+            [Decision::Retry {
+                delay_ms: 500,
+                reason: RetryReason::Network,
+                from_server: false
+            }]
         );
     }
 
     #[test]
     fn retry_after_replaces_the_delay_without_jitter() {
-        let p = RetryPolicy { jitter: Jitter::Full, ..policy() };
-        let o = AttemptOutcome { server_delay_ms: Some(2500.4), ..status(429) };
-        assert_eq!(run(&p, &[o]), [Decision::Retry { delay_ms: 2501, reason: RetryReason::Status, from_server: true }]);
+        let p = RetryPolicy {
+            jitter: Jitter::Full,
+            ..policy()
+        };
+        let o = AttemptOutcome {
+            server_delay_ms: Some(2500.4),
+            ..status(429)
+        };
+        assert_eq!(
+            run(&p, &[o]),
+            [Decision::Retry {
+                delay_ms: 2501,
+                reason: RetryReason::Status,
+                from_server: true
+            }]
+        );
     }
 
     #[test]
     fn retry_after_above_the_cap_stops_at_once() {
-        let o = AttemptOutcome { server_delay_ms: Some(30_001.0), ..status(503) };
-        assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::RetryAfterTooLong(RetryReason::Status))]);
-        let p = RetryPolicy { max_retry_after_ms: Some(60_000.0), ..policy() };
-        assert!(matches!(run(&p, &[o])[0], Decision::Retry { delay_ms: 30_001, .. }));
+        let o = AttemptOutcome {
+            server_delay_ms: Some(30_001.0),
+            ..status(503)
+        };
+        assert_eq!(
+            run(&policy(), &[o]),
+            [Decision::Stop(Stop::RetryAfterTooLong(RetryReason::Status))]
+        );
+        let p = RetryPolicy {
+            max_retry_after_ms: Some(60_000.0),
+            ..policy()
+        };
+        assert!(matches!(
+            run(&p, &[o])[0],
+            Decision::Retry {
+                delay_ms: 30_001,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn retry_after_can_be_ignored() {
-        let p = RetryPolicy { respect_retry_after: false, ..policy() };
-        let o = AttemptOutcome { server_delay_ms: Some(90_000.0), ..status(503) };
+        let p = RetryPolicy {
+            respect_retry_after: false,
+            ..policy()
+        };
+        let o = AttemptOutcome {
+            server_delay_ms: Some(90_000.0),
+            ..status(503)
+        };
         assert_eq!(run(&p, &[o]), [retry(500)]);
     }
 
     #[test]
     fn deadline_stops_a_wait_that_would_not_fit() {
-        let p = RetryPolicy { deadline_ms: Some(1200.0), ..policy() };
+        let p = RetryPolicy {
+            deadline_ms: Some(1200.0),
+            ..policy()
+        };
         // wait 500 (ends at 500 < 1200), then wait 1000 would end at 1500 >= 1200
         let d = run(&p, &[status(503), status(503)]);
-        assert_eq!(d, [retry(500), Decision::Stop(Stop::DeadlineExhausted(RetryReason::Status))]);
+        assert_eq!(
+            d,
+            [
+                retry(500),
+                Decision::Stop(Stop::DeadlineExhausted(RetryReason::Status))
+            ]
+        );
     }
 
     #[test]
     fn attempt_time_limit_is_the_smaller_of_timeout_and_deadline_left() {
-        let p = RetryPolicy { timeout_ms: Some(1000.0), deadline_ms: Some(1500.0), ..policy() };
+        let p = RetryPolicy {
+            timeout_ms: Some(1000.0),
+            deadline_ms: Some(1500.0),
+            ..policy()
+        };
         let s = RetryState::new(&p, 100.0);
         assert_eq!(s.attempt_time_limit_ms(&p, 100.0), Some(1000.0));
         assert_eq!(s.attempt_time_limit_ms(&p, 1000.0), Some(600.0));
         assert_eq!(s.attempt_time_limit_ms(&p, 5000.0), Some(0.0));
         assert!(s.deadline_passed(1600.0));
-        assert_eq!(RetryState::new(&policy(), 0.0).attempt_time_limit_ms(&policy(), 0.0), None);
+        assert_eq!(
+            RetryState::new(&policy(), 0.0).attempt_time_limit_ms(&policy(), 0.0),
+            None
+        );
     }
 
     #[test]
     fn a_body_that_cannot_be_replayed_is_sent_once() {
-        let o = AttemptOutcome { replayable: false, ..status(503) };
-        assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::BodyNotReplayable(RetryReason::Status))]);
-        let ok = AttemptOutcome { replayable: false, ..status(200) };
+        let o = AttemptOutcome {
+            replayable: false,
+            ..status(503)
+        };
+        assert_eq!(
+            run(&policy(), &[o]),
+            [Decision::Stop(Stop::BodyNotReplayable(RetryReason::Status))]
+        );
+        let ok = AttemptOutcome {
+            replayable: false,
+            ..status(200)
+        };
         assert_eq!(run(&policy(), &[ok]), [Decision::Stop(Stop::Final)]);
     }
 
     #[test]
     fn an_empty_budget_stops_retries() {
-        let o = AttemptOutcome { budget_allows_retry: false, ..status(503) };
-        assert_eq!(run(&policy(), &[o]), [Decision::Stop(Stop::BudgetExhausted(RetryReason::Status))]);
-        let ok = AttemptOutcome { budget_allows_retry: false, ..status(200) };
+        let o = AttemptOutcome {
+            budget_allows_retry: false,
+            ..status(503)
+        };
+        assert_eq!(
+            run(&policy(), &[o]),
+            [Decision::Stop(Stop::BudgetExhausted(RetryReason::Status))]
+        );
+        let ok = AttemptOutcome {
+            budget_allows_retry: false,
+            ..status(200)
+        };
         assert_eq!(run(&policy(), &[ok]), [Decision::Stop(Stop::Final)]);
     }
 
     #[test]
     fn a_redirected_non_idempotent_request_is_never_sent_again() {
-        let post = AttemptOutcome { idempotent: false, has_key: true, redirected: true, ..status(503) };
+        let post = AttemptOutcome {
+            idempotent: false,
+            has_key: true,
+            redirected: true,
+            ..status(503)
+        };
         assert_eq!(run(&policy(), &[post]), [Decision::Stop(Stop::Final)]);
-        let get = AttemptOutcome { redirected: true, ..status(503) };
+        let get = AttemptOutcome {
+            redirected: true,
+            ..status(503)
+        };
         assert_eq!(run(&policy(), &[get]), [retry(500)]);
     }
 
     #[test]
     fn the_deadline_is_checked_again_after_the_hooks() {
-        let p = RetryPolicy { deadline_ms: Some(300.0), ..policy() };
+        let p = RetryPolicy {
+            deadline_ms: Some(300.0),
+            ..policy()
+        };
         let s = RetryState::new(&p, 0.0);
         assert!(s.wait_fits(0.0, 1.0));
         assert!(!s.wait_fits(350.0, 1.0));
@@ -319,7 +450,13 @@ mod tests {
 
     #[test]
     fn one_attempt_means_no_retry() {
-        let p = RetryPolicy { max_attempts: 1, ..policy() };
-        assert_eq!(run(&p, &[status(503)]), [Decision::Stop(Stop::AttemptsExhausted(RetryReason::Status))]);
+        let p = RetryPolicy {
+            max_attempts: 1,
+            ..policy()
+        };
+        assert_eq!(
+            run(&p, &[status(503)]),
+            [Decision::Stop(Stop::AttemptsExhausted(RetryReason::Status))]
+        );
     }
 }

@@ -130,7 +130,11 @@ fn parse_sf_string(rest: &str) -> Result<String, KeyError> {
                 _ => return Err(KeyError::BadSfString),
             },
             '"' => {
-                return if chars.as_str().is_empty() { Ok(out) } else { Err(KeyError::BadSfString) };
+                return if chars.as_str().is_empty() {
+                    Ok(out)
+                } else {
+                    Err(KeyError::BadSfString)
+                };
             }
             // RFC 8941: an sf-string holds %x20-7E only; anything else is a parse error.
             ' '..='~' => out.push(c),
@@ -236,15 +240,23 @@ macro_rules! secret_rule {
 }
 
 /// What `secret` (and what a store's `secret()` returns) must be.
-pub const SECRET_EXPECTED: &str = concat!(secret_rule!(), " (e.g. 64 random hex digits from your secret manager)");
+pub const SECRET_EXPECTED: &str = concat!(
+    secret_rule!(),
+    " (e.g. 64 random hex digits from your secret manager)"
+);
 
 /// What `secret` must be when the store keeps none (it has no `secret()`).
-pub const SECRET_MISSING_EXPECTED: &str = concat!(secret_rule!(), ": this store has no secret() to keep one");
+pub const SECRET_MISSING_EXPECTED: &str =
+    concat!(secret_rule!(), ": this store has no secret() to keep one");
 
 /// `secret`: the key of the HMAC that scopes store keys ([`store_key`]); at least
 /// [`MIN_SECRET_LEN`] characters.
 pub fn secret(v: &str) -> Result<&str, OptionError> {
-    if v.chars().count() >= MIN_SECRET_LEN { Ok(v) } else { Err(OptionError::new("secret", SECRET_EXPECTED)) }
+    if v.chars().count() >= MIN_SECRET_LEN {
+        Ok(v)
+    } else {
+        Err(OptionError::new("secret", SECRET_EXPECTED))
+    }
 }
 
 /// What the store holds for a key, as far as the decision is concerned.
@@ -333,7 +345,10 @@ pub fn decide(record: Record<'_>, fingerprint: &str, now_ms: f64) -> Action {
     match record {
         Record::Absent => Action::Process,
         // `>=` or NaN: a lock with a nonsense expiry must not block the key forever.
-        Record::InProgress { lock_expires_at_ms: exp, .. } if now_ms >= exp || exp.is_nan() => Action::LockExpired,
+        Record::InProgress {
+            lock_expires_at_ms: exp,
+            ..
+        } if now_ms >= exp || exp.is_nan() => Action::LockExpired,
         Record::InProgress { fingerprint: f, .. } if f != fingerprint => Action::Mismatch,
         Record::InProgress { .. } | Record::Held => Action::InProgress,
         Record::Completed { fingerprint: f } if f != fingerprint => Action::Mismatch,
@@ -403,7 +418,10 @@ impl Default for ServerOptions {
             poll_ms: DEFAULT_POLL_MS,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             handler_timeout_ms: None,
-            ignored_methods: DEFAULT_IGNORED_METHODS.iter().map(|m| m.to_string()).collect(),
+            ignored_methods: DEFAULT_IGNORED_METHODS
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
         }
     }
 }
@@ -422,7 +440,9 @@ impl ServerOptions {
 
     /// Is the key of a `method` request ignored (`ignoredMethods`)? Compared without case.
     pub fn ignores_key(&self, method: &str) -> bool {
-        self.ignored_methods.iter().any(|m| m.eq_ignore_ascii_case(method))
+        self.ignored_methods
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(method))
     }
 }
 
@@ -437,7 +457,8 @@ pub const MIN_LOCK_TIMEOUT_MS: f64 = 1_000.0;
 /// What `lockTimeoutMs` must be.
 pub const LOCK_TIMEOUT_EXPECTED: &str = "an integer number of milliseconds from 1000 to 2147483647 (a live holder renews its lock every third of it)";
 /// What `ignoredMethods` must be.
-pub const IGNORED_METHODS_EXPECTED: &str = "an array of HTTP method names (e.g. ['GET', 'HEAD', 'OPTIONS'])";
+pub const IGNORED_METHODS_EXPECTED: &str =
+    "an array of HTTP method names (e.g. ['GET', 'HEAD', 'OPTIONS'])";
 /// The methods whose `Idempotency-Key` is ignored by default: `GET`, `HEAD`, `OPTIONS`. They
 /// are safe (RFC 9110): a repeat has no effect to prevent, and storing their answers would
 /// let any client fill the store by adding a key to a read.
@@ -455,41 +476,72 @@ fn integer_in(v: f64, lo: f64, hi: f64) -> bool {
 
 /// `ttlMs`: an integer from 1 to 365 days in ms.
 pub fn ttl_ms(v: f64) -> Result<f64, OptionError> {
-    if integer_in(v, 1.0, MAX_TTL_MS) { Ok(v) } else { Err(OptionError::new("ttlMs", TTL_EXPECTED)) }
+    if integer_in(v, 1.0, MAX_TTL_MS) {
+        Ok(v)
+    } else {
+        Err(OptionError::new("ttlMs", TTL_EXPECTED))
+    }
 }
 
 /// `lockTimeoutMs`: an integer from [`MIN_LOCK_TIMEOUT_MS`] to 2^31 - 1.
 pub fn lock_timeout_ms(v: f64) -> Result<f64, OptionError> {
-    if integer_in(v, MIN_LOCK_TIMEOUT_MS, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("lockTimeoutMs", LOCK_TIMEOUT_EXPECTED)) }
+    if integer_in(v, MIN_LOCK_TIMEOUT_MS, MAX_TIMER_MS) {
+        Ok(v)
+    } else {
+        Err(OptionError::new("lockTimeoutMs", LOCK_TIMEOUT_EXPECTED))
+    }
 }
 
 /// `handlerTimeoutMs`: an integer from 1 to 2^31 - 1.
 pub fn handler_timeout_ms(v: f64) -> Result<f64, OptionError> {
-    if integer_in(v, 1.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("handlerTimeoutMs", POSITIVE_MS_EXPECTED)) }
+    if integer_in(v, 1.0, MAX_TIMER_MS) {
+        Ok(v)
+    } else {
+        Err(OptionError::new("handlerTimeoutMs", POSITIVE_MS_EXPECTED))
+    }
 }
 
 /// One method of `ignoredMethods`: an HTTP method name (a token), kept upper-case.
 pub fn ignored_method(v: &str) -> Result<String, OptionError> {
-    let token = !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    if token { Ok(v.to_ascii_uppercase()) } else { Err(OptionError::new("ignoredMethods", IGNORED_METHODS_EXPECTED)) }
+    let token = !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if token {
+        Ok(v.to_ascii_uppercase())
+    } else {
+        Err(OptionError::new("ignoredMethods", IGNORED_METHODS_EXPECTED))
+    }
 }
 
 /// `waitTimeoutMs`: an integer from 0 to 2^31 - 1 (0: answer 409 unless the first request has
 /// just finished).
 pub fn wait_timeout_ms(v: f64) -> Result<f64, OptionError> {
-    if integer_in(v, 0.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("waitTimeoutMs", WAIT_MS_EXPECTED)) }
+    if integer_in(v, 0.0, MAX_TIMER_MS) {
+        Ok(v)
+    } else {
+        Err(OptionError::new("waitTimeoutMs", WAIT_MS_EXPECTED))
+    }
 }
 
 /// `pollMs`: an integer from 1 to 2^31 - 1.
 pub fn poll_ms(v: f64) -> Result<f64, OptionError> {
-    if integer_in(v, 1.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("pollMs", POSITIVE_MS_EXPECTED)) }
+    if integer_in(v, 1.0, MAX_TIMER_MS) {
+        Ok(v)
+    } else {
+        Err(OptionError::new("pollMs", POSITIVE_MS_EXPECTED))
+    }
 }
 
 /// `header`: an HTTP field name (an RFC 9110 token).
 pub fn header(v: &str) -> Result<String, OptionError> {
     let token = !v.is_empty()
-        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    if token { Ok(v.to_string()) } else { Err(OptionError::new("header", HEADER_EXPECTED)) }
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if token {
+        Ok(v.to_string())
+    } else {
+        Err(OptionError::new("header", HEADER_EXPECTED))
+    }
 }
 
 /// `concurrent`: `'wait'` or `'reject'`.
@@ -506,20 +558,44 @@ pub const BODY_BYTES_EXPECTED: &str = "an integer number of bytes from 0 to 2147
 
 /// `maxBodyBytes`: an integer from 0 to 2^31 - 1.
 pub fn max_body_bytes(v: f64) -> Result<f64, OptionError> {
-    if integer_in(v, 0.0, MAX_TIMER_MS) { Ok(v) } else { Err(OptionError::new("maxBodyBytes", BODY_BYTES_EXPECTED)) }
+    if integer_in(v, 0.0, MAX_TIMER_MS) {
+        Ok(v)
+    } else {
+        Err(OptionError::new("maxBodyBytes", BODY_BYTES_EXPECTED))
+    }
 }
 
 /// Every option `idempotency(handler, options)` takes, by its JavaScript name.
 pub const SERVER_OPTION_NAMES: [&str; 15] = [
-    "store", "header", "required", "identity", "secret", "ttlMs", "lockTimeoutMs", "concurrent",
-    "waitTimeoutMs", "pollMs", "maxBodyBytes", "handlerTimeoutMs", "ignoredMethods",
-    "onStoreError", "onError",
+    "store",
+    "header",
+    "required",
+    "identity",
+    "secret",
+    "ttlMs",
+    "lockTimeoutMs",
+    "concurrent",
+    "waitTimeoutMs",
+    "pollMs",
+    "maxBodyBytes",
+    "handlerTimeoutMs",
+    "ignoredMethods",
+    "onStoreError",
+    "onError",
 ];
 
 /// Every option `idempotent(fn, options)` takes, by its JavaScript name.
 pub const JOB_OPTION_NAMES: [&str; 10] = [
-    "store", "key", "scope", "secret", "ttlMs", "lockTimeoutMs", "concurrent", "waitTimeoutMs",
-    "pollMs", "onStoreError",
+    "store",
+    "key",
+    "scope",
+    "secret",
+    "ttlMs",
+    "lockTimeoutMs",
+    "concurrent",
+    "waitTimeoutMs",
+    "pollMs",
+    "onStoreError",
 ];
 
 /// The statuses that say "this request was not processed, send it again": a handler's answer
@@ -571,8 +647,16 @@ pub enum AfterThrow {
 /// assert_eq!(after_throw(false, false, false), AfterThrow::StoreFailure);
 /// assert_eq!(after_throw(false, false, true), AfterThrow::Release);
 /// ```
-pub fn after_throw(transactional_store: bool, used_transaction: bool, aborted_by_companion: bool) -> AfterThrow {
-    if aborted_by_companion || (transactional_store && used_transaction) { AfterThrow::Release } else { AfterThrow::StoreFailure }
+pub fn after_throw(
+    transactional_store: bool,
+    used_transaction: bool,
+    aborted_by_companion: bool,
+) -> AfterThrow {
+    if aborted_by_companion || (transactional_store && used_transaction) {
+        AfterThrow::Release
+    } else {
+        AfterThrow::StoreFailure
+    }
 }
 
 /// What becomes of a handler's answer.
@@ -603,9 +687,19 @@ pub enum Ending {
 /// assert_eq!(ending(429, false, false, false, true), Ending::Free);
 /// assert_eq!(ending(201, false, true, true, false), Ending::Free);
 /// ```
-pub fn ending(status: u16, has_retry_after: bool, transactional_store: bool, used_transaction: bool, storable: bool) -> Ending {
+pub fn ending(
+    status: u16,
+    has_retry_after: bool,
+    transactional_store: bool,
+    used_transaction: bool,
+    storable: bool,
+) -> Ending {
     let rolled_back = transactional_store && used_transaction && (status == 500 || !storable);
-    if rolled_back || !stores_answer(status, has_retry_after) { Ending::Free } else { Ending::Store }
+    if rolled_back || !stores_answer(status, has_retry_after) {
+        Ending::Free
+    } else {
+        Ending::Store
+    }
 }
 
 /// Response headers never stored nor replayed: `Set-Cookie` and `Set-Cookie2` (a replay must
@@ -614,8 +708,15 @@ pub fn ending(status: u16, has_retry_after: bool, transactional_store: bool, use
 /// `Transfer-Encoding`, `Upgrade`, and those `Connection` names), which describe one
 /// connection, not the answer.
 pub const UNSTORED_HEADERS: [&str; 9] = [
-    "set-cookie", "set-cookie2", "connection", "keep-alive", "proxy-connection", "te", "trailer",
-    "transfer-encoding", "upgrade",
+    "set-cookie",
+    "set-cookie2",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
 ];
 
 /// Is the response header `name` stored with the answer? Not one of [`UNSTORED_HEADERS`],
@@ -630,30 +731,61 @@ pub const UNSTORED_HEADERS: [&str; 9] = [
 /// assert!(stores_header("x-other", Some("close, X-Hop")));
 /// ```
 pub fn stores_header(name: &str, connection: Option<&str>) -> bool {
-    let named = connection.is_some_and(|c| c.split(',').any(|t| t.trim().eq_ignore_ascii_case(name)));
-    !named && !UNSTORED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name))
+    let named =
+        connection.is_some_and(|c| c.split(',').any(|t| t.trim().eq_ignore_ascii_case(name)));
+    !named
+        && !UNSTORED_HEADERS
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name))
 }
 
 /// Request headers that carry a credential, in the order they are looked for when no
 /// `identity` is given (lower-case): `Authorization`, then the API-key and token headers
 /// APIs commonly use.
-pub const CREDENTIAL_HEADERS: [&str; 6] =
-    ["authorization", "x-api-key", "api-key", "x-auth-token", "x-access-token", "x-session-token"];
+pub const CREDENTIAL_HEADERS: [&str; 6] = [
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "x-auth-token",
+    "x-access-token",
+    "x-session-token",
+];
 
 /// Cookie names taken for a session or credential cookie when no `identity` is given (compared
 /// without case): the usual names of Express, Koa, Rails, Django, PHP, Java, Laravel, ASP.NET,
 /// Auth.js and of JWT cookies.
 pub const SESSION_COOKIE_NAMES: [&str; 17] = [
-    "connect.sid", "sid", "session", "sessionid", "session_id", "jsessionid", "phpsessid",
-    "laravel_session", "next-auth.session-token", "authjs.session-token", "koa.sess",
-    ".aspnetcore.cookies", "token", "jwt", "access_token", "auth_token", "id_token",
+    "connect.sid",
+    "sid",
+    "session",
+    "sessionid",
+    "session_id",
+    "jsessionid",
+    "phpsessid",
+    "laravel_session",
+    "next-auth.session-token",
+    "authjs.session-token",
+    "koa.sess",
+    ".aspnetcore.cookies",
+    "token",
+    "jwt",
+    "access_token",
+    "auth_token",
+    "id_token",
 ];
 
 /// Name endings that make a cookie count as a credential (after the known names): `session`,
 /// `sessionid`, `session-token`, `auth-token` (Supabase's `sb-<ref>-auth-token`),
 /// `auth_token`, `access_token`, `access-token`.
-pub const SESSION_COOKIE_SUFFIXES: [&str; 7] =
-    ["session", "sessionid", "session-token", "auth-token", "auth_token", "access_token", "access-token"];
+pub const SESSION_COOKIE_SUFFIXES: [&str; 7] = [
+    "session",
+    "sessionid",
+    "session-token",
+    "auth-token",
+    "auth_token",
+    "access_token",
+    "access-token",
+];
 
 /// How surely `name` is a credential cookie's name: 2 for one of [`SESSION_COOKIE_NAMES`]
 /// (or a name starting with `.aspnetcore.`), 1 for a name with one of
@@ -661,7 +793,10 @@ pub const SESSION_COOKIE_SUFFIXES: [&str; 7] =
 /// chunked cookies (`sb-x-auth-token.0`) count by their base name.
 fn session_cookie_rank(name: &str) -> u8 {
     let lower = name.trim().to_ascii_lowercase();
-    let bare = lower.strip_prefix("__host-").or_else(|| lower.strip_prefix("__secure-")).unwrap_or(&lower);
+    let bare = lower
+        .strip_prefix("__host-")
+        .or_else(|| lower.strip_prefix("__secure-"))
+        .unwrap_or(&lower);
     // `name.0`, `name.1`: one cookie split in chunks (Supabase, Auth.js).
     let base = match bare.rsplit_once('.') {
         Some((b, n)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => b,
@@ -780,9 +915,16 @@ mod tests {
 
     #[test]
     fn plain_keys() {
-        assert_eq!(parse_key("8e03978e-40d5-43e8-bc93-6894a57f9324").as_deref(), Ok("8e03978e-40d5-43e8-bc93-6894a57f9324"));
+        assert_eq!(
+            parse_key("8e03978e-40d5-43e8-bc93-6894a57f9324").as_deref(),
+            Ok("8e03978e-40d5-43e8-bc93-6894a57f9324")
+        );
         assert_eq!(parse_key("  abc\t").as_deref(), Ok("abc"));
-        assert_eq!(parse_key("a\"b").as_deref(), Ok("a\"b"), "a quote inside a plain key is fine");
+        assert_eq!(
+            parse_key("a\"b").as_deref(),
+            Ok("a\"b"),
+            "a quote inside a plain key is fine"
+        );
         assert_eq!(parse_key("!~"), Ok("!~".into()));
     }
 
@@ -805,8 +947,14 @@ mod tests {
         // The limit applies to the key, not to its quoted form.
         let quoted = format!("\"{ok}\"");
         assert_eq!(parse_key(&quoted), Ok(ok));
-        assert_eq!(parse_key(&format!("\"{}\"", "\\\\".repeat(255))), Ok("\\".repeat(255)));
-        assert_eq!(parse_key(&format!("\"{}\"", "\\\\".repeat(256))), Err(KeyError::TooLong));
+        assert_eq!(
+            parse_key(&format!("\"{}\"", "\\\\".repeat(255))),
+            Ok("\\".repeat(255))
+        );
+        assert_eq!(
+            parse_key(&format!("\"{}\"", "\\\\".repeat(256))),
+            Err(KeyError::TooLong)
+        );
     }
 
     #[test]
@@ -815,13 +963,37 @@ mod tests {
         assert_eq!(parse_key(r#" "abc" "#).as_deref(), Ok("abc"));
         assert_eq!(parse_key(r#""a\"b\\c""#).as_deref(), Ok(r#"a"b\c"#));
         assert_eq!(parse_key(r#""""#), Err(KeyError::Empty));
-        assert_eq!(parse_key(r#""abc"#), Err(KeyError::BadSfString), "unterminated");
+        assert_eq!(
+            parse_key(r#""abc"#),
+            Err(KeyError::BadSfString),
+            "unterminated"
+        );
         assert_eq!(parse_key(r#"""#), Err(KeyError::BadSfString));
-        assert_eq!(parse_key(r#""a\b""#), Err(KeyError::BadSfString), "bad escape");
-        assert_eq!(parse_key(r#""abc\"#), Err(KeyError::BadSfString), "dangling backslash");
-        assert_eq!(parse_key(r#""abc";a=1"#), Err(KeyError::BadSfString), "parameters");
-        assert_eq!(parse_key(r#""abc", "def""#), Err(KeyError::BadSfString), "a list");
-        assert_eq!(parse_key("\"a\u{e9}\""), Err(KeyError::BadSfString), "non-ASCII");
+        assert_eq!(
+            parse_key(r#""a\b""#),
+            Err(KeyError::BadSfString),
+            "bad escape"
+        );
+        assert_eq!(
+            parse_key(r#""abc\"#),
+            Err(KeyError::BadSfString),
+            "dangling backslash"
+        );
+        assert_eq!(
+            parse_key(r#""abc";a=1"#),
+            Err(KeyError::BadSfString),
+            "parameters"
+        );
+        assert_eq!(
+            parse_key(r#""abc", "def""#),
+            Err(KeyError::BadSfString),
+            "a list"
+        );
+        assert_eq!(
+            parse_key("\"a\u{e9}\""),
+            Err(KeyError::BadSfString),
+            "non-ASCII"
+        );
         assert_eq!(parse_key("\"a\tb\""), Err(KeyError::BadSfString), "tab");
         // A space is a valid sf-string character but not a valid key character.
         assert_eq!(parse_key(r#""a b""#), Err(KeyError::NotVisibleAscii));
@@ -831,24 +1003,43 @@ mod tests {
     fn round_trips_with_the_client_header_forms() {
         use crate::core::key::header_value;
         use crate::core::options::KeyFormat;
-        for key in ["abc", "8e03978e-40d5-43e8-bc93-6894a57f9324", r#"a"b\c"#, "!#$%&'()*+,-./:;<=>?@[]^_`{|}~"] {
-            assert_eq!(parse_key(&header_value(key, KeyFormat::SfString)).as_deref(), Ok(key));
+        for key in [
+            "abc",
+            "8e03978e-40d5-43e8-bc93-6894a57f9324",
+            r#"a"b\c"#,
+            "!#$%&'()*+,-./:;<=>?@[]^_`{|}~",
+        ] {
+            assert_eq!(
+                parse_key(&header_value(key, KeyFormat::SfString)).as_deref(),
+                Ok(key)
+            );
             if !key.starts_with('"') {
-                assert_eq!(parse_key(&header_value(key, KeyFormat::Plain)).as_deref(), Ok(key));
+                assert_eq!(
+                    parse_key(&header_value(key, KeyFormat::Plain)).as_deref(),
+                    Ok(key)
+                );
             }
         }
     }
 
     #[test]
     fn error_messages_are_sentences() {
-        for e in [KeyError::Empty, KeyError::TooLong, KeyError::NotVisibleAscii, KeyError::BadSfString] {
+        for e in [
+            KeyError::Empty,
+            KeyError::TooLong,
+            KeyError::NotVisibleAscii,
+            KeyError::BadSfString,
+        ] {
             assert!(e.message().starts_with("the idempotency key"), "{e:?}");
         }
     }
 
     #[test]
     fn sha256_vectors() {
-        assert_eq!(sha256_hex(b""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
         assert_eq!(
             sha256_hex(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
@@ -860,7 +1051,10 @@ mod tests {
         // SHA-256(method NUL path NUL SHA-256(body)), spelled out.
         let mut input = b"POST\0/pay?x=1\0".to_vec();
         input.extend_from_slice(&Sha256::digest(b"{\"amount\":1}"));
-        assert_eq!(fingerprint("POST", "/pay?x=1", b"{\"amount\":1}"), sha256_hex(&input));
+        assert_eq!(
+            fingerprint("POST", "/pay?x=1", b"{\"amount\":1}"),
+            sha256_hex(&input)
+        );
         assert_eq!(fingerprint("POST", "/pay", b"").len(), 64);
     }
 
@@ -869,18 +1063,37 @@ mod tests {
         let base = fingerprint("POST", "/pay", b"{\"amount\":1}");
         assert_eq!(base, fingerprint("POST", "/pay", b"{\"amount\":1}"));
         assert_ne!(base, fingerprint("POST", "/pay", b"{\"amount\":2}"), "body");
-        assert_ne!(base, fingerprint("PUT", "/pay", b"{\"amount\":1}"), "method");
-        assert_ne!(base, fingerprint("POST", "/pay?x", b"{\"amount\":1}"), "query");
-        assert_ne!(base, fingerprint("POST", "/refund", b"{\"amount\":1}"), "path");
+        assert_ne!(
+            base,
+            fingerprint("PUT", "/pay", b"{\"amount\":1}"),
+            "method"
+        );
+        assert_ne!(
+            base,
+            fingerprint("POST", "/pay?x", b"{\"amount\":1}"),
+            "query"
+        );
+        assert_ne!(
+            base,
+            fingerprint("POST", "/refund", b"{\"amount\":1}"),
+            "path"
+        );
         // Parts cannot slide into each other.
-        assert_ne!(fingerprint("POST", "/a", b""), fingerprint("POST/", "a", b""));
+        assert_ne!(
+            fingerprint("POST", "/a", b""),
+            fingerprint("POST/", "a", b"")
+        );
     }
 
     #[test]
     fn store_keys_are_scoped_and_unambiguous() {
         let s = b"0123456789abcdef";
         assert_eq!(store_key(s, None, "k"), "-:k");
-        assert_eq!(store_key(s, Some(""), "k"), "-:k", "an empty identity is no identity");
+        assert_eq!(
+            store_key(s, Some(""), "k"),
+            "-:k",
+            "an empty identity is no identity"
+        );
         let alice = store_key(s, Some("alice"), "k");
         let bob = store_key(s, Some("bob"), "k");
         assert_ne!(alice, bob);
@@ -890,11 +1103,25 @@ mod tests {
             store_key(b"Jefe", Some("what do ya want for nothing?"), "k"),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843:k"
         );
-        assert!(!alice.contains("alice"), "the identity is not stored in clear");
-        assert_ne!(alice, format!("{}:k", sha256_hex(b"alice")), "not a plain hash a dictionary can invert");
-        assert_ne!(alice, store_key(b"another secret!!", Some("alice"), "k"), "the secret keys the hash");
+        assert!(
+            !alice.contains("alice"),
+            "the identity is not stored in clear"
+        );
+        assert_ne!(
+            alice,
+            format!("{}:k", sha256_hex(b"alice")),
+            "not a plain hash a dictionary can invert"
+        );
+        assert_ne!(
+            alice,
+            store_key(b"another secret!!", Some("alice"), "k"),
+            "the secret keys the hash"
+        );
         // identity "a:b" + key "c" vs identity "a" + key "b:c"
-        assert_ne!(store_key(s, Some("a:b"), "c"), store_key(s, Some("a"), "b:c"));
+        assert_ne!(
+            store_key(s, Some("a:b"), "c"),
+            store_key(s, Some("a"), "b:c")
+        );
         // An anonymous key that looks like a scoped one still differs (prefix `-:`).
         assert_ne!(store_key(s, None, &alice), alice);
         assert!(secret("0123456789abcde").is_err() && secret("0123456789abcdef").is_ok());
@@ -902,32 +1129,85 @@ mod tests {
 
     #[test]
     fn credentials_recognised_by_default() {
-        let with = |name: &'static str, value: &'static str| default_identity(move |h| (h == name).then(|| value.to_string()));
+        let with = |name: &'static str, value: &'static str| {
+            default_identity(move |h| (h == name).then(|| value.to_string()))
+        };
         for header in CREDENTIAL_HEADERS {
-            assert_eq!(with(header, "alice"), Some(format!("{header}:alice")), "{header}");
+            assert_eq!(
+                with(header, "alice"),
+                Some(format!("{header}:alice")),
+                "{header}"
+            );
             assert_ne!(with(header, "alice"), with(header, "bob"));
         }
-        for cookie in ["token=a", "jwt=a", "access_token=a", "sb-abcd-auth-token=a", "sb-abcd-auth-token.0=a",
-            ".AspNetCore.Cookies=a", ".AspNetCore.Session=a", "koa.sess=a", "authjs.session-token=a", "__Secure-next-auth.session-token=a"] {
-            assert_eq!(id(None, Some(&format!("_ga=1; {cookie}"))), Some(format!("cookie:{cookie}")), "{cookie}");
+        for cookie in [
+            "token=a",
+            "jwt=a",
+            "access_token=a",
+            "sb-abcd-auth-token=a",
+            "sb-abcd-auth-token.0=a",
+            ".AspNetCore.Cookies=a",
+            ".AspNetCore.Session=a",
+            "koa.sess=a",
+            "authjs.session-token=a",
+            "__Secure-next-auth.session-token=a",
+        ] {
+            assert_eq!(
+                id(None, Some(&format!("_ga=1; {cookie}"))),
+                Some(format!("cookie:{cookie}")),
+                "{cookie}"
+            );
         }
         assert_eq!(id(None, Some("theme=dark; _ga=GA1; csrftoken=x")), None);
         // A header credential wins over a cookie.
-        assert_eq!(default_identity(|h| match h { "x-api-key" => Some("k".into()), "cookie" => Some("sid=1".into()), _ => None }), Some("x-api-key:k".into()));
+        assert_eq!(
+            default_identity(|h| match h {
+                "x-api-key" => Some("k".into()),
+                "cookie" => Some("sid=1".into()),
+                _ => None,
+            }),
+            Some("x-api-key:k".into())
+        );
     }
 
     #[test]
     fn endings() {
         assert_eq!(ending(201, false, false, false, true), Ending::Store);
-        assert_eq!(ending(500, false, false, false, true), Ending::Store, "a 500 may follow an effect");
-        assert_eq!(ending(500, false, true, false, true), Ending::Store, "tx not used: nothing rolled back");
-        assert_eq!(ending(500, false, true, true, true), Ending::Free, "tx used: rolled back");
+        assert_eq!(
+            ending(500, false, false, false, true),
+            Ending::Store,
+            "a 500 may follow an effect"
+        );
+        assert_eq!(
+            ending(500, false, true, false, true),
+            Ending::Store,
+            "tx not used: nothing rolled back"
+        );
+        assert_eq!(
+            ending(500, false, true, true, true),
+            Ending::Free,
+            "tx used: rolled back"
+        );
         assert_eq!(ending(502, false, true, true, true), Ending::Store);
         assert_eq!(ending(503, true, false, false, true), Ending::Free);
-        assert_eq!(ending(201, false, true, true, false), Ending::Free, "never commit an effect without its answer");
-        assert_eq!(ending(201, false, false, false, false), Ending::Store, "the too-large problem is stored");
-        assert!(!stores_header("Connection", None) && !stores_header("transfer-encoding", None) && !stores_header("Set-Cookie2", None));
-        assert!(stores_header("content-type", None) && stores_header("location", Some("keep-alive")));
+        assert_eq!(
+            ending(201, false, true, true, false),
+            Ending::Free,
+            "never commit an effect without its answer"
+        );
+        assert_eq!(
+            ending(201, false, false, false, false),
+            Ending::Store,
+            "the too-large problem is stored"
+        );
+        assert!(
+            !stores_header("Connection", None)
+                && !stores_header("transfer-encoding", None)
+                && !stores_header("Set-Cookie2", None)
+        );
+        assert!(
+            stores_header("content-type", None) && stores_header("location", Some("keep-alive"))
+        );
         assert!(!stores_header("X-Hop", Some("x-hop")) && !stores_header("a", Some(" b ,a")));
     }
 
@@ -936,24 +1216,58 @@ mod tests {
         let fp = "f1";
         let now = 10_000.0;
         assert_eq!(decide(Record::Absent, fp, now), Action::Process);
-        assert_eq!(decide(Record::Completed { fingerprint: fp }, fp, now), Action::Replay);
-        assert_eq!(decide(Record::Completed { fingerprint: "f2" }, fp, now), Action::Mismatch);
-        let live = |f| Record::InProgress { fingerprint: f, lock_expires_at_ms: now + 1.0 };
+        assert_eq!(
+            decide(Record::Completed { fingerprint: fp }, fp, now),
+            Action::Replay
+        );
+        assert_eq!(
+            decide(Record::Completed { fingerprint: "f2" }, fp, now),
+            Action::Mismatch
+        );
+        let live = |f| Record::InProgress {
+            fingerprint: f,
+            lock_expires_at_ms: now + 1.0,
+        };
         assert_eq!(decide(live(fp), fp, now), Action::InProgress);
         assert_eq!(decide(live("f2"), fp, now), Action::Mismatch);
-        let dead = |f| Record::InProgress { fingerprint: f, lock_expires_at_ms: now };
-        assert_eq!(decide(dead(fp), fp, now), Action::LockExpired, "expiry is inclusive");
+        let dead = |f| Record::InProgress {
+            fingerprint: f,
+            lock_expires_at_ms: now,
+        };
+        assert_eq!(
+            decide(dead(fp), fp, now),
+            Action::LockExpired,
+            "expiry is inclusive"
+        );
         assert_eq!(decide(dead("f2"), fp, now), Action::LockExpired);
         // A lock with a nonsense expiry never blocks forever.
-        let nan = Record::InProgress { fingerprint: fp, lock_expires_at_ms: f64::NAN };
+        let nan = Record::InProgress {
+            fingerprint: fp,
+            lock_expires_at_ms: f64::NAN,
+        };
         assert_eq!(decide(nan, fp, now), Action::LockExpired);
     }
 
     #[test]
     fn action_names() {
-        let all = [Action::Process, Action::Replay, Action::Mismatch, Action::InProgress, Action::LockExpired];
+        let all = [
+            Action::Process,
+            Action::Replay,
+            Action::Mismatch,
+            Action::InProgress,
+            Action::LockExpired,
+        ];
         let names: Vec<_> = all.iter().map(|a| a.name()).collect();
-        assert_eq!(names, ["process", "replay", "mismatch", "in-progress", "lock-expired"]);
+        assert_eq!(
+            names,
+            [
+                "process",
+                "replay",
+                "mismatch",
+                "in-progress",
+                "lock-expired"
+            ]
+        );
     }
 
     #[test]
@@ -964,11 +1278,25 @@ mod tests {
         assert_eq!(o.lock_timeout_ms, 60_000.0);
         assert_eq!(o.concurrent, Concurrent::Wait);
         assert_eq!(o.effective_wait_timeout_ms(), 60_000.0);
-        assert_eq!(ServerOptions { wait_timeout_ms: Some(5.0), ..o.clone() }.effective_wait_timeout_ms(), 5.0);
+        assert_eq!(
+            ServerOptions {
+                wait_timeout_ms: Some(5.0),
+                ..o.clone()
+            }
+            .effective_wait_timeout_ms(),
+            5.0
+        );
         assert_eq!(o.poll_ms, 25.0);
         assert_eq!(o.max_body_bytes, 1_048_576.0);
         assert_eq!(o.renew_interval_ms(), 20_000.0);
-        assert_eq!(ServerOptions { lock_timeout_ms: 2.0, ..o.clone() }.renew_interval_ms(), 1.0);
+        assert_eq!(
+            ServerOptions {
+                lock_timeout_ms: 2.0,
+                ..o.clone()
+            }
+            .renew_interval_ms(),
+            1.0
+        );
         assert_eq!(o.handler_timeout_ms, None);
     }
 
@@ -988,17 +1316,42 @@ mod tests {
     fn default_scope_from_credentials() {
         assert_eq!(id(Some("  "), None), None, "a blank Authorization is none");
         assert_eq!(id(Some(""), Some("sid=1")), Some("cookie:sid=1".into()));
-        assert_eq!(id(None, Some("__Host-session=x; a=b")), Some("cookie:__Host-session=x".into()));
-        assert_eq!(id(None, Some("connect.sid=s%3Aabc")), Some("cookie:connect.sid=s%3Aabc".into()));
-        assert_eq!(id(None, Some("JSESSIONID=9")), Some("cookie:JSESSIONID=9".into()));
-        assert_eq!(id(None, Some("my_app_session=9")), Some("cookie:my_app_session=9".into()));
-        assert_eq!(id(None, Some("sid=")), None, "an empty session cookie is none");
+        assert_eq!(
+            id(None, Some("__Host-session=x; a=b")),
+            Some("cookie:__Host-session=x".into())
+        );
+        assert_eq!(
+            id(None, Some("connect.sid=s%3Aabc")),
+            Some("cookie:connect.sid=s%3Aabc".into())
+        );
+        assert_eq!(
+            id(None, Some("JSESSIONID=9")),
+            Some("cookie:JSESSIONID=9".into())
+        );
+        assert_eq!(
+            id(None, Some("my_app_session=9")),
+            Some("cookie:my_app_session=9".into())
+        );
+        assert_eq!(
+            id(None, Some("sid=")),
+            None,
+            "an empty session cookie is none"
+        );
         assert_eq!(id(None, Some("garbage")), None);
         // A known name wins over a suffix match that comes first.
-        assert_eq!(id(None, Some("rl_session=1; connect.sid=s")), Some("cookie:connect.sid=s".into()));
-        assert_eq!(id(None, Some("a_session=1; b_session=2")), Some("cookie:a_session=1".into()));
+        assert_eq!(
+            id(None, Some("rl_session=1; connect.sid=s")),
+            Some("cookie:connect.sid=s".into())
+        );
+        assert_eq!(
+            id(None, Some("a_session=1; b_session=2")),
+            Some("cookie:a_session=1".into())
+        );
         // Other cookies changing between a request and its retry do not change the scope.
-        assert_eq!(id(None, Some("_ga=1; sid=a")), id(None, Some("sid=a; _ga=2")));
+        assert_eq!(
+            id(None, Some("_ga=1; sid=a")),
+            id(None, Some("sid=a; _ga=2"))
+        );
         // Authorization and cookie identities cannot collide.
         assert_ne!(id(Some("sid=a"), None), id(None, Some("sid=a")));
     }
@@ -1007,10 +1360,20 @@ mod tests {
     fn derived_keys_are_stable_uuids() {
         let k = derived_key("-:k1", "charge");
         assert_eq!(k, derived_key("-:k1", "charge"));
-        assert!(k.bytes().enumerate().all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { c == b'-' } else { c.is_ascii_hexdigit() && !c.is_ascii_uppercase() }));
+        assert!(k
+            .bytes()
+            .enumerate()
+            .all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) {
+                c == b'-'
+            } else {
+                c.is_ascii_hexdigit() && !c.is_ascii_uppercase()
+            }));
         assert!(matches!(&k[19..20], "8" | "9" | "a" | "b"));
         assert_ne!(derived_key("-:k1", "a"), derived_key("-:k1", "b"));
-        assert_ne!(derived_key(&store_key(b"s", Some("alice"), "k1"), "a"), derived_key(&store_key(b"s", Some("bob"), "k1"), "a"));
+        assert_ne!(
+            derived_key(&store_key(b"s", Some("alice"), "k1"), "a"),
+            derived_key(&store_key(b"s", Some("bob"), "k1"), "a")
+        );
         // The NUL separator: ("-:k1", "2x") and ("-:k12", "x") differ.
         assert_ne!(derived_key("-:k1", "2x"), derived_key("-:k12", "x"));
     }
@@ -1023,10 +1386,20 @@ mod tests {
     #[test]
     fn option_names_are_closest_matches() {
         use crate::core::options::closest_name;
-        assert_eq!(closest_name("lockTimeout", &SERVER_OPTION_NAMES), Some("lockTimeoutMs"));
-        assert_eq!(closest_name("maxBodySize", &SERVER_OPTION_NAMES), Some("maxBodyBytes"));
+        assert_eq!(
+            closest_name("lockTimeout", &SERVER_OPTION_NAMES),
+            Some("lockTimeoutMs")
+        );
+        assert_eq!(
+            closest_name("maxBodySize", &SERVER_OPTION_NAMES),
+            Some("maxBodyBytes")
+        );
         assert_eq!(closest_name("ttl", &JOB_OPTION_NAMES), Some("ttlMs"));
-        assert!(max_body_bytes(0.0).is_ok() && max_body_bytes(-1.0).is_err() && max_body_bytes(1.5).is_err());
+        assert!(
+            max_body_bytes(0.0).is_ok()
+                && max_body_bytes(-1.0).is_err()
+                && max_body_bytes(1.5).is_err()
+        );
     }
 
     #[test]
@@ -1038,7 +1411,10 @@ mod tests {
         }
         assert_eq!(lock_timeout_ms(60_000.0), Ok(60_000.0));
         assert_eq!(lock_timeout_ms(1_000.0), Ok(1_000.0));
-        assert!(lock_timeout_ms(999.0).is_err(), "a lock shorter than a second lapses under a live holder");
+        assert!(
+            lock_timeout_ms(999.0).is_err(),
+            "a lock shorter than a second lapses under a live holder"
+        );
         assert!(lock_timeout_ms(1.0).is_err());
         assert!(lock_timeout_ms(0.0).is_err());
         assert_eq!(handler_timeout_ms(1.0), Ok(1.0));
@@ -1046,10 +1422,18 @@ mod tests {
         assert_eq!(ignored_method("get"), Ok("GET".into()));
         assert!(ignored_method("G ET").is_err() && ignored_method("").is_err());
         let o = ServerOptions::default();
-        assert!(o.ignores_key("GET") && o.ignores_key("head") && o.ignores_key("OPTIONS") && !o.ignores_key("POST"));
+        assert!(
+            o.ignores_key("GET")
+                && o.ignores_key("head")
+                && o.ignores_key("OPTIONS")
+                && !o.ignores_key("POST")
+        );
         assert!(lock_timeout_ms(MAX_TIMER_MS + 1.0).is_err());
         assert_eq!(wait_timeout_ms(0.0), Ok(0.0));
-        assert_eq!(wait_timeout_ms(-1.0).map_err(|e| e.option), Err("waitTimeoutMs"));
+        assert_eq!(
+            wait_timeout_ms(-1.0).map_err(|e| e.option),
+            Err("waitTimeoutMs")
+        );
         assert_eq!(poll_ms(1.0), Ok(1.0));
         assert_eq!(poll_ms(0.0).map_err(|e| e.option), Err("pollMs"));
         assert_eq!(header("Idempotency-Key"), Ok("Idempotency-Key".into()));
@@ -1059,7 +1443,10 @@ mod tests {
         }
         assert_eq!(concurrent("wait"), Ok(Concurrent::Wait));
         assert_eq!(concurrent("reject"), Ok(Concurrent::Reject));
-        assert_eq!(concurrent("Reject").map_err(|e| e.expected), Err(CONCURRENT_EXPECTED));
+        assert_eq!(
+            concurrent("Reject").map_err(|e| e.expected),
+            Err(CONCURRENT_EXPECTED)
+        );
         assert_eq!(Concurrent::Reject.name(), "reject");
     }
 

@@ -130,6 +130,9 @@ mod tests {
 
     #[test]
     fn sf_string_escapes() {
-        assert_eq!(header_value(r#"a"b\c"#, KeyFormat::SfString), r#""a\"b\\c""#);
+        assert_eq!(
+            header_value(r#"a"b\c"#, KeyFormat::SfString),
+            r#""a\"b\\c""#
+        );
     }
 }

@@ -209,7 +209,10 @@ pub fn non_negative_ms(option: &'static str, v: f64) -> Result<f64, OptionError>
     if v.is_finite() && v >= 0.0 {
         Ok(v.min(MAX_TIMER_MS))
     } else {
-        Err(OptionError::new(option, "a finite number of milliseconds >= 0"))
+        Err(OptionError::new(
+            option,
+            "a finite number of milliseconds >= 0",
+        ))
     }
 }
 
@@ -218,7 +221,10 @@ pub fn positive_ms(option: &'static str, v: f64) -> Result<f64, OptionError> {
     if v.is_finite() && v > 0.0 && v <= MAX_TIMER_MS {
         Ok(v)
     } else {
-        Err(OptionError::new(option, "a number of milliseconds > 0 and <= 2147483647"))
+        Err(OptionError::new(
+            option,
+            "a number of milliseconds > 0 and <= 2147483647",
+        ))
     }
 }
 
@@ -236,7 +242,10 @@ pub fn status_code(v: f64) -> Result<u16, OptionError> {
     if is_integer(v) && (100.0..=599.0).contains(&v) {
         Ok(v as u16)
     } else {
-        Err(OptionError::new("retryOnStatus", "an array of integer HTTP statuses from 100 to 599"))
+        Err(OptionError::new(
+            "retryOnStatus",
+            "an array of integer HTTP statuses from 100 to 599",
+        ))
     }
 }
 
@@ -253,7 +262,10 @@ pub fn key_format(name: &str) -> Result<KeyFormat, OptionError> {
     match name {
         "plain" => Ok(KeyFormat::Plain),
         "sf-string" => Ok(KeyFormat::SfString),
-        _ => Err(OptionError::new("idempotencyKeyFormat", "'plain' or 'sf-string'")),
+        _ => Err(OptionError::new(
+            "idempotencyKeyFormat",
+            "'plain' or 'sf-string'",
+        )),
     }
 }
 
@@ -275,16 +287,34 @@ pub fn key_mode(value: &str) -> Result<KeyMode, OptionError> {
 }
 
 /// What `idempotencyKey` must be.
-pub const KEY_MODE_EXPECTED: &str = "'auto' (lower-case), false, or a key of 1 to 255 visible ASCII characters";
+pub const KEY_MODE_EXPECTED: &str =
+    "'auto' (lower-case), false, or a key of 1 to 255 visible ASCII characters";
 
 /// The request header names a browser's `fetch` refuses to let a script set (the Fetch
 /// Standard's forbidden request-header names), compared ASCII-case-insensitively; names that
 /// start with `proxy-` or `sec-` are forbidden too.
 pub const FORBIDDEN_REQUEST_HEADERS: [&str; 21] = [
-    "accept-charset", "accept-encoding", "access-control-request-headers",
-    "access-control-request-method", "connection", "content-length", "cookie", "cookie2",
-    "date", "dnt", "expect", "host", "keep-alive", "origin", "referer", "set-cookie", "te",
-    "trailer", "transfer-encoding", "upgrade", "via",
+    "accept-charset",
+    "accept-encoding",
+    "access-control-request-headers",
+    "access-control-request-method",
+    "connection",
+    "content-length",
+    "cookie",
+    "cookie2",
+    "date",
+    "dnt",
+    "expect",
+    "host",
+    "keep-alive",
+    "origin",
+    "referer",
+    "set-cookie",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "via",
 ];
 
 /// Is `name` a forbidden request-header name (see [`FORBIDDEN_REQUEST_HEADERS`])?
@@ -311,11 +341,33 @@ pub fn header_name(value: &str) -> Result<String, OptionError> {
 
 /// Every option `retryFetch` takes, by its JavaScript name.
 pub const RETRY_OPTION_NAMES: [&str; 27] = [
-    "maxAttempts", "baseDelayMs", "factor", "maxDelayMs", "jitter", "retryOnStatus",
-    "retryOnNetworkError", "retryOnTimeout", "timeoutMs", "deadlineMs", "respectRetryAfter",
-    "maxRetryAfterMs", "idempotencyKey", "idempotencyHeader", "idempotencyKeyFormat",
-    "retryHeaders", "maxBufferedBodyBytes", "signal", "shouldRetry", "onRetry", "beforeRetry",
-    "onSettled", "headers", "fetch", "budget", "throttle", "breaker",
+    "maxAttempts",
+    "baseDelayMs",
+    "factor",
+    "maxDelayMs",
+    "jitter",
+    "retryOnStatus",
+    "retryOnNetworkError",
+    "retryOnTimeout",
+    "timeoutMs",
+    "deadlineMs",
+    "respectRetryAfter",
+    "maxRetryAfterMs",
+    "idempotencyKey",
+    "idempotencyHeader",
+    "idempotencyKeyFormat",
+    "retryHeaders",
+    "maxBufferedBodyBytes",
+    "signal",
+    "shouldRetry",
+    "onRetry",
+    "beforeRetry",
+    "onSettled",
+    "headers",
+    "fetch",
+    "budget",
+    "throttle",
+    "breaker",
 ];
 
 /// Names that do not belong in `init` (fetch's `RequestInit`) but are retry options: ours
@@ -323,8 +375,17 @@ pub const RETRY_OPTION_NAMES: [&str; 27] = [
 /// `retry`, `timeout`, `hooks`; axios-retry's `retries`, `retryDelay`, `retryCondition`;
 /// fetch-retry's `retryOn`; p-retry's `onFailedAttempt`). Found in `init`, they would be
 /// silently ignored, so the call is a `TypeError` that points at the third argument.
-pub const FOREIGN_RETRY_NAMES: [&str; 9] =
-    ["retry", "retries", "timeout", "retryDelay", "retryCondition", "retryOn", "hooks", "onFailedAttempt", "throwHttpErrors"];
+pub const FOREIGN_RETRY_NAMES: [&str; 9] = [
+    "retry",
+    "retries",
+    "timeout",
+    "retryDelay",
+    "retryCondition",
+    "retryOn",
+    "hooks",
+    "onFailedAttempt",
+    "throwHttpErrors",
+];
 
 /// Is `name`, found in `init`, a retry option put there by mistake ([`FOREIGN_RETRY_NAMES`],
 /// or one of ours but `signal` and `headers`)?
@@ -335,7 +396,8 @@ pub const FOREIGN_RETRY_NAMES: [&str; 9] =
 /// assert!(!misplaced_in_init("signal") && !misplaced_in_init("headers") && !misplaced_in_init("method"));
 /// ```
 pub fn misplaced_in_init(name: &str) -> bool {
-    (name != "signal" && name != "headers" && RETRY_OPTION_NAMES.contains(&name)) || FOREIGN_RETRY_NAMES.contains(&name)
+    (name != "signal" && name != "headers" && RETRY_OPTION_NAMES.contains(&name))
+        || FOREIGN_RETRY_NAMES.contains(&name)
 }
 
 /// The known name closest to a misspelled `name` (`maxAttemps` -> `maxAttempts`), by
@@ -345,7 +407,12 @@ pub fn closest_name<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
     let lower = name.to_ascii_lowercase();
     let (best, distance) = known
         .iter()
-        .map(|k| (*k, strsim::damerau_levenshtein(&lower, &k.to_ascii_lowercase())))
+        .map(|k| {
+            (
+                *k,
+                strsim::damerau_levenshtein(&lower, &k.to_ascii_lowercase()),
+            )
+        })
         .min_by_key(|(_, d)| *d)?;
     let limit = (name.chars().count().max(best.len()) / 3).max(2);
     (distance <= limit).then_some(best)
@@ -356,7 +423,10 @@ pub fn body_limit(v: f64) -> Result<u32, OptionError> {
     if is_integer(v) && (0.0..=MAX_TIMER_MS).contains(&v) {
         Ok(v as u32)
     } else {
-        Err(OptionError::new("maxBufferedBodyBytes", "an integer number of bytes from 0 to 2147483647"))
+        Err(OptionError::new(
+            "maxBufferedBodyBytes",
+            "an integer number of bytes from 0 to 2147483647",
+        ))
     }
 }
 
@@ -397,7 +467,15 @@ mod tests {
     fn max_attempts_accepts_only_integers_in_range() {
         assert_eq!(max_attempts(1.0), Ok(1));
         assert_eq!(max_attempts(100.0), Ok(100));
-        for bad in [0.0, 101.0, 2.5, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        for bad in [
+            0.0,
+            101.0,
+            2.5,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ] {
             let err = max_attempts(bad).unwrap_err();
             assert_eq!(err.option, "maxAttempts");
         }
@@ -441,14 +519,29 @@ mod tests {
         assert!(key_mode(&"k".repeat(256)).is_err());
         // Another case of 'auto' would be one literal key shared by every call.
         for near in ["Auto", "AUTO", "aUTO"] {
-            assert_eq!(key_mode(near).map_err(|e| e.expected), Err(KEY_MODE_EXPECTED), "{near}");
+            assert_eq!(
+                key_mode(near).map_err(|e| e.expected),
+                Err(KEY_MODE_EXPECTED),
+                "{near}"
+            );
         }
         assert_eq!(key_mode("autos"), Ok(KeyMode::Fixed("autos".into())));
         assert_eq!(header_name("X-Request-Key"), Ok("X-Request-Key".into()));
         assert!(header_name("Bad Header").is_err());
         assert!(header_name("").is_err());
-        for forbidden in ["content-length", "Host", "COOKIE", "sec-fetch-mode", "Proxy-Authorization", "transfer-encoding"] {
-            assert_eq!(header_name(forbidden).unwrap_err().option, "idempotencyHeader", "{forbidden}");
+        for forbidden in [
+            "content-length",
+            "Host",
+            "COOKIE",
+            "sec-fetch-mode",
+            "Proxy-Authorization",
+            "transfer-encoding",
+        ] {
+            assert_eq!(
+                header_name(forbidden).unwrap_err().option,
+                "idempotencyHeader",
+                "{forbidden}"
+            );
         }
         assert!(header_name("Idempotency-Key").is_ok());
     }
@@ -463,10 +556,25 @@ mod tests {
 
     #[test]
     fn misspelled_names_find_the_closest_known_one() {
-        assert_eq!(closest_name("maxAttemps", &RETRY_OPTION_NAMES), Some("maxAttempts"));
-        assert_eq!(closest_name("timeout", &RETRY_OPTION_NAMES), Some("timeoutMs"));
-        assert_eq!(closest_name("retryOnStatuses", &RETRY_OPTION_NAMES), Some("retryOnStatus"));
-        assert_eq!(closest_name("maxtoken", &["maxTokens", "tokenRatio"]), Some("maxTokens"));
-        assert_eq!(closest_name("completelyUnrelatedThing", &RETRY_OPTION_NAMES), None);
+        assert_eq!(
+            closest_name("maxAttemps", &RETRY_OPTION_NAMES),
+            Some("maxAttempts")
+        );
+        assert_eq!(
+            closest_name("timeout", &RETRY_OPTION_NAMES),
+            Some("timeoutMs")
+        );
+        assert_eq!(
+            closest_name("retryOnStatuses", &RETRY_OPTION_NAMES),
+            Some("retryOnStatus")
+        );
+        assert_eq!(
+            closest_name("maxtoken", &["maxTokens", "tokenRatio"]),
+            Some("maxTokens")
+        );
+        assert_eq!(
+            closest_name("completelyUnrelatedThing", &RETRY_OPTION_NAMES),
+            None
+        );
     }
 }

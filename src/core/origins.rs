@@ -16,14 +16,19 @@ pub struct OriginMap<T> {
 
 impl<T> Default for OriginMap<T> {
     fn default() -> Self {
-        OriginMap { entries: Vec::new() }
+        OriginMap {
+            entries: Vec::new(),
+        }
     }
 }
 
 impl<T> OriginMap<T> {
     /// The state of `origin`, if any.
     pub fn get(&self, origin: &str) -> Option<&T> {
-        self.entries.iter().find(|(o, _)| o == origin).map(|(_, t)| t)
+        self.entries
+            .iter()
+            .find(|(o, _)| o == origin)
+            .map(|(_, t)| t)
     }
 
     /// The state of `origin`, created with `make` when absent; marks it most recently used.
@@ -49,7 +54,10 @@ impl<T> OriginMap<T> {
 
     /// The state of `origin` for update, if any (not reordered).
     pub fn get_mut(&mut self, origin: &str) -> Option<&mut T> {
-        self.entries.iter_mut().find(|(o, _)| o == origin).map(|(_, t)| t)
+        self.entries
+            .iter_mut()
+            .find(|(o, _)| o == origin)
+            .map(|(_, t)| t)
     }
 
     /// How many origins have state.

@@ -23,7 +23,9 @@ fn delta_seconds(value: &str) -> Option<u64> {
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some(v.bytes().fold(0u64, |acc, b| acc.saturating_mul(10).saturating_add(u64::from(b - b'0'))))
+    Some(v.bytes().fold(0u64, |acc, b| {
+        acc.saturating_mul(10).saturating_add(u64::from(b - b'0'))
+    }))
 }
 
 fn seconds_to_ms(s: u64) -> f64 {
@@ -31,8 +33,15 @@ fn seconds_to_ms(s: u64) -> f64 {
 }
 
 /// English weekday names, Monday first; their first three letters are the short names.
-const WEEKDAYS: [&str; 7] =
-    ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+const WEEKDAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
 
 /// The twelve three-letter month names, January first.
 const MONTHS: &[u8; 36] = b"JanFebMarAprMayJunJulAugSepOctNovDec";
@@ -48,12 +57,18 @@ fn digits(ds: &[u8]) -> Option<u32> {
 
 /// Index (Monday = 0) of a three-letter weekday name such as `Sun`.
 fn short_weekday(name: [u8; 3]) -> Option<u32> {
-    WEEKDAYS.iter().position(|w| w.as_bytes().get(..3) == Some(&name[..])).map(|i| i as u32)
+    WEEKDAYS
+        .iter()
+        .position(|w| w.as_bytes().get(..3) == Some(&name[..]))
+        .map(|i| i as u32)
 }
 
 /// Month (1 to 12) of a three-letter month name such as `Nov`.
 fn month(name: [u8; 3]) -> Option<u32> {
-    MONTHS.chunks(3).position(|m| m == name).map(|i| i as u32 + 1)
+    MONTHS
+        .chunks(3)
+        .position(|m| m == name)
+        .map(|i| i as u32 + 1)
 }
 
 /// Days from 1970-01-01 to a proleptic Gregorian date of year 1970 or later (H. Hinnant's
@@ -86,21 +101,29 @@ pub fn parse_http_date_ms(value: &str) -> Option<f64> {
     if !value.is_ascii() {
         return None;
     }
-    let s = value.trim_matches(|c| matches!(c, '\t'..='\r' | ' ')).as_bytes();
+    let s = value
+        .trim_matches(|c| matches!(c, '\t'..='\r' | ' '))
+        .as_bytes();
     // (weekday, day, month, year, `HH:MM:SS`); slice patterns, so no index can be out of range
     let (wday, day, mon, year, hms) = match *s {
         // IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`
-        [w0, w1, w2, b',', b' ', d0, d1, b' ', m0, m1, m2, b' ', y0, y1, y2, y3, b' ', ref hms @ .., b' ', b'G', b'M', b'T'] => (
-            short_weekday([w0, w1, w2])?,
-            digits(&[d0, d1])?,
-            month([m0, m1, m2])?,
-            digits(&[y0, y1, y2, y3])?,
-            hms,
-        ),
+        [w0, w1, w2, b',', b' ', d0, d1, b' ', m0, m1, m2, b' ', y0, y1, y2, y3, b' ', ref hms @ .., b' ', b'G', b'M', b'T'] => {
+            (
+                short_weekday([w0, w1, w2])?,
+                digits(&[d0, d1])?,
+                month([m0, m1, m2])?,
+                digits(&[y0, y1, y2, y3])?,
+                hms,
+            )
+        }
         // asctime: `Sun Nov  6 08:49:37 1994` (the day may also be `06`)
         [w0, w1, w2, b' ', m0, m1, m2, b' ', d0, d1, b' ', ref hms @ .., b' ', y0, y1, y2, y3] => (
             short_weekday([w0, w1, w2])?,
-            if d0 == b' ' { digits(&[d1])? } else { digits(&[d0, d1])? },
+            if d0 == b' ' {
+                digits(&[d1])?
+            } else {
+                digits(&[d0, d1])?
+            },
             month([m0, m1, m2])?,
             digits(&[y0, y1, y2, y3])?,
             hms,
@@ -121,10 +144,16 @@ pub fn parse_http_date_ms(value: &str) -> Option<f64> {
             (wday, digits(&[d0, d1])?, month([m0, m1, m2])?, year, hms)
         }
     };
-    let [h0, h1, b':', n0, n1, b':', s0, s1] = *hms else { return None };
+    let [h0, h1, b':', n0, n1, b':', s0, s1] = *hms else {
+        return None;
+    };
     let (hour, min, sec) = (digits(&[h0, h1])?, digits(&[n0, n1])?, digits(&[s0, s1])?);
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let month_len = if mon == 2 { 28 + u32::from(leap) } else { 30 + (mon + mon / 8) % 2 };
+    let month_len = if mon == 2 {
+        28 + u32::from(leap)
+    } else {
+        30 + (mon + mon / 8) % 2
+    };
     if hour > 23 || min > 59 || sec > 59 || year < 1970 || day == 0 || day > month_len {
         return None;
     }
@@ -190,7 +219,9 @@ fn quota<'a>(pieces: impl Iterator<Item = &'a str>) -> (Option<u64>, Option<u64>
     let mut remaining = None;
     let mut reset = None;
     for piece in pieces {
-        let Some((key, val)) = piece.split_once('=') else { continue };
+        let Some((key, val)) = piece.split_once('=') else {
+            continue;
+        };
         match key.trim() {
             "r" | "remaining" => remaining = delta_seconds(val),
             "t" | "reset" => reset = delta_seconds(val),
@@ -262,7 +293,10 @@ mod tests {
     fn delta_seconds_forms() {
         assert_eq!(parse_retry_after("0", 0.0), Some(0.0));
         assert_eq!(parse_retry_after(" 120 ", 0.0), Some(120_000.0));
-        assert_eq!(parse_retry_after("99999999999999999999999", 0.0), Some(u64::MAX as f64 * 1000.0));
+        assert_eq!(
+            parse_retry_after("99999999999999999999999", 0.0),
+            Some(u64::MAX as f64 * 1000.0)
+        );
         for bad in ["", "-1", "1.5", "1e3", "abc", "12 34", "+5"] {
             assert_eq!(parse_retry_after(bad, 0.0), None, "{bad:?}");
         }
@@ -287,8 +321,9 @@ mod tests {
         }
     }
 
-    const MONTH_NAMES: [&str; 12] =
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTH_NAMES: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
 
     /// A broken-down UTC time: (weekday Monday = 0, year, month 1-12, day, h, m, s).
     type Civil = (usize, u64, usize, u64, u64, u64, u64);
@@ -307,7 +342,15 @@ mod tests {
         let mon = if mp < 10 { mp + 3 } else { mp - 9 };
         let year = yoe + era * 400 + u64::from(mon <= 2);
         let wday = ((days + 3) % 7) as usize;
-        (wday, year, mon as usize, day, sod / 3600, sod / 60 % 60, sod % 60)
+        (
+            wday,
+            year,
+            mon as usize,
+            day,
+            sod / 3600,
+            sod / 60 % 60,
+            sod % 60,
+        )
     }
 
     fn push_hms(out: &mut String, (_, _, _, _, h, m, s): Civil) {
@@ -407,12 +450,27 @@ mod tests {
     #[test]
     fn http_date_rfc850_two_digit_years() {
         // 70-99 are 19xx, 00-69 are 20xx (httpdate's rule)
-        assert_eq!(parse_http_date_ms("Thursday, 01-Jan-70 00:00:00 GMT"), Some(0.0));
-        assert_eq!(parse_http_date_ms("Friday, 31-Dec-99 23:59:59 GMT"), Some(946_684_799_000.0));
-        assert_eq!(parse_http_date_ms("Saturday, 01-Jan-00 00:00:00 GMT"), Some(946_684_800_000.0));
-        assert_eq!(parse_http_date_ms("Tuesday, 31-Dec-69 23:59:59 GMT"), Some(3_155_759_999_000.0));
+        assert_eq!(
+            parse_http_date_ms("Thursday, 01-Jan-70 00:00:00 GMT"),
+            Some(0.0)
+        );
+        assert_eq!(
+            parse_http_date_ms("Friday, 31-Dec-99 23:59:59 GMT"),
+            Some(946_684_799_000.0)
+        );
+        assert_eq!(
+            parse_http_date_ms("Saturday, 01-Jan-00 00:00:00 GMT"),
+            Some(946_684_800_000.0)
+        );
+        assert_eq!(
+            parse_http_date_ms("Tuesday, 31-Dec-69 23:59:59 GMT"),
+            Some(3_155_759_999_000.0)
+        );
         // the weekday is checked against the 20xx/19xx reading
-        assert_eq!(parse_http_date_ms("Wednesday, 01-Jan-70 00:00:00 GMT"), None);
+        assert_eq!(
+            parse_http_date_ms("Wednesday, 01-Jan-70 00:00:00 GMT"),
+            None
+        );
     }
 
     #[test]
@@ -421,22 +479,22 @@ mod tests {
             "",
             " ",
             "garbage",
-            "Sun, 06 Foo 1994 08:49:37 GMT",  // bad month
-            "Sun, 06 nov 1994 08:49:37 GMT",  // names are case-sensitive
+            "Sun, 06 Foo 1994 08:49:37 GMT", // bad month
+            "Sun, 06 nov 1994 08:49:37 GMT", // names are case-sensitive
             "sun, 06 Nov 1994 08:49:37 GMT",
             "Sun, 06 Nov 1994 08:49:37 gmt",
             "Sun, 06 Nov 1994 08:49:37 UTC",
-            "Sun, 32 Nov 1994 08:49:37 GMT",  // day 32
-            "Thu, 31 Nov 1994 08:49:37 GMT",  // 1 Dec 1994 is a Thursday
-            "Mon, 00 Nov 1994 08:49:37 GMT",  // day 0 (31 Oct 1994 is a Monday)
-            "Thu, 30 Feb 2012 00:00:00 GMT",  // Feb 30 (1 Mar 2012 is a Thursday)
-            "Tue, 29 Feb 2011 00:00:00 GMT",  // not a leap year (1 Mar 2011 is a Tuesday)
-            "Mon, 29 Feb 2100 00:00:00 GMT",  // not a leap year (1 Mar 2100 is a Monday)
-            "Sun, 06 Nov 1994 25:00:00 GMT",  // 25:00
+            "Sun, 32 Nov 1994 08:49:37 GMT", // day 32
+            "Thu, 31 Nov 1994 08:49:37 GMT", // 1 Dec 1994 is a Thursday
+            "Mon, 00 Nov 1994 08:49:37 GMT", // day 0 (31 Oct 1994 is a Monday)
+            "Thu, 30 Feb 2012 00:00:00 GMT", // Feb 30 (1 Mar 2012 is a Thursday)
+            "Tue, 29 Feb 2011 00:00:00 GMT", // not a leap year (1 Mar 2011 is a Tuesday)
+            "Mon, 29 Feb 2100 00:00:00 GMT", // not a leap year (1 Mar 2100 is a Monday)
+            "Sun, 06 Nov 1994 25:00:00 GMT", // 25:00
             "Sun, 06 Nov 1994 24:00:00 GMT",
             "Sun, 06 Nov 1994 08:60:37 GMT",
-            "Sun, 06 Nov 1994 08:49:60 GMT",  // no leap seconds
-            "Mon, 06 Nov 1994 08:49:37 GMT",  // wrong weekday, each form
+            "Sun, 06 Nov 1994 08:49:60 GMT", // no leap seconds
+            "Mon, 06 Nov 1994 08:49:37 GMT", // wrong weekday, each form
             "Monday, 06-Nov-94 08:49:37 GMT",
             "Mon Nov  6 08:49:37 1994",
             "Sund, 06 Nov 1994 08:49:37 GMT",
@@ -449,9 +507,9 @@ mod tests {
             "Sun, 06 Nov 1994 08.49.37 GMT",
             "Sun, 06 Nov 1994 8:49:37 GMT",
             "Sun, 06 Nov +994 08:49:37 GMT",
-            "Wed, 31 Dec 1969 23:59:59 GMT",  // before 1970
+            "Wed, 31 Dec 1969 23:59:59 GMT", // before 1970
             "Sat, 01 Jan 0000 00:00:00 GMT",
-            "Sun, 06-Nov-94 08:49:37 GMT",    // RFC 850 needs the long weekday
+            "Sun, 06-Nov-94 08:49:37 GMT", // RFC 850 needs the long weekday
             "Sunday, 06 Nov 1994 08:49:37 GMT",
             "Sunday,06-Nov-94 08:49:37 GMT",
             "Sunday, 06-Nov-94 08:49:37 GMT GMT",
@@ -495,7 +553,15 @@ mod tests {
             "Sunday, 06-Nov-94 08:49:37 GMT",
             "Sun Nov  6 08:49:37 1994",
         ] {
-            for c in ["\u{e9}", "\u{a0}", "\u{85}", "\u{2003}", "\u{65e5}", "\u{feff}", "\u{1f600}"] {
+            for c in [
+                "\u{e9}",
+                "\u{a0}",
+                "\u{85}",
+                "\u{2003}",
+                "\u{65e5}",
+                "\u{feff}",
+                "\u{1f600}",
+            ] {
                 for i in 0..=form.len() {
                     let mut inserted = String::from(form);
                     inserted.insert_str(i, c);
@@ -519,7 +585,9 @@ mod tests {
         // a 64-bit LCG (Knuth's MMIX constants) over 1970-01-01 .. 9999-12-31 23:59:59
         let mut state = 0x2545_f491_4f6c_dd1d_u64;
         for i in 0..20_000u64 {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             let secs = match i % 3 {
                 0 => (state >> 11) % 253_402_300_800,
                 1 => (state >> 11) % 4_102_444_800, // 1970 .. 2099, where RFC 850 round-trips
@@ -528,13 +596,21 @@ mod tests {
             let c = civil(secs);
             let ms = Some(secs as f64 * 1000.0);
             assert_eq!(parse_http_date_ms(&fmt_imf(c)), ms, "{}", fmt_imf(c));
-            assert_eq!(parse_http_date_ms(&fmt_asctime(c)), ms, "{}", fmt_asctime(c));
+            assert_eq!(
+                parse_http_date_ms(&fmt_asctime(c)),
+                ms,
+                "{}",
+                fmt_asctime(c)
+            );
             if c.1 < 2070 {
                 assert_eq!(parse_http_date_ms(&fmt_rfc850(c)), ms, "{}", fmt_rfc850(c));
             }
             // any other weekday is refused
             let wrong = (c.0 + 1 + (state % 6) as usize) % 7;
-            assert_eq!(parse_http_date_ms(&fmt_imf((wrong, c.1, c.2, c.3, c.4, c.5, c.6))), None);
+            assert_eq!(
+                parse_http_date_ms(&fmt_imf((wrong, c.1, c.2, c.3, c.4, c.5, c.6))),
+                None
+            );
         }
     }
 
@@ -548,9 +624,27 @@ mod tests {
             let c = (wday, year, mon, day, 23, 59, 59);
             let ms = Some((secs + 86_399) as f64 * 1000.0);
             assert_eq!(parse_http_date_ms(&fmt_imf(c)), ms, "{}", fmt_imf(c));
-            assert_eq!(parse_http_date_ms(&fmt_asctime(c)), ms, "{}", fmt_asctime(c));
+            assert_eq!(
+                parse_http_date_ms(&fmt_asctime(c)),
+                ms,
+                "{}",
+                fmt_asctime(c)
+            );
             let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-            let len = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][mon - 1];
+            let len = [
+                31,
+                if leap { 29 } else { 28 },
+                31,
+                30,
+                31,
+                30,
+                31,
+                31,
+                30,
+                31,
+                30,
+                31,
+            ][mon - 1];
             if day == len {
                 // the day after the last of the month does not exist
                 let next = fmt_imf(((wday + 1) % 7, year, mon, day + 1, 0, 0, 0));
@@ -572,22 +666,34 @@ mod tests {
 
     #[test]
     fn a_past_date_means_now() {
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", EPOCH_1994_MS + 5e6), Some(0.0));
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", EPOCH_1994_MS + 5e6),
+            Some(0.0)
+        );
     }
 
     #[test]
     fn ratelimit_reset_delta_and_unix_time() {
         assert_eq!(parse_ratelimit_reset("7", 0.0), Some(7000.0));
-        assert_eq!(parse_ratelimit_reset("1700000010", 1_700_000_000_000.0), Some(10_000.0));
+        assert_eq!(
+            parse_ratelimit_reset("1700000010", 1_700_000_000_000.0),
+            Some(10_000.0)
+        );
         assert_eq!(parse_ratelimit_reset("x", 0.0), None);
     }
 
     #[test]
     fn ratelimit_field() {
         assert_eq!(parse_ratelimit(r#""default";r=0;t=30"#), Some(30_000.0));
-        assert_eq!(parse_ratelimit(r#""a";r=3;t=1, "b";r=0;t=12, "c";r=0;t=4"#), Some(12_000.0));
+        assert_eq!(
+            parse_ratelimit(r#""a";r=3;t=1, "b";r=0;t=12, "c";r=0;t=4"#),
+            Some(12_000.0)
+        );
         assert_eq!(parse_ratelimit(r#""x,y;z";r=0;t=2"#), Some(2_000.0));
-        assert_eq!(parse_ratelimit("limit=10, remaining=0, reset=5"), Some(5_000.0));
+        assert_eq!(
+            parse_ratelimit("limit=10, remaining=0, reset=5"),
+            Some(5_000.0)
+        );
         assert_eq!(parse_ratelimit("limit=10, remaining=3, reset=5"), None);
         assert_eq!(parse_ratelimit(r#""default";t=4"#), Some(4_000.0));
         assert_eq!(parse_ratelimit(r#""a";r=2;t=9, "b";t=4"#), Some(4_000.0));
@@ -599,9 +705,18 @@ mod tests {
 
     #[test]
     fn precedence() {
-        assert_eq!(server_delay_ms(Some("2"), Some("5"), None, 0.0), Some(2000.0));
-        assert_eq!(server_delay_ms(Some("bad"), Some("5"), None, 0.0), Some(5000.0));
-        assert_eq!(server_delay_ms(None, None, Some(r#"p;r=0;t=3"#), 0.0), Some(3000.0));
+        assert_eq!(
+            server_delay_ms(Some("2"), Some("5"), None, 0.0),
+            Some(2000.0)
+        );
+        assert_eq!(
+            server_delay_ms(Some("bad"), Some("5"), None, 0.0),
+            Some(5000.0)
+        );
+        assert_eq!(
+            server_delay_ms(None, None, Some(r#"p;r=0;t=3"#), 0.0),
+            Some(3000.0)
+        );
         assert_eq!(server_delay_ms(None, None, None, 0.0), None);
         assert_eq!(server_delay_ms(Some("bad"), None, None, 0.0), None);
     }

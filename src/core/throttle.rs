@@ -97,7 +97,14 @@ pub struct ThrottleConfig {
 
 impl Default for ThrottleConfig {
     fn default() -> Self {
-        ThrottleConfig { initial_rate: 200.0, ramp_ms: 200.0, beta: 0.7, scale: 0.4, min_rate: 0.5, max_wait_ms: 10_000.0 }
+        ThrottleConfig {
+            initial_rate: 200.0,
+            ramp_ms: 200.0,
+            beta: 0.7,
+            scale: 0.4,
+            min_rate: 0.5,
+            max_wait_ms: 10_000.0,
+        }
     }
 }
 
@@ -106,22 +113,37 @@ impl ThrottleConfig {
     pub fn validate(self) -> Result<Self, OptionError> {
         let positive = |v: f64| v.is_finite() && v > 0.0 && v <= 1e9;
         if !positive(self.initial_rate) {
-            return Err(OptionError::new("initialRate", "a number of requests per second > 0"));
+            return Err(OptionError::new(
+                "initialRate",
+                "a number of requests per second > 0",
+            ));
         }
         if !positive(self.ramp_ms) {
             return Err(OptionError::new("rampMs", "a number of milliseconds > 0"));
         }
         if !(self.beta.is_finite() && self.beta > 0.0 && self.beta < 1.0) {
-            return Err(OptionError::new("beta", "a number between 0 and 1 (exclusive)"));
+            return Err(OptionError::new(
+                "beta",
+                "a number between 0 and 1 (exclusive)",
+            ));
         }
         if !positive(self.scale) {
             return Err(OptionError::new("scale", "a number > 0"));
         }
         if !positive(self.min_rate) || self.min_rate > self.initial_rate {
-            return Err(OptionError::new("minRate", "a number of requests per second > 0 and <= initialRate"));
+            return Err(OptionError::new(
+                "minRate",
+                "a number of requests per second > 0 and <= initialRate",
+            ));
         }
-        if !(self.max_wait_ms.is_finite() && self.max_wait_ms >= 0.0 && self.max_wait_ms <= super::options::MAX_TIMER_MS) {
-            return Err(OptionError::new("maxWaitMs", "a number of milliseconds from 0 to 2147483647"));
+        if !(self.max_wait_ms.is_finite()
+            && self.max_wait_ms >= 0.0
+            && self.max_wait_ms <= super::options::MAX_TIMER_MS)
+        {
+            return Err(OptionError::new(
+                "maxWaitMs",
+                "a number of milliseconds from 0 to 2147483647",
+            ));
         }
         Ok(self)
     }
@@ -294,7 +316,10 @@ pub struct AdaptiveThrottle {
 impl AdaptiveThrottle {
     /// A throttle with `config` (already validated).
     pub fn new(config: ThrottleConfig) -> Self {
-        AdaptiveThrottle { config, origins: OriginMap::default() }
+        AdaptiveThrottle {
+            config,
+            origins: OriginMap::default(),
+        }
     }
 
     /// The settings.
@@ -304,7 +329,8 @@ impl AdaptiveThrottle {
 
     fn origin(&mut self, origin: &str, now_ms: f64) -> &mut OriginThrottle {
         let config = self.config;
-        self.origins.get_or_insert_with(origin, || OriginThrottle::new(&config, now_ms))
+        self.origins
+            .get_or_insert_with(origin, || OriginThrottle::new(&config, now_ms))
     }
 
     /// The current send rate of `origin`, req/s (`None` for an origin never seen).
@@ -374,20 +400,34 @@ impl AdaptiveThrottle {
                 // Callers waiting for turns: sending at the fill rate. Otherwise the measured
                 // send rate (AWS), which is lower when demand is below the fill rate.
                 let waiting = o.waiting();
-                let current = if waiting || measured <= 0.0 { o.fill_rate } else { o.fill_rate.min(measured) };
+                let current = if waiting || measured <= 0.0 {
+                    o.fill_rate
+                } else {
+                    o.fill_rate.min(measured)
+                };
                 // Slow start that paced a queue overshoots by up to a doubling (more against a
                 // bucket's burst) before the first refusal comes back: its exit cuts twice.
-                let factor = if o.backed_off || !waiting { config.beta } else { config.beta * config.beta };
+                let factor = if o.backed_off || !waiting {
+                    config.beta
+                } else {
+                    config.beta * config.beta
+                };
                 o.backed_off = true;
                 o.w_max = current;
-                o.cut_rate = (current * factor).min(PLATEAU * current).max(config.min_rate);
+                o.cut_rate = (current * factor)
+                    .min(PLATEAU * current)
+                    .max(config.min_rate);
                 o.fill_rate = o.cut_rate;
                 o.last_decrease_ms = now_ms;
             }
         } else if o.backed_off {
             let curve = o.curve(&config, now_ms);
             // An origin used below its rate does not bank it: at most twice what is sent.
-            let ceiling = if o.waiting() || measured <= 0.0 { f64::INFINITY } else { 2.0 * measured };
+            let ceiling = if o.waiting() || measured <= 0.0 {
+                f64::INFINITY
+            } else {
+                2.0 * measured
+            };
             o.fill_rate = curve.min(ceiling).max(config.min_rate);
         }
         o.tokens = o.tokens.min(capacity(o.fill_rate));
@@ -406,7 +446,11 @@ mod tests {
 
     /// A throttle whose slow start is negligible: a flat `rate` until the first refusal.
     fn flat(rate: f64) -> AdaptiveThrottle {
-        AdaptiveThrottle::new(ThrottleConfig { initial_rate: rate, ramp_ms: 1e9, ..ThrottleConfig::default() })
+        AdaptiveThrottle::new(ThrottleConfig {
+            initial_rate: rate,
+            ramp_ms: 1e9,
+            ..ThrottleConfig::default()
+        })
     }
 
     /// Take a turn at `now` by polling until it is granted; returns when it was granted.
@@ -423,7 +467,11 @@ mod tests {
     fn a_fresh_throttle_adds_nothing_to_a_lone_call() {
         let mut t = throttle();
         let ticket = t.enqueue(O, 5.0);
-        assert_eq!(t.poll(O, ticket, 5.0), Ok(()), "the first turn is granted at once");
+        assert_eq!(
+            t.poll(O, ticket, 5.0),
+            Ok(()),
+            "the first turn is granted at once"
+        );
         t.on_send(O, 5.0);
         t.on_answer(O, 5.0, false, 12.0);
         // calls one after the other, each after the last answered: never a wait
@@ -493,7 +541,10 @@ mod tests {
         let before = t.rate(O, 10.0).unwrap();
         t.on_answer(O, 0.0, true, 10.0);
         let after_first = t.rate(O, 10.0).unwrap();
-        assert!((after_first - 0.49 * before).abs() < 1e-6, "{before} -> {after_first}");
+        assert!(
+            (after_first - 0.49 * before).abs() < 1e-6,
+            "{before} -> {after_first}"
+        );
         // more refusals of attempts sent before the cut: the rate is not cut again
         for _ in 0..100 {
             t.on_answer(O, 5.0, true, 12.0);
@@ -502,7 +553,10 @@ mod tests {
         // a refusal of an attempt sent after the cut: a second cut, by beta
         t.on_answer(O, 11.0, true, 20.0);
         let second = t.rate(O, 20.0).unwrap();
-        assert!((second - 0.7 * after_first).abs() < 1e-6, "{after_first} -> {second}");
+        assert!(
+            (second - 0.7 * after_first).abs() < 1e-6,
+            "{after_first} -> {second}"
+        );
     }
 
     #[test]
@@ -515,12 +569,19 @@ mod tests {
         }
         // 5 sends in the last 100 ms: 50 req/s sent, far below slow start's 200+
         t.on_answer(O, 80.0, true, 90.0);
-        assert!((t.rate(O, 90.0).unwrap() - 0.7 * 50.0).abs() < 1e-6, "{:?}", t.rate(O, 90.0));
+        assert!(
+            (t.rate(O, 90.0).unwrap() - 0.7 * 50.0).abs() < 1e-6,
+            "{:?}",
+            t.rate(O, 90.0)
+        );
     }
 
     #[test]
     fn after_a_cut_successes_bring_the_rate_back_under_the_refused_rate_quickly() {
-        let mut t = AdaptiveThrottle::new(ThrottleConfig { initial_rate: 400.0, ..ThrottleConfig::default() });
+        let mut t = AdaptiveThrottle::new(ThrottleConfig {
+            initial_rate: 400.0,
+            ..ThrottleConfig::default()
+        });
         t.enqueue(O, 0.0);
         t.on_answer(O, 0.0, true, 0.0); // refused at 400 (slow start's exit): cut to 196
         assert!((t.rate(O, 0.0).unwrap() - 196.0).abs() < 1e-6);
@@ -529,7 +590,10 @@ mod tests {
             let now = ms as f64;
             t.on_answer(O, now - 7.0, false, now);
             let r = t.rate(O, now).unwrap();
-            assert!(r >= last - 1e-9, "the rate fell on a success: {last} -> {r}");
+            assert!(
+                r >= last - 1e-9,
+                "the rate fell on a success: {last} -> {r}"
+            );
             last = r;
         }
         // four time constants (rampMs / 4 = 50 ms each): within 2% of the plateau, 0.85 x 400
@@ -540,7 +604,10 @@ mod tests {
         for _ in 0..10 {
             t.on_answer(O, 0.0, true, 201.0);
         }
-        assert!((t.rate(O, 201.0).unwrap() - 196.0).abs() < 1e-6, "not below the cut");
+        assert!(
+            (t.rate(O, 201.0).unwrap() - 196.0).abs() < 1e-6,
+            "not below the cut"
+        );
     }
 
     #[test]
@@ -605,11 +672,26 @@ mod tests {
 
     impl Server {
         fn bucket(rate: f64, burst: f64) -> Server {
-            Server { rate, burst, halve_after_ms: f64::INFINITY, slots: 0, service_ms: 5.0, tokens: burst, refilled_at: 0.0, first_at: None, busy_until: Vec::new() }
+            Server {
+                rate,
+                burst,
+                halve_after_ms: f64::INFINITY,
+                slots: 0,
+                service_ms: 5.0,
+                tokens: burst,
+                refilled_at: 0.0,
+                first_at: None,
+                busy_until: Vec::new(),
+            }
         }
 
         fn slots(slots: usize, service_ms: f64) -> Server {
-            Server { rate: 0.0, slots, service_ms, ..Server::bucket(0.0, 0.0) }
+            Server {
+                rate: 0.0,
+                slots,
+                service_ms,
+                ..Server::bucket(0.0, 0.0)
+            }
         }
 
         fn admit(&mut self, now: f64) -> bool {
@@ -625,7 +707,8 @@ mod tests {
             let change = first + self.halve_after_ms;
             let gained = |from: f64, to: f64, rate: f64| (to - from).max(0.0) * rate / 1000.0;
             let split = change.clamp(self.refilled_at, now);
-            let g = gained(self.refilled_at, split, self.rate) + gained(split, now, self.rate / 2.0);
+            let g =
+                gained(self.refilled_at, split, self.rate) + gained(split, now, self.rate / 2.0);
             self.tokens = (self.tokens + g).min(self.burst);
             self.refilled_at = now;
             if self.tokens >= 1.0 {
@@ -656,7 +739,12 @@ mod tests {
 
     /// `n` callers start at 0. A refused caller waits `retry_after_ms` (the server's
     /// Retry-After) or else `25 ms × attempts` (about full jitter's mean), then takes a turn.
-    fn storm(t: &mut AdaptiveThrottle, server: &mut Server, n: usize, retry_after_ms: Option<f64>) -> Storm {
+    fn storm(
+        t: &mut AdaptiveThrottle,
+        server: &mut Server,
+        n: usize,
+        retry_after_ms: Option<f64>,
+    ) -> Storm {
         #[derive(Clone, Copy)]
         enum Ev {
             Turn,
@@ -664,7 +752,8 @@ mod tests {
             Answer(bool),
         }
         // (time, sequence, caller, event), earliest first
-        let mut events: Vec<(f64, usize, usize, Ev)> = (0..n).map(|c| (0.0, c, c, Ev::Turn)).collect();
+        let mut events: Vec<(f64, usize, usize, Ev)> =
+            (0..n).map(|c| (0.0, c, c, Ev::Turn)).collect();
         let mut seq = n;
         let mut tickets: Vec<Option<u64>> = vec![None; n];
         let mut sent_at = vec![0.0; n];
@@ -672,7 +761,14 @@ mod tests {
         let mut refused = vec![false; n];
         let (mut requests, mut served_ms) = (0, Vec::new());
         while !events.is_empty() {
-            let i = (0..events.len()).min_by(|&a, &b| events[a].0.total_cmp(&events[b].0).then(events[a].1.cmp(&events[b].1))).unwrap();
+            let i = (0..events.len())
+                .min_by(|&a, &b| {
+                    events[a]
+                        .0
+                        .total_cmp(&events[b].0)
+                        .then(events[a].1.cmp(&events[b].1))
+                })
+                .unwrap();
             let (at, _, c, ev) = events.swap_remove(i);
             let now = at.floor();
             let mut push = |at: f64, ev: Ev| {
@@ -696,7 +792,10 @@ mod tests {
                 Ev::Arrive => {
                     requests += 1;
                     let ok = server.admit(at);
-                    push(at + 1.0 + if ok { server.service_ms } else { 0.0 }, Ev::Answer(ok));
+                    push(
+                        at + 1.0 + if ok { server.service_ms } else { 0.0 },
+                        Ev::Answer(ok),
+                    );
                 }
                 Ev::Answer(ok) => {
                     t.on_answer(O, sent_at[c], !ok, now);
@@ -704,12 +803,19 @@ mod tests {
                         served_ms.push(at);
                     } else {
                         refused[c] = true;
-                        push(at + retry_after_ms.unwrap_or(25.0 * attempts[c] as f64), Ev::Turn);
+                        push(
+                            at + retry_after_ms.unwrap_or(25.0 * attempts[c] as f64),
+                            Ev::Turn,
+                        );
                     }
                 }
             }
         }
-        Storm { requests, refused_callers: refused.iter().filter(|&&r| r).count(), served_ms }
+        Storm {
+            requests,
+            refused_callers: refused.iter().filter(|&&r| r).count(),
+            served_ms,
+        }
     }
 
     #[test]
@@ -718,7 +824,11 @@ mod tests {
         let mut t = throttle();
         let s = storm(&mut t, &mut Server::bucket(400.0, 20.0), 200, None);
         assert_eq!(s.served_ms.len(), 200);
-        assert!(s.requests <= 210, "amplification {}", s.requests as f64 / 200.0);
+        assert!(
+            s.requests <= 210,
+            "amplification {}",
+            s.requests as f64 / 200.0
+        );
         assert!(s.p99() <= 1.5 * 455.0, "p99 {}", s.p99());
         // converged near the capacity
         let r = t.rate(O, s.p99()).unwrap();
@@ -731,7 +841,11 @@ mod tests {
         let mut t = throttle();
         let s = storm(&mut t, &mut Server::slots(8, 20.0), 200, None);
         assert_eq!(s.served_ms.len(), 200);
-        assert!(s.requests <= 210, "amplification {}", s.requests as f64 / 200.0);
+        assert!(
+            s.requests <= 210,
+            "amplification {}",
+            s.requests as f64 / 200.0
+        );
         assert!(s.p99() <= 1.5 * 500.0, "p99 {}", s.p99());
     }
 
@@ -741,7 +855,11 @@ mod tests {
         let mut t = throttle();
         let s = storm(&mut t, &mut Server::bucket(400.0, 20.0), 200, Some(1000.0));
         assert_eq!(s.served_ms.len(), 200);
-        assert!(s.refused_callers <= 2, "{} callers refused", s.refused_callers);
+        assert!(
+            s.refused_callers <= 2,
+            "{} callers refused",
+            s.refused_callers
+        );
         assert!(s.p99() <= 1.5 * 455.0, "p99 {}", s.p99());
     }
 
@@ -749,20 +867,34 @@ mod tests {
     fn when_the_capacity_halves_the_rate_follows() {
         // 400 req/s until 250 ms after the first request, then 200: 655 ms for 200 requests
         let mut t = throttle();
-        let mut server = Server { halve_after_ms: 250.0, ..Server::bucket(400.0, 20.0) };
+        let mut server = Server {
+            halve_after_ms: 250.0,
+            ..Server::bucket(400.0, 20.0)
+        };
         let s = storm(&mut t, &mut server, 200, None);
         assert_eq!(s.served_ms.len(), 200);
-        assert!(s.requests <= 210, "amplification {}", s.requests as f64 / 200.0);
+        assert!(
+            s.requests <= 210,
+            "amplification {}",
+            s.requests as f64 / 200.0
+        );
         assert!(s.p99() <= 1.5 * 655.0, "p99 {}", s.p99());
         let r = t.rate(O, s.p99()).unwrap();
         assert!(r <= 200.0, "rate {r} after the capacity fell to 200");
 
         // and a herd that found 400 req/s follows a drop to 200 later on
         let mut t = throttle();
-        let mut server = Server { halve_after_ms: 1_000.0, ..Server::bucket(400.0, 20.0) };
+        let mut server = Server {
+            halve_after_ms: 1_000.0,
+            ..Server::bucket(400.0, 20.0)
+        };
         let s = storm(&mut t, &mut server, 600, None);
         assert_eq!(s.served_ms.len(), 600);
-        assert!(s.requests <= 630, "amplification {}", s.requests as f64 / 600.0);
+        assert!(
+            s.requests <= 630,
+            "amplification {}",
+            s.requests as f64 / 600.0
+        );
         let r = t.rate(O, s.p99()).unwrap();
         assert!(r <= 200.0, "rate {r} after the capacity fell to 200");
     }
@@ -772,17 +904,43 @@ mod tests {
         let d = ThrottleConfig::default();
         assert!(d.validate().is_ok());
         assert!(ThrottleConfig { beta: 1.0, ..d }.validate().is_err());
-        assert!(ThrottleConfig { initial_rate: 0.0, ..d }.validate().is_err());
-        assert!(ThrottleConfig { min_rate: 300.0, ..d }.validate().is_err());
-        assert!(ThrottleConfig { ramp_ms: f64::NAN, ..d }.validate().is_err());
-        assert!(ThrottleConfig { max_wait_ms: -1.0, ..d }.validate().is_err());
+        assert!(ThrottleConfig {
+            initial_rate: 0.0,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(ThrottleConfig {
+            min_rate: 300.0,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(ThrottleConfig {
+            ramp_ms: f64::NAN,
+            ..d
+        }
+        .validate()
+        .is_err());
+        assert!(ThrottleConfig {
+            max_wait_ms: -1.0,
+            ..d
+        }
+        .validate()
+        .is_err());
     }
 
     #[test]
     fn cube_root_is_close_to_cbrt() {
-        for x in [1e-12, 0.001, 0.3, 1.0, 2.0, 8.0, 27.0, 100.0, 12345.678, 1e9, 1e300] {
+        for x in [
+            1e-12, 0.001, 0.3, 1.0, 2.0, 8.0, 27.0, 100.0, 12345.678, 1e9, 1e300,
+        ] {
             let want = f64::cbrt(x);
-            assert!((cube_root(x) - want).abs() <= want * 1e-12, "{x}: {} vs {want}", cube_root(x));
+            assert!(
+                (cube_root(x) - want).abs() <= want * 1e-12,
+                "{x}: {} vs {want}",
+                cube_root(x)
+            );
         }
         assert_eq!(cube_root(0.0), 0.0);
         assert_eq!(cube_root(-1.0), 0.0);

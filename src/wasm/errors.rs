@@ -12,7 +12,10 @@ use crate::core::options::OptionError;
 pub fn describe(value: &JsValue) -> String {
     if value.is_string() {
         // JSON's quoting: a quote, a backslash or a control character inside stays readable.
-        if let Some(s) = js_sys::JSON::stringify(value).ok().and_then(|s| s.as_string()) {
+        if let Some(s) = js_sys::JSON::stringify(value)
+            .ok()
+            .and_then(|s| s.as_string())
+        {
             return s;
         }
     }

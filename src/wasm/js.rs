@@ -73,7 +73,9 @@ pub fn call_detached(f: &js_sys::Function, args: &[&JsValue]) {
     for a in args {
         list.push(a);
     }
-    let Ok(value) = f.apply(&JsValue::UNDEFINED, &list) else { return };
+    let Ok(value) = f.apply(&JsValue::UNDEFINED, &list) else {
+        return;
+    };
     if !value.is_object() {
         return;
     }

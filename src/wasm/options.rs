@@ -41,7 +41,9 @@ pub fn snapshot(
         return Err(type_error(&msg));
     }
     for key in object_keys(options)?.iter() {
-        let Some(name) = key.as_string() else { continue };
+        let Some(name) = key.as_string() else {
+            continue;
+        };
         let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
         if value.is_undefined() {
             continue;
@@ -108,7 +110,12 @@ fn serde_error<T: for<'de> Deserialize<'de>>(
     let bad_item = value
         .dyn_ref::<js_sys::Array>()
         .filter(|_| option == "retryOnStatus")
-        .and_then(|items| items.iter().position(|item| item.as_f64().is_none()).map(|i| (i, items.get(i as u32))));
+        .and_then(|items| {
+            items
+                .iter()
+                .position(|item| item.as_f64().is_none())
+                .map(|i| (i, items.get(i as u32)))
+        });
     match bad_item {
         Some((i, item)) => {
             msg.push_str("item [");
@@ -138,4 +145,3 @@ pub fn deserialize<T: for<'de> Deserialize<'de>>(
     let raw = T::deserialize(de).map_err(|_| serde_error::<T>(api, &snap, expected))?;
     Ok((raw, snap, nulls))
 }
-

@@ -64,7 +64,9 @@ impl Client {
     pub fn new(policy: Rc<Policy>) -> Client {
         let own = policy.clone();
         let on_settled = Closure::<dyn Fn(JsValue, f64, bool, JsValue) -> JsValue>::new(
-            move |request, started, fulfilled, value| settled(&own, request, started, fulfilled, value),
+            move |request, started, fulfilled, value| {
+                settled(&own, request, started, fulfilled, value)
+            },
         )
         .into_js_value()
         .unchecked_into();
@@ -80,7 +82,12 @@ impl Client {
         }
     }
 
-    fn start(&self, input: &JsValue, init: &JsValue, options: &JsValue) -> Result<Promise, JsValue> {
+    fn start(
+        &self,
+        input: &JsValue,
+        init: &JsValue,
+        options: &JsValue,
+    ) -> Result<Promise, JsValue> {
         if init.is_object() {
             check_init(init)?;
         }
@@ -96,23 +103,24 @@ impl Client {
         // told apart from a network error if the first attempt fails: see `settled`).
         let plain_get = init.is_undefined() && input.is_string() && policy.headers.is_none();
         let lean_policy = lean(&policy);
-        let (sent, request) = if lean_policy && plain_get && !policy.policy.idempotency_key.may_add_key(true) {
-            (global_fetch(input, &JsValue::UNDEFINED), input.clone())
-        } else {
-            let request = fix_request(input, init)?;
-            if let Some(defaults) = &policy.headers {
-                add_default_headers(&request, defaults)?;
-            }
-            if !(lean_policy && lean_request(&policy, &request)) {
-                let template = Template::new(&policy, request, init)?;
-                return Ok(future_to_promise(run(policy, template, started, None)));
-            }
-            let signal = request.signal();
-            if signal.aborted() {
-                return Err(signal.reason());
-            }
-            (global_fetch(&request, &JsValue::UNDEFINED), request.into())
-        };
+        let (sent, request) =
+            if lean_policy && plain_get && !policy.policy.idempotency_key.may_add_key(true) {
+                (global_fetch(input, &JsValue::UNDEFINED), input.clone())
+            } else {
+                let request = fix_request(input, init)?;
+                if let Some(defaults) = &policy.headers {
+                    add_default_headers(&request, defaults)?;
+                }
+                if !(lean_policy && lean_request(&policy, &request)) {
+                    let template = Template::new(&policy, request, init)?;
+                    return Ok(future_to_promise(run(policy, template, started, None)));
+                }
+                let signal = request.signal();
+                if signal.aborted() {
+                    return Err(signal.reason());
+                }
+                (global_fetch(&request, &JsValue::UNDEFINED), request.into())
+            };
         let sent: Thenable = sent.unchecked_into();
         Ok(if per_call {
             // One closure for this call (its policy is its own), freed when it runs.
@@ -139,9 +147,13 @@ impl Client {
 /// name such as ky's `retry` or `timeout`) would be ignored, so it is a `TypeError` that
 /// points at the third argument (`retryFetch(url, options)` is told apart this way too).
 fn check_init(init: &JsValue) -> Result<(), JsValue> {
-    let Ok(keys) = js::object_keys(init) else { return Ok(()) };
+    let Ok(keys) = js::object_keys(init) else {
+        return Ok(());
+    };
     for key in keys.iter() {
-        let Some(name) = key.as_string() else { continue };
+        let Some(name) = key.as_string() else {
+            continue;
+        };
         if crate::core::options::misplaced_in_init(&name) {
             let mut msg = String::from("retryFetch: init has \"");
             msg.push_str(&name);
@@ -182,7 +194,13 @@ fn lean_request(policy: &Policy, request: &Request) -> bool {
 
 /// The first attempt of a lean call settled: a response below 400 is the answer; anything
 /// else continues as a Rust future, with that attempt as the first.
-fn settled(policy: &Rc<Policy>, request: JsValue, started: f64, fulfilled: bool, value: JsValue) -> JsValue {
+fn settled(
+    policy: &Rc<Policy>,
+    request: JsValue,
+    started: f64,
+    fulfilled: bool,
+    value: JsValue,
+) -> JsValue {
     // The global fetch fulfils with a `Response`: its typed `status` getter (no property name
     // to pass, unlike the loop's duck-typed read of a custom transport's answer).
     if fulfilled && value.unchecked_ref::<Response>().status() < 400 {
@@ -249,10 +267,18 @@ enum Turn {
 
 impl Guards {
     fn new(policy: &Policy, request: &Request) -> Guards {
-        let ratio = policy.default_budget.then(|| policy.own_budget.clone().unwrap_or_else(super::guards::default_budget));
+        let ratio = policy.default_budget.then(|| {
+            policy
+                .own_budget
+                .clone()
+                .unwrap_or_else(super::guards::default_budget)
+        });
         Guards {
             // `Clone::clone`: the handle, not `Request.clone()`, which tees the body.
-            origin: LazyOrigin { request: <Request as Clone>::clone(request), origin: OnceCell::new() },
+            origin: LazyOrigin {
+                request: <Request as Clone>::clone(request),
+                origin: OnceCell::new(),
+            },
             budget: policy.budget.clone(),
             ratio,
             own_retries: 0.0,
@@ -266,7 +292,9 @@ impl Guards {
 
     /// May the next attempt be sent? `Err(ms until a probe may go)` when the circuit is open.
     fn admit(&mut self, now: f64) -> Result<(), f64> {
-        let Some(b) = &self.breaker else { return Ok(()) };
+        let Some(b) = &self.breaker else {
+            return Ok(());
+        };
         let (admission, transition) = b.state.borrow_mut().admit(self.origin.get(), now);
         b.report(self.origin.get(), transition);
         match admission {
@@ -280,9 +308,13 @@ impl Guards {
 
     /// The throttle's answer for this attempt's turn.
     fn turn(&mut self, state: &RetryState, now: f64) -> Turn {
-        let Some(t) = &self.throttle else { return Turn::Now };
+        let Some(t) = &self.throttle else {
+            return Turn::Now;
+        };
         let mut t = t.borrow_mut();
-        let (ticket, queued_at) = *self.ticket.get_or_insert_with(|| (t.enqueue(self.origin.get(), now), now));
+        let (ticket, queued_at) = *self
+            .ticket
+            .get_or_insert_with(|| (t.enqueue(self.origin.get(), now), now));
         let wait = match t.poll(self.origin.get(), ticket, now) {
             Ok(()) => {
                 self.ticket = None;
@@ -314,7 +346,10 @@ impl Guards {
 
     /// Does the default budget refuse this call's next retry now?
     fn default_budget_refuses(&self, now: f64) -> bool {
-        self.ratio.as_ref().is_some_and(|r| !r.borrow().allows_retry(self.origin.get(), self.own_retries, now))
+        self.ratio.as_ref().is_some_and(|r| {
+            !r.borrow()
+                .allows_retry(self.origin.get(), self.own_retries, now)
+        })
     }
 
     /// The attempt sent at `sent_at` ended at `now` with `outcome`: tell the shared guards.
@@ -329,7 +364,10 @@ impl Guards {
         };
         let success = status.is_some_and(|s| s < 400);
         if let (Some(b), Some(probe)) = (&self.breaker, self.slot.take()) {
-            let t = b.state.borrow_mut().record(self.origin.get(), probe, transient, now);
+            let t = b
+                .state
+                .borrow_mut()
+                .record(self.origin.get(), probe, transient, now);
             b.report(self.origin.get(), t);
         }
         if let Some(b) = &self.budget {
@@ -343,18 +381,24 @@ impl Guards {
         if let Some(t) = &self.throttle {
             let throttled = matches!(status, Some(429) | Some(503));
             if throttled || success {
-                t.borrow_mut().on_answer(self.origin.get(), sent_at, throttled, now);
+                t.borrow_mut()
+                    .on_answer(self.origin.get(), sent_at, throttled, now);
             }
         }
     }
 
     fn budget_allows_retry(&self, now: f64) -> bool {
-        self.budget.as_ref().map_or(true, |b| b.borrow().allows_retry(self.origin.get(), self.own_taken, now))
+        self.budget.as_ref().map_or(true, |b| {
+            b.borrow()
+                .allows_retry(self.origin.get(), self.own_taken, now)
+        })
     }
 
     /// Will the circuit still be open at `at`?
     fn open_at(&self, at: f64) -> bool {
-        self.breaker.as_ref().is_some_and(|b| b.state.borrow().state(self.origin.get(), at) == BreakerState::Open)
+        self.breaker
+            .as_ref()
+            .is_some_and(|b| b.state.borrow().state(self.origin.get(), at) == BreakerState::Open)
     }
 }
 
@@ -364,7 +408,8 @@ impl Drop for Guards {
             b.state.borrow_mut().release(self.origin.get(), probe);
         }
         if let (Some(t), Some((ticket, _))) = (&self.throttle, self.ticket) {
-            t.borrow_mut().abandon(self.origin.get(), ticket, js_sys::Date::now());
+            t.borrow_mut()
+                .abandon(self.origin.get(), ticket, js_sys::Date::now());
         }
     }
 }
@@ -394,7 +439,9 @@ fn response_like(value: &JsValue) -> bool {
 fn header(response: &JsValue, name: &str) -> Option<String> {
     let headers = js::get(response, "headers");
     let get = js::get(&headers, "get").dyn_into::<Function>().ok()?;
-    get.call1(&headers, &JsValue::from_str(name)).ok()?.as_string()
+    get.call1(&headers, &JsValue::from_str(name))
+        .ok()?
+        .as_string()
 }
 
 /// The object given to `shouldRetry` (with `response`) and `onRetry` (without it, but with
@@ -431,7 +478,11 @@ fn retry_context(
 
 /// Wait `delay` ms keeping the last response (it is the answer if the call ends during the
 /// wait); an abort discards it and is the call's error.
-async fn wait_keeping(signals: &mut CallSignals, delay: f64, response: Option<&JsValue>) -> Result<(), JsValue> {
+async fn wait_keeping(
+    signals: &mut CallSignals,
+    delay: f64,
+    response: Option<&JsValue>,
+) -> Result<(), JsValue> {
     if let Err(reason) = signals.sleep(delay).await {
         if let Some(r) = response {
             discard(r).await;
@@ -462,7 +513,11 @@ enum Bounded<T> {
 /// whichever comes first: an abort or the deadline ends the call at once whatever is pending
 /// (a hook's promise that never settles, a stream body that never yields, a transport that
 /// ignores its signal).
-async fn bounded<T>(signals: &mut CallSignals, limit_ms: Option<f64>, mut step: Pin<&mut dyn Future<Output = T>>) -> Bounded<T> {
+async fn bounded<T>(
+    signals: &mut CallSignals,
+    limit_ms: Option<f64>,
+    mut step: Pin<&mut dyn Future<Output = T>>,
+) -> Bounded<T> {
     let stop = signals.stop(limit_ms);
     let stopped = JsFuture::from(stop.promise.clone());
     let mut stopped = pin!(stopped);
@@ -481,7 +536,12 @@ async fn bounded<T>(signals: &mut CallSignals, limit_ms: Option<f64>, mut step: 
 
 /// The call gives up without sending more (`reason`): the last response kept from the attempt
 /// before, if any (every stop returns it, as plain fetch would have); else a `RetryError`.
-fn give_up(last: Option<JsValue>, reason: &str, history: &Array, cause: JsValue) -> Result<JsValue, JsValue> {
+fn give_up(
+    last: Option<JsValue>,
+    reason: &str,
+    history: &Array,
+    cause: JsValue,
+) -> Result<JsValue, JsValue> {
     match last {
         Some(response) => Ok(response),
         None => Err(retry_error(reason, history, &cause)),
@@ -502,7 +562,11 @@ pub async fn run(
     if let Some(hook) = &policy.on_settled {
         let info = Object::new();
         js::set(&info, "attempts", &JsValue::from_f64(attempts.get() as f64));
-        js::set(&info, "durationMs", &JsValue::from_f64(js_sys::Date::now() - started));
+        js::set(
+            &info,
+            "durationMs",
+            &JsValue::from_f64(js_sys::Date::now() - started),
+        );
         match &outcome {
             Ok(response) => js::set(&info, "response", response),
             Err(error) => js::set(&info, "error", error),
@@ -521,7 +585,11 @@ async fn run_loop(
     attempts: &std::cell::Cell<u32>,
 ) -> Result<JsValue, JsValue> {
     let p = &policy.policy;
-    let mut signals = CallSignals::new(t.request.signal().into(), policy.signal.as_ref(), policy.default_signal.as_ref());
+    let mut signals = CallSignals::new(
+        t.request.signal().into(),
+        policy.signal.as_ref(),
+        policy.default_signal.as_ref(),
+    );
     if let Some(reason) = signals.aborted() {
         return Err(reason);
     }
@@ -536,10 +604,18 @@ async fn run_loop(
             // ends it (the other bodies are in memory).
             BodyKind::Stream => {
                 let step = pin!(t.body(p.max_buffered_body_bytes));
-                match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
+                match bounded(
+                    &mut signals,
+                    state.deadline_left_ms(js_sys::Date::now()),
+                    step,
+                )
+                .await
+                {
                     Bounded::Done(body) => body?,
                     Bounded::Aborted(reason) => return Err(reason),
-                    Bounded::TimeUp => return Err(retry_error("deadline", &Array::new(), &deadline())),
+                    Bounded::TimeUp => {
+                        return Err(retry_error("deadline", &Array::new(), &deadline()))
+                    }
                 }
             }
             _ => t.body(p.max_buffered_body_bytes).await?,
@@ -549,7 +625,9 @@ async fn run_loop(
     let key = t.key.clone();
     let history = Array::new();
     let first_at = if p.retry_headers {
-        Some(String::from(js_sys::Date::new(&JsValue::from_f64(started)).to_iso_string()))
+        Some(String::from(
+            js_sys::Date::new(&JsValue::from_f64(started)).to_iso_string(),
+        ))
     } else {
         None
     };
@@ -580,7 +658,11 @@ async fn run_loop(
                 if let Err(wait) = guards.admit(js_sys::Date::now()) {
                     let open = circuit_open_error(guards.origin.get(), wait);
                     // Before any attempt the call's error is the CircuitOpenError itself.
-                    return if history.length() == 0 { Err(open) } else { give_up(last, "circuit-open", &history, open) };
+                    return if history.length() == 0 {
+                        Err(open)
+                    } else {
+                        give_up(last, "circuit-open", &history, open)
+                    };
                 }
                 // The adaptive throttle: wait for this attempt's turn.
                 loop {
@@ -595,7 +677,11 @@ async fn run_loop(
                             }
                         }
                         Turn::Stop(reason) => {
-                            let cause = if reason == "deadline" { deadline() } else { JsValue::UNDEFINED };
+                            let cause = if reason == "deadline" {
+                                deadline()
+                            } else {
+                                JsValue::UNDEFINED
+                            };
                             return give_up(last, reason, &history, cause);
                         }
                     }
@@ -604,20 +690,36 @@ async fn run_loop(
                 attempts.set(attempt);
                 let sent_at = js_sys::Date::now();
                 guards.sent(sent_at, attempt);
-                let limit = state.attempt_time_limit_ms(p, sent_at).map(|ms| ms.max(0.0));
+                let limit = state
+                    .attempt_time_limit_ms(p, sent_at)
+                    .map(|ms| ms.max(0.0));
                 let timeout = limit.map_or(JsValue::UNDEFINED, timeout_error);
                 let abort = signals.attempt(limit, &timeout)?;
                 // A non-idempotent request whose redirects the runtime lets us see is followed
                 // here, so that a failure after a redirect is known as one (below).
-                let manual = policy.fetch.is_none() && !t.idempotent && follows_redirects(&t.request) && redirects_visible();
+                let manual = policy.fetch.is_none()
+                    && !t.idempotent
+                    && follows_redirects(&t.request)
+                    && redirects_visible();
                 // `redirect: 'error'`: sent with 'manual', so that meeting a redirect is told
                 // apart from a network error (it is a TypeError, never retried).
-                let refuses = policy.fetch.is_none() && js::get(&t.request, "redirect").as_string().as_deref() == Some("error");
-                let init = attempt_init(&t, &body, abort.signal.as_ref(), first_at.as_deref().filter(|_| attempt > 1), attempt, manual || refuses, extra.as_ref())?;
+                let refuses = policy.fetch.is_none()
+                    && js::get(&t.request, "redirect").as_string().as_deref() == Some("error");
+                let init = attempt_init(
+                    &t,
+                    &body,
+                    abort.signal.as_ref(),
+                    first_at.as_deref().filter(|_| attempt > 1),
+                    attempt,
+                    manual || refuses,
+                    extra.as_ref(),
+                )?;
                 let sent = match &policy.fetch {
                     None => Ok(global_fetch(&t.request, &init)),
                     // A transport that throws synchronously failed like one that rejects.
-                    Some(f) => f.call2(&JsValue::UNDEFINED, &t.request, &init).map(|v| Promise::resolve(&v)),
+                    Some(f) => f
+                        .call2(&JsValue::UNDEFINED, &t.request, &init)
+                        .map(|v| Promise::resolve(&v)),
                 };
                 // The attempt is bounded too, a little after its own time limit: a transport
                 // that ignores its signal cannot hold the call past an abort or the deadline.
@@ -626,12 +728,19 @@ async fn run_loop(
                 let outcome = match sent {
                     // The platform's fetch honours the attempt's signal.
                     Ok(p) if manual => {
-                        let (outcome, hops) = follow(JsFuture::from(p).await, &t, &body, &init).await;
+                        let (outcome, hops) =
+                            follow(JsFuture::from(p).await, &t, &body, &init).await;
                         followed = hops;
                         outcome
                     }
                     Ok(p) if policy.fetch.is_none() => JsFuture::from(p).await,
-                    Ok(p) => match bounded(&mut signals, limit.map(|ms| ms + TRANSPORT_GRACE_MS), pin!(JsFuture::from(p))).await {
+                    Ok(p) => match bounded(
+                        &mut signals,
+                        limit.map(|ms| ms + TRANSPORT_GRACE_MS),
+                        pin!(JsFuture::from(p)),
+                    )
+                    .await
+                    {
                         Bounded::Done(outcome) => outcome,
                         Bounded::Aborted(reason) => Err(reason),
                         Bounded::TimeUp => {
@@ -647,8 +756,12 @@ async fn run_loop(
                 let timed_out = gave_up || abort.timed_out();
                 if let (true, Ok(r)) = (refuses, &outcome) {
                     let status = js::get(r, "status").as_f64().unwrap_or(0.0);
-                    let opaque = js::get(r, "type").as_string().as_deref() == Some("opaqueredirect");
-                    if opaque || (matches!(status as u16, 301 | 302 | 303 | 307 | 308) && header(r, "location").is_some()) {
+                    let opaque =
+                        js::get(r, "type").as_string().as_deref() == Some("opaqueredirect");
+                    if opaque
+                        || (matches!(status as u16, 301 | 302 | 303 | 307 | 308)
+                            && header(r, "location").is_some())
+                    {
                         discard(r).await;
                         return Err(type_error("retryFetch: the request has redirect: 'error' and the server answered with a redirect"));
                     }
@@ -670,18 +783,40 @@ async fn run_loop(
         }
         let (outcome_kind, response, error) = match &outcome {
             Ok(v) => match js::get(v, "status").as_f64() {
-                Some(s) if response_like(v) => (Outcome::Status(s.clamp(0.0, 999.0) as u16), Some(v.clone()), JsValue::UNDEFINED),
-                _ => return Err(type_error("retryFetch: fetch resolved to something that is not a Response")),
+                Some(s) if response_like(v) => (
+                    Outcome::Status(s.clamp(0.0, 999.0) as u16),
+                    Some(v.clone()),
+                    JsValue::UNDEFINED,
+                ),
+                _ => {
+                    return Err(type_error(
+                        "retryFetch: fetch resolved to something that is not a Response",
+                    ))
+                }
             },
             Err(e) if timed_out => (Outcome::Timeout, None, e.clone()),
             Err(e) => (Outcome::NetworkError, None, e.clone()),
         };
-        guards.settle(&policy, outcome_kind, attempt_started, ended, state.attempts());
+        guards.settle(
+            &policy,
+            outcome_kind,
+            attempt_started,
+            ended,
+            state.attempts(),
+        );
 
         let record = Object::new();
-        js::set(&record, "attempt", &JsValue::from_f64(state.attempts() as f64));
+        js::set(
+            &record,
+            "attempt",
+            &JsValue::from_f64(state.attempts() as f64),
+        );
         js::set(&record, "startedAt", &JsValue::from_f64(attempt_started));
-        js::set(&record, "durationMs", &JsValue::from_f64(ended - attempt_started));
+        js::set(
+            &record,
+            "durationMs",
+            &JsValue::from_f64(ended - attempt_started),
+        );
         match outcome_kind {
             Outcome::Status(s) => js::set(&record, "status", &JsValue::from_f64(s as f64)),
             _ => js::set(&record, "error", &error),
@@ -705,7 +840,10 @@ async fn run_loop(
         };
         // A redirect means the server took the request: for a non-idempotent one, whatever
         // happened after it (the target's answer, a failure on the way to it) is final.
-        let redirected = followed || response.as_ref().is_some_and(|r| js::get(r, "redirected").as_bool() == Some(true));
+        let redirected = followed
+            || response
+                .as_ref()
+                .is_some_and(|r| js::get(r, "redirected").as_bool() == Some(true));
         let report = AttemptOutcome {
             outcome: outcome_kind,
             idempotent: t.idempotent,
@@ -718,8 +856,12 @@ async fn run_loop(
         let (delay, reason) = match state.decide(p, report, now, &mut MathRandom) {
             Decision::Stop(stop) => return finish(stop.as_str()),
             // A breaker still open when the wait ends: stop now, with this outcome.
-            Decision::Retry { delay_ms, .. } if guards.open_at(now + delay_ms as f64) => return finish("circuit-open"),
-            Decision::Retry { delay_ms, reason, .. } => (delay_ms as f64, reason.as_str()),
+            Decision::Retry { delay_ms, .. } if guards.open_at(now + delay_ms as f64) => {
+                return finish("circuit-open")
+            }
+            Decision::Retry {
+                delay_ms, reason, ..
+            } => (delay_ms as f64, reason.as_str()),
         };
         let status = match outcome_kind {
             Outcome::Status(s) => Some(s),
@@ -732,9 +874,24 @@ async fn run_loop(
             // A clone, so that a hook that reads the body leaves the response the call may
             // still return readable.
             let offered = response.as_ref().map(clone_response);
-            let ctx = retry_context(attempt, delay, reason, offered.as_ref(), response.as_ref(), status, &error, key.as_deref());
+            let ctx = retry_context(
+                attempt,
+                delay,
+                reason,
+                offered.as_ref(),
+                response.as_ref(),
+                status,
+                &error,
+                key.as_deref(),
+            );
             let step = pin!(call_hook(hook, &ctx));
-            let verdict = match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
+            let verdict = match bounded(
+                &mut signals,
+                state.deadline_left_ms(js_sys::Date::now()),
+                step,
+            )
+            .await
+            {
                 Bounded::Done(v) => v?,
                 Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
                 Bounded::TimeUp => return finish("deadline"),
@@ -751,13 +908,32 @@ async fn run_loop(
             match verdict.as_bool() {
                 Some(true) => {}
                 Some(false) => return finish("shouldRetry"),
-                None => return Err(type_error("retryFetch: shouldRetry must return true or false (or a promise of one)")),
+                None => {
+                    return Err(type_error(
+                        "retryFetch: shouldRetry must return true or false (or a promise of one)",
+                    ))
+                }
             }
         }
         if let Some(hook) = &policy.on_retry {
-            let ctx = retry_context(attempt, delay, reason, None, response.as_ref(), status, &error, key.as_deref());
+            let ctx = retry_context(
+                attempt,
+                delay,
+                reason,
+                None,
+                response.as_ref(),
+                status,
+                &error,
+                key.as_deref(),
+            );
             let step = pin!(call_hook(hook, &ctx));
-            match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
+            match bounded(
+                &mut signals,
+                state.deadline_left_ms(js_sys::Date::now()),
+                step,
+            )
+            .await
+            {
                 Bounded::Done(v) => drop(v?),
                 Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
                 Bounded::TimeUp => return finish("deadline"),
@@ -800,9 +976,24 @@ async fn run_loop(
         // beforeRetry: the retry is about to be sent; it may give headers to set on it (a
         // refreshed token, a new signature). The key and the body stay as they are.
         if let Some(hook) = &policy.before_retry {
-            let ctx = retry_context(attempt + 1, delay, reason, None, response.as_ref(), status, &error, key.as_deref());
+            let ctx = retry_context(
+                attempt + 1,
+                delay,
+                reason,
+                None,
+                response.as_ref(),
+                status,
+                &error,
+                key.as_deref(),
+            );
             let step = pin!(call_hook(hook, &ctx));
-            let changed = match bounded(&mut signals, state.deadline_left_ms(js_sys::Date::now()), step).await {
+            let changed = match bounded(
+                &mut signals,
+                state.deadline_left_ms(js_sys::Date::now()),
+                step,
+            )
+            .await
+            {
                 Bounded::Done(v) => v?,
                 Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
                 Bounded::TimeUp => return finish("deadline"),
@@ -839,7 +1030,9 @@ const MAX_REDIRECTS: u32 = 20;
 
 /// Does `request` follow redirects (`redirect: 'follow'`, the default)?
 fn follows_redirects(request: &Request) -> bool {
-    js::get(request, "redirect").as_string().map_or(true, |r| r == "follow")
+    js::get(request, "redirect")
+        .as_string()
+        .map_or(true, |r| r == "follow")
 }
 
 /// Does the runtime show a `redirect: 'manual'` answer as the redirect it is (Node, Deno,
@@ -863,19 +1056,33 @@ fn redirects_visible() -> bool {
 /// sent to another origin), with the attempt's signal. Returns the final outcome and whether
 /// a redirect was followed: after one, the server took the request, so the call never sends
 /// it again, whatever the target answers or however it fails.
-async fn follow(mut outcome: Result<JsValue, JsValue>, t: &Template, body: &Body, init: &JsValue) -> (Result<JsValue, JsValue>, bool) {
+async fn follow(
+    mut outcome: Result<JsValue, JsValue>,
+    t: &Template,
+    body: &Body,
+    init: &JsValue,
+) -> (Result<JsValue, JsValue>, bool) {
     let mut url = t.request.url();
     let mut method = t.request.method();
-    let headers = match Headers::new_with_headers(&js::get(init, "headers").dyn_into().unwrap_or_else(|_| t.request.headers())) {
+    let headers = match Headers::new_with_headers(
+        &js::get(init, "headers")
+            .dyn_into()
+            .unwrap_or_else(|_| t.request.headers()),
+    ) {
         Ok(h) => h,
         Err(e) => return (Err(e), false),
     };
     let mut with_body = true;
     for hop in 0..=MAX_REDIRECTS {
-        let Ok(response) = &outcome else { return (outcome, hop > 0) };
+        let Ok(response) = &outcome else {
+            return (outcome, hop > 0);
+        };
         let status = js::get(response, "status").as_f64().unwrap_or(0.0);
         let location = header(response, "location");
-        let (true, Some(location)) = (matches!(status as u16, 301 | 302 | 303 | 307 | 308), location) else {
+        let (true, Some(location)) = (
+            matches!(status as u16, 301 | 302 | 303 | 307 | 308),
+            location,
+        ) else {
             if hop > 0 {
                 // What fetch's own following says: `redirected`, and the final `url`.
                 own_value(response, "redirected", &JsValue::TRUE);
@@ -885,16 +1092,32 @@ async fn follow(mut outcome: Result<JsValue, JsValue>, t: &Template, body: &Body
         };
         discard(response).await;
         if hop == MAX_REDIRECTS {
-            return (Err(type_error("retryFetch: too many redirects (over 20)")), true);
+            return (
+                Err(type_error("retryFetch: too many redirects (over 20)")),
+                true,
+            );
         }
         let next = match web_sys::Url::new_with_base(&location, &url) {
             Ok(next) => next,
-            Err(_) => return (Err(type_error("retryFetch: a redirect's Location is not a URL")), true),
+            Err(_) => {
+                return (
+                    Err(type_error("retryFetch: a redirect's Location is not a URL")),
+                    true,
+                )
+            }
         };
-        if (status == 303.0 && method != "HEAD") || ((status == 301.0 || status == 302.0) && method == "POST") {
+        if (status == 303.0 && method != "HEAD")
+            || ((status == 301.0 || status == 302.0) && method == "POST")
+        {
             method = String::from("GET");
             with_body = false;
-            for h in ["content-type", "content-length", "content-encoding", "content-language", "content-location"] {
+            for h in [
+                "content-type",
+                "content-length",
+                "content-encoding",
+                "content-language",
+                "content-location",
+            ] {
                 let _ = headers.delete(h);
             }
         }
@@ -939,7 +1162,11 @@ fn clone_response(response: &JsValue) -> JsValue {
 fn own_value(target: &JsValue, key: &str, value: &JsValue) {
     let descriptor = Object::new();
     js::set(&descriptor, "value", value);
-    let _ = js_sys::Reflect::define_property(target.unchecked_ref::<Object>(), &JsValue::from_str(key), &descriptor);
+    let _ = js_sys::Reflect::define_property(
+        target.unchecked_ref::<Object>(),
+        &JsValue::from_str(key),
+        &descriptor,
+    );
 }
 
 /// How much later than its own time limit an attempt is given up on when its transport
@@ -967,7 +1194,12 @@ fn attempt_init(
     extra: Option<&Headers>,
 ) -> Result<JsValue, JsValue> {
     let changed = extra.is_some();
-    if signal.is_none() && first_at.is_none() && matches!(body, Body::AsIs) && !manual_redirects && !changed {
+    if signal.is_none()
+        && first_at.is_none()
+        && matches!(body, Body::AsIs)
+        && !manual_redirects
+        && !changed
+    {
         return Ok(JsValue::UNDEFINED);
     }
     let init = Object::new();

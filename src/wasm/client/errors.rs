@@ -50,7 +50,10 @@ fn named_error(name: &str, message: &str) -> js_sys::Error {
         })
     });
     let e = class
-        .and_then(|class| js_sys::Reflect::construct(&class, &js_sys::Array::of1(&JsValue::from_str(message))).ok())
+        .and_then(|class| {
+            js_sys::Reflect::construct(&class, &js_sys::Array::of1(&JsValue::from_str(message)))
+                .ok()
+        })
         .map(|v| v.unchecked_into::<js_sys::Error>())
         .unwrap_or_else(|| js_sys::Error::new(message));
     e.set_name(name);

@@ -119,7 +119,9 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
     if !value.is_object() {
         return Err(option_error(OptionError::new(option, expected), value));
     }
-    let class = js::get(&js::get(value, "constructor"), "name").as_string().unwrap_or_default();
+    let class = js::get(&js::get(value, "constructor"), "name")
+        .as_string()
+        .unwrap_or_default();
     let id = match js_sys::Reflect::get(value, &JsValue::from_str("__retryFetchGuard")) {
         Ok(id) => id,
         // wasm-bindgen's getter throws on a freed object (its pointer is 0)
@@ -134,7 +136,12 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
     let Some(id) = id.as_f64() else {
         return Err(option_error(OptionError::new(option, expected), value));
     };
-    let found = REGISTRY.with(|r| r.borrow().iter().find(|(i, _)| *i == id).map(|(_, g)| g.clone()));
+    let found = REGISTRY.with(|r| {
+        r.borrow()
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, g)| g.clone())
+    });
     match found {
         Some(g) => Ok(g),
         None => {
@@ -148,7 +155,11 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
 
 /// `"an "` before a name that starts with a vowel (`an AdaptiveThrottle`), else `"a "`.
 fn article(name: &str) -> &'static str {
-    if name.starts_with(['A', 'E', 'I', 'O', 'U', 'a', 'e', 'i', 'o', 'u']) { "an " } else { "a " }
+    if name.starts_with(['A', 'E', 'I', 'O', 'U', 'a', 'e', 'i', 'o', 'u']) {
+        "an "
+    } else {
+        "a "
+    }
 }
 
 /// The origin (`scheme://host:port`) of a URL string, as `URL.origin` gives it; the string
@@ -206,7 +217,11 @@ fn guard_expected(option: &str) -> &'static str {
 /// A `null` setting is a `TypeError` (only `allowed`, a listener, may be `null`: none).
 fn refuse_nulls(class: &str, nulls: &[&'static str], allowed: Option<&str>) -> Result<(), JsValue> {
     match nulls.iter().find(|n| Some(**n) != allowed) {
-        Some(name) => Err(invalid_option(class, OptionError::new(name, guard_expected(name)), &JsValue::NULL)),
+        Some(name) => Err(invalid_option(
+            class,
+            OptionError::new(name, guard_expected(name)),
+            &JsValue::NULL,
+        )),
         None => Ok(()),
     }
 }
@@ -233,8 +248,12 @@ impl RetryBudgetHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create a full budget.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<RetryBudgetHandle, JsValue> {
-        let (o, _, nulls): (BudgetOptions, _, _) =
-            deserialize("RetryBudget", &options, &["maxTokens", "tokenRatio", "refillPerSecond"], guard_expected)?;
+        let (o, _, nulls): (BudgetOptions, _, _) = deserialize(
+            "RetryBudget",
+            &options,
+            &["maxTokens", "tokenRatio", "refillPerSecond"],
+            guard_expected,
+        )?;
         refuse_nulls("RetryBudget", &nulls, None)?;
         let d = BudgetConfig::default();
         let config = BudgetConfig {
@@ -317,7 +336,14 @@ impl AdaptiveThrottleHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create the throttle.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<AdaptiveThrottleHandle, JsValue> {
-        let known = ["initialRate", "rampMs", "beta", "scale", "minRate", "maxWaitMs"];
+        let known = [
+            "initialRate",
+            "rampMs",
+            "beta",
+            "scale",
+            "minRate",
+            "maxWaitMs",
+        ];
         let (o, _, nulls): (ThrottleOptions, _, _) =
             deserialize("AdaptiveThrottle", &options, &known, guard_expected)?;
         refuse_nulls("AdaptiveThrottle", &nulls, None)?;
@@ -397,7 +423,12 @@ impl CircuitBreakerHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create the breaker.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<CircuitBreakerHandle, JsValue> {
-        let known = ["failureThreshold", "openMs", "halfOpenMaxCalls", "onStateChange"];
+        let known = [
+            "failureThreshold",
+            "openMs",
+            "halfOpenMaxCalls",
+            "onStateChange",
+        ];
         let (o, _, nulls): (BreakerOptions, _, _) =
             deserialize("CircuitBreaker", &options, &known, guard_expected)?;
         refuse_nulls("CircuitBreaker", &nulls, Some("onStateChange"))?;
@@ -405,7 +436,9 @@ impl CircuitBreakerHandle {
         let config = BreakerConfig {
             failure_threshold: o.failure_threshold.map_or(d.failure_threshold, integer_u32),
             open_ms: o.open_ms.unwrap_or(d.open_ms),
-            half_open_max_calls: o.half_open_max_calls.map_or(d.half_open_max_calls, integer_u32),
+            half_open_max_calls: o
+                .half_open_max_calls
+                .map_or(d.half_open_max_calls, integer_u32),
         };
         let config = config.validate().map_err(|e| {
             let v = match e.option {
@@ -419,7 +452,11 @@ impl CircuitBreakerHandle {
             None
         } else {
             Some(o.on_state_change.dyn_into::<Function>().map_err(|v| {
-                invalid_option("CircuitBreaker", OptionError::new("onStateChange", "a function"), &v)
+                invalid_option(
+                    "CircuitBreaker",
+                    OptionError::new("onStateChange", "a function"),
+                    &v,
+                )
             })?)
         };
         let inner = Rc::new(BreakerShared {
@@ -433,7 +470,11 @@ impl CircuitBreakerHandle {
     /// `'closed'`, `'open'` or `'half-open'` for the origin of `url`.
     pub fn state(&self, url: JsValue) -> Result<String, JsValue> {
         let origin = url_argument("CircuitBreaker.state", &url)?;
-        let s: BreakerState = self.inner.state.borrow().state(&origin, js_sys::Date::now());
+        let s: BreakerState = self
+            .inner
+            .state
+            .borrow()
+            .state(&origin, js_sys::Date::now());
         Ok(s.as_str().to_string())
     }
 

@@ -62,9 +62,10 @@ fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
         move |input: JsValue, init: JsValue, options: JsValue| client.call(&input, &init, &options),
     )
     .into_js_value();
-    let extend = Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |options: JsValue| {
-        client_function(Rc::new(options::read(&options, &policy)?))
-    });
+    let extend =
+        Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |options: JsValue| {
+            client_function(Rc::new(options::read(&options, &policy)?))
+        });
     crate::wasm::js::set(&f, "extend", &extend.into_js_value());
     Ok(f)
 }
@@ -84,7 +85,10 @@ pub fn backoff_delays(options: JsValue, count: JsValue, seed: JsValue) -> Result
         }
         None => &mut math,
     };
-    Ok(delays(&policy, count, rng).into_iter().map(|d| JsValue::from_f64(d as f64)).collect())
+    Ok(delays(&policy, count, rng)
+        .into_iter()
+        .map(|d| JsValue::from_f64(d as f64))
+        .collect())
 }
 
 /// `isRetryError(error)`: is `error` a `RetryError` (by name, so it works across realms and

@@ -96,7 +96,8 @@ impl Policy {
 }
 
 /// What `budget` must be.
-pub const BUDGET_EXPECTED: &str = "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)";
+pub const BUDGET_EXPECTED: &str =
+    "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)";
 
 /// `jitter`, by name.
 #[derive(Deserialize, Clone, Copy)]
@@ -223,14 +224,21 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
             }
             "throttle" => out.throttle = None,
             "breaker" => out.breaker = None,
-            other => return Err(option_error(OptionError::new(other, expected(other)), &JsValue::NULL)),
+            other => {
+                return Err(option_error(
+                    OptionError::new(other, expected(other)),
+                    &JsValue::NULL,
+                ))
+            }
         }
     }
     let value = |name: &str| js::get(&snap, name);
-    let check = |r: Result<f64, OptionError>, name: &str| r.map_err(|e| option_error(e, &value(name)));
+    let check =
+        |r: Result<f64, OptionError>, name: &str| r.map_err(|e| option_error(e, &value(name)));
     let p = &mut out.policy;
     if let Some(n) = raw.max_attempts {
-        p.max_attempts = validate::max_attempts(n).map_err(|e| option_error(e, &value("maxAttempts")))?;
+        p.max_attempts =
+            validate::max_attempts(n).map_err(|e| option_error(e, &value("maxAttempts")))?;
     }
     if let Some(n) = raw.base_delay_ms {
         p.base_delay_ms = check(validate::non_negative_ms("baseDelayMs", n), "baseDelayMs")?;
@@ -290,14 +298,22 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
         p.respect_retry_after = b;
     }
     if let Some(n) = raw.max_retry_after_ms {
-        p.max_retry_after_ms = Some(check(validate::non_negative_ms("maxRetryAfterMs", n), "maxRetryAfterMs")?);
+        p.max_retry_after_ms = Some(check(
+            validate::non_negative_ms("maxRetryAfterMs", n),
+            "maxRetryAfterMs",
+        )?);
     }
     let k = &raw.idempotency_key;
     if !k.is_undefined() {
         p.idempotency_key = match (k.as_bool(), k.as_string()) {
             (Some(false), _) => KeyMode::Off,
             (_, Some(s)) => validate::key_mode(&s).map_err(|e| option_error(e, k))?,
-            _ => return Err(option_error(OptionError::new("idempotencyKey", expected("idempotencyKey")), k)),
+            _ => {
+                return Err(option_error(
+                    OptionError::new("idempotencyKey", expected("idempotencyKey")),
+                    k,
+                ))
+            }
         };
     }
     if let Some(h) = raw.idempotency_header {
@@ -320,7 +336,10 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     }
     if !raw.signal.is_undefined() {
         if !is_abort_signal(&raw.signal) {
-            return Err(option_error(OptionError::new("signal", "an AbortSignal"), &raw.signal));
+            return Err(option_error(
+                OptionError::new("signal", "an AbortSignal"),
+                &raw.signal,
+            ));
         }
         // A client's default signal still cancels the call (ky, and init.signal, combine too).
         out.default_signal = out.signal.take().or(out.default_signal.take());
@@ -334,13 +353,24 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
         ("fetch", raw.fetch, &mut out.fetch),
     ] {
         if !v.is_undefined() {
-            *slot = Some(v.dyn_into::<Function>().map_err(|v| option_error(OptionError::new(name, "a function"), &v))?);
+            *slot = Some(
+                v.dyn_into::<Function>()
+                    .map_err(|v| option_error(OptionError::new(name, "a function"), &v))?,
+            );
         }
     }
     if !raw.headers.is_undefined() {
         // Over the client's own: the later default wins for a name both set.
-        let given = web_sys::Headers::new_with_str_sequence_sequence(&raw.headers)
-            .map_err(|_| option_error(OptionError::new("headers", "headers: a Headers, an object of strings or [name, value] pairs"), &raw.headers))?;
+        let given =
+            web_sys::Headers::new_with_str_sequence_sequence(&raw.headers).map_err(|_| {
+                option_error(
+                    OptionError::new(
+                        "headers",
+                        "headers: a Headers, an object of strings or [name, value] pairs",
+                    ),
+                    &raw.headers,
+                )
+            })?;
         let merged = match &out.headers {
             Some(h) => web_sys::Headers::new_with_headers(h)?,
             None => web_sys::Headers::new()?,
@@ -366,19 +396,34 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
                 out.default_budget = false;
                 out.own_budget = None;
             }
-            _ => return Err(option_error(OptionError::new("budget", expected("budget")), &raw.budget)),
+            _ => {
+                return Err(option_error(
+                    OptionError::new("budget", expected("budget")),
+                    &raw.budget,
+                ))
+            }
         }
     }
     if !raw.throttle.is_undefined() {
         match lookup("throttle", &raw.throttle)? {
             Guard::Throttle(t) => out.throttle = Some(t),
-            _ => return Err(option_error(OptionError::new("throttle", "an AdaptiveThrottle"), &raw.throttle)),
+            _ => {
+                return Err(option_error(
+                    OptionError::new("throttle", "an AdaptiveThrottle"),
+                    &raw.throttle,
+                ))
+            }
         }
     }
     if !raw.breaker.is_undefined() {
         match lookup("breaker", &raw.breaker)? {
             Guard::Breaker(b) => out.breaker = Some(b),
-            _ => return Err(option_error(OptionError::new("breaker", "a CircuitBreaker"), &raw.breaker)),
+            _ => {
+                return Err(option_error(
+                    OptionError::new("breaker", "a CircuitBreaker"),
+                    &raw.breaker,
+                ))
+            }
         }
     }
     Ok(out)

@@ -21,8 +21,8 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStream, ReadableStreamDefaultReader, Request};
 
 use super::bindings::RequestConstructor;
-use super::signals::ignore_rejection;
 use super::options::Policy;
+use super::signals::ignore_rejection;
 use crate::core::classify::is_idempotent_method;
 use crate::core::key::{header_value, is_valid_key, uuid_v4, KEY_EXPECTED};
 use crate::core::options::KeyMode;
@@ -140,7 +140,12 @@ impl Template {
                 return Err(type_error(&msg));
             }
         }
-        Ok(Template { body_kind: body_kind(&request, init), request, idempotent, key })
+        Ok(Template {
+            body_kind: body_kind(&request, init),
+            request,
+            idempotent,
+            key,
+        })
     }
 
     /// Read the body as [`BodyKind`] says (before the first attempt).
@@ -176,7 +181,9 @@ async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsVal
         let chunk = js::get(&step, "value");
         let Some(bytes) = chunk.dyn_ref::<Uint8Array>() else {
             ignore_rejection(&reader.cancel());
-            return Err(type_error("retryFetch: a ReadableStream body must yield Uint8Array chunks"));
+            return Err(type_error(
+                "retryFetch: a ReadableStream body must yield Uint8Array chunks",
+            ));
         };
         size += bytes.length() as u64;
         if size > limit as u64 {
@@ -200,7 +207,11 @@ async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsVal
 /// Set every header of `from` (a `Headers`) on `to`; with `keep_present`, not those `to`
 /// already has. One helper for the client's default headers, `beforeRetry`'s and an
 /// attempt's.
-pub fn copy_headers(from: &JsValue, to: &web_sys::Headers, keep_present: bool) -> Result<(), JsValue> {
+pub fn copy_headers(
+    from: &JsValue,
+    to: &web_sys::Headers,
+    keep_present: bool,
+) -> Result<(), JsValue> {
     if let Ok(Some(entries)) = js_sys::try_iter(from) {
         for entry in entries.flatten() {
             let pair = Array::from(&entry);

@@ -45,7 +45,11 @@ struct Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        listen(&self.signal, "removeEventListener", self.listener.as_ref().unchecked_ref());
+        listen(
+            &self.signal,
+            "removeEventListener",
+            self.listener.as_ref().unchecked_ref(),
+        );
     }
 }
 
@@ -63,7 +67,11 @@ pub struct CallSignals {
 
 impl CallSignals {
     /// The signals of a call.
-    pub fn new(request_signal: JsValue, option_signal: Option<&JsValue>, default_signal: Option<&JsValue>) -> CallSignals {
+    pub fn new(
+        request_signal: JsValue,
+        option_signal: Option<&JsValue>,
+        default_signal: Option<&JsValue>,
+    ) -> CallSignals {
         let mut list = vec![request_signal];
         if let Some(s) = option_signal {
             list.push(s.clone());
@@ -71,7 +79,11 @@ impl CallSignals {
         if let Some(s) = default_signal {
             list.push(s.clone());
         }
-        CallSignals { has_option_signal: option_signal.is_some(), list, aborted: None }
+        CallSignals {
+            has_option_signal: option_signal.is_some(),
+            list,
+            aborted: None,
+        }
     }
 
     /// The reason of the first aborted signal, if one is.
@@ -93,8 +105,15 @@ impl CallSignals {
                 let listener = Closure::<dyn FnMut()>::new(move || {
                     let _ = r.call1(&JsValue::UNDEFINED, &js::get(&s, "reason"));
                 });
-                listen(signal, "addEventListener", listener.as_ref().unchecked_ref());
-                links.push(Link { signal: signal.clone(), listener });
+                listen(
+                    signal,
+                    "addEventListener",
+                    listener.as_ref().unchecked_ref(),
+                );
+                links.push(Link {
+                    signal: signal.clone(),
+                    listener,
+                });
             }
         }
         ignore_rejection(&promise);
@@ -130,13 +149,23 @@ impl CallSignals {
         let end = Promise::new(&mut |resolve, _| ended = Some(resolve));
         let list = Array::of2(&abort, &end);
         if let Some(ms) = ms {
-            list.push(&Promise::new(&mut |resolve, _| handle = set_timeout(&resolve, timer_ms(ms))));
+            list.push(&Promise::new(&mut |resolve, _| {
+                handle = set_timeout(&resolve, timer_ms(ms))
+            }));
         }
-        Stop { promise: Promise::race(&list), handle, end: ended }
+        Stop {
+            promise: Promise::race(&list),
+            handle,
+            end: ended,
+        }
     }
 
     /// The signal of one attempt with time limit `limit_ms`: see [`AttemptAbort`].
-    pub fn attempt(&self, limit_ms: Option<f64>, timeout: &JsValue) -> Result<AttemptAbort, JsValue> {
+    pub fn attempt(
+        &self,
+        limit_ms: Option<f64>,
+        timeout: &JsValue,
+    ) -> Result<AttemptAbort, JsValue> {
         AttemptAbort::new(self, limit_ms, timeout)
     }
 }
@@ -175,10 +204,19 @@ pub struct AttemptAbort {
 }
 
 impl AttemptAbort {
-    fn new(call: &CallSignals, limit_ms: Option<f64>, timeout: &JsValue) -> Result<AttemptAbort, JsValue> {
+    fn new(
+        call: &CallSignals,
+        limit_ms: Option<f64>,
+        timeout: &JsValue,
+    ) -> Result<AttemptAbort, JsValue> {
         let timed_out = Rc::new(Cell::new(false));
         if limit_ms.is_none() && !call.has_option_signal {
-            return Ok(AttemptAbort { signal: None, timed_out, timer: None, _links: Vec::new() });
+            return Ok(AttemptAbort {
+                signal: None,
+                timed_out,
+                timer: None,
+                _links: Vec::new(),
+            });
         }
         let controller = AbortController::new()?;
         let timer = limit_ms.map(|ms| {
@@ -187,7 +225,10 @@ impl AttemptAbort {
                 flag.set(true);
                 c.abort_with_reason(&cause);
             });
-            (set_timeout(fire.as_ref().unchecked_ref(), timer_ms(ms)), fire)
+            (
+                set_timeout(fire.as_ref().unchecked_ref(), timer_ms(ms)),
+                fire,
+            )
         });
         let all: Array = call.list.iter().collect();
         all.push(&controller.signal());
@@ -197,14 +238,24 @@ impl AttemptAbort {
             Err(_) => {
                 for s in &call.list {
                     let (sig, c) = (s.clone(), controller.clone());
-                    let listener = Closure::<dyn FnMut()>::new(move || c.abort_with_reason(&js::get(&sig, "reason")));
+                    let listener = Closure::<dyn FnMut()>::new(move || {
+                        c.abort_with_reason(&js::get(&sig, "reason"))
+                    });
                     listen(s, "addEventListener", listener.as_ref().unchecked_ref());
-                    links.push(Link { signal: s.clone(), listener });
+                    links.push(Link {
+                        signal: s.clone(),
+                        listener,
+                    });
                 }
                 controller.signal()
             }
         };
-        Ok(AttemptAbort { signal: Some(signal.into()), timed_out, timer, _links: links })
+        Ok(AttemptAbort {
+            signal: Some(signal.into()),
+            timed_out,
+            timer,
+            _links: links,
+        })
     }
 
     /// Did the time limit fire?

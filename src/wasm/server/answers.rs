@@ -9,39 +9,65 @@ use web_sys::{Headers, Response, ResponseInit};
 
 use super::store::StoredResponse;
 use crate::core::idempotency::MAX_STORED_ANSWER_BYTES;
-use wasm_bindgen::JsCast;
 use crate::wasm::js;
+use wasm_bindgen::JsCast;
 
 /// The header added to a replayed response.
 pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
 
 /// The `type` of every problem answer: the draft that defines these errors.
-const PROBLEM_TYPE: &str = "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/";
+const PROBLEM_TYPE: &str =
+    "https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/";
 
 /// An RFC 9457 problem answer as the store keeps it: `{ type, title, status, detail, code }`,
 /// `Cache-Control: no-store`, and `Retry-After: 1` when `retry_after` (header names as a
 /// `Headers` lists them: lower-case, sorted).
-pub fn problem_record(status: u16, code: &str, title: &str, detail: &str, retry_after: bool) -> Result<StoredResponse, JsValue> {
+pub fn problem_record(
+    status: u16,
+    code: &str,
+    title: &str,
+    detail: &str,
+    retry_after: bool,
+) -> Result<StoredResponse, JsValue> {
     let body: JsValue = js_sys::Object::new().into();
     js::set(&body, "type", &PROBLEM_TYPE.into());
     js::set(&body, "title", &title.into());
     js::set(&body, "status", &status.into());
     js::set(&body, "detail", &detail.into());
     js::set(&body, "code", &code.into());
-    let text = js_sys::JSON::stringify(&body)?.as_string().unwrap_or_default();
+    let text = js_sys::JSON::stringify(&body)?
+        .as_string()
+        .unwrap_or_default();
     let mut headers = vec![
         ("cache-control".to_string(), "no-store".to_string()),
-        ("content-type".to_string(), "application/problem+json".to_string()),
+        (
+            "content-type".to_string(),
+            "application/problem+json".to_string(),
+        ),
     ];
     if retry_after {
         headers.push(("retry-after".to_string(), "1".to_string()));
     }
-    Ok(StoredResponse { status, status_text: String::new(), headers, body: BASE64.encode(text.as_bytes()) })
+    Ok(StoredResponse {
+        status,
+        status_text: String::new(),
+        headers,
+        body: BASE64.encode(text.as_bytes()),
+    })
 }
 
 /// An RFC 9457 problem answer (see [`problem_record`]), as a `Response`.
-pub fn problem(status: u16, code: &str, title: &str, detail: &str, retry_after: bool) -> Result<Response, JsValue> {
-    from_stored(&problem_record(status, code, title, detail, retry_after)?, false)
+pub fn problem(
+    status: u16,
+    code: &str,
+    title: &str,
+    detail: &str,
+    retry_after: bool,
+) -> Result<Response, JsValue> {
+    from_stored(
+        &problem_record(status, code, title, detail, retry_after)?,
+        false,
+    )
 }
 
 /// Must a response with `status` have a null body?
@@ -50,7 +76,12 @@ fn null_body(status: u16) -> bool {
 }
 
 /// A `Response` with `bytes` as its body and `headers`.
-fn response(status: u16, status_text: &str, headers: &Headers, bytes: &[u8]) -> Result<Response, JsValue> {
+fn response(
+    status: u16,
+    status_text: &str,
+    headers: &Headers,
+    bytes: &[u8],
+) -> Result<Response, JsValue> {
     let init = ResponseInit::new();
     init.set_status(status);
     if !status_text.is_empty() {
@@ -73,7 +104,9 @@ pub fn from_stored(stored: &StoredResponse, replayed: bool) -> Result<Response, 
         headers.set(REPLAYED_HEADER, "true")?;
     }
     let bytes = BASE64.decode(stored.body.as_bytes()).map_err(|_| {
-        crate::wasm::errors::type_error("idempotency: the store returned a stored response whose body is not base64")
+        crate::wasm::errors::type_error(
+            "idempotency: the store returned a stored response whose body is not base64",
+        )
     })?;
     response(stored.status, &stored.status_text, &headers, &bytes)
 }
@@ -102,7 +135,10 @@ pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
     if let Ok(Some(entries)) = js_sys::try_iter(&source) {
         for entry in entries {
             let pair = js_sys::Array::from(&entry?);
-            let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) else { continue };
+            let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string())
+            else {
+                continue;
+            };
             if crate::core::idempotency::stores_header(&name, connection.as_deref()) {
                 headers.push((name, value));
             }
@@ -118,9 +154,19 @@ pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
         problem_record(500, "idempotency-answer-too-large", "The answer was too large to be stored",
             "The request was processed, but its answer (over 32 MiB) was too large to be stored for replay; check the operation's state before trying again with a new key.", false)?
     } else {
-        StoredResponse { status, status_text, headers, body: BASE64.encode(&bytes) }
+        StoredResponse {
+            status,
+            status_text,
+            headers,
+            body: BASE64.encode(&bytes),
+        }
     };
-    Ok(Answer { stored, has_retry_after, too_large, live })
+    Ok(Answer {
+        stored,
+        has_retry_after,
+        too_large,
+        live,
+    })
 }
 
 /// A handler's result as a `Response`: a `Response` of this realm as it is; a response-like
@@ -132,16 +178,27 @@ pub async fn as_response(value: JsValue) -> Result<Option<Response>, JsValue> {
         Err(value) => value,
     };
     let status = js::get(&value, "status").as_f64();
-    let read = js::get(&value, "arrayBuffer").dyn_into::<js_sys::Function>().ok();
-    let (Some(status), Some(read)) = (status, read) else { return Ok(None) };
-    if !js::get(&value, "headers").is_object() || !(200.0..=599.0).contains(&status) || status.fract() != 0.0 {
+    let read = js::get(&value, "arrayBuffer")
+        .dyn_into::<js_sys::Function>()
+        .ok();
+    let (Some(status), Some(read)) = (status, read) else {
+        return Ok(None);
+    };
+    if !js::get(&value, "headers").is_object()
+        || !(200.0..=599.0).contains(&status)
+        || status.fract() != 0.0
+    {
         return Ok(None);
     }
-    let buffer = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&read.call0(&value)?)).await?;
+    let buffer =
+        wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&read.call0(&value)?))
+            .await?;
     let bytes = Uint8Array::new(&buffer).to_vec();
     let headers = Headers::new_with_headers(js::get(&value, "headers").unchecked_ref())
         .or_else(|_| Headers::new())?;
-    let status_text = js::get(&value, "statusText").as_string().unwrap_or_default();
+    let status_text = js::get(&value, "statusText")
+        .as_string()
+        .unwrap_or_default();
     response(status as u16, &status_text, &headers, &bytes).map(Some)
 }
 
@@ -158,9 +215,13 @@ pub fn stored_value(json: &str) -> StoredResponse {
 /// The body of a stored response as text (for `idempotent`'s replays).
 pub fn stored_text(stored: &StoredResponse) -> Result<String, JsValue> {
     let bytes = BASE64.decode(stored.body.as_bytes()).map_err(|_| {
-        crate::wasm::errors::type_error("idempotent: the store returned a stored result whose body is not base64")
+        crate::wasm::errors::type_error(
+            "idempotent: the store returned a stored result whose body is not base64",
+        )
     })?;
-    String::from_utf8(bytes).map_err(|_| crate::wasm::errors::type_error("idempotent: the stored result is not UTF-8 JSON"))
+    String::from_utf8(bytes).map_err(|_| {
+        crate::wasm::errors::type_error("idempotent: the stored result is not UTF-8 JSON")
+    })
 }
 
 /// The body of a problem as a stored response (a failure `idempotent` stores).

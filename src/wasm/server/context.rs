@@ -32,7 +32,11 @@ pub struct Caller(Option<Function>);
 impl Caller {
     /// The current context: call this synchronously where the request arrives.
     pub fn capture() -> Caller {
-        let snapshot = CAPTURE.with(|c| c.borrow().as_ref().and_then(|f| f.call0(&JsValue::UNDEFINED).ok()));
+        let snapshot = CAPTURE.with(|c| {
+            c.borrow()
+                .as_ref()
+                .and_then(|f| f.call0(&JsValue::UNDEFINED).ok())
+        });
         Caller(snapshot.and_then(|s| s.dyn_into::<Function>().ok()))
     }
 
@@ -56,4 +60,3 @@ impl Caller {
         }
     }
 }
-

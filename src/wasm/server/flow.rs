@@ -34,7 +34,12 @@ pub struct Keyed {
 impl Keyed {
     /// A request's key, with a fresh token. The secret (the HMAC key of the scope) is asked
     /// for only when there is an identity to scope by.
-    pub async fn new(c: &Common, key: String, identity: Option<&str>, fingerprint: String) -> Result<Keyed, JsValue> {
+    pub async fn new(
+        c: &Common,
+        key: String,
+        identity: Option<&str>,
+        fingerprint: String,
+    ) -> Result<Keyed, JsValue> {
         let identity = identity.filter(|i| !i.is_empty());
         let secret = match identity {
             Some(_) => c.secret.get(&c.store).await?,
@@ -83,17 +88,32 @@ pub async fn sleep(ms: f64) {
 /// Claim `k` in the store: take it, or find what holds it and decide (the core's state
 /// machine); a live holder is waited for (polling every `pollMs`, up to `waitTimeoutMs`)
 /// unless `concurrent: 'reject'`. `aborted` tells whether the caller went away.
-pub async fn claim(c: &Common, k: &Keyed, aborted: &dyn Fn() -> Option<JsValue>) -> Result<Claim, ClaimError> {
+pub async fn claim(
+    c: &Common,
+    k: &Keyed,
+    aborted: &dyn Fn() -> Option<JsValue>,
+) -> Result<Claim, ClaimError> {
     let o = &c.limits;
     let wait_until = js_sys::Date::now() + o.effective_wait_timeout_ms();
     loop {
         let now = js_sys::Date::now();
         let lock = lock_record(&k.token, &k.fingerprint, now + o.lock_timeout_ms);
-        let Some(found) = c.store.acquire(&k.store_key, &lock, o.lock_timeout_ms).await.map_err(|e| ClaimError::Store(e, "acquire"))? else {
+        let Some(found) = c
+            .store
+            .acquire(&k.store_key, &lock, o.lock_timeout_ms)
+            .await
+            .map_err(|e| ClaimError::Store(e, "acquire"))?
+        else {
             return Ok(Claim::Held);
         };
         let record = StoredRecord::read(&found).map_err(|e| ClaimError::Store(e, "acquire"))?;
-        let action = idem::decide(record.decision(&found).map_err(|e| ClaimError::Store(e, "acquire"))?, &k.fingerprint, js_sys::Date::now());
+        let action = idem::decide(
+            record
+                .decision(&found)
+                .map_err(|e| ClaimError::Store(e, "acquire"))?,
+            &k.fingerprint,
+            js_sys::Date::now(),
+        );
         match action {
             Action::Replay => {
                 if let Some(response) = record.take_response() {
@@ -103,7 +123,11 @@ pub async fn claim(c: &Common, k: &Keyed, aborted: &dyn Fn() -> Option<JsValue>)
             Action::Mismatch => return Ok(Claim::Mismatch),
             // The holder died: take its lock over (compare-and-swap on its token) and process.
             Action::LockExpired => {
-                if c.store.reclaim(&k.store_key, record.token(), &lock, o.lock_timeout_ms).await.map_err(|e| ClaimError::Store(e, "reclaim"))? {
+                if c.store
+                    .reclaim(&k.store_key, record.token(), &lock, o.lock_timeout_ms)
+                    .await
+                    .map_err(|e| ClaimError::Store(e, "reclaim"))?
+                {
                     return Ok(Claim::Held);
                 }
             }
@@ -141,21 +165,34 @@ impl Context {
         let object: JsValue = Object::new().into();
         if route.is_object() {
             // Object.assign reads the source's getters; one that throws leaves that field out.
-            let _ = js_sys::Reflect::apply(&assign(), &JsValue::UNDEFINED, &js_sys::Array::of2(&object, route));
+            let _ = js_sys::Reflect::apply(
+                &assign(),
+                &JsValue::UNDEFINED,
+                &js_sys::Array::of2(&object, route),
+            );
         }
         let used_tx = Rc::new(Cell::new(false));
-        js::set(&object, "key", &k.map_or(JsValue::NULL, |k| JsValue::from_str(&k.key)));
+        js::set(
+            &object,
+            "key",
+            &k.map_or(JsValue::NULL, |k| JsValue::from_str(&k.key)),
+        );
         js::set(&object, "signal", signal);
         let store_key = k.map(|k| k.store_key.clone());
-        let key_for = Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |name: JsValue| {
-            let Some(store_key) = &store_key else {
-                return Err(type_error("ctx.keyFor: this request has no idempotency key"));
-            };
-            match name.as_string().filter(|n| !n.is_empty()) {
-                Some(name) => Ok(idem::derived_key(store_key, &name).into()),
-                None => Err(type_error("ctx.keyFor(name): name must be a non-empty string (e.g. 'charge')")),
-            }
-        });
+        let key_for =
+            Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |name: JsValue| {
+                let Some(store_key) = &store_key else {
+                    return Err(type_error(
+                        "ctx.keyFor: this request has no idempotency key",
+                    ));
+                };
+                match name.as_string().filter(|n| !n.is_empty()) {
+                    Some(name) => Ok(idem::derived_key(store_key, &name).into()),
+                    None => Err(type_error(
+                        "ctx.keyFor(name): name must be a non-empty string (e.g. 'charge')",
+                    )),
+                }
+            });
         js::set(&object, "keyFor", &key_for.into_js_value());
         let used = used_tx.clone();
         let getter = Closure::<dyn Fn() -> JsValue>::new(move || {
@@ -165,7 +202,11 @@ impl Context {
         let descriptor: JsValue = Object::new().into();
         js::set(&descriptor, "get", &getter.into_js_value());
         js::set(&descriptor, "enumerable", &JsValue::TRUE);
-        let _ = js_sys::Reflect::define_property(object.unchecked_ref::<Object>(), &JsValue::from_str("tx"), descriptor.unchecked_ref::<Object>());
+        let _ = js_sys::Reflect::define_property(
+            object.unchecked_ref::<Object>(),
+            &JsValue::from_str("tx"),
+            descriptor.unchecked_ref::<Object>(),
+        );
         Context { object, used_tx }
     }
 
@@ -221,8 +262,22 @@ async fn within(promise: &Promise, ms: f64) -> Option<Result<JsValue, JsValue>> 
 /// `limit.ms`, and a handler that still has not settled `lockTimeoutMs` later is
 /// [`Ran::Abandoned`]. Once it has settled (or is abandoned), the store's transaction is
 /// closed to it (`closeTransaction`): `ctx.tx` throws from then on.
-pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue, route: &JsValue, signal: &JsValue, caller: &Caller, limit: Option<Limit<'_>>) -> (Ran, Context, Renewal) {
-    let ctx = Context::new(Some(k), c.store.transaction(&k.store_key, &k.token), route, signal);
+pub async fn run_holding(
+    c: &Common,
+    k: &Keyed,
+    f: &Function,
+    input: &JsValue,
+    route: &JsValue,
+    signal: &JsValue,
+    caller: &Caller,
+    limit: Option<Limit<'_>>,
+) -> (Ran, Context, Renewal) {
+    let ctx = Context::new(
+        Some(k),
+        c.store.transaction(&k.store_key, &k.token),
+        route,
+        signal,
+    );
     let renewal = Renewal::start(
         c.store.clone(),
         k.store_key.clone(),
@@ -242,8 +297,11 @@ pub async fn run_holding(c: &Common, k: &Keyed, f: &Function, input: &JsValue, r
                     Some(outcome) => Some(outcome),
                     None => {
                         let reason = web_sys::DomException::new_with_message_and_name(
-                            "the handler ran longer than handlerTimeoutMs", "TimeoutError",
-                        ).map(JsValue::from).unwrap_or(JsValue::UNDEFINED);
+                            "the handler ran longer than handlerTimeoutMs",
+                            "TimeoutError",
+                        )
+                        .map(JsValue::from)
+                        .unwrap_or(JsValue::UNDEFINED);
                         limit.controller.abort_with_reason(&reason);
                         within(&promise, c.limits.lock_timeout_ms).await
                     }
@@ -272,9 +330,18 @@ pub enum Stored {
 
 /// Store `response` as `k`'s answer.
 /// `renewal_lost`: a renewal was refused while the handler ran.
-pub async fn store_answer(c: &Common, k: &Keyed, response: &StoredResponse, renewal_lost: bool) -> Stored {
+pub async fn store_answer(
+    c: &Common,
+    k: &Keyed,
+    response: &StoredResponse,
+    renewal_lost: bool,
+) -> Stored {
     let record = completed_record(&k.fingerprint, response);
-    match c.store.complete(&k.store_key, &k.token, &record, c.limits.ttl_ms).await {
+    match c
+        .store
+        .complete(&k.store_key, &k.token, &record, c.limits.ttl_ms)
+        .await
+    {
         Ok(true) => Stored::Kept,
         Ok(false) => {
             let why = if renewal_lost {
@@ -282,7 +349,8 @@ pub async fn store_answer(c: &Common, k: &Keyed, response: &StoredResponse, rene
             } else {
                 "the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs with a store that cannot renew?)"
             };
-            c.reporter.store_error(&js_sys::Error::new(why).into(), "complete");
+            c.reporter
+                .store_error(&js_sys::Error::new(why).into(), "complete");
             Stored::LockLost
         }
         Err(e) => {

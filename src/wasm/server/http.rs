@@ -23,9 +23,12 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStreamDefaultReader, Request, RequestInit, Response};
 
-use super::context::Caller;
 use super::answers::{as_response, from_stored, problem, problem_record, read_answer};
-use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Context, Keyed, Limit, Ran, Stored};
+use super::context::Caller;
+use super::flow::{
+    claim, free_key, run_holding, store_answer, Claim, ClaimError, Context, Keyed, Limit, Ran,
+    Stored,
+};
 use super::options::{HttpSettings, Identity, Required};
 use crate::core::idempotency::{self as idem, after_throw, ending, AfterThrow, Ending};
 use crate::wasm::errors::{describe, type_error};
@@ -33,10 +36,19 @@ use crate::wasm::js;
 
 /// Handle one request (the function `idempotency` returns): `request`, and `route`, the
 /// second argument it was called with (Next.js's `{ params }`), whose fields `ctx` carries.
-pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue, route: JsValue, caller: Caller) -> Result<JsValue, JsValue> {
-    let req: Request = request
-        .dyn_into()
-        .map_err(|v| type_error(&format!("idempotency: the wrapped handler takes a Request; got {}", describe(&v))))?;
+pub async fn handle(
+    s: Rc<HttpSettings>,
+    handler: Function,
+    request: JsValue,
+    route: JsValue,
+    caller: Caller,
+) -> Result<JsValue, JsValue> {
+    let req: Request = request.dyn_into().map_err(|v| {
+        type_error(&format!(
+            "idempotency: the wrapped handler takes a Request; got {}",
+            describe(&v)
+        ))
+    })?;
     let header = &s.common.limits.header;
     let headers = req.headers();
     let method = req.method();
@@ -48,37 +60,77 @@ pub async fn handle(s: Rc<HttpSettings>, handler: Function, request: JsValue, ro
         _ => {
             // `required` applies to the methods whose keys count.
             if !ignored && is_required(&s.required, &req, &caller).await? {
-                let path = web_sys::Url::new(&req.url()).map(|u| u.pathname()).unwrap_or_default();
+                let path = web_sys::Url::new(&req.url())
+                    .map(|u| u.pathname())
+                    .unwrap_or_default();
                 let detail = format!("{method} {path} requires an {header} header (a unique key per operation, the same on every retry).");
-                return Ok(problem(400, "idempotency-key-missing", &format!("{header} is missing"), &detail, false)?.into());
+                return Ok(problem(
+                    400,
+                    "idempotency-key-missing",
+                    &format!("{header} is missing"),
+                    &detail,
+                    false,
+                )?
+                .into());
             }
             let ctx = Context::new(None, JsValue::UNDEFINED, &route, &req.signal());
-            return JsFuture::from(Promise::resolve(&caller.call(&handler, &[&req, &ctx.object])?)).await;
+            return JsFuture::from(Promise::resolve(
+                &caller.call(&handler, &[&req, &ctx.object])?,
+            ))
+            .await;
         }
     };
     let key = match idem::parse_key(&raw) {
         Ok(key) => key,
         Err(e) => {
             let detail = format!("{}.", e.message());
-            return Ok(problem(400, "idempotency-key-invalid", &format!("{header} is invalid"), &detail, false)?.into());
+            return Ok(problem(
+                400,
+                "idempotency-key-invalid",
+                &format!("{header} is invalid"),
+                &detail,
+                false,
+            )?
+            .into());
         }
     };
     if req.body_used() || req.body().is_some_and(|b| b.locked()) {
         // A body parser or validator read it first: it cannot be fingerprinted, and the
         // handler could not read it either. A server setup error, answered, never a crash.
         let detail = format!("The request body was read before the idempotency companion could fingerprint it (a body parser or validator ran first). Wrap the handler before anything reads the body, or use the adapter for your framework (retry-fetch/express, retry-fetch/fastify, retry-fetch/hono), which fingerprints what the parser left. Nothing was processed for this {header}.");
-        return Ok(problem(500, "idempotency-body-already-read", "The request body was already read", &detail, false)?.into());
+        return Ok(problem(
+            500,
+            "idempotency-body-already-read",
+            "The request body was already read",
+            &detail,
+            false,
+        )?
+        .into());
     }
     let identity = identity(&s, &req, &caller).await?;
     let limit = s.common.limits.max_body_bytes;
     let Some(body) = read_body(&req, limit).await? else {
         let detail = format!("The request body is larger than {limit} bytes, the most this endpoint reads for an {header}.");
-        return Ok(problem(413, "idempotency-body-too-large", "Request body too large", &detail, false)?.into());
+        return Ok(problem(
+            413,
+            "idempotency-body-too-large",
+            "Request body too large",
+            &detail,
+            false,
+        )?
+        .into());
     };
     let url = web_sys::Url::new(&req.url())?;
     let mut path = url.pathname();
     path.push_str(&url.search());
-    let k = match Keyed::new(&s.common, key, identity.as_deref(), idem::fingerprint(&method, &path, body.as_deref().unwrap_or_default())).await {
+    let k = match Keyed::new(
+        &s.common,
+        key,
+        identity.as_deref(),
+        idem::fingerprint(&method, &path, body.as_deref().unwrap_or_default()),
+    )
+    .await
+    {
         Ok(k) => k,
         Err(error) => return unavailable(&s, &error, "secret"),
     };
@@ -114,7 +166,11 @@ fn unavailable(s: &HttpSettings, error: &JsValue, operation: &str) -> Result<JsV
 /// body, and a signal of the companion's own. The client going away does not abort it: a
 /// keyed handler runs to its end (a charge that went through is stored, and the client's
 /// retry gets it), as Stripe's API does. Only `handlerTimeoutMs` aborts it.
-fn handler_request(req: &Request, body: Option<&[u8]>, signal: &web_sys::AbortSignal) -> Result<Request, JsValue> {
+fn handler_request(
+    req: &Request,
+    body: Option<&[u8]>,
+    signal: &web_sys::AbortSignal,
+) -> Result<Request, JsValue> {
     let init = RequestInit::new();
     if let Some(bytes) = body {
         init.set_body(&Uint8Array::from(bytes));
@@ -124,7 +180,15 @@ fn handler_request(req: &Request, body: Option<&[u8]>, signal: &web_sys::AbortSi
 }
 
 /// Holding the key: run the handler, then store its answer or free the key.
-async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request, body: Option<Vec<u8>>, route: &JsValue, caller: &Caller) -> Result<Response, JsValue> {
+async fn process(
+    s: &HttpSettings,
+    k: &Keyed,
+    handler: &Function,
+    req: &Request,
+    body: Option<Vec<u8>>,
+    route: &JsValue,
+    caller: &Caller,
+) -> Result<Response, JsValue> {
     let c = &s.common;
     let header = &c.limits.header;
     let controller = web_sys::AbortController::new()?;
@@ -135,8 +199,21 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
             return Err(error);
         }
     };
-    let limit = c.limits.handler_timeout_ms.map(|ms| Limit { ms, controller: &controller });
-    let (ran, ctx, renewal) = run_holding(c, k, handler, &request, route, &request.signal(), caller, limit).await;
+    let limit = c.limits.handler_timeout_ms.map(|ms| Limit {
+        ms,
+        controller: &controller,
+    });
+    let (ran, ctx, renewal) = run_holding(
+        c,
+        k,
+        handler,
+        &request,
+        route,
+        &request.signal(),
+        caller,
+        limit,
+    )
+    .await;
     let aborted = controller.signal().aborted();
     let failure = match ran {
         Ran::Resolved(value) => match as_response(value.clone()).await {
@@ -144,7 +221,13 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
             Ok(Some(response)) => match read_answer(&response).await {
                 Ok(answer) => {
                     let storable = !answer.too_large;
-                    match ending(answer.stored.status, answer.has_retry_after, c.store.transactional, ctx.used_tx(), storable) {
+                    match ending(
+                        answer.stored.status,
+                        answer.has_retry_after,
+                        c.store.transactional,
+                        ctx.used_tx(),
+                        storable,
+                    ) {
                         Ending::Free => {
                             // "Not processed", or rolled back: the key is freed so that the
                             // client's retry runs it.
@@ -171,7 +254,10 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
                 }
                 Err(error) => error, // its body failed
             },
-            Ok(None) => type_error(&format!("idempotency: the handler must resolve with a Response; got {}", describe(&value))),
+            Ok(None) => type_error(&format!(
+                "idempotency: the handler must resolve with a Response; got {}",
+                describe(&value)
+            )),
         },
         Ran::Threw(error) => error,
         Ran::Abandoned => {
@@ -211,7 +297,13 @@ async fn process(s: &HttpSettings, k: &Keyed, handler: &Function, req: &Request,
         }
         AfterThrow::StoreFailure => {
             let detail = format!("The handler failed after it started and may have had effects; this answer is stored for this {header} and replayed. Check the operation's state before trying again with a new key.");
-            let stored = problem_record(500, "idempotency-handler-failed", "The request failed", &detail, false)?;
+            let stored = problem_record(
+                500,
+                "idempotency-handler-failed",
+                "The request failed",
+                &detail,
+                false,
+            )?;
             // Whether or not the store kept it, this request's answer is the 500.
             store_answer(c, k, &stored, lost).await;
             from_stored(&stored, false)
@@ -227,7 +319,10 @@ async fn is_required(required: &Required, req: &Request, caller: &Caller) -> Res
         Required::Ask(f) => {
             let v = JsFuture::from(Promise::resolve(&caller.call(f, &[req])?)).await?;
             v.as_bool().ok_or_else(|| {
-                type_error(&format!("idempotency: option \"required\" returned {}; expected true or false", describe(&v)))
+                type_error(&format!(
+                    "idempotency: option \"required\" returned {}; expected true or false",
+                    describe(&v)
+                ))
             })
         }
     }
@@ -237,7 +332,11 @@ async fn is_required(required: &Required, req: &Request, caller: &Caller) -> Res
 const UNSCOPED_WARNING: &str = "retry-fetch/server: idempotency: a keyed request carried no credential the default identity recognises (Authorization, X-API-Key, Api-Key, X-Auth-Token, X-Access-Token, X-Session-Token, or a session or token cookie), so its key is not scoped to a caller: two callers who send the same key get one stored answer. Set the \"identity\" option to the authenticated caller (identity: (request) => userId), or identity: false if keys are shared on purpose. (Shown once.)";
 
 /// The identity that scopes the key (the `identity` option; by default the credentials).
-async fn identity(s: &HttpSettings, req: &Request, caller: &Caller) -> Result<Option<String>, JsValue> {
+async fn identity(
+    s: &HttpSettings,
+    req: &Request,
+    caller: &Caller,
+) -> Result<Option<String>, JsValue> {
     match &s.identity {
         Identity::Unscoped => Ok(None),
         Identity::Credentials => {
@@ -254,7 +353,10 @@ async fn identity(s: &HttpSettings, req: &Request, caller: &Caller) -> Result<Op
                 return Ok(None);
             }
             v.as_string().map(Some).ok_or_else(|| {
-                type_error(&format!("idempotency: option \"identity\" returned {}; expected a string or undefined", describe(&v)))
+                type_error(&format!(
+                    "idempotency: option \"identity\" returned {}; expected a string or undefined",
+                    describe(&v)
+                ))
             })
         }
     }
@@ -265,7 +367,10 @@ async fn identity(s: &HttpSettings, req: &Request, caller: &Caller) -> Result<Op
 /// the limit is refused before anything is read). The caller checked that the body is
 /// neither used nor locked.
 async fn read_body(req: &Request, limit: f64) -> Result<Option<Option<Vec<u8>>>, JsValue> {
-    let declared = req.headers().get("content-length")?.and_then(|v| v.trim().parse::<f64>().ok());
+    let declared = req
+        .headers()
+        .get("content-length")?
+        .and_then(|v| v.trim().parse::<f64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Ok(None);
     }
@@ -281,7 +386,9 @@ async fn read_body(req: &Request, limit: f64) -> Result<Option<Option<Vec<u8>>>,
         }
         let value = js::get(&chunk, "value");
         let Some(part) = value.dyn_ref::<Uint8Array>() else {
-            return Err(type_error("idempotency: the request body produced a chunk that is not a Uint8Array"));
+            return Err(type_error(
+                "idempotency: the request body produced a chunk that is not a Uint8Array",
+            ));
         };
         if (bytes.len() + part.length() as usize) as f64 > limit {
             let _ = reader.cancel();

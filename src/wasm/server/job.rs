@@ -14,9 +14,11 @@ use js_sys::{Function, Promise, JSON};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use super::context::Caller;
 use super::answers::{stored_problem, stored_text, stored_value};
-use super::flow::{claim, free_key, run_holding, store_answer, Claim, ClaimError, Keyed, Ran, Stored};
+use super::context::Caller;
+use super::flow::{
+    claim, free_key, run_holding, store_answer, Claim, ClaimError, Keyed, Ran, Stored,
+};
 use super::options::JobSettings;
 use crate::core::idempotency::{self as idem, after_throw, AfterThrow};
 use crate::wasm::errors::{describe, type_error};
@@ -38,7 +40,12 @@ fn json(value: &JsValue) -> Result<Option<String>, JsValue> {
 }
 
 /// Run one job (the function `idempotent` returns).
-pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller) -> Result<JsValue, JsValue> {
+pub async fn run(
+    s: Rc<JobSettings>,
+    f: Function,
+    input: JsValue,
+    caller: Caller,
+) -> Result<JsValue, JsValue> {
     let c = &s.common;
     let raw = JsFuture::from(Promise::resolve(&caller.call(&s.key, &[&input])?)).await?;
     let key = raw.as_string().filter(|k| idem::validate_key(k).is_ok()).ok_or_else(|| {
@@ -48,39 +55,67 @@ pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller
         ))
     })?;
     let body = json(&input)?.unwrap_or_default();
-    let k = Keyed::new(c, key, s.scope.as_deref(), idem::fingerprint("JOB", "", body.as_bytes())).await?;
+    let k = Keyed::new(
+        c,
+        key,
+        s.scope.as_deref(),
+        idem::fingerprint("JOB", "", body.as_bytes()),
+    )
+    .await?;
     match claim(c, &k, &|| None).await {
         Ok(Claim::Held) => {}
         Ok(Claim::Replay(stored)) => return replay(&stored),
         Ok(Claim::Mismatch) => {
-            return Err(idempotency_error("key-reused", "idempotent: this key was already used with a different input"))
+            return Err(idempotency_error(
+                "key-reused",
+                "idempotent: this key was already used with a different input",
+            ))
         }
         Ok(Claim::Busy) => {
-            return Err(idempotency_error("in-progress", "idempotent: a run with this key is still in progress"))
+            return Err(idempotency_error(
+                "in-progress",
+                "idempotent: a run with this key is still in progress",
+            ))
         }
         Err(ClaimError::Aborted(reason)) => return Err(reason),
         Err(ClaimError::Store(error, _)) => return Err(error),
     }
-    let (ran, ctx, renewal) = run_holding(c, &k, &f, &input, &JsValue::UNDEFINED, &JsValue::UNDEFINED, &caller, None).await;
+    let (ran, ctx, renewal) = run_holding(
+        c,
+        &k,
+        &f,
+        &input,
+        &JsValue::UNDEFINED,
+        &JsValue::UNDEFINED,
+        &caller,
+        None,
+    )
+    .await;
     let lost = renewal.lost();
     match ran {
         Ran::Resolved(value) => {
             // A result that is not JSON cannot be replayed: the effect happened, so keep what
             // can be kept (a failure record) and tell the caller.
             match json(&value) {
-                Ok(text) => match store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost).await {
-                    // The first call returns what a repeat returns: the result's JSON, parsed
-                    // (a Date is its string, NaN null, as on every replay).
-                    Stored::Kept => match text {
-                        Some(text) => JSON::parse(&text),
-                        None => Ok(JsValue::UNDEFINED),
-                    },
-                    // With a transactional store nothing was committed, fn's ctx.tx writes
-                    // neither: the caller must not acknowledge the message.
-                    Stored::Failed | Stored::LockLost if c.store.transactional => Err(not_committed()),
-                    // The effect happened; its result is the truth even if it is not stored.
-                    Stored::Failed | Stored::LockLost => Ok(value),
-                },
+                Ok(text) => {
+                    match store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost)
+                        .await
+                    {
+                        // The first call returns what a repeat returns: the result's JSON, parsed
+                        // (a Date is its string, NaN null, as on every replay).
+                        Stored::Kept => match text {
+                            Some(text) => JSON::parse(&text),
+                            None => Ok(JsValue::UNDEFINED),
+                        },
+                        // With a transactional store nothing was committed, fn's ctx.tx writes
+                        // neither: the caller must not acknowledge the message.
+                        Stored::Failed | Stored::LockLost if c.store.transactional => {
+                            Err(not_committed())
+                        }
+                        // The effect happened; its result is the truth even if it is not stored.
+                        Stored::Failed | Stored::LockLost => Ok(value),
+                    }
+                }
                 // fn wrote through ctx.tx: its writes must not commit without a result a
                 // redelivery can get back. Rolled back; the error says why.
                 Err(error) if c.store.transactional && ctx.used_tx() => {
@@ -89,7 +124,9 @@ pub async fn run(s: Rc<JobSettings>, f: Function, input: JsValue, caller: Caller
                     Err(not_storable(&error))
                 }
                 Err(error) => match store_failure(c, &k, &error, lost).await {
-                    Stored::Failed | Stored::LockLost if c.store.transactional => Err(not_committed()),
+                    Stored::Failed | Stored::LockLost if c.store.transactional => {
+                        Err(not_committed())
+                    }
                     _ => Err(error),
                 },
             }
@@ -121,7 +158,11 @@ fn not_committed() -> JsValue {
 /// rolled back.
 fn not_storable(cause: &JsValue) -> JsValue {
     let mut msg = String::from("idempotent: fn's result cannot be stored as JSON (");
-    msg.push_str(&crate::wasm::js::to_js_string(cause).map(String::from).unwrap_or_default());
+    msg.push_str(
+        &crate::wasm::js::to_js_string(cause)
+            .map(String::from)
+            .unwrap_or_default(),
+    );
     msg.push_str("), so its ctx.tx writes were rolled back and nothing is kept: return a JSON-serialisable result (no BigInt, no cycles)");
     let e = idempotency_error("not-storable", &msg);
     js::set(&e, "cause", cause);
@@ -130,17 +171,27 @@ fn not_storable(cause: &JsValue) -> JsValue {
 
 /// Store a failed run as a 500 whose body names the error, so a repeat does not run again.
 /// A thrown value that is not an `Error` (`throw 'declined'`) is kept as its string.
-async fn store_failure(c: &super::options::Common, k: &Keyed, error: &JsValue, lost: bool) -> Stored {
+async fn store_failure(
+    c: &super::options::Common,
+    k: &Keyed,
+    error: &JsValue,
+    lost: bool,
+) -> Stored {
     let body: JsValue = js_sys::Object::new().into();
     let message = js::get(error, "message");
     let message = if message.is_string() {
         message
     } else {
-        crate::wasm::js::to_js_string(error).map(JsValue::from).unwrap_or_else(|_| "a thrown value".into())
+        crate::wasm::js::to_js_string(error)
+            .map(JsValue::from)
+            .unwrap_or_else(|_| "a thrown value".into())
     };
     js::set(&body, "name", &js::get(error, "name"));
     js::set(&body, "message", &message);
-    let text = JSON::stringify(&body).ok().and_then(|t| t.as_string()).unwrap_or_else(|| "{}".into());
+    let text = JSON::stringify(&body)
+        .ok()
+        .and_then(|t| t.as_string())
+        .unwrap_or_else(|| "{}".into());
     store_answer(c, k, &stored_problem(500, &text), lost).await
 }
 
@@ -150,7 +201,9 @@ fn replay(stored: &super::store::StoredResponse) -> Result<JsValue, JsValue> {
     if stored.status != 200 {
         let failure = JSON::parse(&text).unwrap_or(JsValue::UNDEFINED);
         let message = js::get(&failure, "message").as_string().unwrap_or_default();
-        let mut msg = String::from("idempotent: the run with this key failed after it started and is not run again: ");
+        let mut msg = String::from(
+            "idempotent: the run with this key failed after it started and is not run again: ",
+        );
         msg.push_str(&message);
         return Err(idempotency_error("previous-run-failed", &msg));
     }

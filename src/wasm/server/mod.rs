@@ -31,12 +31,23 @@ pub use options::set_default_store;
 /// option is a `TypeError` naming it.
 #[wasm_bindgen(js_name = idempotency, skip_typescript)]
 pub fn idempotency(handler: JsValue, options: JsValue) -> Result<Function, JsValue> {
-    let handler = function(handler, "idempotency: the handler must be a function (request, ctx) => Promise<Response>")?;
+    let handler = function(
+        handler,
+        "idempotency: the handler must be a function (request, ctx) => Promise<Response>",
+    )?;
     let settings = Rc::new(options::read_http(&options)?);
-    let wrapped = Closure::<dyn Fn(JsValue, JsValue) -> Promise>::new(move |request: JsValue, route: JsValue| {
-        let caller = context::Caller::capture();
-        future_to_promise(http::handle(settings.clone(), handler.clone(), request, route, caller))
-    });
+    let wrapped = Closure::<dyn Fn(JsValue, JsValue) -> Promise>::new(
+        move |request: JsValue, route: JsValue| {
+            let caller = context::Caller::capture();
+            future_to_promise(http::handle(
+                settings.clone(),
+                handler.clone(),
+                request,
+                route,
+                caller,
+            ))
+        },
+    );
     Ok(wrapped.into_js_value().into())
 }
 
@@ -45,7 +56,10 @@ pub fn idempotency(handler: JsValue, options: JsValue) -> Result<Function, JsVal
 /// `server.d.ts`.
 #[wasm_bindgen(js_name = idempotent, skip_typescript)]
 pub fn idempotent(f: JsValue, options: JsValue) -> Result<Function, JsValue> {
-    let f = function(f, "idempotent: the function must be a function (input, ctx) => Promise<result>")?;
+    let f = function(
+        f,
+        "idempotent: the function must be a function (input, ctx) => Promise<result>",
+    )?;
     let settings = Rc::new(options::read_job(&options)?);
     let wrapped = Closure::<dyn Fn(JsValue) -> Promise>::new(move |input: JsValue| {
         let caller = context::Caller::capture();
@@ -94,7 +108,9 @@ pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
         if !v.is_object() || js_sys::Array::is_array(&v) {
             return v;
         }
-        let Ok(keys) = crate::wasm::js::object_keys(&v) else { return v };
+        let Ok(keys) = crate::wasm::js::object_keys(&v) else {
+            return v;
+        };
         keys.sort();
         let sorted = js_sys::Object::new();
         for k in keys.iter() {
@@ -105,7 +121,9 @@ pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
         sorted.into()
     });
     let text = js_sys::JSON::stringify_with_replacer(&value, sort.as_ref().unchecked_ref())?;
-    Ok(Uint8Array::from(text.as_string().unwrap_or_default().as_bytes()))
+    Ok(Uint8Array::from(
+        text.as_string().unwrap_or_default().as_bytes(),
+    ))
 }
 
 /// `describeValue(value)`: a value as the errors show it (`"3"`, `a function`, `NaN`). Not

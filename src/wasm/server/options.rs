@@ -14,7 +14,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::store::Store;
-use crate::core::idempotency::{self as idem, Concurrent, ServerOptions, JOB_OPTION_NAMES, SERVER_OPTION_NAMES};
+use crate::core::idempotency::{
+    self as idem, Concurrent, ServerOptions, JOB_OPTION_NAMES, SERVER_OPTION_NAMES,
+};
 use crate::core::options::OptionError;
 use crate::wasm::errors::invalid_option;
 use crate::wasm::options::deserialize;
@@ -95,7 +97,10 @@ impl Reporter {
     pub fn handler_error(&self, error: &JsValue) {
         match &self.on_error {
             Some(f) => crate::wasm::js::call_detached(f, &[error]),
-            None => drop(console_error(&"retry-fetch/server: the handler failed:".into(), error)),
+            None => drop(console_error(
+                &"retry-fetch/server: the handler failed:".into(),
+                error,
+            )),
         }
     }
 }
@@ -201,13 +206,20 @@ struct RawOptions {
 }
 
 /// Read `options` for `api` (`idempotency` or `idempotent`), whose option names are `known`.
-fn read_raw(api: &'static str, options: &JsValue, known: &[&'static str]) -> Result<(RawOptions, Common), JsValue> {
+fn read_raw(
+    api: &'static str,
+    options: &JsValue,
+    known: &[&'static str],
+) -> Result<(RawOptions, Common), JsValue> {
     let (raw, _snap, nulls): (RawOptions, _, _) = deserialize(api, options, known, expected)?;
-    let error = |option: &'static str, value: &JsValue| invalid_option(api, OptionError::new(option, expected(option)), value);
+    let error = |option: &'static str, value: &JsValue| {
+        invalid_option(api, OptionError::new(option, expected(option)), value)
+    };
     if let Some(name) = nulls.first() {
         return Err(error(name, &JsValue::NULL));
     }
-    let check = |r: Result<f64, OptionError>, v: f64| r.map_err(|e| invalid_option(api, e, &v.into()));
+    let check =
+        |r: Result<f64, OptionError>, v: f64| r.map_err(|e| invalid_option(api, e, &v.into()));
     let mut limits = ServerOptions::default();
     if let Some(h) = &raw.header {
         limits.header = idem::header(h).map_err(|e| invalid_option(api, e, &h.into()))?;
@@ -246,7 +258,8 @@ fn read_raw(api: &'static str, options: &JsValue, known: &[&'static str]) -> Res
         *secret.0.borrow_mut() = Some(ok.as_bytes().into());
     }
     let store = if raw.store.is_undefined() {
-        let made = DEFAULT_STORE.with(|s| s.borrow().as_ref().map(|f| f.call0(&JsValue::UNDEFINED)));
+        let made =
+            DEFAULT_STORE.with(|s| s.borrow().as_ref().map(|f| f.call0(&JsValue::UNDEFINED)));
         match made {
             Some(made) => Store::new(made?),
             None => None,
@@ -259,13 +272,24 @@ fn read_raw(api: &'static str, options: &JsValue, known: &[&'static str]) -> Res
         if v.is_undefined() {
             return Ok(None);
         }
-        v.clone().dyn_into::<Function>().map(Some).map_err(|v| error(name, &v))
+        v.clone()
+            .dyn_into::<Function>()
+            .map(Some)
+            .map_err(|v| error(name, &v))
     };
     let reporter = Reporter {
         on_store_error: function("onStoreError", &raw.on_store_error)?,
         on_error: function("onError", &raw.on_error)?,
     };
-    Ok((raw, Common { store, secret, limits, reporter }))
+    Ok((
+        raw,
+        Common {
+            store,
+            secret,
+            limits,
+            reporter,
+        },
+    ))
 }
 
 /// A `TypeError` when keys may be scoped but no secret can be had: neither the `secret` option
@@ -274,33 +298,59 @@ fn check_secret(api: &str, common: &Common, may_scope: bool) -> Result<(), JsVal
     if !may_scope || common.secret.0.borrow().is_some() || common.store.has_secret() {
         return Ok(());
     }
-    Err(crate::wasm::errors::invalid_value(api, "secret", &JsValue::UNDEFINED, idem::SECRET_MISSING_EXPECTED))
+    Err(crate::wasm::errors::invalid_value(
+        api,
+        "secret",
+        &JsValue::UNDEFINED,
+        idem::SECRET_MISSING_EXPECTED,
+    ))
 }
 
 /// Read the options of `idempotency(handler, options)`.
 pub fn read_http(options: &JsValue) -> Result<HttpSettings, JsValue> {
     let api = "idempotency";
     let (raw, common) = read_raw(api, options, &SERVER_OPTION_NAMES)?;
-    let error = |option: &'static str, value: &JsValue| invalid_option(api, OptionError::new(option, expected(option)), value);
+    let error = |option: &'static str, value: &JsValue| {
+        invalid_option(api, OptionError::new(option, expected(option)), value)
+    };
     let required = match (raw.required.as_bool(), raw.required.is_undefined()) {
         (_, true) => Required::Default,
         (Some(b), _) => Required::Always(b),
-        _ => Required::Ask(raw.required.clone().dyn_into().map_err(|v| error("required", &v))?),
+        _ => Required::Ask(
+            raw.required
+                .clone()
+                .dyn_into()
+                .map_err(|v| error("required", &v))?,
+        ),
     };
     let identity = match (raw.identity.as_bool(), raw.identity.is_undefined()) {
         (_, true) => Identity::Credentials,
         (Some(false), _) => Identity::Unscoped,
-        _ => Identity::Ask(raw.identity.clone().dyn_into().map_err(|v| error("identity", &v))?),
+        _ => Identity::Ask(
+            raw.identity
+                .clone()
+                .dyn_into()
+                .map_err(|v| error("identity", &v))?,
+        ),
     };
     check_secret(api, &common, !matches!(identity, Identity::Unscoped))?;
-    Ok(HttpSettings { common, required, identity, warned_unscoped: Cell::new(false) })
+    Ok(HttpSettings {
+        common,
+        required,
+        identity,
+        warned_unscoped: Cell::new(false),
+    })
 }
 
 /// Read the options of `idempotent(fn, options)`.
 pub fn read_job(options: &JsValue) -> Result<JobSettings, JsValue> {
     let api = "idempotent";
     if options.is_undefined() || options.is_null() {
-        return Err(invalid_option(api, OptionError::new("key", expected("key")), &JsValue::UNDEFINED));
+        return Err(invalid_option(
+            api,
+            OptionError::new("key", expected("key")),
+            &JsValue::UNDEFINED,
+        ));
     }
     let (raw, common) = read_raw(api, options, &JOB_OPTION_NAMES)?;
     let key = raw

@@ -90,7 +90,8 @@ pub struct StoredRecord {
 impl StoredRecord {
     /// Read a record a store returned; a value that is not one is a `TypeError`.
     pub fn read(value: &JsValue) -> Result<StoredRecord, JsValue> {
-        serde_wasm_bindgen::from_value(value.clone()).map_err(|_| malformed(value, "not an IdempotencyRecord"))
+        serde_wasm_bindgen::from_value(value.clone())
+            .map_err(|_| malformed(value, "not an IdempotencyRecord"))
     }
 
     /// The record as the core's state machine sees it.
@@ -103,8 +104,13 @@ impl StoredRecord {
                     return Err(malformed(value, "a lock without a string token"));
                 }
                 Ok(Record::InProgress {
-                    fingerprint: self.fingerprint.as_deref().ok_or_else(|| malformed(value, "no string fingerprint"))?,
-                    lock_expires_at_ms: self.lock_expires_at.ok_or_else(|| malformed(value, "no number lockExpiresAt"))?,
+                    fingerprint: self
+                        .fingerprint
+                        .as_deref()
+                        .ok_or_else(|| malformed(value, "no string fingerprint"))?,
+                    lock_expires_at_ms: self
+                        .lock_expires_at
+                        .ok_or_else(|| malformed(value, "no number lockExpiresAt"))?,
                 })
             }
             "completed" => {
@@ -112,10 +118,16 @@ impl StoredRecord {
                     return Err(malformed(value, "a completed record without a response"));
                 }
                 Ok(Record::Completed {
-                    fingerprint: self.fingerprint.as_deref().ok_or_else(|| malformed(value, "no string fingerprint"))?,
+                    fingerprint: self
+                        .fingerprint
+                        .as_deref()
+                        .ok_or_else(|| malformed(value, "no string fingerprint"))?,
                 })
             }
-            _ => Err(malformed(value, "state is not 'in-progress', 'completed' or 'held'")),
+            _ => Err(malformed(
+                value,
+                "state is not 'in-progress', 'completed' or 'held'",
+            )),
         }
     }
 
@@ -141,17 +153,29 @@ fn malformed(record: &JsValue, what: &str) -> JsValue {
 
 /// A Rust value as a plain JS object (structs as objects, tuples as arrays).
 fn to_js<T: Serialize>(value: &T) -> JsValue {
-    value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::UNDEFINED)
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .unwrap_or(JsValue::UNDEFINED)
 }
 
 /// The lock record of `token`, live until `expires_at` (ms since the Unix epoch).
 pub fn lock_record(token: &str, fingerprint: &str, expires_at: f64) -> JsValue {
-    to_js(&LockRecord { state: "in-progress", token, fingerprint, lock_expires_at: expires_at })
+    to_js(&LockRecord {
+        state: "in-progress",
+        token,
+        fingerprint,
+        lock_expires_at: expires_at,
+    })
 }
 
 /// The completed record for `response`.
 pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> JsValue {
-    to_js(&CompletedRecord { state: "completed", fingerprint, response, completed_at: js_sys::Date::now() })
+    to_js(&CompletedRecord {
+        state: "completed",
+        fingerprint,
+        response,
+        completed_at: js_sys::Date::now(),
+    })
 }
 
 /// An `IdempotencyStore`, checked when the companion is made.
@@ -166,8 +190,14 @@ pub struct Store {
 impl Store {
     /// Check that `value` has the store methods.
     pub fn new(value: JsValue) -> Option<Store> {
-        let ok = value.is_object() && STORE_METHODS.iter().all(|m| js::get(&value, m).is_function());
-        ok.then(|| Store { transactional: js::get(&value, "transactional").as_bool() == Some(true), object: value })
+        let ok = value.is_object()
+            && STORE_METHODS
+                .iter()
+                .all(|m| js::get(&value, m).is_function());
+        ok.then(|| Store {
+            transactional: js::get(&value, "transactional").as_bool() == Some(true),
+            object: value,
+        })
     }
 
     /// `store[method](...args)`, awaited when it returns a promise; a throw or a rejection is
@@ -185,30 +215,70 @@ impl Store {
     }
 
     /// `acquire(key, lock, lockTimeoutMs)`: `None` when the caller now holds the key.
-    pub async fn acquire(&self, key: &str, lock: &JsValue, lock_ms: f64) -> Result<Option<JsValue>, JsValue> {
-        let v = self.call("acquire", &[&key.into(), lock, &lock_ms.into()]).await?;
+    pub async fn acquire(
+        &self,
+        key: &str,
+        lock: &JsValue,
+        lock_ms: f64,
+    ) -> Result<Option<JsValue>, JsValue> {
+        let v = self
+            .call("acquire", &[&key.into(), lock, &lock_ms.into()])
+            .await?;
         Ok((!v.is_null() && !v.is_undefined()).then_some(v))
     }
 
     /// `reclaim(key, staleToken, lock, lockTimeoutMs)`.
-    pub async fn reclaim(&self, key: &str, stale: &str, lock: &JsValue, lock_ms: f64) -> Result<bool, JsValue> {
-        let v = self.call("reclaim", &[&key.into(), &stale.into(), lock, &lock_ms.into()]).await?;
+    pub async fn reclaim(
+        &self,
+        key: &str,
+        stale: &str,
+        lock: &JsValue,
+        lock_ms: f64,
+    ) -> Result<bool, JsValue> {
+        let v = self
+            .call(
+                "reclaim",
+                &[&key.into(), &stale.into(), lock, &lock_ms.into()],
+            )
+            .await?;
         Ok(v.is_truthy())
     }
 
     /// `renew(key, token, lock, lockTimeoutMs)`; a store without `renew` keeps the lock for
     /// `lockTimeoutMs` only (`true`: nothing to tell).
-    pub async fn renew(&self, key: &str, token: &str, lock: &JsValue, lock_ms: f64) -> Result<bool, JsValue> {
+    pub async fn renew(
+        &self,
+        key: &str,
+        token: &str,
+        lock: &JsValue,
+        lock_ms: f64,
+    ) -> Result<bool, JsValue> {
         if !js::get(&self.object, "renew").is_function() {
             return Ok(true);
         }
-        let v = self.call("renew", &[&key.into(), &token.into(), lock, &lock_ms.into()]).await?;
+        let v = self
+            .call(
+                "renew",
+                &[&key.into(), &token.into(), lock, &lock_ms.into()],
+            )
+            .await?;
         Ok(v.is_truthy())
     }
 
     /// `complete(key, token, record, ttlMs)`.
-    pub async fn complete(&self, key: &str, token: &str, record: &JsValue, ttl_ms: f64) -> Result<bool, JsValue> {
-        let v = self.call("complete", &[&key.into(), &token.into(), record, &ttl_ms.into()]).await?;
+    pub async fn complete(
+        &self,
+        key: &str,
+        token: &str,
+        record: &JsValue,
+        ttl_ms: f64,
+    ) -> Result<bool, JsValue> {
+        let v = self
+            .call(
+                "complete",
+                &[&key.into(), &token.into(), record, &ttl_ms.into()],
+            )
+            .await?;
         Ok(v.is_truthy())
     }
 
@@ -250,7 +320,9 @@ impl Store {
     /// `undefined` for a store without one.
     pub fn transaction(&self, key: &str, token: &str) -> JsValue {
         match js::get(&self.object, "transaction").dyn_into::<Function>() {
-            Ok(f) => f.call2(&self.object, &key.into(), &token.into()).unwrap_or(JsValue::UNDEFINED),
+            Ok(f) => f
+                .call2(&self.object, &key.into(), &token.into())
+                .unwrap_or(JsValue::UNDEFINED),
             Err(_) => JsValue::UNDEFINED,
         }
     }
@@ -267,7 +339,15 @@ pub struct Renewal {
 
 impl Renewal {
     /// Start renewing `key`'s lock held by `token`.
-    pub fn start(store: Store, key: Rc<str>, token: Rc<str>, fingerprint: Rc<str>, lock_ms: f64, interval: f64, reporter: Reporter) -> Renewal {
+    pub fn start(
+        store: Store,
+        key: Rc<str>,
+        token: Rc<str>,
+        fingerprint: Rc<str>,
+        lock_ms: f64,
+        interval: f64,
+        reporter: Reporter,
+    ) -> Renewal {
         let lost = Rc::new(Cell::new(false));
         let busy = Rc::new(Cell::new(false));
         let flag = lost.clone();
@@ -276,8 +356,15 @@ impl Renewal {
                 return; // the last renewal is still running, or the lock is gone
             }
             busy.set(true);
-            let (store, key, token, fingerprint, busy, flag, reporter) =
-                (store.clone(), key.clone(), token.clone(), fingerprint.clone(), busy.clone(), flag.clone(), reporter.clone());
+            let (store, key, token, fingerprint, busy, flag, reporter) = (
+                store.clone(),
+                key.clone(),
+                token.clone(),
+                fingerprint.clone(),
+                busy.clone(),
+                flag.clone(),
+                reporter.clone(),
+            );
             spawn_local(async move {
                 let lock = lock_record(&token, &fingerprint, js_sys::Date::now() + lock_ms);
                 match store.renew(&key, &token, &lock, lock_ms).await {
@@ -289,7 +376,11 @@ impl Renewal {
             });
         });
         let handle = set_interval(tick.as_ref().unchecked_ref(), interval);
-        Renewal { handle, lost, _tick: tick }
+        Renewal {
+            handle,
+            lost,
+            _tick: tick,
+        }
     }
 
     /// Did the store refuse a renewal (the lock lapsed and is someone else's now)?
