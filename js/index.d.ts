@@ -194,7 +194,8 @@ export class RetryBudget {
    * `free()`, for `using` (explicit resource management): `using budget = new RetryBudget()`
    * frees it at the end of the block. Defined when the JavaScript engine has `Symbol.dispose`
    * as the package loads (Node 18.18 / 20.4 and later, and browsers with explicit resource
-   * management); elsewhere call `free()`. A guard used after it is freed throws.
+   * management); elsewhere call `free()`. A guard used after it is freed (its methods, its
+   * getters, a second `free()`, or passing it as an option) throws a `TypeError` that says so.
    */
   [Symbol.dispose](): void;
 }

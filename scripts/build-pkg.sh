@@ -37,6 +37,7 @@ build_wasm() { # out-name [cargo args...]: cargo build, wasm-bindgen --target we
 }
 
 build_wasm retry_fetch
+node scripts/guard-glue.mjs "$out/retry_fetch.js"
 
 # The CommonJS entry (require('retry-fetch') in Node): wasm-bindgen's nodejs glue over the same
 # client build, in cjs/ (its own package.json says commonjs; the package is "type": "module").
@@ -48,6 +49,7 @@ wasm-bindgen --target nodejs --weak-refs --no-typescript --out-dir "$out/cjs" --
   --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
   --enable-mutable-globals --enable-reference-types --enable-multivalue \
   "$out/cjs/retry_fetch_bg.wasm" -o "$out/cjs/retry_fetch_bg.wasm"
+node scripts/guard-glue.mjs "$out/cjs/retry_fetch.js"
 echo '{ "type": "commonjs" }' > "$out/cjs/package.json"
 
 build_wasm retry_fetch_server --no-default-features --features server

@@ -367,7 +367,7 @@ export const scenarios = [
 
   // ---- guards ----------------------------------------------------------------------------
   {
-    name: 'contract: a freed guard is a clear error naming its class, not a null pointer',
+    name: 'contract: a freed guard (as an option, its methods, a second free()) is a clear TypeError',
     async run({ api, seq }) {
       const s = seq('200');
       for (const [Class, option] of [[api.RetryBudget, 'budget'], [api.CircuitBreaker, 'breaker'], [api.AdaptiveThrottle, 'throttle']]) {
@@ -379,8 +379,21 @@ export const scenarios = [
         ok(String(err.message).includes(Class.name), `${err.message} names ${Class.name}`);
         match(err.message, /freed/i, `${Class.name}:`);
         ok(!/null pointer/i.test(err.message), err.message);
+        // its own methods, getters and a second free() say the same, and the instance lives on
+        const method = { RetryBudget: 'tokens', AdaptiveThrottle: 'rate', CircuitBreaker: 'state' }[Class.name];
+        const uses = [[method, () => guard[method](s.url)], ['free', () => guard.free()]];
+        if (Class === api.RetryBudget) uses.push(['maxTokens', () => guard.maxTokens]);
+        for (const [member, use] of uses) {
+          let thrown;
+          try { use(); } catch (e) { thrown = e; }
+          equal(thrown?.name, 'TypeError', `${Class.name}.${member} after free():`);
+          ok(String(thrown?.message).startsWith(`${Class.name}.${member}: `), thrown?.message);
+          match(thrown.message, /was freed/, `${Class.name}.${member}:`);
+        }
       }
       equal((await s.log()).length, 0, 'nothing was sent:');
+      const alive = await api.retryFetch(s.url, undefined, { budget: new api.RetryBudget() });
+      equal(alive.status, 200, 'a call after the freed guards:');
     },
   },
   {

@@ -153,6 +153,21 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
     }
 }
 
+/// The `TypeError` a freed guard's method throws (`budget.tokens(url)` or a second `free()`
+/// after `free()`): the build wraps each guard method's pointer read in the JS glue with a
+/// check that throws this, instead of wasm-bindgen's "null pointer passed to rust"
+/// (`scripts/guard-glue.mjs`). Not part of the public API.
+#[wasm_bindgen(js_name = freedGuardError, skip_typescript)]
+pub fn freed_guard_error(class: &str, member: &str) -> JsValue {
+    let mut msg = String::from(class);
+    msg.push('.');
+    msg.push_str(member);
+    msg.push_str(": this ");
+    msg.push_str(class);
+    msg.push_str(" was freed (free() was called on it); make a new one");
+    type_error(&msg)
+}
+
 /// `"an "` before a name that starts with a vowel (`an AdaptiveThrottle`), else `"a "`.
 fn article(name: &str) -> &'static str {
     if name.starts_with(['A', 'E', 'I', 'O', 'U', 'a', 'e', 'i', 'o', 'u']) {
