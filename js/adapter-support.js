@@ -9,6 +9,7 @@
 // adapter settles with the route's answer once the framework's route has run. If the
 // companion answers first (a replay, 400, 409, 413, 422, 503...), the route does not run.
 import { idempotency } from './server.js';
+import { invalidOptionError } from './server-wasm.js';
 
 /** The property of `route` (and so of `ctx`) that carries one request's state to the handler. */
 const STATE = Symbol('retry-fetch adapter state');
@@ -40,6 +41,12 @@ function deferred() {
  *   problem when the route failed or the commit did).
  */
 export function deferredCompanion(options) {
+  if (options?.acceptAfterMs !== undefined) {
+    // The route answers through the framework's response object, which a 202 sent ahead of it
+    // would leave with nowhere to go: long work under a framework uses idempotency(handler).
+    throw invalidOptionError('idempotency', 'acceptAfterMs', options.acceptAfterMs,
+      'undefined: the framework adapters wait for the route (use idempotency(handler), e.g. with toNodeHandler, for 202 Accepted)');
+  }
   const companion = idempotency((request, ctx) => {
     const state = ctx[STATE];
     if (state === undefined) {

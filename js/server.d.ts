@@ -26,7 +26,7 @@ export * from './store.js';
 export * from './memory-store.js';
 export * from './redis-store.js';
 export * from './postgres-store.js';
-import type { IdempotencyStore } from './store.js';
+import type { IdempotencyStore, RunRecord } from './store.js';
 
 /**
  * What the handler (and an `idempotent` function) gets as its second argument.
@@ -150,13 +150,39 @@ export interface IdempotencyOptions<Tx = unknown> {
    */
   ignoredMethods?: string[];
   /**
+   * Long work: a keyed request whose handler has not settled after this many ms is answered
+   * `202 Accepted` (JSON body, `Retry-After`: this many seconds rounded up, at least 1) while
+   * the handler goes on to its end, holding the key (its answer stored, or the key freed, as
+   * always). A repeat with the same key while it runs gets `202` at once (not a wait, not a
+   * 409); once it is done, the stored answer, as any replay. `202` is never stored. Clients
+   * follow it with `retryFetch(..., { followAccepted: true })`. Not for the framework
+   * adapters (express, fastify, hono), which refuse it.
+   * @default none (the caller waits for the handler)
+   */
+  acceptAfterMs?: number;
+  /**
+   * Record every run in the store's run history (`recordRun`; `store.runs(key)` reads it),
+   * when the store keeps one (MemoryStore, RedisStore, PostgresStore). Written in the
+   * background: a run never waits for it. `false` saves the writes; `onEvent` still hears.
+   * @default true
+   */
+  history?: boolean;
+  /**
+   * Told of every run and replay, for logs and metrics: `{ type, run }` where `type` is
+   * `'run-started'`, `'run-ended'` (`run.outcome` says how), `'replayed'`, `'holder-crashed'`
+   * (an earlier run of the key never ended: its process died), or `'accepted'` (a 202). A
+   * throw or a rejection is ignored.
+   * @default none
+   */
+  onEvent?: (event: RunEvent) => void;
+  /**
    * Told when the store fails, or refuses (the lock was lost): `operation` is `'secret'`,
    * `'acquire'` or `'reclaim'` (the answer is a 503 problem, nothing ran, nothing stored), `'renew'`,
    * `'complete'` or `'release'` (after the handler ran: its answer is still returned, except
    * a transactional store whose commit failed: a 503, nothing kept).
    * @default logs with console.error
    */
-  onStoreError?: (error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release') => void;
+  onStoreError?: (error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' | 'recordRun' | 'runs') => void;
   /** Told when the handler throws, or does not resolve with a Response, after it started. @default logs with console.error */
   onError?: (error: unknown) => void;
 }
@@ -220,7 +246,52 @@ export interface IdempotentOptions<Input, Tx = unknown> {
    * store that fails before `fn` ran rejects the call with the store's error instead.
    * @default logs with console.error
    */
-  onStoreError?: (error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release') => void;
+  onStoreError?: (error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' | 'recordRun' | 'runs') => void;
+  /**
+   * Dead letters: a job whose runs failed this many times (a failure, a rollback, a result
+   * not stored, or its process dying mid-run) is not run again: `onDeadLetter` is called, a
+   * failure is stored for the key, and every later delivery rejects with `IdempotencyError`
+   * `'previous-run-failed'` at once. Needs a store with a run history. A job whose throw is
+   * stored (no `ctx.tx`) already ends at its first failure.
+   * @default none (no limit)
+   */
+  maxRuns?: number;
+  /**
+   * Called once when a job reaches `maxRuns`, before the failure is stored: move the job to
+   * your own queue or table. If it throws or rejects, nothing is stored and the delivery
+   * rejects with its error: the next delivery tries again (so it is at least once: make it
+   * idempotent on `record.key`).
+   * @default none
+   */
+  onDeadLetter?: (record: DeadLetter<Input>) => void | Promise<void>;
+  /** See `IdempotencyOptions.history`. @default true */
+  history?: boolean;
+  /** See `IdempotencyOptions.onEvent`; jobs also tell `'dead-lettered'`. @default none */
+  onEvent?: (event: RunEvent) => void;
+}
+
+/** What `onDeadLetter` gets. */
+export interface DeadLetter<Input = unknown> {
+  /** The job's key. */
+  key: string;
+  /** The key's scope (64 hex digits, or `-`). */
+  scope: string;
+  /** The delivery's input. */
+  input: Input;
+  /** How many runs failed. */
+  failedRuns: number;
+  /** The `maxRuns` option. */
+  maxRuns: number;
+  /** The key's run history, oldest first (runs whose process died marked `'crashed'`). */
+  runs: RunRecord[];
+}
+
+/** What `onEvent` is told. */
+export interface RunEvent {
+  /** What happened. */
+  type: 'run-started' | 'run-ended' | 'replayed' | 'holder-crashed' | 'accepted' | 'dead-lettered';
+  /** The run it happened to. */
+  run: RunRecord;
 }
 
 /**
@@ -237,6 +308,8 @@ export interface IdempotencyError extends Error {
   readonly name: 'IdempotencyError';
   /** Why `fn` did not run. */
   readonly code: 'key-reused' | 'in-progress' | 'previous-run-failed' | 'not-committed' | 'not-storable';
+  /** On the delivery that dead-lettered the job (`maxRuns`): what `onDeadLetter` got. */
+  readonly deadLetter?: DeadLetter;
 }
 
 /**

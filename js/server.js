@@ -8,8 +8,9 @@
 // (src/core/idempotency.rs) for every decision. This file only loads that module and adds
 // what is Node-specific (`toNodeHandler`); the stores are in their own files.
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { hostname } from 'node:os';
 import { Readable } from 'node:stream';
-import { setContextCapture, setDefaultStore } from './server-wasm.js';
+import { setContextCapture, setDefaultStore, setInstance } from './server-wasm.js';
 import { MemoryStore } from './memory-store.js';
 import { describe, optionError } from './store-support.js';
 import { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
@@ -17,6 +18,8 @@ import { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl } from './no
 setDefaultStore(() => new MemoryStore());
 // The handler runs in the async context of its own request (src/wasm/server/context.rs).
 setContextCapture(() => AsyncLocalStorage.snapshot());
+// This process's name in the run history (RunRecord.instance).
+setInstance(`${hostname()}:${process.pid}`);
 
 export { idempotency, idempotent } from './server-wasm.js';
 export { MemoryStore } from './memory-store.js';

@@ -405,6 +405,10 @@ pub struct ServerOptions {
     /// `ignoredMethods`: the methods whose key is ignored (upper-case). Default
     /// [`DEFAULT_IGNORED_METHODS`].
     pub ignored_methods: Vec<String>,
+    /// `acceptAfterMs`: a keyed request whose handler has not settled after this is answered
+    /// `202 Accepted` (with `Retry-After`) while the handler goes on; a repeat while it runs
+    /// gets `202` at once. Default none: the caller waits for the handler.
+    pub accept_after_ms: Option<f64>,
 }
 
 impl Default for ServerOptions {
@@ -422,6 +426,7 @@ impl Default for ServerOptions {
                 .iter()
                 .map(|m| m.to_string())
                 .collect(),
+            accept_after_ms: None,
         }
     }
 }
@@ -566,7 +571,7 @@ pub fn max_body_bytes(v: f64) -> Result<f64, OptionError> {
 }
 
 /// Every option `idempotency(handler, options)` takes, by its JavaScript name.
-pub const SERVER_OPTION_NAMES: [&str; 15] = [
+pub const SERVER_OPTION_NAMES: [&str; 18] = [
     "store",
     "header",
     "required",
@@ -580,12 +585,15 @@ pub const SERVER_OPTION_NAMES: [&str; 15] = [
     "maxBodyBytes",
     "handlerTimeoutMs",
     "ignoredMethods",
+    "acceptAfterMs",
+    "history",
     "onStoreError",
     "onError",
+    "onEvent",
 ];
 
 /// Every option `idempotent(fn, options)` takes, by its JavaScript name.
-pub const JOB_OPTION_NAMES: [&str; 10] = [
+pub const JOB_OPTION_NAMES: [&str; 14] = [
     "store",
     "key",
     "scope",
@@ -595,7 +603,11 @@ pub const JOB_OPTION_NAMES: [&str; 10] = [
     "concurrent",
     "waitTimeoutMs",
     "pollMs",
+    "maxRuns",
+    "history",
     "onStoreError",
+    "onEvent",
+    "onDeadLetter",
 ];
 
 /// The statuses that say "this request was not processed, send it again": a handler's answer

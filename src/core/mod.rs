@@ -12,6 +12,7 @@
 //! | [`throttle`] | an adaptive client-side send rate per origin (AWS adaptive mode, CUBIC) |
 //! | [`breaker`] | a circuit breaker per origin: closed, open, half-open |
 //! | `idempotency` | the server side (feature `server`): key parsing, request fingerprint, identity-scoped store key, the per-key state machine |
+//! | `runs` | the server side: `202 Accepted` for long work, the run history's outcomes, dead letters |
 
 pub mod backoff;
 pub mod breaker;
@@ -26,4 +27,6 @@ pub mod key;
 pub mod options;
 pub mod origins;
 pub mod retry_after;
+#[cfg(any(feature = "server", test))]
+pub mod runs;
 pub mod throttle;

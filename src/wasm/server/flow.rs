@@ -132,7 +132,10 @@ pub async fn claim(
                 }
             }
             Action::Process => continue, // a store that answered with an absent record: ask again
-            Action::InProgress if rejects(o) => return Ok(Claim::Busy),
+            // With acceptAfterMs a repeat never waits: it is answered 202 at once.
+            Action::InProgress if rejects(o) || o.accept_after_ms.is_some() => {
+                return Ok(Claim::Busy)
+            }
             Action::InProgress => {}
         }
         let left = wait_until - js_sys::Date::now();
@@ -241,7 +244,7 @@ pub struct Limit<'a> {
 }
 
 /// `promise`'s outcome, or `None` when it has not settled within `ms`.
-async fn within(promise: &Promise, ms: f64) -> Option<Result<JsValue, JsValue>> {
+pub async fn within(promise: &Promise, ms: f64) -> Option<Result<JsValue, JsValue>> {
     let sentinel: JsValue = Object::new().into();
     let mut handle = JsValue::UNDEFINED;
     let timer = Promise::new(&mut |resolve, _| {

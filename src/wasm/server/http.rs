@@ -26,11 +26,13 @@ use web_sys::{ReadableStreamDefaultReader, Request, RequestInit, Response};
 use super::answers::{as_response, from_stored, problem, problem_record, read_answer};
 use super::context::Caller;
 use super::flow::{
-    claim, free_key, run_holding, store_answer, Claim, ClaimError, Context, Keyed, Limit, Ran,
-    Stored,
+    claim, free_key, run_holding, store_answer, within, Claim, ClaimError, Context, Keyed, Limit,
+    Ran, Stored,
 };
 use super::options::{HttpSettings, Identity, Required};
+use super::runs::{self, RunLog};
 use crate::core::idempotency::{self as idem, after_throw, ending, AfterThrow, Ending};
+use crate::core::runs::{accepted_retry_after_s, event, Outcome};
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
 
@@ -138,19 +140,84 @@ pub async fn handle(
     let signal = req.signal();
     let aborted = || signal.aborted().then(|| signal.reason());
     let answer = match claim(&s.common, &k, &aborted).await {
-        Ok(Claim::Held) => return process(&s, &k, &handler, &req, body, &route, &caller).await.map(JsValue::from),
+        Ok(Claim::Held) => match s.common.limits.accept_after_ms {
+            None => return process(&s, &k, &handler, &req, body, &route, &caller).await.map(JsValue::from),
+            Some(ms) => return accept_after(s, k, handler, req, body, route, caller, ms).await,
+        },
         Ok(Claim::Replay(stored)) => match from_stored(&stored, true) {
-            Ok(response) => response,
+            Ok(response) => {
+                runs::replayed(&s.common, &k);
+                response
+            }
             Err(error) => return unavailable(&s, &error, "acquire"),
         },
         Ok(Claim::Mismatch) => problem(422, "idempotency-key-reused", &format!("{header} is already used"),
             &format!("This {header} was already used for a different request (method, path, query or body); use a new key for a new operation."), false)?,
+        Ok(Claim::Busy) if s.common.limits.accept_after_ms.is_some() => accepted(&s, runs::RunRecord::new(&k))?,
         Ok(Claim::Busy) => problem(409, "idempotency-key-in-progress", &format!("A request is outstanding for this {header}"),
             &format!("A request with this {header} is still being processed; retry later with the same key."), true)?,
         Err(ClaimError::Aborted(reason)) => return Err(reason),
         Err(ClaimError::Store(error, operation)) => return unavailable(&s, &error, operation),
     };
     Ok(answer.into())
+}
+
+/// Run the handler holding `k`, answering `202 Accepted` if it has not settled after `ms`:
+/// then it goes on to its end (its answer stored, or its key freed) while the caller repeats
+/// the request with the same key, which gets `202` until the answer is stored, then the answer.
+#[allow(clippy::too_many_arguments)]
+async fn accept_after(
+    s: Rc<HttpSettings>,
+    k: Keyed,
+    handler: Function,
+    req: Request,
+    body: Option<Vec<u8>>,
+    route: JsValue,
+    caller: Caller,
+    ms: f64,
+) -> Result<JsValue, JsValue> {
+    let record = runs::RunRecord::new(&k);
+    let settings = s.clone();
+    let run = wasm_bindgen_futures::future_to_promise(async move {
+        process(&settings, &k, &handler, &req, body, &route, &caller)
+            .await
+            .map(JsValue::from)
+    });
+    match within(&run, ms).await {
+        Some(outcome) => outcome,
+        None => {
+            // Nobody awaits the run from here on: its failure is the handler's, reported
+            // (`onError`) where it happens; the rejection itself must not go unhandled.
+            js::ignore_rejection(&run);
+            Ok(accepted(&s, record)?.into())
+        }
+    }
+}
+
+/// `202 Accepted` for a keyed request whose run goes on (this request's, or one a repeat
+/// found running), with `Retry-After`; never stored.
+fn accepted(s: &HttpSettings, run: runs::RunRecord) -> Result<Response, JsValue> {
+    let c = &s.common;
+    let header = &c.limits.header;
+    let wait_s = accepted_retry_after_s(c.limits.accept_after_ms.unwrap_or(1000.0));
+    runs::told(c, event::ACCEPTED, &run);
+    let detail = format!("The request is being processed. Send it again with the same {header} (and the same body) to get its answer once it is done; until then the answer is 202.");
+    let mut stored = problem_record(
+        202,
+        "idempotency-accepted",
+        "Accepted: still processing",
+        &detail,
+        false,
+    )?;
+    for (name, value) in stored.headers.iter_mut() {
+        if name == "content-type" {
+            *value = "application/json".to_string();
+        }
+    }
+    stored
+        .headers
+        .push(("retry-after".to_string(), wait_s.to_string()));
+    from_stored(&stored, false)
 }
 
 /// The store failed (or returned what cannot be answered) before the handler ran: told to
@@ -191,10 +258,19 @@ async fn process(
 ) -> Result<Response, JsValue> {
     let c = &s.common;
     let header = &c.limits.header;
-    let controller = web_sys::AbortController::new()?;
+    let log = RunLog::start(c, k);
+    let controller = match web_sys::AbortController::new() {
+        Ok(controller) => controller,
+        Err(error) => {
+            log.end(Outcome::Freed, None).await;
+            free_key(c, k).await;
+            return Err(error);
+        }
+    };
     let request = match handler_request(req, body.as_deref(), &controller.signal()) {
         Ok(request) => request,
         Err(error) => {
+            log.end(Outcome::Freed, None).await;
             free_key(c, k).await;
             return Err(error);
         }
@@ -232,6 +308,7 @@ async fn process(
                             // "Not processed", or rolled back: the key is freed so that the
                             // client's retry runs it.
                             drop(renewal);
+                            log.end(freed(c, &ctx), None).await;
                             free_key(c, k).await;
                             if !storable {
                                 return problem(500, "idempotency-answer-too-large", "The answer was too large to be stored",
@@ -241,7 +318,15 @@ async fn process(
                         }
                         Ending::Store => {}
                     }
-                    return match store_answer(c, k, &answer.stored, renewal.lost()).await {
+                    let stored = store_answer(c, k, &answer.stored, renewal.lost()).await;
+                    log.end_later(
+                        match stored {
+                            Stored::Kept => Outcome::Stored,
+                            Stored::Failed | Stored::LockLost => Outcome::NotStored,
+                        },
+                        None,
+                    );
+                    return match stored {
                         Stored::Kept => Ok(answer.live),
                         // With a transactional store nothing was committed, the handler's
                         // ctx.tx writes neither: the handler's answer would be a lie. Say so.
@@ -267,9 +352,11 @@ async fn process(
             // then the retry runs it.
             drop(renewal);
             let wait_s = if c.store.transactional {
+                log.end(Outcome::RolledBack, None).await;
                 free_key(c, k).await;
                 1.0
             } else {
+                log.end_later(Outcome::Freed, None);
                 (c.limits.lock_timeout_ms / 1000.0).ceil()
             };
             c.reporter.handler_error(&js_sys::Error::new("idempotency: the handler ran past handlerTimeoutMs and did not stop when its signal was aborted").into());
@@ -285,8 +372,18 @@ async fn process(
     if !aborted {
         c.reporter.handler_error(&failure);
     }
+    let error_detail = error_text(&failure);
     match after_throw(c.store.transactional, ctx.used_tx(), aborted) {
         AfterThrow::Release => {
+            log.end(
+                if aborted {
+                    freed(c, &ctx)
+                } else {
+                    Outcome::RolledBack
+                },
+                error_detail,
+            )
+            .await;
             free_key(c, k).await;
             if aborted {
                 return problem(503, "idempotency-handler-timeout", "The request took too long",
@@ -306,9 +403,27 @@ async fn process(
             )?;
             // Whether or not the store kept it, this request's answer is the 500.
             store_answer(c, k, &stored, lost).await;
+            log.end_later(Outcome::Failed, error_detail);
             from_stored(&stored, false)
         }
     }
+}
+
+/// How a run that frees its key ended: rolled back when its writes through `ctx.tx` were
+/// (a transactional store whose transaction it used), else freed.
+fn freed(c: &super::options::Common, ctx: &Context) -> Outcome {
+    if c.store.transactional && ctx.used_tx() {
+        Outcome::RolledBack
+    } else {
+        Outcome::Freed
+    }
+}
+
+/// An error's `message` (or the thrown value as a string), for the run history.
+pub fn error_text(error: &JsValue) -> Option<String> {
+    js::get(error, "message")
+        .as_string()
+        .or_else(|| error.as_string())
 }
 
 /// Is a key required for `req` (the `required` option)?

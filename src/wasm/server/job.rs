@@ -20,7 +20,9 @@ use super::flow::{
     claim, free_key, run_holding, store_answer, Claim, ClaimError, Keyed, Ran, Stored,
 };
 use super::options::JobSettings;
+use super::runs::{self, RunLog};
 use crate::core::idempotency::{self as idem, after_throw, AfterThrow};
+use crate::core::runs::{dead_lettered, event, Outcome};
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
 
@@ -64,7 +66,10 @@ pub async fn run(
     .await?;
     match claim(c, &k, &|| None).await {
         Ok(Claim::Held) => {}
-        Ok(Claim::Replay(stored)) => return replay(&stored),
+        Ok(Claim::Replay(stored)) => {
+            runs::replayed(c, &k);
+            return replay(&stored);
+        }
         Ok(Claim::Mismatch) => {
             return Err(idempotency_error(
                 "key-reused",
@@ -79,6 +84,14 @@ pub async fn run(
         }
         Err(ClaimError::Aborted(reason)) => return Err(reason),
         Err(ClaimError::Store(error, _)) => return Err(error),
+    }
+    let log = RunLog::start(c, &k);
+    if let Some(max) = s.max_runs {
+        let history = log.history().await;
+        let failed = log.failed_runs(&history);
+        if dead_lettered(failed, Some(max)) {
+            return dead_letter(&s, &k, log, &input, &history, failed, &caller).await;
+        }
     }
     let (ran, ctx, renewal) = run_holding(
         c,
@@ -98,9 +111,17 @@ pub async fn run(
             // can be kept (a failure record) and tell the caller.
             match json(&value) {
                 Ok(text) => {
-                    match store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost)
-                        .await
-                    {
+                    let stored =
+                        store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost)
+                            .await;
+                    log.end_later(
+                        match stored {
+                            Stored::Kept => Outcome::Stored,
+                            Stored::Failed | Stored::LockLost => Outcome::NotStored,
+                        },
+                        None,
+                    );
+                    match stored {
                         // The first call returns what a repeat returns: the result's JSON, parsed
                         // (a Date is its string, NaN null, as on every replay).
                         Stored::Kept => match text {
@@ -120,10 +141,15 @@ pub async fn run(
                 // redelivery can get back. Rolled back; the error says why.
                 Err(error) if c.store.transactional && ctx.used_tx() => {
                     drop(renewal);
+                    log.end(Outcome::RolledBack, error_text(&error)).await;
                     free_key(c, &k).await;
                     Err(not_storable(&error))
                 }
-                Err(error) => match store_failure(c, &k, &error, lost).await {
+                Err(error) => match {
+                    let stored = store_failure(c, &k, &error, lost).await;
+                    log.end_later(Outcome::Failed, error_text(&error));
+                    stored
+                } {
                     Stored::Failed | Stored::LockLost if c.store.transactional => {
                         Err(not_committed())
                     }
@@ -132,18 +158,84 @@ pub async fn run(
             }
         }
         // Jobs have no time limit of the companion's: never abandoned.
-        Ran::Abandoned => Err(not_committed()),
+        Ran::Abandoned => {
+            log.end_later(Outcome::NotStored, None);
+            Err(not_committed())
+        }
         Ran::Threw(error) => {
             drop(renewal);
             match after_throw(c.store.transactional, ctx.used_tx(), false) {
-                AfterThrow::Release => free_key(c, &k).await,
+                AfterThrow::Release => {
+                    log.end(Outcome::RolledBack, error_text(&error)).await;
+                    free_key(c, &k).await;
+                }
                 AfterThrow::StoreFailure => {
                     store_failure(c, &k, &error, lost).await;
+                    log.end_later(Outcome::Failed, error_text(&error));
                 }
             }
             Err(error)
         }
     }
+}
+
+/// A job whose key has `failed` failed runs (at least `maxRuns`): not run. `onDeadLetter` is
+/// given `{ key, scope, input, failedRuns, maxRuns, runs }` (the key's history); once it has
+/// returned, a failure is stored for the key, so every later delivery gets
+/// `previous-run-failed` at once and it is never called again for the key. If it throws, the
+/// key is freed and its error is this delivery's: the next one tries again.
+async fn dead_letter(
+    s: &JobSettings,
+    k: &Keyed,
+    log: RunLog,
+    input: &JsValue,
+    history: &[runs::RunRecord],
+    failed: u32,
+    caller: &Caller,
+) -> Result<JsValue, JsValue> {
+    let c = &s.common;
+    let max = s.max_runs.unwrap_or_default();
+    let record: JsValue = js_sys::Object::new().into();
+    js::set(&record, "key", &k.key.as_str().into());
+    js::set(&record, "scope", &log.record().scope.as_str().into());
+    js::set(&record, "input", input);
+    js::set(&record, "failedRuns", &failed.into());
+    js::set(&record, "maxRuns", &max.into());
+    js::set(&record, "runs", &super::store::to_js(&history));
+    if let Some(f) = &s.on_dead_letter {
+        let handed = match caller.call(f, &[&record]) {
+            Ok(v) => JsFuture::from(Promise::resolve(&v)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(error) = handed {
+            log.end(Outcome::Freed, error_text(&error)).await;
+            free_key(c, k).await;
+            return Err(error);
+        }
+    }
+    let message = format!("idempotent: the job was dead-lettered after {failed} failed runs (maxRuns {max}) and is not run again");
+    let body: JsValue = js_sys::Object::new().into();
+    js::set(&body, "name", &"IdempotencyError".into());
+    js::set(&body, "message", &message.as_str().into());
+    let text = JSON::stringify(&body)
+        .ok()
+        .and_then(|t| t.as_string())
+        .unwrap_or_else(|| "{}".into());
+    store_answer(c, k, &stored_problem(500, &text), false).await;
+    runs::told(c, event::DEAD_LETTERED, log.record());
+    log.end_later(Outcome::DeadLettered, Some(message.clone()));
+    let mut msg = String::from(
+        "idempotent: the run with this key failed after it started and is not run again: ",
+    );
+    msg.push_str(&message);
+    let e = idempotency_error("previous-run-failed", &msg);
+    js::set(&e, "deadLetter", &record);
+    Err(e)
+}
+
+/// An error's `message` (or the thrown value as a string), for the run history.
+fn error_text(error: &JsValue) -> Option<String> {
+    super::http::error_text(error)
 }
 
 /// The error of a run whose result a transactional store could not commit.

@@ -11,6 +11,7 @@ mod flow;
 mod http;
 mod job;
 mod options;
+mod runs;
 mod store;
 
 use std::rc::Rc;
@@ -23,6 +24,7 @@ use crate::wasm::errors::{describe, type_error};
 
 pub use context::set_context_capture;
 pub use options::set_default_store;
+pub use runs::set_instance;
 
 /// `idempotency(handler, options)`: the handler wrapped so that a request repeated with the
 /// same key is answered with the stored response instead of being processed twice. The

@@ -18,6 +18,7 @@ use crate::core::idempotency::{
     self as idem, Concurrent, ServerOptions, JOB_OPTION_NAMES, SERVER_OPTION_NAMES,
 };
 use crate::core::options::OptionError;
+use crate::core::runs;
 use crate::wasm::errors::invalid_option;
 use crate::wasm::options::deserialize;
 
@@ -58,6 +59,9 @@ fn expected(option: &str) -> &'static str {
         "ttlMs" => idem::TTL_EXPECTED,
         "lockTimeoutMs" => idem::LOCK_TIMEOUT_EXPECTED,
         "pollMs" | "handlerTimeoutMs" => idem::POSITIVE_MS_EXPECTED,
+        "acceptAfterMs" => runs::ACCEPT_AFTER_EXPECTED,
+        "maxRuns" => runs::MAX_RUNS_EXPECTED,
+        "history" => "true or false",
         "secret" => idem::SECRET_EXPECTED,
         "ignoredMethods" => idem::IGNORED_METHODS_EXPECTED,
         "waitTimeoutMs" => idem::WAIT_MS_EXPECTED,
@@ -75,6 +79,7 @@ fn expected(option: &str) -> &'static str {
 pub struct Reporter {
     on_store_error: Option<Function>,
     on_error: Option<Function>,
+    on_event: Option<Function>,
 }
 
 impl Reporter {
@@ -91,6 +96,19 @@ impl Reporter {
                 let _ = console_error(&msg.into(), error);
             }
         }
+    }
+
+    /// `onEvent(event)`, if given: a run started or ended, a replay, a crashed holder found,
+    /// a `202`, a dead letter (`core::runs::event`). A throw or a rejection is ignored.
+    pub fn event(&self, event: &JsValue) {
+        if let Some(f) = &self.on_event {
+            crate::wasm::js::call_detached(f, &[event]);
+        }
+    }
+
+    /// Is anyone listening to events (`onEvent`)?
+    pub fn listens(&self) -> bool {
+        self.on_event.is_some()
     }
 
     /// The handler threw (or did not resolve with a Response) after it started.
@@ -131,8 +149,11 @@ pub struct Common {
     /// `ttlMs`, `lockTimeoutMs`, `concurrent`, `waitTimeoutMs`, `pollMs`, `maxBodyBytes` and
     /// `header`, checked by the core (defaults in `ServerOptions::default()`).
     pub limits: ServerOptions,
-    /// `onStoreError`, `onError`.
+    /// `onStoreError`, `onError`, `onEvent`.
     pub reporter: Reporter,
+    /// `history`: record every run in the store (`recordRun`), if it keeps a history.
+    /// Default `true`.
+    pub history: bool,
 }
 
 /// `required`.
@@ -175,6 +196,11 @@ pub struct JobSettings {
     pub key: Function,
     /// `scope`: scopes the keys (a queue's or a tenant's name). Default none.
     pub scope: Option<String>,
+    /// `maxRuns`: a job whose runs failed (or whose holder crashed) this many times is not run
+    /// again. Default none: no limit.
+    pub max_runs: Option<u32>,
+    /// `onDeadLetter(record)`: told once when a job reaches `maxRuns`. Default none.
+    pub on_dead_letter: Option<Function>,
 }
 
 #[derive(Deserialize, Default)]
@@ -196,8 +222,15 @@ struct RawOptions {
     handler_timeout_ms: Option<f64>,
     ignored_methods: Option<Vec<String>>,
     secret: Option<String>,
+    accept_after_ms: Option<f64>,
+    history: Option<bool>,
+    max_runs: Option<f64>,
     #[serde(with = "serde_wasm_bindgen::preserve")]
     on_store_error: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    on_event: JsValue,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    on_dead_letter: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
     on_error: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
@@ -245,6 +278,9 @@ fn read_raw(
     if let Some(n) = raw.handler_timeout_ms {
         limits.handler_timeout_ms = Some(check(idem::handler_timeout_ms(n), n)?);
     }
+    if let Some(n) = raw.accept_after_ms {
+        limits.accept_after_ms = Some(check(runs::accept_after_ms(n), n)?);
+    }
     if let Some(list) = &raw.ignored_methods {
         let mut methods = Vec::with_capacity(list.len());
         for m in list {
@@ -280,7 +316,9 @@ fn read_raw(
     let reporter = Reporter {
         on_store_error: function("onStoreError", &raw.on_store_error)?,
         on_error: function("onError", &raw.on_error)?,
+        on_event: function("onEvent", &raw.on_event)?,
     };
+    let history = raw.history.unwrap_or(true);
     Ok((
         raw,
         Common {
@@ -288,6 +326,7 @@ fn read_raw(
             secret,
             limits,
             reporter,
+            history,
         },
     ))
 }
@@ -360,7 +399,42 @@ pub fn read_job(options: &JsValue) -> Result<JobSettings, JsValue> {
         .map_err(|v| invalid_option(api, OptionError::new("key", expected("key")), &v))?;
     let scope = raw.scope.filter(|s| !s.is_empty());
     check_secret(api, &common, scope.is_some())?;
-    Ok(JobSettings { common, key, scope })
+    let max_runs = match raw.max_runs {
+        None => None,
+        Some(n) => Some(runs::max_runs(n).map_err(|e| invalid_option(api, e, &n.into()))?),
+    };
+    // Counting a key's failed runs needs its history.
+    if max_runs.is_some() && !(common.history && common.store.keeps_history()) {
+        return Err(crate::wasm::errors::invalid_value(
+            api,
+            "maxRuns",
+            &raw.max_runs.unwrap_or_default().into(),
+            "a store that keeps a run history (recordRun and runs: MemoryStore, RedisStore, PostgresStore) and history not false",
+        ));
+    }
+    let on_dead_letter = if raw.on_dead_letter.is_undefined() {
+        None
+    } else {
+        Some(
+            raw.on_dead_letter
+                .clone()
+                .dyn_into::<Function>()
+                .map_err(|v| {
+                    invalid_option(
+                        api,
+                        OptionError::new("onDeadLetter", expected("onDeadLetter")),
+                        &v,
+                    )
+                })?,
+        )
+    };
+    Ok(JobSettings {
+        common,
+        key,
+        scope,
+        max_runs,
+        on_dead_letter,
+    })
 }
 
 /// Is `concurrent` `'reject'`?

@@ -152,7 +152,7 @@ fn malformed(record: &JsValue, what: &str) -> JsValue {
 }
 
 /// A Rust value as a plain JS object (structs as objects, tuples as arrays).
-fn to_js<T: Serialize>(value: &T) -> JsValue {
+pub fn to_js<T: Serialize>(value: &T) -> JsValue {
     value
         .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
         .unwrap_or(JsValue::UNDEFINED)
@@ -286,6 +286,22 @@ impl Store {
     pub async fn release(&self, key: &str, token: &str) -> Result<bool, JsValue> {
         let v = self.call("release", &[&key.into(), &token.into()]).await?;
         Ok(v.is_truthy())
+    }
+
+    /// Does the store keep a run history (`recordRun` and `runs`)?
+    pub fn keeps_history(&self) -> bool {
+        js::get(&self.object, "recordRun").is_function()
+            && js::get(&self.object, "runs").is_function()
+    }
+
+    /// `recordRun(run)`: store `run`, replacing the record with its id.
+    pub async fn record_run(&self, run: &JsValue) -> Result<(), JsValue> {
+        self.call("recordRun", &[run]).await.map(drop)
+    }
+
+    /// `runs(key)`: the recorded runs of `key` (every scope), oldest first.
+    pub async fn runs(&self, key: &str) -> Result<JsValue, JsValue> {
+        self.call("runs", &[&key.into()]).await
     }
 
     /// Does the store keep a secret (`secret()`)?

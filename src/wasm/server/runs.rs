@@ -1,0 +1,243 @@
+//! The run history as the companion writes it: each run of a keyed handler or job, and each
+//! delivery answered from the store, becomes a [`RunRecord`] kept by the store (`recordRun`,
+//! `runs`: MemoryStore, RedisStore, PostgresStore) and an event for `onEvent`. A run's start
+//! is written in the background (reading the key's history first: a run of the key that never
+//! ended has lost its holder, and is marked `'crashed'`); its end is written after its start,
+//! and before the key is freed when the run frees it, so the next holder never finds it open.
+//! What each outcome means, and which count against `maxRuns`: `crate::core::runs`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use js_sys::{Object, Promise};
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::{future_to_promise, spawn_local, JsFuture};
+
+use super::flow::Keyed;
+use super::options::{Common, Reporter};
+use super::store::{to_js, Store};
+use crate::core::runs::{self as rules, event, Outcome, PastRun};
+use crate::wasm::js;
+
+thread_local! {
+    /// This server instance's name in the history (`setInstance`), by default random.
+    static INSTANCE: RefCell<Option<Rc<str>>> = const { RefCell::new(None) };
+}
+
+/// `setInstance(name)`: how `js/server.js` names this process in the run history
+/// (`host:pid`). Not part of the public API.
+#[wasm_bindgen(js_name = setInstance, skip_typescript)]
+pub fn set_instance(name: &str) {
+    INSTANCE.with(|i| *i.borrow_mut() = Some(name.into()));
+}
+
+/// This instance's name: the one `js/server.js` gave, else a random one made once.
+fn instance() -> Rc<str> {
+    INSTANCE.with(|i| {
+        i.borrow_mut()
+            .get_or_insert_with(|| {
+                let mut bytes = [0u8; 6];
+                let _ = getrandom::fill(&mut bytes);
+                let mut name = String::from("instance-");
+                for b in bytes {
+                    name.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+                    name.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+                }
+                name.into()
+            })
+            .clone()
+    })
+}
+
+/// One run, as the store keeps it (`RunRecord` in `store.d.ts`).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    /// The run's id: its lock token (a replay: the request's own).
+    pub id: String,
+    /// The key as the caller gave it.
+    pub key: String,
+    /// The scope: 64 hex digits, or `-` when keys are not scoped.
+    pub scope: String,
+    /// The server instance that ran it.
+    pub instance: String,
+    /// When it started, ms since the Unix epoch.
+    pub started_at: f64,
+    /// When it ended; `null` while it runs.
+    pub ended_at: Option<f64>,
+    /// How it ended ([`Outcome::name`]); `null` while it runs.
+    pub outcome: Option<String>,
+    /// A short text: the error of a failed run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl RunRecord {
+    /// The record of a run (or a delivery) of `k`, starting now.
+    pub fn new(k: &Keyed) -> RunRecord {
+        let scope = k.store_key.split(':').next().unwrap_or("-").to_string();
+        RunRecord {
+            id: k.token.to_string(),
+            key: k.key.clone(),
+            scope,
+            instance: instance().to_string(),
+            started_at: js_sys::Date::now(),
+            ended_at: None,
+            outcome: None,
+            detail: None,
+        }
+    }
+
+    fn ended(&mut self, outcome: Outcome, detail: Option<String>) {
+        self.ended_at = Some(js_sys::Date::now());
+        self.outcome = Some(outcome.name().to_string());
+        self.detail = detail;
+    }
+}
+
+/// `{ type, run }` for `onEvent`.
+fn tell(reporter: &Reporter, kind: &str, run: &RunRecord) {
+    if !reporter.listens() {
+        return;
+    }
+    let e: JsValue = Object::new().into();
+    js::set(&e, "type", &kind.into());
+    js::set(&e, "run", &to_js(run));
+    reporter.event(&e);
+}
+
+/// Write `run` to the store, a failure told to `onStoreError`.
+async fn write(store: &Store, reporter: &Reporter, run: &RunRecord) {
+    if let Err(e) = store.record_run(&to_js(run)).await {
+        reporter.store_error(&e, "recordRun");
+    }
+}
+
+/// The history's records of a key, as read (malformed ones left out).
+fn read_runs(value: &JsValue) -> Vec<RunRecord> {
+    let Ok(list) = value.clone().dyn_into::<js_sys::Array>() else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|v| serde_wasm_bindgen::from_value(v).ok())
+        .collect()
+}
+
+/// The records as the core's rules read them.
+fn past(runs: &[RunRecord]) -> Vec<PastRun<'_>> {
+    runs.iter()
+        .map(|r| PastRun {
+            id: &r.id,
+            scope: &r.scope,
+            outcome: r.outcome.as_deref(),
+        })
+        .collect()
+}
+
+/// A run that holds a key: started when it claimed the key, ended once with its outcome.
+pub struct RunLog {
+    store: Store,
+    reporter: Reporter,
+    /// Is the history written (`history` option, and a store that keeps one)?
+    writes: bool,
+    record: RunRecord,
+    /// The background start: the key's runs as read before this one started (a JS array).
+    started: Option<Promise>,
+}
+
+impl RunLog {
+    /// The run holding `k` starts: told to `onEvent`, and (in the background) the key's
+    /// history read, its open runs marked crashed, and this run's start written.
+    pub fn start(c: &Common, k: &Keyed) -> RunLog {
+        let record = RunRecord::new(k);
+        tell(&c.reporter, event::STARTED, &record);
+        let writes = c.history && c.store.keeps_history();
+        let started = writes.then(|| {
+            let (store, reporter, run) = (c.store.clone(), c.reporter.clone(), record.clone());
+            future_to_promise(async move {
+                let found = match store.runs(&run.key).await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        reporter.store_error(&e, "runs");
+                        JsValue::UNDEFINED
+                    }
+                };
+                let mut runs = read_runs(&found);
+                let past = past(&runs);
+                let dead: Vec<String> = rules::crashed(&past, &run.scope, &run.id)
+                    .into_iter()
+                    .map(String::from)
+                    .collect();
+                for r in runs.iter_mut().filter(|r| dead.contains(&r.id)) {
+                    r.ended(Outcome::Crashed, None);
+                    tell(&reporter, event::CRASHED, r);
+                    write(&store, &reporter, r).await;
+                }
+                write(&store, &reporter, &run).await;
+                Ok(to_js(&runs))
+            })
+        });
+        RunLog {
+            store: c.store.clone(),
+            reporter: c.reporter.clone(),
+            writes,
+            record,
+            started,
+        }
+    }
+
+    /// The key's runs before this one (crashed ones marked), once the start is written.
+    pub async fn history(&self) -> Vec<RunRecord> {
+        match &self.started {
+            Some(p) => read_runs(&JsFuture::from(p.clone()).await.unwrap_or_default()),
+            None => Vec::new(),
+        }
+    }
+
+    /// How many of the key's earlier runs in this run's scope failed (`maxRuns`).
+    pub fn failed_runs(&self, runs: &[RunRecord]) -> u32 {
+        rules::failed_runs(&past(runs), &self.record.scope, &self.record.id)
+    }
+
+    /// This run's record so far.
+    pub fn record(&self) -> &RunRecord {
+        &self.record
+    }
+
+    /// The run ended so: told to `onEvent`, and written once its start is.
+    pub async fn end(mut self, outcome: Outcome, detail: Option<String>) {
+        self.record.ended(outcome, detail);
+        tell(&self.reporter, event::ENDED, &self.record);
+        if !self.writes {
+            return;
+        }
+        if let Some(p) = &self.started {
+            let _ = JsFuture::from(p.clone()).await;
+        }
+        write(&self.store, &self.reporter, &self.record).await;
+    }
+
+    /// [`RunLog::end`], in the background (the key is already stored: no later run can
+    /// read this one's history before it is written).
+    pub fn end_later(self, outcome: Outcome, detail: Option<String>) {
+        spawn_local(self.end(outcome, detail));
+    }
+}
+
+/// A delivery of `k` answered from the store: recorded and told, in the background.
+pub fn replayed(c: &Common, k: &Keyed) {
+    let mut record = RunRecord::new(k);
+    record.ended(Outcome::Replayed, None);
+    tell(&c.reporter, event::REPLAYED, &record);
+    if c.history && c.store.keeps_history() {
+        let (store, reporter) = (c.store.clone(), c.reporter.clone());
+        spawn_local(async move { write(&store, &reporter, &record).await });
+    }
+}
+
+/// Tell `onEvent` about `run` with `kind` (`'accepted'`, `'dead-lettered'`).
+pub fn told(c: &Common, kind: &str, run: &RunRecord) {
+    tell(&c.reporter, kind, run);
+}

@@ -1,0 +1,278 @@
+// Long work and its trace: `acceptAfterMs` (202 Accepted while the handler goes on, the same
+// key polled to the stored answer, across instances and stores), the run history
+// (`store.runs(key)`, `onEvent`) and dead letters for jobs (`maxRuns`, `onDeadLetter`).
+// MemoryStore everywhere; RedisStore (RETRY_FETCH_REDIS_URL) and PostgresStore
+// (RETRY_FETCH_DATABASE_URL) where a shared store or a transaction is the point.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { createClient } from 'redis';
+import { idempotency, idempotent, MemoryStore, RedisStore, PostgresStore } from 'retry-fetch/server';
+import { retryFetch } from 'retry-fetch';
+import { serve, send, sleep, newKey, deferred } from './support.mjs';
+
+const REDIS_URL = process.env.RETRY_FETCH_REDIS_URL;
+const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
+const redisSkip = REDIS_URL ? false : 'RETRY_FETCH_REDIS_URL is not set (scripts/test.sh server starts a redis-server)';
+const pgSkip = DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set (scripts/test.sh server starts a PostgreSQL)';
+
+let pool;
+const redisClients = [];
+const tables = [];
+
+async function redisClient() {
+  const client = createClient({ url: REDIS_URL });
+  client.on('error', () => {});
+  await client.connect();
+  redisClients.push(client);
+  return client;
+}
+
+before(async () => {
+  if (!pgSkip) {
+    pool = new pg.Pool({ connectionString: DATABASE_URL, max: 20 });
+    pool.on('error', () => {});
+  }
+});
+
+after(async () => {
+  await Promise.all(redisClients.filter((c) => c.isOpen).map((c) => c.quit()));
+  if (pool) {
+    for (const t of tables) await pool.query(`DROP TABLE IF EXISTS "${t}"`);
+    await pool.end();
+  }
+});
+
+function tableName(kind) {
+  const name = `${kind}_${crypto.randomUUID().replaceAll('-', '')}`;
+  tables.push(name, `${name}_runs`);
+  return name;
+}
+
+/** Each kind of store, made fresh; `shared()` a second object over the same backend. */
+const STORES = [
+  ['MemoryStore', false, async () => {
+    const store = new MemoryStore();
+    return { store, shared: () => store };
+  }],
+  ['RedisStore', redisSkip, async () => {
+    const prefix = `lw:${newKey()}:`;
+    const store = new RedisStore({ client: await redisClient(), prefix });
+    return { store, shared: async () => new RedisStore({ client: await redisClient(), prefix }) };
+  }],
+  ['PostgresStore', pgSkip, async () => {
+    const table = tableName('idem');
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    return { store, shared: () => new PostgresStore({ pool, table }) };
+  }],
+];
+
+/** Polls `fn` until it returns a truthy value (10 s at most). */
+async function eventually(fn, what) {
+  const until = Date.now() + 10_000;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > until) assert.fail(`never: ${what}`);
+    await sleep(20);
+  }
+}
+
+for (const [name, skip, make] of STORES) {
+  test(`${name}: acceptAfterMs answers 202 while the handler runs on; repeats get 202 at once, then the stored answer, on any instance`, { skip }, async () => {
+    const { store, shared } = await make();
+    const release = deferred();
+    let runs = 0;
+    const events = [];
+    const handler = async () => {
+      runs++;
+      await release.promise;
+      return Response.json({ charged: 42 }, { status: 201 });
+    };
+    const a = await serve(idempotency(handler, { store, identity: false, acceptAfterMs: 150, onEvent: (e) => events.push(e) }));
+    const b = await serve(idempotency(handler, { store: await shared(), identity: false, acceptAfterMs: 150 }));
+    try {
+      const key = newKey();
+      const started = Date.now();
+      const first = await send(a.url, { key });
+      assert.equal(first.status, 202);
+      assert.ok(Date.now() - started < 2_000, 'the 202 came after acceptAfterMs, not after the handler');
+      assert.equal(first.headers.get('retry-after'), '1');
+      assert.equal((await first.json()).code, 'idempotency-accepted');
+      // A repeat on the other instance while the run goes on: 202 at once, nothing run again.
+      const t = Date.now();
+      const repeat = await send(b.url, { key });
+      assert.equal(repeat.status, 202);
+      assert.ok(Date.now() - t < 140, `a repeat waited ${Date.now() - t} ms`);
+      await repeat.arrayBuffer();
+      release.resolve();
+      const done = await eventually(async () => {
+        const r = await send(b.url, { key });
+        if (r.status === 202) return (await r.arrayBuffer(), false);
+        return r;
+      }, 'the stored answer');
+      assert.equal(done.status, 201);
+      assert.equal(done.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await done.json(), { charged: 42 });
+      assert.equal(runs, 1, 'the handler ran once');
+      assert.ok(events.some((e) => e.type === 'accepted' && e.run.key === key));
+      const ended = await eventually(() => events.find((e) => e.type === 'run-ended'), 'run-ended');
+      assert.equal(ended.run.outcome, 'stored');
+      // The history: one stored run, and the replay.
+      const history = await eventually(async () => {
+        const h = await store.runs(key);
+        return h.some((r) => r.outcome === 'stored') && h.some((r) => r.outcome === 'replayed') && h;
+      }, 'the history');
+      assert.equal(history.filter((r) => r.outcome === 'stored').length, 1);
+      for (const r of history) {
+        assert.equal(r.key, key);
+        assert.equal(r.scope, '-');
+        assert.match(r.instance, /:\d+$/, 'host:pid');
+        assert.ok(r.endedAt >= r.startedAt);
+      }
+    } finally {
+      release.resolve();
+      await a.close();
+      await b.close();
+    }
+  });
+}
+
+test('acceptAfterMs: a handler that settles in time answers as without it; a bad value is a TypeError naming it', async () => {
+  const store = new MemoryStore();
+  const wrapped = idempotency(async () => new Response('ok', { status: 201 }), { store, identity: false, acceptAfterMs: 2_000 });
+  const res = await wrapped(new Request('http://x/pay', { method: 'POST', body: '1', headers: { 'Idempotency-Key': newKey() } }));
+  assert.equal(res.status, 201);
+  assert.equal(await res.text(), 'ok');
+  for (const bad of [0, -1, 1.5, '100', Infinity]) {
+    assert.throws(() => idempotency(async () => new Response(''), { acceptAfterMs: bad }), { name: 'TypeError', message: /"acceptAfterMs"/ });
+  }
+});
+
+test('acceptAfterMs with retryFetch({ followAccepted: true }): the caller gets the final answer, the handler runs once', async () => {
+  const store = new MemoryStore();
+  let runs = 0;
+  const server = await serve(idempotency(async () => {
+    runs++;
+    await sleep(1_200);
+    return Response.json({ receipt: 'r-1' }, { status: 201 });
+  }, { store, identity: false, acceptAfterMs: 100 }));
+  try {
+    const res = await retryFetch(`${server.url}/pay`, { method: 'POST', body: '{"amount":1}' }, { followAccepted: true, deadlineMs: 15_000 });
+    assert.equal(res.status, 201);
+    assert.deepEqual(await res.json(), { receipt: 'r-1' });
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+test('history: false writes nothing; onEvent still hears every run, and a throwing listener changes nothing', async () => {
+  const store = new MemoryStore();
+  const events = [];
+  const wrapped = idempotency(async () => new Response('ok', { status: 201 }), {
+    store, identity: false, history: false, onEvent: (e) => { events.push(e.type); throw new Error('listener'); },
+  });
+  const key = newKey();
+  const req = () => new Request('http://x/pay', { method: 'POST', body: '1', headers: { 'Idempotency-Key': key } });
+  assert.equal((await wrapped(req())).status, 201);
+  assert.equal((await wrapped(req())).status, 201);
+  await sleep(50);
+  assert.deepEqual(await store.runs(key), []);
+  assert.deepEqual(events, ['run-started', 'run-ended', 'replayed']);
+});
+
+test('PostgresStore: a handler rolled back is recorded rolled-back; a store-kept failure failed', { skip: pgSkip }, async () => {
+  const table = tableName('idem');
+  const store = new PostgresStore({ pool, table });
+  await store.migrate();
+  let n = 0;
+  const wrapped = idempotency(async (request, ctx) => {
+    n++;
+    if (n === 1) {
+      await ctx.tx.query('SELECT 1');
+      throw new Error('declined');
+    }
+    if (n === 2) throw new Error('after an effect');
+    return new Response('ok');
+  }, { store, identity: false, onError: () => {} });
+  const key = newKey();
+  const req = (k = key) => new Request('http://x/pay', { method: 'POST', body: '1', headers: { 'Idempotency-Key': k } });
+  assert.equal((await wrapped(req())).status, 500); // rolled back, key freed
+  const other = newKey();
+  assert.equal((await wrapped(req(other))).status, 500); // stored failure
+  const rolled = await eventually(async () => (await store.runs(key)).find((r) => r.outcome), 'rolled-back');
+  assert.equal(rolled.outcome, 'rolled-back');
+  assert.equal(rolled.detail, 'declined');
+  const failed = await eventually(async () => (await store.runs(other)).find((r) => r.outcome), 'failed');
+  assert.equal(failed.outcome, 'failed');
+});
+
+test('idempotent maxRuns (PostgresStore, ctx.tx): after maxRuns rolled-back runs the job is dead-lettered once; later deliveries fail at once', { skip: pgSkip }, async () => {
+  const table = tableName('idem');
+  const store = new PostgresStore({ pool, table });
+  await store.migrate();
+  let runs = 0;
+  const letters = [];
+  const events = [];
+  const job = idempotent(async (message, ctx) => {
+    runs++;
+    await ctx.tx.query('SELECT 1');
+    throw new Error(`poison ${runs}`);
+  }, { store, key: (m) => m.id, maxRuns: 3, onDeadLetter: (record) => { letters.push(record); }, onEvent: (e) => events.push(e.type) });
+  const message = { id: newKey(), body: 'poison' };
+  for (let i = 1; i <= 3; i++) {
+    await assert.rejects(job(message), { message: `poison ${i}` });
+  }
+  assert.equal(runs, 3);
+  const err = await job(message).then(() => assert.fail('ran'), (e) => e);
+  assert.equal(err.name, 'IdempotencyError');
+  assert.equal(err.code, 'previous-run-failed');
+  assert.match(err.message, /dead-lettered after 3 failed runs/);
+  assert.equal(runs, 3, 'not run a fourth time');
+  assert.equal(letters.length, 1);
+  assert.equal(letters[0].key, message.id);
+  assert.deepEqual(letters[0].input, message);
+  assert.equal(letters[0].failedRuns, 3);
+  assert.deepEqual(letters[0].runs.map((r) => r.outcome), ['rolled-back', 'rolled-back', 'rolled-back']);
+  assert.deepEqual(err.deadLetter.key, message.id);
+  for (let i = 0; i < 2; i++) {
+    await assert.rejects(job(message), { code: 'previous-run-failed', message: /dead-lettered/ });
+  }
+  assert.equal(letters.length, 1, 'onDeadLetter is called once');
+  assert.equal(runs, 3);
+  assert.ok(events.includes('dead-lettered'));
+});
+
+test('idempotent maxRuns: an onDeadLetter that throws frees the key; the next delivery hands it over again', async () => {
+  const store = new MemoryStore();
+  let calls = 0;
+  let crash = true;
+  // A run whose holder "died": its start is recorded, it never ends (the key left to lapse).
+  const job = idempotent(async () => 'never', {
+    store, key: (m) => m.id, maxRuns: 1, lockTimeoutMs: 1000,
+    onDeadLetter: () => { calls++; if (crash) throw new Error('queue down'); },
+  });
+  const id = newKey();
+  // Plant a crashed run in the history, as a dead process leaves it.
+  await store.recordRun({ id: newKey(), key: id, scope: '-', instance: 'dead:1', startedAt: Date.now() - 5000, endedAt: null, outcome: null });
+  await assert.rejects(job({ id }), { message: 'queue down' });
+  crash = false;
+  await assert.rejects(job({ id }), { code: 'previous-run-failed' });
+  await assert.rejects(job({ id }), { code: 'previous-run-failed' });
+  assert.equal(calls, 2);
+  const history = await store.runs(id);
+  assert.equal(history.find((r) => r.instance === 'dead:1').outcome, 'crashed');
+});
+
+test('maxRuns and onDeadLetter are checked: a bad value, a store without a history, history: false', () => {
+  const store = new MemoryStore();
+  for (const bad of [0, 1001, 2.5, '3']) {
+    assert.throws(() => idempotent(async () => 1, { store, key: () => 'k', maxRuns: bad }), { name: 'TypeError', message: /"maxRuns"/ });
+  }
+  assert.throws(() => idempotent(async () => 1, { store, key: () => 'k', maxRuns: 3, history: false }), { name: 'TypeError', message: /"maxRuns"/ });
+  const bare = { acquire() { return null; }, reclaim() { return false; }, complete() { return true; }, release() { return true; } };
+  assert.throws(() => idempotent(async () => 1, { store: bare, key: () => 'k', maxRuns: 3 }), { name: 'TypeError', message: /"maxRuns".*run history/ });
+  assert.throws(() => idempotent(async () => 1, { store, key: () => 'k', onDeadLetter: 5 }), { name: 'TypeError', message: /"onDeadLetter"/ });
+});
