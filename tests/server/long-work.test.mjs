@@ -276,3 +276,28 @@ test('maxRuns and onDeadLetter are checked: a bad value, a store without a histo
   assert.throws(() => idempotent(async () => 1, { store: bare, key: () => 'k', maxRuns: 3 }), { name: 'TypeError', message: /"maxRuns".*run history/ });
   assert.throws(() => idempotent(async () => 1, { store, key: () => 'k', onDeadLetter: 5 }), { name: 'TypeError', message: /"onDeadLetter"/ });
 });
+
+test('PostgresStore: a 202 leaves ctx.tx its meaning: the write commits with the stored answer, once', { skip: pgSkip }, async () => {
+  const table = tableName('idem');
+  const store = new PostgresStore({ pool, table });
+  await store.migrate();
+  const charges = tableName('charges');
+  await pool.query(`CREATE TABLE "${charges}" (id serial PRIMARY KEY, key text NOT NULL)`);
+  const wrapped = idempotency(async (request, ctx) => {
+    await ctx.tx.query(`INSERT INTO "${charges}" (key) VALUES ($1)`, [ctx.key]);
+    await sleep(600);
+    return Response.json({ ok: true }, { status: 201 });
+  }, { store, identity: false, acceptAfterMs: 100 });
+  const key = newKey();
+  const req = () => new Request('http://x/pay', { method: 'POST', body: '1', headers: { 'Idempotency-Key': key } });
+  assert.equal((await wrapped(req())).status, 202);
+  // Not committed while the run goes on.
+  assert.equal((await pool.query(`SELECT count(*)::int AS n FROM "${charges}"`)).rows[0].n, 0);
+  assert.equal((await wrapped(req())).status, 202);
+  const done = await eventually(async () => {
+    const r = await wrapped(req());
+    return r.status !== 202 && r;
+  }, 'the stored answer');
+  assert.equal(done.status, 201);
+  assert.equal((await pool.query(`SELECT count(*)::int AS n FROM "${charges}"`)).rows[0].n, 1);
+});
