@@ -8,6 +8,9 @@ import {
   RedisStore,
   toNodeHandler,
   type CompletedRecord,
+  type DeadLetter,
+  type RunEvent,
+  type RunRecord,
   type FetchHandler,
   type HeldRecord,
   type IdempotencyContext,
@@ -61,8 +64,16 @@ const options: IdempotencyOptions = {
   secret: 'a-secret-every-instance-shares',
   handlerTimeoutMs: 30_000,
   ignoredMethods: ['GET', 'HEAD', 'OPTIONS'],
+  acceptAfterMs: 2_000,
+  history: true,
+  onEvent: (event: RunEvent) => {
+    const type: 'run-started' | 'run-ended' | 'replayed' | 'holder-crashed' | 'accepted' | 'dead-lettered' = event.type;
+    const run: RunRecord = event.run;
+    const outcome: string | null = run.outcome;
+    console.log(type, run.key, run.scope, run.instance, run.startedAt, run.endedAt, outcome);
+  },
   onStoreError: (error, operation) => {
-    const op: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' = operation;
+    const op: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' | 'recordRun' | 'runs' = operation;
     console.log(op, error);
   },
   onError: (error) => console.log(error),
@@ -139,6 +150,14 @@ const jobOptions: IdempotentOptions<Message> = {
   waitTimeoutMs: 0,
   pollMs: 10,
   onStoreError: (error, operation) => console.log(operation, error),
+  maxRuns: 5,
+  onDeadLetter: async (record: DeadLetter<Message>) => {
+    const input: Message = record.input;
+    const runs: RunRecord[] = record.runs;
+    console.log(record.key, record.scope, record.failedRuns, record.maxRuns, input.id, runs.length);
+  },
+  history: true,
+  onEvent: (event) => console.log(event.type),
 };
 const count = idempotent((message: Message) => message.orderId.length, jobOptions);
 const counted: Promise<number> = count({ id: 'm-2', orderId: 'o-2' });
@@ -255,3 +274,13 @@ idempotent(async () => 1, { store: new MemoryStore() });
 idempotent(async (n: number) => n, { key: (n) => n });
 // @ts-expect-error onError is an option of idempotency only
 idempotent(async () => 1, { key: () => 'k', onError: () => {} });
+
+// The run history: store.runs(key) on every store.
+async function history(store: MemoryStore | RedisStore | PostgresStore): Promise<RunRecord[]> {
+  return store.runs('key');
+}
+void history;
+// @ts-expect-error acceptAfterMs is a number of ms
+idempotency(async () => new Response(''), { acceptAfterMs: '2s' });
+// @ts-expect-error maxRuns is an option of idempotent only
+idempotency(async () => new Response(''), { maxRuns: 3 });
