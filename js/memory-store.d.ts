@@ -1,4 +1,4 @@
-import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, LockRecord } from './store.js';
+import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, LockRecord, RunRecord } from './store.js';
 
 /** Options of `new MemoryStore(...)`. An unknown option name is a `TypeError` naming it. */
 export interface MemoryStoreOptions {
@@ -13,6 +13,14 @@ export interface MemoryStoreOptions {
    * about 4/3 of its bytes): an integer of 1 or more. @default 67108864 (64 MiB)
    */
   maxBytes?: number;
+  /**
+   * The most runs the run history keeps (`recordRun`/`runs`), of every key together: an integer
+   * of 1 or more. It is a ring: once full, a newly recorded run takes the place of the oldest
+   * one (the first recorded); a run recorded again with the same `id` is updated in place.
+   * Apart from `maxEntries` and `maxBytes` (a run is never evicted to make room for a record,
+   * nor the reverse). @default 10000
+   */
+  maxRunRecords?: number;
 }
 
 /**
@@ -32,7 +40,11 @@ export interface MemoryStoreOptions {
  * makes a live lock or answer expire early or late. For the same reason `reclaim` is always
  * `false` (a lock still in the store is live by its clock, whatever the caller's wall clock
  * says; an expired one is dropped and `acquire` succeeds).
- * @throws TypeError when an option is unknown, or `maxEntries` or `maxBytes` is not an integer of 1 or more.
+ *
+ * The run history (`recordRun`, `runs`) is a ring of the last `maxRunRecords` runs (default
+ * 10000), of every key, in this process's memory (lost when it exits).
+ * @throws TypeError when an option is unknown, or `maxEntries`, `maxBytes` or `maxRunRecords`
+ *   is not an integer of 1 or more.
  */
 export class MemoryStore implements IdempotencyStore {
   /** An empty store. */
@@ -48,6 +60,17 @@ export class MemoryStore implements IdempotencyStore {
   /** See `IdempotencyStore.release`. */
   release(key: string, token: string): Promise<boolean>;
   /**
+   * See `IdempotencyStore.recordRun`: keeps a copy of `run` in the ring of the last
+   * `maxRunRecords` runs (a run with the same `id` is replaced in place; when the ring is full a
+   * new run drops the oldest). Rejects with a `TypeError` when `run` is not a `RunRecord`.
+   */
+  recordRun(run: RunRecord): Promise<void>;
+  /**
+   * See `IdempotencyStore.runs`: copies of the kept runs of `key` (every scope), oldest
+   * `startedAt` first (then by `id`).
+   */
+  runs(key: string): Promise<RunRecord[]>;
+  /**
    * See `IdempotencyStore.secret`: 64 hex digits, random, made by the constructor (each
    * `MemoryStore` has its own).
    */
@@ -60,6 +83,8 @@ export class MemoryStore implements IdempotencyStore {
   readonly maxEntries: number;
   /** The most bytes of records kept. @default 67108864 */
   readonly maxBytes: number;
-  /** Forget every record (the secret stays). */
+  /** The most runs the run history keeps. @default 10000 */
+  readonly maxRunRecords: number;
+  /** Forget every record and the run history (the secret stays). */
   clear(): void;
 }

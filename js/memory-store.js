@@ -10,10 +10,14 @@
 // clock (NTP, a VM resumed, an operator) must neither expire a live lock, which would let a
 // duplicate run the handler a second time, nor keep an expired answer. The records keep the
 // epoch-ms fields the companion puts in them (lockExpiresAt, completedAt): those are its own.
-import { newSecret, optionError, checkOptionNames } from './store-support.js';
+//
+// The run history (recordRun/runs) is apart from the records: a ring of the last
+// `maxRunRecords` runs, whatever their key; a run recorded again (same id) keeps its place.
+import { newSecret, optionError, checkOptionNames, runRecord, byStart, runsKey } from './store-support.js';
 
-const OPTIONS = ['maxEntries', 'maxBytes'];
+const OPTIONS = ['maxEntries', 'maxBytes', 'maxRunRecords'];
 const DEFAULT_MAX_ENTRIES = 10_000;
+const DEFAULT_MAX_RUN_RECORDS = 10_000;
 const DEFAULT_MAX_BYTES = 67_108_864; // 64 MiB
 const BOUND_EXPECTED = `an integer from 1 to ${Number.MAX_SAFE_INTEGER}`;
 
@@ -89,17 +93,26 @@ export class MemoryStore {
   #maxEntries;
   #maxBytes;
   #secret = newSecret();
+  // The run history: a ring of stored runs (frozen plain objects), the oldest at #runStart once
+  // it is full; where each id is in it; and the ids of each key.
+  #runs = [];
+  #runStart = 0;
+  #runSlots = new Map(); // id -> index in #runs
+  #runIds = new Map(); // key -> Set of ids
+  #maxRunRecords;
 
   constructor(options) {
     if (options !== undefined && (typeof options !== 'object' || options === null)) {
-      throw optionError('MemoryStore', 'options', options, 'an object { maxEntries?, maxBytes? }');
+      throw optionError('MemoryStore', 'options', options, 'an object { maxEntries?, maxBytes?, maxRunRecords? }');
     }
     if (options !== undefined) checkOptionNames('MemoryStore', options, OPTIONS);
-    const { maxEntries = DEFAULT_MAX_ENTRIES, maxBytes = DEFAULT_MAX_BYTES } = options ?? {};
+    const { maxEntries = DEFAULT_MAX_ENTRIES, maxBytes = DEFAULT_MAX_BYTES, maxRunRecords = DEFAULT_MAX_RUN_RECORDS } = options ?? {};
     if (!Number.isSafeInteger(maxEntries) || maxEntries < 1) throw optionError('MemoryStore', 'maxEntries', maxEntries, BOUND_EXPECTED);
     if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw optionError('MemoryStore', 'maxBytes', maxBytes, BOUND_EXPECTED);
+    if (!Number.isSafeInteger(maxRunRecords) || maxRunRecords < 1) throw optionError('MemoryStore', 'maxRunRecords', maxRunRecords, BOUND_EXPECTED);
     this.#maxEntries = maxEntries;
     this.#maxBytes = maxBytes;
+    this.#maxRunRecords = maxRunRecords;
   }
 
   /** Drop every record that has expired by `now` (amortised O(log n) each). */
@@ -222,6 +235,58 @@ export class MemoryStore {
   }
 
   /**
+   * Keep `run` (a copy), replacing the run with the same id in its place. When the ring holds
+   * `maxRunRecords` runs, a new one takes the place of the oldest (by when it was first recorded).
+   */
+  async recordRun(run) {
+    const record = Object.freeze(runRecord('MemoryStore', run));
+    const slot = this.#runSlots.get(record.id);
+    if (slot !== undefined) {
+      const old = this.#runs[slot];
+      if (old.key !== record.key) {
+        this.#unindexRun(old);
+        this.#indexRun(record);
+      }
+      this.#runs[slot] = record;
+      return;
+    }
+    let at;
+    if (this.#runs.length < this.#maxRunRecords) {
+      at = this.#runs.push(record) - 1;
+    } else {
+      at = this.#runStart;
+      const dropped = this.#runs[at];
+      this.#runSlots.delete(dropped.id);
+      this.#unindexRun(dropped);
+      this.#runs[at] = record;
+      this.#runStart = (at + 1) % this.#maxRunRecords;
+    }
+    this.#runSlots.set(record.id, at);
+    this.#indexRun(record);
+  }
+
+  #indexRun(record) {
+    let ids = this.#runIds.get(record.key);
+    if (ids === undefined) this.#runIds.set(record.key, (ids = new Set()));
+    ids.add(record.id);
+  }
+
+  #unindexRun(record) {
+    const ids = this.#runIds.get(record.key);
+    ids.delete(record.id);
+    if (ids.size === 0) this.#runIds.delete(record.key);
+  }
+
+  /** The kept runs of `key` (every scope), oldest `startedAt` first (then by id): copies. */
+  async runs(key) {
+    const ids = this.#runIds.get(runsKey('MemoryStore', key));
+    if (ids === undefined) return [];
+    const runs = [];
+    for (const id of ids) runs.push({ ...this.#runs[this.#runSlots.get(id)] });
+    return runs.sort(byStart);
+  }
+
+  /**
    * The HMAC key with which the companion hashes a caller's identity into the store key's
    * scope: 64 hex digits, random, made when the store was. Never changes.
    */
@@ -251,8 +316,17 @@ export class MemoryStore {
     return this.#maxBytes;
   }
 
-  /** Forget every record (the secret stays). */
+  /** The most runs kept in the run history, of every key (default 10000). */
+  get maxRunRecords() {
+    return this.#maxRunRecords;
+  }
+
+  /** Forget every record and the run history (the secret stays). */
   clear() {
+    this.#runs = [];
+    this.#runStart = 0;
+    this.#runSlots.clear();
+    this.#runIds.clear();
     this.#records.clear();
     this.#answers.clear();
     this.#order = [];

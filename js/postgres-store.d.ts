@@ -1,4 +1,4 @@
-import type { CompletedRecord, HeldRecord, IdempotencyStore, LockRecord } from './store.js';
+import type { CompletedRecord, HeldRecord, IdempotencyStore, LockRecord, RunRecord } from './store.js';
 
 /** The part of a node-postgres query result that `PostgresStore` reads. */
 export interface PgQueryResultLike {
@@ -63,6 +63,13 @@ export interface PostgresStoreOptions<Client extends PgPoolClientLike = PgPoolCl
    * in progress is locked for as long as its handler runs. @default 50
    */
   lockWaitMs?: number;
+  /**
+   * How long the run history (`recordRun`/`runs`, the table `<table>_runs`) keeps a run after it
+   * started, in ms: an integer of 1 or more. Older runs are deleted by `recordRun`, at most once
+   * a minute per store object (by the clock of the instance: a run's `startedAt` against its
+   * `Date.now()`). @default 604800000 (7 days)
+   */
+  runRetentionMs?: number;
 }
 
 /**
@@ -115,6 +122,12 @@ export interface PostgresStoreOptions<Client extends PgPoolClientLike = PgPoolCl
  * `cleanup()`. The store's secret (`secret()`) is a row of the table that never expires: scope
  * `''`, key `'secret'`, the secret in `fingerprint`.
  *
+ * The run history is a table of its own, `<table>_runs` (`runsTable`; created by `migrate()`,
+ * `PostgresStore.runsSchema(table)`): a row per run id, written and read on the pool (never in a
+ * key's transaction, so a run is recorded even when its writes roll back). It keeps every run
+ * for `runRetentionMs` (default 7 days) after it started: older rows are deleted by `recordRun`,
+ * at most once a minute per store object, in the background.
+ *
  * @example
  * ```js
  * import pg from 'pg';
@@ -135,7 +148,8 @@ export interface PostgresStoreOptions<Client extends PgPoolClientLike = PgPoolCl
  * `Client` is the pool's client type (`new PostgresStore<PoolClient>({ pool })` with
  * `@types/pg`), what `transaction()` returns.
  * @throws TypeError when `pool` is not a pg Pool, `table` not an SQL table name, `lockWaitMs`
- *   not an integer from 1 to 2147483647, or an option name is unknown.
+ *   not an integer from 1 to 2147483647, `runRetentionMs` not an integer of 1 or more, or an
+ *   option name is unknown.
  */
 export class PostgresStore<Client extends PgPoolClientLike = PgPoolClientLike> implements IdempotencyStore<Client> {
   constructor(options: PostgresStoreOptions<Client>);
@@ -146,13 +160,29 @@ export class PostgresStore<Client extends PgPoolClientLike = PgPoolClientLike> i
    * @throws TypeError when `table` is not an SQL table name.
    */
   static schema(table?: string): string;
+  /**
+   * The SQL that creates the run history's table (`CREATE TABLE IF NOT EXISTS <table>_runs`:
+   * `id text PRIMARY KEY`, `key`, `scope`, `instance`, `started_at double precision` (ms since
+   * the Unix epoch), `ended_at`, `outcome`, `detail`) and its indexes on `(key, started_at)` and
+   * `(started_at)`, as `migrate()` runs it after `schema(table)`: for a migration tool of your
+   * own. A table name too long for `_runs` (or an index name too long) is shortened as the
+   * expiry index's is (see the `table` option).
+   * @throws TypeError when `table` is not an SQL table name.
+   */
+  static runsSchema(table?: string): string;
   /** The table name. @default 'idempotency_keys' */
   readonly table: string;
+  /** The run history's table (schema-qualified when `table` is). @default 'idempotency_keys_runs' */
+  readonly runsTable: string;
+  /** How long a run is kept after it started, in ms. @default 604800000 */
+  readonly runRetentionMs: number;
   /** Always `true`: `release` rolls back what was written through `transaction()`. */
   readonly transactional: true;
   /**
-   * Create the table and its index when they are missing (`PostgresStore.schema(table)`). Safe
-   * to run at every start, from several processes at once (they take turns, on an advisory lock).
+   * Create the table, the run history's table and their indexes when they are missing
+   * (`PostgresStore.schema(table)`, then `PostgresStore.runsSchema(table)`): a database made
+   * before the run history gets its table at the next `migrate()`. Safe to run at every start,
+   * from several processes at once (they take turns, on an advisory lock).
    */
   migrate(): Promise<void>;
   /** Delete the expired rows now; resolves with how many were deleted. */
@@ -181,6 +211,19 @@ export class PostgresStore<Client extends PgPoolClientLike = PgPoolClientLike> i
    * `false` when `token` does not hold `key`. Closes `ctx.tx`.
    */
   release(key: string, token: string): Promise<boolean>;
+  /**
+   * See `IdempotencyStore.recordRun`: `INSERT ... ON CONFLICT (id) DO UPDATE` of every column,
+   * on `pool.query` (never a key's transaction). Then, at most once a minute per store object,
+   * deletes the runs that started more than `runRetentionMs` ago, in the background. A NUL
+   * character in `detail` is stored as U+FFFD (PostgreSQL's text cannot hold one). Rejects with
+   * a `TypeError` when `run` is not a `RunRecord`.
+   */
+  recordRun(run: RunRecord): Promise<void>;
+  /**
+   * See `IdempotencyStore.runs`: the rows of `key` (every scope), oldest `startedAt` first, then
+   * by `id`: at most 1000 (`ORDER BY started_at, id LIMIT 1000`), on `pool.query`.
+   */
+  runs(key: string): Promise<RunRecord[]>;
   /**
    * The pool client inside the transaction that holds `key` for `token` (the handler's
    * `ctx.tx`), guarded (see the class), or `undefined`.

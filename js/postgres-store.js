@@ -27,10 +27,15 @@
 // The store's secret (secret()) is a row of the table too: scope '' (a real scope is 64 hex
 // digits or '-'), key 'secret', the secret in `fingerprint`, expires_at 'infinity' (cleanup()
 // never deletes it), committed once by whichever instance comes first.
+//
+// The run history (recordRun/runs) is a table of its own, `<table>_runs`, one row per run id,
+// written and read on the pool in statements of their own (never a key's transaction: a run's
+// record must not be rolled back with it). Rows that started more than runRetentionMs ago are
+// deleted by recordRun(), at most once a minute per store object.
 import { createHash } from 'node:crypto';
-import { describe, optionError, checkOptionNames, newSecret, cachedSecret, SECRET_FORMAT } from './store-support.js';
+import { describe, optionError, checkOptionNames, newSecret, cachedSecret, SECRET_FORMAT, runRecord, runsKey } from './store-support.js';
 
-const OPTIONS = ['pool', 'table', 'lockWaitMs'];
+const OPTIONS = ['pool', 'table', 'lockWaitMs', 'runRetentionMs'];
 
 /** `name` or `schema.name`, each part a plain SQL identifier (quoted as is, case kept). */
 const TABLE_NAME = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/;
@@ -43,8 +48,17 @@ const MAX_SETTING_MS = 2147483647;
 const LOCK_WAIT_EXPECTED = `an integer number of milliseconds from 1 to ${MAX_SETTING_MS}`;
 /** Expired rows are deleted at most this often by acquire() (cleanup() does it on demand). */
 const CLEANUP_INTERVAL_MS = 60_000;
+/** Runs older than runRetentionMs are deleted at most this often, by recordRun(). */
+const RUN_CLEANUP_INTERVAL_MS = 60_000;
+/** How long a run is kept, by default: 7 days. */
+const DEFAULT_RUN_RETENTION_MS = 604_800_000;
+const RETENTION_EXPECTED = `an integer number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`;
+/** The most runs of one key that runs() returns. */
+const MAX_RUNS_READ = 1000;
 /** SQLSTATE lock_not_available: lock_timeout ran out (another live transaction holds the key). */
 const LOCK_NOT_AVAILABLE = '55P03';
+/** SQLSTATE undefined_table: the run history's table was not created (migrate() not run since). */
+const UNDEFINED_TABLE = '42P01';
 /** SQLSTATE in_failed_sql_transaction: a statement of the transaction failed before. */
 const IN_FAILED_TRANSACTION = '25P02';
 /** The advisory lock key on which migrate() calls (of any table, any process) take turns: arbitrary, an int8. */
@@ -68,19 +82,37 @@ function quoteTable(table) {
 }
 
 const INDEX_SUFFIX = '_expires_at_idx';
+const RUNS_SUFFIX = '_runs';
+const RUNS_KEY_INDEX_SUFFIX = '_key_started_at_idx';
+const RUNS_AGE_INDEX_SUFFIX = '_started_at_idx';
 
 /**
- * The expiry index's name: the table's name (without schema) + `_expires_at_idx`. When that is
- * longer than 63 characters, the name is cut shorter and `_` + 8 hex digits of the SHA-256 of
- * the whole table name (as given, schema included) go before the suffix: two long names that
- * share their beginning get an index each (cut alone, the second one's CREATE INDEX IF NOT
- * EXISTS would find the first one's name and create nothing).
+ * The name (unquoted, without schema) of a relation derived from `table`: the table's name
+ * (without schema) + `suffix`. When that is longer than 63 characters, the name is cut shorter
+ * and `_` + 8 hex digits of the SHA-256 of the whole table name (as given, schema included) go
+ * before the suffix: two long names that share their beginning get one each (cut alone, the
+ * second one's CREATE ... IF NOT EXISTS would find the first one's name and create nothing).
  */
-function indexName(table) {
+function derivedName(table, suffix) {
   const base = table.split('.').pop();
-  if (base.length + INDEX_SUFFIX.length <= MAX_IDENTIFIER) return `"${base}${INDEX_SUFFIX}"`;
+  if (base.length + suffix.length <= MAX_IDENTIFIER) return `${base}${suffix}`;
   const hash = createHash('sha256').update(table).digest('hex').slice(0, 8);
-  return `"${base.slice(0, MAX_IDENTIFIER - INDEX_SUFFIX.length - 1 - hash.length)}_${hash}${INDEX_SUFFIX}"`;
+  return `${base.slice(0, MAX_IDENTIFIER - suffix.length - 1 - hash.length)}_${hash}${suffix}`;
+}
+
+/** The expiry index's name, quoted: `<table>_expires_at_idx` (see derivedName()). */
+function indexName(table) {
+  return `"${derivedName(table, INDEX_SUFFIX)}"`;
+}
+
+/**
+ * The run history's table, unquoted: `<table>_runs` in the table's schema (a long name is
+ * shortened as derivedName() does).
+ */
+function runsTableOf(table) {
+  const parts = table.split('.');
+  parts[parts.length - 1] = derivedName(table, RUNS_SUFFIX);
+  return parts.join('.');
 }
 
 function schemaSql(table) {
@@ -96,6 +128,43 @@ function schemaSql(table) {
 );
 CREATE INDEX IF NOT EXISTS ${indexName(table)} ON ${t} (expires_at);
 `;
+}
+
+/**
+ * The run history's table and its indexes: (key, started_at) for runs(key), started_at for the
+ * retention's DELETE.
+ */
+function runsSchemaSql(table) {
+  const runs = runsTableOf(table);
+  const r = quoteTable(runs);
+  return `CREATE TABLE IF NOT EXISTS ${r} (
+  id text PRIMARY KEY,
+  key text NOT NULL,
+  scope text NOT NULL,
+  instance text NOT NULL,
+  started_at double precision NOT NULL,
+  ended_at double precision,
+  outcome text,
+  detail text
+);
+CREATE INDEX IF NOT EXISTS "${derivedName(runs, RUNS_KEY_INDEX_SUFFIX)}" ON ${r} (key, started_at);
+CREATE INDEX IF NOT EXISTS "${derivedName(runs, RUNS_AGE_INDEX_SUFFIX)}" ON ${r} (started_at);
+`;
+}
+
+/** A run's row as a RunRecord (`detail` only when set; numbers whatever type parsers are set). */
+function runOfRow(row) {
+  const run = {
+    id: row.id,
+    key: row.key,
+    scope: row.scope,
+    instance: row.instance,
+    startedAt: Number(row.started_at),
+    endedAt: row.ended_at === null || row.ended_at === undefined ? null : Number(row.ended_at),
+    outcome: row.outcome ?? null,
+  };
+  if (row.detail !== null && row.detail !== undefined) run.detail = row.detail;
+  return run;
 }
 
 /**
@@ -355,16 +424,18 @@ export class PostgresStore {
   #table;
   #sql;
   #lockWaitMs;
+  #runRetentionMs;
+  #lastRunCleanup = 0;
   #held = new Map(); // token -> { key, client, txid, lost, returned, closed, onError, guarded }: the open transactions of this store
   #lastCleanup = 0;
   #secret = cachedSecret(() => this.#readSecret());
 
   constructor(options) {
     if (typeof options !== 'object' || options === null) {
-      throw optionError('PostgresStore', 'options', options, 'an object { pool, table?, lockWaitMs? }');
+      throw optionError('PostgresStore', 'options', options, 'an object { pool, table?, lockWaitMs?, runRetentionMs? }');
     }
     checkOptionNames('PostgresStore', options, OPTIONS);
-    const { pool, table = 'idempotency_keys', lockWaitMs = 50 } = options;
+    const { pool, table = 'idempotency_keys', lockWaitMs = 50, runRetentionMs = DEFAULT_RUN_RETENTION_MS } = options;
     const isPool =
       typeof pool === 'object' && pool !== null && typeof pool.connect === 'function' && typeof pool.query === 'function';
     if (!isPool) {
@@ -374,10 +445,15 @@ export class PostgresStore {
     if (!Number.isInteger(lockWaitMs) || lockWaitMs < 1 || lockWaitMs > MAX_SETTING_MS) {
       throw optionError('PostgresStore', 'lockWaitMs', lockWaitMs, LOCK_WAIT_EXPECTED);
     }
+    if (!Number.isSafeInteger(runRetentionMs) || runRetentionMs < 1) {
+      throw optionError('PostgresStore', 'runRetentionMs', runRetentionMs, RETENTION_EXPECTED);
+    }
     this.#pool = pool;
     this.#table = table;
     this.#lockWaitMs = lockWaitMs;
+    this.#runRetentionMs = runRetentionMs;
     const t = quoteTable(table);
+    const r = quoteTable(runsTableOf(table));
     this.#sql = {
       // RETURNING the transaction's id, which complete() checks (one round trip for both).
       insert: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)
@@ -411,6 +487,16 @@ export class PostgresStore {
       // waiting for it would hold a pool client that long.
       cleanup: `DELETE FROM ${t} WHERE (scope, key) IN
         (SELECT scope, key FROM ${t} WHERE expires_at < now() FOR UPDATE SKIP LOCKED)`,
+      // The run history: one row per run id, the last write wins.
+      recordRun: `INSERT INTO ${r} (id, key, scope, instance, started_at, ended_at, outcome, detail)
+        VALUES ($1, $2, $3, $4, $5::double precision, $6::double precision, $7, $8)
+        ON CONFLICT (id) DO UPDATE SET key = EXCLUDED.key, scope = EXCLUDED.scope, instance = EXCLUDED.instance,
+          started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail`,
+      runs: `SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
+        WHERE key = $1 ORDER BY started_at, id LIMIT ${MAX_RUNS_READ}`,
+      // SKIP LOCKED: rows another instance is deleting (or a recordRun is writing) are left to it.
+      forgetRuns: `DELETE FROM ${r} WHERE id IN
+        (SELECT id FROM ${r} WHERE started_at < $1::double precision FOR UPDATE SKIP LOCKED)`,
     };
   }
 
@@ -422,9 +508,27 @@ export class PostgresStore {
     return schemaSql(checkTable('PostgresStore.schema', table));
   }
 
+  /**
+   * The SQL that creates the run history's table `<table>_runs` and its indexes, as `migrate()`
+   * runs it (after `schema(table)`): for a migration tool of your own.
+   */
+  static runsSchema(table = 'idempotency_keys') {
+    return runsSchemaSql(checkTable('PostgresStore.runsSchema', table));
+  }
+
   /** The table name (default `'idempotency_keys'`). */
   get table() {
     return this.#table;
+  }
+
+  /** The run history's table: `<table>_runs` (default `'idempotency_keys_runs'`). */
+  get runsTable() {
+    return runsTableOf(this.#table);
+  }
+
+  /** How long a run is kept after it started, in ms (default 7 days). */
+  get runRetentionMs() {
+    return this.#runRetentionMs;
   }
 
   /** Always `true`: `release()` rolls back what the handler wrote through `transaction()`. */
@@ -433,13 +537,57 @@ export class PostgresStore {
   }
 
   /**
-   * Create the table and its index when missing (`PostgresStore.schema(table)`). Safe to run at
-   * every start, from several processes at once (they take turns on an advisory lock).
+   * Create the table, the run history's table and their indexes when missing
+   * (`PostgresStore.schema(table)`, `PostgresStore.runsSchema(table)`). Safe to run at every
+   * start, from several processes at once (they take turns on an advisory lock).
    */
   async migrate() {
     // One simple-protocol query: one implicit transaction, which holds the advisory lock to its
     // end (two concurrent CREATE TABLE IF NOT EXISTS can otherwise both try to create it).
-    await this.#pool.query(`SELECT pg_advisory_xact_lock(${MIGRATE_LOCK});\n${schemaSql(this.#table)}`);
+    await this.#pool.query(`SELECT pg_advisory_xact_lock(${MIGRATE_LOCK});\n${schemaSql(this.#table)}${runsSchemaSql(this.#table)}`);
+  }
+
+  /**
+   * Store `run` in the run history's table, replacing the row of its id (every column). On the
+   * pool, in a statement of its own. Then, at most once a minute per store object, the runs that
+   * started more than runRetentionMs ago are deleted, in the background (a failure is ignored:
+   * the next one deletes them).
+   */
+  async recordRun(run) {
+    const record = runRecord('PostgresStore', run);
+    await this.#runsQuery(this.#sql.recordRun, [
+      record.id,
+      record.key,
+      record.scope,
+      record.instance,
+      record.startedAt,
+      record.endedAt,
+      record.outcome,
+      // PostgreSQL's text cannot hold a NUL: an error message that has one keeps the rest.
+      record.detail === undefined ? null : record.detail.replaceAll('\0', '\uFFFD'),
+    ]);
+    const now = Date.now();
+    if (now - this.#lastRunCleanup >= RUN_CLEANUP_INTERVAL_MS) {
+      this.#lastRunCleanup = now;
+      this.#pool.query(this.#sql.forgetRuns, [now - this.#runRetentionMs]).catch(() => {});
+    }
+  }
+
+  /** The runs of `key` (every scope), oldest `started_at` first, then by id: at most 1000. */
+  async runs(key) {
+    const result = await this.#runsQuery(this.#sql.runs, [runsKey('PostgresStore', key)]);
+    return result.rows.map(runOfRow);
+  }
+
+  /** A statement on the run history's table; its absence is told as such (with its fix). */
+  async #runsQuery(sql, params) {
+    try {
+      return await this.#pool.query(sql, params);
+    } catch (error) {
+      if (error?.code !== UNDEFINED_TABLE) throw error;
+      const fix = `run store.migrate(), or PostgresStore.runsSchema(${JSON.stringify(this.#table)}) in your migration tool`;
+      throw Object.assign(new Error(`PostgresStore: the run history's table ${JSON.stringify(this.runsTable)} does not exist: ${fix}`, { cause: error }), { code: UNDEFINED_TABLE });
+    }
   }
 
   /** Delete the expired rows now; resolves with how many were deleted. */

@@ -1,4 +1,4 @@
-import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, LockRecord } from './store.js';
+import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, LockRecord, RunRecord } from './store.js';
 
 /**
  * The part of a node-redis client (`createClient()` from the `redis` package, v4 or later)
@@ -19,6 +19,14 @@ export interface RedisStoreOptions {
   client: RedisClientLike;
   /** Prefix of every key written. @default 'idem:' */
   prefix?: string;
+  /**
+   * How long a key's run history (`recordRun`/`runs`, the stream `<prefix>runs:<key>`) is kept
+   * after its last recorded run, in ms (each `recordRun` sets the stream's `PEXPIRE` again): an
+   * integer of 1 or more. The stream also keeps only the last 100 entries of its key (each
+   * `recordRun` is one).
+   * @default 604800000 (7 days)
+   */
+  runRetentionMs?: number;
 }
 
 /**
@@ -27,6 +35,12 @@ export interface RedisStoreOptions {
  * completing and releasing a lock check the owner's token in a Lua script (`EVAL`), so a
  * holder whose lock expired cannot extend or overwrite its successor's. The store's secret
  * (`secret()`) is kept at `<prefix>secret`, without expiry.
+ *
+ * The run history of a key is a stream, `<prefix>runs:<key>` (the key unscoped: every scope's
+ * runs in one stream), capped at its last 100 entries (`XADD ... MAXLEN 100`) and expiring
+ * `runRetentionMs` (default 7 days) after its last recorded run. Each `recordRun` is an entry:
+ * a run recorded when it starts and again when it ends takes two, so a key keeps its last 50 to
+ * 100 runs.
  *
  * @example
  * ```js
@@ -41,12 +55,15 @@ export interface RedisStoreOptions {
  * await client.connect();
  * const handler = idempotency(charge, { store: new RedisStore({ client }) });
  * ```
- * @throws TypeError when `client` is not a node-redis client or `prefix` not a string.
+ * @throws TypeError when `client` is not a node-redis client, `prefix` not a string,
+ *   `runRetentionMs` not an integer of 1 or more, or an option name is unknown.
  */
 export class RedisStore implements IdempotencyStore {
   constructor(options: RedisStoreOptions);
   /** The key prefix. @default 'idem:' */
   readonly prefix: string;
+  /** How long a key's run history is kept after its last recorded run, in ms. @default 604800000 */
+  readonly runRetentionMs: number;
   /** `SET prefix+key lock NX PX lockTimeoutMs`; when that fails, `GET` the record. */
   acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<IdempotencyRecord | null>;
   /** Replace the lock held by `token` with `lock`, `PX lockTimeoutMs` (Lua, `EVAL`). */
@@ -61,6 +78,18 @@ export class RedisStore implements IdempotencyStore {
   complete(key: string, token: string, record: CompletedRecord, ttlMs: number): Promise<boolean>;
   /** Delete the lock held by `token` (Lua, `EVAL`). */
   release(key: string, token: string): Promise<boolean>;
+  /**
+   * See `IdempotencyStore.recordRun`: appends `run` (its JSON, field `run`) to the stream
+   * `<prefix>runs:<run.key>`, keeping its last 100 entries (`XADD <stream> MAXLEN 100 * run
+   * <json>`), and sets the stream to expire in `runRetentionMs` (`PEXPIRE`): both in one Lua
+   * script (`EVAL`), so atomically. Rejects with a `TypeError` when `run` is not a `RunRecord`.
+   */
+  recordRun(run: RunRecord): Promise<void>;
+  /**
+   * See `IdempotencyStore.runs`: the stream's entries (`XRANGE - +`, in a Lua script), the last
+   * one of each `id`, oldest `startedAt` first (then by `id`): at most 100.
+   */
+  runs(key: string): Promise<RunRecord[]>;
   /**
    * See `IdempotencyStore.secret`: 64 hex digits at `<prefix>secret`, the same for every
    * instance on this Redis and prefix. The first call creates it if missing

@@ -1,7 +1,13 @@
 // RedisStore: the idempotency store of `retry-fetch/server` shared by every server instance
 // through Redis (re-exported by server.js). The store protocol and every default: store.d.ts and
 // redis-store.d.ts. This package does not depend on `redis`: the caller passes its client.
-import { optionError, checkOptionNames, newSecret, cachedSecret, SECRET_FORMAT } from './store-support.js';
+import { optionError, checkOptionNames, newSecret, cachedSecret, SECRET_FORMAT, runRecord, byStart, runsKey, describe } from './store-support.js';
+
+/** The most runs kept per key in the run history (an exact XADD MAXLEN). */
+const RUNS_PER_KEY = 100;
+/** How long a key's run history is kept after its last recorded run, by default: 7 days. */
+const DEFAULT_RUN_RETENTION_MS = 604_800_000;
+const RETENTION_EXPECTED = `an integer number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`;
 
 // Replace (or delete) the record at KEYS[1] only if it is the lock held by ARGV[1]:
 // ARGV[2] is the new value ('' deletes), ARGV[3] its lifetime in ms. Returns 1 if done, else 0.
@@ -17,6 +23,28 @@ else
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 end
 return 1
+`;
+
+// The run history of one key: a stream of `run <json>` entries at KEYS[1], capped at ARGV[1]
+// entries (exact MAXLEN: the oldest go), which lives ARGV[3] ms after its last write. ARGV[2] is
+// the run's JSON. One script, so the XADD and the PEXPIRE are one atomic step (a stream never
+// stays without its expiry).
+const RECORD_RUN = `
+redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[1], '*', 'run', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+`;
+
+// The values of the `run` fields of the stream at KEYS[1], oldest entry first (XRANGE - +).
+const READ_RUNS = `
+local out = {}
+for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'run' then out[#out + 1] = fields[i + 1] end
+  end
+end
+return out
 `;
 
 function parseRecord(value, key) {
@@ -38,14 +66,15 @@ function parseRecord(value, key) {
 export class RedisStore {
   #client;
   #prefix;
+  #runRetentionMs;
   #secret = cachedSecret(() => this.#readSecret());
 
   constructor(options) {
     if (typeof options !== 'object' || options === null) {
-      throw optionError('RedisStore', 'options', options, 'an object { client, prefix? }');
+      throw optionError('RedisStore', 'options', options, 'an object { client, prefix?, runRetentionMs? }');
     }
-    checkOptionNames('RedisStore', options, ['client', 'prefix']);
-    const { client, prefix = 'idem:' } = options;
+    checkOptionNames('RedisStore', options, ['client', 'prefix', 'runRetentionMs']);
+    const { client, prefix = 'idem:', runRetentionMs = DEFAULT_RUN_RETENTION_MS } = options;
     const isClient =
       typeof client === 'object' &&
       client !== null &&
@@ -56,13 +85,22 @@ export class RedisStore {
       throw optionError('RedisStore', 'client', client, "a connected node-redis client (createClient() from the 'redis' package, then connect())");
     }
     if (typeof prefix !== 'string') throw optionError('RedisStore', 'prefix', prefix, 'a string');
+    if (!Number.isSafeInteger(runRetentionMs) || runRetentionMs < 1) {
+      throw optionError('RedisStore', 'runRetentionMs', runRetentionMs, RETENTION_EXPECTED);
+    }
     this.#client = client;
     this.#prefix = prefix;
+    this.#runRetentionMs = runRetentionMs;
   }
 
   /** The key prefix (default `'idem:'`). */
   get prefix() {
     return this.#prefix;
+  }
+
+  /** How long a key's run history lives after its last recorded run, in ms (default 7 days). */
+  get runRetentionMs() {
+    return this.#runRetentionMs;
   }
 
   async acquire(key, lock, lockTimeoutMs) {
@@ -104,6 +142,38 @@ export class RedisStore {
 
   release(key, token) {
     return this.#swap(key, token, '', 0);
+  }
+
+  /**
+   * Append `run` to its key's stream `<prefix>runs:<key>` (never a record's key, whose scope is
+   * `-` or 64 hex digits), capped at the last 100 entries, and set the stream to expire
+   * `runRetentionMs` from now. A run recorded again (same id) is a new entry: runs() keeps the
+   * last one of each id.
+   */
+  async recordRun(run) {
+    const record = runRecord('RedisStore', run);
+    await this.#client.eval(RECORD_RUN, {
+      keys: [`${this.#prefix}runs:${record.key}`],
+      arguments: [String(RUNS_PER_KEY), JSON.stringify(record), String(this.#runRetentionMs)],
+    });
+  }
+
+  /** The runs of `key` in its stream: the last entry of each id, oldest `startedAt` first. */
+  async runs(key) {
+    const k = `${this.#prefix}runs:${runsKey('RedisStore', key)}`;
+    const values = await this.#client.eval(READ_RUNS, { keys: [k], arguments: [] });
+    const byId = new Map();
+    for (const value of Array.isArray(values) ? values : []) {
+      let run;
+      try {
+        run = runRecord('RedisStore', JSON.parse(typeof value === 'string' ? value : String(value)));
+      } catch {
+        throw new TypeError(`RedisStore: an entry of the stream at ${JSON.stringify(k)} is not a JSON run record; got ${describe(value)}`);
+      }
+      byId.delete(run.id); // the later entry of an id wins
+      byId.set(run.id, run);
+    }
+    return [...byId.values()].sort(byStart);
   }
 
   /**

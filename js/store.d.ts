@@ -60,6 +60,34 @@ export interface HeldRecord {
 export type IdempotencyRecord = LockRecord | CompletedRecord | HeldRecord;
 
 /**
+ * One run of a keyed handler or job (or one delivery answered from the store, such as a
+ * replay), as the run history keeps it (`recordRun`, `runs`). JSON-serialisable. A store keeps
+ * and returns these as they were given; the companion writes them (at the run's start, then
+ * again, with the same `id`, when it ends).
+ */
+export interface RunRecord {
+  /** The run's id, unique: the run's lock token, or a random UUID for a delivery answered from the store. */
+  id: string;
+  /** The idempotency key as the client or the job gave it (not scoped). */
+  key: string;
+  /** The scope: 64 hex digits (an HMAC of the caller's identity), or `'-'` when keys are not scoped. */
+  scope: string;
+  /** The server instance that ran it (`'<host>:<pid>'`). */
+  instance: string;
+  /** When it started, in ms since the Unix epoch. */
+  startedAt: number;
+  /** When it ended, in ms since the Unix epoch; `null` while it runs (and for good if its holder died). */
+  endedAt: number | null;
+  /**
+   * How it ended (`'stored'`, `'replayed'`, `'failed'`, `'rolled-back'`, `'freed'`, `'crashed'`,
+   * `'dead-lettered'`, ...); `null` while it runs.
+   */
+  outcome: string | null;
+  /** A short text about how it ended (an error message), when there is one. */
+  detail?: string;
+}
+
+/**
  * Where `idempotency` keeps locks and responses. `MemoryStore`, `RedisStore` and
  * `PostgresStore` implement it; write your own for another database (e.g. SQL: a table with a
  * unique key, `INSERT ... ON CONFLICT DO NOTHING` for `acquire`, `UPDATE ... WHERE key = ? AND
@@ -131,4 +159,18 @@ export interface IdempotencyStore<Tx = unknown> {
    * `<prefix>secret`; `PostgresStore`: a row of its table (scope `''`).
    */
   secret?(): string | Promise<string>;
+  /**
+   * Optional, with `runs`: the run history. Store `run`, replacing the run with the same `id`
+   * (the last write wins: a run is recorded when it starts, then again when it ends). Keep it
+   * bounded (`MemoryStore`: the last `maxRunRecords` runs; `RedisStore`: the last 100 writes of
+   * each key, for `runRetentionMs`; `PostgresStore`: every run for `runRetentionMs`). A store
+   * makes no decision on what it keeps: it stores the records it is given.
+   */
+  recordRun?(run: RunRecord): Promise<void> | void;
+  /**
+   * Optional, with `recordRun`: the recorded runs of `key` (the key as the client or job gave
+   * it: every scope's), oldest `startedAt` first; at most what the store's bound keeps (`[]` for
+   * a key with none).
+   */
+  runs?(key: string): Promise<RunRecord[]> | RunRecord[];
 }

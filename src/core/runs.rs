@@ -31,6 +31,10 @@ pub enum Outcome {
     Crashed,
     /// The job failed [`max_runs`] times and was not run again: handed to `onDeadLetter`.
     DeadLettered,
+    /// The delivery was not run: another run held the key (`'in-progress'`), or the key was
+    /// used with another input (`'key-reused'`). Recorded only where the run was announced
+    /// before it claimed the key (a job with `maxRuns`).
+    Refused,
 }
 
 impl Outcome {
@@ -45,6 +49,7 @@ impl Outcome {
             Outcome::NotStored => "not-stored",
             Outcome::Crashed => "crashed",
             Outcome::DeadLettered => "dead-lettered",
+            Outcome::Refused => "refused",
         }
     }
 
@@ -69,6 +74,7 @@ impl Outcome {
             Outcome::NotStored,
             Outcome::Crashed,
             Outcome::DeadLettered,
+            Outcome::Refused,
         ]
         .into_iter()
         .find(|o| o.name() == name)
@@ -214,6 +220,7 @@ mod tests {
             "not-stored",
             "crashed",
             "dead-lettered",
+            "refused",
         ] {
             assert_eq!(Outcome::from_name(name).map(Outcome::name), Some(name));
         }

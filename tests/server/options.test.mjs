@@ -95,7 +95,7 @@ test('an unknown option is a TypeError naming the closest known one, or listing 
     [{ waitTimeout: 1000 }, 'idempotency: unknown option "waitTimeout" (did you mean "waitTimeoutMs"?)'],
     [{ onstoreerror() {} }, 'idempotency: unknown option "onstoreerror" (did you mean "onStoreError"?)'],
     [{ Store: new MemoryStore() }, 'idempotency: unknown option "Store" (did you mean "store"?)'],
-    [{ zzzz: 1 }, 'idempotency: unknown option "zzzz"; the options are store, header, required, identity, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, maxBodyBytes, handlerTimeoutMs, ignoredMethods, onStoreError, onError'],
+    [{ zzzz: 1 }, 'idempotency: unknown option "zzzz"; the options are store, header, required, identity, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, maxBodyBytes, handlerTimeoutMs, ignoredMethods, acceptAfterMs, history, onStoreError, onError, onEvent'],
     [{ handlerTimeout: 1000 }, 'idempotency: unknown option "handlerTimeout" (did you mean "handlerTimeoutMs"?)'],
     [{ ignoreMethods: [] }, 'idempotency: unknown option "ignoreMethods" (did you mean "ignoredMethods"?)'],
   ];
@@ -108,7 +108,7 @@ test('an unknown option is a TypeError naming the closest known one, or listing 
   assert.throws(() => idempotent(ok, { key: () => 'k', keys: 1 }), { name: 'TypeError', message: 'idempotent: unknown option "keys" (did you mean "key"?)' });
   assert.throws(() => idempotent(ok, { key: () => 'k', zzzz: 1 }), {
     name: 'TypeError',
-    message: 'idempotent: unknown option "zzzz"; the options are store, key, scope, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, onStoreError',
+    message: 'idempotent: unknown option "zzzz"; the options are store, key, scope, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, maxRuns, history, onStoreError, onEvent, onDeadLetter',
   });
   assert.throws(() => idempotent(ok, { key: () => 'k', identity: false }), { name: 'TypeError', message: /^idempotent: unknown option "identity"; the options are store, key, scope, / });
   // The options of idempotency() alone are unknown to idempotent().

@@ -84,7 +84,8 @@ if (skip) {
       const secret = await store.secret();
       assert.match(secret, /^[0-9a-f]{64}$/);
       assert.equal(await client.get(`${p}secret`), secret);
-      const keys = (await client.keys(`${p}*`)).filter((k) => k !== `${p}secret`);
+      // (and the run history's streams, <prefix>runs:<key>)
+      const keys = (await client.keys(`${p}*`)).filter((k) => k !== `${p}secret` && !k.startsWith(`${p}runs:`));
       assert.equal(keys.length, 1);
       assert.match(keys[0], new RegExp(`^${p}[0-9a-f]{64}:order-1$`), 'identity hashed, then the key');
       assert.ok(!keys[0].includes('user-7'), 'the identity is not stored in clear');
@@ -168,7 +169,7 @@ if (skip) {
 }
 
 test('RedisStore: bad options are TypeErrors naming the option and the value', () => {
-  assert.throws(() => new RedisStore(), { name: 'TypeError', message: 'RedisStore: invalid option "options": got undefined; expected an object { client, prefix? }' });
+  assert.throws(() => new RedisStore(), { name: 'TypeError', message: 'RedisStore: invalid option "options": got undefined; expected an object { client, prefix?, runRetentionMs? }' });
   assert.throws(() => new RedisStore({}), { name: 'TypeError', message: /RedisStore: invalid option "client": got undefined; expected a connected node-redis client/ });
   assert.throws(() => new RedisStore({ client: 'redis://x' }), { name: 'TypeError', message: /invalid option "client": got "redis:\/\/x"/ });
   const fake = { set: async () => 'OK', get: async () => null, eval: async () => 1 };

@@ -576,7 +576,7 @@ CREATE INDEX IF NOT EXISTS "idempotency_keys_expires_at_idx" ON "idempotency_key
 test('PostgresStore: bad options are TypeErrors naming the option and the value', () => {
   const fakePool = { connect: async () => ({}), query: async () => ({ rows: [], rowCount: 0 }) };
   const error = (message) => ({ name: 'TypeError', message });
-  assert.throws(() => new PostgresStore(), error('PostgresStore: invalid option "options": got undefined; expected an object { pool, table?, lockWaitMs? }'));
+  assert.throws(() => new PostgresStore(), error('PostgresStore: invalid option "options": got undefined; expected an object { pool, table?, lockWaitMs?, runRetentionMs? }'));
   assert.throws(() => new PostgresStore({}), error(/^PostgresStore: invalid option "pool": got undefined; expected a node-postgres Pool/));
   assert.throws(() => new PostgresStore({ pool: 'postgres://x' }), error(/invalid option "pool": got "postgres:\/\/x"/));
   assert.throws(() => new PostgresStore({ pool: { query() {} } }), error(/invalid option "pool": got \[object Object\]/));
@@ -591,7 +591,7 @@ test('PostgresStore: bad options are TypeErrors naming the option and the value'
   }
   assert.throws(() => new PostgresStore({ pool: fakePool, tabel: 'x' }), error('PostgresStore: unknown option "tabel" (did you mean "table"?)'));
   assert.throws(() => new PostgresStore({ pool: fakePool, lockWait: 5 }), error('PostgresStore: unknown option "lockWait" (did you mean "lockWaitMs"?)'));
-  assert.throws(() => new PostgresStore({ pool: fakePool, client: {} }), error('PostgresStore: unknown option "client"; the options are pool, table, lockWaitMs'));
+  assert.throws(() => new PostgresStore({ pool: fakePool, client: {} }), error('PostgresStore: unknown option "client"; the options are pool, table, lockWaitMs, runRetentionMs'));
   // Defaults; an option set to undefined is absent.
   const store = new PostgresStore({ pool: fakePool, table: undefined, lockWaitMs: undefined, other: undefined });
   assert.equal(store.table, 'idempotency_keys');

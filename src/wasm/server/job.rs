@@ -64,35 +64,65 @@ pub async fn run(
         idem::fingerprint("JOB", "", body.as_bytes()),
     )
     .await?;
+    // With maxRuns the run is announced (the key's history read, its start written) before
+    // it claims the key, so that a run whose process dies mid-job is counted.
+    let announced = match s.max_runs {
+        Some(_) => Some(RunLog::announce(c, &k).await),
+        None => None,
+    };
+    let refused = |announced: Option<(RunLog, Vec<runs::RunRecord>)>, outcome| {
+        if let Some((log, _)) = announced {
+            log.end_later(outcome, None);
+        }
+    };
     match claim(c, &k, &|| None).await {
         Ok(Claim::Held) => {}
         Ok(Claim::Replay(stored)) => {
-            runs::replayed(c, &k);
+            match announced {
+                Some((log, _)) => log.end_later(Outcome::Replayed, None),
+                None => runs::replayed(c, &k),
+            }
             return replay(&stored);
         }
         Ok(Claim::Mismatch) => {
+            refused(announced, Outcome::Refused);
             return Err(idempotency_error(
                 "key-reused",
                 "idempotent: this key was already used with a different input",
-            ))
+            ));
         }
         Ok(Claim::Busy) => {
+            refused(announced, Outcome::Refused);
             return Err(idempotency_error(
                 "in-progress",
                 "idempotent: a run with this key is still in progress",
-            ))
+            ));
         }
-        Err(ClaimError::Aborted(reason)) => return Err(reason),
-        Err(ClaimError::Store(error, _)) => return Err(error),
-    }
-    let log = RunLog::start(c, &k);
-    if let Some(max) = s.max_runs {
-        let history = log.history().await;
-        let failed = log.failed_runs(&history);
-        if dead_lettered(failed, Some(max)) {
-            return dead_letter(&s, &k, log, &input, &history, failed, &caller).await;
+        Err(ClaimError::Aborted(reason)) => {
+            refused(announced, Outcome::Refused);
+            return Err(reason);
+        }
+        Err(ClaimError::Store(error, _)) => {
+            refused(announced, Outcome::Refused);
+            return Err(error);
         }
     }
+    let log = match (announced, s.max_runs) {
+        (Some((log, history)), Some(max)) => {
+            log.held();
+            let failed = log.failed_runs(&history);
+            if dead_lettered(failed, Some(max)) {
+                let history = log.with_crashed(history);
+                return dead_letter(&s, &k, log, &input, &history, failed, &caller).await;
+            }
+            log
+        }
+        (Some((log, _)), None) => {
+            log.held();
+            log
+        }
+        (None, _) => RunLog::start(c, &k),
+    };
     let (ran, ctx, renewal) = run_holding(
         c,
         &k,
@@ -141,8 +171,8 @@ pub async fn run(
                 // redelivery can get back. Rolled back; the error says why.
                 Err(error) if c.store.transactional && ctx.used_tx() => {
                     drop(renewal);
-                    log.end(Outcome::RolledBack, error_text(&error)).await;
                     free_key(c, &k).await;
+                    log.end_later(Outcome::RolledBack, error_text(&error));
                     Err(not_storable(&error))
                 }
                 Err(error) => match {
@@ -166,8 +196,8 @@ pub async fn run(
             drop(renewal);
             match after_throw(c.store.transactional, ctx.used_tx(), false) {
                 AfterThrow::Release => {
-                    log.end(Outcome::RolledBack, error_text(&error)).await;
                     free_key(c, &k).await;
+                    log.end_later(Outcome::RolledBack, error_text(&error));
                 }
                 AfterThrow::StoreFailure => {
                     store_failure(c, &k, &error, lost).await;
@@ -208,8 +238,8 @@ async fn dead_letter(
             Err(e) => Err(e),
         };
         if let Err(error) = handed {
-            log.end(Outcome::Freed, error_text(&error)).await;
             free_key(c, k).await;
+            log.end_later(Outcome::Freed, error_text(&error));
             return Err(error);
         }
     }

@@ -125,6 +125,25 @@ fn read_runs(value: &JsValue) -> Vec<RunRecord> {
         .collect()
 }
 
+/// Mark the runs of `runs` that lost their holder (open, in `own`'s scope, not `own`: `own`
+/// holds the key) crashed: written, told, and returned so.
+async fn mark_crashed(
+    store: &Store,
+    reporter: &Reporter,
+    mut runs: Vec<RunRecord>,
+    own: &RunRecord,
+) {
+    let dead: Vec<String> = rules::crashed(&past(&runs), &own.scope, &own.id)
+        .into_iter()
+        .map(String::from)
+        .collect();
+    for r in runs.iter_mut().filter(|r| dead.contains(&r.id)) {
+        r.ended(Outcome::Crashed, None);
+        tell(reporter, event::CRASHED, r);
+        write(store, reporter, r).await;
+    }
+}
+
 /// The records as the core's rules read them.
 fn past(runs: &[RunRecord]) -> Vec<PastRun<'_>> {
     runs.iter()
@@ -143,7 +162,7 @@ pub struct RunLog {
     /// Is the history written (`history` option, and a store that keeps one)?
     writes: bool,
     record: RunRecord,
-    /// The background start: the key's runs as read before this one started (a JS array).
+    /// The background start (its end is written after it).
     started: Option<Promise>,
 }
 
@@ -164,19 +183,9 @@ impl RunLog {
                         JsValue::UNDEFINED
                     }
                 };
-                let mut runs = read_runs(&found);
-                let past = past(&runs);
-                let dead: Vec<String> = rules::crashed(&past, &run.scope, &run.id)
-                    .into_iter()
-                    .map(String::from)
-                    .collect();
-                for r in runs.iter_mut().filter(|r| dead.contains(&r.id)) {
-                    r.ended(Outcome::Crashed, None);
-                    tell(&reporter, event::CRASHED, r);
-                    write(&store, &reporter, r).await;
-                }
+                mark_crashed(&store, &reporter, read_runs(&found), &run).await;
                 write(&store, &reporter, &run).await;
-                Ok(to_js(&runs))
+                Ok(JsValue::UNDEFINED)
             })
         });
         RunLog {
@@ -188,12 +197,65 @@ impl RunLog {
         }
     }
 
-    /// The key's runs before this one (crashed ones marked), once the start is written.
-    pub async fn history(&self) -> Vec<RunRecord> {
-        match &self.started {
-            Some(p) => read_runs(&JsFuture::from(p.clone()).await.unwrap_or_default()),
-            None => Vec::new(),
+    /// A run announced before it claims its key (a job with `maxRuns`, which must count the
+    /// key's failed runs, crashes included, before it runs): the key's history is read and
+    /// this run's start written, both awaited while no key is held (so that a store's pool
+    /// is never asked for a second connection by a holder of one). Then [`RunLog::held`]
+    /// once the key is held, or [`RunLog::end_later`] with [`Outcome::Replayed`] or
+    /// [`Outcome::Refused`] when it is not: a process that dies in between leaves an open
+    /// run, which the next holder marks crashed.
+    pub async fn announce(c: &Common, k: &Keyed) -> (RunLog, Vec<RunRecord>) {
+        let record = RunRecord::new(k);
+        let writes = c.history && c.store.keeps_history();
+        let mut history = Vec::new();
+        if writes {
+            match c.store.runs(&record.key).await {
+                Ok(v) => history = read_runs(&v),
+                Err(e) => c.reporter.store_error(&e, "runs"),
+            }
+            write(&c.store, &c.reporter, &record).await;
         }
+        let log = RunLog {
+            store: c.store.clone(),
+            reporter: c.reporter.clone(),
+            writes,
+            record,
+            started: None,
+        };
+        (log, history)
+    }
+
+    /// An announced run now holds its key: told to `onEvent`, and (in the background) the
+    /// key's runs that are still open marked crashed.
+    pub fn held(&self) {
+        tell(&self.reporter, event::STARTED, &self.record);
+        if !self.writes {
+            return;
+        }
+        let (store, reporter, own) = (
+            self.store.clone(),
+            self.reporter.clone(),
+            self.record.clone(),
+        );
+        spawn_local(async move {
+            let Ok(found) = store.runs(&own.key).await else {
+                return;
+            };
+            mark_crashed(&store, &reporter, read_runs(&found), &own).await;
+        });
+    }
+
+    /// `runs` (this key's history as read before this run) with the runs that lost their
+    /// holder shown crashed, as [`RunLog::held`] marks them in the store.
+    pub fn with_crashed(&self, mut runs: Vec<RunRecord>) -> Vec<RunRecord> {
+        let dead: Vec<String> = rules::crashed(&past(&runs), &self.record.scope, &self.record.id)
+            .into_iter()
+            .map(String::from)
+            .collect();
+        for r in runs.iter_mut().filter(|r| dead.contains(&r.id)) {
+            r.ended(Outcome::Crashed, None);
+        }
+        runs
     }
 
     /// How many of the key's earlier runs in this run's scope failed (`maxRuns`).
