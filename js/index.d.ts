@@ -116,6 +116,18 @@ export interface RetryOptions {
   retryHeaders?: boolean | undefined;
   /** Largest `ReadableStream` body buffered for replay, in bytes; a longer one is sent once and not retried. @default 1048576 */
   maxBufferedBodyBytes?: number | undefined;
+  /**
+   * Follow a `202 Accepted` to the final answer instead of returning it: poll its
+   * `Operation-Location` (preferred) or `Location` with `GET` until it answers something
+   * other than 202 (a `303` to the result is followed), or, without one, repeat a request that
+   * carries an idempotency key (same key, same body). The wait before each poll is the 202's
+   * `Retry-After` (clamped to `maxRetryAfterMs`) or the backoff delay. Polls do not use
+   * `maxAttempts` (a poll that fails is retried as an attempt); `deadlineMs` and the signals
+   * bound them all, and the deadline returns the 202. Off by default: a plain API's 202 means
+   * "accepted, nothing more to see".
+   * @default false
+   */
+  followAccepted?: boolean | undefined;
   /** The caller's veto on a retry the policy would make. */
   shouldRetry?: ((context: RetryContext) => boolean | Promise<boolean>) | null | undefined;
   /** Called before each wait; if it throws, the call rejects with that error. */

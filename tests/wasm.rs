@@ -766,7 +766,7 @@ fn unknown_options_are_type_errors_naming_the_closest_known_name() {
     // nothing close: every name is listed
     let all = "maxAttempts, baseDelayMs, factor, maxDelayMs, jitter, retryOnStatus, retryOnNetworkError, \
                retryOnTimeout, timeoutMs, deadlineMs, respectRetryAfter, maxRetryAfterMs, idempotencyKey, \
-               idempotencyHeader, idempotencyKeyFormat, retryHeaders, maxBufferedBodyBytes, signal, shouldRetry, \
+               idempotencyHeader, idempotencyKeyFormat, retryHeaders, maxBufferedBodyBytes, followAccepted, signal, shouldRetry, \
                onRetry, beforeRetry, onSettled, headers, fetch, budget, throttle, breaker";
     assert_options_rejected(
         "({ completelyUnrelatedThing: 1 })",

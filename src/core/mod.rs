@@ -11,9 +11,11 @@
 //! | [`budget`] | a shared retry budget per origin (gRPC retryThrottling) |
 //! | [`throttle`] | an adaptive client-side send rate per origin (AWS adaptive mode, CUBIC) |
 //! | [`breaker`] | a circuit breaker per origin: closed, open, half-open |
+//! | [`accepted`] | following a `202 Accepted`: poll its `Operation-Location` / `Location`, repeat a keyed request, or stop; the wait |
 //! | `idempotency` | the server side (feature `server`): key parsing, request fingerprint, identity-scoped store key, the per-key state machine |
 //! | `runs` | the server side: `202 Accepted` for long work, the run history's outcomes, dead letters |
 
+pub mod accepted;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;

@@ -135,6 +135,9 @@ pub struct RetryPolicy {
     pub retry_headers: bool,
     /// Largest `ReadableStream` body buffered for replay, in bytes. Default 1 MiB.
     pub max_buffered_body_bytes: u32,
+    /// Follow a `202 Accepted` to the final answer (poll its `Operation-Location` or
+    /// `Location`, or repeat a keyed request): see [`super::accepted`]. Default false.
+    pub follow_accepted: bool,
 }
 
 /// The default retryable status codes: 408, 429, 500, 502, 503, 504.
@@ -161,6 +164,7 @@ impl Default for RetryPolicy {
             idempotency_key_format: KeyFormat::Plain,
             retry_headers: false,
             max_buffered_body_bytes: DEFAULT_MAX_BUFFERED_BODY_BYTES,
+            follow_accepted: false,
         }
     }
 }
@@ -340,7 +344,7 @@ pub fn header_name(value: &str) -> Result<String, OptionError> {
 }
 
 /// Every option `retryFetch` takes, by its JavaScript name.
-pub const RETRY_OPTION_NAMES: [&str; 27] = [
+pub const RETRY_OPTION_NAMES: [&str; 28] = [
     "maxAttempts",
     "baseDelayMs",
     "factor",
@@ -358,6 +362,7 @@ pub const RETRY_OPTION_NAMES: [&str; 27] = [
     "idempotencyKeyFormat",
     "retryHeaders",
     "maxBufferedBodyBytes",
+    "followAccepted",
     "signal",
     "shouldRetry",
     "onRetry",
@@ -461,6 +466,7 @@ mod tests {
         assert_eq!(p.idempotency_header, "Idempotency-Key");
         assert_eq!(p.idempotency_key_format, KeyFormat::Plain);
         assert_eq!(p.max_buffered_body_bytes, 1_048_576);
+        assert!(!p.follow_accepted);
     }
 
     #[test]

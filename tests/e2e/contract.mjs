@@ -881,6 +881,205 @@ export const scenarios = [
       equal(err?.name, 'TypeError');
     },
   },
+
+  // ---- followAccepted: a 202 Accepted followed to the final answer ------------------------
+  {
+    name: 'contract: followAccepted: a POST answered 202 + Location is polled with GETs (202, 202, 200); the 200 and its body, the POST sent once',
+    async run({ api, seq }) {
+      const op = seq('202+ra=0,202+ra=0,200');
+      const post = seq(`202+to=${redirectTo(op)}+ra=0`);
+      const headers = { 'Content-Type': 'application/json', Authorization: 'Bearer t0k3n', 'X-Trace': 'abc' };
+      const res = await api.retryFetch(post.url, { method: 'POST', body: '{"amount":42}', headers }, { ...fast, followAccepted: true });
+      equal(res.status, 200);
+      const body = await res.json();
+      deepEqual([body.hit, body.status], [3, 200], 'the body is the third poll answer:');
+      const posts = await post.log();
+      deepEqual(posts.map((r) => [r.method, r.body]), [['POST', '{"amount":42}']], 'the POST:');
+      match(posts[0].headers['idempotency-key'], UUID_V4);
+      const polls = await op.log();
+      deepEqual(polls.map((r) => [r.method, r.body]), [['GET', ''], ['GET', ''], ['GET', '']], 'the polls:');
+      for (const [i, r] of polls.entries()) {
+        equal(r.headers['idempotency-key'], undefined, `poll ${i + 1}: the key:`);
+        equal(r.headers['content-type'], undefined, `poll ${i + 1}: Content-Type:`);
+        equal(r.headers.authorization, 'Bearer t0k3n', `poll ${i + 1} (same origin): Authorization:`);
+        equal(r.headers['x-trace'], 'abc', `poll ${i + 1}: the request's other headers:`);
+      }
+    },
+  },
+  {
+    name: 'contract: followAccepted: Operation-Location wins over Location; a 303 from the poll URL is followed to the result',
+    async run({ api, seq }) {
+      const result = seq('200');
+      const monitor = seq(`303+to=${redirectTo(result)}`);
+      const resource = seq('404');
+      const post = seq(`202+opl=${redirectTo(monitor)}+to=${redirectTo(resource)}+ra=0`);
+      const res = await api.retryFetch(post.url, { method: 'POST', body: 'job' }, { ...fast, followAccepted: true });
+      equal(res.status, 200);
+      equal(res.redirected, true, 'res.redirected:');
+      equal((await res.json()).hit, 1);
+      equal((await post.log()).length, 1, 'POSTs:');
+      deepEqual((await monitor.log()).map((r) => r.method), ['GET'], 'the Operation-Location:');
+      deepEqual((await result.log()).map((r) => r.method), ['GET'], 'the 303 target:');
+      equal((await resource.log()).length, 0, 'the Location was polled:');
+    },
+  },
+  {
+    name: 'contract: followAccepted: a keyed POST answered 202 without Location is repeated with the same key and bytes until 201, even with maxAttempts: 1',
+    async run({ api, seq }) {
+      const body = 'caf\u00e9 \u2615 amount=42';
+      for (const [label, headers] of [['our key', {}], ["the caller's key", { 'Idempotency-Key': 'order-42' }]]) {
+        const s = seq('202+ra=0,202,201');
+        const res = await api.retryFetch(s.url, { method: 'POST', body, headers }, { ...fast, maxAttempts: 1, followAccepted: true });
+        equal(res.status, 201, `${label}:`);
+        const log = await s.log();
+        deepEqual(log.map((r) => r.method), ['POST', 'POST', 'POST'], `${label}:`);
+        const keys = log.map((r) => r.headers['idempotency-key']);
+        if (label === 'our key') match(keys[0], UUID_V4, `${label}:`);
+        else equal(keys[0], 'order-42', `${label}:`);
+        deepEqual(keys, [keys[0], keys[0], keys[0]], `${label}: one key:`);
+        for (const [i, r] of log.entries()) equal(hex(received(r)), hex(text(body)), `${label}, request ${i + 1}: the body:`);
+      }
+    },
+  },
+  {
+    name: 'contract: followAccepted is off by default: a 202 is returned after one request',
+    async run({ api, seq }) {
+      const op = seq('200');
+      const post = seq(`202+to=${redirectTo(op)}+ra=0`);
+      const res = await api.retryFetch(post.url, { method: 'POST', body: 'x' }, fast);
+      equal(res.status, 202);
+      equal(res.headers.get('location') !== null, true, 'the Location is there to read:');
+      equal((await api.retryFetch(post.url)).status, 202, 'a plain GET:');
+      equal((await api.createRetryFetch(fast)(post.url, { method: 'POST', body: 'x' })).status, 202, 'a client:');
+      equal((await post.log()).length, 3);
+      equal((await op.log()).length, 0, 'the Location was polled:');
+    },
+  },
+  {
+    name: 'contract: followAccepted: the deadline ends a poll loop (in a wait or in flight) with the 202; an abort in a poll wait rejects at once',
+    async run({ api, seq }) {
+      // always 202, no Retry-After: the backoff (20 ms steps) between polls
+      const op = seq('202');
+      const post = seq(`202+to=${redirectTo(op)}`);
+      let started = Date.now();
+      const res = await api.retryFetch(post.url, { method: 'POST', body: 'x' }, { baseDelayMs: 20, factor: 1, jitter: 'none', deadlineMs: 300, followAccepted: true });
+      const ended = Date.now();
+      let took = ended - started;
+      equal(res.status, 202);
+      ok(took <= 350, `the call took ${took} ms with deadlineMs 300`);
+      equal((await res.json()).status, 202, 'the 202 is readable:');
+      await sleep(60);
+      // (a poll in flight when the deadline passed may be logged a moment after the call ended)
+      const polls = await op.log();
+      ok(polls.length >= 5, `${polls.length} polls in 300 ms of 20 ms waits`);
+      deepEqual(polls.filter((r) => r.at > ended + 20).map((r) => r.hit), [], 'polls sent after the call ended:');
+      equal((await post.log()).length, 1);
+
+      // a poll in flight when the deadline passes (the poll URL never answers)
+      const hang = seq('hang');
+      const get = seq(`202+to=${redirectTo(hang)}+ra=0`);
+      started = Date.now();
+      const cut = await api.retryFetch(get.url, undefined, { ...fast, deadlineMs: 300, followAccepted: true });
+      took = Date.now() - started;
+      equal(cut.status, 202, 'a poll cut by the deadline:');
+      ok(took >= 250 && took <= 350, `the call took ${took} ms with deadlineMs 300`);
+      equal((await hang.log()).length, 1);
+
+      // an abort during a poll wait (Retry-After: 10)
+      const never = seq('200');
+      const waiting = seq(`202+to=${redirectTo(never)}+ra=10`);
+      const controller = new AbortController();
+      const reason = new Error('the user left');
+      const call = api.retryFetch(waiting.url, { method: 'POST', body: 'x' }, { ...fast, followAccepted: true, signal: controller.signal });
+      while ((await waiting.log()).length === 0) await sleep(5);
+      await sleep(30);
+      const abortedAt = Date.now();
+      controller.abort(reason);
+      equal(await call.catch((e) => e), reason, 'rejects with the reason:');
+      ok(Date.now() - abortedAt < 200, `rejected ${Date.now() - abortedAt} ms after the abort`);
+      equal((await never.log()).length, 0, 'the poll was sent:');
+    },
+  },
+  {
+    name: 'contract: followAccepted: a GET without a key answered 202 without Location returns the 202 after one request; with a Location it is followed',
+    async run({ api, seq }) {
+      const s = seq('202+ra=0,200');
+      equal((await api.retryFetch(s.url, undefined, { followAccepted: true })).status, 202, 'retryFetch:');
+      const client = api.createRetryFetch({ ...fast, followAccepted: true });
+      equal((await client(s.url)).status, 200, 'the second hit answers 200');
+      equal((await s.log()).length, 2, 'one request per call:');
+      const op = seq('202,200');
+      const get = seq(`202+to=${redirectTo(op)}+ra=0`);
+      const res = await client(get.url);
+      equal(res.status, 200, 'a GET answered 202 + Location:');
+      deepEqual((await op.log()).map((r) => r.method), ['GET', 'GET']);
+      equal((await get.log()).length, 1);
+    },
+  },
+  {
+    name: "contract: followAccepted: a poll's 503 is retried as any 503 is (and counts as an attempt)",
+    async run({ api, seq }) {
+      const op = seq('503,200');
+      const post = seq(`202+to=${redirectTo(op)}+ra=0`);
+      const res = await api.retryFetch(post.url, { method: 'POST', body: 'x' }, { ...fast, followAccepted: true });
+      equal(res.status, 200);
+      deepEqual((await op.log()).map((r) => r.method), ['GET', 'GET']);
+      equal((await post.log()).length, 1);
+      // with maxAttempts: 1 the poll's failure is the one attempt too many: its 503 is returned
+      const op1 = seq('503,200');
+      const post1 = seq(`202+to=${redirectTo(op1)}+ra=0`);
+      const seen = [];
+      const one = await api.retryFetch(post1.url, { method: 'POST', body: 'x' }, { ...fast, maxAttempts: 1, followAccepted: true, onSettled: (i) => seen.push(i.attempts) });
+      equal(one.status, 503);
+      equal((await op1.log()).length, 1);
+      deepEqual(seen, [2], 'onSettled attempts (the POST and the failed poll):');
+    },
+  },
+  {
+    name: 'contract: followAccepted: a custom fetch sends the polls too, given a GET Request and the attempt\'s signal',
+    async run({ api, seq }) {
+      const op = seq('202,200');
+      const post = seq(`202+to=${redirectTo(op)}+ra=0`);
+      const calls = [];
+      const transport = (request, init) => {
+        calls.push([request.method, new URL(request.url).pathname === new URL(op.url).pathname ? 'poll' : 'post', init?.signal instanceof AbortSignal]);
+        return fetch(request, init);
+      };
+      const res = await api.retryFetch(post.url, { method: 'POST', body: 'x' }, { ...fast, timeoutMs: 5_000, followAccepted: true, fetch: transport });
+      equal(res.status, 200);
+      deepEqual(calls, [['POST', 'post', true], ['GET', 'poll', true], ['GET', 'poll', true]]);
+    },
+  },
+  {
+    name: 'contract: followAccepted must be true or false: a TypeError naming it (retryFetch, createRetryFetch, extend); defaults merge',
+    async run({ api, seq }) {
+      const s = seq('202+ra=0,200');
+      for (const value of ['yes', 1, null, {}]) {
+        const err = await rejects(api.retryFetch(s.url, undefined, { followAccepted: value }), `${JSON.stringify(value)} was accepted`);
+        equal(err?.name, 'TypeError', `${JSON.stringify(value)}:`);
+        ok(names(err.message, 'followAccepted'), `${err.message} names followAccepted`);
+      }
+      const made = throws(() => api.createRetryFetch({ followAccepted: 'yes' }), "createRetryFetch({ followAccepted: 'yes' }) was accepted");
+      equal(made?.name, 'TypeError');
+      ok(names(made.message, 'followAccepted'), made.message);
+      const client = api.createRetryFetch({ ...fast, followAccepted: true });
+      const extended = throws(() => client.extend({ followAccepted: 'yes' }), "extend({ followAccepted: 'yes' }) was accepted");
+      equal(extended?.name, 'TypeError');
+      ok(names(extended.message, 'followAccepted'), extended.message);
+      const inInit = await rejects(api.retryFetch(s.url, { followAccepted: true }), 'followAccepted in init was accepted');
+      ok(inInit.message.includes('third argument'), inInit.message);
+      equal((await s.log()).length, 0, 'nothing was sent:');
+      // a client's default, turned off by extend and by a call's own option
+      const op = seq('200');
+      const accepted = seq(`202+to=${redirectTo(op)}+ra=0`);
+      equal((await client.extend({ followAccepted: false })(accepted.url)).status, 202, 'extend({ followAccepted: false }):');
+      equal((await client(accepted.url)).status, 200, 'the client follows its default:');
+      equal((await client(accepted.url, undefined, { followAccepted: false })).status, 202, 'a call can turn it off:');
+      equal((await client.extend({ maxAttempts: 2 })(accepted.url)).status, 200, 'extend keeps the default:');
+      equal((await accepted.log()).length, 4);
+      equal((await op.log()).length, 2, 'polls:');
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

@@ -20,6 +20,8 @@
 //   +delay=<ms>          wait <ms> before answering
 //   +to=<url>            Location: <url> (URL-encoded; e.g. `303+to=<path of another seq>`,
 //                        a redirect that fetch follows; a relative URL resolves against this one)
+//   +opl=<url>           Operation-Location: <url> (URL-encoded; the status monitor a
+//                        `202 Accepted` names, e.g. `202+opl=<path of another seq>`)
 //   +slowbody=<ms>       send the status and headers at once, then a text/plain body in 20
 //                        chunks, one every <ms> (the first at once), so a client can abort
 //                        while it reads the body
@@ -47,6 +49,7 @@ export function parseStep(text) {
     else if (key === 'rl') step.headers.RateLimit = `"default";r=0;t=${value}`;
     else if (key === 'delay') step.delayMs = Number(value);
     else if (key === 'to') step.headers.Location = value;
+    else if (key === 'opl') step.headers['Operation-Location'] = value;
     else if (key === 'slowbody') step.slowBodyMs = Number(value);
   }
   return step;

@@ -39,6 +39,7 @@ const options: RetryOptions = {
   idempotencyKeyFormat: 'sf-string',
   retryHeaders: false,
   maxBufferedBodyBytes: 1 << 20,
+  followAccepted: true,
   shouldRetry: async (ctx: RetryContext) => ctx.attempt < 3 && ctx.reason !== 'timeout',
   onRetry: (info: RetryInfo) => {
     const n: number = info.delayMs;
@@ -149,6 +150,7 @@ async function main(): Promise<void> {
     idempotencyKeyFormat: undefined,
     retryHeaders: undefined,
     maxBufferedBodyBytes: undefined,
+    followAccepted: undefined,
     shouldRetry: undefined,
     onRetry: undefined,
     beforeRetry: undefined,
@@ -224,6 +226,12 @@ async function main(): Promise<void> {
   await retryFetch('/', undefined, { retries: 3 });
   // @ts-expect-error: shouldRetry returns a boolean
   await retryFetch('/', undefined, { shouldRetry: () => 'yes' });
+  // followAccepted is a boolean (off by default), for a call, a client and extend
+  await createRetryFetch({ followAccepted: true }).extend({ followAccepted: false })('/', undefined, { followAccepted: true });
+  // @ts-expect-error: followAccepted is true or false, not a string
+  await retryFetch('/', undefined, { followAccepted: 'yes' });
+  // @ts-expect-error: nor null (the runtime refuses it)
+  await retryFetch('/', undefined, { followAccepted: null });
 }
 void main;
 

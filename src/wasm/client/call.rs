@@ -12,7 +12,9 @@
 //! The loop performs (fetch, timers, signals, hooks, errors) and asks the core for every
 //! decision: the circuit breaker, the throttle's turn, the attempt's time limit, retry or stop
 //! and the wait (`RetryState::decide`), the budget, `Retry-After`, and the deadline again
-//! after the hooks.
+//! after the hooks. Under `followAccepted` a 202 (also one the lean path got) is followed:
+//! `Accepted::next` says where (poll a URL, repeat the keyed request, or stop) and after which
+//! wait; the polls are sent without the guards and count as attempts only when they fail.
 
 use std::cell::{OnceCell, RefCell};
 use std::future::{poll_fn, Future};
@@ -32,6 +34,7 @@ use super::guards::{origin_of, BreakerShared};
 use super::options::Policy;
 use super::request::{body_blob, copy_headers, fix_request, Body, BodyKind, Template};
 use super::signals::CallSignals;
+use crate::core::accepted::{poll_dropped_headers, poll_failed, Accepted, AcceptedAnswer, Follow};
 use crate::core::backoff::Rng;
 use crate::core::breaker::{Admission, BreakerState};
 use crate::core::budget::{RetryBudget, RetryRatio};
@@ -202,9 +205,13 @@ fn settled(
     value: JsValue,
 ) -> JsValue {
     // The global fetch fulfils with a `Response`: its typed `status` getter (no property name
-    // to pass, unlike the loop's duck-typed read of a custom transport's answer).
-    if fulfilled && value.unchecked_ref::<Response>().status() < 400 {
-        return value;
+    // to pass, unlike the loop's duck-typed read of a custom transport's answer). A 202 under
+    // `followAccepted` is followed by the loop (one compare more only for a 202).
+    if fulfilled {
+        let status = value.unchecked_ref::<Response>().status();
+        if status < 400 && (status != 202 || !policy.policy.follow_accepted) {
+            return value;
+        }
     }
     let ended = js_sys::Date::now();
     // A plain GET sent its URL string: the request is made now, and a URL that fetch refuses
@@ -636,13 +643,23 @@ async fn run_loop(
     let mut last: Option<JsValue> = None;
     // Headers `beforeRetry` set, sent on every attempt after it (the key and body stay fixed).
     let mut extra: Option<Headers> = None;
+    // `followAccepted`: the polls after a 202 (made at the first one), and whether the next
+    // send is a poll (not an attempt: no guard, no attempt counted unless it fails).
+    let mut accepted: Option<Accepted> = None;
+    let mut next_is_poll = false;
     loop {
-        let (outcome, attempt_started, ended, timed_out, followed) = match first.take() {
+        // What is sent: the call's request, or (once a 202 named one) a `GET` of the poll URL.
+        let poll_url: Option<String> = accepted
+            .as_ref()
+            .and_then(Accepted::poll_url)
+            .map(String::from);
+        let (outcome, attempt_started, ended, timed_out, followed, poll) = match first.take() {
             Some((outcome, ended)) => {
                 attempts.set(state.start_attempt());
-                (outcome, started, ended, false, false)
+                (outcome, started, ended, false, false, false)
             }
             None => {
+                let poll = std::mem::take(&mut next_is_poll);
                 if let Some(reason) = signals.aborted() {
                     if let Some(r) = &last {
                         discard(r).await;
@@ -654,8 +671,13 @@ async fn run_loop(
                 if state.deadline_passed(js_sys::Date::now()) {
                     return give_up(last, "deadline", &history, deadline());
                 }
-                // The circuit breaker: an open circuit sends nothing.
-                if let Err(wait) = guards.admit(js_sys::Date::now()) {
+                // The circuit breaker: an open circuit sends nothing (a poll is not an attempt:
+                // it neither asks the guards nor waits for the throttle).
+                if let Err(wait) = if poll {
+                    Ok(())
+                } else {
+                    guards.admit(js_sys::Date::now())
+                } {
                     let open = circuit_open_error(guards.origin.get(), wait);
                     // Before any attempt the call's error is the CircuitOpenError itself.
                     return if history.length() == 0 {
@@ -665,7 +687,7 @@ async fn run_loop(
                     };
                 }
                 // The adaptive throttle: wait for this attempt's turn.
-                loop {
+                while !poll {
                     match guards.turn(&state, js_sys::Date::now()) {
                         Turn::Now => break,
                         Turn::Wait(ms) => {
@@ -686,39 +708,69 @@ async fn run_loop(
                         }
                     }
                 }
-                let attempt = state.start_attempt();
-                attempts.set(attempt);
+                let attempt = if poll {
+                    state.attempts()
+                } else {
+                    let attempt = state.start_attempt();
+                    attempts.set(attempt);
+                    attempt
+                };
                 let sent_at = js_sys::Date::now();
-                guards.sent(sent_at, attempt);
+                if !poll {
+                    guards.sent(sent_at, attempt);
+                }
                 let limit = state
                     .attempt_time_limit_ms(p, sent_at)
                     .map(|ms| ms.max(0.0));
+                // The limit is what is left of the deadline (not `timeoutMs`): a poll it cuts
+                // ends the call with the 202 before it.
+                let deadline_limited = limit.is_some() && limit == state.deadline_left_ms(sent_at);
                 let timeout = limit.map_or(JsValue::UNDEFINED, timeout_error);
                 let abort = signals.attempt(limit, &timeout)?;
                 // A non-idempotent request whose redirects the runtime lets us see is followed
                 // here, so that a failure after a redirect is known as one (below).
-                let manual = policy.fetch.is_none()
+                let manual = poll_url.is_none()
+                    && policy.fetch.is_none()
                     && !t.idempotent
                     && follows_redirects(&t.request)
                     && redirects_visible();
                 // `redirect: 'error'`: sent with 'manual', so that meeting a redirect is told
                 // apart from a network error (it is a TypeError, never retried).
-                let refuses = policy.fetch.is_none()
+                let refuses = poll_url.is_none()
+                    && policy.fetch.is_none()
                     && js::get(&t.request, "redirect").as_string().as_deref() == Some("error");
-                let init = attempt_init(
-                    &t,
-                    &body,
-                    abort.signal.as_ref(),
-                    first_at.as_deref().filter(|_| attempt > 1),
-                    attempt,
-                    manual || refuses,
-                    extra.as_ref(),
-                )?;
+                let poll_request;
+                let (input, init): (&JsValue, JsValue) = match &poll_url {
+                    Some(url) => {
+                        let init;
+                        (poll_request, init) = poll_init(
+                            &t,
+                            url,
+                            abort.signal.as_ref(),
+                            extra.as_ref(),
+                            &p.idempotency_header,
+                        )?;
+                        (&poll_request, init)
+                    }
+                    None => {
+                        let init = attempt_init(
+                            &t,
+                            &body,
+                            abort.signal.as_ref(),
+                            // A repeat after a 202 is not a retry.
+                            first_at.as_deref().filter(|_| attempt > 1 && !poll),
+                            attempt,
+                            manual || refuses,
+                            extra.as_ref(),
+                        )?;
+                        (t.request.as_ref(), init)
+                    }
+                };
                 let sent = match &policy.fetch {
-                    None => Ok(global_fetch(&t.request, &init)),
+                    None => Ok(global_fetch(input, &init)),
                     // A transport that throws synchronously failed like one that rejects.
                     Some(f) => f
-                        .call2(&JsValue::UNDEFINED, &t.request, &init)
+                        .call2(&JsValue::UNDEFINED, input, &init)
                         .map(|v| Promise::resolve(&v)),
                 };
                 // The attempt is bounded too, a little after its own time limit: a transport
@@ -750,10 +802,19 @@ async fn run_loop(
                     },
                     Err(e) => Err(e),
                 };
+                let timed_out = gave_up || abort.timed_out();
+                // A poll the deadline cut while in flight: the 202 before it is the answer, as a
+                // wait the deadline ends keeps the last response.
+                if let (true, true, Err(_), Some(before)) =
+                    (poll, timed_out && deadline_limited, &outcome, &last)
+                {
+                    if signals.aborted().is_none() {
+                        return Ok(before.clone());
+                    }
+                }
                 if let Some(r) = last.take() {
                     discard(&r).await;
                 }
-                let timed_out = gave_up || abort.timed_out();
                 if let (true, Ok(r)) = (refuses, &outcome) {
                     let status = js::get(r, "status").as_f64().unwrap_or(0.0);
                     let opaque =
@@ -771,7 +832,14 @@ async fn run_loop(
                     Err(_) if timed_out => Err(timeout),
                     other => other,
                 };
-                (outcome, sent_at, js_sys::Date::now(), timed_out, followed)
+                (
+                    outcome,
+                    sent_at,
+                    js_sys::Date::now(),
+                    timed_out,
+                    followed,
+                    poll,
+                )
             }
         };
 
@@ -797,13 +865,24 @@ async fn run_loop(
             Err(e) if timed_out => (Outcome::Timeout, None, e.clone()),
             Err(e) => (Outcome::NetworkError, None, e.clone()),
         };
-        guards.settle(
-            &policy,
-            outcome_kind,
-            attempt_started,
-            ended,
-            state.attempts(),
-        );
+        // What was sent: a `GET` poll (idempotent, no key) or the call's own request.
+        let idempotent = poll_url.is_some() || t.idempotent;
+        let has_key = poll_url.is_none() && key.is_some();
+        // A poll is not an attempt, unless it failed: then it is one, retried as any is.
+        let counted = !poll || poll_failed(p, outcome_kind, idempotent, has_key);
+        if poll && counted {
+            attempts.set(state.start_attempt());
+        }
+        if counted {
+            guards.settle(
+                &policy,
+                outcome_kind,
+                attempt_started,
+                ended,
+                // A failed poll was not sent as a retry: not an accepted retry either.
+                if poll { 1 } else { state.attempts() },
+            );
+        }
 
         let record = Object::new();
         js::set(
@@ -821,8 +900,61 @@ async fn run_loop(
             Outcome::Status(s) => js::set(&record, "status", &JsValue::from_f64(s as f64)),
             _ => js::set(&record, "error", &error),
         }
-        history.push(&record);
+        if counted {
+            history.push(&record);
+        }
 
+        // A redirect means the server took the request: for a non-idempotent one, whatever
+        // happened after it (the target's answer, a failure on the way to it) is final.
+        let redirected = followed
+            || response
+                .as_ref()
+                .is_some_and(|r| js::get(r, "redirected").as_bool() == Some(true));
+        // `followAccepted`: a 202 is followed (the core decides where and after which wait),
+        // not returned; nothing of this runs for a call without the option.
+        if let (true, Outcome::Status(202), Some(r)) = (p.follow_accepted, outcome_kind, &response)
+        {
+            let sent_url = poll_url.clone().unwrap_or_else(|| t.request.url());
+            let base = js::get(r, "url")
+                .as_string()
+                .filter(|u| !u.is_empty())
+                .unwrap_or(sent_url);
+            let resolve = |name: &str| {
+                header(r, name)
+                    .and_then(|v| web_sys::Url::new_with_base(&v, &base).ok())
+                    .map(|u| u.href())
+            };
+            let (operation_location, location) =
+                (resolve("operation-location"), resolve("location"));
+            let retry_after = header(r, "retry-after");
+            let answer = AcceptedAnswer {
+                operation_location: operation_location.as_deref(),
+                location: location.as_deref(),
+                retry_after: retry_after.as_deref(),
+                has_key,
+                replayable,
+                idempotent,
+                redirected,
+            };
+            let follow = accepted.get_or_insert_with(|| Accepted::new(p)).next(
+                p,
+                &state,
+                &answer,
+                js_sys::Date::now(),
+                &mut MathRandom,
+            );
+            let delay = match follow {
+                Follow::Poll { delay_ms, .. } | Follow::Repeat { delay_ms, .. } => delay_ms as f64,
+                // Nothing to poll, or no time left: the 202 is the answer.
+                Follow::Stop(_) => return Ok(r.clone()),
+            };
+            // The 202 is kept through the wait (the answer if the deadline passes meanwhile);
+            // an abort discards it and is the call's error.
+            wait_keeping(&mut signals, delay, Some(r)).await?;
+            last = response;
+            next_is_poll = true;
+            continue;
+        }
         let finish = |reason: &str| match &response {
             Some(r) => Ok(r.clone()),
             None => Err(retry_error(reason, &history, &error)),
@@ -838,18 +970,12 @@ async fn run_loop(
             ),
             _ => None,
         };
-        // A redirect means the server took the request: for a non-idempotent one, whatever
-        // happened after it (the target's answer, a failure on the way to it) is final.
-        let redirected = followed
-            || response
-                .as_ref()
-                .is_some_and(|r| js::get(r, "redirected").as_bool() == Some(true));
         let report = AttemptOutcome {
             outcome: outcome_kind,
-            idempotent: t.idempotent,
-            has_key: key.is_some(),
+            idempotent,
+            has_key,
             server_delay_ms: server_delay,
-            replayable,
+            replayable: poll_url.is_some() || replayable,
             budget_allows_retry: guards.budget_allows_retry(now),
             redirected,
         };
@@ -1180,6 +1306,40 @@ async fn abandon(response: Option<&JsValue>, reason: JsValue) -> Result<JsValue,
         discard(r).await;
     }
     Err(reason)
+}
+
+/// A `GET` poll of `url` after a `202 Accepted`, as a transport is called for any attempt,
+/// `(request, init)`: a `Request` with the call's headers (and those `beforeRetry` set) but
+/// those the core drops (the body's, the key's; `Authorization` and `Cookie` for another
+/// origin) and its credentials mode; `init` has the attempt's signal (the call's request's
+/// own when the attempt has none: the poll is not that request). Redirects are followed by
+/// fetch, so a `303 See Other` to the result gives the result.
+fn poll_init(
+    t: &Template,
+    url: &str,
+    signal: Option<&JsValue>,
+    extra: Option<&Headers>,
+    key_header: &str,
+) -> Result<(JsValue, JsValue), JsValue> {
+    let headers = Headers::new_with_headers(&t.request.headers())?;
+    if let Some(extra) = extra {
+        copy_headers(extra, &headers, false)?;
+    }
+    let same_origin = origin_of(&t.request.url()) == origin_of(url);
+    for name in poll_dropped_headers(key_header, same_origin) {
+        let _ = headers.delete(name);
+    }
+    let fields = Object::new();
+    js::set(&fields, "method", &JsValue::from_str("GET"));
+    js::set(&fields, "headers", &headers);
+    js::set(&fields, "credentials", &js::get(&t.request, "credentials"));
+    let request = fix_request(&JsValue::from_str(url), &fields)?;
+    let init = Object::new();
+    match signal {
+        Some(s) => js::set(&init, "signal", s),
+        None => js::set(&init, "signal", &t.request.signal()),
+    }
+    Ok((request.into(), init.into()))
 }
 
 /// The `init` of one attempt (`undefined` when the request goes as it is): its signal, the

@@ -142,6 +142,7 @@ struct RawOptions {
     idempotency_key_format: Option<KeyFormatName>,
     retry_headers: Option<bool>,
     max_buffered_body_bytes: Option<f64>,
+    follow_accepted: Option<bool>,
     #[serde(with = "serde_wasm_bindgen::preserve")]
     signal: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
@@ -333,6 +334,9 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     if let Some(n) = raw.max_buffered_body_bytes {
         p.max_buffered_body_bytes =
             validate::body_limit(n).map_err(|e| option_error(e, &value("maxBufferedBodyBytes")))?;
+    }
+    if let Some(b) = raw.follow_accepted {
+        p.follow_accepted = b;
     }
     if !raw.signal.is_undefined() {
         if !is_abort_signal(&raw.signal) {

@@ -1,0 +1,603 @@
+//! Following `202 Accepted` to the final answer (option `followAccepted`).
+//!
+//! A server that takes long work answers `202 Accepted` and says where to look:
+//!
+//! 1. `Operation-Location` (preferred, the status monitor of Azure and Microsoft's REST
+//!    guidelines) or `Location`: the call polls that URL with `GET` until it answers
+//!    something other than 202. A later 202 with its own header moves the poll there; one
+//!    without keeps polling the same URL.
+//! 2. No such header, on a request that carries an idempotency key (ours or the caller's) and
+//!    whose body can be sent again: the call repeats the request, same key, same bytes (the
+//!    IETF Idempotency-Key draft's server answers a repeat with the stored result once there
+//!    is one).
+//! 3. Neither: the 202 is the answer (nothing to poll).
+//!
+//! The wait before each poll (or repeat) is the 202's `Retry-After`, clamped to
+//! `maxRetryAfterMs` and to what `setTimeout` accepts (not refused: a server saying "later"
+//! is not a failure), or, without one (or with `respectRetryAfter: false`), the backoff
+//! delay of the same number, on a schedule of the polls' own (the first poll waits the first
+//! backoff step). A wait that would not end before the deadline is not started: the 202 is
+//! the answer, as for retries.
+//!
+//! Polls are not attempts: they use neither `maxAttempts` nor the guards' bookkeeping of
+//! failures. A poll that fails ([`poll_failed`]: a network error, a timeout, a status the
+//! policy retries) is one, and is retried under the normal rules.
+//!
+//! Everything here is pure: URLs arrive resolved (the shell resolves a header against the
+//! 202's URL with the platform's URL parser), time as ms numbers, randomness as an [`Rng`].
+
+use super::backoff::{clamp_ms, Backoff, Rng};
+use super::classify::{classify, unfetchable, Outcome, Verdict};
+use super::decide::RetryState;
+use super::options::RetryPolicy;
+use super::retry_after::parse_retry_after;
+
+/// What the shell read from one `202 Accepted`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AcceptedAnswer<'a> {
+    /// `Operation-Location`, resolved against the 202's URL; `None` when absent or not a URL.
+    pub operation_location: Option<&'a str>,
+    /// `Location`, resolved against the 202's URL; `None` when absent or not a URL.
+    pub location: Option<&'a str>,
+    /// The raw `Retry-After` value, if any.
+    pub retry_after: Option<&'a str>,
+    /// The request that got the 202 carries an idempotency key.
+    pub has_key: bool,
+    /// Its body can be sent again (not a stream above the buffering limit, not one-shot).
+    pub replayable: bool,
+    /// Its method is idempotent (RFC 9110).
+    pub idempotent: bool,
+    /// The 202 ends a redirect: for a non-idempotent request the server took it, and it is
+    /// never sent again (the rule of [`super::decide`]), so it is not repeated either.
+    pub redirected: bool,
+}
+
+/// Why a 202 is the call's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcceptedStop {
+    /// No `Operation-Location` or `Location` to poll, and no key to repeat the request with.
+    NothingToPoll,
+    /// The wait before the next poll would not end before the deadline.
+    Deadline,
+}
+
+/// What follows a `202 Accepted`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// Wait `delay_ms`, then `GET` this URL.
+    Poll {
+        /// The URL to poll (absolute).
+        url: String,
+        /// The wait, in whole ms within `0..=2147483647`.
+        delay_ms: u64,
+        /// True when the wait came from the 202's `Retry-After`.
+        from_server: bool,
+    },
+    /// Wait `delay_ms`, then send the request again, same key, same body.
+    Repeat {
+        /// The wait, in whole ms within `0..=2147483647`.
+        delay_ms: u64,
+        /// True when the wait came from the 202's `Retry-After`.
+        from_server: bool,
+    },
+    /// The 202 is the answer.
+    Stop(AcceptedStop),
+}
+
+/// Following the 202s of one call: where the polls go, and their own backoff schedule.
+#[derive(Clone, Debug)]
+pub struct Accepted {
+    backoff: Backoff,
+    polls: u32,
+    poll_url: Option<String>,
+}
+
+/// Is `url` one fetch can send to (a poll URL of another scheme, or a bad port, is ignored)?
+fn pollable(url: &Option<&str>) -> bool {
+    url.is_some_and(|u| !u.is_empty() && unfetchable(u).is_none())
+}
+
+impl Accepted {
+    /// The state of a call that met its first 202.
+    pub fn new(policy: &RetryPolicy) -> Self {
+        Accepted {
+            backoff: Backoff::new(policy),
+            polls: 0,
+            poll_url: None,
+        }
+    }
+
+    /// Polls (and repeats) decided so far.
+    pub fn polls(&self) -> u32 {
+        self.polls
+    }
+
+    /// The URL the polls go to, once a 202 named one; `None` before, and while the request
+    /// is repeated instead. A failed poll is retried there too.
+    pub fn poll_url(&self) -> Option<&str> {
+        self.poll_url.as_deref()
+    }
+
+    /// What follows a 202 read as `answer` at `now_ms`, in a call whose retry state (for the
+    /// deadline) is `state`.
+    pub fn next<R: Rng + ?Sized>(
+        &mut self,
+        policy: &RetryPolicy,
+        state: &RetryState,
+        answer: &AcceptedAnswer<'_>,
+        now_ms: f64,
+        rng: &mut R,
+    ) -> Follow {
+        let named = if pollable(&answer.operation_location) {
+            answer.operation_location
+        } else if pollable(&answer.location) {
+            answer.location
+        } else {
+            None
+        };
+        if let Some(url) = named {
+            self.poll_url = Some(url.to_string());
+        }
+        let repeat = self.poll_url.is_none();
+        if repeat
+            && !(answer.has_key && answer.replayable && (answer.idempotent || !answer.redirected))
+        {
+            return Follow::Stop(AcceptedStop::NothingToPoll);
+        }
+        self.polls = self.polls.saturating_add(1);
+        let asked = answer
+            .retry_after
+            .filter(|_| policy.respect_retry_after)
+            .and_then(|v| parse_retry_after(v, now_ms));
+        let (delay_ms, from_server) = match asked {
+            Some(ms) => {
+                let d = clamp_ms(ms.min(policy.retry_after_cap_ms()).ceil()) as u64;
+                self.backoff.note_external_delay(d);
+                (d, true)
+            }
+            None => (self.backoff.next_delay(rng), false),
+        };
+        if !state.wait_fits(now_ms, delay_ms as f64) {
+            return Follow::Stop(AcceptedStop::Deadline);
+        }
+        match &self.poll_url {
+            Some(url) if !repeat => Follow::Poll {
+                url: url.clone(),
+                delay_ms,
+                from_server,
+            },
+            _ => Follow::Repeat {
+                delay_ms,
+                from_server,
+            },
+        }
+    }
+}
+
+/// Is a poll's outcome a failure (so it counts as an attempt and is retried under the normal
+/// rules)? A network error, a timeout, a status the policy retries; not a 202, not a final
+/// answer. `idempotent` and `has_key` describe what the poll sent (a `GET` poll is idempotent;
+/// a repeat is the call's own request).
+pub fn poll_failed(
+    policy: &RetryPolicy,
+    outcome: Outcome,
+    idempotent: bool,
+    has_key: bool,
+) -> bool {
+    classify(policy, outcome, idempotent, has_key) != Verdict::Final
+}
+
+/// The headers the request carried that a `GET` poll does not send: the request-body headers
+/// (`Content-Type`, `Content-Length`, and the Fetch Standard's other request-body header
+/// names, which fetch drops too when a redirect turns a request into a `GET`), the
+/// idempotency key's header (a poll is a read, not the operation again), and, when the poll
+/// URL is of another origin than the request, `Authorization` and `Cookie` (as fetch drops
+/// `Authorization` on a cross-origin redirect).
+pub fn poll_dropped_headers(key_header: &str, same_origin: bool) -> Vec<&str> {
+    let mut names = vec![
+        "content-type",
+        "content-length",
+        "content-encoding",
+        "content-language",
+        "content-location",
+        key_header,
+    ];
+    if !same_origin {
+        names.extend(["authorization", "cookie"]);
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::backoff::SplitMix64;
+    use crate::core::options::Jitter;
+
+    /// An injected RNG that always gives the same sample.
+    struct Fixed(f64);
+    impl Rng for Fixed {
+        fn next_f64(&mut self) -> f64 {
+            self.0
+        }
+    }
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            jitter: Jitter::None,
+            follow_accepted: true,
+            ..RetryPolicy::default()
+        }
+    }
+
+    fn keyed_post() -> AcceptedAnswer<'static> {
+        AcceptedAnswer {
+            has_key: true,
+            replayable: true,
+            ..AcceptedAnswer::default()
+        }
+    }
+
+    fn poll(url: &str, delay_ms: u64, from_server: bool) -> Follow {
+        Follow::Poll {
+            url: url.into(),
+            delay_ms,
+            from_server,
+        }
+    }
+
+    #[test]
+    fn follow_accepted_is_off_by_default() {
+        assert!(!RetryPolicy::default().follow_accepted);
+    }
+
+    #[test]
+    fn operation_location_wins_over_location() {
+        let p = policy();
+        let state = RetryState::new(&p, 0.0);
+        let mut a = Accepted::new(&p);
+        let answer = AcceptedAnswer {
+            operation_location: Some("https://api.example/operations/7"),
+            location: Some("https://api.example/orders/7"),
+            ..keyed_post()
+        };
+        assert_eq!(
+            a.next(&p, &state, &answer, 0.0, &mut Fixed(0.5)),
+            poll("https://api.example/operations/7", 500, false)
+        );
+        assert_eq!(a.poll_url(), Some("https://api.example/operations/7"));
+        // Location alone is polled too.
+        let mut b = Accepted::new(&p);
+        let answer = AcceptedAnswer {
+            location: Some("https://api.example/orders/7"),
+            ..AcceptedAnswer::default()
+        };
+        assert_eq!(
+            b.next(&p, &state, &answer, 0.0, &mut Fixed(0.5)),
+            poll("https://api.example/orders/7", 500, false)
+        );
+    }
+
+    #[test]
+    fn an_unusable_operation_location_falls_back_to_location() {
+        let p = policy();
+        let state = RetryState::new(&p, 0.0);
+        for bad in [
+            None,
+            Some(""),
+            Some("ftp://api.example/op"),
+            Some("http://api.example:6000/op"),
+        ] {
+            let mut a = Accepted::new(&p);
+            let answer = AcceptedAnswer {
+                operation_location: bad,
+                location: Some("https://api.example/orders/7"),
+                ..AcceptedAnswer::default()
+            };
+            assert_eq!(
+                a.next(&p, &state, &answer, 0.0, &mut Fixed(0.0)),
+                poll("https://api.example/orders/7", 500, false),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn without_a_location_a_keyed_request_is_repeated_and_any_other_202_is_the_answer() {
+        let p = policy();
+        let state = RetryState::new(&p, 0.0);
+        assert_eq!(
+            Accepted::new(&p).next(&p, &state, &keyed_post(), 0.0, &mut Fixed(0.0)),
+            Follow::Repeat {
+                delay_ms: 500,
+                from_server: false
+            }
+        );
+        // No key (a GET, or a POST with keys off): nothing to poll.
+        for answer in [
+            AcceptedAnswer {
+                idempotent: true,
+                replayable: true,
+                ..AcceptedAnswer::default()
+            },
+            AcceptedAnswer {
+                replayable: true,
+                ..AcceptedAnswer::default()
+            },
+            // A body that cannot be sent again.
+            AcceptedAnswer {
+                replayable: false,
+                ..keyed_post()
+            },
+            // A non-idempotent request that was redirected is never sent again.
+            AcceptedAnswer {
+                redirected: true,
+                ..keyed_post()
+            },
+        ] {
+            let mut a = Accepted::new(&p);
+            assert_eq!(
+                a.next(&p, &state, &answer, 0.0, &mut Fixed(0.0)),
+                Follow::Stop(AcceptedStop::NothingToPoll),
+                "{answer:?}"
+            );
+            assert_eq!(a.polls(), 0);
+        }
+        // A keyed idempotent request that was redirected may be repeated.
+        let answer = AcceptedAnswer {
+            idempotent: true,
+            redirected: true,
+            ..keyed_post()
+        };
+        assert!(matches!(
+            Accepted::new(&p).next(&p, &state, &answer, 0.0, &mut Fixed(0.0)),
+            Follow::Repeat { .. }
+        ));
+    }
+
+    #[test]
+    fn a_later_202_moves_the_poll_or_keeps_it() {
+        let p = policy();
+        let state = RetryState::new(&p, 0.0);
+        let mut a = Accepted::new(&p);
+        let first = AcceptedAnswer {
+            location: Some("https://api.example/op/1"),
+            ..keyed_post()
+        };
+        assert!(matches!(
+            a.next(&p, &state, &first, 0.0, &mut Fixed(0.0)),
+            Follow::Poll { .. }
+        ));
+        // The poll's own 202 without a header: the same URL (never back to repeating).
+        let plain = AcceptedAnswer {
+            idempotent: true,
+            replayable: true,
+            ..AcceptedAnswer::default()
+        };
+        assert_eq!(
+            a.next(&p, &state, &plain, 0.0, &mut Fixed(0.0)),
+            poll("https://api.example/op/1", 1000, false)
+        );
+        // One with its own header moves the poll there.
+        let moved = AcceptedAnswer {
+            operation_location: Some("https://status.example/op/1"),
+            ..plain
+        };
+        assert_eq!(
+            a.next(&p, &state, &moved, 0.0, &mut Fixed(0.0)),
+            poll("https://status.example/op/1", 2000, false)
+        );
+        assert_eq!(a.polls(), 3);
+        // A repeated request whose 202 names a URL starts polling it.
+        let mut r = Accepted::new(&p);
+        assert!(matches!(
+            r.next(&p, &state, &keyed_post(), 0.0, &mut Fixed(0.0)),
+            Follow::Repeat { .. }
+        ));
+        assert_eq!(
+            r.next(&p, &state, &first, 0.0, &mut Fixed(0.0)),
+            poll("https://api.example/op/1", 1000, false)
+        );
+    }
+
+    #[test]
+    fn the_wait_is_retry_after_else_the_backoff_step_of_the_poll_number() {
+        let p = RetryPolicy {
+            jitter: Jitter::Full,
+            ..policy()
+        };
+        let state = RetryState::new(&p, 0.0);
+        let mut a = Accepted::new(&p);
+        let with = |ra: &'static str| AcceptedAnswer {
+            location: Some("https://api.example/op"),
+            retry_after: Some(ra),
+            ..AcceptedAnswer::default()
+        };
+        let without = AcceptedAnswer {
+            location: Some("https://api.example/op"),
+            ..AcceptedAnswer::default()
+        };
+        let mut rng = Fixed(0.5);
+        // Retry-After in seconds: exactly that, no jitter.
+        assert_eq!(
+            a.next(&p, &state, &with("2"), 0.0, &mut rng),
+            poll("https://api.example/op", 2000, true)
+        );
+        // None: full jitter over the 2nd backoff step (1000 ms), as the retries' schedule.
+        assert_eq!(
+            a.next(&p, &state, &without, 0.0, &mut rng),
+            poll("https://api.example/op", 500, false)
+        );
+        // A malformed value falls back to the backoff (3rd step: 2000 ms, half of it).
+        assert_eq!(
+            a.next(&p, &state, &with("soon"), 0.0, &mut rng),
+            poll("https://api.example/op", 1000, false)
+        );
+        // An HTTP-date: what is left until it, from `now` (the clock is injected).
+        let date = with("Thu, 01 Jan 1970 00:00:05 GMT");
+        assert_eq!(
+            a.next(&p, &state, &date, 1_500.0, &mut rng),
+            poll("https://api.example/op", 3500, true)
+        );
+        // A past date means now.
+        assert_eq!(
+            a.next(&p, &state, &date, 9_000.0, &mut rng),
+            poll("https://api.example/op", 0, true)
+        );
+    }
+
+    #[test]
+    fn the_first_poll_waits_the_first_backoff_step_whatever_the_retries_did() {
+        let p = policy();
+        // The call's retries already used two steps: the polls' schedule is their own.
+        let mut state = RetryState::new(&p, 0.0);
+        state.start_attempt();
+        let mut rng = SplitMix64::new(1);
+        let answer = AcceptedAnswer {
+            location: Some("https://api.example/op"),
+            ..AcceptedAnswer::default()
+        };
+        let delays: Vec<u64> = {
+            let mut a = Accepted::new(&p);
+            (0..4)
+                .map(|_| match a.next(&p, &state, &answer, 0.0, &mut rng) {
+                    Follow::Poll { delay_ms, .. } => delay_ms,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        assert_eq!(delays, [500, 1000, 2000, 4000]);
+    }
+
+    #[test]
+    fn retry_after_is_clamped_not_refused() {
+        let p = policy(); // maxRetryAfterMs: maxDelayMs, 30 s
+        let state = RetryState::new(&p, 0.0);
+        let answer = AcceptedAnswer {
+            location: Some("https://api.example/op"),
+            retry_after: Some("3600"),
+            ..AcceptedAnswer::default()
+        };
+        assert_eq!(
+            Accepted::new(&p).next(&p, &state, &answer, 0.0, &mut Fixed(0.0)),
+            poll("https://api.example/op", 30_000, true)
+        );
+        let p = RetryPolicy {
+            max_retry_after_ms: Some(45_000.0),
+            ..policy()
+        };
+        assert_eq!(
+            Accepted::new(&p).next(&p, &state, &answer, 0.0, &mut Fixed(0.0)),
+            poll("https://api.example/op", 45_000, true)
+        );
+        // What setTimeout accepts, whatever the value.
+        let p = RetryPolicy {
+            max_retry_after_ms: Some(f64::MAX),
+            max_delay_ms: f64::MAX,
+            ..policy()
+        };
+        let huge = AcceptedAnswer {
+            retry_after: Some("99999999999999999999999"),
+            ..answer
+        };
+        assert_eq!(
+            Accepted::new(&p).next(&p, &state, &huge, 0.0, &mut Fixed(0.0)),
+            poll("https://api.example/op", 2_147_483_647, true)
+        );
+    }
+
+    #[test]
+    fn respect_retry_after_false_uses_the_backoff() {
+        let p = RetryPolicy {
+            respect_retry_after: false,
+            ..policy()
+        };
+        let state = RetryState::new(&p, 0.0);
+        let answer = AcceptedAnswer {
+            location: Some("https://api.example/op"),
+            retry_after: Some("0"),
+            ..AcceptedAnswer::default()
+        };
+        assert_eq!(
+            Accepted::new(&p).next(&p, &state, &answer, 0.0, &mut Fixed(0.0)),
+            poll("https://api.example/op", 500, false)
+        );
+    }
+
+    #[test]
+    fn a_wait_that_would_not_end_before_the_deadline_is_not_started() {
+        let p = RetryPolicy {
+            deadline_ms: Some(1_000.0),
+            ..policy()
+        };
+        let state = RetryState::new(&p, 0.0);
+        let answer = AcceptedAnswer {
+            location: Some("https://api.example/op"),
+            retry_after: Some("1"),
+            ..AcceptedAnswer::default()
+        };
+        // 1000 ms from 0 ends at the deadline: not started.
+        assert_eq!(
+            Accepted::new(&p).next(&p, &state, &answer, 0.0, &mut Fixed(0.0)),
+            Follow::Stop(AcceptedStop::Deadline)
+        );
+        let soon = AcceptedAnswer {
+            retry_after: Some("0"),
+            ..answer
+        };
+        assert!(matches!(
+            Accepted::new(&p).next(&p, &state, &soon, 999.0, &mut Fixed(0.0)),
+            Follow::Poll { delay_ms: 0, .. }
+        ));
+        assert_eq!(
+            Accepted::new(&p).next(&p, &state, &soon, 1_000.0, &mut Fixed(0.0)),
+            Follow::Stop(AcceptedStop::Deadline)
+        );
+        // Polls do not use maxAttempts: a call of one attempt still follows.
+        let one = RetryPolicy {
+            max_attempts: 1,
+            ..policy()
+        };
+        let mut state = RetryState::new(&one, 0.0);
+        state.start_attempt();
+        let mut a = Accepted::new(&one);
+        for _ in 0..10 {
+            assert!(matches!(
+                a.next(&one, &state, &soon, 0.0, &mut Fixed(0.0)),
+                Follow::Poll { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn a_poll_fails_as_an_attempt_would() {
+        let p = policy();
+        for (outcome, failed) in [
+            (Outcome::Status(202), false),
+            (Outcome::Status(200), false),
+            (Outcome::Status(404), false),
+            (Outcome::Status(503), true),
+            (Outcome::Status(429), true),
+            (Outcome::NetworkError, true),
+            (Outcome::Timeout, true),
+        ] {
+            assert_eq!(poll_failed(&p, outcome, true, false), failed, "{outcome:?}");
+        }
+        // A keyed repeat's 409 ("still in progress") is a failure, as for its retries.
+        assert!(poll_failed(&p, Outcome::Status(409), false, true));
+        assert!(!poll_failed(&p, Outcome::Status(409), true, false));
+    }
+
+    #[test]
+    fn what_a_poll_does_not_send() {
+        let same = poll_dropped_headers("Idempotency-Key", true);
+        for name in ["content-type", "content-length", "Idempotency-Key"] {
+            assert!(same.contains(&name), "{name}");
+        }
+        assert!(!same.contains(&"authorization") && !same.contains(&"cookie"));
+        let other = poll_dropped_headers("X-Key", false);
+        for name in ["authorization", "cookie", "X-Key", "content-type"] {
+            assert!(other.contains(&name), "{name}");
+        }
+    }
+}
