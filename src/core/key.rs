@@ -47,14 +47,29 @@ pub fn uuid_v4(bytes: [u8; 16]) -> String {
 pub fn uuid(mut bytes: [u8; 16], version: u8) -> String {
     bytes[6] = (bytes[6] & 0x0f) | (version << 4);
     bytes[8] = (bytes[8] & 0x3f) | 0x80; // variant 10xx
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = hex(&bytes);
     let mut out = String::with_capacity(36);
-    for (i, b) in bytes.iter().enumerate() {
+    for (i, pair) in digits.as_bytes().chunks(2).enumerate() {
         if matches!(i, 4 | 6 | 8 | 10) {
             out.push('-');
         }
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 0x0f)] as char);
+        out.extend(pair.iter().map(|&c| char::from(c)));
+    }
+    out
+}
+
+/// `bytes` as lower-case hex digits, two per byte.
+///
+/// ```
+/// use retry_fetch::core::key::hex;
+/// assert_eq!(hex(&[0x0f, 0xa0]), "0fa0");
+/// ```
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
     out
 }

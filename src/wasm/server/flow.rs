@@ -107,7 +107,7 @@ pub async fn claim(
             return Ok(Claim::Held);
         };
         let record = StoredRecord::read(&found).map_err(|e| ClaimError::Store(e, "acquire"))?;
-        let action = idem::decide(
+        let action = idem::claim_action(
             record
                 .decision(&found)
                 .map_err(|e| ClaimError::Store(e, "acquire"))?,

@@ -41,10 +41,7 @@ fn instance() -> Rc<str> {
                 let mut bytes = [0u8; 6];
                 let _ = getrandom::fill(&mut bytes);
                 let mut name = String::from("instance-");
-                for b in bytes {
-                    name.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
-                    name.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
-                }
+                name.push_str(&crate::core::key::hex(&bytes));
                 name.into()
             })
             .clone()

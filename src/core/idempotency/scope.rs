@@ -1,0 +1,139 @@
+//! What a key is stored under: the request fingerprint (method, path and query, SHA-256 of
+//! the body), the store key (an HMAC of the caller's identity, keyed with the secret, and the
+//! key), the secret's rule, and the keys a handler derives for its downstream calls.
+
+use sha2::{Digest, Sha256};
+
+use crate::core::key::hex;
+use crate::core::options::OptionError;
+
+/// SHA-256 of `bytes`, as 64 lower-case hex digits.
+///
+/// ```
+/// use retry_fetch::core::idempotency::sha256_hex;
+/// assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+/// ```
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// The request fingerprint: what must be the same for a repeat to count as the same request
+/// (the IETF draft: "a different request payload" with the same key is a 422).
+///
+/// It is the SHA-256, as 64 hex digits, of `method`, a NUL, `path_and_query` (the URL's path
+/// and query, e.g. `/payments?currency=EUR`; not the host, so every instance behind a load
+/// balancer computes the same value), a NUL and the SHA-256 of the body bytes. Neither the
+/// method (an HTTP token) nor an URL path contains a NUL, so the parts cannot run into each
+/// other. Headers are not part of it: a retry may legitimately differ in e.g.
+/// `X-Retry-Count`.
+pub fn fingerprint(method: &str, path_and_query: &str, body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(method.as_bytes());
+    h.update([0]);
+    h.update(path_and_query.as_bytes());
+    h.update([0]);
+    h.update(Sha256::digest(body));
+    hex(&h.finalize())
+}
+
+/// The key under which a request's record is stored: the idempotency key scoped by the
+/// caller's identity (the IETF draft's composite key; a unique `(idempotency_key, user_id)`
+/// pair), so two users who happen to send the same key never see each other's responses.
+///
+/// - with an identity: the HMAC-SHA-256 of the identity keyed with `secret` (64 hex digits),
+///   `:`, the key. A keyed hash, so that what the store holds cannot be turned back into the
+///   credential (an API token, a Basic-auth password) by hashing guesses: without the secret a
+///   dictionary gets nowhere. Every instance that shares the store must use the same secret
+///   (the store keeps one, or the `secret` option gives it);
+/// - without one (`None` or an empty string): `-:` and the key (no secret needed).
+///
+/// A hex digest never contains `-`, so the two forms cannot collide.
+///
+/// ```
+/// use retry_fetch::core::idempotency::store_key;
+/// assert_eq!(store_key(b"s", None, "k1"), "-:k1");
+/// let alice = store_key(b"secret-1", Some("alice"), "k1");
+/// assert_eq!(alice.len(), 64 + 3);
+/// assert_ne!(alice, store_key(b"secret-2", Some("alice"), "k1"));
+/// ```
+pub fn store_key(secret: &[u8], identity: Option<&str>, key: &str) -> String {
+    match identity {
+        Some(id) if !id.is_empty() => {
+            use hmac::{Mac, SimpleHmac};
+            // HMAC accepts a key of any length: new_from_slice cannot fail.
+            let mut out = match SimpleHmac::<Sha256>::new_from_slice(secret) {
+                Ok(mut mac) => {
+                    mac.update(id.as_bytes());
+                    hex(&mac.finalize().into_bytes())
+                }
+                Err(_) => sha256_hex(id.as_bytes()),
+            };
+            out.push(':');
+            out.push_str(key);
+            out
+        }
+        _ => {
+            let mut out = String::with_capacity(key.len() + 2);
+            out.push_str("-:");
+            out.push_str(key);
+            out
+        }
+    }
+}
+
+/// The shortest `secret` accepted, in characters.
+pub const MIN_SECRET_LEN: usize = 16;
+
+/// The rule for a secret, which the messages below share.
+macro_rules! secret_rule {
+    () => {
+        "a string of at least 16 characters that every instance sharing the store uses"
+    };
+}
+
+/// What `secret` (and what a store's `secret()` returns) must be.
+pub const SECRET_EXPECTED: &str = concat!(
+    secret_rule!(),
+    " (e.g. 64 random hex digits from your secret manager)"
+);
+
+/// What `secret` must be when the store keeps none (it has no `secret()`).
+pub const SECRET_MISSING_EXPECTED: &str =
+    concat!(secret_rule!(), ": this store has no secret() to keep one");
+
+/// `secret`: the key of the HMAC that scopes store keys ([`store_key`]); at least
+/// [`MIN_SECRET_LEN`] characters.
+pub fn secret(v: &str) -> Result<&str, OptionError> {
+    if v.chars().count() >= MIN_SECRET_LEN {
+        Ok(v)
+    } else {
+        Err(OptionError::new("secret", SECRET_EXPECTED))
+    }
+}
+
+/// A key for one downstream call, derived from the request's store key (scope and key) and a
+/// name of the caller's choice (`ctx.keyFor('charge')`): the same inputs give the same key on
+/// every retry and every instance, different names or scopes give different keys. It is a
+/// UUID (version 8, RFC 9562) made of the SHA-256 of `store_key`, a NUL and `name`, so any
+/// API that takes UUID keys (Stripe takes up to 255 characters) takes it.
+///
+/// ```
+/// use retry_fetch::core::idempotency::derived_key;
+/// let a = derived_key("-:k1", "charge");
+/// assert_eq!(a.len(), 36);
+/// assert_eq!(a, derived_key("-:k1", "charge"));
+/// assert_ne!(a, derived_key("-:k1", "refund"));
+/// assert_ne!(a, derived_key("-:k2", "charge"));
+/// assert_eq!(&a[14..15], "8");
+/// ```
+pub fn derived_key(store_key: &str, name: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"retry-fetch keyFor\0");
+    h.update(store_key.as_bytes());
+    h.update([0]);
+    h.update(name.as_bytes());
+    let digest = h.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    crate::core::key::uuid(bytes, 8)
+}
