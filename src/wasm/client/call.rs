@@ -37,7 +37,7 @@ use super::signals::CallSignals;
 use crate::core::accepted::{poll_dropped_headers, poll_failed, Accepted, AcceptedAnswer, Follow};
 use crate::core::backoff::Rng;
 use crate::core::breaker::{Admission, BreakerState};
-use crate::core::budget::{RetryBudget, RetryRatio};
+use crate::core::budget::{Attempt, Budget, OwnUse, Verdict};
 use crate::core::classify::{is_transient, Outcome};
 use crate::core::decide::{AttemptOutcome, Decision, RetryState};
 use crate::core::retry_after::server_delay_ms;
@@ -236,13 +236,11 @@ fn settled(
 /// half-open probe slot or a throttle turn the call still holds.
 struct Guards {
     origin: LazyOrigin,
-    budget: Option<Rc<RefCell<RetryBudget>>>,
-    /// The default budget, unless the call chose a budget (or `budget: false`).
-    ratio: Option<Rc<RefCell<RetryRatio>>>,
-    /// Retries this call sent (its own do not count against it in the default budget).
-    own_retries: f64,
-    /// The budget tokens this call's own failures took (they do not count against it).
-    own_taken: f64,
+    /// The call's budget: a `RetryBudget` it was given, else the default one (unless
+    /// `budget: false`).
+    budget: Option<Rc<RefCell<dyn Budget>>>,
+    /// What this call took from it (it does not count against the call).
+    own: OwnUse,
     throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
     breaker: Option<Rc<BreakerShared>>,
     /// The breaker slot this attempt holds (`Some(probe)`), until its outcome is recorded.
@@ -274,22 +272,24 @@ enum Turn {
 
 impl Guards {
     fn new(policy: &Policy, request: &Request) -> Guards {
-        let ratio = policy.default_budget.then(|| {
-            policy
-                .own_budget
-                .clone()
-                .unwrap_or_else(super::guards::default_budget)
-        });
+        let budget: Option<Rc<RefCell<dyn Budget>>> = match &policy.budget {
+            Some(b) => Some(b.clone()),
+            None if policy.default_budget => Some(
+                policy
+                    .own_budget
+                    .clone()
+                    .unwrap_or_else(super::guards::default_budget),
+            ),
+            None => None,
+        };
         Guards {
             // `Clone::clone`: the handle, not `Request.clone()`, which tees the body.
             origin: LazyOrigin {
                 request: <Request as Clone>::clone(request),
                 origin: OnceCell::new(),
             },
-            budget: policy.budget.clone(),
-            ratio,
-            own_retries: 0.0,
-            own_taken: 0.0,
+            budget,
+            own: OwnUse::default(),
             throttle: policy.throttle.clone(),
             breaker: policy.breaker.clone(),
             slot: None,
@@ -345,26 +345,22 @@ impl Guards {
         if let Some(t) = &self.throttle {
             t.borrow_mut().on_send(self.origin.get(), now);
         }
-        if let (Some(r), true) = (&self.ratio, attempt > 1) {
-            r.borrow_mut().record_retry_sent(self.origin.get(), now);
-            self.own_retries += 1.0;
+        if let (Some(b), true) = (&self.budget, attempt > 1) {
+            b.borrow_mut()
+                .retry_sent(self.origin.get(), &mut self.own, now);
         }
     }
 
-    /// Does the default budget refuse this call's next retry now?
-    fn default_budget_refuses(&self, now: f64) -> bool {
-        self.ratio.as_ref().is_some_and(|r| {
-            !r.borrow()
-                .allows_retry(self.origin.get(), self.own_retries, now)
+    /// What the call's budget says of its next retry now.
+    fn budget_verdict(&self, now: f64) -> Verdict {
+        self.budget.as_ref().map_or(Verdict::Allow, |b| {
+            b.borrow().verdict(self.origin.get(), &self.own, now)
         })
     }
 
     /// The attempt sent at `sent_at` ended at `now` with `outcome`: tell the shared guards.
     fn settle(&mut self, policy: &Policy, outcome: Outcome, sent_at: f64, now: f64, attempt: u32) {
         let transient = is_transient(&policy.policy, outcome);
-        if let (Some(r), true, false) = (&self.ratio, attempt > 1, transient) {
-            r.borrow_mut().record_retry_accepted(self.origin.get(), now);
-        }
         let status = match outcome {
             Outcome::Status(s) => Some(s),
             _ => None,
@@ -378,12 +374,13 @@ impl Guards {
             b.report(self.origin.get(), t);
         }
         if let Some(b) = &self.budget {
-            let mut b = b.borrow_mut();
-            if transient {
-                self.own_taken += b.record_failure(self.origin.get(), now);
-            } else if success {
-                b.record_success(self.origin.get(), now);
-            }
+            let ended = Attempt {
+                number: attempt,
+                transient,
+                success,
+            };
+            b.borrow_mut()
+                .attempt_ended(self.origin.get(), ended, &mut self.own, now);
         }
         if let Some(t) = &self.throttle {
             let throttled = matches!(status, Some(429) | Some(503));
@@ -392,13 +389,6 @@ impl Guards {
                     .on_answer(self.origin.get(), sent_at, throttled, now);
             }
         }
-    }
-
-    fn budget_allows_retry(&self, now: f64) -> bool {
-        self.budget.as_ref().map_or(true, |b| {
-            b.borrow()
-                .allows_retry(self.origin.get(), self.own_taken, now)
-        })
     }
 
     /// Will the circuit still be open at `at`?
@@ -976,7 +966,7 @@ async fn run_loop(
             has_key,
             server_delay_ms: server_delay,
             replayable: poll_url.is_some() || replayable,
-            budget_allows_retry: guards.budget_allows_retry(now),
+            budget_allows_retry: guards.budget_verdict(now) != Verdict::Stop,
             redirected,
         };
         let (delay, reason) = match state.decide(p, report, now, &mut MathRandom) {
@@ -1081,7 +1071,7 @@ async fn run_loop(
         // do not use up attempts); then, or when the policy stops meanwhile (the deadline),
         // the last answer is the result (reason 'budget').
         let mut skips = 0;
-        while guards.default_budget_refuses(js_sys::Date::now()) {
+        while guards.budget_verdict(js_sys::Date::now()) == Verdict::Skip {
             skips += 1;
             if skips > p.max_attempts {
                 return finish("budget");

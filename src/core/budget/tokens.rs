@@ -1,6 +1,6 @@
-//! A shared retry budget per origin: gRPC's `retryThrottling` token semantics, with two
-//! additions that make it safe to have on by default (the AWS SDKs' standard retry mode and
-//! Finagle's `RetryBudget` are on by default too).
+//! The token budget (`new RetryBudget()`): per origin, gRPC's `retryThrottling` token
+//! semantics, with two additions that make it safe to have on by default (the AWS SDKs'
+//! standard retry mode and Finagle's `RetryBudget` are on by default too).
 //!
 //! Each origin has a token count that starts full at `max_tokens`. Every failed attempt
 //! (a transient failure) takes one token (not below 0); every success gives back
@@ -19,8 +19,9 @@
 //!   counted (the default budget does not see the successes of `retryFetch`'s lean success
 //!   path, which stays free of any guard).
 
-use super::options::OptionError;
-use super::origins::OriginMap;
+use super::{Attempt, Budget, OwnUse, Verdict};
+use crate::core::options::OptionError;
+use crate::core::origins::OriginMap;
 
 /// Budget settings.
 ///
@@ -151,6 +152,31 @@ impl RetryBudget {
     pub fn allows_retry(&self, origin: &str, own_taken: f64, now_ms: f64) -> bool {
         let count = (self.tokens(origin, now_ms) + own_taken.max(0.0)).min(self.config.max_tokens);
         count > self.config.max_tokens / 2.0
+    }
+}
+
+impl Budget for RetryBudget {
+    /// Nothing: the token budget counts failures, not retries.
+    fn retry_sent(&mut self, _origin: &str, _own: &mut OwnUse, _now_ms: f64) {}
+
+    /// A transient failure takes a token (kept in `own`: it does not count against the
+    /// call); a success gives `token_ratio` back.
+    fn attempt_ended(&mut self, origin: &str, attempt: Attempt, own: &mut OwnUse, now_ms: f64) {
+        if attempt.transient {
+            own.tokens_taken += self.record_failure(origin, now_ms);
+        } else if attempt.success {
+            self.record_success(origin, now_ms);
+        }
+    }
+
+    /// [`Verdict::Stop`] when the count (plus what the call took) is at or below half: a
+    /// token budget ends the call.
+    fn verdict(&self, origin: &str, own: &OwnUse, now_ms: f64) -> Verdict {
+        if self.allows_retry(origin, own.tokens_taken, now_ms) {
+            Verdict::Allow
+        } else {
+            Verdict::Stop
+        }
     }
 }
 
@@ -306,184 +332,5 @@ mod tests {
         .validate()
         .is_ok());
         assert_eq!(d.validate(), Ok(d));
-    }
-}
-
-/// The default retry budget: per origin, retries may not run ahead of the retries the server
-/// accepted (in the spirit of Google SRE's client-side adaptive throttling and Finagle's
-/// `RetryBudget`, which are on by default). A retry is allowed while the retries sent
-/// recently by *other* calls, less `ratio` × those accepted (answered with anything but a
-/// transient failure), stay below `floor`; the counts decay with a time constant of
-/// `window_ms`. A refused retry is skipped, not fatal: the call waits its next backoff and
-/// asks again (the shell counts the skipped attempt).
-///
-/// - A lone request is never refused: its own retries are not counted against it.
-/// - A total outage accepts nothing, so after `floor` unaccepted retries from all callers
-///   every retry is refused: 200 calls of 9 attempts cost about `1 + floor / 200` requests per
-///   call instead of 9.
-/// - An overload accepts some retries, and each accepted one lets `ratio` more through: the
-///   herd's retries go at about `ratio` × the rate the server serves them, so every call still
-///   gets through (`bench/storm_simulation.rs`: amplification about 2.4, where no budget is 3.8).
-///
-/// First attempts are not counted (the success path does not report to it).
-///
-/// # Default
-/// `ratio` 2, `floor` 20, `window_ms` 10000.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RetryRatioConfig {
-    /// Retries allowed per accepted retry. Default 2.
-    pub ratio: f64,
-    /// Unaccepted retries allowed beyond that. Default 20.
-    pub floor: f64,
-    /// The counts' decay time constant, ms. Default 10000.
-    pub window_ms: f64,
-}
-
-impl Default for RetryRatioConfig {
-    fn default() -> Self {
-        RetryRatioConfig {
-            ratio: 2.0,
-            floor: 20.0,
-            window_ms: 10_000.0,
-        }
-    }
-}
-
-/// One origin's decayed counts.
-#[derive(Clone, Copy, Debug)]
-struct RatioCount {
-    sent: f64,
-    accepted: f64,
-    at_ms: f64,
-}
-
-/// The default retry budget's counts for every origin seen (see [`RetryRatioConfig`]).
-#[derive(Clone, Debug, Default)]
-pub struct RetryRatio {
-    config: RetryRatioConfig,
-    counts: OriginMap<RatioCount>,
-}
-
-impl RetryRatio {
-    /// A budget with `config`.
-    pub fn new(config: RetryRatioConfig) -> Self {
-        RetryRatio {
-            config,
-            counts: OriginMap::default(),
-        }
-    }
-
-    /// `count` decayed to `now_ms`.
-    fn decayed(&self, count: RatioCount, now_ms: f64) -> RatioCount {
-        let f = (-((now_ms - count.at_ms).max(0.0)) / self.config.window_ms).exp();
-        RatioCount {
-            sent: count.sent * f,
-            accepted: count.accepted * f,
-            at_ms: now_ms.max(count.at_ms),
-        }
-    }
-
-    fn update(&mut self, origin: &str, now_ms: f64, f: impl FnOnce(&mut RatioCount)) {
-        let fresh = RatioCount {
-            sent: 0.0,
-            accepted: 0.0,
-            at_ms: now_ms,
-        };
-        let current = self
-            .counts
-            .get(origin)
-            .copied()
-            .map_or(fresh, |c| self.decayed(c, now_ms));
-        let mut next = current;
-        f(&mut next);
-        *self.counts.get_or_insert_with(origin, || fresh) = next;
-    }
-
-    /// A retry to `origin` is sent.
-    pub fn record_retry_sent(&mut self, origin: &str, now_ms: f64) {
-        self.update(origin, now_ms, |c| c.sent += 1.0);
-    }
-
-    /// A retry to `origin` was answered with something other than a transient failure.
-    pub fn record_retry_accepted(&mut self, origin: &str, now_ms: f64) {
-        self.update(origin, now_ms, |c| c.accepted += 1.0);
-    }
-
-    /// May a call that sent `own_sent` retries itself send another retry to `origin` now?
-    pub fn allows_retry(&self, origin: &str, own_sent: f64, now_ms: f64) -> bool {
-        let Some(c) = self.counts.get(origin).copied() else {
-            return true;
-        };
-        let c = self.decayed(c, now_ms);
-        // Own retries decay too; at most what is counted is taken off.
-        let others = (c.sent - own_sent).max(0.0);
-        others < self.config.ratio * c.accepted + self.config.floor
-    }
-}
-
-#[cfg(test)]
-mod ratio_tests {
-    use super::*;
-
-    const O: &str = "https://api.example:443";
-
-    #[test]
-    fn a_lone_call_is_never_refused() {
-        let mut r = RetryRatio::new(RetryRatioConfig::default());
-        for own in 0..100 {
-            assert!(r.allows_retry(O, own as f64, 0.0), "retry {own}");
-            r.record_retry_sent(O, 0.0);
-        }
-    }
-
-    #[test]
-    fn an_outage_stops_retries_after_the_floor() {
-        let mut r = RetryRatio::new(RetryRatioConfig::default());
-        // 200 calls, each asking for a retry in turn; nothing is ever accepted.
-        let mut sent = 0;
-        for _round in 0..8 {
-            for _call in 0..200 {
-                if r.allows_retry(O, 0.0, 0.0) {
-                    r.record_retry_sent(O, 0.0);
-                    sent += 1;
-                }
-            }
-        }
-        assert_eq!(sent, 20, "the floor, then nothing");
-        // Another origin is not affected.
-        assert!(r.allows_retry("http://other:80", 0.0, 0.0));
-    }
-
-    #[test]
-    fn accepted_retries_let_more_through() {
-        let mut r = RetryRatio::new(RetryRatioConfig::default());
-        for _ in 0..20 {
-            r.record_retry_sent(O, 0.0);
-        }
-        assert!(!r.allows_retry(O, 0.0, 0.0));
-        r.record_retry_accepted(O, 0.0);
-        assert!(
-            r.allows_retry(O, 0.0, 0.0),
-            "one accepted retry: two more may go"
-        );
-        r.record_retry_sent(O, 0.0);
-        r.record_retry_sent(O, 0.0);
-        assert!(!r.allows_retry(O, 0.0, 0.0));
-    }
-
-    #[test]
-    fn the_counts_decay() {
-        let mut r = RetryRatio::new(RetryRatioConfig::default());
-        for _ in 0..40 {
-            r.record_retry_sent(O, 0.0);
-        }
-        assert!(!r.allows_retry(O, 0.0, 0.0));
-        assert!(
-            !r.allows_retry(O, 0.0, 5_000.0),
-            "40 · e^-0.5 = 24 still above 20"
-        );
-        assert!(r.allows_retry(O, 0.0, 10_000.0), "40 · e^-1 = 14.7");
-        // A clock that goes back does not grow the counts.
-        assert!(!r.allows_retry(O, 0.0, -1_000.0));
     }
 }
