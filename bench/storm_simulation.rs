@@ -39,9 +39,8 @@
 //!   and its floor is the refusals of slow start's exit.
 //!
 //! Every row is [`RUNS`] seeded runs (SplitMix64): medians, as `bench/storms.mjs` reports
-//! them, plus the worst run's p99 and how many runs kept p99 within 1.5 × ideal. The goal
-//! (issue 12): every run serves all N, amplification at most floor + 0.1, p99 at most 1.5 ×
-//! ideal.
+//! them, plus the worst run's p99 and how many runs kept p99 within 1.5 × ideal. The goal:
+//! every run serves all N, amplification at most floor + 0.1, p99 at most 1.5 × ideal.
 //!
 //! # Policies
 //!
@@ -951,7 +950,7 @@ mod storm {
             self.p99_ms / self.ideal_ms
         }
 
-        /// The issue's goal: all served in every run, amplification within 0.1 of the floor,
+        /// The throttle's goal: all served in every run, amplification within 0.1 of the floor,
         /// p99 at most 1.5 × ideal (medians).
         pub fn met(&self) -> bool {
             self.min_successes == self.n

@@ -1,11 +1,11 @@
 // Server entry, `retry-fetch/server`: the other half of idempotency keys (the IETF
-// Idempotency-Key draft: stored answers, a lock per key, keys unique per caller). For Node 20+ (and Deno and Bun, which have
-// `node:fs`). Types and every default: server.d.ts.
+// Idempotency-Key draft: stored answers, a lock per key, keys unique per caller). For Node 20+
+// (and Deno and Bun, which have `node:fs`). Types and every default: server.d.ts.
 //
 // Rust drives: `idempotency(handler, options)` and `idempotent(fn, options)` are wasm exports
 // (src/wasm/server/, in a build of its own, retry_fetch_server_bg.wasm, so the browser
 // client's .wasm carries none of it) that await the store and the handler and ask the core
-// (src/core/idempotency.rs) for every decision. This file only loads that module and adds
+// (src/core/idempotency/) for every decision. This file only loads that module and adds
 // what is Node-specific (`toNodeHandler`); the stores are in their own files.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { hostname } from 'node:os';

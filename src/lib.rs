@@ -1,18 +1,30 @@
 //! # retry-fetch
 //!
-//! `fetch` with retries done right, compiled to WebAssembly for browsers, Node and workers.
+//! `fetch` with retries done right, compiled to WebAssembly for browsers, Node and workers:
+//! `retryFetch` for the client, and a server companion that honours the idempotency keys it
+//! sends.
 //!
-//! The crate has two halves:
+//! - [`core`] (`src/core/`): the pure policy. No JavaScript types, no clocks, no global
+//!   randomness: options and their validation, backoff and jitter, classification,
+//!   `Retry-After`, idempotency keys, the per-attempt decision, the retry budget, the adaptive
+//!   throttle, the circuit breaker, following `202 Accepted`; with the `server` feature, the
+//!   server's rules too (`core::idempotency`: keys, fingerprints, scopes, the per-key state
+//!   machine; `core::runs`: long work, the run history, dead letters). Time comes in as
+//!   millisecond numbers and randomness through [`core::backoff::Rng`], so every rule is
+//!   tested natively and deterministically.
+//! - `wasm` (`src/wasm/`, built only for `wasm32`): the shell that performs, asking the core
+//!   for every decision. Its client half (feature `client`, the default) exports `retryFetch`,
+//!   `createRetryFetch`, `backoffDelays`, `isRetryError`, `isCircuitOpenError` and the guard
+//!   classes, and runs each call itself: it fixes the request, calls `fetch`, runs the timers
+//!   and abort signals, awaits the hooks and builds the errors. Its server half (feature
+//!   `server`, a `.wasm` of its own) exports `idempotency(handler)` and `idempotent(fn)`,
+//!   which await the store and the handler the same way.
+//! - `js/`: the entries that load the wasm for each environment (Node ESM, CommonJS,
+//!   browser, `manual`, server) and re-export it, with the error classes for `instanceof`.
+//!   On the server side JavaScript also holds what is JavaScript by nature: `toNodeHandler`,
+//!   the stores and the framework adapters. No retry rule lives in JavaScript.
 //!
-//! - [`core`] (in `src/core/`): the pure retry policy. It knows nothing of JavaScript; time and
-//!   randomness come in through the small [`core::backoff::Rng`] trait and plain millisecond
-//!   numbers, so every rule is tested natively and deterministically.
-//! - the wasm shell (in `src/wasm/`, compiled only for `wasm32`), which performs each call:
-//!   (`Policy`, invalid ones are `TypeError`s naming the option and the value) and makes each
-//!   call's decisions (`Call`: breaker, throttle turn, time limits, retry or stop and the
-//!   wait) for the JavaScript driver in `js/client.js`, which performs them: it calls
-//!   `fetch`, runs the timers and abort signals, calls the hooks and builds the `Error`s with
-//!   stable `name`s. Rust decides, JavaScript performs.
+//! The user's manual is `README.md`; how the crate is built and why, `docs/ARCHITECTURE.md`.
 #![deny(missing_docs)]
 
 pub mod core;

@@ -373,7 +373,7 @@ proptest! {
         prop_assert_eq!(combined.map(f64::to_bits), expected.map(f64::to_bits));
     }
 
-    /// 4b. The same with the two regexes of the brief on their own (`.*` and the header
+    /// 4b. The same with two plain regexes on their own (`.*` and the header
     /// alphabet), and `now` fixed at a realistic clock.
     #[test]
     fn parsers_never_panic_on_plain_regex_text(

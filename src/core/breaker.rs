@@ -10,7 +10,7 @@
 //!   for another `open_ms`. Results of calls admitted before the breaker opened do not move
 //!   it out of open or half-open; only probes do.
 
-use super::options::OptionError;
+use super::options::{guard_setting_expected, OptionError};
 use super::origins::OriginMap;
 
 /// The state of one origin's breaker.
@@ -74,22 +74,19 @@ impl BreakerConfig {
         if !(1..=1000).contains(&self.failure_threshold) {
             return Err(OptionError::new(
                 "failureThreshold",
-                "an integer from 1 to 1000",
+                guard_setting_expected("failureThreshold"),
             ));
         }
         if !(self.open_ms.is_finite()
             && self.open_ms >= 0.0
             && self.open_ms <= super::options::MAX_TIMER_MS)
         {
-            return Err(OptionError::new(
-                "openMs",
-                "a number of milliseconds from 0 to 2147483647",
-            ));
+            return Err(OptionError::new("openMs", guard_setting_expected("openMs")));
         }
         if !(1..=1000).contains(&self.half_open_max_calls) {
             return Err(OptionError::new(
                 "halfOpenMaxCalls",
-                "an integer from 1 to 1000",
+                guard_setting_expected("halfOpenMaxCalls"),
             ));
         }
         Ok(self)

@@ -124,6 +124,55 @@ pub fn classify(
     }
 }
 
+/// The ports fetch refuses to connect to (the Fetch Standard's "bad ports"): a request to one
+/// fails every time, so it is a `TypeError` before anything is sent, never retried.
+pub const BAD_PORTS: [u16; 81] = [
+    0, 1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101,
+    102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427,
+    465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990,
+    993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667,
+    6668, 6669, 6679,
+];
+
+/// Why fetch can never send to `url` (an absolute, normalised URL, as `Request.url` gives
+/// it), if it cannot: a scheme other than `http:`, `https:`, `data:` and `blob:` (`ftp:`,
+/// `file:` in Node), or a bad port. Such a request fails every time, so it is refused before
+/// anything is sent rather than retried as a network error.
+///
+/// ```
+/// use retry_fetch::core::classify::unfetchable;
+/// assert_eq!(unfetchable("https://example.com/"), None);
+/// assert_eq!(unfetchable("http://[::1]:8080/x"), None);
+/// assert!(unfetchable("ftp://example.com/").is_some());
+/// assert!(unfetchable("http://127.0.0.1:6000/").is_some());
+/// assert!(unfetchable("http://user:6000@example.com/").is_none());
+/// ```
+pub fn unfetchable(url: &str) -> Option<&'static str> {
+    let (scheme, rest) = url.split_once(':')?;
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" | "https" => {}
+        "data" | "blob" | "about" => return None,
+        _ => return Some("fetch cannot send a request with this URL scheme"),
+    }
+    let authority = rest.strip_prefix("//")?;
+    let authority = authority.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let port = match host_port.rsplit_once(':') {
+        Some((host, port))
+            if !port.contains(']') && (!host.starts_with('[') || host.ends_with(']')) =>
+        {
+            port
+        }
+        _ => return None,
+    };
+    match port.parse::<u16>() {
+        Ok(p) if BAD_PORTS.contains(&p) => {
+            Some("fetch refuses this port (a Fetch Standard \"bad port\")")
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,54 +303,5 @@ mod tests {
             classify(&only_503, Status(503), true, false),
             Retryable(R::Status)
         );
-    }
-}
-
-/// The ports fetch refuses to connect to (the Fetch Standard's "bad ports"): a request to one
-/// fails every time, so it is a `TypeError` before anything is sent, never retried.
-pub const BAD_PORTS: [u16; 81] = [
-    0, 1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101,
-    102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427,
-    465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990,
-    993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667,
-    6668, 6669, 6679,
-];
-
-/// Why fetch can never send to `url` (an absolute, normalised URL, as `Request.url` gives
-/// it), if it cannot: a scheme other than `http:`, `https:`, `data:` and `blob:` (`ftp:`,
-/// `file:` in Node), or a bad port. Such a request fails every time, so it is refused before
-/// anything is sent rather than retried as a network error.
-///
-/// ```
-/// use retry_fetch::core::classify::unfetchable;
-/// assert_eq!(unfetchable("https://example.com/"), None);
-/// assert_eq!(unfetchable("http://[::1]:8080/x"), None);
-/// assert!(unfetchable("ftp://example.com/").is_some());
-/// assert!(unfetchable("http://127.0.0.1:6000/").is_some());
-/// assert!(unfetchable("http://user:6000@example.com/").is_none());
-/// ```
-pub fn unfetchable(url: &str) -> Option<&'static str> {
-    let (scheme, rest) = url.split_once(':')?;
-    match scheme.to_ascii_lowercase().as_str() {
-        "http" | "https" => {}
-        "data" | "blob" | "about" => return None,
-        _ => return Some("fetch cannot send a request with this URL scheme"),
-    }
-    let authority = rest.strip_prefix("//")?;
-    let authority = authority.split(['/', '?', '#']).next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let port = match host_port.rsplit_once(':') {
-        Some((host, port))
-            if !port.contains(']') && (!host.starts_with('[') || host.ends_with(']')) =>
-        {
-            port
-        }
-        _ => return None,
-    };
-    match port.parse::<u16>() {
-        Ok(p) if BAD_PORTS.contains(&p) => {
-            Some("fetch refuses this port (a Fetch Standard \"bad port\")")
-        }
-        _ => None,
     }
 }

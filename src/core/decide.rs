@@ -1,8 +1,9 @@
 //! One decision per attempt: retry after a delay, or stop and say why.
 //!
-//! [`RetryState`] is the whole policy of one call; the shell (the wasm `Call` and the
-//! JavaScript driver) only performs what it decides (send, wait, return, reject). Time comes in as plain ms numbers, randomness as an
-//! [`Rng`], so every rule is tested natively.
+//! [`RetryState`] is the whole policy of one call; the wasm shell's retry loop
+//! (`src/wasm/client/call.rs`) only performs what it decides (send, wait, return, reject).
+//! Time comes in as plain ms numbers, randomness as an [`Rng`], so every rule is tested
+//! natively.
 
 use super::backoff::{clamp_ms, Backoff, Rng};
 use super::classify::{classify, Outcome, RetryReason, Verdict};

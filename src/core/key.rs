@@ -13,6 +13,52 @@ pub const MAX_KEY_LEN: usize = 255;
 /// header and an RFC 8941 string can both carry unchanged).
 pub const KEY_EXPECTED: &str = "a key of 1 to 255 visible ASCII characters";
 
+/// Why a key header value was refused (the request is answered 400).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyError {
+    /// The value is empty (or only whitespace), or an empty sf-string `""`.
+    Empty,
+    /// The key is longer than [`MAX_KEY_LEN`] characters.
+    TooLong,
+    /// The key has a character outside visible ASCII (`!` to `~`): a space, a control
+    /// character, a non-ASCII character, or several keys joined by `", "`.
+    NotVisibleAscii,
+    /// The value starts with `"` but is not one RFC 8941 string: no closing quote, a
+    /// backslash not followed by `"` or `\`, or something after the closing quote.
+    BadSfString,
+}
+
+impl KeyError {
+    /// A sentence for the `detail` of the 400 problem answer.
+    pub fn message(self) -> &'static str {
+        match self {
+            KeyError::Empty => "the idempotency key is empty",
+            KeyError::TooLong => "the idempotency key is longer than 255 characters",
+            KeyError::NotVisibleAscii => {
+                "the idempotency key must be visible ASCII characters only (no spaces, no commas between several keys)"
+            }
+            KeyError::BadSfString => {
+                "the idempotency key starts with '\"' but is not a valid structured-field string (RFC 8941: one quoted string, only \\\" and \\\\ escapes)"
+            }
+        }
+    }
+}
+
+/// Is `key` acceptable: 1 to 255 visible ASCII characters (`!` to `~`)?
+///
+/// This is what the client sends (its `idempotencyKey` option has the same rule).
+pub fn validate_key(key: &str) -> Result<(), KeyError> {
+    if key.is_empty() {
+        Err(KeyError::Empty)
+    } else if !key.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        Err(KeyError::NotVisibleAscii)
+    } else if key.len() > MAX_KEY_LEN {
+        Err(KeyError::TooLong)
+    } else {
+        Ok(())
+    }
+}
+
 /// Is `key` a valid idempotency key ([`KEY_EXPECTED`])?
 ///
 /// ```
@@ -22,7 +68,7 @@ pub const KEY_EXPECTED: &str = "a key of 1 to 255 visible ASCII characters";
 /// assert!(!is_valid_key(&"k".repeat(256)));
 /// ```
 pub fn is_valid_key(key: &str) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| (0x21..=0x7e).contains(&b))
+    validate_key(key).is_ok()
 }
 
 /// Format 16 random bytes as a UUID version 4 (RFC 9562), lower-case, 36 characters.

@@ -8,9 +8,10 @@
 //! | [`retry_after`] | `Retry-After`, `RateLimit-Reset` and `RateLimit` parsing against a given "now" |
 //! | [`key`] | idempotency keys: UUID v4 from random bytes, the header forms |
 //! | [`decide`] | one decision per attempt: retry after a delay, or stop and why |
-//! | [`budget`] | a shared retry budget per origin (gRPC retryThrottling) |
+//! | [`budget`] | the retry budgets per origin: the default one, and `RetryBudget` (gRPC retryThrottling) |
 //! | [`throttle`] | an adaptive client-side send rate per origin (AWS adaptive mode, CUBIC) |
 //! | [`breaker`] | a circuit breaker per origin: closed, open, half-open |
+//! | [`origins`] | the small per-origin map the budget, throttle and breaker keep their state in |
 //! | [`accepted`] | following a `202 Accepted`: poll its `Operation-Location` / `Location`, repeat a keyed request, or stop; the wait |
 //! | `idempotency` | the server side (feature `server`): key parsing, request fingerprint, identity-scoped store key, the per-key state machine |
 //! | `runs` | the server side: `202 Accepted` for long work, the run history's outcomes, dead letters |

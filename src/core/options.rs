@@ -170,6 +170,19 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Does the policy retry no status below 400? Then a call may take the lean path, where
+    /// the first answer below 400 goes straight back ([`RetryPolicy::lean_answer`]).
+    pub fn retries_no_status_below_400(&self) -> bool {
+        !self.retry_on_status.iter().any(|&s| s < 400)
+    }
+
+    /// On the lean path, is an answer with `status` the call's answer? Below 400, but a 202
+    /// that `follow_accepted` follows.
+    #[inline]
+    pub fn lean_answer(&self, status: u16) -> bool {
+        status < 400 && (status != 202 || !self.follow_accepted)
+    }
+
     /// The effective cap on a server-requested wait: `max_retry_after_ms`, or `max_delay_ms`
     /// when that is unset.
     pub fn retry_after_cap_ms(&self) -> f64 {
@@ -194,6 +207,65 @@ impl OptionError {
     }
 }
 
+/// What `maxAttempts` must be.
+pub const MAX_ATTEMPTS_EXPECTED: &str = "an integer from 1 to 100";
+/// What `baseDelayMs`, `maxDelayMs` and `maxRetryAfterMs` must be.
+pub const NON_NEGATIVE_MS_EXPECTED: &str = "a finite number of milliseconds >= 0";
+/// What `timeoutMs` and `deadlineMs` must be.
+pub const POSITIVE_MS_EXPECTED: &str = "a number of milliseconds > 0 and <= 2147483647";
+/// What `factor` must be.
+pub const FACTOR_EXPECTED: &str = "a finite number from 1 to 100";
+/// What `retryOnStatus` must be.
+pub const STATUSES_EXPECTED: &str = "an array of integer HTTP statuses from 100 to 599";
+/// What `jitter` must be.
+pub const JITTER_EXPECTED: &str = "'none', 'full', 'equal', 'decorrelated' or 'additive'";
+/// What `idempotencyKeyFormat` must be.
+pub const KEY_FORMAT_EXPECTED: &str = "'plain' or 'sf-string'";
+/// What `idempotencyHeader` must be.
+pub const HEADER_NAME_EXPECTED: &str = "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) that is not a forbidden request header (content-length, host, cookie, sec-*, proxy-*, ...)";
+/// What `maxBufferedBodyBytes` must be.
+pub const BUFFERED_BYTES_EXPECTED: &str = "an integer number of bytes from 0 to 2147483647";
+
+/// What each retry option allows, by its JavaScript name, for the `TypeError` of a bad value
+/// (a guard option's is the shell's: it names a class).
+pub fn expected(option: &str) -> &'static str {
+    match option {
+        "maxAttempts" => MAX_ATTEMPTS_EXPECTED,
+        "baseDelayMs" | "maxDelayMs" | "maxRetryAfterMs" => NON_NEGATIVE_MS_EXPECTED,
+        "factor" => FACTOR_EXPECTED,
+        "jitter" => JITTER_EXPECTED,
+        "retryOnStatus" => STATUSES_EXPECTED,
+        "timeoutMs" | "deadlineMs" => POSITIVE_MS_EXPECTED,
+        "idempotencyKey" => KEY_MODE_EXPECTED,
+        "idempotencyHeader" => HEADER_NAME_EXPECTED,
+        "idempotencyKeyFormat" => KEY_FORMAT_EXPECTED,
+        "maxBufferedBodyBytes" => BUFFERED_BYTES_EXPECTED,
+        "signal" => "an AbortSignal",
+        "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => "a function",
+        "headers" => "headers: a Headers, an object of strings or [name, value] pairs",
+        _ => "true or false",
+    }
+}
+
+/// What each setting of a guard's constructor allows (`new RetryBudget({ maxTokens })`,
+/// `AdaptiveThrottle`, `CircuitBreaker`), for its `TypeError`: the guards' `validate` and
+/// the shell's type errors both say this.
+pub fn guard_setting_expected(option: &str) -> &'static str {
+    match option {
+        "maxTokens" => "a number > 0 and <= 1000000",
+        "tokenRatio" => "a number > 0 and <= maxTokens",
+        "refillPerSecond" => "a number >= 0 and <= maxTokens",
+        "initialRate" => "a number of requests per second > 0",
+        "rampMs" => "a number of milliseconds > 0",
+        "beta" => "a number between 0 and 1 (exclusive)",
+        "scale" => "a number > 0",
+        "minRate" => "a number of requests per second > 0 and <= initialRate",
+        "failureThreshold" | "halfOpenMaxCalls" => "an integer from 1 to 1000",
+        "onStateChange" => "a function",
+        _ => "a number of milliseconds from 0 to 2147483647",
+    }
+}
+
 fn is_integer(v: f64) -> bool {
     v.is_finite() && v.fract() == 0.0
 }
@@ -203,7 +275,7 @@ pub fn max_attempts(v: f64) -> Result<u32, OptionError> {
     if is_integer(v) && (1.0..=MAX_ATTEMPTS_LIMIT as f64).contains(&v) {
         Ok(v as u32)
     } else {
-        Err(OptionError::new("maxAttempts", "an integer from 1 to 100"))
+        Err(OptionError::new("maxAttempts", MAX_ATTEMPTS_EXPECTED))
     }
 }
 
@@ -213,10 +285,7 @@ pub fn non_negative_ms(option: &'static str, v: f64) -> Result<f64, OptionError>
     if v.is_finite() && v >= 0.0 {
         Ok(v.min(MAX_TIMER_MS))
     } else {
-        Err(OptionError::new(
-            option,
-            "a finite number of milliseconds >= 0",
-        ))
+        Err(OptionError::new(option, NON_NEGATIVE_MS_EXPECTED))
     }
 }
 
@@ -225,10 +294,7 @@ pub fn positive_ms(option: &'static str, v: f64) -> Result<f64, OptionError> {
     if v.is_finite() && v > 0.0 && v <= MAX_TIMER_MS {
         Ok(v)
     } else {
-        Err(OptionError::new(
-            option,
-            "a number of milliseconds > 0 and <= 2147483647",
-        ))
+        Err(OptionError::new(option, POSITIVE_MS_EXPECTED))
     }
 }
 
@@ -237,7 +303,7 @@ pub fn factor(v: f64) -> Result<f64, OptionError> {
     if v.is_finite() && (1.0..=100.0).contains(&v) {
         Ok(v)
     } else {
-        Err(OptionError::new("factor", "a finite number from 1 to 100"))
+        Err(OptionError::new("factor", FACTOR_EXPECTED))
     }
 }
 
@@ -246,19 +312,13 @@ pub fn status_code(v: f64) -> Result<u16, OptionError> {
     if is_integer(v) && (100.0..=599.0).contains(&v) {
         Ok(v as u16)
     } else {
-        Err(OptionError::new(
-            "retryOnStatus",
-            "an array of integer HTTP statuses from 100 to 599",
-        ))
+        Err(OptionError::new("retryOnStatus", STATUSES_EXPECTED))
     }
 }
 
 /// `jitter`: one of the five mode names.
 pub fn jitter(name: &str) -> Result<Jitter, OptionError> {
-    Jitter::from_name(name).ok_or(OptionError::new(
-        "jitter",
-        "'none', 'full', 'equal', 'decorrelated' or 'additive'",
-    ))
+    Jitter::from_name(name).ok_or(OptionError::new("jitter", JITTER_EXPECTED))
 }
 
 /// `idempotencyKeyFormat`: `'plain'` or `'sf-string'`.
@@ -268,7 +328,7 @@ pub fn key_format(name: &str) -> Result<KeyFormat, OptionError> {
         "sf-string" => Ok(KeyFormat::SfString),
         _ => Err(OptionError::new(
             "idempotencyKeyFormat",
-            "'plain' or 'sf-string'",
+            KEY_FORMAT_EXPECTED,
         )),
     }
 }
@@ -336,10 +396,7 @@ pub fn header_name(value: &str) -> Result<String, OptionError> {
     if !value.is_empty() && value.bytes().all(token) && !is_forbidden_request_header(value) {
         Ok(value.to_string())
     } else {
-        Err(OptionError::new(
-            "idempotencyHeader",
-            "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) that is not a forbidden request header (content-length, host, cookie, sec-*, proxy-*, ...)",
-        ))
+        Err(OptionError::new("idempotencyHeader", HEADER_NAME_EXPECTED))
     }
 }
 
@@ -430,7 +487,7 @@ pub fn body_limit(v: f64) -> Result<u32, OptionError> {
     } else {
         Err(OptionError::new(
             "maxBufferedBodyBytes",
-            "an integer number of bytes from 0 to 2147483647",
+            BUFFERED_BYTES_EXPECTED,
         ))
     }
 }

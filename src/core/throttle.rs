@@ -7,68 +7,24 @@
 //! bucket holds 10 ms of sends (at least one token): a fresh origin grants its first turn at
 //! once, so a lone call that succeeds waits for nothing.
 //!
-//! # The rate
+//! The rate ([`ThrottleConfig`] has the defaults):
 //!
-//! - **Slow start.** A new origin starts at `initial_rate` (200 req/s) and the rate doubles
-//!   every `ramp_ms` (200 ms) until the first throttling answer: a cold herd is paced from its
-//!   first request; an app that never sees a 429/503 is effectively unlimited after a second
-//!   or so. (These defaults were 100 and 100: the same 200 ms to reach 400 req/s, but a
-//!   steeper crossing of the capacity, so more attempts are in flight, and refused, when the
-//!   first refusal comes back.)
-//! - **Slow start's exit cuts twice**, to β² (0.49) × the rate, when callers were queued (the
-//!   rate, not the demand, was what the server refused). A server with a burst allowance lets
-//!   slow start overshoot before it refuses anything: against a 400 req/s bucket holding 20
-//!   tokens the first 503 comes at about 680 req/s. Half of that is below the capacity, so the
-//!   queue drains without a second wave of refusals. Any other refusal cuts to β × the rate
-//!   (the measured send rate when nobody waits, as AWS does).
-//! - **One cut per round, but a worse round lowers the ceiling.** Refusals of attempts sent
-//!   before the last cut do not cut the rate again (TCP's one reduction per window); each one
-//!   lowers the ceiling `W_max` (the rate the server refused) by β, never below the cut: more
-//!   refusals from one round mean the rate was further above the capacity.
-//! - **Quick return to a plateau.** After a cut the rate climbs back toward 0.85 × `W_max`
-//!   with a time constant of `ramp_ms / 4` (50 ms): within ~150 ms the herd is paced just under
-//!   the rate the server refused. (The previous design stayed near β × `W_max` on CUBIC's curve
-//!   for seconds, and cut only by β at slow start's exit, which took two or three rounds of
-//!   refusals against a bucket: p99 1.4 to 2.9 × the ideal in the simulation below.)
-//! - **CUBIC beyond.** The rate is the higher of that return and CUBIC through `W_max`,
-//!   `C·(t − K)³ + W_max` with `K = ∛((W_max − cut) / C)`: flat near `W_max` for seconds, then
-//!   probing above it, so a server whose capacity grew is found again, one refusal at a time.
-//!   Successes never raise the rate above twice the measured send rate when nobody is
-//!   waiting, so an idle period banks nothing.
+//! - **Slow start**: a new origin starts at `initial_rate` and doubles every `ramp_ms` until
+//!   the first throttling answer, so a cold herd is paced from its first request.
+//! - **Cut**: a refusal cuts to β × the rate (the measured send rate when nobody waits), or
+//!   to β² at slow start's exit when callers were queued (a burst allowance lets slow start
+//!   overshoot before the first refusal). Once per round: refusals of attempts sent before
+//!   the last cut lower the ceiling `W_max` (the rate refused) by β instead. Never below
+//!   `min_rate`.
+//! - **Return**: toward 0.85 × `W_max`, with a time constant of `ramp_ms / 4`.
+//! - **CUBIC beyond**: `C·(t − K)³ + W_max` with `K = ∛((W_max − cut) / C)`, flat near
+//!   `W_max`, then probing above it; never above twice the send rate measured when nobody
+//!   waits, so an idle period banks nothing.
 //!
-//! # Why this design (measured)
-//!
-//! `bench/storm_simulation.rs` runs 200 calls that start at once (9 attempts, base 50 ms, cap
-//! 2 s, full jitter, `Retry-After` respected) against the four servers of
-//! `bench/storm-server.mjs`, which refuse with 503 at once what they cannot take, in virtual
-//! time with this crate's own retry decision and this throttle (`bench/results/
-//! storm-simulation.md`: medians of 50 seeded runs, 1 ms of network each way). The goal:
-//! all served, amplification within 0.1 of its first-wave floor, p99 at most 1.5 × the ideal
-//! (the least time the server needs for the 200 requests):
-//!
-//! | server (ideal) | amplification | p99 / ideal: previous design | this design |
-//! |---|---:|---:|---:|
-//! | token bucket 400/s, burst 20 (455 ms) | 1.01 | 1.41 | 1.15 |
-//! | 8 in service × 20 ms (500 ms) | 1.00 | 1.46 | 1.30 |
-//! | the bucket, 503 with `Retry-After: 1` (455 ms) | 1.01 | 2.89 | 1.14 |
-//! | the bucket, 400/s then 200/s from 250 ms (655 ms) | 1.01 | 1.53 | 1.23 |
-//!
-//! A BBR-like pacer (the max-filtered success rate of the last 50 ms, paced at 0.9 × it after
-//! a refusal and probed at 1.25 ×) measured worse in the same simulation: amplification 1.08
-//! to 1.11, p99 3.2 × ideal against the shedding server in every run, and a concurrency run
-//! stuck at 17 × ideal with 2 calls unserved. Successes per second equal the capacity only
-//! while the server refuses, so measuring it costs refusals (against `Retry-After: 1` each is
-//! a call a second late); at slow start's exit a bucket's burst inflates it; and a window
-//! without successes reads zero.
-//!
-//! Limits, measured there too: against the shedding server a p99 within 1.5 × ideal allows
-//! at most 2 refused calls of 200 (each waits the whole second), and slow start's exit
-//! refuses the attempts in flight during one round trip: within the goal in 49 of 50 runs
-//! with 1 ms of network each way, 42 with 2 ms, 14 with 3 ms. And slow start costs time
-//! against a server far faster than the herd needs: 200 calls to a 2000 req/s bucket take
-//! ~440 ms where 80 would do.
+//! Why this design, and the designs it replaced: `docs/ARCHITECTURE.md`; the measurements:
+//! `BENCHMARKS.md`.
 
-use super::options::OptionError;
+use super::options::{guard_setting_expected, OptionError};
 use super::origins::OriginMap;
 
 /// Throttle settings.
@@ -115,25 +71,22 @@ impl ThrottleConfig {
         if !positive(self.initial_rate) {
             return Err(OptionError::new(
                 "initialRate",
-                "a number of requests per second > 0",
+                guard_setting_expected("initialRate"),
             ));
         }
         if !positive(self.ramp_ms) {
-            return Err(OptionError::new("rampMs", "a number of milliseconds > 0"));
+            return Err(OptionError::new("rampMs", guard_setting_expected("rampMs")));
         }
         if !(self.beta.is_finite() && self.beta > 0.0 && self.beta < 1.0) {
-            return Err(OptionError::new(
-                "beta",
-                "a number between 0 and 1 (exclusive)",
-            ));
+            return Err(OptionError::new("beta", guard_setting_expected("beta")));
         }
         if !positive(self.scale) {
-            return Err(OptionError::new("scale", "a number > 0"));
+            return Err(OptionError::new("scale", guard_setting_expected("scale")));
         }
         if !positive(self.min_rate) || self.min_rate > self.initial_rate {
             return Err(OptionError::new(
                 "minRate",
-                "a number of requests per second > 0 and <= initialRate",
+                guard_setting_expected("minRate"),
             ));
         }
         if !(self.max_wait_ms.is_finite()
@@ -142,7 +95,7 @@ impl ThrottleConfig {
         {
             return Err(OptionError::new(
                 "maxWaitMs",
-                "a number of milliseconds from 0 to 2147483647",
+                guard_setting_expected("maxWaitMs"),
             ));
         }
         Ok(self)

@@ -88,3 +88,49 @@ pub fn call_detached(f: &js_sys::Function, args: &[&JsValue]) {
         }
     }
 }
+
+/// What [`read_limited`] read.
+pub enum Limited {
+    /// Every byte, `limit` or fewer.
+    Bytes(js_sys::Uint8Array),
+    /// More than `limit` bytes: the reader was cancelled (not awaited).
+    TooLong,
+    /// A chunk that is not a `Uint8Array`: the reader was cancelled (not awaited).
+    NotBytes,
+}
+
+/// Read `reader` to its end, keeping at most `limit` bytes: the request body the client
+/// buffers for replay and the one the server companion fingerprints are read by this.
+pub async fn read_limited(
+    reader: &web_sys::ReadableStreamDefaultReader,
+    limit: f64,
+) -> Result<Limited, JsValue> {
+    let chunks = js_sys::Array::new();
+    let mut size = 0.0;
+    loop {
+        let step = wasm_bindgen_futures::JsFuture::from(reader.read()).await?;
+        if get(&step, "done").as_bool() == Some(true) {
+            break;
+        }
+        let chunk = get(&step, "value");
+        let Some(bytes) = chunk.dyn_ref::<js_sys::Uint8Array>() else {
+            ignore_rejection(&reader.cancel());
+            return Ok(Limited::NotBytes);
+        };
+        size += f64::from(bytes.length());
+        if size > limit {
+            // Not awaited: a tee branch's cancel settles only once the other branch is done.
+            ignore_rejection(&reader.cancel());
+            return Ok(Limited::TooLong);
+        }
+        chunks.push(&bytes.slice(0, bytes.length()));
+    }
+    let out = js_sys::Uint8Array::new_with_length(size as u32);
+    let mut at = 0;
+    for c in chunks.iter() {
+        let c: js_sys::Uint8Array = c.unchecked_into();
+        out.set(&c, at);
+        at += c.length();
+    }
+    Ok(Limited::Bytes(out))
+}

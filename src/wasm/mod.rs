@@ -8,12 +8,16 @@
 //! decision. The server half (`server/`, feature `server`) drives the idempotency companion
 //! the same way: `idempotency(handler)` and `idempotent(fn)` await the store and the handler
 //! (wasm-bindgen-futures) over web-sys `Request`/`Response`/`Headers`, asking
-//! `crate::core::idempotency` for every decision. Types for JavaScript are hand-written in `js/*.d.ts`, so every export
-//! skips wasm-bindgen's TypeScript.
+//! `crate::core::idempotency` for every decision. Types for JavaScript are hand-written in
+//! `js/*.d.ts`, so every export skips wasm-bindgen's TypeScript.
 
 #[cfg(feature = "client")]
 mod client;
+// The helpers both halves share: without either half there is nothing to use them (and no
+// web-sys or wasm-bindgen-futures, which they need).
+#[cfg(any(feature = "client", feature = "server"))]
 mod errors;
+#[cfg(any(feature = "client", feature = "server"))]
 mod js;
 #[cfg(any(feature = "client", feature = "server"))]
 mod options;

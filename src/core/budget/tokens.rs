@@ -20,7 +20,7 @@
 //!   path, which stays free of any guard).
 
 use super::{Attempt, Budget, OwnUse, Verdict};
-use crate::core::options::OptionError;
+use crate::core::options::{guard_setting_expected, OptionError};
 use crate::core::origins::OriginMap;
 
 /// Budget settings.
@@ -53,7 +53,10 @@ impl BudgetConfig {
     pub fn validate(self) -> Result<Self, OptionError> {
         if !(self.max_tokens.is_finite() && self.max_tokens > 0.0 && self.max_tokens <= 1_000_000.0)
         {
-            return Err(OptionError::new("maxTokens", "a number > 0 and <= 1000000"));
+            return Err(OptionError::new(
+                "maxTokens",
+                guard_setting_expected("maxTokens"),
+            ));
         }
         if !(self.token_ratio.is_finite()
             && self.token_ratio > 0.0
@@ -61,7 +64,7 @@ impl BudgetConfig {
         {
             return Err(OptionError::new(
                 "tokenRatio",
-                "a number > 0 and <= maxTokens",
+                guard_setting_expected("tokenRatio"),
             ));
         }
         if !(self.refill_per_sec.is_finite()
@@ -70,7 +73,7 @@ impl BudgetConfig {
         {
             return Err(OptionError::new(
                 "refillPerSecond",
-                "a number >= 0 and <= maxTokens",
+                guard_setting_expected("refillPerSecond"),
             ));
         }
         Ok(self)

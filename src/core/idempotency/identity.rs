@@ -83,9 +83,11 @@ pub(crate) fn is_session_cookie(name: &str) -> bool {
 /// credentials, so that a caller who reuses another's key never gets that caller's stored
 /// answer. `header(name)` reads a request header (lower-case name). The first of
 /// [`CREDENTIAL_HEADERS`] present (`authorization:Bearer t1`); else the credential cookie's
-/// `name=value` (the first cookie of the highest [`session_cookie_rank`]); else `None`: the request carries no credential this recognises, and its
-/// key is not scoped. Other cookies (analytics, preferences) are left out: they may change
-/// between a request and its retry. The store keeps only a keyed hash of it ([`store_key`]).
+/// `name=value` (the first cookie named in [`SESSION_COOKIE_NAMES`], else the first whose name
+/// ends in one of [`SESSION_COOKIE_SUFFIXES`]); else `None`: the request carries no credential
+/// this recognises, and its key is not scoped. Other cookies (analytics, preferences) are left
+/// out: they may change between a request and its retry. The store keeps only a keyed hash of
+/// it ([`store_key`](super::store_key)).
 ///
 /// ```
 /// use retry_fetch::core::idempotency::default_identity;

@@ -1,7 +1,8 @@
 //! The server side of idempotency keys (the IETF `Idempotency-Key` header draft: a repeat
-//! gets the stored answer, a concurrent duplicate waits on a lock, keys are unique per caller): reading the key, the request fingerprint, the store key
-//! scoped by the caller's identity, the options of `idempotency(handler, options)`, and the
-//! per-request state machine.
+//! gets the stored answer, a concurrent duplicate waits on a lock, keys are unique per
+//! caller): reading the key, the request fingerprint, the store key scoped by the caller's
+//! identity, the options of `idempotency(handler, options)`, and the per-request state
+//! machine.
 //!
 //! Everything here is pure: the shell (`src/wasm/server/`, behind the `server` cargo
 //! feature) and `js/server.js` bring the clock, the store and the handler.
@@ -14,9 +15,9 @@
 //!    [`store_key`] (a keyed hash of the identity + key);
 //! 3. take the lock atomically in the store (`SET key lock NX PX lockTimeoutMs` in Redis); on
 //!    success run the handler, store its response as completed, release the lock;
-//! 4. when the store already holds a record, [`decide`] what to do with it: replay it, answer
-//!    422 (another payload), wait or answer 409 (still running), or take over a lock whose
-//!    holder died.
+//! 4. when the store already holds a record, [`claim_action`] decides what to do with it:
+//!    replay it, answer 422 (another payload), wait or answer 409 (still running), or take
+//!    over a lock whose holder died.
 //!
 //! | module | what |
 //! |---|---|

@@ -183,7 +183,7 @@ fn lean(policy: &Policy) -> bool {
         && policy.fetch.is_none()
         && p.timeout_ms.is_none()
         && p.deadline_ms.is_none()
-        && !p.retry_on_status.iter().any(|&s| s < 400)
+        && p.retries_no_status_below_400()
 }
 
 /// Is `request` lean: no body, no key of ours to add, and not `redirect: 'error'` (which
@@ -208,8 +208,10 @@ fn settled(
     // to pass, unlike the loop's duck-typed read of a custom transport's answer). A 202 under
     // `followAccepted` is followed by the loop (one compare more only for a 202).
     if fulfilled {
-        let status = value.unchecked_ref::<Response>().status();
-        if status < 400 && (status != 202 || !policy.policy.follow_accepted) {
+        if policy
+            .policy
+            .lean_answer(value.unchecked_ref::<Response>().status())
+        {
             return value;
         }
     }

@@ -212,21 +212,9 @@ fn setting_error(class: &str, e: OptionError, value: f64) -> JsValue {
     invalid_option(class, e, &JsValue::from_f64(value))
 }
 
-/// What each guard setting allows, for a value of the wrong type.
+/// What each guard setting allows, for a value of the wrong type (the core's text).
 fn guard_expected(option: &str) -> &'static str {
-    match option {
-        "maxTokens" => "a number > 0 and <= 1000000",
-        "tokenRatio" => "a number > 0 and <= maxTokens",
-        "refillPerSecond" => "a number >= 0 and <= maxTokens",
-        "initialRate" => "a number of requests per second > 0",
-        "rampMs" => "a number of milliseconds > 0",
-        "beta" => "a number between 0 and 1 (exclusive)",
-        "scale" => "a number > 0",
-        "minRate" => "a number of requests per second > 0 and <= initialRate",
-        "failureThreshold" | "halfOpenMaxCalls" => "an integer from 1 to 1000",
-        "onStateChange" => "a function",
-        _ => "a number of milliseconds from 0 to 2147483647",
-    }
+    crate::core::options::guard_setting_expected(option)
 }
 
 /// A `null` setting is a `TypeError` (only `allowed`, a listener, may be `null`: none).
@@ -241,6 +229,34 @@ fn refuse_nulls(class: &str, nulls: &[&'static str], allowed: Option<&str>) -> R
     }
 }
 
+/// A guard class's handle: its registry id (what an option that names the guard is looked up
+/// by, `__retryFetchGuard`), the shared state, and its removal from the registry when freed.
+macro_rules! guard_handle {
+    ($(#[$doc:meta])* $handle:ident, $class:ident, $inner:ty) => {
+        $(#[$doc])*
+        #[wasm_bindgen(js_name = $class, skip_typescript)]
+        pub struct $handle {
+            id: f64,
+            inner: $inner,
+        }
+
+        #[wasm_bindgen(js_class = $class)]
+        impl $handle {
+            /// The registry id (internal).
+            #[wasm_bindgen(getter, js_name = __retryFetchGuard)]
+            pub fn guard_id(&self) -> f64 {
+                self.id
+            }
+        }
+
+        impl Drop for $handle {
+            fn drop(&mut self) {
+                unregister(self.id);
+            }
+        }
+    };
+}
+
 /// `new RetryBudget(options)`'s settings.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
@@ -250,13 +266,11 @@ struct BudgetOptions {
     refill_per_second: Option<f64>,
 }
 
-/// `new RetryBudget({ maxTokens = 10, tokenRatio = 0.1, refillPerSecond = 0.5 })`: gRPC
-/// retryThrottling per origin, a call's own failures not counted against it.
-#[wasm_bindgen(js_name = RetryBudget, skip_typescript)]
-pub struct RetryBudgetHandle {
-    id: f64,
-    inner: Rc<RefCell<RetryBudget>>,
-}
+guard_handle!(
+    /// `new RetryBudget({ maxTokens = 10, tokenRatio = 0.1, refillPerSecond = 0.5 })`: gRPC
+    /// retryThrottling per origin, a call's own failures not counted against it.
+    RetryBudgetHandle, RetryBudget, Rc<RefCell<RetryBudget>>
+);
 
 #[wasm_bindgen(js_class = RetryBudget)]
 impl RetryBudgetHandle {
@@ -312,18 +326,6 @@ impl RetryBudgetHandle {
     pub fn token_ratio(&self) -> f64 {
         self.inner.borrow().config().token_ratio
     }
-
-    /// The registry id (internal).
-    #[wasm_bindgen(getter, js_name = __retryFetchGuard)]
-    pub fn guard_id(&self) -> f64 {
-        self.id
-    }
-}
-
-impl Drop for RetryBudgetHandle {
-    fn drop(&mut self) {
-        unregister(self.id);
-    }
 }
 
 /// `new AdaptiveThrottle(options)`'s settings.
@@ -338,13 +340,11 @@ struct ThrottleOptions {
     max_wait_ms: Option<f64>,
 }
 
-/// `new AdaptiveThrottle({ initialRate = 200, rampMs = 200, beta = 0.7, scale = 0.4,
-/// minRate = 0.5, maxWaitMs = 10000 })`: an adaptive send rate per origin.
-#[wasm_bindgen(js_name = AdaptiveThrottle, skip_typescript)]
-pub struct AdaptiveThrottleHandle {
-    id: f64,
-    inner: Rc<RefCell<AdaptiveThrottle>>,
-}
+guard_handle!(
+    /// `new AdaptiveThrottle({ initialRate = 200, rampMs = 200, beta = 0.7, scale = 0.4,
+    /// minRate = 0.5, maxWaitMs = 10000 })`: an adaptive send rate per origin.
+    AdaptiveThrottleHandle, AdaptiveThrottle, Rc<RefCell<AdaptiveThrottle>>
+);
 
 #[wasm_bindgen(js_class = AdaptiveThrottle)]
 impl AdaptiveThrottleHandle {
@@ -392,18 +392,6 @@ impl AdaptiveThrottleHandle {
         let origin = url_argument("AdaptiveThrottle.rate", &url)?;
         Ok(self.inner.borrow_mut().rate(&origin, js_sys::Date::now()))
     }
-
-    /// The registry id (internal).
-    #[wasm_bindgen(getter, js_name = __retryFetchGuard)]
-    pub fn guard_id(&self) -> f64 {
-        self.id
-    }
-}
-
-impl Drop for AdaptiveThrottleHandle {
-    fn drop(&mut self) {
-        unregister(self.id);
-    }
 }
 
 /// `new CircuitBreaker(options)`'s settings.
@@ -425,13 +413,11 @@ fn integer_u32(v: f64) -> u32 {
     }
 }
 
-/// `new CircuitBreaker({ failureThreshold = 5, openMs = 10000, halfOpenMaxCalls = 1,
-/// onStateChange })`: a circuit breaker per origin.
-#[wasm_bindgen(js_name = CircuitBreaker, skip_typescript)]
-pub struct CircuitBreakerHandle {
-    id: f64,
-    inner: Rc<BreakerShared>,
-}
+guard_handle!(
+    /// `new CircuitBreaker({ failureThreshold = 5, openMs = 10000, halfOpenMaxCalls = 1,
+    /// onStateChange })`: a circuit breaker per origin.
+    CircuitBreakerHandle, CircuitBreaker, Rc<BreakerShared>
+);
 
 #[wasm_bindgen(js_class = CircuitBreaker)]
 impl CircuitBreakerHandle {
@@ -491,17 +477,5 @@ impl CircuitBreakerHandle {
             .borrow()
             .state(&origin, js_sys::Date::now());
         Ok(s.as_str().to_string())
-    }
-
-    /// The registry id (internal).
-    #[wasm_bindgen(getter, js_name = __retryFetchGuard)]
-    pub fn guard_id(&self) -> f64 {
-        self.id
-    }
-}
-
-impl Drop for CircuitBreakerHandle {
-    fn drop(&mut self) {
-        unregister(self.id);
     }
 }

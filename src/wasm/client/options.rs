@@ -5,7 +5,7 @@
 //!    deserialized into [`RawOptions`] (a `#[derive(Deserialize)]` struct, camelCase names;
 //!    `signal`, `fetch`, the hooks, the guards and `idempotencyKey` (`'auto'`, a key or
 //!    `false`) stay JS values through `serde_wasm_bindgen::preserve`).
-//! 3. The core validates every value (`crate::core::options`) over the base policy (the
+//! 2. The core validates every value (`crate::core::options`) over the base policy (the
 //!    built-in defaults or a `createRetryFetch` client's): an invalid one is a `TypeError`
 //!    naming the option, the value and what is allowed, raised before anything is sent.
 
@@ -99,26 +99,6 @@ impl Policy {
 pub const BUDGET_EXPECTED: &str =
     "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)";
 
-/// `jitter`, by name.
-#[derive(Deserialize, Clone, Copy)]
-#[serde(rename_all = "lowercase")]
-enum JitterName {
-    None,
-    Full,
-    Equal,
-    Decorrelated,
-    Additive,
-}
-
-/// `idempotencyKeyFormat`, by name.
-#[derive(Deserialize, Clone, Copy)]
-enum KeyFormatName {
-    #[serde(rename = "plain")]
-    Plain,
-    #[serde(rename = "sf-string")]
-    SfString,
-}
-
 /// The options as serde reads them: every field optional (absent, `undefined` and a cleared
 /// `null` are all `None` here; `null` was noted by the snapshot).
 #[derive(Deserialize, Default)]
@@ -128,7 +108,7 @@ struct RawOptions {
     base_delay_ms: Option<f64>,
     factor: Option<f64>,
     max_delay_ms: Option<f64>,
-    jitter: Option<JitterName>,
+    jitter: Option<String>,
     retry_on_status: Option<Vec<f64>>,
     retry_on_network_error: Option<bool>,
     retry_on_timeout: Option<bool>,
@@ -139,7 +119,7 @@ struct RawOptions {
     #[serde(with = "serde_wasm_bindgen::preserve")]
     idempotency_key: JsValue,
     idempotency_header: Option<String>,
-    idempotency_key_format: Option<KeyFormatName>,
+    idempotency_key_format: Option<String>,
     retry_headers: Option<bool>,
     max_buffered_body_bytes: Option<f64>,
     follow_accepted: Option<bool>,
@@ -165,31 +145,14 @@ struct RawOptions {
     breaker: JsValue,
 }
 
-const INT_1_100: &str = "an integer from 1 to 100";
-const MS: &str = "a finite number of milliseconds >= 0";
-const POSITIVE_MS: &str = "a number of milliseconds > 0 and <= 2147483647";
-const STATUSES: &str = "an array of integer HTTP statuses from 100 to 599";
-
-/// What each option allows, for the `TypeError` of a value of the wrong type.
+/// What each option allows, for the `TypeError` of a value of the wrong type: the core's
+/// text, and the guards' here (they name a class).
 fn expected(option: &str) -> &'static str {
     match option {
-        "maxAttempts" => INT_1_100,
-        "baseDelayMs" | "maxDelayMs" | "maxRetryAfterMs" => MS,
-        "factor" => "a finite number from 1 to 100",
-        "jitter" => "'none', 'full', 'equal', 'decorrelated' or 'additive'",
-        "retryOnStatus" => STATUSES,
-        "timeoutMs" | "deadlineMs" => POSITIVE_MS,
-        "idempotencyKey" => crate::core::options::KEY_MODE_EXPECTED,
-        "idempotencyHeader" => "an HTTP header name",
-        "idempotencyKeyFormat" => "'plain' or 'sf-string'",
-        "maxBufferedBodyBytes" => "an integer number of bytes from 0 to 2147483647",
-        "signal" => "an AbortSignal",
-        "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => "a function",
-        "headers" => "headers: a Headers, an object of strings or [name, value] pairs",
         "budget" => BUDGET_EXPECTED,
         "throttle" => "an AdaptiveThrottle",
         "breaker" => "a CircuitBreaker",
-        _ => "true or false",
+        other => validate::expected(other),
     }
 }
 
@@ -250,15 +213,8 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     if let Some(n) = raw.max_delay_ms {
         p.max_delay_ms = check(validate::non_negative_ms("maxDelayMs", n), "maxDelayMs")?;
     }
-    if let Some(j) = raw.jitter {
-        use crate::core::options::Jitter;
-        p.jitter = match j {
-            JitterName::None => Jitter::None,
-            JitterName::Full => Jitter::Full,
-            JitterName::Equal => Jitter::Equal,
-            JitterName::Decorrelated => Jitter::Decorrelated,
-            JitterName::Additive => Jitter::Additive,
-        };
+    if let Some(j) = &raw.jitter {
+        p.jitter = validate::jitter(j).map_err(|e| option_error(e, &value("jitter")))?;
     }
     if let Some(list) = raw.retry_on_status {
         if list.len() > 500 {
@@ -275,7 +231,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
                 msg.push_str("] is ");
                 msg.push_str(&describe(&JsValue::from_f64(*n)));
                 msg.push_str("; expected ");
-                msg.push_str(STATUSES);
+                msg.push_str(validate::STATUSES_EXPECTED);
                 type_error(&msg)
             })?;
             statuses.push(status);
@@ -321,12 +277,9 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
         p.idempotency_header =
             validate::header_name(&h).map_err(|e| option_error(e, &value("idempotencyHeader")))?;
     }
-    if let Some(f) = raw.idempotency_key_format {
-        use crate::core::options::KeyFormat;
-        p.idempotency_key_format = match f {
-            KeyFormatName::Plain => KeyFormat::Plain,
-            KeyFormatName::SfString => KeyFormat::SfString,
-        };
+    if let Some(f) = &raw.idempotency_key_format {
+        p.idempotency_key_format =
+            validate::key_format(f).map_err(|e| option_error(e, &value("idempotencyKeyFormat")))?;
     }
     if let Some(b) = raw.retry_headers {
         p.retry_headers = b;

@@ -171,37 +171,16 @@ async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsVal
     let probe: ReadableStream = branches.get(0).unchecked_into();
     let whole: ReadableStream = branches.get(1).unchecked_into();
     let reader: ReadableStreamDefaultReader = probe.get_reader().unchecked_into();
-    let chunks = Array::new();
-    let mut size: u64 = 0;
-    loop {
-        let step = JsFuture::from(reader.read()).await?;
-        if js::get(&step, "done").as_bool() == Some(true) {
-            break;
+    match js::read_limited(&reader, f64::from(limit)).await? {
+        js::Limited::Bytes(bytes) => {
+            ignore_rejection(&whole.cancel());
+            Ok(Body::Bytes(bytes))
         }
-        let chunk = js::get(&step, "value");
-        let Some(bytes) = chunk.dyn_ref::<Uint8Array>() else {
-            ignore_rejection(&reader.cancel());
-            return Err(type_error(
-                "retryFetch: a ReadableStream body must yield Uint8Array chunks",
-            ));
-        };
-        size += bytes.length() as u64;
-        if size > limit as u64 {
-            // Not awaited: a tee branch's cancel settles only once the other branch is done.
-            ignore_rejection(&reader.cancel());
-            return Ok(Body::Stream(whole));
-        }
-        chunks.push(&bytes.slice(0, bytes.length()));
+        js::Limited::TooLong => Ok(Body::Stream(whole)),
+        js::Limited::NotBytes => Err(type_error(
+            "retryFetch: a ReadableStream body must yield Uint8Array chunks",
+        )),
     }
-    ignore_rejection(&whole.cancel());
-    let out = Uint8Array::new_with_length(size as u32);
-    let mut at = 0;
-    for c in chunks.iter() {
-        let c: Uint8Array = c.unchecked_into();
-        out.set(&c, at);
-        at += c.length();
-    }
-    Ok(Body::Bytes(out))
 }
 
 /// Set every header of `from` (a `Headers`) on `to`; with `keep_present`, not those `to`

@@ -243,6 +243,19 @@ pub struct Limit<'a> {
     pub controller: &'a web_sys::AbortController,
 }
 
+/// What [`run_holding`] calls: `f(input, ctx)`, `ctx` made from `route` and `signal` (see
+/// [`Context::new`]).
+pub struct Invocation<'a> {
+    /// The handler, or the job's function.
+    pub f: &'a Function,
+    /// Its first argument: the request, or the job's input.
+    pub input: &'a JsValue,
+    /// Whose own properties `ctx` starts with.
+    pub route: &'a JsValue,
+    /// `ctx.signal`.
+    pub signal: &'a JsValue,
+}
+
 /// `promise`'s outcome, or `None` when it has not settled within `ms`.
 pub async fn within(promise: &Promise, ms: f64) -> Option<Result<JsValue, JsValue>> {
     let sentinel: JsValue = Object::new().into();
@@ -268,13 +281,16 @@ pub async fn within(promise: &Promise, ms: f64) -> Option<Result<JsValue, JsValu
 pub async fn run_holding(
     c: &Common,
     k: &Keyed,
-    f: &Function,
-    input: &JsValue,
-    route: &JsValue,
-    signal: &JsValue,
+    call: Invocation<'_>,
     caller: &Caller,
     limit: Option<Limit<'_>>,
 ) -> (Ran, Context, Renewal) {
+    let Invocation {
+        f,
+        input,
+        route,
+        signal,
+    } = call;
     let ctx = Context::new(
         Some(k),
         c.store.transaction(&k.store_key, &k.token),

@@ -26,8 +26,8 @@ use web_sys::{ReadableStreamDefaultReader, Request, RequestInit, Response};
 use super::answers::{as_response, from_stored, problem, problem_record, read_answer};
 use super::context::Caller;
 use super::flow::{
-    claim, free_key, run_holding, store_answer, within, Claim, ClaimError, Context, Keyed, Limit,
-    Ran, Stored,
+    claim, free_key, run_holding, store_answer, within, Claim, ClaimError, Context, Invocation,
+    Keyed, Limit, Ran, Stored,
 };
 use super::options::{HttpSettings, Identity, Required};
 use super::runs::{self, RunLog};
@@ -279,17 +279,14 @@ async fn process(
         ms,
         controller: &controller,
     });
-    let (ran, ctx, renewal) = run_holding(
-        c,
-        k,
-        handler,
-        &request,
+    let signal = request.signal();
+    let call = Invocation {
+        f: handler,
+        input: &request,
         route,
-        &request.signal(),
-        caller,
-        limit,
-    )
-    .await;
+        signal: &signal,
+    };
+    let (ran, ctx, renewal) = run_holding(c, k, call, caller, limit).await;
     let aborted = controller.signal().aborted();
     let failure = match ran {
         Ran::Resolved(value) => match as_response(value.clone()).await {
@@ -492,23 +489,11 @@ async fn read_body(req: &Request, limit: f64) -> Result<Option<Option<Vec<u8>>>,
         return Ok(Some(None));
     };
     let reader: ReadableStreamDefaultReader = stream.get_reader().dyn_into()?;
-    let mut bytes = Vec::new();
-    loop {
-        let chunk = JsFuture::from(reader.read()).await?;
-        if js::get(&chunk, "done").as_bool() == Some(true) {
-            break;
-        }
-        let value = js::get(&chunk, "value");
-        let Some(part) = value.dyn_ref::<Uint8Array>() else {
-            return Err(type_error(
-                "idempotency: the request body produced a chunk that is not a Uint8Array",
-            ));
-        };
-        if (bytes.len() + part.length() as usize) as f64 > limit {
-            let _ = reader.cancel();
-            return Ok(None);
-        }
-        bytes.extend_from_slice(&part.to_vec());
+    match js::read_limited(&reader, limit).await? {
+        js::Limited::Bytes(bytes) => Ok(Some(Some(bytes.to_vec()))),
+        js::Limited::TooLong => Ok(None),
+        js::Limited::NotBytes => Err(type_error(
+            "idempotency: the request body produced a chunk that is not a Uint8Array",
+        )),
     }
-    Ok(Some(Some(bytes)))
 }

@@ -17,7 +17,7 @@ use wasm_bindgen_futures::JsFuture;
 use super::answers::{stored_problem, stored_text, stored_value};
 use super::context::Caller;
 use super::flow::{
-    claim, free_key, run_holding, store_answer, Claim, ClaimError, Keyed, Ran, Stored,
+    claim, free_key, run_holding, store_answer, Claim, ClaimError, Invocation, Keyed, Ran, Stored,
 };
 use super::options::JobSettings;
 use super::runs::{self, RunLog};
@@ -123,17 +123,13 @@ pub async fn run(
         }
         (None, _) => RunLog::start(c, &k),
     };
-    let (ran, ctx, renewal) = run_holding(
-        c,
-        &k,
-        &f,
-        &input,
-        &JsValue::UNDEFINED,
-        &JsValue::UNDEFINED,
-        &caller,
-        None,
-    )
-    .await;
+    let call = Invocation {
+        f: &f,
+        input: &input,
+        route: &JsValue::UNDEFINED,
+        signal: &JsValue::UNDEFINED,
+    };
+    let (ran, ctx, renewal) = run_holding(c, &k, call, &caller, None).await;
     let lost = renewal.lost();
     match ran {
         Ran::Resolved(value) => {
@@ -175,16 +171,16 @@ pub async fn run(
                     log.end_later(Outcome::RolledBack, error_text(&error));
                     Err(not_storable(&error))
                 }
-                Err(error) => match {
+                Err(error) => {
                     let stored = store_failure(c, &k, &error, lost).await;
                     log.end_later(Outcome::Failed, error_text(&error));
-                    stored
-                } {
-                    Stored::Failed | Stored::LockLost if c.store.transactional => {
-                        Err(not_committed())
+                    match stored {
+                        Stored::Failed | Stored::LockLost if c.store.transactional => {
+                            Err(not_committed())
+                        }
+                        _ => Err(error),
                     }
-                    _ => Err(error),
-                },
+                }
             }
         }
         // Jobs have no time limit of the companion's: never abandoned.
