@@ -369,20 +369,20 @@ fn original(strategy: Strategy) -> &'static str {
 /// completion time against the number of clients); its text gives the qualitative statements
 /// quoted here. Quotes marked `post` were checked against copies of the post's text; `post*`
 /// is the wording of the post's conclusion as recalled, not re-checked here. The two N = 100
-/// numbers marked `issue` are the figures this simulation was built to reproduce (about 1860
+/// numbers marked `target` are the figures this simulation was built to reproduce (about 1860
 /// calls and 63 s without jitter, about 800 calls and 4.9 s with full jitter); they do not
 /// appear in the post's text.
 fn published(strategy: Strategy, clients: usize) -> &'static str {
     match (strategy, clients) {
         (Strategy::NoBackoff, _) => "post: work \"increases with N^2\"",
         (Strategy::Jitter(Jitter::None), 100) => {
-            "issue: ~1860 calls, ~63 s; post: \"client work has only been reduced slightly\""
+            "target: ~1860 calls, ~63 s; post: \"client work has only been reduced slightly\""
         }
         (Strategy::Jitter(Jitter::None), _) => {
             "post: \"client work has only been reduced slightly\""
         }
         (Strategy::Jitter(Jitter::Full), 100) => {
-            "issue: ~800 calls, ~4.9 s; post*: less work than decorrelated, slightly more time"
+            "target: ~800 calls, ~4.9 s; post*: less work than decorrelated, slightly more time"
         }
         (Strategy::Jitter(Jitter::Full), _) => {
             "post*: less work than decorrelated, slightly more time"
@@ -468,7 +468,7 @@ fn main() {
     println!();
     println!(
         "`post`: quoted from the post's text; `post*`: the post's conclusion as recalled (not \
-         re-checked); `issue`: figures given in the issue, absent from the post's text (the post \
+         re-checked); `target`: the figures this simulation was built to reproduce, absent from the post's text (the post \
          shows its results as charts only)."
     );
     println!();

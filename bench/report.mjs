@@ -1,6 +1,6 @@
 // Writes BENCHMARKS.md (at the repository root) from the last results in bench/results/:
 // coldstart.json (size and cold start), overhead.json, companion.json, adapters.json,
-// storms.json (+ storms.svg) and occ.md.
+// storms.json (+ storms.svg), storm-simulation.md and occ.md.
 // Reruns nothing; a missing input is reported as such in its section.
 //
 //   node bench/report.mjs [out.md]
@@ -201,6 +201,17 @@ if (storms) {
     + `${s.budgetFalse ? `; \`budget: false\` ${s.budgetFalse.supported ? 'was accepted by this build, so the jitter rows use it too' : `was not accepted by this build (${s.budgetFalse.error}), so the "no budget" row is n/a`}` : ''}):`,
   configs.map((r) => `- ${r.name}: \`${JSON.stringify(r.config)}\``).join('\n'));
 } else p(missing('bench/results/storms.json', 'node bench/storms.mjs'));
+
+// ---- Storm simulation (virtual time).
+const simFile = path.join(RESULTS, 'storm-simulation.md');
+p('## Storm simulation');
+if (existsSync(simFile)) {
+  p(`Output of \`cargo run --release --example storm_simulation\` (\`bench/storm_simulation.rs\`), saved by `
+    + `\`scripts/bench.sh\` to [\`bench/results/storm-simulation.md\`](${rel(simFile)}) on ${day(statSync(simFile).mtime.toISOString())}. `
+    + 'Virtual time: the figures depend on the seeds and the model, not on the machine. How the adaptive throttle '
+    + 'came to its design from these rows: [docs/ARCHITECTURE.md](docs/ARCHITECTURE.md#the-adaptive-throttle).',
+  readFileSync(simFile, 'utf8').trim().replace(/^(#{1,4}) /gm, (_, h) => `${'#'.repeat(Math.min(6, h.length + 2))} `));
+} else p(missing('bench/results/storm-simulation.md', 'bash scripts/bench.sh'));
 
 // ---- OCC simulation.
 p('## OCC simulation');

@@ -1174,7 +1174,7 @@ fn main() {
          throttle is the crate's `AdaptiveThrottle` at its defaults. Network 0.5-1.5 ms each \
          way, whole-ms client clock, timers 0-1 ms late. {RUNS} seeded runs per row, medians. \
          Floor = 1 + share of the first 200 requests the server refused. Ideal = the least \
-         time the server needs for the 200 requests. Goal (issue 12): all served in every run, \
+         time the server needs for the 200 requests. Goal: all served in every run, \
          amplification <= floor + 0.1, p99 <= 1.5 x ideal. The model and the comparison \
          pacers are described at the top of the source."
     );
@@ -1248,7 +1248,7 @@ fn main() {
     println!();
     println!(
         "Not tuned to one server? N from 20 to 1000, capacities from 50 to 2000 req/s; the \
-         goal column applies the same test, though the issue states it for the four servers \
+         goal column applies the same test, though the goal is stated for the four servers \
          above only. Slow start (200 req/s, doubling every 200 ms) is the price against \
          servers far faster than the herd needs: there the ideal is a few ms and p99 is the time \
          slow start takes to send N. With N = 1000 against the servers of 50 to 100 req/s the \
