@@ -30,18 +30,79 @@ pub enum Stop {
 }
 
 impl Stop {
-    /// A stable JavaScript name for the stop reason, used in `RetryError.reason`:
-    /// `'not-retryable'`, `'unsafe'`, `'attempts'`, `'deadline'`, `'retry-after'`,
-    /// `'body-not-replayable'` or `'budget'`.
+    /// Why the call ends, as `RetryError.reason` says it.
+    pub fn reason(self) -> StopReason {
+        match self {
+            Stop::Final => StopReason::NotRetryable,
+            Stop::UnsafeToRetry(_) => StopReason::Unsafe,
+            Stop::AttemptsExhausted(_) => StopReason::Attempts,
+            Stop::DeadlineExhausted(_) => StopReason::Deadline,
+            Stop::RetryAfterTooLong(_) => StopReason::RetryAfter,
+            Stop::BodyNotReplayable(_) => StopReason::BodyNotReplayable,
+            Stop::BudgetExhausted(_) => StopReason::Budget,
+        }
+    }
+
+    /// [`Stop::reason`]'s JavaScript name.
+    pub fn as_str(self) -> &'static str {
+        self.reason().as_str()
+    }
+}
+
+/// Every reason a call can end without the answer it wanted: `RetryError.reason` (the
+/// `StopReason` type of `index.d.ts`, which a test keeps equal to [`StopReason::ALL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// `'attempts'`: `maxAttempts` attempts were made.
+    Attempts,
+    /// `'deadline'`: `deadlineMs` passed, or the next wait would not end before it.
+    Deadline,
+    /// `'unsafe'`: transient, but not safe to retry (a POST without a key).
+    Unsafe,
+    /// `'not-retryable'`: a failure the policy does not retry.
+    NotRetryable,
+    /// `'retry-after'`: the server asked for a wait longer than `maxRetryAfterMs`.
+    RetryAfter,
+    /// `'body-not-replayable'`: the body cannot be sent again.
+    BodyNotReplayable,
+    /// `'shouldRetry'`: the `shouldRetry` hook said no.
+    ShouldRetry,
+    /// `'budget'`: the retry budget refused the retry.
+    Budget,
+    /// `'circuit-open'`: the circuit breaker is open.
+    CircuitOpen,
+    /// `'throttled'`: the adaptive throttle would not give a turn within `maxWaitMs`.
+    Throttled,
+}
+
+impl StopReason {
+    /// Every reason, in the order `index.d.ts` lists them.
+    pub const ALL: [StopReason; 10] = [
+        StopReason::Attempts,
+        StopReason::Deadline,
+        StopReason::Unsafe,
+        StopReason::NotRetryable,
+        StopReason::RetryAfter,
+        StopReason::BodyNotReplayable,
+        StopReason::ShouldRetry,
+        StopReason::Budget,
+        StopReason::CircuitOpen,
+        StopReason::Throttled,
+    ];
+
+    /// The JavaScript name (`RetryError.reason`).
     pub fn as_str(self) -> &'static str {
         match self {
-            Stop::Final => "not-retryable",
-            Stop::UnsafeToRetry(_) => "unsafe",
-            Stop::AttemptsExhausted(_) => "attempts",
-            Stop::DeadlineExhausted(_) => "deadline",
-            Stop::RetryAfterTooLong(_) => "retry-after",
-            Stop::BodyNotReplayable(_) => "body-not-replayable",
-            Stop::BudgetExhausted(_) => "budget",
+            StopReason::Attempts => "attempts",
+            StopReason::Deadline => "deadline",
+            StopReason::Unsafe => "unsafe",
+            StopReason::NotRetryable => "not-retryable",
+            StopReason::RetryAfter => "retry-after",
+            StopReason::BodyNotReplayable => "body-not-replayable",
+            StopReason::ShouldRetry => "shouldRetry",
+            StopReason::Budget => "budget",
+            StopReason::CircuitOpen => "circuit-open",
+            StopReason::Throttled => "throttled",
         }
     }
 }
@@ -459,5 +520,17 @@ mod tests {
             run(&p, &[status(503)]),
             [Decision::Stop(Stop::AttemptsExhausted(RetryReason::Status))]
         );
+    }
+
+    #[test]
+    fn stop_reasons_are_the_typescript_union() {
+        let dts = include_str!("../../js/index.d.ts");
+        let start = dts
+            .find("export type StopReason =")
+            .expect("StopReason in index.d.ts");
+        let union = &dts[start..dts[start..].find(';').map_or(dts.len(), |e| start + e)];
+        let names: Vec<&str> = union.split('\'').skip(1).step_by(2).collect();
+        let ours: Vec<&str> = StopReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names, ours);
     }
 }

@@ -7,7 +7,8 @@
 //! | [`classify`] | which outcomes are transient, and the safe-to-retry matrix per method and key |
 //! | [`retry_after`] | `Retry-After`, `RateLimit-Reset` and `RateLimit` parsing against a given "now" |
 //! | [`key`] | idempotency keys: UUID v4 from random bytes, the header forms |
-//! | [`decide`] | one decision per attempt: retry after a delay, or stop and why |
+//! | [`decide`] | one decision per attempt: retry after a delay, or stop and why ([`decide::StopReason`]) |
+//! | [`engine`] | the call protocol as a state machine: the steps of one call, from its first attempt to its end |
 //! | [`budget`] | the retry budgets per origin: the default one, and `RetryBudget` (gRPC retryThrottling) |
 //! | [`throttle`] | an adaptive client-side send rate per origin (AWS adaptive mode, CUBIC) |
 //! | [`breaker`] | a circuit breaker per origin: closed, open, half-open |
@@ -22,6 +23,7 @@ pub mod breaker;
 pub mod budget;
 pub mod classify;
 pub mod decide;
+pub mod engine;
 // The server-side companion: only with the `server` feature (it pulls in sha2), and in the
 // native unit tests (sha2 is also a dev-dependency).
 #[cfg(any(feature = "server", test))]

@@ -1,0 +1,991 @@
+//! The call protocol as a pure state machine: what one `retryFetch` call does from its first
+//! attempt to its end. The engine says what to do next (a [`Step`]: send, wait for the
+//! throttle's turn, ask the hooks, wait, run `beforeRetry`, finish) and is told what
+//! happened; the shell (`src/wasm/client/call.rs`) only performs the steps (fetch, timers,
+//! signals, hooks, JavaScript errors). Time comes in as ms numbers, randomness as an [`Rng`]
+//! and the shared guards through [`CallGuards`], so every rule of the loop is tested
+//! natively: the deadline re-checked before each send and after every wait and hook, a
+//! circuit still open when the wait would end, `Retry-After` read only for failures, the
+//! default budget's skips, the polls of `followAccepted`.
+//!
+//! Aborts are not the engine's: a signal ends the call at once whatever the engine says, and
+//! the shell checks them around every step.
+
+use super::accepted::{poll_failed, Accepted, AcceptedAnswer, Follow};
+use super::backoff::Rng;
+use super::budget::Verdict;
+use super::classify::{is_transient, Outcome, RetryReason};
+use super::decide::{AttemptOutcome, Decision, RetryState, StopReason};
+use super::options::RetryPolicy;
+use super::retry_after::server_delay_ms;
+
+/// What the adaptive throttle says of an attempt's turn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Turn {
+    /// Send now.
+    Now,
+    /// Wait this many ms, then ask again.
+    Wait(f64),
+    /// No turn: `'throttled'` (not within `maxWaitMs`) or `'deadline'`.
+    Stop(StopReason),
+}
+
+/// The shared guards of one call (breaker, throttle, budget), as the engine uses them. The
+/// shell implements it over the guards it holds.
+pub trait CallGuards {
+    /// May the next attempt go? `Err(ms until a probe may)` when the circuit is open.
+    fn admit(&mut self, now_ms: f64) -> Result<(), f64>;
+    /// The throttle's answer for the next attempt's turn.
+    fn turn(&mut self, deadline_left_ms: Option<f64>, now_ms: f64) -> Turn;
+    /// Attempt `attempt` is sent.
+    fn sent(&mut self, attempt: u32, now_ms: f64);
+    /// The attempt sent at `sent_at_ms` (number `attempt`) ended with `outcome`.
+    fn settled(
+        &mut self,
+        outcome: Outcome,
+        transient: bool,
+        attempt: u32,
+        sent_at_ms: f64,
+        now_ms: f64,
+    );
+    /// What the budget says of a retry now.
+    fn budget(&self, now_ms: f64) -> Verdict;
+    /// Will the circuit still be open at `at_ms`?
+    fn open_at(&self, at_ms: f64) -> bool;
+}
+
+/// What is known of the call's own request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallFacts {
+    /// Its method is idempotent (RFC 9110).
+    pub idempotent: bool,
+    /// It carries an idempotency key.
+    pub has_key: bool,
+    /// Its body can be sent again.
+    pub replayable: bool,
+}
+
+/// What a `RetryError` carries as its `cause` when the call ends without a response.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cause {
+    /// The last attempt's error.
+    AttemptError,
+    /// A `TimeoutError` for `deadlineMs`.
+    Deadline,
+    /// A `CircuitOpenError` (a probe may go in this many ms).
+    CircuitOpen(f64),
+    /// Nothing.
+    Nothing,
+}
+
+/// What a wait is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitKind {
+    /// The backoff before a retry (recorded as the attempt's `delayMs`).
+    Backoff,
+    /// Another backoff because the default budget skipped the retry.
+    Skip,
+    /// The wait before a poll after a `202 Accepted`.
+    Poll,
+}
+
+/// What the shell does next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Send attempt `attempt`: the call's request, or a `GET` of `url` (a poll URL a 202
+    /// named), within `limit_ms` (none: no limit). `retry_headers`: it is a retry of the
+    /// call's own request (the retry headers go on it, if asked for).
+    Send {
+        /// The attempt's number (a poll that is not an attempt keeps the last one's).
+        attempt: u32,
+        /// The poll URL, once a 202 named one.
+        url: Option<String>,
+        /// The attempt's time limit, ms.
+        limit_ms: Option<f64>,
+        /// A retry of the call's own request.
+        retry_headers: bool,
+    },
+    /// Wait `ms` for the throttle's turn, then [`CallEngine::turn_waited`].
+    WaitTurn(f64),
+    /// Ask `shouldRetry` and tell `onRetry` about retry `attempt` + 1 after `delay_ms`, then
+    /// [`CallEngine::hooks_done`] (or [`CallEngine::hook_timed_out`]).
+    AskHooks {
+        /// The attempt that failed.
+        attempt: u32,
+        /// The wait before the retry.
+        delay_ms: f64,
+        /// Why it failed.
+        reason: RetryReason,
+    },
+    /// Wait `ms` keeping the newest response, then [`CallEngine::waited`].
+    Wait {
+        /// How long.
+        ms: f64,
+        /// What for.
+        kind: WaitKind,
+    },
+    /// Run `beforeRetry` for attempt `attempt`, then [`CallEngine::next_attempt`].
+    BeforeRetry {
+        /// The retry's number.
+        attempt: u32,
+        /// The wait it followed.
+        delay_ms: f64,
+        /// Why the attempt before failed.
+        reason: RetryReason,
+    },
+    /// The call ends: with the newest response if there is one, else with a `RetryError` of
+    /// `reason` whose cause is `cause`.
+    Finish {
+        /// Why.
+        reason: StopReason,
+        /// The `RetryError`'s cause.
+        cause: Cause,
+    },
+    /// Before any attempt the circuit is open: the call's error is the `CircuitOpenError`
+    /// itself (a probe may go in this many ms).
+    CircuitOpen(f64),
+}
+
+/// The attempt in flight.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    poll: bool,
+    sent_at: f64,
+    deadline_limited: bool,
+}
+
+/// The retry being prepared after a failed attempt.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    report: AttemptOutcome,
+    delay_ms: f64,
+    reason: RetryReason,
+    attempt: u32,
+}
+
+/// How an attempt settled, as the shell read it.
+pub struct Settled<'a> {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// The response ends a redirect the transport (or the shell) followed.
+    pub redirected: bool,
+    /// A response header by lower-case name (read only when a rule needs it).
+    pub header: &'a dyn Fn(&str) -> Option<String>,
+    /// A response header holding a URL, resolved against the response's URL.
+    pub url_header: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// One call's protocol.
+#[derive(Clone, Debug)]
+pub struct CallEngine {
+    state: RetryState,
+    facts: CallFacts,
+    accepted: Option<Accepted>,
+    next_is_poll: bool,
+    in_flight: InFlight,
+    recorded: u32,
+    pending: Option<Pending>,
+    skips: u32,
+}
+
+impl CallEngine {
+    /// A call under `policy` that starts at `started_ms`.
+    pub fn new(policy: &RetryPolicy, started_ms: f64, facts: CallFacts) -> Self {
+        CallEngine {
+            state: RetryState::new(policy, started_ms),
+            facts,
+            accepted: None,
+            next_is_poll: false,
+            in_flight: InFlight {
+                poll: false,
+                sent_at: started_ms,
+                deadline_limited: false,
+            },
+            recorded: 0,
+            pending: None,
+            skips: 0,
+        }
+    }
+
+    /// Attempts sent so far (a poll that did not fail is not one).
+    pub fn attempts(&self) -> u32 {
+        self.state.attempts()
+    }
+
+    /// What is left of `deadlineMs` at `now_ms` (`None`: no deadline): the bound of the hooks
+    /// and of buffering a stream body.
+    pub fn deadline_left_ms(&self, now_ms: f64) -> Option<f64> {
+        self.state.deadline_left_ms(now_ms)
+    }
+
+    /// The lean path already sent the first attempt at `sent_at_ms` (no guard to ask).
+    pub fn first_sent(&mut self, sent_at_ms: f64) {
+        self.state.start_attempt();
+        self.in_flight = InFlight {
+            poll: false,
+            sent_at: sent_at_ms,
+            deadline_limited: false,
+        };
+    }
+
+    /// Before the next attempt: nothing is sent once the deadline has passed (counted from
+    /// the call); an open circuit sends nothing; then the throttle's turn. A poll asks no
+    /// guard.
+    pub fn next_attempt(
+        &mut self,
+        policy: &RetryPolicy,
+        guards: &mut dyn CallGuards,
+        now_ms: f64,
+    ) -> Step {
+        if self.state.deadline_passed(now_ms) {
+            return Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::Deadline,
+            };
+        }
+        if !self.next_is_poll {
+            if let Err(wait) = guards.admit(now_ms) {
+                return if self.recorded == 0 {
+                    Step::CircuitOpen(wait)
+                } else {
+                    Step::Finish {
+                        reason: StopReason::CircuitOpen,
+                        cause: Cause::CircuitOpen(wait),
+                    }
+                };
+            }
+        }
+        self.turn_waited(policy, guards, now_ms)
+    }
+
+    /// The throttle's turn (again, after [`Step::WaitTurn`]), then the send.
+    pub fn turn_waited(
+        &mut self,
+        policy: &RetryPolicy,
+        guards: &mut dyn CallGuards,
+        now_ms: f64,
+    ) -> Step {
+        let poll = self.next_is_poll;
+        if !poll {
+            match guards.turn(self.state.deadline_left_ms(now_ms), now_ms) {
+                Turn::Now => {}
+                Turn::Wait(ms) => return Step::WaitTurn(ms),
+                Turn::Stop(reason) => {
+                    let cause = if reason == StopReason::Deadline {
+                        Cause::Deadline
+                    } else {
+                        Cause::Nothing
+                    };
+                    return Step::Finish { reason, cause };
+                }
+            }
+        }
+        self.next_is_poll = false;
+        let attempt = if poll {
+            self.state.attempts()
+        } else {
+            self.state.start_attempt()
+        };
+        if !poll {
+            guards.sent(attempt, now_ms);
+        }
+        let limit_ms = self
+            .state
+            .attempt_time_limit_ms(policy, now_ms)
+            .map(|ms| ms.max(0.0));
+        self.in_flight = InFlight {
+            poll,
+            sent_at: now_ms,
+            // The limit is what is left of the deadline (not `timeoutMs`).
+            deadline_limited: limit_ms.is_some() && limit_ms == self.state.deadline_left_ms(now_ms),
+        };
+        let url = self.poll_url().map(String::from);
+        Step::Send {
+            attempt,
+            retry_headers: attempt > 1 && !poll && url.is_none(),
+            url,
+            limit_ms,
+        }
+    }
+
+    /// The URL the sends go to once a 202 named one.
+    fn poll_url(&self) -> Option<&str> {
+        self.accepted.as_ref().and_then(Accepted::poll_url)
+    }
+
+    /// Did the deadline cut a poll in flight (it `timed_out` and `failed`)? Then the 202
+    /// before it is the call's answer.
+    pub fn poll_cut(&self, timed_out: bool, failed: bool) -> bool {
+        self.in_flight.poll && self.in_flight.deadline_limited && timed_out && failed
+    }
+
+    /// The attempt settled at `now_ms`: count it (`true`: it goes in the attempt history),
+    /// tell the guards, and decide what follows.
+    pub fn settled<R: Rng + ?Sized>(
+        &mut self,
+        policy: &RetryPolicy,
+        settled: Settled<'_>,
+        guards: &mut dyn CallGuards,
+        now_ms: f64,
+        rng: &mut R,
+    ) -> (bool, Step) {
+        let outcome = settled.outcome;
+        // What was sent: a `GET` of the poll URL (idempotent, no key) or the call's request.
+        let target = self.poll_url().is_some();
+        let idempotent = target || self.facts.idempotent;
+        let has_key = !target && self.facts.has_key;
+        let replayable = target || self.facts.replayable;
+        let poll = self.in_flight.poll;
+        // A poll is not an attempt, unless it failed: then it is one, retried as any is.
+        let counted = !poll || poll_failed(policy, outcome, idempotent, has_key);
+        if poll && counted {
+            self.state.start_attempt();
+        }
+        if counted {
+            self.recorded += 1;
+            guards.settled(
+                outcome,
+                is_transient(policy, outcome),
+                // A failed poll was not sent as a retry: not an accepted retry either.
+                if poll { 1 } else { self.state.attempts() },
+                self.in_flight.sent_at,
+                now_ms,
+            );
+        }
+        // `followAccepted`: a 202 is followed, not returned.
+        if policy.follow_accepted && outcome == Outcome::Status(202) {
+            let (operation_location, location, retry_after) = (
+                (settled.url_header)("operation-location"),
+                (settled.url_header)("location"),
+                (settled.header)("retry-after"),
+            );
+            let answer = AcceptedAnswer {
+                operation_location: operation_location.as_deref(),
+                location: location.as_deref(),
+                retry_after: retry_after.as_deref(),
+                has_key,
+                replayable,
+                idempotent,
+                redirected: settled.redirected,
+            };
+            let follow = self
+                .accepted
+                .get_or_insert_with(|| Accepted::new(policy))
+                .next(policy, &self.state, &answer, now_ms, rng);
+            return match follow {
+                Follow::Poll { delay_ms, .. } | Follow::Repeat { delay_ms, .. } => {
+                    self.next_is_poll = true;
+                    (
+                        counted,
+                        Step::Wait {
+                            ms: delay_ms as f64,
+                            kind: WaitKind::Poll,
+                        },
+                    )
+                }
+                // Nothing to poll, or no time left: the 202 is the answer.
+                Follow::Stop(_) => (
+                    counted,
+                    Step::Finish {
+                        reason: StopReason::NotRetryable,
+                        cause: Cause::AttemptError,
+                    },
+                ),
+            };
+        }
+        // The server's wait is read for failures only (a 3xx's `Retry-After` is not a request
+        // to wait before a retry).
+        let asks = policy.respect_retry_after && matches!(outcome, Outcome::Status(s) if s >= 400);
+        let server_delay_ms = if asks {
+            server_delay_ms(
+                (settled.header)("retry-after").as_deref(),
+                (settled.header)("ratelimit-reset").as_deref(),
+                (settled.header)("ratelimit").as_deref(),
+                now_ms,
+            )
+        } else {
+            None
+        };
+        let report = AttemptOutcome {
+            outcome,
+            idempotent,
+            has_key,
+            server_delay_ms,
+            replayable,
+            budget_allows_retry: guards.budget(now_ms) != Verdict::Stop,
+            redirected: settled.redirected,
+        };
+        let step = match self.state.decide(policy, report, now_ms, rng) {
+            Decision::Stop(stop) => Step::Finish {
+                reason: stop.reason(),
+                cause: Cause::AttemptError,
+            },
+            // A breaker still open when the wait ends: stop now, with this outcome.
+            Decision::Retry { delay_ms, .. } if guards.open_at(now_ms + delay_ms as f64) => {
+                Step::Finish {
+                    reason: StopReason::CircuitOpen,
+                    cause: Cause::AttemptError,
+                }
+            }
+            Decision::Retry {
+                delay_ms, reason, ..
+            } => {
+                let attempt = self.state.attempts();
+                let delay_ms = delay_ms as f64;
+                self.pending = Some(Pending {
+                    report,
+                    delay_ms,
+                    reason,
+                    attempt,
+                });
+                Step::AskHooks {
+                    attempt,
+                    delay_ms,
+                    reason,
+                }
+            }
+        };
+        (counted, step)
+    }
+
+    /// `shouldRetry` said `retry` (true when there is none); `onRetry` ran. The hooks took
+    /// time: a wait that no longer ends before the deadline is not started.
+    pub fn hooks_done(&mut self, retry: bool, now_ms: f64) -> Step {
+        let Some(p) = self.pending else {
+            return Step::Finish {
+                reason: StopReason::NotRetryable,
+                cause: Cause::AttemptError,
+            };
+        };
+        if !retry {
+            return Step::Finish {
+                reason: StopReason::ShouldRetry,
+                cause: Cause::AttemptError,
+            };
+        }
+        if !self.state.wait_fits(now_ms, p.delay_ms) {
+            return Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::AttemptError,
+            };
+        }
+        self.skips = 0;
+        Step::Wait {
+            ms: p.delay_ms,
+            kind: WaitKind::Backoff,
+        }
+    }
+
+    /// A hook outlived the deadline: the call ends there.
+    pub fn hook_timed_out(&self) -> Step {
+        Step::Finish {
+            reason: StopReason::Deadline,
+            cause: Cause::AttemptError,
+        }
+    }
+
+    /// A wait of `kind` ended at `now_ms`. After a poll's wait, the poll; after a backoff, the
+    /// deadline again, then the budget: the default budget may skip the retry (nothing is
+    /// sent, the call waits another backoff and asks again, at most `maxAttempts` times;
+    /// then, or when the policy stops meanwhile, the last answer is the result, `'budget'`).
+    pub fn waited<R: Rng + ?Sized>(
+        &mut self,
+        policy: &RetryPolicy,
+        kind: WaitKind,
+        guards: &mut dyn CallGuards,
+        now_ms: f64,
+        rng: &mut R,
+    ) -> Step {
+        if kind == WaitKind::Poll {
+            return self.next_attempt(policy, guards, now_ms);
+        }
+        let deadline = Step::Finish {
+            reason: StopReason::Deadline,
+            cause: Cause::AttemptError,
+        };
+        let budget = Step::Finish {
+            reason: StopReason::Budget,
+            cause: Cause::AttemptError,
+        };
+        if self.state.deadline_passed(now_ms) {
+            return deadline;
+        }
+        let Some(p) = self.pending else {
+            return self.next_attempt(policy, guards, now_ms);
+        };
+        if guards.budget(now_ms) == Verdict::Skip {
+            self.skips += 1;
+            if self.skips > policy.max_attempts {
+                return budget;
+            }
+            return match self.state.decide(policy, p.report, now_ms, rng) {
+                Decision::Retry { delay_ms, .. }
+                    if self.state.wait_fits(now_ms, delay_ms as f64) =>
+                {
+                    Step::Wait {
+                        ms: delay_ms as f64,
+                        kind: WaitKind::Skip,
+                    }
+                }
+                Decision::Retry { .. } => deadline,
+                Decision::Stop(_) => budget,
+            };
+        }
+        Step::BeforeRetry {
+            attempt: p.attempt + 1,
+            delay_ms: p.delay_ms,
+            reason: p.reason,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::backoff::Rng;
+    use crate::core::options::Jitter;
+
+    /// Always the middle of the range.
+    struct Half;
+    impl Rng for Half {
+        fn next_f64(&mut self) -> f64 {
+            0.5
+        }
+    }
+
+    /// Guards that record what they were told; each answer set by the test.
+    #[derive(Default)]
+    struct Fake {
+        open_for: Option<f64>,
+        turns: Vec<Turn>,
+        budget: Vec<Verdict>,
+        open_at: bool,
+        sent: Vec<u32>,
+        settled: Vec<(Outcome, bool, u32)>,
+    }
+
+    impl CallGuards for Fake {
+        fn admit(&mut self, _now: f64) -> Result<(), f64> {
+            self.open_for.map_or(Ok(()), Err)
+        }
+        fn turn(&mut self, _left: Option<f64>, _now: f64) -> Turn {
+            if self.turns.is_empty() {
+                Turn::Now
+            } else {
+                self.turns.remove(0)
+            }
+        }
+        fn sent(&mut self, attempt: u32, _now: f64) {
+            self.sent.push(attempt);
+        }
+        fn settled(&mut self, outcome: Outcome, transient: bool, attempt: u32, _s: f64, _n: f64) {
+            self.settled.push((outcome, transient, attempt));
+        }
+        fn budget(&self, _now: f64) -> Verdict {
+            self.budget.first().copied().unwrap_or(Verdict::Allow)
+        }
+        fn open_at(&self, _at: f64) -> bool {
+            self.open_at
+        }
+    }
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            jitter: Jitter::None,
+            base_delay_ms: 100.0,
+            ..RetryPolicy::default()
+        }
+    }
+
+    const GET: CallFacts = CallFacts {
+        idempotent: true,
+        has_key: false,
+        replayable: true,
+    };
+
+    fn none(_: &str) -> Option<String> {
+        None
+    }
+
+    fn status(s: u16) -> Settled<'static> {
+        Settled {
+            outcome: Outcome::Status(s),
+            redirected: false,
+            header: &none,
+            url_header: &none,
+        }
+    }
+
+    #[test]
+    fn a_503_is_retried_after_the_hooks_and_the_backoff() {
+        let p = policy();
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert!(matches!(
+            e.next_attempt(&p, &mut g, 0.0),
+            Step::Send {
+                attempt: 1,
+                retry_headers: false,
+                ..
+            }
+        ));
+        let (counted, step) = e.settled(&p, status(503), &mut g, 10.0, &mut Half);
+        assert!(counted);
+        assert_eq!(
+            step,
+            Step::AskHooks {
+                attempt: 1,
+                delay_ms: 100.0,
+                reason: RetryReason::Status
+            }
+        );
+        assert_eq!(
+            e.hooks_done(true, 10.0),
+            Step::Wait {
+                ms: 100.0,
+                kind: WaitKind::Backoff
+            }
+        );
+        assert!(matches!(
+            e.waited(&p, WaitKind::Backoff, &mut g, 110.0, &mut Half),
+            Step::BeforeRetry { attempt: 2, .. }
+        ));
+        assert!(matches!(
+            e.next_attempt(&p, &mut g, 110.0),
+            Step::Send {
+                attempt: 2,
+                retry_headers: true,
+                ..
+            }
+        ));
+        let (_, step) = e.settled(&p, status(200), &mut g, 120.0, &mut Half);
+        assert_eq!(
+            step,
+            Step::Finish {
+                reason: StopReason::NotRetryable,
+                cause: Cause::AttemptError
+            }
+        );
+        assert_eq!(g.sent, vec![1, 2]);
+        assert_eq!(g.settled.len(), 2);
+        assert!(g.settled[0].1 && !g.settled[1].1, "503 transient, 200 not");
+    }
+
+    #[test]
+    fn should_retry_false_and_a_late_hook_end_the_call() {
+        let p = policy();
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(503), &mut g, 0.0, &mut Half);
+        assert_eq!(
+            e.hooks_done(false, 0.0),
+            Step::Finish {
+                reason: StopReason::ShouldRetry,
+                cause: Cause::AttemptError
+            }
+        );
+        assert_eq!(
+            e.hook_timed_out(),
+            Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::AttemptError
+            }
+        );
+    }
+
+    #[test]
+    fn the_deadline_is_checked_before_a_send_after_hooks_and_after_a_wait() {
+        let p = RetryPolicy {
+            deadline_ms: Some(1000.0),
+            ..policy()
+        };
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        // A blocked event loop: the first attempt would go after the deadline.
+        assert_eq!(
+            e.next_attempt(&p, &mut g, 1000.0),
+            Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::Deadline
+            }
+        );
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert!(
+            matches!(e.next_attempt(&p, &mut g, 0.0), Step::Send { limit_ms: Some(l), .. } if l == 1000.0)
+        );
+        e.settled(&p, status(503), &mut g, 10.0, &mut Half);
+        // The hooks took 900 ms: a 100 ms wait no longer ends before the deadline.
+        assert_eq!(
+            e.hooks_done(true, 900.0),
+            Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::AttemptError
+            }
+        );
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(503), &mut g, 10.0, &mut Half);
+        e.hooks_done(true, 10.0);
+        // A late timer: the wait ended after the deadline.
+        assert_eq!(
+            e.waited(&p, WaitKind::Backoff, &mut g, 1000.0, &mut Half),
+            Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::AttemptError
+            }
+        );
+    }
+
+    #[test]
+    fn an_open_circuit_ends_the_call_before_sending() {
+        let p = policy();
+        let mut g = Fake {
+            open_for: Some(500.0),
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::CircuitOpen(500.0));
+        // After an attempt: a RetryError 'circuit-open' (or the last response).
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(503), &mut g, 0.0, &mut Half);
+        e.hooks_done(true, 0.0);
+        e.waited(&p, WaitKind::Backoff, &mut g, 100.0, &mut Half);
+        g.open_for = Some(200.0);
+        assert_eq!(
+            e.next_attempt(&p, &mut g, 100.0),
+            Step::Finish {
+                reason: StopReason::CircuitOpen,
+                cause: Cause::CircuitOpen(200.0)
+            }
+        );
+        // A circuit that will still be open when the wait ends: stop at once.
+        let mut g = Fake {
+            open_at: true,
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        assert_eq!(
+            e.settled(&p, status(503), &mut g, 0.0, &mut Half).1,
+            Step::Finish {
+                reason: StopReason::CircuitOpen,
+                cause: Cause::AttemptError
+            }
+        );
+    }
+
+    #[test]
+    fn the_throttle_paces_and_may_refuse() {
+        let p = policy();
+        let mut g = Fake {
+            turns: vec![Turn::Wait(30.0), Turn::Now],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(30.0));
+        assert!(matches!(
+            e.turn_waited(&p, &mut g, 30.0),
+            Step::Send { attempt: 1, .. }
+        ));
+        let mut g = Fake {
+            turns: vec![Turn::Stop(StopReason::Throttled)],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert_eq!(
+            e.next_attempt(&p, &mut g, 0.0),
+            Step::Finish {
+                reason: StopReason::Throttled,
+                cause: Cause::Nothing
+            }
+        );
+    }
+
+    #[test]
+    fn retry_after_is_read_for_failures_only() {
+        let p = policy();
+        let asked = |name: &str| (name == "retry-after").then(|| "7".to_string());
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        let s = Settled {
+            outcome: Outcome::Status(503),
+            redirected: false,
+            header: &asked,
+            url_header: &none,
+        };
+        assert!(
+            matches!(e.settled(&p, s, &mut g, 0.0, &mut Half).1, Step::AskHooks { delay_ms, .. } if delay_ms == 7000.0)
+        );
+        // A policy that retries a 3xx: its Retry-After is not a wait.
+        let p = RetryPolicy {
+            retry_on_status: vec![301],
+            ..policy()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        let s = Settled {
+            outcome: Outcome::Status(301),
+            redirected: false,
+            header: &asked,
+            url_header: &none,
+        };
+        assert!(
+            matches!(e.settled(&p, s, &mut g, 0.0, &mut Half).1, Step::AskHooks { delay_ms, .. } if delay_ms == 100.0)
+        );
+    }
+
+    #[test]
+    fn the_default_budget_skips_at_most_max_attempts_times() {
+        let p = policy();
+        let mut g = Fake {
+            budget: vec![Verdict::Skip],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        // A skipping budget is not a stopping one: the retry is decided.
+        assert!(matches!(
+            e.settled(&p, status(503), &mut g, 0.0, &mut Half).1,
+            Step::AskHooks { .. }
+        ));
+        e.hooks_done(true, 0.0);
+        let mut now = 100.0;
+        for _ in 0..p.max_attempts {
+            assert!(matches!(
+                e.waited(&p, WaitKind::Backoff, &mut g, now, &mut Half),
+                Step::Wait {
+                    kind: WaitKind::Skip,
+                    ..
+                }
+            ));
+            now += 1000.0;
+        }
+        assert_eq!(
+            e.waited(&p, WaitKind::Skip, &mut g, now, &mut Half),
+            Step::Finish {
+                reason: StopReason::Budget,
+                cause: Cause::AttemptError
+            }
+        );
+        // A token budget stops instead.
+        let mut g = Fake {
+            budget: vec![Verdict::Stop],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        assert_eq!(
+            e.settled(&p, status(503), &mut g, 0.0, &mut Half).1,
+            Step::Finish {
+                reason: StopReason::Budget,
+                cause: Cause::AttemptError
+            }
+        );
+    }
+
+    #[test]
+    fn a_202_is_polled_without_using_attempts() {
+        let p = RetryPolicy {
+            follow_accepted: true,
+            max_attempts: 1,
+            ..policy()
+        };
+        let loc = |name: &str| (name == "location").then(|| "https://api.example/op/1".to_string());
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(
+            &p,
+            0.0,
+            CallFacts {
+                idempotent: false,
+                has_key: true,
+                replayable: true,
+            },
+        );
+        e.next_attempt(&p, &mut g, 0.0);
+        let s = Settled {
+            outcome: Outcome::Status(202),
+            redirected: false,
+            header: &none,
+            url_header: &loc,
+        };
+        assert_eq!(
+            e.settled(&p, s, &mut g, 0.0, &mut Half).1,
+            Step::Wait {
+                ms: 100.0,
+                kind: WaitKind::Poll
+            }
+        );
+        // The poll: a GET of the Location, no guard asked, not an attempt.
+        match e.waited(&p, WaitKind::Poll, &mut g, 100.0, &mut Half) {
+            Step::Send {
+                attempt: 1,
+                url: Some(u),
+                retry_headers: false,
+                ..
+            } => assert_eq!(u, "https://api.example/op/1"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(g.sent, vec![1], "the poll was not sent as an attempt");
+        let s = Settled {
+            outcome: Outcome::Status(202),
+            redirected: false,
+            header: &none,
+            url_header: &none,
+        };
+        let (counted, step) = e.settled(&p, s, &mut g, 100.0, &mut Half);
+        assert!(!counted);
+        assert!(matches!(
+            step,
+            Step::Wait {
+                kind: WaitKind::Poll,
+                ..
+            }
+        ));
+        e.waited(&p, WaitKind::Poll, &mut g, 400.0, &mut Half);
+        let (counted, step) = e.settled(&p, status(200), &mut g, 410.0, &mut Half);
+        assert!(!counted);
+        assert_eq!(
+            step,
+            Step::Finish {
+                reason: StopReason::NotRetryable,
+                cause: Cause::AttemptError
+            }
+        );
+        assert_eq!(e.attempts(), 1);
+        // A poll that fails is an attempt.
+        let mut e2 = e.clone();
+        e2.next_is_poll = true;
+        e2.turn_waited(&p, &mut g, 500.0);
+        let (counted, _) = e2.settled(&p, status(503), &mut g, 510.0, &mut Half);
+        assert!(counted);
+        assert_eq!(e2.attempts(), 2);
+    }
+
+    #[test]
+    fn a_poll_cut_by_the_deadline_keeps_the_202() {
+        let p = RetryPolicy {
+            follow_accepted: true,
+            deadline_ms: Some(1000.0),
+            ..policy()
+        };
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(
+            &p,
+            0.0,
+            CallFacts {
+                idempotent: false,
+                has_key: true,
+                replayable: true,
+            },
+        );
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(202), &mut g, 0.0, &mut Half);
+        e.waited(&p, WaitKind::Poll, &mut g, 100.0, &mut Half);
+        assert!(e.poll_cut(true, true));
+        assert!(!e.poll_cut(false, true));
+    }
+}
