@@ -30,6 +30,30 @@ pub enum Turn {
     Stop(StopReason),
 }
 
+/// The throttle's turn for a caller queued `queued_for_ms` that must wait `wait_ms` more:
+/// given up (`'throttled'`) past `max_wait_ms` in the queue, or (`'deadline'`) when the turn
+/// would come no sooner than the deadline; else wait.
+pub fn throttle_turn(
+    wait_ms: f64,
+    queued_for_ms: f64,
+    max_wait_ms: f64,
+    deadline_left_ms: Option<f64>,
+) -> Turn {
+    if queued_for_ms + wait_ms > max_wait_ms {
+        Turn::Stop(StopReason::Throttled)
+    } else if deadline_left_ms.is_some_and(|left| wait_ms >= left) {
+        Turn::Stop(StopReason::Deadline)
+    } else {
+        Turn::Wait(wait_ms.ceil().max(0.0))
+    }
+}
+
+/// Is an answer with `status` the server pushing back (`429`, `503`): what cuts the adaptive
+/// throttle's rate?
+pub fn is_pushback(status: u16) -> bool {
+    matches!(status, 429 | 503)
+}
+
 /// The shared guards of one call (breaker, throttle, budget), as the engine uses them. The
 /// shell implements it over the guards it holds.
 pub trait CallGuards {
@@ -216,6 +240,12 @@ impl CallEngine {
     /// and of buffering a stream body.
     pub fn deadline_left_ms(&self, now_ms: f64) -> Option<f64> {
         self.state.deadline_left_ms(now_ms)
+    }
+
+    /// The request's body turned out not to be replayable (a stream above the buffering
+    /// limit is sent once, whole).
+    pub fn body_not_replayable(&mut self) {
+        self.facts.replayable = false;
     }
 
     /// The lean path already sent the first attempt at `sent_at_ms` (no guard to ask).
@@ -802,6 +832,24 @@ mod tests {
                 cause: Cause::Nothing
             }
         );
+    }
+
+    #[test]
+    fn throttle_turns() {
+        assert_eq!(throttle_turn(10.2, 0.0, 100.0, None), Turn::Wait(11.0));
+        assert_eq!(
+            throttle_turn(60.0, 50.0, 100.0, None),
+            Turn::Stop(StopReason::Throttled)
+        );
+        assert_eq!(
+            throttle_turn(60.0, 0.0, 100.0, Some(60.0)),
+            Turn::Stop(StopReason::Deadline)
+        );
+        assert_eq!(
+            throttle_turn(60.0, 0.0, 100.0, Some(61.0)),
+            Turn::Wait(60.0)
+        );
+        assert!(is_pushback(429) && is_pushback(503) && !is_pushback(502) && !is_pushback(200));
     }
 
     #[test]

@@ -34,13 +34,16 @@ use super::guards::{origin_of, BreakerShared};
 use super::options::Policy;
 use super::request::{body_blob, copy_headers, fix_request, Body, BodyKind, Template};
 use super::signals::CallSignals;
-use crate::core::accepted::{poll_dropped_headers, poll_failed, Accepted, AcceptedAnswer, Follow};
+use crate::core::accepted::poll_dropped_headers;
 use crate::core::backoff::Rng;
 use crate::core::breaker::{Admission, BreakerState};
 use crate::core::budget::{Attempt, Budget, OwnUse, Verdict};
-use crate::core::classify::{is_transient, Outcome};
-use crate::core::decide::{AttemptOutcome, Decision, RetryState};
-use crate::core::retry_after::server_delay_ms;
+use crate::core::classify::Outcome;
+use crate::core::decide::StopReason;
+use crate::core::engine::{
+    is_pushback, throttle_turn, CallEngine, CallFacts, CallGuards, Cause, Settled, Step, Turn,
+    WaitKind,
+};
 use crate::core::throttle::AdaptiveThrottle;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
@@ -265,13 +268,6 @@ impl LazyOrigin {
     }
 }
 
-/// What the throttle says of an attempt's turn.
-enum Turn {
-    Now,
-    Wait(f64),
-    Stop(&'static str),
-}
-
 impl Guards {
     fn new(policy: &Policy, request: &Request) -> Guards {
         let budget: Option<Rc<RefCell<dyn Budget>>> = match &policy.budget {
@@ -298,8 +294,9 @@ impl Guards {
             ticket: None,
         }
     }
+}
 
-    /// May the next attempt be sent? `Err(ms until a probe may go)` when the circuit is open.
+impl CallGuards for Guards {
     fn admit(&mut self, now: f64) -> Result<(), f64> {
         let Some(b) = &self.breaker else {
             return Ok(());
@@ -315,8 +312,7 @@ impl Guards {
         }
     }
 
-    /// The throttle's answer for this attempt's turn.
-    fn turn(&mut self, state: &RetryState, now: f64) -> Turn {
+    fn turn(&mut self, deadline_left: Option<f64>, now: f64) -> Turn {
         let Some(t) = &self.throttle else {
             return Turn::Now;
         };
@@ -331,19 +327,15 @@ impl Guards {
             }
             Err(wait) => wait,
         };
-        let stop = if now - queued_at + wait > t.config().max_wait_ms {
-            "throttled"
-        } else if state.deadline_left_ms(now).is_some_and(|left| wait >= left) {
-            "deadline"
-        } else {
-            return Turn::Wait(wait.ceil().max(0.0));
-        };
-        t.abandon(self.origin.get(), ticket, now);
-        self.ticket = None;
-        Turn::Stop(stop)
+        let turn = throttle_turn(wait, now - queued_at, t.config().max_wait_ms, deadline_left);
+        if let Turn::Stop(_) = turn {
+            t.abandon(self.origin.get(), ticket, now);
+            self.ticket = None;
+        }
+        turn
     }
 
-    fn sent(&mut self, now: f64, attempt: u32) {
+    fn sent(&mut self, attempt: u32, now: f64) {
         if let Some(t) = &self.throttle {
             t.borrow_mut().on_send(self.origin.get(), now);
         }
@@ -353,16 +345,7 @@ impl Guards {
         }
     }
 
-    /// What the call's budget says of its next retry now.
-    fn budget_verdict(&self, now: f64) -> Verdict {
-        self.budget.as_ref().map_or(Verdict::Allow, |b| {
-            b.borrow().verdict(self.origin.get(), &self.own, now)
-        })
-    }
-
-    /// The attempt sent at `sent_at` ended at `now` with `outcome`: tell the shared guards.
-    fn settle(&mut self, policy: &Policy, outcome: Outcome, sent_at: f64, now: f64, attempt: u32) {
-        let transient = is_transient(&policy.policy, outcome);
+    fn settled(&mut self, outcome: Outcome, transient: bool, attempt: u32, sent_at: f64, now: f64) {
         let status = match outcome {
             Outcome::Status(s) => Some(s),
             _ => None,
@@ -385,15 +368,20 @@ impl Guards {
                 .attempt_ended(self.origin.get(), ended, &mut self.own, now);
         }
         if let Some(t) = &self.throttle {
-            let throttled = matches!(status, Some(429) | Some(503));
-            if throttled || success {
+            let pushback = status.is_some_and(is_pushback);
+            if pushback || success {
                 t.borrow_mut()
-                    .on_answer(self.origin.get(), sent_at, throttled, now);
+                    .on_answer(self.origin.get(), sent_at, pushback, now);
             }
         }
     }
 
-    /// Will the circuit still be open at `at`?
+    fn budget(&self, now: f64) -> Verdict {
+        self.budget.as_ref().map_or(Verdict::Allow, |b| {
+            b.borrow().verdict(self.origin.get(), &self.own, now)
+        })
+    }
+
     fn open_at(&self, at: f64) -> bool {
         self.breaker
             .as_ref()
@@ -533,20 +521,6 @@ async fn bounded<T>(
     .await
 }
 
-/// The call gives up without sending more (`reason`): the last response kept from the attempt
-/// before, if any (every stop returns it, as plain fetch would have); else a `RetryError`.
-fn give_up(
-    last: Option<JsValue>,
-    reason: &str,
-    history: &Array,
-    cause: JsValue,
-) -> Result<JsValue, JsValue> {
-    match last {
-        Some(response) => Ok(response),
-        None => Err(retry_error(reason, history, &cause)),
-    }
-}
-
 /// The call from its first attempt (or, with `first`, from the outcome of a first attempt the
 /// lean path already made) to its end.
 pub async fn run(
@@ -575,7 +549,34 @@ pub async fn run(
     outcome
 }
 
-/// The loop of [`run`]; `attempts` counts the attempts sent.
+/// What the loop has in hand: the engine's next step, or the outcome of an attempt it sent.
+enum Next {
+    /// The first attempt (no step yet).
+    Begin,
+    Step(Step),
+    Outcome {
+        outcome: Result<JsValue, JsValue>,
+        timed_out: bool,
+        followed: bool,
+        /// The URL it went to (a poll's), or `None` for the call's own request.
+        url: Option<String>,
+        sent_at: f64,
+        ended: f64,
+    },
+}
+
+/// What the loop knows of the newest attempt: its response (kept until the next attempt's
+/// outcome: if the call stops before that, it is the answer), or its error.
+#[derive(Default)]
+struct Newest {
+    response: Option<JsValue>,
+    status: Option<u16>,
+    error: JsValue,
+    record: Option<Object>,
+}
+
+/// The loop of [`run`]: performs the steps of the call's engine (`core::engine`), which
+/// decides everything; `attempts` counts the attempts sent.
 async fn run_loop(
     policy: Rc<Policy>,
     t: Template,
@@ -593,7 +594,16 @@ async fn run_loop(
         return Err(reason);
     }
     let mut guards = Guards::new(&policy, &t.request);
-    let mut state = RetryState::new(p, started);
+    let key = t.key.clone();
+    let mut engine = CallEngine::new(
+        p,
+        started,
+        CallFacts {
+            idempotent: t.idempotent,
+            has_key: key.is_some(),
+            replayable: t.body_kind != BodyKind::OneShot,
+        },
+    );
     let deadline = || deadline_error(p.deadline_ms.unwrap_or(0.0));
     let body = if first.is_some() {
         Body::AsIs
@@ -605,7 +615,7 @@ async fn run_loop(
                 let step = pin!(t.body(p.max_buffered_body_bytes));
                 match bounded(
                     &mut signals,
-                    state.deadline_left_ms(js_sys::Date::now()),
+                    engine.deadline_left_ms(js_sys::Date::now()),
                     step,
                 )
                 .await
@@ -613,15 +623,20 @@ async fn run_loop(
                     Bounded::Done(body) => body?,
                     Bounded::Aborted(reason) => return Err(reason),
                     Bounded::TimeUp => {
-                        return Err(retry_error("deadline", &Array::new(), &deadline()))
+                        return Err(retry_error(
+                            StopReason::Deadline.as_str(),
+                            &Array::new(),
+                            &deadline(),
+                        ))
                     }
                 }
             }
             _ => t.body(p.max_buffered_body_bytes).await?,
         }
     };
-    let replayable = !matches!(body, Body::Stream(_)) && t.body_kind != BodyKind::OneShot;
-    let key = t.key.clone();
+    if matches!(body, Body::Stream(_)) {
+        engine.body_not_replayable();
+    }
     let history = Array::new();
     let first_at = if p.retry_headers {
         Some(String::from(
@@ -630,109 +645,147 @@ async fn run_loop(
     } else {
         None
     };
-    // The response of the attempt before, kept until the next attempt's outcome: if the call
-    // stops before that (the throttle, the breaker, the deadline), it is the answer.
-    let mut last: Option<JsValue> = None;
+    let mut newest = Newest::default();
     // Headers `beforeRetry` set, sent on every attempt after it (the key and body stay fixed).
     let mut extra: Option<Headers> = None;
-    // `followAccepted`: the polls after a 202 (made at the first one), and whether the next
-    // send is a poll (not an attempt: no guard, no attempt counted unless it fails).
-    let mut accepted: Option<Accepted> = None;
-    let mut next_is_poll = false;
-    loop {
-        // What is sent: the call's request, or (once a 202 named one) a `GET` of the poll URL.
-        let poll_url: Option<String> = accepted
-            .as_ref()
-            .and_then(Accepted::poll_url)
-            .map(String::from);
-        let (outcome, attempt_started, ended, timed_out, followed, poll) = match first.take() {
-            Some((outcome, ended)) => {
-                attempts.set(state.start_attempt());
-                (outcome, started, ended, false, false, false)
+    let mut next = match first.take() {
+        Some((outcome, ended)) => {
+            engine.first_sent(started);
+            Next::Outcome {
+                outcome,
+                timed_out: false,
+                followed: false,
+                url: None,
+                sent_at: started,
+                ended,
             }
-            None => {
-                let poll = std::mem::take(&mut next_is_poll);
+        }
+        None => Next::Begin,
+    };
+    // Before an attempt (and at the start): an abort ends the call, else the engine's checks.
+    macro_rules! next_attempt {
+        () => {{
+            if let Some(reason) = signals.aborted() {
+                if let Some(r) = &newest.response {
+                    discard(r).await;
+                }
+                return Err(reason);
+            }
+            engine.next_attempt(p, &mut guards, js_sys::Date::now())
+        }};
+    }
+    loop {
+        let step = match next {
+            Next::Begin => next_attempt!(),
+            Next::Step(step) => step,
+            Next::Outcome {
+                outcome,
+                timed_out,
+                followed,
+                url,
+                sent_at,
+                ended,
+            } => {
                 if let Some(reason) = signals.aborted() {
-                    if let Some(r) = &last {
-                        discard(r).await;
+                    if let Ok(response) = &outcome {
+                        discard(response).await;
                     }
                     return Err(reason);
                 }
-                // Nothing is sent once the deadline has passed, counted from the call (a
-                // blocked event loop can start the first attempt late).
-                if state.deadline_passed(js_sys::Date::now()) {
-                    return give_up(last, "deadline", &history, deadline());
-                }
-                // The circuit breaker: an open circuit sends nothing (a poll is not an attempt:
-                // it neither asks the guards nor waits for the throttle).
-                if let Err(wait) = if poll {
-                    Ok(())
-                } else {
-                    guards.admit(js_sys::Date::now())
-                } {
-                    let open = circuit_open_error(guards.origin.get(), wait);
-                    // Before any attempt the call's error is the CircuitOpenError itself.
-                    return if history.length() == 0 {
-                        Err(open)
-                    } else {
-                        give_up(last, "circuit-open", &history, open)
+                let (outcome_kind, response, error) =
+                    match &outcome {
+                        Ok(v) => match js::get(v, "status").as_f64() {
+                            Some(s) if response_like(v) => (
+                                Outcome::Status(s.clamp(0.0, 999.0) as u16),
+                                Some(v.clone()),
+                                JsValue::UNDEFINED,
+                            ),
+                            _ => return Err(type_error(
+                                "retryFetch: fetch resolved to something that is not a Response",
+                            )),
+                        },
+                        Err(e) if timed_out => (Outcome::Timeout, None, e.clone()),
+                        Err(e) => (Outcome::NetworkError, None, e.clone()),
                     };
-                }
-                // The adaptive throttle: wait for this attempt's turn.
-                while !poll {
-                    match guards.turn(&state, js_sys::Date::now()) {
-                        Turn::Now => break,
-                        Turn::Wait(ms) => {
-                            if let Err(reason) = signals.sleep(ms).await {
-                                if let Some(r) = &last {
-                                    discard(r).await;
-                                }
-                                return Err(reason);
-                            }
-                        }
-                        Turn::Stop(reason) => {
-                            let cause = if reason == "deadline" {
-                                deadline()
-                            } else {
-                                JsValue::UNDEFINED
-                            };
-                            return give_up(last, reason, &history, cause);
-                        }
-                    }
-                }
-                let attempt = if poll {
-                    state.attempts()
-                } else {
-                    let attempt = state.start_attempt();
-                    attempts.set(attempt);
-                    attempt
+                // A redirect means the server took the request: for a non-idempotent one,
+                // whatever happened after it is final.
+                let redirected = followed
+                    || response
+                        .as_ref()
+                        .is_some_and(|r| js::get(r, "redirected").as_bool() == Some(true));
+                let read = |name: &str| response.as_ref().and_then(|r| header(r, name));
+                let base = || {
+                    response
+                        .as_ref()
+                        .and_then(|r| js::get(r, "url").as_string())
+                        .filter(|u| !u.is_empty())
+                        .or_else(|| url.clone())
+                        .unwrap_or_else(|| t.request.url())
                 };
-                let sent_at = js_sys::Date::now();
-                if !poll {
-                    guards.sent(sent_at, attempt);
+                let resolve = |name: &str| {
+                    read(name)
+                        .and_then(|v| web_sys::Url::new_with_base(&v, &base()).ok())
+                        .map(|u| u.href())
+                };
+                let settled = Settled {
+                    outcome: outcome_kind,
+                    redirected,
+                    header: &read,
+                    url_header: &resolve,
+                };
+                let now = js_sys::Date::now();
+                let (counted, step) = engine.settled(p, settled, &mut guards, now, &mut MathRandom);
+                let record = Object::new();
+                js::set(
+                    &record,
+                    "attempt",
+                    &JsValue::from_f64(engine.attempts() as f64),
+                );
+                js::set(&record, "startedAt", &JsValue::from_f64(sent_at));
+                js::set(&record, "durationMs", &JsValue::from_f64(ended - sent_at));
+                match outcome_kind {
+                    Outcome::Status(s) => js::set(&record, "status", &JsValue::from_f64(s as f64)),
+                    _ => js::set(&record, "error", &error),
                 }
-                let limit = state
-                    .attempt_time_limit_ms(p, sent_at)
-                    .map(|ms| ms.max(0.0));
-                // The limit is what is left of the deadline (not `timeoutMs`): a poll it cuts
-                // ends the call with the 202 before it.
-                let deadline_limited = limit.is_some() && limit == state.deadline_left_ms(sent_at);
+                if counted {
+                    history.push(&record);
+                }
+                newest = Newest {
+                    status: match outcome_kind {
+                        Outcome::Status(s) => Some(s),
+                        _ => None,
+                    },
+                    response,
+                    error,
+                    record: Some(record),
+                };
+                step
+            }
+        };
+        attempts.set(engine.attempts());
+        next = match step {
+            Step::Send {
+                attempt,
+                url,
+                limit_ms: limit,
+                retry_headers,
+            } => {
                 let timeout = limit.map_or(JsValue::UNDEFINED, timeout_error);
                 let abort = signals.attempt(limit, &timeout)?;
                 // A non-idempotent request whose redirects the runtime lets us see is followed
-                // here, so that a failure after a redirect is known as one (below).
-                let manual = poll_url.is_none()
+                // here, so that a failure after a redirect is known as one.
+                let manual = url.is_none()
                     && policy.fetch.is_none()
                     && !t.idempotent
                     && follows_redirects(&t.request)
                     && redirects_visible();
                 // `redirect: 'error'`: sent with 'manual', so that meeting a redirect is told
                 // apart from a network error (it is a TypeError, never retried).
-                let refuses = poll_url.is_none()
+                let refuses = url.is_none()
                     && policy.fetch.is_none()
                     && js::get(&t.request, "redirect").as_string().as_deref() == Some("error");
                 let poll_request;
-                let (input, init): (&JsValue, JsValue) = match &poll_url {
+                let (input, init): (&JsValue, JsValue) = match &url {
                     Some(url) => {
                         let init;
                         (poll_request, init) = poll_init(
@@ -749,8 +802,7 @@ async fn run_loop(
                             &t,
                             &body,
                             abort.signal.as_ref(),
-                            // A repeat after a 202 is not a retry.
-                            first_at.as_deref().filter(|_| attempt > 1 && !poll),
+                            first_at.as_deref().filter(|_| retry_headers),
                             attempt,
                             manual || refuses,
                             extra.as_ref(),
@@ -758,6 +810,7 @@ async fn run_loop(
                         (t.request.as_ref(), init)
                     }
                 };
+                let sent_at = js_sys::Date::now();
                 let sent = match &policy.fetch {
                     None => Ok(global_fetch(input, &init)),
                     // A transport that throws synchronously failed like one that rejects.
@@ -795,16 +848,14 @@ async fn run_loop(
                     Err(e) => Err(e),
                 };
                 let timed_out = gave_up || abort.timed_out();
-                // A poll the deadline cut while in flight: the 202 before it is the answer, as a
-                // wait the deadline ends keeps the last response.
-                if let (true, true, Err(_), Some(before)) =
-                    (poll, timed_out && deadline_limited, &outcome, &last)
-                {
-                    if signals.aborted().is_none() {
+                // A poll the deadline cut while in flight: the 202 before it is the answer, as
+                // a wait the deadline ends keeps the last response.
+                if engine.poll_cut(timed_out, outcome.is_err()) && signals.aborted().is_none() {
+                    if let Some(before) = &newest.response {
                         return Ok(before.clone());
                     }
                 }
-                if let Some(r) = last.take() {
+                if let Some(r) = newest.response.take() {
                     discard(&r).await;
                 }
                 if let (true, Ok(r)) = (refuses, &outcome) {
@@ -824,308 +875,193 @@ async fn run_loop(
                     Err(_) if timed_out => Err(timeout),
                     other => other,
                 };
-                (
+                Next::Outcome {
                     outcome,
-                    sent_at,
-                    js_sys::Date::now(),
                     timed_out,
                     followed,
-                    poll,
-                )
+                    url,
+                    sent_at,
+                    ended: js_sys::Date::now(),
+                }
             }
-        };
-
-        if let Some(reason) = signals.aborted() {
-            if let Ok(response) = &outcome {
-                discard(response).await;
+            Step::WaitTurn(ms) => {
+                if let Err(reason) = signals.sleep(ms).await {
+                    if let Some(r) = &newest.response {
+                        discard(r).await;
+                    }
+                    return Err(reason);
+                }
+                Next::Step(engine.turn_waited(p, &mut guards, js_sys::Date::now()))
             }
-            return Err(reason);
-        }
-        let (outcome_kind, response, error) = match &outcome {
-            Ok(v) => match js::get(v, "status").as_f64() {
-                Some(s) if response_like(v) => (
-                    Outcome::Status(s.clamp(0.0, 999.0) as u16),
-                    Some(v.clone()),
-                    JsValue::UNDEFINED,
-                ),
-                _ => {
-                    return Err(type_error(
-                        "retryFetch: fetch resolved to something that is not a Response",
+            Step::AskHooks {
+                attempt,
+                delay_ms: delay,
+                reason,
+            } => {
+                let response = newest.response.as_ref();
+                let reason = reason.as_str();
+                let mut retry = true;
+                // The hooks are bounded by the call's signals and deadline: a promise that
+                // never settles cannot hold the call.
+                if let Some(hook) = &policy.should_retry {
+                    // A clone, so that a hook that reads the body leaves the response the call
+                    // may still return readable.
+                    let offered = response.map(clone_response);
+                    let ctx = retry_context(
+                        attempt,
+                        delay,
+                        reason,
+                        offered.as_ref(),
+                        response,
+                        newest.status,
+                        &newest.error,
+                        key.as_deref(),
+                    );
+                    let step = pin!(call_hook(hook, &ctx));
+                    let verdict = match bounded(
+                        &mut signals,
+                        engine.deadline_left_ms(js_sys::Date::now()),
+                        step,
+                    )
+                    .await
+                    {
+                        Bounded::Done(v) => v?,
+                        Bounded::Aborted(reason) => return abandon(response, reason).await,
+                        Bounded::TimeUp => {
+                            next = Next::Step(engine.hook_timed_out());
+                            continue;
+                        }
+                    };
+                    if let (Some(o), Some(r)) = (&offered, response) {
+                        if !JsValue::eq(o, r) {
+                            // Not awaited: a clone's (a tee branch's) cancel settles only once
+                            // the other branch is done with.
+                            if let Some(cancelled) = cancel_body(o) {
+                                js::ignore_rejection(&cancelled);
+                            }
+                        }
+                    }
+                    retry = match verdict.as_bool() {
+                        Some(b) => b,
+                        None => {
+                            return Err(type_error(
+                                "retryFetch: shouldRetry must return true or false (or a promise of one)",
+                            ))
+                        }
+                    };
+                }
+                if let (true, Some(hook)) = (retry, &policy.on_retry) {
+                    let ctx = retry_context(
+                        attempt,
+                        delay,
+                        reason,
+                        None,
+                        response,
+                        newest.status,
+                        &newest.error,
+                        key.as_deref(),
+                    );
+                    let step = pin!(call_hook(hook, &ctx));
+                    match bounded(
+                        &mut signals,
+                        engine.deadline_left_ms(js_sys::Date::now()),
+                        step,
+                    )
+                    .await
+                    {
+                        Bounded::Done(v) => drop(v?),
+                        Bounded::Aborted(reason) => return abandon(response, reason).await,
+                        Bounded::TimeUp => {
+                            next = Next::Step(engine.hook_timed_out());
+                            continue;
+                        }
+                    }
+                }
+                Next::Step(engine.hooks_done(retry, js_sys::Date::now()))
+            }
+            Step::Wait { ms, kind } => {
+                if let (WaitKind::Backoff, Some(record)) = (kind, &newest.record) {
+                    js::set(record, "delayMs", &JsValue::from_f64(ms));
+                }
+                // The response is kept through the wait: if the deadline passes meanwhile (a
+                // late timer), it is the answer, and nothing more is sent.
+                wait_keeping(&mut signals, ms, newest.response.as_ref()).await?;
+                if kind == WaitKind::Poll {
+                    Next::Step(next_attempt!())
+                } else {
+                    Next::Step(engine.waited(
+                        p,
+                        kind,
+                        &mut guards,
+                        js_sys::Date::now(),
+                        &mut MathRandom,
                     ))
                 }
-            },
-            Err(e) if timed_out => (Outcome::Timeout, None, e.clone()),
-            Err(e) => (Outcome::NetworkError, None, e.clone()),
-        };
-        // What was sent: a `GET` poll (idempotent, no key) or the call's own request.
-        let idempotent = poll_url.is_some() || t.idempotent;
-        let has_key = poll_url.is_none() && key.is_some();
-        // A poll is not an attempt, unless it failed: then it is one, retried as any is.
-        let counted = !poll || poll_failed(p, outcome_kind, idempotent, has_key);
-        if poll && counted {
-            attempts.set(state.start_attempt());
-        }
-        if counted {
-            guards.settle(
-                &policy,
-                outcome_kind,
-                attempt_started,
-                ended,
-                // A failed poll was not sent as a retry: not an accepted retry either.
-                if poll { 1 } else { state.attempts() },
-            );
-        }
-
-        let record = Object::new();
-        js::set(
-            &record,
-            "attempt",
-            &JsValue::from_f64(state.attempts() as f64),
-        );
-        js::set(&record, "startedAt", &JsValue::from_f64(attempt_started));
-        js::set(
-            &record,
-            "durationMs",
-            &JsValue::from_f64(ended - attempt_started),
-        );
-        match outcome_kind {
-            Outcome::Status(s) => js::set(&record, "status", &JsValue::from_f64(s as f64)),
-            _ => js::set(&record, "error", &error),
-        }
-        if counted {
-            history.push(&record);
-        }
-
-        // A redirect means the server took the request: for a non-idempotent one, whatever
-        // happened after it (the target's answer, a failure on the way to it) is final.
-        let redirected = followed
-            || response
-                .as_ref()
-                .is_some_and(|r| js::get(r, "redirected").as_bool() == Some(true));
-        // `followAccepted`: a 202 is followed (the core decides where and after which wait),
-        // not returned; nothing of this runs for a call without the option.
-        if let (true, Outcome::Status(202), Some(r)) = (p.follow_accepted, outcome_kind, &response)
-        {
-            let sent_url = poll_url.clone().unwrap_or_else(|| t.request.url());
-            let base = js::get(r, "url")
-                .as_string()
-                .filter(|u| !u.is_empty())
-                .unwrap_or(sent_url);
-            let resolve = |name: &str| {
-                header(r, name)
-                    .and_then(|v| web_sys::Url::new_with_base(&v, &base).ok())
-                    .map(|u| u.href())
-            };
-            let (operation_location, location) =
-                (resolve("operation-location"), resolve("location"));
-            let retry_after = header(r, "retry-after");
-            let answer = AcceptedAnswer {
-                operation_location: operation_location.as_deref(),
-                location: location.as_deref(),
-                retry_after: retry_after.as_deref(),
-                has_key,
-                replayable,
-                idempotent,
-                redirected,
-            };
-            let follow = accepted.get_or_insert_with(|| Accepted::new(p)).next(
-                p,
-                &state,
-                &answer,
-                js_sys::Date::now(),
-                &mut MathRandom,
-            );
-            let delay = match follow {
-                Follow::Poll { delay_ms, .. } | Follow::Repeat { delay_ms, .. } => delay_ms as f64,
-                // Nothing to poll, or no time left: the 202 is the answer.
-                Follow::Stop(_) => return Ok(r.clone()),
-            };
-            // The 202 is kept through the wait (the answer if the deadline passes meanwhile);
-            // an abort discards it and is the call's error.
-            wait_keeping(&mut signals, delay, Some(r)).await?;
-            last = response;
-            next_is_poll = true;
-            continue;
-        }
-        let finish = |reason: &str| match &response {
-            Some(r) => Ok(r.clone()),
-            None => Err(retry_error(reason, &history, &error)),
-        };
-        let asks = p.respect_retry_after && matches!(outcome_kind, Outcome::Status(s) if s >= 400);
-        let now = js_sys::Date::now();
-        let server_delay = match (&response, asks) {
-            (Some(r), true) => server_delay_ms(
-                header(r, "retry-after").as_deref(),
-                header(r, "ratelimit-reset").as_deref(),
-                header(r, "ratelimit").as_deref(),
-                now,
-            ),
-            _ => None,
-        };
-        let report = AttemptOutcome {
-            outcome: outcome_kind,
-            idempotent,
-            has_key,
-            server_delay_ms: server_delay,
-            replayable: poll_url.is_some() || replayable,
-            budget_allows_retry: guards.budget_verdict(now) != Verdict::Stop,
-            redirected,
-        };
-        let (delay, reason) = match state.decide(p, report, now, &mut MathRandom) {
-            Decision::Stop(stop) => return finish(stop.as_str()),
-            // A breaker still open when the wait ends: stop now, with this outcome.
-            Decision::Retry { delay_ms, .. } if guards.open_at(now + delay_ms as f64) => {
-                return finish("circuit-open")
             }
-            Decision::Retry {
-                delay_ms, reason, ..
-            } => (delay_ms as f64, reason.as_str()),
-        };
-        let status = match outcome_kind {
-            Outcome::Status(s) => Some(s),
-            _ => None,
-        };
-        let attempt = state.attempts();
-        // The hooks are bounded by the call's signals and deadline: a promise that never
-        // settles cannot hold the call.
-        if let Some(hook) = &policy.should_retry {
-            // A clone, so that a hook that reads the body leaves the response the call may
-            // still return readable.
-            let offered = response.as_ref().map(clone_response);
-            let ctx = retry_context(
+            Step::BeforeRetry {
                 attempt,
-                delay,
+                delay_ms: delay,
                 reason,
-                offered.as_ref(),
-                response.as_ref(),
-                status,
-                &error,
-                key.as_deref(),
-            );
-            let step = pin!(call_hook(hook, &ctx));
-            let verdict = match bounded(
-                &mut signals,
-                state.deadline_left_ms(js_sys::Date::now()),
-                step,
-            )
-            .await
-            {
-                Bounded::Done(v) => v?,
-                Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
-                Bounded::TimeUp => return finish("deadline"),
-            };
-            if let (Some(o), Some(r)) = (&offered, &response) {
-                if !JsValue::eq(o, r) {
-                    // Not awaited: a clone's (a tee branch's) cancel settles only once the
-                    // other branch is done with.
-                    if let Some(cancelled) = cancel_body(o) {
-                        js::ignore_rejection(&cancelled);
+            } => {
+                // beforeRetry: the retry is about to be sent; it may give headers to set on it
+                // (a refreshed token, a new signature). The key and the body stay as they are.
+                if let Some(hook) = &policy.before_retry {
+                    let response = newest.response.as_ref();
+                    let ctx = retry_context(
+                        attempt,
+                        delay,
+                        reason.as_str(),
+                        None,
+                        response,
+                        newest.status,
+                        &newest.error,
+                        key.as_deref(),
+                    );
+                    let step = pin!(call_hook(hook, &ctx));
+                    let changed = match bounded(
+                        &mut signals,
+                        engine.deadline_left_ms(js_sys::Date::now()),
+                        step,
+                    )
+                    .await
+                    {
+                        Bounded::Done(v) => v?,
+                        Bounded::Aborted(reason) => return abandon(response, reason).await,
+                        Bounded::TimeUp => {
+                            next = Next::Step(engine.hook_timed_out());
+                            continue;
+                        }
+                    };
+                    if !changed.is_undefined() && !changed.is_null() {
+                        let headers = match extra.take() {
+                            Some(h) => h,
+                            None => Headers::new()?,
+                        };
+                        set_headers(&headers, &changed, &p.idempotency_header)?;
+                        extra = Some(headers);
+                    }
+                }
+                Next::Step(next_attempt!())
+            }
+            Step::Finish { reason, cause } => {
+                return match newest.response {
+                    Some(r) => Ok(r),
+                    None => {
+                        let cause = match cause {
+                            Cause::AttemptError => newest.error,
+                            Cause::Deadline => deadline(),
+                            Cause::CircuitOpen(wait) => {
+                                circuit_open_error(guards.origin.get(), wait)
+                            }
+                            Cause::Nothing => JsValue::UNDEFINED,
+                        };
+                        Err(retry_error(reason.as_str(), &history, &cause))
                     }
                 }
             }
-            match verdict.as_bool() {
-                Some(true) => {}
-                Some(false) => return finish("shouldRetry"),
-                None => {
-                    return Err(type_error(
-                        "retryFetch: shouldRetry must return true or false (or a promise of one)",
-                    ))
-                }
-            }
-        }
-        if let Some(hook) = &policy.on_retry {
-            let ctx = retry_context(
-                attempt,
-                delay,
-                reason,
-                None,
-                response.as_ref(),
-                status,
-                &error,
-                key.as_deref(),
-            );
-            let step = pin!(call_hook(hook, &ctx));
-            match bounded(
-                &mut signals,
-                state.deadline_left_ms(js_sys::Date::now()),
-                step,
-            )
-            .await
-            {
-                Bounded::Done(v) => drop(v?),
-                Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
-                Bounded::TimeUp => return finish("deadline"),
-            }
-        }
-        // The hooks took time: a wait that no longer ends before the deadline is not started.
-        if !state.wait_fits(js_sys::Date::now(), delay) {
-            return finish("deadline");
-        }
-        js::set(&record, "delayMs", &JsValue::from_f64(delay));
-        // The response is kept through the wait: if the deadline passes meanwhile (a late
-        // timer), it is the answer, and nothing more is sent.
-        wait_keeping(&mut signals, delay, response.as_ref()).await?;
-        if state.deadline_passed(js_sys::Date::now()) {
-            return finish("deadline");
-        }
-        // The default budget: a retry it refuses now is skipped, not fatal: nothing is sent,
-        // the call waits another backoff and asks again, at most `maxAttempts` times (skips
-        // do not use up attempts); then, or when the policy stops meanwhile (the deadline),
-        // the last answer is the result (reason 'budget').
-        let mut skips = 0;
-        while guards.budget_verdict(js_sys::Date::now()) == Verdict::Skip {
-            skips += 1;
-            if skips > p.max_attempts {
-                return finish("budget");
-            }
-            let now = js_sys::Date::now();
-            let delay = match state.decide(p, report, now, &mut MathRandom) {
-                Decision::Retry { delay_ms, .. } => delay_ms as f64,
-                Decision::Stop(_) => return finish("budget"),
-            };
-            if !state.wait_fits(now, delay) {
-                return finish("deadline");
-            }
-            wait_keeping(&mut signals, delay, response.as_ref()).await?;
-            if state.deadline_passed(js_sys::Date::now()) {
-                return finish("deadline");
-            }
-        }
-        // beforeRetry: the retry is about to be sent; it may give headers to set on it (a
-        // refreshed token, a new signature). The key and the body stay as they are.
-        if let Some(hook) = &policy.before_retry {
-            let ctx = retry_context(
-                attempt + 1,
-                delay,
-                reason,
-                None,
-                response.as_ref(),
-                status,
-                &error,
-                key.as_deref(),
-            );
-            let step = pin!(call_hook(hook, &ctx));
-            let changed = match bounded(
-                &mut signals,
-                state.deadline_left_ms(js_sys::Date::now()),
-                step,
-            )
-            .await
-            {
-                Bounded::Done(v) => v?,
-                Bounded::Aborted(reason) => return abandon(response.as_ref(), reason).await,
-                Bounded::TimeUp => return finish("deadline"),
-            };
-            if !changed.is_undefined() && !changed.is_null() {
-                let headers = match extra.take() {
-                    Some(h) => h,
-                    None => Headers::new()?,
-                };
-                set_headers(&headers, &changed, &p.idempotency_header)?;
-                extra = Some(headers);
-            }
-        }
-        last = response;
+            // Before any attempt the call's error is the CircuitOpenError itself.
+            Step::CircuitOpen(wait) => return Err(circuit_open_error(guards.origin.get(), wait)),
+        };
     }
 }
 
