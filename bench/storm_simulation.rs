@@ -1,25 +1,41 @@
 //! Virtual-time retry storms: N calls start at the same moment against a server that refuses
-//! at once what it cannot serve, driven by this crate's own retry decision
-//! ([`RetryState::decide`]: the backoff and `Retry-After` rules the wasm client uses) and its
-//! real [`AdaptiveThrottle`], so a throttle policy is checked in milliseconds before the
-//! real-time runs of `bench/storms.mjs` (same servers, same ideal, same floor).
+//! at once what it cannot serve. Every call runs on the crate's own call protocol,
+//! [`CallEngine`] (`src/core/engine.rs`, the state machine `src/wasm/client/call.rs` drives),
+//! with the real guards shared by the herd per origin, so what ships is checked in milliseconds
+//! before the real-time runs of `bench/storms.mjs` (same servers, same ideal, same floor).
 //!
 //! ```sh
 //! cargo run --release --example storm_simulation > bench/results/storm-simulation.md
 //! cargo run --release --example storm_simulation -- --summary     # one line per server kind (and a cold one)
-//! cargo run --release --example storm_simulation -- --trace shed 3 # one run's sends and refusals (stderr)
-//! cargo test --example storm_simulation
+//! cargo run --release --example storm_simulation -- --trace shed 3 # one run's sends, refusals, skips (stderr)
+//! cargo run --release --example storm_simulation -- --summary default      # other options: default,
+//! cargo run --release --example storm_simulation -- --trace rate 0 breaker # no-budget, retry-budget, breaker,
+//! cargo test --release --example storm_simulation      # throttle (the default), throttle-no-budget, previous, bbr
 //! ```
 //!
 //! # The model
 //!
-//! - **Calls** (as `src/wasm/client/call.rs` makes them): all start at t = 0; 9 attempts,
-//!   base 50 ms, cap 2000 ms, full jitter (the storms' policy). With a throttle every attempt,
-//!   first ones included, takes a turn: `enqueue` once, then `poll` until granted, sleeping the
-//!   returned ms rounded up; an attempt that would wait more than `maxWaitMs` is not sent (the
-//!   call stops). `on_send` when sent; `on_answer` on a 503 (throttled) or a 200. After a
-//!   refusal the call waits what `decide` says (its backoff, or the server's `Retry-After`,
-//!   accepted up to `maxRetryAfterMs`, by default the 2000 ms cap), then takes its next turn.
+//! - **Calls** (`GET`s, as `retryFetch` makes them): all start at t = 0; 9 attempts, base
+//!   50 ms, cap 2000 ms, full jitter (the storms' policy). Each call is a [`CallEngine`] whose
+//!   steps the simulation performs as the shell's `run_loop` does: `Send` (the attempt travels
+//!   to the server), `WaitTurn` and `Wait` (a timer), `AskHooks` and `BeforeRetry` (no hooks:
+//!   `hooks_done(true)` and `next_attempt` at once), `Finish` and `CircuitOpen` (the call
+//!   ends: served if its last answer was a 200). The engine asks the guards through
+//!   [`CallGuards`], implemented here as `impl CallGuards for Guards` in
+//!   `src/wasm/client/call.rs` does it: the breaker's `admit` (the probe slot held until the
+//!   attempt's outcome is recorded), the throttle's ticket (`enqueue` once, `poll` until
+//!   granted, `throttle_turn` against `maxWaitMs`, `abandon` when the call gives up its turn),
+//!   `on_send`, the budget's `retry_sent` / `attempt_ended` / `verdict` with the call's own
+//!   `OwnUse`, `on_answer` on a 503 or a 200; what the shell's `Drop for Guards` gives back
+//!   when a call ends (a probe slot, a ticket) is given back then too. `Retry-After` comes as
+//!   the header's text and the engine reads it (accepted up to `maxRetryAfterMs`, by default
+//!   the 2000 ms cap). The lean success path of a call with no guard but the default budget
+//!   is the engine's first step here (it asks no guard either).
+//! - **Guards**, one instance of each shared by the herd, as one object passed to every call:
+//!   the default budget (`RetryRatio`, `RetryRatioConfig::default()`) unless the row says
+//!   `budget: false` or gives a `RetryBudget` (which replaces it, as in `retryFetch`); a
+//!   `RetryBudget`, `AdaptiveThrottle` or `CircuitBreaker` at their defaults where the row
+//!   names one.
 //! - **Clocks**: the calls read `Date.now()`, whole ms (virtual time rounded down); a timer
 //!   fires 0 to 1 ms late (uniform), as Node's do. The server's clock is exact.
 //! - **Network**: 0.5 to 1.5 ms each way (uniform); a refusal comes back in about 2 ms. A
@@ -34,35 +50,50 @@
 //! - **Ideal**: the least time the server needs to serve N requests (`idealMs` of
 //!   `bench/storm-server.mjs`: each request sent the moment the server would take it).
 //! - **Floor** of the amplification: 1 + the share of the first N requests the server saw
-//!   that it refused (the first wave, as the storm server counts it). With no guard the first
-//!   wave is all N at t = 0 (floor 1.90 against the bucket); a throttle paces its first wave,
-//!   and its floor is the refusals of slow start's exit.
+//!   that it refused (the first wave, as the storm server counts it). With no throttle the
+//!   first wave is all N at t = 0 (floor 1.90 against the bucket); a throttle paces its first
+//!   wave, and its floor is the refusals of slow start's exit.
 //!
 //! Every row is [`RUNS`] seeded runs (SplitMix64): medians, as `bench/storms.mjs` reports
 //! them, plus the worst run's p99 and how many runs kept p99 within 1.5 × ideal. The goal:
 //! every run serves all N, amplification at most floor + 0.1, p99 at most 1.5 × ideal.
 //!
-//! # Policies
+//! # Rows
 //!
-//! - retries only: no shared state (p-retry's design, and ours without a guard);
-//! - one `new AdaptiveThrottle()`: the crate's throttle at its defaults (the thing measured);
-//! - for comparison, two pacers re-implemented here: the previous `AdaptiveThrottle` (slow
-//!   start at 100 req/s doubling every 100 ms, one cut by β = 0.7 per round, CUBIC), and a
-//!   BBR-like pacer (the new slow start; then the max-filtered success rate of the last 50 ms,
-//!   paced at 0.9 × it after a refusal and cycled 1.25, 0.75, 1, 1, 1, 1, 1, 1 per 25 ms).
+//! Each row says its options, then (after "guards:") the guards its calls have:
 //!
-//! Every attempt is allowed its retry (`budget_allows_retry`): the shared `RetryBudget`, whose
-//! API is being changed alongside this work, is left out. A throttled herd sees 1 to 4
-//! refusals, fewer than a default budget tolerates; an unguarded herd would be stopped by one.
+//! - default options: the default budget only (what `retryFetch` has when given nothing);
+//! - `budget: false`: no guard, retries only (p-retry's design);
+//! - `budget: new RetryBudget()`: the token budget instead of the default one;
+//! - `breaker: new CircuitBreaker()`, `throttle: new AdaptiveThrottle()`: the default budget
+//!   and that guard (the throttle is the thing measured); the throttle also without a budget;
+//! - for comparison, two pacers re-implemented here, passed as the throttle (with the default
+//!   budget): the previous `AdaptiveThrottle` (slow start at 100 req/s doubling every 100 ms,
+//!   one cut by β = 0.7 per round, CUBIC), and a BBR-like pacer (the new slow start; then the
+//!   max-filtered success rate of the last 50 ms, paced at 0.9 × it after a refusal and cycled
+//!   1.25, 0.75, 1, 1, 1, 1, 1, 1 per 25 ms).
 //!
 //! The virtual clock is kinder than a real one: no event-loop stalls, no GC pauses, no
 //! connection set-up. It reproduced the previous throttle's real-time figures within a few
 //! percent (p99 643 / 731 / 1314 / 1004 ms here against 680 / 744 / 1329 / 1008 ms measured
 //! with Node 20 on the storm server's four presets), but `bench/storms.mjs` has the last word.
+//! With the default budget it agreed with the real-time run of `bench/results/storms.json` of
+//! 2026-11-30 (Node 20, 3 rounds) as well: default options, amplification 2.48 / 2.39 / 2.55 /
+//! 2.56 here against 2.36 / 2.52 / 2.58 / 2.52 measured; `budget: new RetryBudget()`, 24 / 8 /
+//! 25 / 24 calls served here against 32 / 14 / 31 / 29.
+//!
+//! An experiment knob, off by default: `LOOP_TURN` and `LOOP_ANSWER` (ms) make each timer and
+//! each answer hold a shared event loop that long.
 
 use retry_fetch::core::backoff::{Rng, SplitMix64};
+use retry_fetch::core::breaker::{Admission, BreakerConfig, BreakerState, CircuitBreaker};
+use retry_fetch::core::budget::{
+    Attempt, Budget, BudgetConfig, OwnUse, RetryBudget, RetryRatio, RetryRatioConfig, Verdict,
+};
 use retry_fetch::core::classify::Outcome;
-use retry_fetch::core::decide::{AttemptOutcome, Decision, RetryState};
+use retry_fetch::core::engine::{
+    is_pushback, throttle_turn, CallEngine, CallFacts, CallGuards, Settled, Step, Turn, WaitKind,
+};
 use retry_fetch::core::options::{Jitter, RetryPolicy};
 use retry_fetch::core::throttle::{AdaptiveThrottle, ThrottleConfig};
 
@@ -289,10 +320,21 @@ mod storm {
         }
     }
 
-    /// What the calls share.
+    /// The `budget` option of the calls.
     #[derive(Clone, Copy, Debug, PartialEq)]
-    pub enum Guard {
-        /// Retries with full jitter and nothing shared.
+    pub enum BudgetOption {
+        /// Not given: the default budget (`RetryRatio` at `RetryRatioConfig::default()`).
+        Default,
+        /// `budget: false`: none.
+        Off,
+        /// `budget: new RetryBudget()` (it replaces the default budget).
+        Tokens(BudgetConfig),
+    }
+
+    /// The `throttle` option of the calls.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub enum Pacing {
+        /// None.
         None,
         /// One shared `AdaptiveThrottle` with these settings.
         Throttle(ThrottleConfig),
@@ -302,63 +344,318 @@ mod storm {
         BbrLike,
     }
 
-    impl Guard {
-        pub fn name(self) -> String {
-            match self {
-                Guard::None => "retries only".into(),
-                Guard::Throttle(c) if c == ThrottleConfig::default() => {
-                    "one `new AdaptiveThrottle()`".into()
-                }
-                Guard::Throttle(c) => format!("AdaptiveThrottle {c:?}"),
-                Guard::Previous => "previous AdaptiveThrottle (comparison)".into(),
-                Guard::BbrLike => "BBR-like pacer (comparison)".into(),
+    /// The guard options every call of the herd is given (one instance of each guard, shared
+    /// by all the calls); everything else is the storms' policy.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct Setup {
+        pub budget: BudgetOption,
+        pub pacing: Pacing,
+        /// `breaker: new CircuitBreaker(config)`.
+        pub breaker: Option<BreakerConfig>,
+    }
+
+    impl Setup {
+        /// Default options: the default budget only.
+        pub const DEFAULT: Setup = Setup {
+            budget: BudgetOption::Default,
+            pacing: Pacing::None,
+            breaker: None,
+        };
+
+        /// `budget: false`: retries only, nothing shared.
+        pub const NO_BUDGET: Setup = Setup {
+            budget: BudgetOption::Off,
+            ..Setup::DEFAULT
+        };
+
+        /// `budget: new RetryBudget()`.
+        pub fn retry_budget() -> Setup {
+            Setup {
+                budget: BudgetOption::Tokens(BudgetConfig::default()),
+                ..Setup::DEFAULT
             }
         }
 
-        fn pacer(self) -> Option<Box<dyn Pacer>> {
-            match self {
-                Guard::None => None,
-                Guard::Throttle(c) => Some(Box::new(AdaptiveThrottle::new(
-                    c.validate().expect("valid throttle settings"),
-                ))),
-                Guard::Previous => Some(Box::new(compare::Paced::previous())),
-                Guard::BbrLike => Some(Box::new(compare::Paced::bbr_like())),
+        /// `breaker: new CircuitBreaker()` (and the default budget).
+        pub fn breaker() -> Setup {
+            Setup {
+                breaker: Some(BreakerConfig::default()),
+                ..Setup::DEFAULT
+            }
+        }
+
+        /// `throttle: new AdaptiveThrottle()` (and the default budget).
+        pub fn throttle() -> Setup {
+            Setup::DEFAULT.pacing(Pacing::Throttle(ThrottleConfig::default()))
+        }
+
+        /// The same with `pacing` as the throttle.
+        pub fn pacing(self, pacing: Pacing) -> Setup {
+            Setup { pacing, ..self }
+        }
+
+        /// The same with `budget: false`.
+        pub fn without_budget(self) -> Setup {
+            Setup {
+                budget: BudgetOption::Off,
+                ..self
+            }
+        }
+
+        /// The options, then the guards the calls have: "default options; guards: default
+        /// budget".
+        pub fn name(self) -> String {
+            let mut options = Vec::new();
+            let mut guards = Vec::new();
+            match self.budget {
+                BudgetOption::Default => guards.push("default budget".to_string()),
+                BudgetOption::Off => options.push("`budget: false`".to_string()),
+                BudgetOption::Tokens(c) => {
+                    options.push(if c == BudgetConfig::default() {
+                        "`budget: new RetryBudget()`".to_string()
+                    } else {
+                        format!("`budget: new RetryBudget({c:?})`")
+                    });
+                    guards.push("RetryBudget".into());
+                }
+            }
+            match self.pacing {
+                Pacing::None => {}
+                Pacing::Throttle(c) => {
+                    options.push(if c == ThrottleConfig::default() {
+                        "`throttle: new AdaptiveThrottle()`".to_string()
+                    } else {
+                        format!("`throttle: new AdaptiveThrottle({c:?})`")
+                    });
+                    guards.push("AdaptiveThrottle".into());
+                }
+                Pacing::Previous => {
+                    options.push("the previous AdaptiveThrottle as `throttle` (comparison)".into());
+                    guards.push("previous throttle".into());
+                }
+                Pacing::BbrLike => {
+                    options.push("a BBR-like pacer as `throttle` (comparison)".into());
+                    guards.push("BBR-like pacer".into());
+                }
+            }
+            if let Some(c) = self.breaker {
+                options.push(if c == BreakerConfig::default() {
+                    "`breaker: new CircuitBreaker()`".to_string()
+                } else {
+                    format!("`breaker: new CircuitBreaker({c:?})`")
+                });
+                guards.push("CircuitBreaker".into());
+            }
+            let options = if options.is_empty() {
+                "default options".to_string()
+            } else {
+                options.join(", ")
+            };
+            let guards = if guards.is_empty() {
+                "none".to_string()
+            } else {
+                guards.join(", ")
+            };
+            format!("{options}; guards: {guards}")
+        }
+
+        /// A fresh instance of each guard, for one run.
+        fn shared(self) -> Shared {
+            Shared {
+                budget: match self.budget {
+                    BudgetOption::Default => {
+                        Some(Box::new(RetryRatio::new(RetryRatioConfig::default())))
+                    }
+                    BudgetOption::Off => None,
+                    BudgetOption::Tokens(c) => Some(Box::new(RetryBudget::new(
+                        c.validate().expect("valid budget settings"),
+                    ))),
+                },
+                throttle: match self.pacing {
+                    Pacing::None => None,
+                    Pacing::Throttle(c) => Some(Box::new(AdaptiveThrottle::new(
+                        c.validate().expect("valid throttle settings"),
+                    ))),
+                    Pacing::Previous => Some(Box::new(compare::Paced::previous())),
+                    Pacing::BbrLike => Some(Box::new(compare::Paced::bbr_like())),
+                },
+                breaker: self
+                    .breaker
+                    .map(|c| CircuitBreaker::new(c.validate().expect("valid breaker settings"))),
             }
         }
     }
 
-    /// The throttle's interface as the wasm client uses it, for one origin.
+    /// The throttle's interface as the wasm client uses it (`AdaptiveThrottle`'s methods), so
+    /// that a comparison pacer can stand in for it.
     pub trait Pacer {
-        fn enqueue(&mut self, now: f64) -> u64;
-        fn poll(&mut self, ticket: u64, now: f64) -> Result<(), f64>;
-        fn abandon(&mut self, ticket: u64, now: f64);
-        fn on_send(&mut self, now: f64);
-        fn on_answer(&mut self, sent: f64, throttled: bool, now: f64);
-        fn rate(&mut self, now: f64) -> f64;
+        fn enqueue(&mut self, origin: &str, now: f64) -> u64;
+        fn poll(&mut self, origin: &str, ticket: u64, now: f64) -> Result<(), f64>;
+        fn abandon(&mut self, origin: &str, ticket: u64, now: f64);
+        fn on_send(&mut self, origin: &str, now: f64);
+        fn on_answer(&mut self, origin: &str, sent: f64, throttled: bool, now: f64);
+        fn rate(&mut self, origin: &str, now: f64) -> Option<f64>;
+        /// `config().max_wait_ms`.
         fn max_wait_ms(&self) -> f64;
     }
 
     impl Pacer for AdaptiveThrottle {
-        fn enqueue(&mut self, now: f64) -> u64 {
-            AdaptiveThrottle::enqueue(self, ORIGIN, now)
+        fn enqueue(&mut self, origin: &str, now: f64) -> u64 {
+            AdaptiveThrottle::enqueue(self, origin, now)
         }
-        fn poll(&mut self, ticket: u64, now: f64) -> Result<(), f64> {
-            AdaptiveThrottle::poll(self, ORIGIN, ticket, now)
+        fn poll(&mut self, origin: &str, ticket: u64, now: f64) -> Result<(), f64> {
+            AdaptiveThrottle::poll(self, origin, ticket, now)
         }
-        fn abandon(&mut self, ticket: u64, now: f64) {
-            AdaptiveThrottle::abandon(self, ORIGIN, ticket, now)
+        fn abandon(&mut self, origin: &str, ticket: u64, now: f64) {
+            AdaptiveThrottle::abandon(self, origin, ticket, now)
         }
-        fn on_send(&mut self, now: f64) {
-            AdaptiveThrottle::on_send(self, ORIGIN, now)
+        fn on_send(&mut self, origin: &str, now: f64) {
+            AdaptiveThrottle::on_send(self, origin, now)
         }
-        fn on_answer(&mut self, sent: f64, throttled: bool, now: f64) {
-            AdaptiveThrottle::on_answer(self, ORIGIN, sent, throttled, now)
+        fn on_answer(&mut self, origin: &str, sent: f64, throttled: bool, now: f64) {
+            AdaptiveThrottle::on_answer(self, origin, sent, throttled, now)
         }
-        fn rate(&mut self, now: f64) -> f64 {
-            AdaptiveThrottle::rate(self, ORIGIN, now).unwrap_or(0.0)
+        fn rate(&mut self, origin: &str, now: f64) -> Option<f64> {
+            AdaptiveThrottle::rate(self, origin, now)
         }
         fn max_wait_ms(&self) -> f64 {
             self.config().max_wait_ms
+        }
+    }
+
+    /// The guards one run's herd shares (one origin, [`ORIGIN`]): what the shell's calls reach
+    /// through their options' `Rc`s.
+    pub struct Shared {
+        budget: Option<Box<dyn Budget>>,
+        throttle: Option<Box<dyn Pacer>>,
+        breaker: Option<CircuitBreaker>,
+    }
+
+    /// What one call holds of the shared guards (the per-call fields of the shell's `Guards`).
+    #[derive(Clone, Copy, Debug, Default)]
+    struct Held {
+        /// What this call took from the budget (it does not count against the call).
+        own: OwnUse,
+        /// The breaker slot this attempt holds (`Some(probe)`), until its outcome is recorded.
+        slot: Option<bool>,
+        /// The throttle ticket this call waits with, and since when.
+        ticket: Option<(u64, f64)>,
+    }
+
+    /// One call's view of the guards: `impl CallGuards for Guards` of
+    /// `src/wasm/client/call.rs`, line for line, over [`Shared`] (no `onStateChange` listener
+    /// to report a breaker's transitions to).
+    struct Guards<'a> {
+        shared: &'a mut Shared,
+        held: &'a mut Held,
+    }
+
+    impl CallGuards for Guards<'_> {
+        fn admit(&mut self, now: f64) -> Result<(), f64> {
+            let Some(b) = &mut self.shared.breaker else {
+                return Ok(());
+            };
+            let (admission, _transition) = b.admit(ORIGIN, now);
+            match admission {
+                Admission::Allowed { probe } => {
+                    self.held.slot = Some(probe);
+                    Ok(())
+                }
+                Admission::Rejected { retry_after_ms } => Err(retry_after_ms.max(0.0)),
+            }
+        }
+
+        fn turn(&mut self, deadline_left: Option<f64>, now: f64) -> Turn {
+            let Some(t) = &mut self.shared.throttle else {
+                return Turn::Now;
+            };
+            let (ticket, queued_at) = *self
+                .held
+                .ticket
+                .get_or_insert_with(|| (t.enqueue(ORIGIN, now), now));
+            let wait = match t.poll(ORIGIN, ticket, now) {
+                Ok(()) => {
+                    self.held.ticket = None;
+                    return Turn::Now;
+                }
+                Err(wait) => wait,
+            };
+            let turn = throttle_turn(wait, now - queued_at, t.max_wait_ms(), deadline_left);
+            if let Turn::Stop(_) = turn {
+                t.abandon(ORIGIN, ticket, now);
+                self.held.ticket = None;
+            }
+            turn
+        }
+
+        fn sent(&mut self, attempt: u32, now: f64) {
+            if let Some(t) = &mut self.shared.throttle {
+                t.on_send(ORIGIN, now);
+            }
+            if let (Some(b), true) = (&mut self.shared.budget, attempt > 1) {
+                b.retry_sent(ORIGIN, &mut self.held.own, now);
+            }
+        }
+
+        fn settled(
+            &mut self,
+            outcome: Outcome,
+            transient: bool,
+            attempt: u32,
+            sent_at: f64,
+            now: f64,
+        ) {
+            let status = match outcome {
+                Outcome::Status(s) => Some(s),
+                _ => None,
+            };
+            let success = status.is_some_and(|s| s < 400);
+            if let (Some(b), Some(probe)) = (&mut self.shared.breaker, self.held.slot.take()) {
+                b.record(ORIGIN, probe, transient, now);
+            }
+            if let Some(b) = &mut self.shared.budget {
+                let ended = Attempt {
+                    number: attempt,
+                    transient,
+                    success,
+                };
+                b.attempt_ended(ORIGIN, ended, &mut self.held.own, now);
+            }
+            if let Some(t) = &mut self.shared.throttle {
+                let pushback = status.is_some_and(is_pushback);
+                if pushback || success {
+                    t.on_answer(ORIGIN, sent_at, pushback, now);
+                }
+            }
+        }
+
+        fn budget(&self, now: f64) -> Verdict {
+            self.shared
+                .budget
+                .as_ref()
+                .map_or(Verdict::Allow, |b| b.verdict(ORIGIN, &self.held.own, now))
+        }
+
+        fn open_at(&self, at: f64) -> bool {
+            self.shared
+                .breaker
+                .as_ref()
+                .is_some_and(|b| b.state(ORIGIN, at) == BreakerState::Open)
+        }
+    }
+
+    impl Guards<'_> {
+        /// The call ended at `now`: what the shell's `Drop for Guards` gives back (a half-open
+        /// probe slot, a throttle turn the call still holds).
+        fn release(&mut self, now: f64) {
+            if let (Some(b), Some(probe)) = (&mut self.shared.breaker, self.held.slot.take()) {
+                b.release(ORIGIN, probe);
+            }
+            if let (Some(t), Some((ticket, _))) =
+                (&mut self.shared.throttle, self.held.ticket.take())
+            {
+                t.abandon(ORIGIN, ticket, now);
+            }
         }
     }
 
@@ -500,12 +797,12 @@ mod storm {
         }
 
         impl Pacer for Paced {
-            fn enqueue(&mut self, _now: f64) -> u64 {
+            fn enqueue(&mut self, _origin: &str, _now: f64) -> u64 {
                 self.tail += 1;
                 self.tail - 1
             }
 
-            fn poll(&mut self, ticket: u64, now: f64) -> Result<(), f64> {
+            fn poll(&mut self, _origin: &str, ticket: u64, now: f64) -> Result<(), f64> {
                 self.refill(now);
                 self.skip_abandoned();
                 let ahead = ticket.saturating_sub(self.head) as f64;
@@ -518,18 +815,18 @@ mod storm {
                 Err(self.time_for_tokens(ahead + 1.0 - self.tokens).max(1.0))
             }
 
-            fn abandon(&mut self, ticket: u64, _now: f64) {
+            fn abandon(&mut self, _origin: &str, ticket: u64, _now: f64) {
                 if ticket >= self.head && !self.abandoned.contains(&ticket) {
                     self.abandoned.push(ticket);
                     self.skip_abandoned();
                 }
             }
 
-            fn on_send(&mut self, now: f64) {
+            fn on_send(&mut self, _origin: &str, now: f64) {
                 self.sends.record(now);
             }
 
-            fn on_answer(&mut self, sent: f64, throttled: bool, now: f64) {
+            fn on_answer(&mut self, _origin: &str, sent: f64, throttled: bool, now: f64) {
                 self.refill(now);
                 let measured = self.sends.rate(now);
                 match self.rule {
@@ -587,9 +884,9 @@ mod storm {
                 self.tokens = self.tokens.min(self.capacity(self.fill));
             }
 
-            fn rate(&mut self, now: f64) -> f64 {
+            fn rate(&mut self, _origin: &str, now: f64) -> Option<f64> {
                 self.refill(now);
-                self.fill
+                Some(self.fill)
             }
 
             fn max_wait_ms(&self) -> f64 {
@@ -620,19 +917,30 @@ mod storm {
         rng.next_f64()
     }
 
+    /// What a call's timer was set for.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Then {
+        /// The call starts (t = 0).
+        Start,
+        /// Ask the throttle again (after [`Step::WaitTurn`]).
+        Turn,
+        /// A wait ended (after [`Step::Wait`]).
+        Waited(WaitKind),
+    }
+
     #[derive(Clone, Copy, Debug)]
     enum Msg {
-        /// Call `c` takes (or asks again for) its turn; then sends.
-        Turn { c: usize },
+        /// Call `c`'s timer fires: it goes on with `then`.
+        Wake { c: usize, then: Then },
         /// Call `c`'s attempt reaches the server.
         Arrive { c: usize },
         /// A request leaves service (frees a concurrency slot).
         Done,
-        /// The answer to call `c`'s attempt.
+        /// The answer to call `c`'s attempt: a 200, or a 503 (with `Retry-After`, seconds).
         Answer {
             c: usize,
             ok: bool,
-            retry_after_ms: Option<f64>,
+            retry_after_s: Option<f64>,
         },
     }
 
@@ -680,7 +988,8 @@ mod storm {
             }
         }
 
-        /// Take the request arriving at `now`? `Some(service_ms)` or a refusal.
+        /// Take the request arriving at `now`? `Ok(service_ms)`, or a refusal (with its
+        /// `Retry-After`, seconds).
         fn admit(&mut self, now: f64) -> Result<f64, Option<f64>> {
             let first = *self.first_at.get_or_insert(now);
             match self.kind {
@@ -724,7 +1033,7 @@ mod storm {
                         self.tokens -= 1.0;
                         Ok(service_ms)
                     } else if let Kind::Shed { retry_after_s, .. } = self.kind {
-                        Err(Some(retry_after_s * 1000.0))
+                        Err(Some(retry_after_s))
                     } else {
                         Err(None)
                     }
@@ -744,170 +1053,318 @@ mod storm {
         pub ended_ms: Vec<f64>,
         /// Refusals among the first `n` requests the server saw (the first wave).
         pub first_wave_refused: u64,
+        /// Retries the budget skipped (the default budget: the call waited another backoff).
+        pub skipped: u64,
     }
 
+    /// One call: its engine, what it holds of the guards, its newest answer.
     #[derive(Clone, Debug)]
     struct Call {
-        state: RetryState,
-        /// The turn this call waits with, and since when.
-        ticket: Option<(u64, f64)>,
+        engine: CallEngine,
+        held: Held,
+        /// The status of its newest answer (what the call returns when it ends).
+        status: Option<u16>,
+        /// When its attempt in flight was sent (for the trace).
         sent_at: f64,
     }
 
-    /// One run: `n` calls start at t = 0 against `kind`, sharing `guard`; network latency
-    /// scaled by `net_scale`; with `trace`, every send and refusal goes to stderr.
+    /// No header (the URL headers are read only after a 202, which these servers never send).
+    fn no_header(_: &str) -> Option<String> {
+        None
+    }
+
+    /// One run in progress.
+    struct Sim<'p> {
+        policy: &'p RetryPolicy,
+        n: usize,
+        net_scale: f64,
+        trace: bool,
+        rng: SplitMix64,
+        shared: Shared,
+        server: Server,
+        calls: Vec<Call>,
+        queue: Timeline<Msg>,
+        run: Run,
+        /// Attempts sent so far (for the trace).
+        sends: u64,
+    }
+
+    impl Sim<'_> {
+        /// Perform call `c`'s `step` (and the steps that follow at once) at virtual time `at`,
+        /// `now` on the call's clock, as the shell's `run_loop` does, until the call waits for
+        /// something (an answer, a timer) or ends.
+        fn perform(&mut self, c: usize, mut step: Step, at: f64, now: f64) {
+            let policy = self.policy;
+            loop {
+                let Call { engine, held, .. } = &mut self.calls[c];
+                let mut guards = Guards {
+                    shared: &mut self.shared,
+                    held,
+                };
+                step = match step {
+                    Step::Send { .. } => {
+                        self.calls[c].sent_at = now;
+                        self.sends += 1;
+                        if self.trace {
+                            let r = self
+                                .shared
+                                .throttle
+                                .as_mut()
+                                .and_then(|t| t.rate(ORIGIN, now))
+                                .unwrap_or(0.0);
+                            eprintln!("{at:8.2} send #{} (rate {r:.0})", self.sends);
+                        }
+                        let arrive = at + net(&mut self.rng, self.net_scale);
+                        self.queue.push(arrive, Msg::Arrive { c });
+                        return;
+                    }
+                    Step::WaitTurn(ms) => {
+                        assert!(ms.is_finite() && ms >= 0.0, "asked to wait {ms} for a turn");
+                        let wake = at + ms + lateness(&mut self.rng);
+                        self.queue.push(
+                            wake,
+                            Msg::Wake {
+                                c,
+                                then: Then::Turn,
+                            },
+                        );
+                        return;
+                    }
+                    // No hooks: `shouldRetry` says yes, `onRetry` does nothing.
+                    Step::AskHooks { .. } => engine.hooks_done(true, now),
+                    Step::Wait { ms, kind } => {
+                        if kind == WaitKind::Skip {
+                            self.run.skipped += 1;
+                            if self.trace {
+                                eprintln!("{at:8.2} the budget skips a retry (wait {ms} ms)");
+                            }
+                        }
+                        let wake = at + ms + lateness(&mut self.rng);
+                        self.queue.push(
+                            wake,
+                            Msg::Wake {
+                                c,
+                                then: Then::Waited(kind),
+                            },
+                        );
+                        return;
+                    }
+                    // No `beforeRetry`: the retry goes at once.
+                    Step::BeforeRetry { .. } => engine.next_attempt(policy, &mut guards, now),
+                    Step::Finish { reason, .. } => {
+                        guards.release(now);
+                        let served = self.calls[c].status == Some(200);
+                        if self.trace && !served {
+                            eprintln!("{at:8.2} a call ends unserved: {}", reason.as_str());
+                        }
+                        self.end(at, served);
+                        return;
+                    }
+                    Step::CircuitOpen(_) => {
+                        guards.release(now);
+                        if self.trace {
+                            eprintln!("{at:8.2} a call ends unsent: the circuit is open");
+                        }
+                        self.end(at, false);
+                        return;
+                    }
+                };
+            }
+        }
+
+        fn end(&mut self, at: f64, served: bool) {
+            if served {
+                self.run.successes += 1;
+            }
+            self.run.ended_ms.push(at);
+        }
+
+        /// Call `c`'s timer fired.
+        fn wake(&mut self, c: usize, then: Then, at: f64, now: f64) {
+            let policy = self.policy;
+            let Call { engine, held, .. } = &mut self.calls[c];
+            let mut guards = Guards {
+                shared: &mut self.shared,
+                held,
+            };
+            let step = match then {
+                Then::Start => engine.next_attempt(policy, &mut guards, now),
+                Then::Turn => engine.turn_waited(policy, &mut guards, now),
+                Then::Waited(kind) => engine.waited(policy, kind, &mut guards, now, &mut self.rng),
+            };
+            self.perform(c, step, at, now);
+        }
+
+        /// The answer to call `c`'s attempt arrived.
+        fn answer(&mut self, c: usize, ok: bool, retry_after_s: Option<f64>, at: f64, now: f64) {
+            let policy = self.policy;
+            let status = if ok { 200 } else { 503 };
+            let retry_after = retry_after_s.map(|s| s.to_string());
+            let header = |name: &str| {
+                if name == "retry-after" {
+                    retry_after.clone()
+                } else {
+                    None
+                }
+            };
+            let Call {
+                engine,
+                held,
+                sent_at,
+                ..
+            } = &mut self.calls[c];
+            let sent_at = *sent_at;
+            let mut guards = Guards {
+                shared: &mut self.shared,
+                held,
+            };
+            let settled = Settled {
+                outcome: Outcome::Status(status),
+                redirected: false,
+                header: &header,
+                url_header: &no_header,
+            };
+            let (_counted, step) = engine.settled(policy, settled, &mut guards, now, &mut self.rng);
+            self.calls[c].status = Some(status);
+            if self.trace && !ok {
+                let r = self
+                    .shared
+                    .throttle
+                    .as_mut()
+                    .and_then(|t| t.rate(ORIGIN, now))
+                    .unwrap_or(0.0);
+                eprintln!("{at:8.2} 503 to the attempt sent at {sent_at} (rate now {r:.0})");
+            }
+            self.perform(c, step, at, now);
+        }
+
+        /// Call `c`'s attempt reaches the server at `at`.
+        fn arrive(&mut self, c: usize, at: f64) {
+            self.run.requests += 1;
+            match self.server.admit(at) {
+                Ok(service) => {
+                    self.queue.push(at + service, Msg::Done);
+                    let back = at + service + net(&mut self.rng, self.net_scale);
+                    self.queue.push(
+                        back,
+                        Msg::Answer {
+                            c,
+                            ok: true,
+                            retry_after_s: None,
+                        },
+                    );
+                }
+                Err(retry_after_s) => {
+                    if self.run.requests <= self.n as u64 {
+                        self.run.first_wave_refused += 1;
+                    }
+                    let back = at + net(&mut self.rng, self.net_scale);
+                    self.queue.push(
+                        back,
+                        Msg::Answer {
+                            c,
+                            ok: false,
+                            retry_after_s,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// How long each timer and each answer holds a shared event loop, ms (`LOOP_TURN`,
+    /// `LOOP_ANSWER`; 0: not modelled).
+    fn loop_costs() -> (f64, f64) {
+        let env = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (env("LOOP_TURN"), env("LOOP_ANSWER"))
+    }
+
+    /// One run: `n` calls start at t = 0 against `kind`, given `setup`; network latency
+    /// scaled by `net_scale`; with `trace`, every send, refusal, skip and unserved end goes to
+    /// stderr.
     pub fn simulate(
         n: usize,
         kind: Kind,
-        guard: Guard,
+        setup: Setup,
         seed: u64,
         net_scale: f64,
         trace: bool,
     ) -> Run {
         let policy = policy();
-        let mut rng = SplitMix64::new(seed);
-        let mut pacer = guard.pacer();
-        let mut server = Server::new(kind);
-        let mut calls: Vec<Call> = (0..n)
-            .map(|_| Call {
-                state: RetryState::new(&policy, 0.0),
-                ticket: None,
-                sent_at: 0.0,
-            })
-            .collect();
-        let mut queue = Timeline::new();
+        // A GET: idempotent, no key, no body.
+        let get = CallFacts {
+            idempotent: true,
+            has_key: false,
+            replayable: true,
+        };
+        let call = Call {
+            engine: CallEngine::new(&policy, 0.0, get),
+            held: Held::default(),
+            status: None,
+            sent_at: 0.0,
+        };
+        let mut sim = Sim {
+            policy: &policy,
+            n,
+            net_scale,
+            trace,
+            rng: SplitMix64::new(seed),
+            shared: setup.shared(),
+            server: Server::new(kind),
+            calls: vec![call; n],
+            queue: Timeline::new(),
+            run: Run {
+                requests: 0,
+                successes: 0,
+                ended_ms: Vec::with_capacity(n),
+                first_wave_refused: 0,
+                skipped: 0,
+            },
+            sends: 0,
+        };
         for c in 0..n {
-            queue.push(0.0, Msg::Turn { c });
+            sim.queue.push(
+                0.0,
+                Msg::Wake {
+                    c,
+                    then: Then::Start,
+                },
+            );
         }
-        let mut run = Run {
-            requests: 0,
-            successes: 0,
-            ended_ms: Vec::with_capacity(n),
-            first_wave_refused: 0,
-        };
-        let cost = |m: &Msg| -> f64 {
-            let env = |k: &str| {
-                std::env::var(k)
-                    .ok()
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .unwrap_or(0.0)
-            };
-            match m {
-                Msg::Turn { .. } => env("LOOP_TURN"),
-                Msg::Answer { .. } => env("LOOP_ANSWER"),
-                _ => 0.0,
-            }
-        };
+        let (turn_cost, answer_cost) = loop_costs();
         let mut loop_free = 0.0f64;
-        while let Some((at, msg)) = queue.pop() {
-            let c = cost(&msg);
-            if c > 0.0 {
+        while let Some((at, msg)) = sim.queue.pop() {
+            let cost = match msg {
+                Msg::Wake { .. } => turn_cost,
+                Msg::Answer { .. } => answer_cost,
+                _ => 0.0,
+            };
+            if cost > 0.0 {
                 if at < loop_free {
-                    queue.push(loop_free, msg);
+                    sim.queue.push(loop_free, msg);
                     continue;
                 }
-                loop_free = at + c;
+                loop_free = at + cost;
             }
             let now = at.floor(); // Date.now()
             match msg {
-                Msg::Turn { c } => {
-                    let call = &mut calls[c];
-                    if let Some(p) = pacer.as_mut() {
-                        let (ticket, queued_at) =
-                            *call.ticket.get_or_insert_with(|| (p.enqueue(now), now));
-                        if let Err(wait) = p.poll(ticket, now) {
-                            assert!(wait >= 1.0 && wait.is_finite(), "poll asked to wait {wait}");
-                            if now - queued_at + wait > p.max_wait_ms() {
-                                p.abandon(ticket, now);
-                                call.ticket = None;
-                                run.ended_ms.push(at); // the call stops: 'throttled'
-                            } else {
-                                queue.push(at + wait.ceil() + lateness(&mut rng), Msg::Turn { c });
-                            }
-                            continue;
-                        }
-                        call.ticket = None;
-                        p.on_send(now);
-                    }
-                    call.state.start_attempt();
-                    call.sent_at = now;
-                    if trace {
-                        let r = pacer.as_mut().map_or(0.0, |p| p.rate(now));
-                        eprintln!("{at:8.2} send #{} (rate {r:.0})", run.requests + 1);
-                    }
-                    queue.push(at + net(&mut rng, net_scale), Msg::Arrive { c });
-                }
-                Msg::Arrive { c } => {
-                    run.requests += 1;
-                    match server.admit(at) {
-                        Ok(service) => {
-                            queue.push(at + service, Msg::Done);
-                            queue.push(
-                                at + service + net(&mut rng, net_scale),
-                                Msg::Answer {
-                                    c,
-                                    ok: true,
-                                    retry_after_ms: None,
-                                },
-                            );
-                        }
-                        Err(retry_after_ms) => {
-                            if run.requests <= n as u64 {
-                                run.first_wave_refused += 1;
-                            }
-                            queue.push(
-                                at + net(&mut rng, net_scale),
-                                Msg::Answer {
-                                    c,
-                                    ok: false,
-                                    retry_after_ms,
-                                },
-                            );
-                        }
-                    }
-                }
-                Msg::Done => server.in_service = server.in_service.saturating_sub(1),
+                Msg::Wake { c, then } => sim.wake(c, then, at, now),
+                Msg::Arrive { c } => sim.arrive(c, at),
+                Msg::Done => sim.server.in_service = sim.server.in_service.saturating_sub(1),
                 Msg::Answer {
                     c,
                     ok,
-                    retry_after_ms,
-                } => {
-                    let call = &mut calls[c];
-                    if let Some(p) = pacer.as_mut() {
-                        p.on_answer(call.sent_at, !ok, now);
-                        if trace && !ok {
-                            eprintln!(
-                                "{at:8.2} 503 to the attempt sent at {} (rate now {:.0})",
-                                call.sent_at,
-                                p.rate(now)
-                            );
-                        }
-                    }
-                    if ok {
-                        run.successes += 1;
-                        run.ended_ms.push(at);
-                        continue;
-                    }
-                    let report = AttemptOutcome {
-                        outcome: Outcome::Status(503),
-                        idempotent: true,
-                        has_key: false,
-                        server_delay_ms: retry_after_ms,
-                        replayable: true,
-                        budget_allows_retry: true,
-                        redirected: false,
-                    };
-                    match call.state.decide(&policy, report, now, &mut rng) {
-                        Decision::Retry { delay_ms, .. } => {
-                            queue.push(at + delay_ms as f64 + lateness(&mut rng), Msg::Turn { c });
-                        }
-                        Decision::Stop(_) => run.ended_ms.push(at),
-                    }
-                }
+                    retry_after_s,
+                } => sim.answer(c, ok, retry_after_s, at, now),
             }
         }
-        assert_eq!(run.ended_ms.len(), n, "every call ends");
-        run
+        assert_eq!(sim.run.ended_ms.len(), n, "every call ends");
+        sim.run
     }
 
     /// `p` in `(0, 1]` of `values` (nearest rank, as `bench/storms.mjs`).
@@ -929,7 +1386,7 @@ mod storm {
         }
     }
 
-    /// A row: `runs` seeded runs of one kind and guard.
+    /// A row: `runs` seeded runs of one kind and setup.
     #[derive(Clone, Debug, PartialEq)]
     pub struct Row {
         pub n: usize,
@@ -963,9 +1420,9 @@ mod storm {
         BASE_SEED ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
     }
 
-    pub fn row(n: usize, kind: Kind, guard: Guard, runs: u64, net_scale: f64) -> Row {
+    pub fn row(n: usize, kind: Kind, setup: Setup, runs: u64, net_scale: f64) -> Row {
         let results: Vec<Run> = (0..runs)
-            .map(|i| simulate(n, kind, guard, seed(i), net_scale, false))
+            .map(|i| simulate(n, kind, setup, seed(i), net_scale, false))
             .collect();
         let ideal_ms = kind.ideal_ms(n);
         let p99s: Vec<f64> = results
@@ -1007,35 +1464,76 @@ mod storm {
 
         const KINDS: [Kind; 4] = [Kind::RATE, Kind::CONCURRENCY, Kind::SHED, Kind::HALVING];
 
+        fn setups() -> [Setup; 8] {
+            [
+                Setup::DEFAULT,
+                Setup::NO_BUDGET,
+                Setup::retry_budget(),
+                Setup::breaker(),
+                Setup::throttle(),
+                Setup::throttle().without_budget(),
+                Setup::throttle().pacing(Pacing::Previous),
+                Setup::throttle().pacing(Pacing::BbrLike),
+            ]
+        }
+
         #[test]
         fn a_lone_call_waits_for_nothing() {
             for kind in KINDS {
                 for s in 0..10 {
-                    let plain = simulate(1, kind, Guard::None, s, 1.0, false);
-                    let throttled = simulate(
-                        1,
-                        kind,
-                        Guard::Throttle(ThrottleConfig::default()),
-                        s,
-                        1.0,
-                        false,
-                    );
-                    assert_eq!(plain, throttled, "{kind:?}");
+                    let plain = simulate(1, kind, Setup::NO_BUDGET, s, 1.0, false);
                     assert_eq!(plain.requests, 1);
+                    assert_eq!(plain.successes, 1);
+                    for setup in setups() {
+                        let guarded = simulate(1, kind, setup, s, 1.0, false);
+                        assert_eq!(plain, guarded, "{kind:?}, {}", setup.name());
+                    }
                 }
             }
         }
 
         #[test]
-        fn an_unguarded_herd_sends_its_whole_first_wave() {
-            let r = simulate(200, Kind::RATE, Guard::None, 1, 1.0, false);
-            // 200 at t = 0 against a bucket of 20 (plus what it gains in ~1 ms)
-            assert!(
-                (178..=180).contains(&r.first_wave_refused),
-                "{}",
-                r.first_wave_refused
-            );
-            assert_eq!(r.successes, 200);
+        fn an_unthrottled_herd_sends_its_whole_first_wave() {
+            for setup in [Setup::NO_BUDGET, Setup::DEFAULT] {
+                let r = simulate(200, Kind::RATE, setup, 1, 1.0, false);
+                // 200 at t = 0 against a bucket of 20 (plus what it gains in ~1 ms)
+                assert!(
+                    (178..=180).contains(&r.first_wave_refused),
+                    "{}: {}",
+                    setup.name(),
+                    r.first_wave_refused
+                );
+                assert_eq!(r.successes, 200, "{}", setup.name());
+            }
+        }
+
+        #[test]
+        fn the_default_budget_skips_retries_and_holds_the_herd_back() {
+            for kind in KINDS {
+                let plain = row(200, kind, Setup::NO_BUDGET, 10, 1.0);
+                let budget = row(200, kind, Setup::DEFAULT, 10, 1.0);
+                assert!(
+                    budget.amplification < plain.amplification,
+                    "{kind:?}: {budget:?} against {plain:?}"
+                );
+            }
+            let r = simulate(200, Kind::RATE, Setup::DEFAULT, 1, 1.0, false);
+            assert!(r.skipped > 0);
+            let r = simulate(200, Kind::RATE, Setup::NO_BUDGET, 1, 1.0, false);
+            assert_eq!(r.skipped, 0);
+        }
+
+        #[test]
+        fn a_retry_budget_and_a_breaker_stop_retries() {
+            for kind in KINDS {
+                let plain = simulate(200, kind, Setup::NO_BUDGET, 1, 1.0, false);
+                for setup in [Setup::retry_budget(), Setup::breaker()] {
+                    let r = simulate(200, kind, setup, 1, 1.0, false);
+                    assert!(r.requests < plain.requests, "{kind:?}, {}", setup.name());
+                    assert!(r.successes < 200, "{kind:?}, {}", setup.name());
+                    assert_eq!(r.skipped, 0, "{kind:?}, {}", setup.name());
+                }
+            }
         }
 
         #[test]
@@ -1058,28 +1556,31 @@ mod storm {
         #[test]
         fn the_default_throttle_meets_the_goals_against_every_kind() {
             for kind in KINDS {
-                let r = row(
-                    200,
-                    kind,
-                    Guard::Throttle(ThrottleConfig::default()),
-                    RUNS,
-                    1.0,
-                );
-                assert!(r.met(), "{kind:?}: {r:?}");
+                for setup in [Setup::throttle(), Setup::throttle().without_budget()] {
+                    let r = row(200, kind, setup, RUNS, 1.0);
+                    assert!(r.met(), "{kind:?}, {}: {r:?}", setup.name());
+                }
             }
         }
 
         #[test]
         fn the_comparison_pacers_run() {
-            for guard in [Guard::Previous, Guard::BbrLike] {
-                let r = simulate(200, Kind::RATE, guard, 1, 1.0, false);
-                assert_eq!(r.successes, 200, "{guard:?}");
+            for pacing in [Pacing::Previous, Pacing::BbrLike] {
+                let r = simulate(
+                    200,
+                    Kind::RATE,
+                    Setup::DEFAULT.pacing(pacing),
+                    1,
+                    1.0,
+                    false,
+                );
+                assert_eq!(r.successes, 200, "{pacing:?}");
             }
         }
     }
 }
 
-use storm::{row, Guard, Kind, Row};
+use storm::{row, Kind, Pacing, Row, Setup};
 
 fn print_table(rows: &[(String, Row)], with_n: bool) {
     let n_head = if with_n { " N |" } else { "" };
@@ -1128,29 +1629,64 @@ fn kind_by_name(name: &str) -> Kind {
     }
 }
 
+/// The rows of each server kind in the main table (and the names `--trace` and `--summary`
+/// take).
+fn setups() -> [(&'static str, Setup); 8] {
+    let throttle = Setup::throttle();
+    [
+        ("default", Setup::DEFAULT),
+        ("no-budget", Setup::NO_BUDGET),
+        ("retry-budget", Setup::retry_budget()),
+        ("breaker", Setup::breaker()),
+        ("throttle", throttle),
+        ("throttle-no-budget", throttle.without_budget()),
+        ("previous", throttle.pacing(Pacing::Previous)),
+        ("bbr", throttle.pacing(Pacing::BbrLike)),
+    ]
+}
+
+fn setup_by_name(name: Option<&String>) -> Setup {
+    let name = name.map_or("throttle", String::as_str);
+    match setups().into_iter().find(|(n, _)| *n == name) {
+        Some((_, setup)) => setup,
+        None => panic!(
+            "unknown options {name:?}: {}",
+            setups().map(|(n, _)| n).join(", ")
+        ),
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let throttle = Guard::Throttle(ThrottleConfig::default());
+    let throttle = Setup::throttle();
     match args.first().map(String::as_str) {
         Some("--trace") => {
             let kind = kind_by_name(args.get(1).map_or("rate", String::as_str));
             let i = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
-            let r = storm::simulate(200, kind, throttle, storm::seed(i), 1.0, true);
+            let setup = setup_by_name(args.get(3));
+            eprintln!("{}", setup.name());
+            let r = storm::simulate(200, kind, setup, storm::seed(i), 1.0, true);
             eprintln!(
-                "requests {}, p99 {:.0} ms",
+                "requests {}, served {}, retries skipped {}, p99 {:.0} ms",
                 r.requests,
+                r.successes,
+                r.skipped,
                 storm::percentile(&r.ended_ms, 0.99)
             );
             return;
         }
         Some("--summary") => {
+            let setup = setup_by_name(args.get(1));
+            println!("{}", setup.name());
             for kind in KINDS.into_iter().chain([kind_by_name("warming")]) {
-                let r = row(200, kind, throttle, RUNS, 1.0);
+                let r = row(200, kind, setup, RUNS, 1.0);
                 println!(
-                    "{:<20} amplification {:.3} (floor {:.3}), p99 {:.2} x ideal (worst {:.2}, {}/{} runs within 1.5), {}",
+                    "{:<20} amplification {:.3} (floor {:.3}), served {}/{}, p99 {:.2} x ideal (worst {:.2}, {}/{} runs within 1.5), {}",
                     kind.short(),
                     r.amplification,
                     r.floor,
+                    r.min_successes,
+                    r.n,
                     r.p99_ratio(),
                     r.worst_p99_ratio,
                     r.runs_within,
@@ -1161,7 +1697,7 @@ fn main() {
             return;
         }
         Some(other) => {
-            panic!("unknown argument {other:?}: --summary, --trace <kind> <run>, or nothing")
+            panic!("unknown argument {other:?}: --summary [options], --trace <kind> <run> [options], or nothing")
         }
         None => {}
     }
@@ -1170,46 +1706,61 @@ fn main() {
     println!();
     println!(
         "200 calls start at t = 0; every call: 9 attempts, base 50 ms, cap 2000 ms, full jitter, \
-         `Retry-After` respected (up to 2000 ms), decided by the crate's `RetryState`; the \
-         throttle is the crate's `AdaptiveThrottle` at its defaults. Network 0.5-1.5 ms each \
-         way, whole-ms client clock, timers 0-1 ms late. {RUNS} seeded runs per row, medians. \
-         Floor = 1 + share of the first 200 requests the server refused. Ideal = the least \
-         time the server needs for the 200 requests. Goal: all served in every run, \
-         amplification <= floor + 0.1, p99 <= 1.5 x ideal. The model and the comparison \
-         pacers are described at the top of the source."
+         `Retry-After` respected (up to 2000 ms), run by the crate's call engine (`CallEngine`, \
+         the state machine the wasm client drives) with the crate's own guards, one instance \
+         of each shared by the 200 calls: the default budget unless a row says \
+         `budget: false` or gives a `RetryBudget` (which replaces it), and the `RetryBudget`, \
+         `CircuitBreaker` or `AdaptiveThrottle` a row names, at their defaults. The guard \
+         column gives each row's options, then the guards its calls have. Network 0.5-1.5 ms \
+         each way, whole-ms client clock, timers 0-1 ms late. {RUNS} seeded runs per row, \
+         medians. Floor = 1 + share of the first 200 requests the server refused. Ideal = the \
+         least time the server needs for the 200 requests. Goal (the throttle's): all served \
+         in every run, amplification <= floor + 0.1, p99 <= 1.5 x ideal. The model and the \
+         comparison pacers are described at the top of the source."
     );
     println!();
     for kind in KINDS {
         println!("- `{}`: {}", kind.short(), kind.name());
     }
     println!();
-    let guards = [Guard::None, throttle, Guard::Previous, Guard::BbrLike];
     let mut rows = Vec::new();
     for kind in KINDS {
-        for guard in guards {
+        for (_, setup) in setups() {
             rows.push((
-                format!("{} | {}", kind.short(), guard.name()),
-                row(200, kind, guard, RUNS, 1.0),
+                format!("{} | {}", kind.short(), setup.name()),
+                row(200, kind, setup, RUNS, 1.0),
             ));
         }
     }
     print_table(&rows, false);
     println!();
+    println!(
+        "Without a throttle the default budget skips the retries that run ahead of those the \
+         server accepts (each accepted retry lets 2 more through, beyond a floor of 20): every \
+         call is still served, with a third to a half fewer requests than `budget: false` and \
+         a p99 about as late or later (a skipped retry waits another backoff). A \
+         `RetryBudget` or a `CircuitBreaker` stops the herd after its first wave's refusals: \
+         about one request per call, and hardly more calls served than the first wave's. With \
+         a throttle the herd sees a few refusals, far fewer than the default budget's floor, \
+         so it never skips a retry and the throttle's rows are the same with \
+         `budget: false`."
+    );
+    println!();
     println!("## A slower network");
     println!();
     println!(
-        "The same four servers and the default throttle with the network latency scaled by 2 \
-         and 3 (1-3 ms and 1.5-4.5 ms each way). Against `Retry-After: 1` every refused call \
-         finishes a second late, so p99 <= 1.5 x ideal allows at most 2 refused calls of 200; \
-         slow start's exit refuses the attempts in flight during one round trip, and a longer \
-         round trip means more of them."
+        "The same four servers and `throttle: new AdaptiveThrottle()` (with the default budget) \
+         with the network latency scaled by 2 and 3 (1-3 ms and 1.5-4.5 ms each way). Against \
+         `Retry-After: 1` every refused call finishes a second late, so p99 <= 1.5 x ideal \
+         allows at most 2 refused calls of 200; slow start's exit refuses the attempts in \
+         flight during one round trip, and a longer round trip means more of them."
     );
     println!();
     let mut rows = Vec::new();
     for scale in [2.0, 3.0] {
         for kind in KINDS {
             rows.push((
-                format!("{} | network x{scale}", kind.short()),
+                format!("{}, network x{scale} | {}", kind.short(), throttle.name()),
                 row(200, kind, throttle, RUNS, scale),
             ));
         }
@@ -1236,15 +1787,20 @@ fn main() {
         service_ms: 20.0,
     };
     let mut rows = Vec::new();
-    for guard in [Guard::None, throttle, Guard::Previous] {
+    for setup in [
+        Setup::DEFAULT,
+        Setup::NO_BUDGET,
+        throttle,
+        throttle.pacing(Pacing::Previous),
+    ] {
         rows.push((
-            format!("{} | {}", cold.short(), guard.name()),
-            row(200, cold, guard, RUNS, 1.0),
+            format!("{} | {}", cold.short(), setup.name()),
+            row(200, cold, setup, RUNS, 1.0),
         ));
     }
     print_table(&rows, false);
     println!();
-    println!("## Other herd sizes and capacities (the default throttle)");
+    println!("## Other herd sizes and capacities (the throttle, with the default budget)");
     println!();
     println!(
         "Not tuned to one server? N from 20 to 1000, capacities from 50 to 2000 req/s; the \
