@@ -834,6 +834,322 @@ mod tests {
         );
     }
 
+    /// Sends and settles attempts with `outcomes` in turn, hooks saying yes, until the call
+    /// finishes; the finishing step and the attempts made.
+    fn run(
+        p: &RetryPolicy,
+        facts: CallFacts,
+        outcomes: &[Settled<'_>],
+        g: &mut Fake,
+    ) -> (Step, u32) {
+        let mut e = CallEngine::new(p, 0.0, facts);
+        let mut now = 0.0;
+        let mut step = e.next_attempt(p, g, now);
+        for s in outcomes {
+            assert!(matches!(step, Step::Send { .. }), "{step:?}");
+            let settled = Settled {
+                outcome: s.outcome,
+                redirected: s.redirected,
+                header: s.header,
+                url_header: s.url_header,
+            };
+            step = e.settled(p, settled, g, now, &mut Half).1;
+            step = loop {
+                step = match step {
+                    Step::AskHooks { .. } => e.hooks_done(true, now),
+                    Step::Wait { ms, kind } => {
+                        now += ms;
+                        e.waited(p, kind, g, now, &mut Half)
+                    }
+                    Step::BeforeRetry { .. } => e.next_attempt(p, g, now),
+                    other => break other,
+                };
+            };
+            if !matches!(step, Step::Send { .. }) {
+                return (step, e.attempts());
+            }
+        }
+        (step, e.attempts())
+    }
+
+    fn outcome(o: Outcome) -> Settled<'static> {
+        Settled {
+            outcome: o,
+            redirected: false,
+            header: &none,
+            url_header: &none,
+        }
+    }
+
+    const POST: CallFacts = CallFacts {
+        idempotent: false,
+        has_key: false,
+        replayable: true,
+    };
+
+    #[test]
+    fn attempts_run_out_with_the_last_answer() {
+        let p = policy();
+        let (step, attempts) = run(
+            &p,
+            GET,
+            &[status(503), status(503), status(503)],
+            &mut Fake::default(),
+        );
+        assert_eq!(
+            step,
+            Step::Finish {
+                reason: StopReason::Attempts,
+                cause: Cause::AttemptError
+            }
+        );
+        assert_eq!(attempts, 3);
+    }
+
+    #[test]
+    fn final_answers_end_at_once_without_the_hooks() {
+        let p = policy();
+        for s in [404, 501, 301, 200] {
+            let (step, attempts) = run(&p, GET, &[status(s)], &mut Fake::default());
+            assert_eq!(
+                step,
+                Step::Finish {
+                    reason: StopReason::NotRetryable,
+                    cause: Cause::AttemptError
+                },
+                "{s}"
+            );
+            assert_eq!(attempts, 1);
+        }
+    }
+
+    #[test]
+    fn an_unkeyed_post_is_unsafe_to_retry_but_a_refusal_is_retried() {
+        let p = policy();
+        for o in [
+            Outcome::Status(503),
+            Outcome::NetworkError,
+            Outcome::Timeout,
+        ] {
+            let (step, attempts) = run(&p, POST, &[outcome(o)], &mut Fake::default());
+            assert_eq!(
+                step,
+                Step::Finish {
+                    reason: StopReason::Unsafe,
+                    cause: Cause::AttemptError
+                },
+                "{o:?}"
+            );
+            assert_eq!(attempts, 1);
+        }
+        // 429 and 408: the server says it did not process the request.
+        for s in [429, 408] {
+            let (step, attempts) = run(&p, POST, &[status(s), status(201)], &mut Fake::default());
+            assert_eq!(
+                step,
+                Step::Finish {
+                    reason: StopReason::NotRetryable,
+                    cause: Cause::AttemptError
+                },
+                "{s}"
+            );
+            assert_eq!(attempts, 2);
+        }
+    }
+
+    #[test]
+    fn network_errors_and_timeouts_follow_their_options() {
+        let p = policy();
+        let (_, attempts) = run(
+            &p,
+            GET,
+            &[
+                outcome(Outcome::NetworkError),
+                outcome(Outcome::Timeout),
+                status(200),
+            ],
+            &mut Fake::default(),
+        );
+        assert_eq!(attempts, 3);
+        let off = RetryPolicy {
+            retry_on_network_error: false,
+            retry_on_timeout: false,
+            ..policy()
+        };
+        for o in [Outcome::NetworkError, Outcome::Timeout] {
+            let (step, attempts) = run(&off, GET, &[outcome(o)], &mut Fake::default());
+            assert_eq!(
+                step,
+                Step::Finish {
+                    reason: StopReason::NotRetryable,
+                    cause: Cause::AttemptError
+                }
+            );
+            assert_eq!(attempts, 1);
+        }
+    }
+
+    #[test]
+    fn the_servers_wait_comes_from_retry_after_or_ratelimit_within_the_cap() {
+        let p = policy();
+        let mut g = Fake::default();
+        for (name, value, want) in [
+            ("ratelimit-reset", "3", Some(3000.0)),
+            ("ratelimit", "limit=10, remaining=0, reset=2", Some(2000.0)),
+        ] {
+            let read = move |n: &str| (n == name).then(|| value.to_string());
+            let mut e = CallEngine::new(&p, 0.0, GET);
+            e.next_attempt(&p, &mut g, 0.0);
+            let step = e
+                .settled(
+                    &p,
+                    Settled {
+                        outcome: Outcome::Status(429),
+                        redirected: false,
+                        header: &read,
+                        url_header: &none,
+                    },
+                    &mut g,
+                    0.0,
+                    &mut Half,
+                )
+                .1;
+            match (step, want) {
+                (Step::AskHooks { delay_ms, .. }, Some(w)) => assert_eq!(delay_ms, w, "{name}"),
+                (other, _) => panic!("{name}: {other:?}"),
+            }
+        }
+        // Past maxRetryAfterMs: the call ends.
+        let capped = RetryPolicy {
+            max_retry_after_ms: Some(1000.0),
+            ..policy()
+        };
+        let long = |n: &str| (n == "retry-after").then(|| "5".to_string());
+        let mut e = CallEngine::new(&capped, 0.0, GET);
+        e.next_attempt(&capped, &mut g, 0.0);
+        let s = Settled {
+            outcome: Outcome::Status(503),
+            redirected: false,
+            header: &long,
+            url_header: &none,
+        };
+        assert_eq!(
+            e.settled(&capped, s, &mut g, 0.0, &mut Half).1,
+            Step::Finish {
+                reason: StopReason::RetryAfter,
+                cause: Cause::AttemptError
+            }
+        );
+        // respectRetryAfter: false: the backoff, and the header is never read.
+        let ignoring = RetryPolicy {
+            respect_retry_after: false,
+            ..policy()
+        };
+        let never = |n: &str| -> Option<String> { panic!("read {n}") };
+        let mut e = CallEngine::new(&ignoring, 0.0, GET);
+        e.next_attempt(&ignoring, &mut g, 0.0);
+        let s = Settled {
+            outcome: Outcome::Status(503),
+            redirected: false,
+            header: &never,
+            url_header: &none,
+        };
+        assert!(
+            matches!(e.settled(&ignoring, s, &mut g, 0.0, &mut Half).1, Step::AskHooks { delay_ms, .. } if delay_ms == 100.0)
+        );
+    }
+
+    #[test]
+    fn a_redirected_post_ends_a_redirected_get_is_retried() {
+        let p = policy();
+        let keyed = CallFacts {
+            has_key: true,
+            ..POST
+        };
+        let redirected = Settled {
+            outcome: Outcome::Status(503),
+            redirected: true,
+            header: &none,
+            url_header: &none,
+        };
+        let (step, attempts) = run(&p, keyed, &[redirected], &mut Fake::default());
+        assert_eq!(
+            step,
+            Step::Finish {
+                reason: StopReason::NotRetryable,
+                cause: Cause::AttemptError
+            }
+        );
+        assert_eq!(attempts, 1);
+        let again = Settled {
+            outcome: Outcome::Status(503),
+            redirected: true,
+            header: &none,
+            url_header: &none,
+        };
+        let (_, attempts) = run(&p, GET, &[again, status(200)], &mut Fake::default());
+        assert_eq!(attempts, 2);
+    }
+
+    #[test]
+    fn an_attempt_cut_at_the_deadline_ends_with_its_error() {
+        let p = RetryPolicy {
+            deadline_ms: Some(500.0),
+            ..policy()
+        };
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        // The timeout came at the deadline: no time is left for a wait.
+        let step = e
+            .settled(&p, outcome(Outcome::Timeout), &mut g, 500.0, &mut Half)
+            .1;
+        assert_eq!(
+            step,
+            Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::AttemptError
+            }
+        );
+        // A throttle turn no sooner than the deadline: the deadline's error.
+        let mut g = Fake {
+            turns: vec![Turn::Stop(StopReason::Deadline)],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert_eq!(
+            e.next_attempt(&p, &mut g, 0.0),
+            Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::Deadline
+            }
+        );
+    }
+
+    #[test]
+    fn the_backoff_grows_across_attempts() {
+        let p = RetryPolicy {
+            max_attempts: 4,
+            ..policy()
+        };
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        let mut delays = Vec::new();
+        let mut now = 0.0;
+        e.next_attempt(&p, &mut g, now);
+        for _ in 0..3 {
+            match e.settled(&p, status(503), &mut g, now, &mut Half).1 {
+                Step::AskHooks { delay_ms, .. } => delays.push(delay_ms),
+                other => panic!("{other:?}"),
+            }
+            e.hooks_done(true, now);
+            now += 10_000.0;
+            e.waited(&p, WaitKind::Backoff, &mut g, now, &mut Half);
+            e.next_attempt(&p, &mut g, now);
+        }
+        assert_eq!(delays, vec![100.0, 200.0, 400.0]);
+    }
+
     #[test]
     fn throttle_turns() {
         assert_eq!(throttle_turn(10.2, 0.0, 100.0, None), Turn::Wait(11.0));
