@@ -3,15 +3,16 @@
 SHELL := /bin/bash
 PORT ?= 8080
 
-.PHONY: all setup pkg demo test test-native test-wasm test-e2e test-server test-package test-browser test-types bench clean
+.PHONY: all setup pkg demo test lint test-native test-wasm test-e2e test-server test-package test-browser test-types bench clean
 
 all: pkg
 
 setup:
 	@bash scripts/setup.sh
 
+## Builds pkg/; skipped when none of its inputs changed since (FORCE=1 rebuilds anyway).
 pkg: setup
-	@bash scripts/build-pkg.sh
+	@bash scripts/build-pkg.sh $(if $(FORCE),--force)
 
 ## Builds pkg/ and serves www/ on http://127.0.0.1:$(PORT) (PORT=... to change). Ctrl-C stops it.
 demo: pkg
@@ -20,6 +21,10 @@ demo: pkg
 ## Installs what is missing, builds, runs every test.
 test: pkg
 	@bash scripts/test.sh
+
+## fmt, clippy and rustdoc with warnings as errors, every feature combination, native and wasm32.
+lint: setup
+	@bash scripts/lint.sh
 
 test-native: setup
 	@bash scripts/test.sh native

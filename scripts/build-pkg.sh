@@ -13,6 +13,34 @@ cd "$RF_ROOT"
 
 target_dir=target/pkg   # its own target dir: the release flags differ from the test build's
 out=$target_dir/stage    # assembled here, then moved to pkg/ at once (other runs may be using pkg/)
+
+# Nothing to do when nothing the build reads has changed since the build that made pkg/, and
+# pkg/ is still what that build made. The stamp holds a hash of the inputs (sources, manifests,
+# lock files, JS entries, README.md, these scripts, the tools' versions and flags) and one of
+# pkg/. `scripts/build-pkg.sh --force` (or RF_FORCE_PKG=1) builds regardless.
+stamp=$target_dir/pkg.stamp
+inputs_hash() {
+  {
+    find src js -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum
+    for f in Cargo.toml Cargo.lock package-lock.json README.md .cargo/config.toml \
+      scripts/build-pkg.sh scripts/toolchain.sh scripts/guard-glue.mjs; do
+      if [ -f "$f" ]; then sha256sum "$f"; else echo "absent $f"; fi
+    done
+    printf '%s\n' "$RF_WASM_MODE" "${RF_WASM_CARGO[*]}" "${RF_BUILD_STD[*]}" "${RF_SIZE_FLAGS[*]}" \
+      "${RF_SIZE_RUSTFLAGS:-}" "${RUSTFLAGS:-}"
+    if [ "$RF_WASM_MODE" = debian ]; then /usr/bin/rustc -vV; else rustc -vV; fi
+    wasm-bindgen --version
+    node --version
+  } | sha256sum | cut -d' ' -f1
+}
+pkg_hash() { find pkg -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum | sha256sum | cut -d' ' -f1; }
+inputs=$(inputs_hash)
+if [ "${1:-}" != --force ] && [ "${RF_FORCE_PKG:-}" != 1 ] && [ -f "$stamp" ] && [ -d pkg ] \
+  && [ "$(cat "$stamp")" = "$inputs $(pkg_hash)" ]; then
+  rf_say "pkg/ is up to date: no input changed since it was built (scripts/build-pkg.sh --force rebuilds)"
+  exit 0
+fi
+
 rm -rf "$out" && mkdir -p "$out"
 
 WASM_OPT="$RF_ROOT/node_modules/.bin/wasm-opt"
@@ -75,6 +103,7 @@ for f in "$out"/*.js "$out"/*.cjs "$out"/cjs/*.js; do
 done
 rm -rf pkg && mv "$out" pkg
 out=pkg
+echo "$inputs $(pkg_hash)" > "$stamp"
 
 wasm="$out/retry_fetch_bg.wasm"
 raw=$(stat -c %s "$wasm"); gz=$(gzip -9c "$wasm" | wc -c)

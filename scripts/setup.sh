@@ -28,14 +28,23 @@ command -v node >/dev/null 2>&1 || rf_die "node not found: install Node.js 20 or
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$node_major" -ge 20 ] || rf_die "Node.js $node_major is too old: retry-fetch needs Node.js 20 or newer"
 
-# 2. Rust for the native tests.
+# 2. Rust for the native tests, with clippy and rustfmt for scripts/lint.sh.
 command -v cargo >/dev/null 2>&1 || apt_install cargo rustc
+if command -v rustup >/dev/null 2>&1; then
+  for c in clippy rustfmt; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" \
+      || rf_die "the rustup component $c is missing: rustup component add $c"
+  done
+else
+  cargo clippy --version >/dev/null 2>&1 || apt_install rust-clippy
+  cargo fmt --version >/dev/null 2>&1 || apt_install rustfmt
+fi
 
 # 3. A wasm32 standard library.
 if [ "$RF_WASM_MODE" = rustup ]; then
   rf_say "wasm32: using the rustup target wasm32-unknown-unknown"
 else
-  apt_install rustc-web cargo-web rust-web-src lld-22
+  apt_install rustc-web cargo-web rust-web-src lld-22 rust-web-clippy
   [ -d /usr/lib/rustlib/src/rust/library ] || rf_die "Debian's Rust source is missing (package rust-web-src)"
   /usr/bin/rust-lld -flavor wasm --version >/dev/null 2>&1 || rf_die "/usr/bin/rust-lld does not run (packages rust-web-llvm and lld-22)"
   rf_say "wasm32: Debian $(/usr/bin/rustc --version) with -Zbuild-std"

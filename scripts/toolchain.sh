@@ -12,11 +12,17 @@ export PATH="$RF_ROOT/node_modules/.bin:$PATH"
 if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
   RF_WASM_MODE=rustup
   RF_WASM_CARGO=(cargo)
+  RF_WASM_CLIPPY=(cargo clippy)
   RF_BUILD_STD=()
   RF_SIZE_FLAGS=()
 else
   RF_WASM_MODE=debian
   RF_WASM_CARGO=(env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 /usr/bin/cargo)
+  # Debian's clippy (package rust-web-clippy), called directly: `/usr/bin/cargo clippy` would run
+  # rustup's cargo-clippy proxy from ~/.cargo/bin (cargo searches there before PATH), i.e. the
+  # rustup toolchain, which has no std source to build. CARGO makes it drive Debian's cargo.
+  RF_WASM_CLIPPY=(env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 CARGO=/usr/bin/cargo
+    /usr/bin/cargo-clippy clippy)
   RF_BUILD_STD=(-Zbuild-std=std,panic_abort)
   # Release package only: panics abort without formatting (smaller), std built for size.
   RF_SIZE_FLAGS=(-Zbuild-std-features=optimize_for_size)

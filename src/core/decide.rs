@@ -198,7 +198,7 @@ impl RetryState {
     /// that no longer fits is not started, so nothing is sent once the deadline has passed.
     pub fn wait_fits(&self, now_ms: f64, delay_ms: f64) -> bool {
         self.deadline_at_ms
-            .map_or(true, |end| now_ms + delay_ms < end)
+            .is_none_or(|end| now_ms + delay_ms < end)
     }
 
     /// Decide what follows an attempt that ended at `now_ms` with `report`.

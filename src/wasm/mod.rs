@@ -20,7 +20,7 @@ mod errors;
 #[cfg(any(feature = "client", feature = "server"))]
 mod js;
 #[cfg(any(feature = "client", feature = "server"))]
-mod options;
+mod read_options;
 #[cfg(feature = "server")]
 mod server;
 

@@ -31,7 +31,7 @@ use web_sys::{Headers, Request, Response};
 use super::bindings::{global_fetch, Thenable};
 use super::errors::{circuit_open_error, deadline_error, retry_error, timeout_error};
 use super::guards::{origin_of, BreakerShared};
-use super::options::Policy;
+use super::policy::Policy;
 use super::request::{body_blob, copy_headers, fix_request, Body, BodyKind, Template};
 use super::signals::CallSignals;
 use crate::core::accepted::poll_dropped_headers;
@@ -99,7 +99,7 @@ impl Client {
         }
         let per_call = !(options.is_undefined() || options.is_null());
         let policy = if per_call {
-            Rc::new(super::options::read(options, &self.policy)?)
+            Rc::new(super::policy::read(options, &self.policy)?)
         } else {
             self.policy.clone()
         };
@@ -110,7 +110,7 @@ impl Client {
         let plain_get = init.is_undefined() && input.is_string() && policy.headers.is_none();
         let lean_policy = lean(&policy);
         let (sent, request) =
-            if lean_policy && plain_get && !policy.policy.idempotency_key.may_add_key(true) {
+            if lean_policy && plain_get && !policy.retry.idempotency_key.may_add_key(true) {
                 (global_fetch(input, &JsValue::UNDEFINED), input.clone())
             } else {
                 let request = fix_request(input, init)?;
@@ -179,7 +179,7 @@ fn add_default_headers(request: &Request, defaults: &Headers) -> Result<(), JsVa
 /// Can a call under `policy` take the lean path (given a lean request)? No guard, no time
 /// limit, no `options.signal`, no custom transport, no status below 400 to retry.
 fn lean(policy: &Policy) -> bool {
-    let p = &policy.policy;
+    let p = &policy.retry;
     !policy.has_guards()
         && policy.signal.is_none()
         && policy.on_settled.is_none()
@@ -194,7 +194,7 @@ fn lean(policy: &Policy) -> bool {
 fn lean_request(policy: &Policy, request: &Request) -> bool {
     let idempotent = || crate::core::classify::is_idempotent_method(&request.method());
     request.body().is_none()
-        && !policy.policy.idempotency_key.may_add_key(idempotent())
+        && !policy.retry.idempotency_key.may_add_key(idempotent())
         && js::get(request, "redirect").as_string().as_deref() != Some("error")
 }
 
@@ -210,13 +210,12 @@ fn settled(
     // The global fetch fulfils with a `Response`: its typed `status` getter (no property name
     // to pass, unlike the loop's duck-typed read of a custom transport's answer). A 202 under
     // `followAccepted` is followed by the loop (one compare more only for a 202).
-    if fulfilled {
-        if policy
-            .policy
+    if fulfilled
+        && policy
+            .retry
             .lean_answer(value.unchecked_ref::<Response>().status())
-        {
-            return value;
-        }
+    {
+        return value;
     }
     let ended = js_sys::Date::now();
     // A plain GET sent its URL string: the request is made now, and a URL that fetch refuses
@@ -431,31 +430,30 @@ fn header(response: &JsValue, name: &str) -> Option<String> {
         .as_string()
 }
 
-/// The object given to `shouldRetry` (with `response`) and `onRetry` (without it, but with
-/// the last response's `headers`, so a `Retry-After` or a request id can be logged).
+/// The object given to `shouldRetry` (with `offered`, a clone of the response) and `onRetry`
+/// and `beforeRetry` (without it, but with the newest response's `headers`, so a
+/// `Retry-After` or a request id can be logged): the retry of `attempt` after `delay` ms.
 fn retry_context(
     attempt: u32,
     delay: f64,
     reason: &str,
-    response: Option<&JsValue>,
-    headers: Option<&JsValue>,
-    status: Option<u16>,
-    error: &JsValue,
+    offered: Option<&JsValue>,
+    newest: &Newest,
     key: Option<&str>,
 ) -> Object {
     let ctx = Object::new();
     js::set(&ctx, "attempt", &JsValue::from_f64(attempt as f64));
     js::set(&ctx, "delayMs", &JsValue::from_f64(delay));
     js::set(&ctx, "reason", &JsValue::from_str(reason));
-    if let Some(r) = response {
+    if let Some(r) = offered {
         js::set(&ctx, "response", r);
     }
-    if let Some(h) = headers {
+    if let Some(h) = &newest.response {
         js::set(&ctx, "headers", &js::get(h, "headers"));
     }
-    match status {
+    match newest.status {
         Some(s) => js::set(&ctx, "status", &JsValue::from_f64(s as f64)),
-        None => js::set(&ctx, "error", error),
+        None => js::set(&ctx, "error", &newest.error),
     }
     if let Some(k) = key {
         js::set(&ctx, "idempotencyKey", &JsValue::from_str(k));
@@ -584,7 +582,7 @@ async fn run_loop(
     mut first: Option<(Result<JsValue, JsValue>, f64)>,
     attempts: &std::cell::Cell<u32>,
 ) -> Result<JsValue, JsValue> {
-    let p = &policy.policy;
+    let p = &policy.retry;
     let mut signals = CallSignals::new(
         t.request.signal().into(),
         policy.signal.as_ref(),
@@ -912,9 +910,7 @@ async fn run_loop(
                         delay,
                         reason,
                         offered.as_ref(),
-                        response,
-                        newest.status,
-                        &newest.error,
+                        &newest,
                         key.as_deref(),
                     );
                     let step = pin!(call_hook(hook, &ctx));
@@ -951,16 +947,7 @@ async fn run_loop(
                     };
                 }
                 if let (true, Some(hook)) = (retry, &policy.on_retry) {
-                    let ctx = retry_context(
-                        attempt,
-                        delay,
-                        reason,
-                        None,
-                        response,
-                        newest.status,
-                        &newest.error,
-                        key.as_deref(),
-                    );
+                    let ctx = retry_context(attempt, delay, reason, None, &newest, key.as_deref());
                     let step = pin!(call_hook(hook, &ctx));
                     match bounded(
                         &mut signals,
@@ -1012,9 +999,7 @@ async fn run_loop(
                         delay,
                         reason.as_str(),
                         None,
-                        response,
-                        newest.status,
-                        &newest.error,
+                        &newest,
                         key.as_deref(),
                     );
                     let step = pin!(call_hook(hook, &ctx));
@@ -1086,7 +1071,7 @@ const MAX_REDIRECTS: u32 = 20;
 fn follows_redirects(request: &Request) -> bool {
     js::get(request, "redirect")
         .as_string()
-        .map_or(true, |r| r == "follow")
+        .is_none_or(|r| r == "follow")
 }
 
 /// Does the runtime show a `redirect: 'manual'` answer as the redirect it is (Node, Deno,

@@ -19,7 +19,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::errors::option_error;
-use super::options::deserialize;
+use super::policy::deserialize;
 use crate::core::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use crate::core::budget::{BudgetConfig, RetryBudget, RetryRatio, RetryRatioConfig};
 use crate::core::options::OptionError;
@@ -103,7 +103,7 @@ fn unregister(id: f64) {
 /// that say which.
 pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
     let expected = match option {
-        "budget" => super::options::BUDGET_EXPECTED,
+        "budget" => super::policy::BUDGET_EXPECTED,
         "throttle" => "an AdaptiveThrottle",
         _ => "a CircuitBreaker",
     };

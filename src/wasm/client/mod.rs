@@ -4,7 +4,7 @@
 //!
 //! | module | what it does |
 //! |---|---|
-//! | `options` | reads `RetryOptions` with serde-wasm-bindgen into a validated `Policy` |
+//! | `policy` | reads `RetryOptions` with serde-wasm-bindgen into a validated `Policy` |
 //! | `request` | fixes the request at the call (`new Request`), the key, the body to replay |
 //! | `call` | the lean success path and the retry loop (wasm-bindgen-futures) |
 //! | `signals` | caller signals, per-attempt abort signals and time limits, waits |
@@ -16,7 +16,7 @@ mod bindings;
 mod call;
 mod errors;
 mod guards;
-mod options;
+mod policy;
 mod request;
 mod signals;
 
@@ -29,7 +29,7 @@ use crate::core::backoff::{delays, Rng, SplitMix64};
 pub use call::Client;
 pub use errors::set_error_classes;
 pub use guards::{AdaptiveThrottleHandle, CircuitBreakerHandle, RetryBudgetHandle};
-pub use options::Policy;
+pub use policy::Policy;
 
 thread_local! {
     /// The client behind the exported `retryFetch`: the built-in defaults.
@@ -52,7 +52,7 @@ pub fn retry_fetch(input: JsValue, init: JsValue, options: JsValue) -> Promise {
 #[wasm_bindgen(js_name = createRetryFetch, skip_typescript)]
 pub fn create_retry_fetch(defaults: JsValue) -> Result<JsValue, JsValue> {
     let base = DEFAULT.with(|c| c.policy.clone());
-    client_function(Rc::new(options::read(&defaults, &base)?))
+    client_function(Rc::new(policy::read(&defaults, &base)?))
 }
 
 /// The function of a client with `policy` as its defaults, and its `extend`.
@@ -64,7 +64,7 @@ fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
     .into_js_value();
     let extend =
         Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |options: JsValue| {
-            client_function(Rc::new(options::read(&options, &policy)?))
+            client_function(Rc::new(policy::read(&options, &policy)?))
         });
     crate::wasm::js::set(&f, "extend", &extend.into_js_value());
     Ok(f)
@@ -74,11 +74,11 @@ fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
 /// wait, without any server `Retry-After`. With a `seed` the jitter is reproducible.
 #[wasm_bindgen(js_name = backoffDelays, skip_typescript)]
 pub fn backoff_delays(options: JsValue, count: JsValue, seed: JsValue) -> Result<Array, JsValue> {
-    let policy = options::read(&options, &Policy::default())?.policy;
-    let count = options::read_count(&count)?;
+    let policy = policy::read(&options, &Policy::default())?.retry;
+    let count = policy::read_count(&count)?;
     let mut seeded;
     let mut math = call::MathRandom;
-    let rng: &mut dyn Rng = match options::read_seed(&seed)? {
+    let rng: &mut dyn Rng = match policy::read_seed(&seed)? {
         Some(seed) => {
             seeded = SplitMix64::new(seed);
             &mut seeded

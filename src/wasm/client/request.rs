@@ -21,7 +21,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStream, ReadableStreamDefaultReader, Request};
 
 use super::bindings::RequestConstructor;
-use super::options::Policy;
+use super::policy::Policy;
 use super::signals::ignore_rejection;
 use crate::core::classify::is_idempotent_method;
 use crate::core::key::{header_value, is_valid_key, uuid_v4, KEY_EXPECTED};
@@ -104,7 +104,7 @@ impl Template {
             return Err(type_error(&msg));
         }
         let idempotent = is_idempotent_method(&request.method());
-        let p = &policy.policy;
+        let p = &policy.retry;
         let header = p.idempotency_header.as_str();
         let headers = request.headers();
         let existing = || headers.get(header).ok().flatten();

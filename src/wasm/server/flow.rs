@@ -11,7 +11,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use super::context::Caller;
-use super::options::{rejects, Common};
+use super::settings::{rejects, Common};
 use super::store::{completed_record, lock_record, Renewal, StoredRecord, StoredResponse};
 use crate::core::idempotency::{self as idem, Action};
 use crate::core::key::uuid_v4;

@@ -29,8 +29,8 @@ use super::flow::{
     claim, free_key, run_holding, store_answer, within, Claim, ClaimError, Context, Invocation,
     Keyed, Limit, Ran, Stored,
 };
-use super::options::{HttpSettings, Identity, Required};
 use super::runs::{self, RunLog};
+use super::settings::{HttpSettings, Identity, Required};
 use crate::core::idempotency::{self as idem, after_throw, ending, AfterThrow, Ending};
 use crate::core::runs::{accepted_retry_after_s, event, Outcome};
 use crate::wasm::errors::{describe, type_error};
@@ -407,7 +407,7 @@ async fn process(
 
 /// How a run that frees its key ended: rolled back when its writes through `ctx.tx` were
 /// (a transactional store whose transaction it used), else freed.
-fn freed(c: &super::options::Common, ctx: &Context) -> Outcome {
+fn freed(c: &super::settings::Common, ctx: &Context) -> Outcome {
     if c.store.transactional && ctx.used_tx() {
         Outcome::RolledBack
     } else {
@@ -454,7 +454,7 @@ async fn identity(
             let h = req.headers();
             let found = idem::default_identity(|name| h.get(name).ok().flatten());
             if found.is_none() && !s.warned_unscoped.replace(true) {
-                let _ = super::options::console_warn(UNSCOPED_WARNING);
+                let _ = super::settings::console_warn(UNSCOPED_WARNING);
             }
             Ok(found)
         }

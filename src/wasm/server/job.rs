@@ -19,8 +19,8 @@ use super::context::Caller;
 use super::flow::{
     claim, free_key, run_holding, store_answer, Claim, ClaimError, Invocation, Keyed, Ran, Stored,
 };
-use super::options::JobSettings;
 use super::runs::{self, RunLog};
+use super::settings::JobSettings;
 use crate::core::idempotency::{self as idem, after_throw, AfterThrow};
 use crate::core::runs::{dead_lettered, event, Outcome};
 use crate::wasm::errors::{describe, type_error};
@@ -290,7 +290,7 @@ fn not_storable(cause: &JsValue) -> JsValue {
 /// Store a failed run as a 500 whose body names the error, so a repeat does not run again.
 /// A thrown value that is not an `Error` (`throw 'declined'`) is kept as its string.
 async fn store_failure(
-    c: &super::options::Common,
+    c: &super::settings::Common,
     k: &Keyed,
     error: &JsValue,
     lost: bool,

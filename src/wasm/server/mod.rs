@@ -10,8 +10,8 @@ mod context;
 mod flow;
 mod http;
 mod job;
-mod options;
 mod runs;
+mod settings;
 mod store;
 
 use std::rc::Rc;
@@ -23,8 +23,8 @@ use wasm_bindgen_futures::future_to_promise;
 use crate::wasm::errors::{describe, type_error};
 
 pub use context::set_context_capture;
-pub use options::set_default_store;
 pub use runs::set_instance;
+pub use settings::set_default_store;
 
 /// `idempotency(handler, options)`: the handler wrapped so that a request repeated with the
 /// same key is answered with the stored response instead of being processed twice. The
@@ -37,7 +37,7 @@ pub fn idempotency(handler: JsValue, options: JsValue) -> Result<Function, JsVal
         handler,
         "idempotency: the handler must be a function (request, ctx) => Promise<Response>",
     )?;
-    let settings = Rc::new(options::read_http(&options)?);
+    let settings = Rc::new(settings::read_http(&options)?);
     let wrapped = Closure::<dyn Fn(JsValue, JsValue) -> Promise>::new(
         move |request: JsValue, route: JsValue| {
             let caller = context::Caller::capture();
@@ -62,7 +62,7 @@ pub fn idempotent(f: JsValue, options: JsValue) -> Result<Function, JsValue> {
         f,
         "idempotent: the function must be a function (input, ctx) => Promise<result>",
     )?;
-    let settings = Rc::new(options::read_job(&options)?);
+    let settings = Rc::new(settings::read_job(&options)?);
     let wrapped = Closure::<dyn Fn(JsValue) -> Promise>::new(move |input: JsValue| {
         let caller = context::Caller::capture();
         future_to_promise(job::run(settings.clone(), f.clone(), input, caller))
@@ -77,7 +77,7 @@ pub fn idempotent(f: JsValue, options: JsValue) -> Result<Function, JsValue> {
 #[wasm_bindgen(js_name = unknownOptionError, skip_typescript)]
 pub fn unknown_option_error(api: &str, name: &str, known: Vec<String>) -> JsValue {
     let known: Vec<&str> = known.iter().map(String::as_str).collect();
-    crate::wasm::options::unknown_option(api, name, &known)
+    crate::wasm::read_options::unknown_option(api, name, &known)
 }
 
 /// `invalidOptionError(api, option, value, expected)`: the `TypeError` for an invalid option of

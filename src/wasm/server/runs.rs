@@ -16,7 +16,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{future_to_promise, spawn_local, JsFuture};
 
 use super::flow::Keyed;
-use super::options::{Common, Reporter};
+use super::settings::{Common, Reporter};
 use super::store::{to_js, Store};
 use crate::core::runs::{self as rules, event, Outcome, PastRun};
 use crate::wasm::js;

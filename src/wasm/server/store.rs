@@ -18,7 +18,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{spawn_local, JsFuture};
 
-use super::options::Reporter;
+use super::settings::Reporter;
 use crate::core::idempotency::Record;
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;

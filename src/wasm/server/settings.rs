@@ -1,5 +1,5 @@
 //! The options of `idempotency(handler, options)` and `idempotent(fn, options)`, read with
-//! serde-wasm-bindgen from a snapshot of the object's own options (`crate::wasm::options`):
+//! serde-wasm-bindgen from a snapshot of the object's own options (`crate::wasm::read_options`):
 //! an unknown name is a `TypeError` naming the closest known one (`lockTimeout` ->
 //! `lockTimeoutMs`), a wrong value a `TypeError` naming the option, the value and what is
 //! allowed. The numbers are checked by `crate::core::idempotency`; the store, the functions
@@ -20,7 +20,7 @@ use crate::core::idempotency::{
 use crate::core::options::OptionError;
 use crate::core::runs;
 use crate::wasm::errors::invalid_option;
-use crate::wasm::options::deserialize;
+use crate::wasm::read_options::deserialize;
 
 #[wasm_bindgen]
 extern "C" {

@@ -1,6 +1,6 @@
 //! Reading `RetryOptions` from JavaScript into a [`Policy`], with serde-wasm-bindgen.
 //!
-//! 1. A snapshot of the own options and serde (`crate::wasm::options`, shared with the server
+//! 1. A snapshot of the own options and serde (`crate::wasm::read_options`, shared with the server
 //!    half): unknown names are `TypeError`s naming the closest known one; the snapshot is
 //!    deserialized into [`RawOptions`] (a `#[derive(Deserialize)]` struct, camelCase names;
 //!    `signal`, `fetch`, the hooks, the guards and `idempotencyKey` (`'auto'`, a key or
@@ -26,14 +26,14 @@ use crate::core::options::{
 use crate::core::throttle::AdaptiveThrottle;
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
-pub use crate::wasm::options::deserialize;
+pub use crate::wasm::read_options::deserialize;
 
 /// Everything a call needs besides the request: the validated policy, the shared guards and
 /// the caller's JavaScript values. `Policy::default()` is the built-in defaults.
 #[derive(Clone)]
 pub struct Policy {
     /// The validated retry policy.
-    pub policy: RetryPolicy,
+    pub retry: RetryPolicy,
     /// `signal`: cancels the call. Default none.
     pub signal: Option<JsValue>,
     /// A `createRetryFetch` client's default `signal` when a call gives its own: both cancel
@@ -70,7 +70,7 @@ pub struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         Policy {
-            policy: RetryPolicy::default(),
+            retry: RetryPolicy::default(),
             signal: None,
             default_signal: None,
             should_retry: None,
@@ -168,9 +168,9 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     // default); for any other option it is an invalid value.
     for name in &nulls {
         match *name {
-            "timeoutMs" => out.policy.timeout_ms = None,
-            "deadlineMs" => out.policy.deadline_ms = None,
-            "maxRetryAfterMs" => out.policy.max_retry_after_ms = None,
+            "timeoutMs" => out.retry.timeout_ms = None,
+            "deadlineMs" => out.retry.deadline_ms = None,
+            "maxRetryAfterMs" => out.retry.max_retry_after_ms = None,
             "signal" => {
                 out.signal = None;
                 out.default_signal = None;
@@ -199,7 +199,7 @@ pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
     let value = |name: &str| js::get(&snap, name);
     let check =
         |r: Result<f64, OptionError>, name: &str| r.map_err(|e| option_error(e, &value(name)));
-    let p = &mut out.policy;
+    let p = &mut out.retry;
     if let Some(n) = raw.max_attempts {
         p.max_attempts =
             validate::max_attempts(n).map_err(|e| option_error(e, &value("maxAttempts")))?;
