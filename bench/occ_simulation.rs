@@ -53,7 +53,7 @@
 use retry_fetch::core::backoff::{Backoff, Rng, SplitMix64};
 use retry_fetch::core::options::{Jitter, RetryPolicy, MAX_ATTEMPTS_LIMIT};
 
-#[path = "timeline.rs"]
+#[path = "../src/core/timeline.rs"]
 mod timeline;
 
 mod occ {

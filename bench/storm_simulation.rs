@@ -97,7 +97,7 @@ use retry_fetch::core::engine::{
 use retry_fetch::core::options::{Jitter, RetryPolicy};
 use retry_fetch::core::throttle::{AdaptiveThrottle, ThrottleConfig};
 
-#[path = "timeline.rs"]
+#[path = "../src/core/timeline.rs"]
 mod timeline;
 
 /// Seeded runs per row.

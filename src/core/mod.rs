@@ -35,3 +35,5 @@ pub mod retry_after;
 #[cfg(any(feature = "server", test))]
 pub mod runs;
 pub mod throttle;
+#[cfg(test)]
+pub mod timeline;

@@ -704,30 +704,18 @@ mod tests {
             Arrive,
             Answer(bool),
         }
-        // (time, sequence, caller, event), earliest first
-        let mut events: Vec<(f64, usize, usize, Ev)> =
-            (0..n).map(|c| (0.0, c, c, Ev::Turn)).collect();
-        let mut seq = n;
+        let mut events = crate::core::timeline::Timeline::new();
+        for c in 0..n {
+            events.push(0.0, (c, Ev::Turn));
+        }
         let mut tickets: Vec<Option<u64>> = vec![None; n];
         let mut sent_at = vec![0.0; n];
         let mut attempts = vec![0u32; n];
         let mut refused = vec![false; n];
         let (mut requests, mut served_ms) = (0, Vec::new());
-        while !events.is_empty() {
-            let i = (0..events.len())
-                .min_by(|&a, &b| {
-                    events[a]
-                        .0
-                        .total_cmp(&events[b].0)
-                        .then(events[a].1.cmp(&events[b].1))
-                })
-                .unwrap();
-            let (at, _, c, ev) = events.swap_remove(i);
+        while let Some((at, (c, ev))) = events.pop() {
             let now = at.floor();
-            let mut push = |at: f64, ev: Ev| {
-                seq += 1;
-                events.push((at, seq, c, ev));
-            };
+            let mut push = |at: f64, ev: Ev| events.push(at, (c, ev));
             match ev {
                 Ev::Turn => {
                     let ticket = *tickets[c].get_or_insert_with(|| t.enqueue(O, now));

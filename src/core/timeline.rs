@@ -1,6 +1,7 @@
-//! The event queue of the virtual-time simulations (`occ_simulation.rs`,
-//! `storm_simulation.rs`; each includes this file with `#[path]`): messages due at a time,
-//! popped earliest first, in the order they were pushed among equal times.
+//! The event queue of the virtual-time simulations (`bench/occ_simulation.rs`,
+//! `bench/storm_simulation.rs`, which include this file with `#[path]`, and the throttle's
+//! storm tests): messages due at a time, popped earliest first, in the order they were pushed
+//! among equal times. Test and simulation support: nothing in a call uses it.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -33,6 +34,12 @@ impl<M> Ord for Event<M> {
 pub struct Timeline<M> {
     heap: BinaryHeap<Event<M>>,
     seq: u64,
+}
+
+impl<M> Default for Timeline<M> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl<M> Timeline<M> {
