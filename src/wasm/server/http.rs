@@ -262,16 +262,16 @@ async fn process(
     let controller = match web_sys::AbortController::new() {
         Ok(controller) => controller,
         Err(error) => {
+            log.end_before_freeing(c, Outcome::Freed, None).await;
             free_key(c, k).await;
-            log.end_later(Outcome::Freed, None);
             return Err(error);
         }
     };
     let request = match handler_request(req, body.as_deref(), &controller.signal()) {
         Ok(request) => request,
         Err(error) => {
+            log.end_before_freeing(c, Outcome::Freed, None).await;
             free_key(c, k).await;
-            log.end_later(Outcome::Freed, None);
             return Err(error);
         }
     };
@@ -305,8 +305,8 @@ async fn process(
                             // "Not processed", or rolled back: the key is freed so that the
                             // client's retry runs it.
                             drop(renewal);
+                            log.end_before_freeing(c, freed(c, &ctx), None).await;
                             free_key(c, k).await;
-                            log.end_later(freed(c, &ctx), None);
                             if !storable {
                                 return problem(500, "idempotency-answer-too-large", "The answer was too large to be stored",
                                     &format!("The answer (over 32 MiB) could not be stored for replay, so the handler's writes through ctx.tx were rolled back and nothing is kept for this {header}."), false);
@@ -349,8 +349,8 @@ async fn process(
             // then the retry runs it.
             drop(renewal);
             let wait_s = if c.store.transactional {
+                log.end_before_freeing(c, Outcome::RolledBack, None).await;
                 free_key(c, k).await;
-                log.end_later(Outcome::RolledBack, None);
                 1.0
             } else {
                 log.end_later(Outcome::Freed, None);
@@ -372,15 +372,17 @@ async fn process(
     let error_detail = error_text(&failure);
     match after_throw(c.store.transactional, ctx.used_tx(), aborted) {
         AfterThrow::Release => {
-            free_key(c, k).await;
-            log.end_later(
+            log.end_before_freeing(
+                c,
                 if aborted {
                     freed(c, &ctx)
                 } else {
                     Outcome::RolledBack
                 },
                 error_detail,
-            );
+            )
+            .await;
+            free_key(c, k).await;
             if aborted {
                 return problem(503, "idempotency-handler-timeout", "The request took too long",
                     &format!("The handler did not finish within its time limit and was stopped; nothing is stored for this {header}, so a retry with the same key runs it again."), true);

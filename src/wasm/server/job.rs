@@ -167,8 +167,9 @@ pub async fn run(
                 // redelivery can get back. Rolled back; the error says why.
                 Err(error) if c.store.transactional && ctx.used_tx() => {
                     drop(renewal);
+                    log.end_before_freeing(c, Outcome::RolledBack, error_text(&error))
+                        .await;
                     free_key(c, &k).await;
-                    log.end_later(Outcome::RolledBack, error_text(&error));
                     Err(not_storable(&error))
                 }
                 Err(error) => {
@@ -192,8 +193,9 @@ pub async fn run(
             drop(renewal);
             match after_throw(c.store.transactional, ctx.used_tx(), false) {
                 AfterThrow::Release => {
+                    log.end_before_freeing(c, Outcome::RolledBack, error_text(&error))
+                        .await;
                     free_key(c, &k).await;
-                    log.end_later(Outcome::RolledBack, error_text(&error));
                 }
                 AfterThrow::StoreFailure => {
                     store_failure(c, &k, &error, lost).await;
@@ -234,8 +236,9 @@ async fn dead_letter(
             Err(e) => Err(e),
         };
         if let Err(error) = handed {
+            log.end_before_freeing(c, Outcome::Freed, error_text(&error))
+                .await;
             free_key(c, k).await;
-            log.end_later(Outcome::Freed, error_text(&error));
             return Err(error);
         }
     }

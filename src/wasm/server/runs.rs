@@ -278,8 +278,22 @@ impl RunLog {
         write(&self.store, &self.reporter, &self.record).await;
     }
 
-    /// [`RunLog::end`], in the background (the key is already stored: no later run can
-    /// read this one's history before it is written).
+    /// [`RunLog::end`] before the run frees its key, so that the next holder finds it
+    /// ended (not open, which would read as crashed). Bounded by the lock's renewal interval
+    /// (at most a second): a store that cannot write it by then (a pool with no connection
+    /// to spare beside the ones keys in progress hold) finishes it in the background, and the
+    /// key is freed anyway.
+    pub async fn end_before_freeing(self, c: &Common, outcome: Outcome, detail: Option<String>) {
+        let ms = c.limits.renew_interval_ms().min(1000.0);
+        let writing = future_to_promise(async move {
+            self.end(outcome, detail).await;
+            Ok(JsValue::UNDEFINED)
+        });
+        let _ = super::flow::within(&writing, ms).await;
+    }
+
+    /// [`RunLog::end`], in the background: for a run whose key is stored (no later run
+    /// reads the history before it is written).
     pub fn end_later(self, outcome: Outcome, detail: Option<String>) {
         spawn_local(self.end(outcome, detail));
     }
