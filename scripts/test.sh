@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Runs the test stages: native, wasm (Node + Chromium), e2e (Node), server (Node + Redis +
-# PostgreSQL), browser (Chromium), types.
+# Runs the test stages: lint (fmt, clippy, rustdoc), native, wasm (Node + Chromium), e2e
+# (Node), server (Node + Redis + PostgreSQL), package, browser (Chromium), types.
 # `scripts/test.sh` runs them all; `scripts/test.sh e2e browser` runs some.
 set -euo pipefail
 source "$(dirname "$0")/toolchain.sh"
 cd "$RF_ROOT"
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(native wasm types e2e server package browser)
+[ ${#stages[@]} -gt 0 ] || stages=(lint native wasm types e2e server package browser)
 mkdir -p test-results
 
 source "$RF_ROOT/scripts/services.sh"
@@ -23,25 +23,44 @@ start_fault_server() { # sets FAULT_URL
 }
 
 # A stage that ran no test fails: a wrong path, a filter that matches nothing or a test file
-# that registers nothing would otherwise pass in silence.
+# that registers nothing would otherwise pass in silence. So does a stage with a skipped test
+# or suite (a `describe` skipped is not even in node's `# skipped` count): a test that needs a
+# service it did not get, skipped, would pass in silence too. ALLOW_SKIP (a grep -E pattern)
+# names the skip reasons a stage accepts (the browser stage: its "Node only" scenarios).
 
 node_tests() { # name, node arguments...: `node --test` with the spec reporter on the terminal
-  # and TAP in test-results/<name>.tap, whose `# tests N` must be above 0
-  local name=$1 tap="test-results/$1.tap" count
+  # and TAP in test-results/<name>.tap, whose `# tests N` must be above 0 and whose test
+  # points must have no `# SKIP` directive (but those whose reason matches ALLOW_SKIP). The
+  # TAP is written to a file of this run's own first (another run of the same stage in this
+  # checkout must not replace it while it is read), then moved to test-results/<name>.tap.
+  local name=$1 tap="test-results/$1.tap" run_tap="test-results/.$1.$$.tap" count skipped status=0
   shift
-  rm -f "$tap"
+  rm -f "$run_tap"
   node --test-reporter=spec --test-reporter-destination=stdout \
-    --test-reporter=tap --test-reporter-destination="$tap" "$@"
+    --test-reporter=tap --test-reporter-destination="$run_tap" "$@" || status=$?
+  [ ! -f "$run_tap" ] || mv -f "$run_tap" "$tap"
+  [ "$status" -eq 0 ] || rf_die "$name: node --test failed (exit $status; $tap)"
   count=0
   if [ -f "$tap" ]; then count=$(awk '/^# tests [0-9]+$/ { n = $3 } END { print n + 0 }' "$tap"); fi
   [ "$count" -gt 0 ] || rf_die "$name: node --test ran no test ($tap)"
+  # A test point, at any depth: `ok 3 - name # SKIP reason` (a `#` in a name is escaped `\#`).
+  skipped=$(grep -E '^[[:space:]]*(not )?ok [0-9]+ - .* # SKIP' "$tap" || true)
+  if [ -n "${ALLOW_SKIP:-}" ] && [ -n "$skipped" ]; then
+    skipped=$(printf '%s\n' "$skipped" | grep -Ev " # SKIP (${ALLOW_SKIP})\$" || true)
+  fi
+  if [ -n "$skipped" ]; then
+    printf '%s\n' "$skipped" >&2
+    rf_die "$name: $(printf '%s\n' "$skipped" | wc -l) test(s) or suite(s) skipped (above; $tap): this stage runs every one"
+  fi
 }
 
 cargo_tests() { # name, command...: a cargo test run, its output as usual (a copy of stdout in
-  # test-results/<name>.log); the `running N tests` of its test binaries must add up above 0
-  local name=$1 log="test-results/$1.log" count
+  # test-results/<name>.log, through a file of this run's own as with node_tests); the
+  # `running N tests` of its test binaries must add up above 0
+  local name=$1 log="test-results/$1.log" run_log="test-results/.$1.$$.log" count
   shift
-  "$@" | tee "$log"
+  "$@" | tee "$run_log" || { mv -f "$run_log" "$log"; rf_die "$name: cargo test failed ($log)"; }
+  mv -f "$run_log" "$log"
   count=$(awk '/^[[:space:]]*running [0-9]+ tests?[[:space:]]*$/ { n += $2 } END { print n + 0 }' "$log")
   [ "$count" -gt 0 ] || rf_die "$name: cargo test ran no test ($log)"
 }
@@ -56,6 +75,10 @@ link_pkg() { # node_modules/retry-fetch -> pkg, as `npm install ./pkg` makes it
 
 for stage in "${stages[@]}"; do
   case "$stage" in
+    lint)
+      rf_say "lint: cargo fmt, clippy -D warnings and rustdoc -D warnings, every feature combination, native and wasm32"
+      bash scripts/lint.sh
+      ;;
     native)
       rf_say "native: cargo test (core unit, property and integration tests)"
       cargo_tests native cargo test --quiet
@@ -82,16 +105,22 @@ for stage in "${stages[@]}"; do
       tsc -p tests/server/types/tsconfig.json
       start_redis
       start_postgres
-      rf_say "server: retry-fetch/server in Node, MemoryStore, RedisStore (redis-server at $REDIS_URL) and PostgresStore (PostgreSQL at $DATABASE_URL)"
-      RETRY_FETCH_REDIS_URL="$REDIS_URL" RETRY_FETCH_DATABASE_URL="$DATABASE_URL" node_tests server --test tests/server/
-      if [ -d tests/soak ]; then
-        rf_say "soak: 1,000 payments through 'charge, then drop the connection', MemoryStore and RedisStore"
-        REDIS_URL="$REDIS_URL" DATABASE_URL="$DATABASE_URL" node_tests soak --test tests/soak/
-      fi
-      if [ -d tests/crash ]; then
-        rf_say "crash: server instances and stream workers killed with SIGKILL (PostgresStore, RedisStore)"
-        REDIS_URL="$REDIS_URL" DATABASE_URL="$DATABASE_URL" node_tests crash --test tests/crash/
-      fi
+      # One variable per service, the conventional names (tests/support/services.mjs), and
+      # RETRY_FETCH_SERVICES=required: a test that needs one and does not get it fails (and
+      # node_tests fails the stage on any skipped test or suite).
+      (
+        export REDIS_URL DATABASE_URL RETRY_FETCH_SERVICES=required
+        rf_say "server: retry-fetch/server in Node, MemoryStore, RedisStore (redis-server at $REDIS_URL) and PostgresStore (PostgreSQL at $DATABASE_URL)"
+        node_tests server --test tests/server/
+        if [ -d tests/soak ]; then
+          rf_say "soak: 1,000 payments through 'charge, then drop the connection', MemoryStore and RedisStore"
+          node_tests soak --test tests/soak/
+        fi
+        if [ -d tests/crash ]; then
+          rf_say "crash: server instances and stream workers killed with SIGKILL (PostgresStore, RedisStore), with the tests' retry policy and with default options"
+          node_tests crash --test tests/crash/
+        fi
+      )
       stop_postgres
       stop_redis
       ;;
@@ -102,7 +131,7 @@ for stage in "${stages[@]}"; do
     browser)
       link_pkg
       rf_say "browser: the same scenarios in headless Chromium (playwright-core, Debian's chromium)"
-      node_tests browser --test tests/browser/
+      ALLOW_SKIP='Node only' node_tests browser --test tests/browser/
       ;;
     types)
       rf_say "types: tsc --noEmit --strict on a TypeScript consumer (DOM lib)"

@@ -1,7 +1,9 @@
 // The end-to-end scenarios of tests/e2e/scenarios.mjs and tests/e2e/contract.mjs, run in
 // headless Chromium (Debian's, through playwright-core) with the browser entry of the built
-// package.
-import { test, before, after } from 'node:test';
+// package. Every scenario gets an origin of its own (another port onto the fault server,
+// tests/e2e/runner.mjs says why): the page keeps the client's per-origin state (the default
+// retry budget) across scenarios.
+import { test, before, after, beforeEach, afterEach } from 'node:test';
 import { startFaultServer } from '../support/fault-server.mjs';
 import { startStaticServer } from '../support/static-server.mjs';
 import { launchChromium } from '../support/chromium.mjs';
@@ -10,7 +12,7 @@ import { scenarios as contract } from '../e2e/contract.mjs';
 
 const scenarios = [...base, ...contract];
 
-let fault, files, browser, page;
+let fault, files, browser, page, origin;
 const pageErrors = [];
 
 before(async () => {
@@ -23,6 +25,15 @@ before(async () => {
   await page.waitForSelector('body[data-ready="true"]', { state: 'attached', timeout: 15000 });
 });
 
+beforeEach(async () => {
+  origin = await fault.origin();
+});
+
+afterEach(async () => {
+  await origin?.close();
+  origin = null;
+});
+
 after(async () => {
   await browser?.close();
   await files?.close();
@@ -31,7 +42,7 @@ after(async () => {
 
 for (const scenario of scenarios) {
   test(`chromium: ${scenario.name}`, { skip: scenario.node ? 'Node only' : false }, async () => {
-    const result = await page.evaluate(([name, url]) => window.runScenario(name, url), [scenario.name, fault.url]);
+    const result = await page.evaluate(([name, url]) => window.runScenario(name, url), [scenario.name, origin.url]);
     if (!result.ok) throw new Error(result.message);
     if (pageErrors.length) throw new Error(`page errors: ${pageErrors.join('; ')}`);
   });

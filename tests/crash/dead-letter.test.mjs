@@ -14,11 +14,11 @@ import { readFileSync, existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runId, tempDir } from './harness.mjs';
+import { REDIS_URL, needs } from '../support/services.mjs';
 
-const REDIS_URL = process.env.REDIS_URL;
 const WORKER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'dead-letter-worker.mjs');
 const RUN = runId();
-const skip = REDIS_URL ? false : 'REDIS_URL is not set (scripts/test.sh starts a redis-server)';
+const skip = needs('REDIS_URL');
 
 let redis;
 const cleanups = [];

@@ -25,8 +25,8 @@ import pg from 'pg';
 import { retryFetch } from '../../pkg/index.node.js';
 import { PostgresStore } from '../../pkg/server.js';
 import { Fleet, freePort, readKills, countKills, missingPoint, runId, tempDir, pool, snapshotPackage } from './harness.mjs';
+import { DATABASE_URL, needs } from '../support/services.mjs';
 
-const DATABASE_URL = process.env.DATABASE_URL;
 const SERVER_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'express-payment-server.mjs');
 const PAYMENTS = 200;
 const CONCURRENCY = 20;
@@ -39,9 +39,7 @@ const RUN = runId();
 // retry budget (instances die every few requests here: to a budget, a sustained failure).
 const POLICY = { maxAttempts: 30, baseDelayMs: 20, maxDelayMs: 1_000, timeoutMs: 5_000, deadlineMs: 120_000, budget: false };
 
-const skip = DATABASE_URL
-  ? false
-  : 'DATABASE_URL is not set: start PostgreSQL and set DATABASE_URL (e.g. postgres://postgres@127.0.0.1:5432/postgres; scripts/test.sh does both) to run this crash test';
+const skip = needs('DATABASE_URL');
 
 // Run last first, after the test: children, tables, temporary directories; then the pool.
 const cleanups = [];

@@ -24,9 +24,8 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PostgresStore } from '../../pkg/server.js';
 import { Fleet, readKills, countKills, missingPoint, runId, tempDir, snapshotPackage } from './harness.mjs';
+import { DATABASE_URL, REDIS_URL, needs } from '../support/services.mjs';
 
-const DATABASE_URL = process.env.DATABASE_URL;
-const REDIS_URL = process.env.REDIS_URL;
 const WORKER_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'stream-worker.mjs');
 const MESSAGES = 200;
 const WORKERS = 2;
@@ -36,10 +35,7 @@ const SEED = Number(process.env.CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31
 const RUN = runId();
 const DRAIN_TIMEOUT_MS = 90_000;
 
-const skip =
-  !DATABASE_URL || !REDIS_URL
-    ? `${!DATABASE_URL ? 'DATABASE_URL' : 'REDIS_URL'} is not set: start PostgreSQL and Redis and set DATABASE_URL and REDIS_URL (e.g. postgres://postgres@127.0.0.1:5432/postgres and redis://127.0.0.1:6379; scripts/test.sh does both) to run this crash test`
-    : false;
+const skip = needs('DATABASE_URL', 'REDIS_URL');
 
 // Run last first, after the test: workers, tables, stream; then the clients.
 const cleanups = [];

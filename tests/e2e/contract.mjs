@@ -1,4 +1,4 @@
-// End-to-end scenarios of the contract issue 10 fixes (the call is fixed at the call, replayed
+// End-to-end scenarios of retryFetch's contract (the call is fixed at the call, replayed
 // bodies are byte-identical, the deadline holds across hooks, requests fetch would refuse are
 // TypeErrors before anything is sent, the caller's retryOnStatus is the whole list, redirected
 // non-idempotent requests are not re-sent, unknown options are named, clear messages and guard
@@ -966,13 +966,17 @@ export const scenarios = [
       const ended = Date.now();
       let took = ended - started;
       equal(res.status, 202);
-      ok(took <= 350, `the call took ${took} ms with deadlineMs 300`);
+      // The upper bounds leave room for a late timer on a loaded machine: a call that did not
+      // end at its deadline would poll on (or wait on the hanging poll) for good.
+      ok(took <= 1_000, `the call took ${took} ms with deadlineMs 300`);
       equal((await res.json()).status, 202, 'the 202 is readable:');
-      await sleep(60);
-      // (a poll in flight when the deadline passed may be logged a moment after the call ended)
+      await sleep(500);
       const polls = await op.log();
       ok(polls.length >= 5, `${polls.length} polls in 300 ms of 20 ms waits`);
-      deepEqual(polls.filter((r) => r.at > ended + 20).map((r) => r.hit), [], 'polls sent after the call ended:');
+      // Polls are sent one after another: at most the one in flight when the deadline passed
+      // reaches the server after the call ended, however late the server gets to it.
+      const late = polls.filter((r) => r.at > ended).map((r) => r.hit);
+      ok(late.length <= 1, `polls that reached the server after the call ended (500 ms on): ${JSON.stringify(late)}`);
       equal((await post.log()).length, 1);
 
       // a poll in flight when the deadline passes (the poll URL never answers)
@@ -982,7 +986,7 @@ export const scenarios = [
       const cut = await api.retryFetch(get.url, undefined, { ...fast, deadlineMs: 300, followAccepted: true });
       took = Date.now() - started;
       equal(cut.status, 202, 'a poll cut by the deadline:');
-      ok(took >= 250 && took <= 350, `the call took ${took} ms with deadlineMs 300`);
+      ok(took >= 250 && took <= 1_000, `the call took ${took} ms with deadlineMs 300`);
       equal((await hang.log()).length, 1);
 
       // an abort during a poll wait (Retry-After: 10)

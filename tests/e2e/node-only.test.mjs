@@ -1,4 +1,4 @@
-// Contract tests that need Node (issue 10): bodies only Node's fetch takes (async iterables,
+// Contract tests that need Node: bodies only Node's fetch takes (async iterables,
 // Buffers), and URLs that only Node refuses (a relative URL has no base outside a page).
 // Against the built package (imported as 'retry-fetch', linked to pkg/ by scripts/test.sh)
 // and the fault-injecting server.

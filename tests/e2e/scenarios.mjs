@@ -690,13 +690,29 @@ export const scenarios = [
   {
     name: 'retry budget: tokens come back with time (refillPerSecond); budget: false is no budget',
     async run({ api, seq }) {
-      const budget = new api.RetryBudget({ refillPerSecond: 10 });
+      // A lone call of 10 attempts takes all 10 tokens (its own failures never refuse it);
+      // `rate` tokens a second come back. The budget reads Date.now(): each look at the count is
+      // bracketed by Date.now() calls, and checked against the time that passed, whatever the
+      // machine's load made of it, not against a guess of it.
+      const rate = 2;
+      const budget = new api.RetryBudget({ refillPerSecond: rate });
       const s = seq('503');
-      for (let i = 0; i < 3; i++) equal((await api.retryFetch(s.url, undefined, { ...fast, budget, maxAttempts: 3 })).status, 503);
+      const began = Date.now();
+      equal((await api.retryFetch(s.url, undefined, { baseDelayMs: 1, maxDelayMs: 5, jitter: 'none', budget, maxAttempts: 10 })).status, 503);
+      equal((await s.log()).length, 10, 'a lone call: every attempt');
+      const a0 = Date.now();
       const drained = budget.tokens(s.url);
-      ok(drained < 5, `drained: ${drained}`);
-      await new Promise((resolve) => setTimeout(resolve, 600));
-      ok(budget.tokens(s.url) >= drained + 5, `refilled: ${budget.tokens(s.url)}`);
+      const a1 = Date.now();
+      // 10 taken; what is left came back during the call, at `rate` a second at most
+      ok(drained >= 0 && drained <= (rate * (a1 - began)) / 1000 + 1e-9, `drained: ${drained} tokens ${a1 - began} ms after the call began`);
+      await sleep(1000);
+      const b0 = Date.now();
+      const refilled = budget.tokens(s.url);
+      const b1 = Date.now();
+      const least = Math.min(10, drained + (rate * (b0 - a1)) / 1000);
+      const most = Math.min(10, drained + (rate * (b1 - a0)) / 1000);
+      ok(refilled >= least - 1e-9 && refilled <= most + 1e-9, `refilled: ${refilled} tokens, expected ${least} to ${most} (${rate} a second for ${b0 - a1} to ${b1 - a0} ms)`);
+      ok(refilled >= drained + rate - 1e-9 || refilled === 10, `a second brought ${refilled - drained} tokens back`);
       const n = (await s.log()).length;
       equal((await api.retryFetch(s.url, undefined, { ...fast, budget: false, maxAttempts: 4 })).status, 503);
       equal((await s.log()).length - n, 4, 'budget: false retries freely');

@@ -1,4 +1,4 @@
-// Package-level contract tests (issue 10), each in a child `node` whose working folder has
+// Package-level contract tests, each in a child `node` whose working folder has
 // node_modules/retry-fetch -> pkg/, so the package resolves through its `exports` map as an
 // installed one does, and every child starts with fresh module state:
 // - the ES module and the CommonJS builds loaded together refuse each other's guards;

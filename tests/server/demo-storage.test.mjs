@@ -5,8 +5,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import pg from 'pg';
 import { createDemoStorage, createPaymentsApi } from '../../www/payments-api.mjs';
-
-const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
+import { DATABASE_URL, needs } from '../support/services.mjs';
 
 async function serveApi(storage) {
   const api = createPaymentsApi({ storage });
@@ -27,7 +26,7 @@ test('without DATABASE_URL the demo keeps its keys in memory', async () => {
 });
 
 test('with DATABASE_URL the demo keeps its keys in PostgreSQL: a repeat is replayed, reset empties the table', {
-  skip: DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set (scripts/test.sh server starts a PostgreSQL)',
+  skip: needs('DATABASE_URL'),
 }, async () => {
   const storage = await createDemoStorage(DATABASE_URL);
   const check = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });

@@ -1,27 +1,29 @@
 // idempotent(fn, { key, scope?, store, ... }): one effect per key for any async function (a
-// queue consumer, a cron job), with MemoryStore, RedisStore (RETRY_FETCH_REDIS_URL) and
-// PostgresStore (RETRY_FETCH_DATABASE_URL); a store whose server is not given is skipped.
+// queue consumer, a cron job), with MemoryStore, RedisStore (REDIS_URL) and PostgresStore
+// (DATABASE_URL; tests/support/services.mjs); run by hand, a store whose server is not given
+// is skipped.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { createClient } from 'redis';
 import { idempotent, MemoryStore, RedisStore, PostgresStore } from 'retry-fetch/server';
-import { sleep, newKey, deferred, failing, DERIVED_KEY } from './support.mjs';
+import { sleep, newKey, deferred, failing, watchAcquires, DERIVED_KEY } from './support.mjs';
+import { REDIS_URL, DATABASE_URL, needs } from '../support/services.mjs';
 
-const REDIS_URL = process.env.RETRY_FETCH_REDIS_URL;
-const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
+const redisSkip = needs('REDIS_URL');
+const pgSkip = needs('DATABASE_URL');
 
 let redis;
 let pool;
 const tables = [];
 
 before(async () => {
-  if (REDIS_URL) {
+  if (!redisSkip) {
     redis = createClient({ url: REDIS_URL });
     redis.on('error', () => {});
     await redis.connect();
   }
-  if (DATABASE_URL) {
+  if (!pgSkip) {
     pool = new pg.Pool({ connectionString: DATABASE_URL, max: 20 });
     pool.on('error', () => {});
   }
@@ -43,7 +45,7 @@ function tableName(kind) {
 
 const stores = [
   ['MemoryStore', () => new MemoryStore(), false],
-  ['RedisStore', () => new RedisStore({ client: redis, prefix: `idem:job-${crypto.randomUUID()}:` }), REDIS_URL ? false : 'RETRY_FETCH_REDIS_URL is not set'],
+  ['RedisStore', () => new RedisStore({ client: redis, prefix: `idem:job-${crypto.randomUUID()}:` }), redisSkip],
   [
     'PostgresStore',
     async () => {
@@ -51,7 +53,7 @@ const stores = [
       await store.migrate();
       return store;
     },
-    DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set',
+    pgSkip,
   ],
 ];
 
@@ -151,42 +153,71 @@ for (const [label, makeStore, skip] of stores) {
   });
 
   t("concurrent: 'wait' (the default): a repeat while a run is going on waits for its result; waitTimeoutMs ends the wait with in-progress", async () => {
+    // The run does not end until the repeat was seen waiting (its acquire() told the key is
+    // held), so no timing decides whether the two overlapped.
+    const watch = watchAcquires(await makeStore());
     const started = deferred();
-    const { fn, state } = await job({ waitTimeoutMs: 10_000 }, async (input, run) => {
+    const finish = deferred();
+    let runs = 0;
+    const fn = idempotent(async () => {
+      const run = ++runs;
       started.resolve();
-      await sleep(300);
+      await finish.promise;
       return { run };
-    });
+    }, { store: watch.store, key: (m) => m.id, waitTimeoutMs: 30_000 });
     const message = { id: newKey() };
     const first = fn(message);
-    await started.promise;
-    assert.deepEqual(await fn(message), { run: 1 });
-    assert.deepEqual(await first, { run: 1 });
-    assert.equal(state.runs, 1);
+    try {
+      await started.promise;
+      const repeat = fn(message);
+      await watch.overlapped(1, [first, repeat]);
+      finish.resolve();
+      assert.deepEqual(await repeat, { run: 1 });
+      assert.deepEqual(await first, { run: 1 });
+      assert.equal(runs, 1);
+    } finally {
+      finish.resolve();
+    }
 
     const slowStarted = deferred();
-    const slow = await job({ waitTimeoutMs: 50 }, async () => (slowStarted.resolve(), await sleep(400), 'late'));
+    const slowFinish = deferred();
+    const slow = await job({ waitTimeoutMs: 50 }, async () => (slowStarted.resolve(), await slowFinish.promise, 'late'));
     const m2 = { id: newKey() };
     const running = slow.fn(m2);
-    await slowStarted.promise;
-    await assert.rejects(slow.fn(m2), (error) => isIdempotencyError(error, 'in-progress'));
+    try {
+      await slowStarted.promise;
+      await assert.rejects(slow.fn(m2), (error) => isIdempotencyError(error, 'in-progress')); // the run is still blocked
+    } finally {
+      slowFinish.resolve();
+    }
     assert.equal(await running, 'late');
   });
 
-  t('a run slower than lockTimeoutMs keeps its key (the lock is renewed): a repeat waits and gets the result', async () => {
+  t('a run slower than lockTimeoutMs keeps its key (the lock is renewed): a repeat 1.5 s on finds it held, waits and gets the result', async () => {
+    const watch = watchAcquires(await makeStore());
     const started = deferred();
-    const { fn, state } = await job({ lockTimeoutMs: 1000, waitTimeoutMs: 10_000 }, async (input, run) => {
+    const finish = deferred();
+    let runs = 0;
+    const fn = idempotent(async () => {
+      const run = ++runs;
       started.resolve();
-      await sleep(1600);
+      await finish.promise; // until the repeat has found the key held
       return { run };
-    });
+    }, { store: watch.store, key: (m) => m.id, lockTimeoutMs: 1000, waitTimeoutMs: 30_000 });
     const message = { id: newKey() };
     const first = fn(message);
-    await started.promise;
-    await sleep(1150); // past lockTimeoutMs
-    assert.deepEqual(await fn(message), { run: 1 });
-    assert.deepEqual(await first, { run: 1 });
-    assert.equal(state.runs, 1);
+    try {
+      await started.promise;
+      await sleep(1500); // past lockTimeoutMs: without renewal the lock would have lapsed
+      const repeat = fn(message);
+      await watch.overlapped(1, [first, repeat]);
+      finish.resolve();
+      assert.deepEqual(await repeat, { run: 1 });
+      assert.deepEqual(await first, { run: 1 });
+      assert.equal(runs, 1);
+    } finally {
+      finish.resolve();
+    }
   });
 
   t('scope separates keys; the same scope shares them', async () => {
@@ -298,7 +329,7 @@ test('idempotent: with the default store (a MemoryStore per wrapper)', async () 
   assert.equal(runs, 1);
 });
 
-test('idempotent, PostgresStore: writes through ctx.tx commit with the result; a throw rolls them back and the repeat runs again', { skip: DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set', timeout: 60_000 }, async () => {
+test('idempotent, PostgresStore: writes through ctx.tx commit with the result; a throw rolls them back and the repeat runs again', { skip: pgSkip, timeout: 60_000 }, async () => {
   const store = new PostgresStore({ pool, table: tableName('idem') });
   await store.migrate();
   const shipments = tableName('shipments');
@@ -327,7 +358,7 @@ test('idempotent, PostgresStore: writes through ctx.tx commit with the result; a
   assert.deepEqual(await ship(flaky), { shipped: 'o-2', run: 2 });
 });
 
-test('idempotent, PostgresStore: fn that did not use ctx.tx and throws is a stored failure (previous-run-failed)', { skip: DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set', timeout: 60_000 }, async () => {
+test('idempotent, PostgresStore: fn that did not use ctx.tx and throws is a stored failure (previous-run-failed)', { skip: pgSkip, timeout: 60_000 }, async () => {
   const store = new PostgresStore({ pool, table: tableName('idem') });
   await store.migrate();
   let runs = 0;
@@ -342,7 +373,7 @@ test('idempotent, PostgresStore: fn that did not use ctx.tx and throws is a stor
 });
 
 test('idempotent, PostgresStore: when the commit fails, the call does not resolve as if fn\'s writes were kept', {
-  skip: DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set',
+  skip: pgSkip,
   timeout: 60_000,
 }, async () => {
   const store = new PostgresStore({ pool, table: tableName('idem') });

@@ -1,8 +1,8 @@
 // Long work and its trace: `acceptAfterMs` (202 Accepted while the handler goes on, the same
 // key polled to the stored answer, across instances and stores), the run history
 // (`store.runs(key)`, `onEvent`) and dead letters for jobs (`maxRuns`, `onDeadLetter`).
-// MemoryStore everywhere; RedisStore (RETRY_FETCH_REDIS_URL) and PostgresStore
-// (RETRY_FETCH_DATABASE_URL) where a shared store or a transaction is the point.
+// MemoryStore everywhere; RedisStore (REDIS_URL) and PostgresStore (DATABASE_URL; see
+// tests/support/services.mjs) where a shared store or a transaction is the point.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
@@ -10,11 +10,10 @@ import { createClient } from 'redis';
 import { idempotency, idempotent, MemoryStore, RedisStore, PostgresStore } from 'retry-fetch/server';
 import { retryFetch } from 'retry-fetch';
 import { serve, send, sleep, newKey, deferred } from './support.mjs';
+import { REDIS_URL, DATABASE_URL, needs } from '../support/services.mjs';
 
-const REDIS_URL = process.env.RETRY_FETCH_REDIS_URL;
-const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
-const redisSkip = REDIS_URL ? false : 'RETRY_FETCH_REDIS_URL is not set (scripts/test.sh server starts a redis-server)';
-const pgSkip = DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set (scripts/test.sh server starts a PostgreSQL)';
+const redisSkip = needs('REDIS_URL');
+const pgSkip = needs('DATABASE_URL');
 
 let pool;
 const redisClients = [];

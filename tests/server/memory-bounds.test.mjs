@@ -353,14 +353,16 @@ t('a wall-clock step forward while a handler runs: the duplicate waits and gets 
 t('ttlMs still expires answers (on the monotonic clock, whatever the wall clock does)', async () => {
   const store = new MemoryStore();
   let runs = 0;
-  const handler = idempotency(async () => Response.json({ run: ++runs }), { store, ttlMs: 200 });
+  const handler = idempotency(async () => Response.json({ run: ++runs }), { store, ttlMs: 2_000 });
   assert.deepEqual(await (await handler(post('ttl'))).json(), { run: 1 });
+  const answered = performance.now(); // stored before this: expired by answered + 2 s
   const replay = await handler(post('ttl'));
-  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true', 'inside its ttl of 2 s');
   assert.deepEqual(await replay.json(), { run: 1 });
   assert.equal(store.size, 1);
   await withWallClock(() => performance.timeOrigin + performance.now() - 120_000, async () => {
-    await sleep(300); // two minutes back by the wall clock, 300 ms by the monotonic one
+    // two minutes back by the wall clock, past the 2 s ttl by the monotonic one
+    await sleep(answered + 2_000 + 250 - performance.now());
     assert.equal(store.size, 0, 'expired');
     const after = await handler(post('ttl'));
     assert.equal(after.headers.get('idempotent-replayed'), null);

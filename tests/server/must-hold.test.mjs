@@ -3,8 +3,8 @@
 // a second or more, no hop-by-hop headers stored, ctx.tx never committed without its answer,
 // the route argument): a regression of any shows here first.
 //
-// MemoryStore everywhere; RedisStore (RETRY_FETCH_REDIS_URL) and PostgresStore
-// (RETRY_FETCH_DATABASE_URL) where the rule is about them (skipped with a message when unset).
+// MemoryStore everywhere; RedisStore (REDIS_URL) and PostgresStore (DATABASE_URL) where the
+// rule is about them (tests/support/services.mjs: skipped with a message when unset by hand).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -17,11 +17,10 @@ import { createClient } from 'redis';
 import { idempotency, idempotent, MemoryStore, RedisStore, PostgresStore } from 'retry-fetch/server';
 import { retryFetch } from 'retry-fetch';
 import { serve, withServer, send, sleep, newKey, problemOf, spyStore } from './support.mjs';
+import { REDIS_URL, DATABASE_URL, needs } from '../support/services.mjs';
 
-const REDIS_URL = process.env.RETRY_FETCH_REDIS_URL;
-const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
-const redisSkip = REDIS_URL ? false : 'RETRY_FETCH_REDIS_URL is not set (scripts/test.sh server starts a redis-server)';
-const pgSkip = DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set (scripts/test.sh server starts a PostgreSQL)';
+const redisSkip = needs('REDIS_URL');
+const pgSkip = needs('DATABASE_URL');
 
 let redis;
 let pool;

@@ -458,46 +458,81 @@ test('a store failing after the handler ran: the handler\'s answer is still retu
   assert.equal(await replay.text(), 'run 1');
 });
 
-test('the lock is renewed every third of lockTimeoutMs while the handler runs, with the holder\'s token', async () => {
+test('the lock is renewed every third of lockTimeoutMs while the handler runs, with the holder\'s token (mocked timers and clock: exact)', async (t) => {
+  // The renewal timer is the global setInterval and the lock's expiry Date.now(): both mocked
+  // here, so the test says when time passes and nothing depends on the machine's load.
+  // "Every third" of 1000 ms is floor(1000 / 3) = 333 ms: not at 332, at 333, 666, 999, ...
   const spy = spyStore(new MemoryStore());
-  const h = idempotency(async () => (await sleep(1150), new Response('done')), { store: spy.store, lockTimeoutMs: 1000 });
-  assert.equal(await (await h(post(newKey()))).text(), 'done');
+  const started = deferred();
+  const finish = deferred();
+  const h = idempotency(async () => (started.resolve(), await finish.promise, new Response('done')), { store: spy.store, lockTimeoutMs: 1000 });
+  t.mock.timers.enable({ apis: ['setInterval', 'Date'], now: 1_000_000 });
+  const renewals = () => spy.calls.filter(([m]) => m === 'renew');
+  const settle = () => new Promise((resolve) => setImmediate(resolve)); // the renewal's promise jobs
+  const answer = h(post(newKey()));
+  await started.promise;
   const acquired = spy.calls.find(([m]) => m === 'acquire');
-  const renewals = spy.calls.filter(([m]) => m === 'renew');
-  // At 333, 666 and 999 ms; a late timer may leave out the last one.
-  assert.ok(renewals.length >= 2 && renewals.length <= 4, `${renewals.length} renewals in 1150 ms at one per 333 ms`);
-  for (const [, key, token, lock, ms] of renewals) {
+  assert.equal(acquired[2].lockExpiresAt, 1_000_000 + 1000, 'the first lock: now + lockTimeoutMs');
+  for (let n = 1; n <= 6; n++) {
+    t.mock.timers.tick(332);
+    await settle();
+    assert.equal(renewals().length, n - 1, `renewal ${n} not before ${333 * n} ms`);
+    t.mock.timers.tick(1);
+    await settle();
+    assert.equal(renewals().length, n, `renewal ${n} at ${333 * n} ms`);
+    const [, key, token, lock, ms] = renewals().at(-1);
     assert.equal(key, acquired[1]);
     assert.equal(token, acquired[2].token);
-    assert.equal(lock.token, token);
-    assert.equal(lock.state, 'in-progress');
+    assert.deepEqual(lock, { ...acquired[2], lockExpiresAt: 1_000_000 + 333 * n + 1000 }, `renewal ${n}: the holder's lock, expiring lockTimeoutMs from then`);
     assert.equal(ms, 1000);
   }
-  const count = spy.calls.filter(([m]) => m === 'renew').length;
-  await sleep(500);
-  assert.equal(spy.calls.filter(([m]) => m === 'renew').length, count, 'no renewal after the handler ended');
+  finish.resolve();
+  assert.equal(await (await answer).text(), 'done');
+  t.mock.timers.tick(10_000);
+  await settle();
+  assert.equal(renewals().length, 6, 'no renewal after the handler ended');
 });
 
 test('a waiting request stops polling when its client disconnects', async () => {
   const store = new MemoryStore();
-  let acquires = 0;
+  const looks = []; // Date.now() of every acquire() of the waiting request (not the first's)
+  let firstToken;
   const acquire = store.acquire.bind(store);
-  store.acquire = (...args) => (acquires++, acquire(...args));
+  store.acquire = (key, lock, ms) => {
+    firstToken ??= lock.token;
+    if (lock.token !== firstToken) looks.push(Date.now());
+    return acquire(key, lock, ms);
+  };
   const started = deferred();
-  const h = idempotency(async () => (started.resolve(), await sleep(400), new Response('slow')), { store, pollMs: 10 });
+  const finish = deferred();
+  const h = idempotency(async () => (started.resolve(), await finish.promise, new Response('slow')), { store, pollMs: 10 });
   await withServer(h, async (server) => {
     const key = newKey();
     const first = send(server.url, { key });
-    await started.promise;
+    await started.promise; // the first run holds the key until `finish`
     const controller = new AbortController();
     const second = send(server.url, { key, signal: controller.signal }).catch((e) => e.name);
-    await sleep(60);
+    // It polls (every 10 ms): wait for a few looks, however long the machine takes to get there.
+    while (looks.length < 3) await sleep(10);
     controller.abort();
     assert.equal(await second, 'AbortError');
-    await sleep(30);
-    const seen = acquires;
-    await sleep(100);
-    assert.equal(acquires, seen, 'no more polling after the disconnect');
+    const aborted = Date.now();
+    // Polling stops: a quiet second (100 polls' worth) must come within 10 s of the abort, and
+    // stay quiet for another second. A poll that went on would never leave a second quiet.
+    let quietSince = null;
+    while (Date.now() - aborted < 10_000) {
+      const seen = looks.length;
+      await sleep(1_000);
+      if (looks.length === seen) {
+        quietSince = Date.now();
+        break;
+      }
+    }
+    assert.ok(quietSince !== null, `still polling 10 s after the disconnect (${looks.length} looks)`);
+    const seen = looks.length;
+    await sleep(1_000);
+    assert.equal(looks.length, seen, 'no more polling after the disconnect');
+    finish.resolve();
     assert.equal(await (await first).text(), 'slow');
     assert.equal(server.errors.length, 0, 'a disconnect is not reported as an error');
   });

@@ -1,4 +1,4 @@
-// PostgresStore's guard of ctx.tx against a real PostgreSQL (RETRY_FETCH_DATABASE_URL, started by
+// PostgresStore's guard of ctx.tx against a real PostgreSQL (DATABASE_URL, started by
 // scripts/test.sh): transaction control refused in every spelling (an SQL lexer, not a regex),
 // ctx.tx unusable once its handler settled, what gets past the guard anyway caught by complete()
 // (txid_current()), and an expiry index of its own for every table, long names included.
@@ -9,9 +9,9 @@ import { inspect } from 'node:util';
 import pg from 'pg';
 import { idempotency, PostgresStore } from 'retry-fetch/server';
 import { sleep, deferred, problemOf } from './support.mjs';
+import { DATABASE_URL, needs } from '../support/services.mjs';
 
-const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
-const skip = DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set (scripts/test.sh server starts a PostgreSQL)';
+const skip = needs('DATABASE_URL');
 
 const pools = [];
 const tables = [];

@@ -1,15 +1,15 @@
 // The idempotency scenarios with RedisStore against a real redis-server (scripts/test.sh starts
-// one and passes its URL in RETRY_FETCH_REDIS_URL), and server instances sharing it.
+// one and passes its URL in REDIS_URL), and server instances sharing it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac } from 'node:crypto';
 import { createClient } from 'redis';
 import { idempotency, RedisStore } from 'retry-fetch/server';
 import { storeScenarios, holding } from './scenarios.mjs';
-import { serve, withServer, send, snapshot, newKey, sleep, deferred, problemOf } from './support.mjs';
+import { serve, withServer, send, snapshot, newKey, sleep, deferred, problemOf, watchAcquires } from './support.mjs';
+import { REDIS_URL as url, needs } from '../support/services.mjs';
 
-const url = process.env.RETRY_FETCH_REDIS_URL;
-const skip = url ? false : 'RETRY_FETCH_REDIS_URL is not set (scripts/test.sh server starts a redis-server)';
+const skip = needs('REDIS_URL');
 
 const clients = [];
 async function connect() {
@@ -36,22 +36,29 @@ if (skip) {
 } else {
   storeScenarios('RedisStore', () => new RedisStore({ client, prefix: prefix() }));
 
-  test('RedisStore: two server instances, each with its own client, share one Redis: 50 concurrent requests, the handler runs once', { timeout: 60_000 }, async () => {
+  test('RedisStore: two server instances, each with its own client, share one Redis: 50 concurrent requests, 49 find the key held while the one run goes on', { timeout: 60_000 }, async () => {
     const shared = prefix();
     let runs = 0;
     const instances = [];
+    const release = deferred();
+    let watch;
     try {
       for (let i = 0; i < 2; i++) {
+        const store = new RedisStore({ client: await connect(), prefix: shared });
+        watch ??= watchAcquires(store); // both instances' acquire() answers in one record
         const handler = idempotency(async () => {
           const run = ++runs;
-          await sleep(200);
+          await release.promise; // held until the 49 others have found the key held
           return Response.json({ run, instance: i }, { status: 201 });
-        }, { store: new RedisStore({ client: await connect(), prefix: shared }) });
+        }, { store: i === 0 ? watch.store : watch.also(store) });
         instances.push(await serve(handler));
       }
       const [a, b] = instances;
       const key = newKey();
-      const responses = await Promise.all(Array.from({ length: 50 }, (_, i) => send((i % 2 ? a : b).url, { key })));
+      const sent = Array.from({ length: 50 }, (_, i) => send((i % 2 ? a : b).url, { key }));
+      await watch.overlapped(49, sent);
+      release.resolve();
+      const responses = await Promise.all(sent);
       assert.equal(runs, 1);
       const snaps = await Promise.all(responses.map(snapshot));
       for (const s of snaps) assert.deepEqual(s, snaps[0], 'every answer is the one response');
@@ -63,6 +70,7 @@ if (skip) {
       assert.deepEqual(JSON.parse((await snapshot(later)).body), JSON.parse(snaps[0].body));
       assert.equal(runs, 1);
     } finally {
+      release.resolve(); // never leave the run blocked, whatever failed
       await Promise.all(instances.map((s) => s.close()));
     }
   });

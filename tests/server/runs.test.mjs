@@ -1,6 +1,6 @@
 // The run history of every store (store.d.ts: `recordRun(run)`, `runs(key)`, `RunRecord`):
-// MemoryStore, RedisStore against a real redis-server (RETRY_FETCH_REDIS_URL) and PostgresStore
-// against a real PostgreSQL (RETRY_FETCH_DATABASE_URL); scripts/test.sh server starts both and
+// MemoryStore, RedisStore against a real redis-server (REDIS_URL) and PostgresStore
+// against a real PostgreSQL (DATABASE_URL); scripts/test.sh server starts both and
 // passes their URLs. Unlike the older suites, a store whose URL is missing FAILS here (its
 // `before` hook throws), so a server stage that lost a service cannot pass in silence.
 //
@@ -15,9 +15,7 @@ import pg from 'pg';
 import { createClient } from 'redis';
 import { MemoryStore, RedisStore, PostgresStore } from 'retry-fetch/server';
 import { sleep } from './support.mjs';
-
-const REDIS_URL = process.env.RETRY_FETCH_REDIS_URL;
-const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
+import { REDIS_URL, DATABASE_URL } from '../support/services.mjs';
 
 /** Thrown by a suite's `before` hook without its service: the suite fails, it is not skipped. */
 function missing(name, service) {
@@ -249,7 +247,7 @@ describe('MemoryStore: run history', () => {
 describe('RedisStore: run history', () => {
   let redis;
   before(async () => {
-    if (!REDIS_URL) throw missing('RETRY_FETCH_REDIS_URL', 'a redis-server');
+    if (!REDIS_URL) throw missing('REDIS_URL', 'a redis-server');
     redis = createClient({ url: REDIS_URL });
     redis.on('error', () => {}); // reconnects are the client's business; failures show in the tests
     await redis.connect();
@@ -348,7 +346,7 @@ describe('PostgresStore: run history', () => {
   let pool;
   const tables = [];
   before(async () => {
-    if (!DATABASE_URL) throw missing('RETRY_FETCH_DATABASE_URL', 'a PostgreSQL');
+    if (!DATABASE_URL) throw missing('DATABASE_URL', 'a PostgreSQL');
     pool = new pg.Pool({ connectionString: DATABASE_URL, max: 20 });
     pool.on('error', () => {}); // an idle client whose backend was killed: the pool drops it
   });

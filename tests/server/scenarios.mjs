@@ -18,6 +18,8 @@ import {
   plantDeadLock,
   withoutRenew,
   spyStore,
+  watchAcquires,
+  isHeld,
   DERIVED_KEY,
 } from './support.mjs';
 
@@ -41,7 +43,9 @@ export async function holding(started, sent) {
 /**
  * Register the scenarios for one store kind. `makeStore()` returns (or resolves with) a fresh,
  * empty store. `transactional`: the store is a PostgresStore-like one (`ctx.tx` is its
- * transaction; a key in progress elsewhere is `{ state: 'held' }`; no lock-level protocol to check here).
+ * transaction; a key in progress elsewhere is `{ state: 'held' }`). The store protocol itself
+ * (tokens, renew, expiry, reclaim) is checked once, on the stores directly, in stores.test.mjs;
+ * these are the companion's scenarios on top of it.
  */
 export function storeScenarios(label, makeStore, { transactional = false } = {}) {
   const t = (name, fn) => test(`${label}: ${name}`, { timeout: 60_000 }, fn);
@@ -64,11 +68,53 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
     return { handler, state };
   };
 
-  t('two concurrent requests with one key: the handler runs once, both get its answer', async () => {
-    const { handler, state } = await payments({}, { delayMs: 150 });
+  // The same endpoint for the tests whose duplicates must overlap its first run: that run does
+  // not return until the test calls `release()` (after the duplicates were seen to find the
+  // key held: `watch.overlapped(n, requests)`), so no timing decides whether they overlapped.
+  // `watch` records every acquire() answer (tests/server/support.mjs: watchAcquires).
+  const blocking = async (options = {}) => {
+    const started = deferred();
+    const released = deferred();
+    const watch = watchAcquires(await makeStore());
+    const state = { runs: 0, firstRun: started.promise, releasedAt: null };
+    const handler = idempotency(async (request) => {
+      const run = ++state.runs;
+      await request.text();
+      if (run === 1) {
+        started.resolve();
+        await released.promise;
+      }
+      return Response.json({ charge: `ch_${run}`, run }, { status: 201, headers: { 'X-Run': String(run) } });
+    }, { store: watch.store, ...options });
+    const release = () => {
+      state.releasedAt ??= Date.now();
+      released.resolve();
+    };
+    return { handler, state, watch, release };
+  };
+
+  /**
+   * What a duplicate that waited for the first run was told, token by token: the key held
+   * (once or more, never free) until the first run's answer was stored, then that answer, not
+   * before the first run was released.
+   */
+  const assertWaited = (watch, state, token) => {
+    const answers = watch.waiting(token);
+    assert.ok(answers.length >= 2, `the duplicate asked ${answers.length} time(s)`);
+    assert.ok(answers.slice(0, -1).every((a) => isHeld(a.answer)), `until the answer, the key was held: ${JSON.stringify(answers.map((a) => a.answer?.state ?? null))}`);
+    const last = answers.at(-1);
+    assert.equal(last.answer?.state, 'completed', 'then it got the stored answer');
+    assert.ok(last.at >= state.releasedAt, 'no earlier than the first run ended');
+  };
+
+  t('two concurrent requests with one key: the duplicate finds the key held, waits, and gets the one run\'s answer', async () => {
+    const { handler, state, watch, release } = await blocking();
     await withServer(handler, async (server) => {
       const key = newKey();
-      const [a, b] = await Promise.all([send(server.url, { key }), send(server.url, { key })]);
+      const sent = [send(server.url, { key }), send(server.url, { key })];
+      await watch.overlapped(1, sent); // the first run holds the key until the other has found it held
+      release();
+      const [a, b] = await Promise.all(sent);
       assert.equal(state.runs, 1);
       const [sa, sb] = [await snapshot(a), await snapshot(b)];
       assert.deepEqual(sa, sb);
@@ -76,20 +122,28 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
       assert.deepEqual(JSON.parse(sa.body), { charge: 'ch_1', run: 1 });
       const replayed = [a, b].map((r) => r.headers.get('idempotent-replayed'));
       assert.deepEqual(replayed.sort(), ['true', null].sort());
-    });
+      const [duplicate] = watch.heldTokens();
+      assertWaited(watch, state, duplicate);
+    }).finally(release); // never leave the first run blocked, whatever failed
   });
 
-  t('50 concurrent requests with one key: the handler runs once, 49 get the replay', async () => {
-    const { handler, state } = await payments({}, { delayMs: 200 });
+  t('50 concurrent requests with one key: 49 find the key held while the one run goes on, wait, and get the replay', async () => {
+    const { handler, state, watch, release } = await blocking();
     await withServer(handler, async (server) => {
       const key = newKey();
-      const responses = await Promise.all(Array.from({ length: 50 }, () => send(server.url, { key })));
+      const sent = Array.from({ length: 50 }, () => send(server.url, { key }));
+      await watch.overlapped(49, sent);
+      release();
+      const responses = await Promise.all(sent);
       assert.equal(state.runs, 1);
       const snaps = await Promise.all(responses.map(snapshot));
       for (const s of snaps) assert.deepEqual(s, snaps[0]);
       assert.deepEqual(JSON.parse(snaps[0].body), { charge: 'ch_1', run: 1 });
       assert.equal(responses.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 49);
-    });
+      const duplicates = watch.heldTokens();
+      assert.equal(duplicates.size, 49);
+      for (const token of duplicates) assertWaited(watch, state, token);
+    }).finally(release); // never leave the first run blocked, whatever failed
   });
 
   t('a replay is byte-identical (status, status text, headers, body) but for Set-Cookie, never stored nor replayed', async () => {
@@ -236,14 +290,16 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
   });
 
   t('a stored response expires after ttlMs; the key then runs the handler again', async () => {
-    const { handler, state } = await payments({ ttlMs: 300 });
+    // 2 s: the replay must come inside it; then the test waits the rest out.
+    const { handler, state } = await payments({ ttlMs: 2_000 });
     await withServer(handler, async (server) => {
       const key = newKey();
       assert.equal((await (await send(server.url, { key })).json()).run, 1);
+      const answered = Date.now(); // the answer was stored before this: it expires by answered + 2 s
       const again = await send(server.url, { key });
       assert.equal(again.headers.get('idempotent-replayed'), 'true');
       assert.equal((await again.json()).run, 1);
-      await sleep(450);
+      await sleep(answered + 2_000 + 250 - Date.now());
       const after = await send(server.url, { key });
       assert.equal(after.headers.get('idempotent-replayed'), null);
       assert.equal((await after.json()).run, 2);
@@ -350,68 +406,88 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
     });
   });
 
-  t("concurrent: 'reject' answers the second request 409 while the first runs", async () => {
-    const { handler, state } = await payments({ concurrent: 'reject' }, { delayMs: 200 });
+  t("concurrent: 'reject' answers 409 to a request that finds the key held while the first runs", async () => {
+    const { handler, state, watch, release } = await blocking({ concurrent: 'reject' });
     await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
       await holding(state.firstRun, first);
-      const second = await send(server.url, { key });
+      const second = await send(server.url, { key }); // the first run is blocked: it holds the key
       await problemOf(second, 409, 'idempotency-key-in-progress', { retryAfter: true });
+      const [token] = watch.heldTokens();
+      assert.equal(watch.waiting(token).length, 1, 'refused at its first look, no wait');
+      release();
       assert.equal((await first).status, 201);
       assert.equal(state.runs, 1);
       assert.equal((await send(server.url, { key })).headers.get('idempotent-replayed'), 'true');
-    });
+    }).finally(release); // never leave the first run blocked, whatever failed
   });
 
   t("concurrent: 'wait' answers 409 when waitTimeoutMs runs out first", async () => {
-    const { handler, state } = await payments({ waitTimeoutMs: 100 }, { delayMs: 400 });
+    const { handler, state, watch, release } = await blocking({ waitTimeoutMs: 100 });
     await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
       await holding(state.firstRun, first);
       const started = Date.now();
-      const second = await send(server.url, { key });
+      const second = await send(server.url, { key }); // the first run is blocked until released below
       await problemOf(second, 409, 'idempotency-key-in-progress', { retryAfter: true });
-      assert.ok(Date.now() - started >= 90, 'it waited');
+      // Date.now() has whole ms: the 100 ms wait shows as 99 at the least.
+      assert.ok(Date.now() - started >= 99, `it waited ${Date.now() - started} ms of waitTimeoutMs 100`);
+      const [token] = watch.heldTokens();
+      const looks = watch.waiting(token);
+      assert.ok(looks.length >= 2 && looks.every((a) => isHeld(a.answer)), `it polled the held key: ${looks.length} look(s)`);
+      release();
       assert.equal((await first).status, 201);
       assert.equal(state.runs, 1);
-    });
+    }).finally(release); // never leave the first run blocked, whatever failed
   });
 
-  t('a live holder renews its lock: a handler slower than lockTimeoutMs keeps its key (a duplicate at 1.1 s gets the replay)', async () => {
+  t('a live holder renews its lock: a handler slower than lockTimeoutMs keeps its key (a duplicate at 1.5 s finds it held and gets the replay)', async () => {
     const storeErrors = [];
-    const { handler, state } = await payments({ lockTimeoutMs: 1000, onStoreError: (e, op) => storeErrors.push([op, e]) }, { delayMs: 1500 });
+    const { handler, state, watch, release } = await blocking({ lockTimeoutMs: 1000, onStoreError: (e, op) => storeErrors.push([op, e]) });
     await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
       await holding(state.firstRun, first);
-      await sleep(1100); // past lockTimeoutMs: without renewal the lock would have lapsed
-      const second = await send(server.url, { key });
-      assert.equal(second.status, 201);
-      assert.equal(second.headers.get('idempotent-replayed'), 'true');
-      assert.deepEqual(await second.json(), { charge: 'ch_1', run: 1 });
+      await sleep(1500); // past lockTimeoutMs: without renewal the lock would have lapsed
+      const second = send(server.url, { key });
+      await watch.overlapped(1, [first, second]); // still held by the first run, 1.5 s on
+      release();
+      assert.equal((await second).status, 201);
+      assert.equal((await second).headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await (await second).json(), { charge: 'ch_1', run: 1 });
       assert.equal((await first).headers.get('idempotent-replayed'), null);
       assert.equal(state.runs, 1, 'the handler ran once');
       assert.deepEqual(storeErrors, []);
-    });
+    }).finally(release); // never leave the first run blocked, whatever failed
   });
 
-  t('a live holder renews its lock: a duplicate already waiting when the lock would have expired gets the replay', async () => {
+  t('a live holder renews its lock: a duplicate already waiting when the lock would have expired finds it held on, and gets the replay', async () => {
     const storeErrors = [];
-    const { handler, state } = await payments({ lockTimeoutMs: 1000, waitTimeoutMs: 10_000, onStoreError: (e, op) => storeErrors.push([op, e]) }, { delayMs: 1500 });
+    const { handler, state, watch, release } = await blocking({ lockTimeoutMs: 1000, waitTimeoutMs: 30_000, onStoreError: (e, op) => storeErrors.push([op, e]) });
     await withServer(handler, async (server) => {
       const key = newKey();
       const first = send(server.url, { key });
       await holding(state.firstRun, first);
-      const second = await send(server.url, { key }); // waits through t = 1000 ms, then gets the answer
-      assert.equal(second.status, 201);
-      assert.equal(second.headers.get('idempotent-replayed'), 'true');
-      assert.deepEqual(await second.json(), { charge: 'ch_1', run: 1 });
+      const took = watch.answers.find((a) => a.answer === null); // the first request's acquire
+      const second = send(server.url, { key });
+      await watch.overlapped(1, [first, second]);
+      const [token] = watch.heldTokens();
+      // Polling on past the first lock's lifetime (1000 ms), by more than a second: still held.
+      await Promise.race([
+        watch.until((answers) => answers.some((a) => a.token === token && isHeld(a.answer) && a.at >= took.at + 2_000)),
+        second.then((res) => assert.fail(`the duplicate ended (${res.status}) before the first run did`)),
+      ]);
+      release();
+      assert.equal((await second).status, 201);
+      assert.equal((await second).headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await (await second).json(), { charge: 'ch_1', run: 1 });
       assert.equal((await first).status, 201);
       assert.equal(state.runs, 1);
+      assertWaited(watch, state, token);
       assert.deepEqual(storeErrors, []);
-    });
+    }).finally(release); // never leave the first run blocked, whatever failed
   });
 
   t('with a store that cannot renew, a holder slower than lockTimeoutMs loses its key: the duplicate runs, the late answer is not stored', async () => {
@@ -465,17 +541,20 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
 
   t('a dead holder\'s lock (planted in the store) expires after its lockTimeoutMs: a waiting duplicate then processes', async () => {
     const store = await makeStore();
+    const watch = watchAcquires(store);
     let runs = 0;
-    const handler = idempotency(async () => Response.json({ run: ++runs }), { store, waitTimeoutMs: 10_000 });
+    const handler = idempotency(async () => Response.json({ run: ++runs }), { store: watch.store, waitTimeoutMs: 10_000 });
     await withServer(handler, async (server) => {
       const key = newKey();
       const planted = Date.now();
-      await plantDeadLock(store, key, 400);
+      await plantDeadLock(store, key, 2_000); // 2 s for the request to find it live
       const res = await send(server.url, { key });
-      const waited = Date.now() - planted;
       assert.equal(res.status, 200, `got ${res.status}`);
       assert.deepEqual(await res.json(), { run: 1 });
-      assert.ok(waited >= 350, `the request waited for the dead holder's lock to expire (${waited} ms)`);
+      const looks = watch.answers.map((a) => (a.answer === null ? 'free' : a.answer.state));
+      assert.ok(looks.length >= 2 && looks.slice(0, -1).every((l) => l !== 'free' && l !== 'completed') && looks.at(-1) === 'free', `the request found the dead holder's key held, waited, then took it: ${looks.join(', ')}`);
+      const waited = watch.answers.at(-1).at - planted;
+      assert.ok(waited >= 1_990, `it took the key once the lock had expired, ${waited} ms after it was planted for 2000`);
       assert.equal((await send(server.url, { key })).headers.get('idempotent-replayed'), 'true');
       assert.equal(runs, 1);
     });
@@ -487,10 +566,11 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
     const handler = idempotency(async () => Response.json({ run: ++runs }), { store, concurrent: 'reject' });
     await withServer(handler, async (server) => {
       const key = newKey();
-      await plantDeadLock(store, key, 300);
+      const planted = Date.now();
+      await plantDeadLock(store, key, 2_000); // 2 s for the 409 to come inside it
       await problemOf(await send(server.url, { key }), 409, 'idempotency-key-in-progress', { retryAfter: true });
       assert.equal(runs, 0);
-      await sleep(450);
+      await sleep(planted + 2_000 + 250 - Date.now());
       const next = await send(server.url, { key });
       assert.equal(next.status, 200);
       assert.deepEqual(await next.json(), { run: 1 });
@@ -696,44 +776,4 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
       await new Promise((resolve) => server.close(resolve));
     }
   });
-
-  if (!transactional) {
-    t('the owner token guards renew, complete, release and reclaim', async () => {
-      const store = await makeStore();
-      const lock = (token, ms = 1000) => ({ state: 'in-progress', token, fingerprint: 'f', lockExpiresAt: Date.now() + ms });
-      const done = { state: 'completed', fingerprint: 'f', completedAt: Date.now(), response: { status: 200, statusText: '', headers: [], body: '' } };
-      assert.equal(await store.acquire('-:k', lock('A', 150), 150), null);
-      assert.equal((await store.acquire('-:k', lock('B'), 1000)).token, 'A');
-      assert.equal(await store.renew('-:k', 'B', lock('B'), 1000), false, 'only the holder renews');
-      assert.equal(await store.complete('-:k', 'B', done, 1000), false);
-      assert.equal(await store.release('-:k', 'B'), false);
-      assert.equal(await store.reclaim('-:k', 'B', lock('C'), 1000), false);
-      if (label === 'RedisStore' || label === 'MemoryStore') {
-        // Redis and MemoryStore never take a lock over (their own expiry ends it): play the
-        // takeover by hand.
-        assert.equal(await store.reclaim('-:k', 'A', lock('C'), 1000), false, `${label}: reclaim is always false`);
-        assert.equal(await store.release('-:k', 'A'), true);
-        assert.equal(await store.acquire('-:k', lock('C'), 1000), null);
-      } else {
-        assert.equal(await store.reclaim('-:k', 'A', lock('C'), 1000), true, 'a takeover compares the stale token');
-      }
-      assert.equal(await store.renew('-:k', 'A', lock('A'), 1000), false, 'the old holder cannot extend its successor\'s lock');
-      assert.equal(await store.complete('-:k', 'A', done, 1000), false, 'the old holder lost the lock');
-      assert.equal(await store.complete('-:k', 'C', done, 1000), true);
-      assert.equal(await store.renew('-:k', 'C', lock('C'), 1000), false, 'a completed record is not a lock');
-      assert.equal(await store.release('-:k', 'C'), false, 'a completed record is not a lock');
-      assert.equal((await store.acquire('-:k', lock('D'), 1000)).state, 'completed');
-      // A lock expires by itself after lockTimeoutMs, unless renewed.
-      assert.equal(await store.acquire('-:k2', lock('E', 100), 100), null);
-      await sleep(200);
-      assert.equal(await store.acquire('-:k2', lock('F', 200), 200), null);
-      for (let i = 0; i < 4; i++) {
-        await sleep(100);
-        assert.equal(await store.renew('-:k2', 'F', lock('F', 200), 200), true, `renewal ${i + 1}`);
-      }
-      assert.equal((await store.acquire('-:k2', lock('G'), 1000)).token, 'F', 'renewed past its first lifetime');
-      assert.equal(await store.release('-:k2', 'F'), true);
-      assert.equal(await store.acquire('-:k2', lock('G'), 1000), null);
-    });
-  }
 }

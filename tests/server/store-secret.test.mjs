@@ -2,8 +2,8 @@
 // identity into the store key's scope. 64 hex digits, stable, the same for every instance on one
 // backend (Redis: `<prefix>secret`; PostgreSQL: a row of the table, scope ''), created once,
 // cached by the instance once read (a failure is not). MemoryStore has one of its own. Against a
-// real redis-server and PostgreSQL (RETRY_FETCH_REDIS_URL, RETRY_FETCH_DATABASE_URL; each part
-// is skipped without its URL).
+// real redis-server and PostgreSQL (REDIS_URL, DATABASE_URL: tests/support/services.mjs; each
+// part is skipped without its URL when run by hand).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
@@ -11,11 +11,10 @@ import pg from 'pg';
 import { createClient } from 'redis';
 import { idempotency, MemoryStore, RedisStore, PostgresStore } from 'retry-fetch/server';
 import { sleep } from './support.mjs';
+import { REDIS_URL, DATABASE_URL, needs } from '../support/services.mjs';
 
-const REDIS_URL = process.env.RETRY_FETCH_REDIS_URL;
-const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
-const redisSkip = REDIS_URL ? false : 'RETRY_FETCH_REDIS_URL is not set (scripts/test.sh server starts a redis-server)';
-const pgSkip = DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set (scripts/test.sh server starts a PostgreSQL)';
+const redisSkip = needs('REDIS_URL');
+const pgSkip = needs('DATABASE_URL');
 
 const HEX64 = /^[0-9a-f]{64}$/;
 const t = (name, options, fn) => test(`store secret: ${name}`, { timeout: 60_000, ...options }, fn);

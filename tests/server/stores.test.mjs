@@ -1,7 +1,7 @@
 // The store protocol of retry-fetch/server, tested on the stores directly (no handler):
-// MemoryStore, RedisStore against a real redis-server (RETRY_FETCH_REDIS_URL) and PostgresStore
-// against a real PostgreSQL (RETRY_FETCH_DATABASE_URL); scripts/test.sh server starts both and
-// passes their URLs. A store whose server is not given is skipped with a message.
+// MemoryStore, RedisStore against a real redis-server (REDIS_URL) and PostgresStore against a
+// real PostgreSQL (DATABASE_URL); scripts/test.sh server starts both and passes their URLs
+// (tests/support/services.mjs). Run by hand, a store whose server is not given is skipped.
 //
 // Imports the built files (pkg/, `bash scripts/build-pkg.sh`), as the package ships them.
 import { test, describe, before, after } from 'node:test';
@@ -12,11 +12,10 @@ import { createClient } from 'redis';
 import { MemoryStore } from '../../pkg/memory-store.js';
 import { RedisStore } from '../../pkg/redis-store.js';
 import { PostgresStore } from '../../pkg/postgres-store.js';
+import { REDIS_URL, DATABASE_URL, needs } from '../support/services.mjs';
 
-const REDIS_URL = process.env.RETRY_FETCH_REDIS_URL;
-const DATABASE_URL = process.env.RETRY_FETCH_DATABASE_URL;
-const redisSkip = REDIS_URL ? false : 'RETRY_FETCH_REDIS_URL is not set (scripts/test.sh server starts a redis-server)';
-const pgSkip = DATABASE_URL ? false : 'RETRY_FETCH_DATABASE_URL is not set (scripts/test.sh server starts a PostgreSQL)';
+const redisSkip = needs('REDIS_URL');
+const pgSkip = needs('DATABASE_URL');
 
 const SCOPE = 'ab'.repeat(32); // what a hashed identity looks like: 64 hex digits
 const newKey = (scope = '-') => `${scope}:${crypto.randomUUID()}`;
@@ -100,7 +99,9 @@ const STORES = [
 ];
 
 for (const { name, skip, make, visibleLocks } of STORES) {
-  describe(`${name}: the store protocol`, { skip }, () => {
+  // Concurrently: each test has a store and keys of its own, and several wait out real
+  // lifetimes of a second or two (a lock, a ttl), which would otherwise add up.
+  describe(`${name}: the store protocol`, { skip, concurrency: true }, () => {
     const heldAnswer = (lock) => (visibleLocks ? lock : HELD);
 
     test('acquire on a free key takes it (null); a second acquire gets the holder', async () => {
@@ -138,6 +139,7 @@ for (const { name, skip, make, visibleLocks } of STORES) {
       assert.equal(await store.complete(key, 'intruder', completedOf(), 60_000), false);
       assert.equal(await store.release(key, 'intruder'), false);
       assert.equal(await store.renew(key, 'intruder', lockOf('intruder'), 60_000), false);
+      assert.equal(await store.reclaim(key, 'intruder', lockOf('intruder'), 60_000), false);
       // Another key, same token: not held there either.
       assert.equal(await store.complete(newKey(), 'owner', completedOf(), 60_000), false);
       assert.deepEqual(await store.acquire(key, lockOf('x'), 60_000), heldAnswer(a), 'still the owner');
@@ -158,14 +160,14 @@ for (const { name, skip, make, visibleLocks } of STORES) {
     test('renew keeps a live holder\'s key past its first lockTimeoutMs', async () => {
       const store = await make();
       const key = newKey();
-      assert.equal(await store.acquire(key, lockOf('a', 300), 300), null);
-      const renewed = lockOf('a', 2_000);
-      for (let i = 0; i < 4; i++) {
-        await sleep(150);
-        assert.equal(await store.renew(key, 'a', renewed, 2_000), true, `renew ${i}`);
-      }
-      await sleep(150); // 750 ms after acquire, more than twice the first lockTimeoutMs
-      assert.deepEqual(await store.acquire(key, lockOf('b'), 60_000), heldAnswer(renewed));
+      const acquired = performance.now();
+      assert.equal(await store.acquire(key, lockOf('a', 1_000), 1_000), null);
+      // Renewed at once (well inside the first second), and again: each renewal a new lifetime.
+      const renewed = lockOf('a', 60_000);
+      assert.equal(await store.renew(key, 'a', lockOf('a', 60_000), 60_000), true);
+      assert.equal(await store.renew(key, 'a', renewed, 60_000), true, 'renewed again');
+      await sleep(acquired + 1_500 - performance.now()); // past the first lockTimeoutMs
+      assert.deepEqual(await store.acquire(key, lockOf('b'), 60_000), heldAnswer(renewed), 'still held, by the last renewal\'s lock');
       const record = completedOf();
       assert.equal(await store.complete(key, 'a', record, 60_000), true);
       assert.deepEqual(await store.acquire(key, lockOf('c'), 60_000), record);
@@ -175,7 +177,7 @@ for (const { name, skip, make, visibleLocks } of STORES) {
       const store = await make();
       const key = newKey();
       assert.equal(await store.acquire(key, lockOf('a', 200), 200), null);
-      await sleep(500);
+      await sleep(1_500); // its 200 ms and a margin of seconds (Postgres ends the idle transaction)
       // Lapsed (Postgres: the idle transaction was ended, its row rolled back): a new holder.
       const b = lockOf('b');
       assert.equal(await store.acquire(key, b, 60_000), null);
@@ -191,9 +193,10 @@ for (const { name, skip, make, visibleLocks } of STORES) {
       const store = await make();
       const key = newKey();
       assert.equal(await store.acquire(key, lockOf('a'), 60_000), null);
-      assert.equal(await store.complete(key, 'a', completedOf('first'), 200), true);
-      assert.equal((await store.acquire(key, lockOf('x'), 60_000))?.state, 'completed');
-      await sleep(350);
+      const completing = performance.now();
+      assert.equal(await store.complete(key, 'a', completedOf('first'), 2_000), true);
+      assert.equal((await store.acquire(key, lockOf('x'), 60_000))?.state, 'completed', 'inside its ttl of 2 s');
+      await sleep(completing + 2_000 + 250 - performance.now());
       const b = lockOf('b');
       assert.equal(await store.acquire(key, b, 60_000), null, 'expired: taken again');
       assert.deepEqual(await store.acquire(key, lockOf('c'), 60_000), heldAnswer(b));
@@ -219,18 +222,20 @@ for (const { name, skip, make, visibleLocks } of STORES) {
 // ---------------------------------------------------------------------------------------------
 // Memory and Redis never take a lock over: their own expiry (MemoryStore's monotonic clock,
 // Redis's PX) is what ends a lock, so a companion whose wall clock jumped cannot judge a live
-// lock expired and run its handler twice. reclaim is always false there.
+// lock expired and run its handler twice. reclaim is always false there (and with
+// PostgresStore: see its transactional test below).
 
-for (const { name, skip, make } of STORES.filter((s) => s.visibleLocks && s.name === 'MemoryStore')) {
-  test(`${name}: reclaim never takes a lock over; the lock ends by the store's own expiry`, { skip }, async () => {
+for (const { name, skip, make } of STORES.filter((s) => s.visibleLocks)) {
+  test(`${name}: reclaim never takes a lock over, not even with the holder's token; the lock ends by the store's own expiry`, { skip }, async () => {
     const store = await make();
     const key = newKey();
-    assert.equal(await store.acquire(key, lockOf('dead'), 1_000), null);
+    const acquired = performance.now();
+    assert.equal(await store.acquire(key, lockOf('dead', 2_000), 2_000), null);
     const b = lockOf('b');
     assert.equal(await store.reclaim(key, 'wrong', b, 60_000), false);
     assert.equal(await store.reclaim(key, 'dead', b, 60_000), false, 'a live lock is never taken over');
     assert.equal((await store.acquire(key, b, 60_000)).token, 'dead', 'the dead holder still holds it');
-    await sleep(1_050);
+    await sleep(acquired + 2_000 + 250 - performance.now());
     assert.equal(await store.acquire(key, b, 60_000), null, 'after its lockTimeoutMs it is free');
     assert.equal(await store.complete(key, 'dead', completedOf(), 60_000), false);
     assert.equal(await store.complete(key, 'b', completedOf(), 60_000), true);
@@ -331,12 +336,13 @@ describe('PostgresStore', { skip: pgSkip }, () => {
   test('a key committed in progress (COMMIT on the raw connection) counts as held until it expires', async () => {
     const store = await postgresStore();
     const key = newKey();
-    assert.equal(await store.acquire(key, lockOf('a', 300), 300), null);
+    const acquired = performance.now();
+    assert.equal(await store.acquire(key, lockOf('a', 2_000), 2_000), null);
     // Around the guard: the raw client under the proxy.
     const raw = store.transaction(key, 'a');
     await Object.getPrototypeOf(raw).query.call(raw, 'COMMIT');
-    assert.deepEqual(await store.acquire(key, lockOf('b'), 60_000), HELD);
-    await sleep(400);
+    assert.deepEqual(await store.acquire(key, lockOf('b'), 60_000), HELD, 'inside its 2 s');
+    await sleep(acquired + 2_000 + 250 - performance.now());
     assert.equal(await store.acquire(key, lockOf('c'), 60_000), null, 'expired: taken over');
     assert.equal(await store.release(key, 'c'), true);
     assert.equal(await store.release(key, 'a'), true);
@@ -433,7 +439,7 @@ describe('PostgresStore', { skip: pgSkip }, () => {
     const store = await postgresStore();
     const key = newKey();
     assert.equal(await store.acquire(key, lockOf('a', 200), 200), null);
-    await sleep(500);
+    await sleep(1_500); // its 200 ms and a margin of seconds for PostgreSQL to end it
     assert.equal(await checkedOut(), 0, 'the timed-out client was given back (destroyed) at once');
     assert.equal(await store.acquire(key, lockOf('b'), 60_000), null);
     assert.equal(await store.release(key, 'a'), true);
@@ -605,8 +611,49 @@ test('PostgresStore: a key without a scope, or a bad lockTimeoutMs, is refused',
   await assert.rejects(store.acquire('-:k', lockOf('a'), 0), { name: 'TypeError', message: /lockTimeoutMs must be a number of milliseconds above 0; got 0/ });
 });
 
-test('MemoryStore and RedisStore: renew exists and refuses a key nobody holds', async () => {
-  assert.equal(await new MemoryStore().renew('-:k', 't', lockOf('t'), 1000), false);
-  const fake = { set: async () => 'OK', get: async () => null, eval: async () => 0 };
-  assert.equal(await new RedisStore({ client: fake }).renew('-:k', 't', lockOf('t'), 1000), false);
+// ---------------------------------------------------------------------------------------------
+// RedisStore's renew, as Redis sees it: the record and its PX.
+
+test('RedisStore: renew rewrites the holder\'s lock with a new PX in Redis; a wrong token, a free key or a completed record are refused and left as they were', { skip: redisSkip }, async () => {
+  const prefix = `idem:test-${crypto.randomUUID()}:`;
+  const store = new RedisStore({ client: redis, prefix });
+  const key = newKey();
+  const redisKey = prefix + key;
+  const first = lockOf('owner', 5_000);
+  assert.equal(await store.acquire(key, first, 5_000), null);
+  assert.deepEqual(JSON.parse(await redis.get(redisKey)), first);
+  const ttl0 = await redis.pTTL(redisKey);
+  assert.ok(ttl0 > 0 && ttl0 <= 5_000, `PTTL after acquire: ${ttl0}`);
+
+  // A wrong token: refused, and neither the value nor the PX changed.
+  assert.equal(await store.renew(key, 'intruder', lockOf('intruder', 600_000), 600_000), false);
+  assert.deepEqual(JSON.parse(await redis.get(redisKey)), first, 'the lock is the owner\'s still');
+  const ttl1 = await redis.pTTL(redisKey);
+  assert.ok(ttl1 > 0 && ttl1 <= 5_000, `PTTL after a refused renew: ${ttl1} (not extended)`);
+
+  // The owner: the record is the new lock, its PX the new lockTimeoutMs (far above the first).
+  const renewed = lockOf('owner', 600_000);
+  assert.equal(await store.renew(key, 'owner', renewed, 600_000), true);
+  assert.deepEqual(JSON.parse(await redis.get(redisKey)), renewed);
+  const ttl2 = await redis.pTTL(redisKey);
+  assert.ok(ttl2 > 590_000 && ttl2 <= 600_000, `PTTL after the renew: ${ttl2} (600 s asked)`);
+
+  // A free key: refused, and nothing is created there.
+  const free = newKey();
+  assert.equal(await store.renew(free, 'owner', lockOf('owner'), 60_000), false);
+  assert.equal(await redis.exists(prefix + free), 0, 'no record made for a free key');
+
+  // A completed record is not a lock: its owner's renew is refused, the record and its TTL kept.
+  const record = completedOf();
+  assert.equal(await store.complete(key, 'owner', record, 30_000), true);
+  assert.equal(await store.renew(key, 'owner', lockOf('owner', 600_000), 600_000), false);
+  assert.deepEqual(JSON.parse(await redis.get(redisKey)), record);
+  const ttl3 = await redis.pTTL(redisKey);
+  assert.ok(ttl3 > 0 && ttl3 <= 30_000, `PTTL of the completed record: ${ttl3} (its ttl, not the renew's)`);
+});
+
+test('MemoryStore: renew refuses a key nobody holds, and makes no record there', async () => {
+  const store = new MemoryStore();
+  assert.equal(await store.renew('-:k', 't', lockOf('t'), 1000), false);
+  assert.equal(await store.acquire('-:k', lockOf('u'), 1000), null, 'the key is still free');
 });

@@ -152,6 +152,68 @@ export function spyStore(store) {
   return { store: through(store, override), calls };
 }
 
+/** An acquire() answer that means "someone else holds the key": its lock, or `{ state: 'held' }`. */
+export const isHeld = (answer) => answer != null && answer.state !== 'completed';
+
+/**
+ * `store` with every acquire() answer recorded in `watch.answers` as `{ at: Date.now(), key,
+ * token, answer }` (a request asks with one token, however often it polls), and
+ * `watch.waiting(token)`, the answers that request got; `watch.also(other)` records another
+ * instance's store in the same list. `watch.overlapped(n, requests)`
+ * resolves once `n` requests (tokens) were told the key is held; it rejects at once if one of
+ * `requests` (fetch promises) settles before that: a test that waits for duplicates to run into
+ * a held key must not hang when one of them never did.
+ */
+export function watchAcquires(store) {
+  const answers = [];
+  const waiters = new Set();
+  const check = () => {
+    for (const w of waiters) {
+      if (w.done(answers)) {
+        waiters.delete(w);
+        w.resolve();
+      }
+    }
+  };
+  const wrap = (target) =>
+    through(target, {
+      acquire: async (...args) => {
+        const answer = await target.acquire(...args);
+        answers.push({ at: Date.now(), key: args[0], token: args[1]?.token, answer });
+        check();
+        return answer;
+      },
+    });
+  const until = (done) =>
+    new Promise((resolve) => {
+      waiters.add({ done, resolve });
+      check();
+    });
+  const heldTokens = () => new Set(answers.filter((a) => isHeld(a.answer)).map((a) => a.token));
+  return {
+    store: wrap(store),
+    /** Another store (another instance's) whose acquire() answers go in the same record. */
+    also: wrap,
+    answers,
+    until,
+    heldTokens,
+    waiting: (token) => answers.filter((a) => a.token === token),
+    async overlapped(n, requests = []) {
+      let reached = false;
+      await Promise.race([
+        until(() => heldTokens().size >= n).then(() => (reached = true)),
+        ...requests.map((sent) =>
+          Promise.resolve(sent).then(async (outcome) => {
+            if (reached) return;
+            const detail = outcome instanceof Response ? `${outcome.status} ${await outcome.clone().text()}` : String(outcome);
+            throw new Error(`a request ended (${detail}) before ${n} request(s) had found the key held (${heldTokens().size} had)`);
+          }),
+        ),
+      ]);
+    },
+  };
+}
+
 /** `store` whose `method` fails: throws `error` (`{ sync: true }`) or rejects with it. */
 export function failing(store, method, error, { sync = false } = {}) {
   const fail = sync

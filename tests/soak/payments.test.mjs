@@ -1,5 +1,5 @@
 // Soak: 1,000 payments through the worst network there is for a payment, the ambiguous one.
-// The server charges, then the connection dies before the answer leaves (seed 002); the
+// The server charges, then the connection dies before the answer leaves; the
 // client cannot tell whether it was charged and retries. `retryFetch` (the package, in Node)
 // sends the same Idempotency-Key on every attempt, and the server's charge handler is wrapped
 // by the package's idempotency companion, so the retry gets the stored answer:
@@ -21,11 +21,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { retryFetch } from '../../pkg/index.node.js';
 import { idempotency, MemoryStore, RedisStore, toNodeHandler } from '../../pkg/server.js';
 import { pool } from '../crash/harness.mjs';
+import { REDIS_URL, needs } from '../support/services.mjs';
 
 const PAYMENTS = 1000;
 const DOUBLE_SUBMITS = 100;
 const CONCURRENCY = 50;
-const REDIS_URL = process.env.REDIS_URL;
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 const POLICY = {
@@ -179,9 +179,7 @@ test(`MemoryStore: ${PAYMENTS} payments through "charge, then drop", exactly ${P
   await soak(new MemoryStore(), 'MemoryStore');
 });
 
-const redisSkip = REDIS_URL
-  ? false
-  : 'REDIS_URL is not set: start a Redis server and set REDIS_URL (e.g. redis://127.0.0.1:6379; `make test` does both) to run the RedisStore soak';
+const redisSkip = needs('REDIS_URL');
 
 let redis = null;
 after(async () => { await redis?.close().catch(() => redis.destroy()); });

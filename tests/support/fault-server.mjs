@@ -29,6 +29,11 @@
 // CORS is open (any origin, any header, every header exposed) so browser pages on another
 // port can use it. OPTIONS preflights are answered and not counted.
 //
+// `origin()` opens one more port onto the same server (the same scenarios, counts and logs):
+// another origin, so another per-origin state in the client (the default retry budget, a
+// breaker, a throttle). The test runners give every test an origin of its own this way, so
+// that no test's failures count against another's retries, whatever the order they run in.
+//
 // Run alone: `node tests/support/fault-server.mjs [port]` prints the URL.
 import http from 'node:http';
 
@@ -71,7 +76,7 @@ export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
     'Access-Control-Max-Age': '600',
   };
 
-  const server = http.createServer(async (req, res) => {
+  const handle = async (req, res) => {
     const url = new URL(req.url, 'http://x');
     if (req.method === 'OPTIONS') {
       res.writeHead(204, cors).end();
@@ -145,26 +150,60 @@ export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
       return;
     }
     res.writeHead(status, headers).end(JSON.stringify({ id, hit, status }));
-  });
-  server.on('connection', (s) => {
-    sockets.add(s);
-    s.on('close', () => sockets.delete(s));
-  });
-  await new Promise((resolve) => server.listen(port, host, resolve));
-  const address = server.address();
-  const base = `http://${host}:${address.port}`;
+  };
+
+  /** A listener on `listenPort` (0: a free one) serving `handle`: { url, port, close() }. */
+  const servers = new Set();
+  const listen = async (listenPort) => {
+    const server = http.createServer(handle);
+    server.on('connection', (s) => {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+    });
+    await new Promise((resolve) => server.listen(listenPort, host, resolve));
+    servers.add(server);
+    const { port: bound } = server.address();
+    return {
+      url: `http://${host}:${bound}`,
+      port: bound,
+      close: () =>
+        new Promise((resolve) => {
+          servers.delete(server);
+          server.closeAllConnections();
+          server.close(() => resolve());
+        }),
+    };
+  };
+  const seqAt = (base) => (id, steps) => `${base}/seq/${encodeURIComponent(id)}?steps=${encodeURIComponent(steps)}`;
+
+  const main = await listen(port);
   return {
-    url: base,
-    port: address.port,
+    url: main.url,
+    port: main.port,
     /** The URL of scenario `id` with `steps`. */
-    seq: (id, steps) => `${base}/seq/${encodeURIComponent(id)}?steps=${encodeURIComponent(steps)}`,
+    seq: seqAt(main.url),
     /** Requests seen for `id`. */
     log: (id) => logs.get(id) ?? [],
     hits: (id) => hits.get(id) ?? 0,
+    /**
+     * Another port onto this server, a fresh origin: `{ url, seq(id, steps), close() }` (the
+     * scenarios, counts and logs are the server's; `close()` closes that port only).
+     */
+    origin: async () => {
+      const extra = await listen(0);
+      return { url: extra.url, seq: seqAt(extra.url), close: extra.close };
+    },
     close: () =>
       new Promise((resolve) => {
         for (const s of sockets) s.destroy();
-        server.close(() => resolve());
+        let open = servers.size;
+        if (open === 0) resolve();
+        for (const server of [...servers]) {
+          servers.delete(server);
+          server.close(() => {
+            if (--open === 0) resolve();
+          });
+        }
       }),
   };
 }
