@@ -86,14 +86,11 @@
 //! each answer hold a shared event loop that long.
 
 use retry_fetch::core::backoff::{Rng, SplitMix64};
-use retry_fetch::core::breaker::{Admission, BreakerConfig, BreakerState, CircuitBreaker};
-use retry_fetch::core::budget::{
-    Attempt, Budget, BudgetConfig, OwnUse, RetryBudget, RetryRatio, RetryRatioConfig, Verdict,
-};
+use retry_fetch::core::breaker::{BreakerConfig, CircuitBreaker};
+use retry_fetch::core::budget::{Budget, BudgetConfig, RetryBudget, RetryRatio, RetryRatioConfig};
 use retry_fetch::core::classify::Outcome;
-use retry_fetch::core::engine::{
-    is_pushback, throttle_turn, CallEngine, CallFacts, CallGuards, Settled, Step, Turn, WaitKind,
-};
+use retry_fetch::core::engine::{CallEngine, CallFacts, CallGuards, Settled, Step, WaitKind};
+use retry_fetch::core::guards::{GuardsLent, Held, Pacer as CorePacer};
 use retry_fetch::core::options::{Jitter, RetryPolicy};
 use retry_fetch::core::throttle::{AdaptiveThrottle, ThrottleConfig};
 
@@ -486,40 +483,15 @@ mod storm {
         }
     }
 
-    /// The throttle's interface as the wasm client uses it (`AdaptiveThrottle`'s methods), so
-    /// that a comparison pacer can stand in for it.
-    pub trait Pacer {
-        fn enqueue(&mut self, origin: &str, now: f64) -> u64;
-        fn poll(&mut self, origin: &str, ticket: u64, now: f64) -> Result<(), f64>;
-        fn abandon(&mut self, origin: &str, ticket: u64, now: f64);
-        fn on_send(&mut self, origin: &str, now: f64);
-        fn on_answer(&mut self, origin: &str, sent: f64, throttled: bool, now: f64);
+    /// A pacer the simulation can also ask for its rate (the core's [`CorePacer`], which the
+    /// guards use, is the throttle's interface as the wasm client uses it).
+    pub trait Pacer: CorePacer {
         fn rate(&mut self, origin: &str, now: f64) -> Option<f64>;
-        /// `config().max_wait_ms`.
-        fn max_wait_ms(&self) -> f64;
     }
 
     impl Pacer for AdaptiveThrottle {
-        fn enqueue(&mut self, origin: &str, now: f64) -> u64 {
-            AdaptiveThrottle::enqueue(self, origin, now)
-        }
-        fn poll(&mut self, origin: &str, ticket: u64, now: f64) -> Result<(), f64> {
-            AdaptiveThrottle::poll(self, origin, ticket, now)
-        }
-        fn abandon(&mut self, origin: &str, ticket: u64, now: f64) {
-            AdaptiveThrottle::abandon(self, origin, ticket, now)
-        }
-        fn on_send(&mut self, origin: &str, now: f64) {
-            AdaptiveThrottle::on_send(self, origin, now)
-        }
-        fn on_answer(&mut self, origin: &str, sent: f64, throttled: bool, now: f64) {
-            AdaptiveThrottle::on_answer(self, origin, sent, throttled, now)
-        }
         fn rate(&mut self, origin: &str, now: f64) -> Option<f64> {
             AdaptiveThrottle::rate(self, origin, now)
-        }
-        fn max_wait_ms(&self) -> f64 {
-            self.config().max_wait_ms
         }
     }
 
@@ -531,138 +503,29 @@ mod storm {
         breaker: Option<CircuitBreaker>,
     }
 
-    /// What one call holds of the shared guards (the per-call fields of the shell's `Guards`).
-    #[derive(Clone, Copy, Debug, Default)]
-    struct Held {
-        /// What this call took from the budget (it does not count against the call).
-        own: OwnUse,
-        /// The breaker slot this attempt holds (`Some(probe)`), until its outcome is recorded.
-        slot: Option<bool>,
-        /// The throttle ticket this call waits with, and since when.
-        ticket: Option<(u64, f64)>,
-    }
-
-    /// One call's view of the guards: `impl CallGuards for Guards` of
-    /// `src/wasm/client/call.rs`, line for line, over [`Shared`] (no `onStateChange` listener
-    /// to report a breaker's transitions to).
-    struct Guards<'a> {
-        shared: &'a mut Shared,
-        held: &'a mut Held,
-    }
-
-    impl CallGuards for Guards<'_> {
-        fn admit(&mut self, now: f64) -> Result<(), f64> {
-            let Some(b) = &mut self.shared.breaker else {
-                return Ok(());
-            };
-            let (admission, _transition) = b.admit(ORIGIN, now);
-            match admission {
-                Admission::Allowed { probe } => {
-                    self.held.slot = Some(probe);
-                    Ok(())
-                }
-                Admission::Rejected { retry_after_ms } => Err(retry_after_ms.max(0.0)),
-            }
-        }
-
-        fn turn(&mut self, deadline_left: Option<f64>, now: f64) -> Turn {
-            let Some(t) = &mut self.shared.throttle else {
-                return Turn::Now;
-            };
-            let (ticket, queued_at) = *self
-                .held
-                .ticket
-                .get_or_insert_with(|| (t.enqueue(ORIGIN, now), now));
-            let wait = match t.poll(ORIGIN, ticket, now) {
-                Ok(()) => {
-                    self.held.ticket = None;
-                    return Turn::Now;
-                }
-                Err(wait) => wait,
-            };
-            let turn = throttle_turn(wait, now - queued_at, t.max_wait_ms(), deadline_left);
-            if let Turn::Stop(_) = turn {
-                t.abandon(ORIGIN, ticket, now);
-                self.held.ticket = None;
-            }
-            turn
-        }
-
-        fn sent(&mut self, attempt: u32, now: f64) {
-            if let Some(t) = &mut self.shared.throttle {
-                t.on_send(ORIGIN, now);
-            }
-            if let (Some(b), true) = (&mut self.shared.budget, attempt > 1) {
-                b.retry_sent(ORIGIN, &mut self.held.own, now);
-            }
-        }
-
-        fn settled(
-            &mut self,
-            outcome: Outcome,
-            transient: bool,
-            attempt: u32,
-            sent_at: f64,
-            now: f64,
-        ) {
-            let status = match outcome {
-                Outcome::Status(s) => Some(s),
-                _ => None,
-            };
-            let success = status.is_some_and(|s| s < 400);
-            if let (Some(b), Some(probe)) = (&mut self.shared.breaker, self.held.slot.take()) {
-                b.record(ORIGIN, probe, transient, now);
-            }
-            if let Some(b) = &mut self.shared.budget {
-                let ended = Attempt {
-                    number: attempt,
-                    transient,
-                    success,
-                };
-                b.attempt_ended(ORIGIN, ended, &mut self.held.own, now);
-            }
-            if let Some(t) = &mut self.shared.throttle {
-                let pushback = status.is_some_and(is_pushback);
-                if pushback || success {
-                    t.on_answer(ORIGIN, sent_at, pushback, now);
-                }
-            }
-        }
-
-        fn budget(&self, now: f64) -> Verdict {
-            self.shared
-                .budget
-                .as_ref()
-                .map_or(Verdict::Allow, |b| b.verdict(ORIGIN, &self.held.own, now))
-        }
-
-        fn open_at(&self, at: f64) -> bool {
-            self.shared
-                .breaker
-                .as_ref()
-                .is_some_and(|b| b.state(ORIGIN, at) == BreakerState::Open)
-        }
-    }
-
-    impl Guards<'_> {
-        /// The call ended at `now`: what the shell's `Drop for Guards` gives back (a half-open
-        /// probe slot, a throttle turn the call still holds).
-        fn release(&mut self, now: f64) {
-            if let (Some(b), Some(probe)) = (&mut self.shared.breaker, self.held.slot.take()) {
-                b.release(ORIGIN, probe);
-            }
-            if let (Some(t), Some((ticket, _))) =
-                (&mut self.shared.throttle, self.held.ticket.take())
-            {
-                t.abandon(ORIGIN, ticket, now);
-            }
+    /// One call's view of the guards: the core's [`GuardsLent`] (what the shell lends for each
+    /// step of its calls), over [`Shared`] (no `onStateChange` listener to tell a breaker's
+    /// transitions to).
+    fn lend<'a>(shared: &'a mut Shared, held: &'a mut Held) -> GuardsLent<'a> {
+        GuardsLent {
+            origin: ORIGIN,
+            budget: match &mut shared.budget {
+                Some(b) => Some(&mut **b),
+                None => None,
+            },
+            pacer: match &mut shared.throttle {
+                Some(p) => Some(&mut **p),
+                None => None,
+            },
+            breaker: shared.breaker.as_mut(),
+            held,
         }
     }
 
     /// The comparison pacers: the same FIFO turns and time-based slow start as the crate's
     /// throttle, different rules after the first refusal.
     pub mod compare {
-        use super::Pacer;
+        use super::{CorePacer, Pacer};
 
         #[derive(Clone, Copy, Debug, PartialEq)]
         enum Rule {
@@ -796,7 +659,7 @@ mod storm {
             }
         }
 
-        impl Pacer for Paced {
+        impl CorePacer for Paced {
             fn enqueue(&mut self, _origin: &str, _now: f64) -> u64 {
                 self.tail += 1;
                 self.tail - 1
@@ -884,13 +747,15 @@ mod storm {
                 self.tokens = self.tokens.min(self.capacity(self.fill));
             }
 
+            fn max_wait_ms(&self) -> f64 {
+                10_000.0
+            }
+        }
+
+        impl Pacer for Paced {
             fn rate(&mut self, _origin: &str, now: f64) -> Option<f64> {
                 self.refill(now);
                 Some(self.fill)
-            }
-
-            fn max_wait_ms(&self) -> f64 {
-                10_000.0
             }
         }
     }
@@ -1097,10 +962,7 @@ mod storm {
             let policy = self.policy;
             loop {
                 let Call { engine, held, .. } = &mut self.calls[c];
-                let mut guards = Guards {
-                    shared: &mut self.shared,
-                    held,
-                };
+                let mut guards = lend(&mut self.shared, held);
                 step = match step {
                     Step::Send { .. } => {
                         self.calls[c].sent_at = now;
@@ -1183,10 +1045,7 @@ mod storm {
         fn wake(&mut self, c: usize, then: Then, at: f64, now: f64) {
             let policy = self.policy;
             let Call { engine, held, .. } = &mut self.calls[c];
-            let mut guards = Guards {
-                shared: &mut self.shared,
-                held,
-            };
+            let mut guards = lend(&mut self.shared, held);
             let step = match then {
                 Then::Start => engine.next_attempt(policy, &mut guards, now),
                 Then::Turn => engine.turn_waited(policy, &mut guards, now),
@@ -1214,10 +1073,7 @@ mod storm {
                 ..
             } = &mut self.calls[c];
             let sent_at = *sent_at;
-            let mut guards = Guards {
-                shared: &mut self.shared,
-                held,
-            };
+            let mut guards = lend(&mut self.shared, held);
             let settled = Settled {
                 outcome: Outcome::Status(status),
                 redirected: false,

@@ -76,6 +76,9 @@ pub trait CallGuards {
     fn budget(&self, now_ms: f64) -> Verdict;
     /// Will the circuit still be open at `at_ms`?
     fn open_at(&self, at_ms: f64) -> bool;
+    /// The call ended (however): give back what it holds (a half-open probe slot, a turn it
+    /// still waits for).
+    fn release(&mut self, now_ms: f64);
 }
 
 /// What is known of the call's own request.
@@ -617,6 +620,7 @@ mod tests {
         fn open_at(&self, _at: f64) -> bool {
             self.open_at
         }
+        fn release(&mut self, _now: f64) {}
     }
 
     fn policy() -> RetryPolicy {

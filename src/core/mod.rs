@@ -9,6 +9,7 @@
 //! | [`key`] | idempotency keys: UUID v4 from random bytes, the header forms |
 //! | [`decide`] | one decision per attempt: retry after a delay, or stop and why ([`decide::StopReason`]) |
 //! | [`engine`] | the call protocol as a state machine: the steps of one call, from its first attempt to its end |
+//! | [`guards`] | what one call does with the shared budget, throttle and breaker, and holds of them |
 //! | [`budget`] | the retry budgets per origin: the default one, and `RetryBudget` (gRPC retryThrottling) |
 //! | [`throttle`] | an adaptive client-side send rate per origin (AWS adaptive mode, CUBIC) |
 //! | [`breaker`] | a circuit breaker per origin: closed, open, half-open |
@@ -24,6 +25,7 @@ pub mod budget;
 pub mod classify;
 pub mod decide;
 pub mod engine;
+pub mod guards;
 // The server-side companion: only with the `server` feature (it pulls in sha2), and in the
 // native unit tests (sha2 is also a dev-dependency).
 #[cfg(any(feature = "server", test))]

@@ -36,14 +36,11 @@ use super::request::{body_blob, copy_headers, fix_request, Body, BodyKind, Templ
 use super::signals::CallSignals;
 use crate::core::accepted::poll_dropped_headers;
 use crate::core::backoff::Rng;
-use crate::core::breaker::{Admission, BreakerState};
-use crate::core::budget::{Attempt, Budget, OwnUse, Verdict};
+use crate::core::budget::Budget;
 use crate::core::classify::Outcome;
 use crate::core::decide::StopReason;
-use crate::core::engine::{
-    is_pushback, throttle_turn, CallEngine, CallFacts, CallGuards, Cause, Settled, Step, Turn,
-    WaitKind,
-};
+use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
+use crate::core::guards::{GuardsLent, Held, Pacer};
 use crate::core::throttle::AdaptiveThrottle;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
@@ -236,21 +233,17 @@ fn settled(
     future_to_promise(run).into()
 }
 
-/// The shared guards of one call and what it holds of them. Dropping it gives back a
-/// half-open probe slot or a throttle turn the call still holds.
+/// The shared guards of one call and what it holds of them (`core::guards`): lent to the
+/// core for each step of the engine. Dropping it gives back a half-open probe slot or a
+/// throttle turn the call still holds.
 struct Guards {
     origin: LazyOrigin,
     /// The call's budget: a `RetryBudget` it was given, else the default one (unless
     /// `budget: false`).
     budget: Option<Rc<RefCell<dyn Budget>>>,
-    /// What this call took from it (it does not count against the call).
-    own: OwnUse,
     throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
     breaker: Option<Rc<BreakerShared>>,
-    /// The breaker slot this attempt holds (`Some(probe)`), until its outcome is recorded.
-    slot: Option<bool>,
-    /// The throttle ticket this call waits with, and since when.
-    ticket: Option<(u64, f64)>,
+    held: Held,
 }
 
 /// The origin of the call's request, parsed (a `URL`, a call into JS) the first time a guard
@@ -286,116 +279,45 @@ impl Guards {
                 origin: OnceCell::new(),
             },
             budget,
-            own: OwnUse::default(),
             throttle: policy.throttle.clone(),
             breaker: policy.breaker.clone(),
-            slot: None,
-            ticket: None,
-        }
-    }
-}
-
-impl CallGuards for Guards {
-    fn admit(&mut self, now: f64) -> Result<(), f64> {
-        let Some(b) = &self.breaker else {
-            return Ok(());
-        };
-        let (admission, transition) = b.state.borrow_mut().admit(self.origin.get(), now);
-        b.report(self.origin.get(), transition);
-        match admission {
-            Admission::Allowed { probe } => {
-                self.slot = Some(probe);
-                Ok(())
-            }
-            Admission::Rejected { retry_after_ms } => Err(retry_after_ms.max(0.0)),
+            held: Held::default(),
         }
     }
 
-    fn turn(&mut self, deadline_left: Option<f64>, now: f64) -> Turn {
-        let Some(t) = &self.throttle else {
-            return Turn::Now;
-        };
-        let mut t = t.borrow_mut();
-        let (ticket, queued_at) = *self
-            .ticket
-            .get_or_insert_with(|| (t.enqueue(self.origin.get(), now), now));
-        let wait = match t.poll(self.origin.get(), ticket, now) {
-            Ok(()) => {
-                self.ticket = None;
-                return Turn::Now;
-            }
-            Err(wait) => wait,
-        };
-        let turn = throttle_turn(wait, now - queued_at, t.config().max_wait_ms, deadline_left);
-        if let Turn::Stop(_) = turn {
-            t.abandon(self.origin.get(), ticket, now);
-            self.ticket = None;
-        }
-        turn
-    }
-
-    fn sent(&mut self, attempt: u32, now: f64) {
-        if let Some(t) = &self.throttle {
-            t.borrow_mut().on_send(self.origin.get(), now);
-        }
-        if let (Some(b), true) = (&self.budget, attempt > 1) {
-            b.borrow_mut()
-                .retry_sent(self.origin.get(), &mut self.own, now);
-        }
-    }
-
-    fn settled(&mut self, outcome: Outcome, transient: bool, attempt: u32, sent_at: f64, now: f64) {
-        let status = match outcome {
-            Outcome::Status(s) => Some(s),
-            _ => None,
-        };
-        let success = status.is_some_and(|s| s < 400);
-        if let (Some(b), Some(probe)) = (&self.breaker, self.slot.take()) {
-            let t = b
-                .state
-                .borrow_mut()
-                .record(self.origin.get(), probe, transient, now);
-            b.report(self.origin.get(), t);
-        }
-        if let Some(b) = &self.budget {
-            let ended = Attempt {
-                number: attempt,
-                transient,
-                success,
+    /// Lend the shared guards (and what the call holds) to `step`, then tell the breaker's
+    /// listener about the transitions the step caused, once nothing is borrowed any more (a
+    /// listener may call `breaker.state(url)`).
+    fn lend<R>(&mut self, step: impl FnOnce(&mut dyn CallGuards) -> R) -> R {
+        let has_guard = self.budget.is_some() || self.throttle.is_some() || self.breaker.is_some();
+        // The origin is parsed (a `URL`, a call into JS) only when a guard needs it.
+        let origin = if has_guard { self.origin.get() } else { "" };
+        let outcome = {
+            let mut budget = self.budget.as_ref().map(|b| b.borrow_mut());
+            let mut throttle = self.throttle.as_ref().map(|t| t.borrow_mut());
+            let mut breaker = self.breaker.as_ref().map(|b| b.state.borrow_mut());
+            let mut lent = GuardsLent {
+                origin,
+                budget: budget.as_deref_mut().map(|b| b as &mut dyn Budget),
+                pacer: throttle.as_deref_mut().map(|t| t as &mut dyn Pacer),
+                breaker: breaker.as_deref_mut(),
+                held: &mut self.held,
             };
-            b.borrow_mut()
-                .attempt_ended(self.origin.get(), ended, &mut self.own, now);
-        }
-        if let Some(t) = &self.throttle {
-            let pushback = status.is_some_and(is_pushback);
-            if pushback || success {
-                t.borrow_mut()
-                    .on_answer(self.origin.get(), sent_at, pushback, now);
+            step(&mut lent)
+        };
+        if let Some(b) = &self.breaker {
+            for t in self.held.take_transitions() {
+                b.report(origin, Some(t));
             }
         }
-    }
-
-    fn budget(&self, now: f64) -> Verdict {
-        self.budget.as_ref().map_or(Verdict::Allow, |b| {
-            b.borrow().verdict(self.origin.get(), &self.own, now)
-        })
-    }
-
-    fn open_at(&self, at: f64) -> bool {
-        self.breaker
-            .as_ref()
-            .is_some_and(|b| b.state.borrow().state(self.origin.get(), at) == BreakerState::Open)
+        outcome
     }
 }
 
 impl Drop for Guards {
     fn drop(&mut self) {
-        if let (Some(b), Some(probe)) = (&self.breaker, self.slot) {
-            b.state.borrow_mut().release(self.origin.get(), probe);
-        }
-        if let (Some(t), Some((ticket, _))) = (&self.throttle, self.ticket) {
-            t.borrow_mut()
-                .abandon(self.origin.get(), ticket, js_sys::Date::now());
+        if self.held.slot.is_some() || self.held.ticket.is_some() {
+            self.lend(|g| g.release(js_sys::Date::now()));
         }
     }
 }
@@ -669,7 +591,7 @@ async fn run_loop(
                 }
                 return Err(reason);
             }
-            engine.next_attempt(p, &mut guards, js_sys::Date::now())
+            guards.lend(|g| engine.next_attempt(p, g, js_sys::Date::now()))
         }};
     }
     loop {
@@ -732,7 +654,8 @@ async fn run_loop(
                     url_header: &resolve,
                 };
                 let now = js_sys::Date::now();
-                let (counted, step) = engine.settled(p, settled, &mut guards, now, &mut MathRandom);
+                let (counted, step) =
+                    guards.lend(|g| engine.settled(p, settled, g, now, &mut MathRandom));
                 let record = Object::new();
                 js::set(
                     &record,
@@ -889,7 +812,7 @@ async fn run_loop(
                     }
                     return Err(reason);
                 }
-                Next::Step(engine.turn_waited(p, &mut guards, js_sys::Date::now()))
+                Next::Step(guards.lend(|g| engine.turn_waited(p, g, js_sys::Date::now())))
             }
             Step::AskHooks {
                 attempt,
@@ -976,13 +899,11 @@ async fn run_loop(
                 if kind == WaitKind::Poll {
                     Next::Step(next_attempt!())
                 } else {
-                    Next::Step(engine.waited(
-                        p,
-                        kind,
-                        &mut guards,
-                        js_sys::Date::now(),
-                        &mut MathRandom,
-                    ))
+                    Next::Step(
+                        guards.lend(|g| {
+                            engine.waited(p, kind, g, js_sys::Date::now(), &mut MathRandom)
+                        }),
+                    )
                 }
             }
             Step::BeforeRetry {
