@@ -26,7 +26,7 @@ else
   RF_BUILD_STD=(-Zbuild-std=std,panic_abort)
   # Release package only: panics abort without formatting (smaller), std built for size.
   RF_SIZE_FLAGS=(-Zbuild-std-features=optimize_for_size)
-  RF_SIZE_RUSTFLAGS="-Zunstable-options -Cpanic=immediate-abort"
+  RF_SIZE_RUSTFLAGS="-Zunstable-options -Cpanic=immediate-abort -Zfmt-debug=none -Zlocation-detail=none"
 fi
 
 rf_say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
