@@ -8,7 +8,8 @@ RF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PATH="$RF_ROOT/node_modules/.bin:$PATH"
 
 # wasm32 builds: a rustup toolchain that has the wasm32 std, or Debian's Rust with the std built
-# from source (-Zbuild-std). See ../shared/docs/toolchain.md.
+# from source (-Zbuild-std: the wasm32 std cannot be downloaded where Debian packages are the
+# only source; CONTRIBUTING.md, "Toolchain").
 if command -v rustup >/dev/null 2>&1 && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
   RF_WASM_MODE=rustup
   RF_WASM_CARGO=(cargo)
