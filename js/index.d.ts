@@ -316,6 +316,12 @@ export declare class RetryError extends Error {
   attempts: AttemptRecord[];
   /** The last error. */
   cause: unknown;
+  /**
+   * The idempotency key the attempts carried, when the request had one: try the operation
+   * again later with `idempotencyKey: error.idempotencyKey`, so that a server which got it
+   * once answers from its store instead of processing it twice.
+   */
+  idempotencyKey?: string;
 }
 
 /**

@@ -527,6 +527,26 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: a keyed call that gives up says its key; trying again with it sends the same key',
+    async run({ api, seq }) {
+      const s = seq('reset,reset,reset,reset,201');
+      const err = await rejects(api.retryFetch(s.url, { method: 'POST', body: 'pay' }, { ...fast, maxAttempts: 2 }));
+      equal(err?.name, 'RetryError');
+      equal(err.reason, 'attempts');
+      const sent = (await s.log()).map((r) => r.headers['idempotency-key']);
+      equal(sent.length, 2);
+      match(err.idempotencyKey, UUID_V4);
+      deepEqual(sent, [err.idempotencyKey, err.idempotencyKey], 'the key every attempt carried:');
+      const res = await api.retryFetch(s.url, { method: 'POST', body: 'pay' }, { ...fast, maxAttempts: 3, idempotencyKey: err.idempotencyKey });
+      equal(res.status, 201);
+      deepEqual([...new Set((await s.log()).map((r) => r.headers['idempotency-key']))], [err.idempotencyKey], 'one key for both calls:');
+      // A call without a key says none.
+      const g = seq('reset,reset');
+      const plain = await rejects(api.retryFetch(g.url, undefined, { ...fast, maxAttempts: 2 }));
+      equal(plain.idempotencyKey, undefined);
+    },
+  },
+  {
     name: "contract: retryOnTimeout: false ends a timeout in a RetryError 'not-retryable' whose cause is a TimeoutError",
     async run({ api, seq }) {
       const s = seq('hang,200');

@@ -961,9 +961,15 @@ async fn run_loop(
                             }
                             Cause::Nothing => JsValue::UNDEFINED,
                         };
-                        Err(retry_error(reason.as_str(), &history, &cause))
+                        let error = retry_error(reason.as_str(), &history, &cause);
+                        // The key the attempts carried: a caller who tries again later with
+                        // it (`idempotencyKey: error.idempotencyKey`) cannot charge twice.
+                        if let Some(k) = &key {
+                            js::set(&error, "idempotencyKey", &JsValue::from_str(k));
+                        }
+                        Err(error)
                     }
-                }
+                };
             }
             // Before any attempt the call's error is the CircuitOpenError itself.
             Step::CircuitOpen(wait) => return Err(circuit_open_error(guards.origin.get(), wait)),
