@@ -583,15 +583,42 @@ async fn run_loop(
         None => Next::Begin,
     };
     // Before an attempt (and at the start): an abort ends the call, else the engine's checks.
-    macro_rules! next_attempt {
-        () => {{
+    // An aborted signal ends the call here (the response it kept is discarded).
+    macro_rules! stop_if_aborted {
+        () => {
             if let Some(reason) = signals.aborted() {
                 if let Some(r) = &newest.response {
                     discard(r).await;
                 }
                 return Err(reason);
             }
+        };
+    }
+    macro_rules! next_attempt {
+        () => {{
+            stop_if_aborted!();
             guards.lend(|g| engine.next_attempt(p, g, js_sys::Date::now()))
+        }};
+    }
+    // A hook's value (a throw or a rejection is the call's error), bounded by the call's
+    // signals and deadline: a promise that never settles cannot hold the call.
+    macro_rules! run_hook {
+        ($hook:expr, $ctx:expr) => {{
+            let step = pin!(call_hook($hook, &$ctx));
+            match bounded(
+                &mut signals,
+                engine.deadline_left_ms(js_sys::Date::now()),
+                step,
+            )
+            .await
+            {
+                Bounded::Done(v) => v?,
+                Bounded::Aborted(reason) => return abandon(newest.response.as_ref(), reason).await,
+                Bounded::TimeUp => {
+                    next = Next::Step(engine.hook_timed_out());
+                    continue;
+                }
+            }
         }};
     }
     loop {
@@ -819,15 +846,12 @@ async fn run_loop(
                 delay_ms: delay,
                 reason,
             } => {
-                let response = newest.response.as_ref();
                 let reason = reason.as_str();
                 let mut retry = true;
-                // The hooks are bounded by the call's signals and deadline: a promise that
-                // never settles cannot hold the call.
                 if let Some(hook) = &policy.should_retry {
                     // A clone, so that a hook that reads the body leaves the response the call
                     // may still return readable.
-                    let offered = response.map(clone_response);
+                    let offered = newest.response.as_ref().map(clone_response);
                     let ctx = retry_context(
                         attempt,
                         delay,
@@ -836,22 +860,8 @@ async fn run_loop(
                         &newest,
                         key.as_deref(),
                     );
-                    let step = pin!(call_hook(hook, &ctx));
-                    let verdict = match bounded(
-                        &mut signals,
-                        engine.deadline_left_ms(js_sys::Date::now()),
-                        step,
-                    )
-                    .await
-                    {
-                        Bounded::Done(v) => v?,
-                        Bounded::Aborted(reason) => return abandon(response, reason).await,
-                        Bounded::TimeUp => {
-                            next = Next::Step(engine.hook_timed_out());
-                            continue;
-                        }
-                    };
-                    if let (Some(o), Some(r)) = (&offered, response) {
+                    let verdict = run_hook!(hook, ctx);
+                    if let (Some(o), Some(r)) = (&offered, &newest.response) {
                         if !JsValue::eq(o, r) {
                             // Not awaited: a clone's (a tee branch's) cancel settles only once
                             // the other branch is done with.
@@ -871,21 +881,7 @@ async fn run_loop(
                 }
                 if let (true, Some(hook)) = (retry, &policy.on_retry) {
                     let ctx = retry_context(attempt, delay, reason, None, &newest, key.as_deref());
-                    let step = pin!(call_hook(hook, &ctx));
-                    match bounded(
-                        &mut signals,
-                        engine.deadline_left_ms(js_sys::Date::now()),
-                        step,
-                    )
-                    .await
-                    {
-                        Bounded::Done(v) => drop(v?),
-                        Bounded::Aborted(reason) => return abandon(response, reason).await,
-                        Bounded::TimeUp => {
-                            next = Next::Step(engine.hook_timed_out());
-                            continue;
-                        }
-                    }
+                    run_hook!(hook, ctx);
                 }
                 Next::Step(engine.hooks_done(retry, js_sys::Date::now()))
             }
@@ -896,15 +892,11 @@ async fn run_loop(
                 // The response is kept through the wait: if the deadline passes meanwhile (a
                 // late timer), it is the answer, and nothing more is sent.
                 wait_keeping(&mut signals, ms, newest.response.as_ref()).await?;
-                if kind == WaitKind::Poll {
-                    Next::Step(next_attempt!())
-                } else {
-                    Next::Step(
-                        guards.lend(|g| {
-                            engine.waited(p, kind, g, js_sys::Date::now(), &mut MathRandom)
-                        }),
-                    )
-                }
+                stop_if_aborted!();
+                Next::Step(
+                    guards
+                        .lend(|g| engine.waited(p, kind, g, js_sys::Date::now(), &mut MathRandom)),
+                )
             }
             Step::BeforeRetry {
                 attempt,
@@ -914,7 +906,6 @@ async fn run_loop(
                 // beforeRetry: the retry is about to be sent; it may give headers to set on it
                 // (a refreshed token, a new signature). The key and the body stay as they are.
                 if let Some(hook) = &policy.before_retry {
-                    let response = newest.response.as_ref();
                     let ctx = retry_context(
                         attempt,
                         delay,
@@ -923,21 +914,7 @@ async fn run_loop(
                         &newest,
                         key.as_deref(),
                     );
-                    let step = pin!(call_hook(hook, &ctx));
-                    let changed = match bounded(
-                        &mut signals,
-                        engine.deadline_left_ms(js_sys::Date::now()),
-                        step,
-                    )
-                    .await
-                    {
-                        Bounded::Done(v) => v?,
-                        Bounded::Aborted(reason) => return abandon(response, reason).await,
-                        Bounded::TimeUp => {
-                            next = Next::Step(engine.hook_timed_out());
-                            continue;
-                        }
-                    };
+                    let changed = run_hook!(hook, ctx);
                     if !changed.is_undefined() && !changed.is_null() {
                         let headers = match extra.take() {
                             Some(h) => h,

@@ -29,6 +29,43 @@ pub fn problem_record(
     detail: &str,
     retry_after: bool,
 ) -> Result<StoredResponse, JsValue> {
+    answer_record(
+        status,
+        code,
+        title,
+        detail,
+        "application/problem+json",
+        retry_after.then_some(1),
+    )
+}
+
+/// The `202 Accepted` of a keyed run that goes on: the problem answer's fields (it is not a
+/// problem: `application/json`), `Cache-Control: no-store`, `Retry-After: retry_after_s`.
+pub fn accepted_record(
+    code: &str,
+    title: &str,
+    detail: &str,
+    retry_after_s: u64,
+) -> Result<StoredResponse, JsValue> {
+    answer_record(
+        202,
+        code,
+        title,
+        detail,
+        "application/json",
+        Some(retry_after_s),
+    )
+}
+
+/// The companion's own answers: `{ type, title, status, detail, code }` as `content_type`.
+fn answer_record(
+    status: u16,
+    code: &str,
+    title: &str,
+    detail: &str,
+    content_type: &str,
+    retry_after_s: Option<u64>,
+) -> Result<StoredResponse, JsValue> {
     let body: JsValue = js_sys::Object::new().into();
     js::set(&body, "type", &PROBLEM_TYPE.into());
     js::set(&body, "title", &title.into());
@@ -40,13 +77,10 @@ pub fn problem_record(
         .unwrap_or_default();
     let mut headers = vec![
         ("cache-control".to_string(), "no-store".to_string()),
-        (
-            "content-type".to_string(),
-            "application/problem+json".to_string(),
-        ),
+        ("content-type".to_string(), content_type.to_string()),
     ];
-    if retry_after {
-        headers.push(("retry-after".to_string(), "1".to_string()));
+    if let Some(s) = retry_after_s {
+        headers.push(("retry-after".to_string(), s.to_string()));
     }
     Ok(StoredResponse {
         status,

@@ -23,13 +23,15 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStreamDefaultReader, Request, RequestInit, Response};
 
-use super::answers::{as_response, from_stored, problem, problem_record, read_answer};
+use super::answers::{
+    accepted_record, as_response, from_stored, problem, problem_record, read_answer,
+};
 use super::context::Caller;
 use super::flow::{
     claim, free_key, run_holding, store_answer, within, Claim, ClaimError, Context, Invocation,
     Keyed, Limit, Ran, Stored,
 };
-use super::runs::{self, RunLog};
+use super::runs::{self, error_text, RunLog};
 use super::settings::{HttpSettings, Identity, Required};
 use crate::core::idempotency::{self as idem, after_throw, ending, AfterThrow, Ending};
 use crate::core::runs::{accepted_retry_after_s, event, Outcome};
@@ -200,23 +202,14 @@ fn accepted(s: &HttpSettings, run: runs::RunRecord) -> Result<Response, JsValue>
     let c = &s.common;
     let header = &c.limits.header;
     let wait_s = accepted_retry_after_s(c.limits.accept_after_ms.unwrap_or(1000.0));
-    runs::told(c, event::ACCEPTED, &run);
+    runs::tell(&c.reporter, event::ACCEPTED, &run);
     let detail = format!("The request is being processed. Send it again with the same {header} (and the same body) to get its answer once it is done; until then the answer is 202.");
-    let mut stored = problem_record(
-        202,
+    let stored = accepted_record(
         "idempotency-accepted",
         "Accepted: still processing",
         &detail,
-        false,
+        wait_s,
     )?;
-    for (name, value) in stored.headers.iter_mut() {
-        if name == "content-type" {
-            *value = "application/json".to_string();
-        }
-    }
-    stored
-        .headers
-        .push(("retry-after".to_string(), wait_s.to_string()));
     from_stored(&stored, false)
 }
 
@@ -415,13 +408,6 @@ fn freed(c: &super::settings::Common, ctx: &Context) -> Outcome {
     } else {
         Outcome::Freed
     }
-}
-
-/// An error's `message` (or the thrown value as a string), for the run history.
-pub fn error_text(error: &JsValue) -> Option<String> {
-    js::get(error, "message")
-        .as_string()
-        .or_else(|| error.as_string())
 }
 
 /// Is a key required for `req` (the `required` option)?

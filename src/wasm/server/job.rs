@@ -19,7 +19,7 @@ use super::context::Caller;
 use super::flow::{
     claim, free_key, run_holding, store_answer, Claim, ClaimError, Invocation, Keyed, Ran, Stored,
 };
-use super::runs::{self, RunLog};
+use super::runs::{self, error_text, RunLog};
 use super::settings::JobSettings;
 use crate::core::idempotency::{self as idem, after_throw, AfterThrow};
 use crate::core::runs::{dead_lettered, event, Outcome};
@@ -243,15 +243,15 @@ async fn dead_letter(
         }
     }
     let message = format!("idempotent: the job was dead-lettered after {failed} failed runs (maxRuns {max}) and is not run again");
-    let body: JsValue = js_sys::Object::new().into();
-    js::set(&body, "name", &"IdempotencyError".into());
-    js::set(&body, "message", &message.as_str().into());
-    let text = JSON::stringify(&body)
-        .ok()
-        .and_then(|t| t.as_string())
-        .unwrap_or_else(|| "{}".into());
-    store_answer(c, k, &stored_problem(500, &text), false).await;
-    runs::told(c, event::DEAD_LETTERED, log.record());
+    // Stored as a failed run is: every later delivery gets 'previous-run-failed' with it.
+    store_failure(
+        c,
+        k,
+        &idempotency_error("previous-run-failed", &message),
+        false,
+    )
+    .await;
+    runs::tell(&c.reporter, event::DEAD_LETTERED, log.record());
     log.end_later(Outcome::DeadLettered, Some(message.clone()));
     let mut msg = String::from(
         "idempotent: the run with this key failed after it started and is not run again: ",
@@ -260,11 +260,6 @@ async fn dead_letter(
     let e = idempotency_error("previous-run-failed", &msg);
     js::set(&e, "deadLetter", &record);
     Err(e)
-}
-
-/// An error's `message` (or the thrown value as a string), for the run history.
-fn error_text(error: &JsValue) -> Option<String> {
-    super::http::error_text(error)
 }
 
 /// The error of a run whose result a transactional store could not commit.

@@ -95,7 +95,7 @@ impl RunRecord {
 }
 
 /// `{ type, run }` for `onEvent`.
-fn tell(reporter: &Reporter, kind: &str, run: &RunRecord) {
+pub fn tell(reporter: &Reporter, kind: &str, run: &RunRecord) {
     if !reporter.listens() {
         return;
     }
@@ -310,7 +310,9 @@ pub fn replayed(c: &Common, k: &Keyed) {
     }
 }
 
-/// Tell `onEvent` about `run` with `kind` (`'accepted'`, `'dead-lettered'`).
-pub fn told(c: &Common, kind: &str, run: &RunRecord) {
-    tell(&c.reporter, kind, run);
+/// An error's `message` (or the thrown value as a string): a failed run's `detail`.
+pub fn error_text(error: &JsValue) -> Option<String> {
+    js::get(error, "message")
+        .as_string()
+        .or_else(|| error.as_string())
 }
