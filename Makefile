@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 PORT ?= 8080
 
-.PHONY: all setup pkg demo test lint test-native test-wasm test-e2e test-server test-package test-browser test-types bench clean
+.PHONY: all setup pkg demo test lint test-native test-wasm test-e2e test-server test-package test-browser test-types bench size clean
 
 all: pkg
 
@@ -50,5 +50,9 @@ test-types: pkg
 bench: pkg
 	@bash scripts/bench.sh
 
+## Where every kilobyte of the client .wasm goes, crate by crate (builds into target/size; DETAIL=1 splits our crate by module).
+size: setup
+	@node scripts/size-report.mjs $(if $(DETAIL),--detail)
+
 clean:
-	rm -rf pkg target/pkg test-results
+	rm -rf pkg target/pkg target/size test-results

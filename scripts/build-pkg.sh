@@ -23,7 +23,7 @@ inputs_hash() {
   {
     find src js -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum
     for f in Cargo.toml Cargo.lock package-lock.json README.md .cargo/config.toml \
-      scripts/build-pkg.sh scripts/toolchain.sh scripts/guard-glue.mjs; do
+      scripts/build-pkg.sh scripts/toolchain.sh scripts/guard-glue.mjs scripts/short-imports.mjs; do
       if [ -f "$f" ]; then sha256sum "$f"; else echo "absent $f"; fi
     done
     printf '%s\n' "$RF_WASM_MODE" "${RF_WASM_CARGO[*]}" "${RF_BUILD_STD[*]}" "${RF_SIZE_FLAGS[*]}" \
@@ -65,6 +65,7 @@ build_wasm() { # out-name [cargo args...]: cargo build, wasm-bindgen --target we
 }
 
 build_wasm retry_fetch
+node scripts/short-imports.mjs "$out/retry_fetch_bg.wasm" "$out/retry_fetch.js"
 node scripts/guard-glue.mjs "$out/retry_fetch.js"
 
 # The CommonJS entry (require('retry-fetch') in Node): wasm-bindgen's nodejs glue over the same
@@ -77,6 +78,7 @@ wasm-bindgen --target nodejs --weak-refs --no-typescript --out-dir "$out/cjs" --
   --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
   --enable-mutable-globals --enable-reference-types --enable-multivalue \
   "$out/cjs/retry_fetch_bg.wasm" -o "$out/cjs/retry_fetch_bg.wasm"
+node scripts/short-imports.mjs "$out/cjs/retry_fetch_bg.wasm" "$out/cjs/retry_fetch.js"
 node scripts/guard-glue.mjs "$out/cjs/retry_fetch.js"
 echo '{ "type": "commonjs" }' > "$out/cjs/package.json"
 

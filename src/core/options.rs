@@ -463,18 +463,13 @@ pub fn misplaced_in_init(name: &str) -> bool {
 }
 
 /// The known name closest to a misspelled `name` (`maxAttemps` -> `maxAttempts`), by
-/// case-insensitive Damerau-Levenshtein distance; `None` when nothing is close (more than a
+/// case-insensitive optimal-string-alignment distance (Levenshtein plus adjacent swaps); `None` when nothing is close (more than a
 /// third of the name would have to change).
 pub fn closest_name<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
     let lower = name.to_ascii_lowercase();
     let (best, distance) = known
         .iter()
-        .map(|k| {
-            (
-                *k,
-                strsim::damerau_levenshtein(&lower, &k.to_ascii_lowercase()),
-            )
-        })
+        .map(|k| (*k, strsim::osa_distance(&lower, &k.to_ascii_lowercase())))
         .min_by_key(|(_, d)| *d)?;
     let limit = (name.chars().count().max(best.len()) / 3).max(2);
     (distance <= limit).then_some(best)

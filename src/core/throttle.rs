@@ -213,14 +213,18 @@ impl OriginThrottle {
         }
         let ramp_s = config.ramp_ms / 1000.0;
         let ln2 = std::f64::consts::LN_2;
-        config.ramp_ms * (1.0 + needed * ln2 / (self.fill_rate * ramp_s)).log2()
+        config.ramp_ms * (1.0 + needed * ln2 / (self.fill_rate * ramp_s)).ln() / ln2
     }
 
     fn refill(&mut self, config: &ThrottleConfig, now_ms: f64) {
         if !self.backed_off {
             // slow start: double every ramp_ms (capped to stay finite)
             let doublings = ((now_ms - self.created_ms) / config.ramp_ms).clamp(0.0, 60.0);
-            self.fill_rate = config.initial_rate * doublings.exp2();
+            // 2^doublings: whole doublings exactly, the fraction through `exp`
+            let whole = doublings.floor();
+            self.fill_rate = config.initial_rate
+                * 2f64.powi(whole as i32)
+                * ((doublings - whole) * std::f64::consts::LN_2).exp();
         }
         let elapsed_s = ((now_ms - self.last_refill_ms) / 1000.0).max(0.0);
         self.tokens = (self.tokens + elapsed_s * self.fill_rate).min(capacity(self.fill_rate));
@@ -233,8 +237,7 @@ impl OriginThrottle {
         let dt_ms = (now_ms - self.last_decrease_ms).max(0.0);
         let plateau = PLATEAU * self.w_max;
         let tau_ms = config.ramp_ms / 4.0;
-        // e^(-dt/tau) through exp2, which slow start already links in (no libm exp)
-        let decay = (-dt_ms / tau_ms * std::f64::consts::LOG2_E).exp2();
+        let decay = (-dt_ms / tau_ms).exp();
         let quick = plateau - (plateau - self.cut_rate).max(0.0) * decay;
         let k = cube_root((self.w_max - self.cut_rate).max(0.0) / config.scale);
         let cubic = config.scale * (dt_ms / 1000.0 - k).powi(3) + self.w_max;
@@ -242,12 +245,13 @@ impl OriginThrottle {
     }
 }
 
-/// `x^(1/3)` for `x >= 0` (0 for anything else) through `log2`/`exp2`, which the slow start
-/// already links in: `f64::cbrt` would add libm's `cbrt` and `fma` (~2 kB of wasm) for a
-/// value that only needs to be close (relative error ~1e-15).
+/// `x^(1/3)` for `x >= 0` (0 for anything else) through `ln`/`exp`, which the rest of the
+/// core already links in: `f64::cbrt` would add libm's `cbrt` and `fma` (~2 kB of wasm) for a
+/// value that only needs to be close (relative error ~1e-15). The core uses no `exp2` or
+/// `log2` either: libm's `exp2` carries a 4 kB table.
 fn cube_root(x: f64) -> f64 {
     if x > 0.0 && x.is_finite() {
-        (x.log2() / 3.0).exp2()
+        (x.ln() / 3.0).exp()
     } else if x == f64::INFINITY {
         x
     } else {

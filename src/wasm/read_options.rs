@@ -1,36 +1,50 @@
-//! Reading an options object from JavaScript with serde-wasm-bindgen, for both halves
-//! (`retryFetch` and the guards; `idempotency` and `idempotent` on the server).
+//! Reading an options object from JavaScript, for both halves (`retryFetch`, `createRetryFetch`
+//! and the guards; `idempotency` and `idempotent` on the server).
 //!
-//! 1. A snapshot: the options object's own enumerable keys (`Object.keys`), each getter run
-//!    once, into a plain object. An unknown name is a `TypeError` naming it and the closest
-//!    known one (`maxAttemps` -> `maxAttempts`, `lockTimeout` -> `lockTimeoutMs`); `null` is
-//!    noted (it clears an option that can be cleared); a throwing getter's error is passed on.
-//! 2. serde: the snapshot is deserialized into the API's `#[derive(Deserialize)]` struct. On
-//!    a wrong type, each option is read alone to find which one failed, so the `TypeError`
-//!    names the option and, in a list, the item (`retryOnStatus`, item `[1]`); this costs
-//!    nothing on the success path (why not `serde_path_to_error`: `docs/ARCHITECTURE.md`).
+//! 1. [`given`]: the options object's own enumerable keys (`Object.keys`), each getter run
+//!    once; `undefined` is "not given". An unknown name is a `TypeError` naming it and the
+//!    closest known one (`maxAttemps` -> `maxAttempts`, `lockTimeout` -> `lockTimeoutMs`); a
+//!    throwing getter's error is passed on. Only the keys given are read.
+//! 2. The client converts each given value by its name, in one table (`client/policy.rs`,
+//!    `client/guards.rs`): plain js-sys reads (`as_f64`, `as_string`, ...) and the core's
+//!    validation and messages. The server's option structs are read by serde-wasm-bindgen
+//!    from a [`snapshot`] of the given values (`server/settings.rs`); on a wrong type each
+//!    option is read alone to find which one failed, so the `TypeError` names it.
+//!
+//! Why the client reads no option through serde: every use of serde-wasm-bindgen's
+//! `Deserializer` links its `invalid_type` message, which formats any number with `f64`'s
+//! `Display` (float formatting and `core::fmt`: about 7 kB gzip of the client's .wasm), and
+//! its struct path reads every declared field (two calls into JS each) even when the object
+//! has one. The client's serde-wasm-bindgen carries what crosses back to JS instead
+//! (`client/records.rs`).
 
+#[cfg(feature = "server")]
 use js_sys::Object;
+#[cfg(feature = "server")]
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
+#[cfg(feature = "server")]
 use wasm_bindgen::JsCast;
 
 use crate::core::options::closest_name;
 use crate::wasm::errors::{describe, type_error};
-use crate::wasm::js::{self, object_keys};
+#[cfg(feature = "server")]
+use crate::wasm::js;
+use crate::wasm::js::object_keys;
 
-/// The own enumerable options of `options`, each read once, in a plain object serde can read
-/// without running a getter; plus the names set to `null`. `api` and `known` name the API and
-/// its options for the errors.
-pub fn snapshot(
+/// The options given in `options`: each own enumerable key whose value is not `undefined`, by
+/// its name in `known`, with its value (`null` included: the caller decides what it means),
+/// each getter run once. `undefined` or `null` options give none; anything else that is not an
+/// object (an array too) is a `TypeError`, as is an unknown name. `api` names the API in the
+/// errors.
+pub fn given(
     api: &str,
     options: &JsValue,
     known: &[&'static str],
-) -> Result<(Object, Vec<&'static str>), JsValue> {
-    let out = Object::new();
-    let mut nulls = Vec::new();
+) -> Result<Vec<(&'static str, JsValue)>, JsValue> {
+    let mut out = Vec::new();
     if options.is_undefined() || options.is_null() {
-        return Ok((out, nulls));
+        return Ok(out);
     }
     if !options.is_object() || js_sys::Array::is_array(options) {
         let mut msg = String::from(api);
@@ -50,10 +64,26 @@ pub fn snapshot(
         let Some(&known_name) = known.iter().find(|k| **k == name) else {
             return Err(unknown_option(api, &name, known));
         };
+        out.push((known_name, value));
+    }
+    Ok(out)
+}
+
+/// The given options ([`given`]) in a plain object serde can read without running a getter,
+/// and the names given as `null` (not in the object).
+#[cfg(feature = "server")]
+pub fn snapshot(
+    api: &str,
+    options: &JsValue,
+    known: &[&'static str],
+) -> Result<(Object, Vec<&'static str>), JsValue> {
+    let out = Object::new();
+    let mut nulls = Vec::new();
+    for (name, value) in given(api, options, known)? {
         if value.is_null() {
-            nulls.push(known_name);
+            nulls.push(name);
         } else {
-            js_sys::Reflect::set(&out, &key, &value)?;
+            js::set(&out, name, &value);
         }
     }
     Ok((out, nulls))
@@ -82,6 +112,7 @@ pub fn unknown_option(api: &str, name: &str, known: &[&str]) -> JsValue {
 /// The `TypeError` for a value serde could not read: the option and (in a list) the item,
 /// found by reading each option of the snapshot alone; its value; and what is allowed.
 /// Only on the error path: a valid read costs nothing more.
+#[cfg(feature = "server")]
 fn serde_error<T: for<'de> Deserialize<'de>>(
     api: &str,
     snapshot: &Object,
@@ -133,6 +164,7 @@ fn serde_error<T: for<'de> Deserialize<'de>>(
 }
 
 /// Deserialize the snapshot of `options` into `T` (`api` and `known` for the errors).
+#[cfg(feature = "server")]
 pub fn deserialize<T: for<'de> Deserialize<'de>>(
     api: &str,
     options: &JsValue,

@@ -573,6 +573,68 @@ export const scenarios = [
     },
   },
   {
+    name: 'per-call options reused by value: a getter\'s new value, an item changed in place, a new guard and a signal are each seen by the next call',
+    async run({ api, seq }) {
+      // The same values twice: the second call may reuse what the first read. Each change
+      // below must still be seen by the very next call.
+      let attempts = 1;
+      const getter = { baseDelayMs: 1, jitter: 'none', get maxAttempts() { return attempts; } };
+      const a = seq('503');
+      await api.retryFetch(a.url, undefined, getter);
+      await api.retryFetch(a.url, undefined, getter);
+      equal((await a.log()).length, 2, 'maxAttempts 1, twice:');
+      attempts = 2;
+      const b = seq('503');
+      await api.retryFetch(b.url, undefined, getter);
+      equal((await b.log()).length, 2, 'the getter\'s new value, maxAttempts 2:');
+      const list = { maxAttempts: 2, baseDelayMs: 1, retryOnStatus: [500] };
+      const c = seq('503');
+      await api.retryFetch(c.url, undefined, list);
+      equal((await c.log()).length, 1, '503 not in [500]:');
+      list.retryOnStatus[0] = 503; // the same array, one item changed
+      const d = seq('503');
+      await api.retryFetch(d.url, undefined, list);
+      equal((await d.log()).length, 2, 'after retryOnStatus[0] = 503:');
+      // A guard: the same values with a breaker that the previous call opened.
+      const plain = { maxAttempts: 1, baseDelayMs: 1 };
+      const e = seq('reset');
+      await rejects(api.retryFetch(e.url, undefined, plain));
+      const breaker = new api.CircuitBreaker({ failureThreshold: 1, openMs: 60000 });
+      await rejects(api.retryFetch(e.url, undefined, { ...plain, breaker }));
+      equal((await e.log()).length, 2);
+      const open = await rejects(api.retryFetch(e.url, undefined, { ...plain, breaker }));
+      equal(open.name, 'CircuitOpenError', 'the breaker of the call before:');
+      equal((await e.log()).length, 2, 'nothing sent while open:');
+      // A signal: the same values with an aborted signal, then without it again.
+      const f = seq('200');
+      equal((await api.retryFetch(f.url, undefined, plain)).status, 200);
+      const controller = new AbortController();
+      controller.abort(new Error('stop'));
+      const aborted = await rejects(api.retryFetch(f.url, undefined, { ...plain, signal: controller.signal }));
+      equal(aborted.message, 'stop');
+      equal((await api.retryFetch(f.url, undefined, plain)).status, 200, 'without the signal again:');
+      equal((await f.log()).length, 2);
+    },
+  },
+  {
+    name: 'a GET with a plain init is fixed at the call: its retries send what the call was given',
+    async run({ api, seq }) {
+      const init = { method: 'GET', cache: 'no-store' };
+      const s = seq('503,503,200');
+      const call = api.retryFetch(s.url, init, { ...fast, maxAttempts: 3 });
+      init.method = 'DELETE'; // changed after the call: nothing of it is sent
+      equal((await call).status, 200);
+      deepEqual((await s.log()).map((r) => r.method), ['GET', 'GET', 'GET']);
+      const h = seq('503,200');
+      equal((await api.retryFetch(h.url, { method: 'head' }, fast)).status, 200);
+      deepEqual((await h.log()).map((r) => r.method), ['HEAD', 'HEAD'], 'a lower-case head:');
+      const bad = await rejects(api.retryFetch('ftp://example.invalid/', { method: 'GET' }, fast));
+      equal(bad.name, 'TypeError', 'a URL fetch refuses, with a plain init:');
+      const misplaced = await rejects(api.retryFetch(h.url, { method: 'GET', retries: 3 }));
+      match(misplaced.message, /init has "retries", a retry option/);
+    },
+  },
+  {
     name: 'a status below 400 in retryOnStatus is retried like any other',
     async run({ api, seq }) {
       const s = seq('202,202,200');

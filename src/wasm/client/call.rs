@@ -32,6 +32,7 @@ use super::bindings::{global_fetch, Thenable};
 use super::errors::{circuit_open_error, deadline_error, retry_error, timeout_error};
 use super::guards::{origin_of, BreakerShared};
 use super::policy::Policy;
+use super::records::{to_js, AttemptRecord, Js, RetryContext, SettledInfo};
 use super::request::{body_blob, copy_headers, fix_request, Body, BodyKind, Template};
 use super::signals::CallSignals;
 use crate::core::accepted::poll_dropped_headers;
@@ -54,93 +55,215 @@ impl Rng for MathRandom {
     }
 }
 
-/// A `retryFetch`: a policy and the two closures of its lean path.
+/// A policy and the closure its lean calls settle through, `onSettled(request, init,
+/// startedAt, fulfilled, value)` bound per call: made the first time a lean call needs it,
+/// then kept as long as the policy is (a client's defaults, its cached per-call options).
+struct Lean {
+    policy: Rc<Policy>,
+    on_settled: OnceCell<Function>,
+}
+
+impl Lean {
+    fn new(policy: Rc<Policy>) -> Lean {
+        Lean {
+            policy,
+            on_settled: OnceCell::new(),
+        }
+    }
+
+    fn on_settled(&self) -> &Function {
+        self.on_settled.get_or_init(|| {
+            let own = self.policy.clone();
+            Closure::<dyn Fn(JsValue, JsValue, f64, bool, JsValue) -> JsValue>::new(
+                move |request, init, started, fulfilled, value| {
+                    settled(&own, request, init, started, fulfilled, value)
+                },
+            )
+            .into_js_value()
+            .unchecked_into()
+        })
+    }
+}
+
+/// A `retryFetch`: its defaults, and the newest per-call options it read with the policy they
+/// made, reused while a call gives the same options again.
 pub struct Client {
-    /// The client's policy (its defaults).
-    pub policy: Rc<Policy>,
-    /// `onSettled(request, startedAt, fulfilled, value)`, bound per call.
-    on_settled: Function,
+    base: Lean,
+    cache: RefCell<Option<Rc<Cached>>>,
+}
+
+/// Per-call options a client has read: each value as given (`Seen`), and what they made.
+struct Cached {
+    given: Vec<(&'static str, Seen)>,
+    lean: Rc<Lean>,
+}
+
+/// One option value a cached policy was read from: a primitive (a number, a string, a
+/// boolean, `null`), compared with `===`, or a list of numbers (`retryOnStatus`), compared
+/// item by item, so a list changed in place is read again. Options with any other value (a
+/// signal, a hook, a guard, headers) are never cached.
+enum Seen {
+    Primitive(JsValue),
+    Numbers(Vec<f64>),
+}
+
+impl Seen {
+    /// What the cache keeps of `value`, if it can be compared by value.
+    fn of(value: &JsValue) -> Option<Seen> {
+        if !value.is_object() && !value.is_function() && !value.is_symbol() {
+            return Some(Seen::Primitive(value.clone()));
+        }
+        let list = value.dyn_ref::<Array>()?;
+        let items: Option<Vec<f64>> = list.iter().map(|i| i.as_f64()).collect();
+        items.map(Seen::Numbers)
+    }
+
+    /// Is `value` what was seen?
+    fn matches(&self, value: &JsValue) -> bool {
+        match self {
+            Seen::Primitive(v) => v == value,
+            Seen::Numbers(items) => value.dyn_ref::<Array>().is_some_and(|list| {
+                list.length() as usize == items.len()
+                    && items
+                        .iter()
+                        .zip(list.iter())
+                        .all(|(n, item)| item.as_f64() == Some(*n))
+            }),
+        }
+    }
 }
 
 impl Client {
     /// A client with `policy` as its defaults.
     pub fn new(policy: Rc<Policy>) -> Client {
-        let own = policy.clone();
-        let on_settled = Closure::<dyn Fn(JsValue, f64, bool, JsValue) -> JsValue>::new(
-            move |request, started, fulfilled, value| {
-                settled(&own, request, started, fulfilled, value)
-            },
-        )
-        .into_js_value()
-        .unchecked_into();
-        Client { policy, on_settled }
+        Client {
+            base: Lean::new(policy),
+            cache: RefCell::new(None),
+        }
+    }
+
+    /// The client's defaults.
+    pub fn policy(&self) -> &Rc<Policy> {
+        &self.base.policy
     }
 
     /// `retryFetch(input, init, options)`: every failure before the first attempt (an invalid
     /// option, a request fetch cannot send) is a rejected promise, never a throw.
     pub fn call(&self, input: &JsValue, init: &JsValue, options: &JsValue) -> Promise {
-        match self.start(input, init, options) {
-            Ok(p) => p,
-            Err(e) => Promise::reject(&e),
-        }
+        let started = if options.is_undefined() || options.is_null() {
+            self.start(&self.base, true, input, init)
+        } else {
+            self.per_call(options)
+                .and_then(|(lean, kept)| self.start(&lean, kept, input, init))
+        };
+        started.unwrap_or_else(|e| Promise::reject(&e))
     }
 
+    /// The policy (and lean closure) of a call's own `options` over the client's: the cached
+    /// one when the options given are the ones last read (every getter still runs once per
+    /// call), else read now (and cached when every value compares by value); and whether it
+    /// is kept (cached) beyond this call.
+    fn per_call(&self, options: &JsValue) -> Result<(Rc<Lean>, bool), JsValue> {
+        let given = super::policy::given_options(options)?;
+        // Not borrowed while comparing: a proxy's trap may run a call of this client.
+        let cached = self.cache.borrow().clone();
+        if let Some(hit) = cached.filter(|c| {
+            c.given.len() == given.len()
+                && c.given
+                    .iter()
+                    .zip(&given)
+                    .all(|((name, seen), (n, v))| name == n && seen.matches(v))
+        }) {
+            return Ok((hit.lean.clone(), true));
+        }
+        let lean = Rc::new(Lean::new(Rc::new(super::policy::apply(
+            &given,
+            self.policy(),
+        )?)));
+        let seen: Option<Vec<(&'static str, Seen)>> = given
+            .iter()
+            .map(|(name, v)| Seen::of(v).map(|s| (*name, s)))
+            .collect();
+        let kept = seen.is_some();
+        if let Some(given) = seen {
+            *self.cache.borrow_mut() = Some(Rc::new(Cached {
+                given,
+                lean: lean.clone(),
+            }));
+        }
+        Ok((lean, kept))
+    }
+
+    /// The call under `lean`'s policy; `kept`: the policy outlives the call (its lean closure
+    /// is worth making), else a lean call settles through a closure of its own, freed once run.
     fn start(
         &self,
+        lean: &Lean,
+        kept: bool,
         input: &JsValue,
         init: &JsValue,
-        options: &JsValue,
     ) -> Result<Promise, JsValue> {
-        if init.is_object() {
-            check_init(init)?;
-        }
-        let per_call = !(options.is_undefined() || options.is_null());
-        let policy = if per_call {
-            Rc::new(super::policy::read(options, &self.policy)?)
+        let policy = &lean.policy;
+        // `init` is checked for misplaced retry options; a plain one is copied (see `plain_init`).
+        let plain = if init.is_object() {
+            plain_init(init)?
         } else {
-            self.policy.clone()
+            None
         };
         let started = js_sys::Date::now();
-        // A GET of a URL string with no init: the string is the whole request, already fixed,
-        // and `fetch(url)` makes the only `Request` the call needs (a URL fetch refuses is
-        // told apart from a network error if the first attempt fails: see `settled`).
-        let plain_get = init.is_undefined() && input.is_string() && policy.headers.is_none();
-        let lean_policy = lean(&policy);
-        let (sent, request) =
-            if lean_policy && plain_get && !policy.retry.idempotency_key.may_add_key(true) {
-                (global_fetch(input, &JsValue::UNDEFINED), input.clone())
-            } else {
-                let request = fix_request(input, init)?;
-                if let Some(defaults) = &policy.headers {
-                    add_default_headers(&request, defaults)?;
-                }
-                if !(lean_policy && lean_request(&policy, &request)) {
-                    let template = Template::new(&policy, request, init)?;
-                    return Ok(future_to_promise(run(policy, template, started, None)));
-                }
-                let signal = request.signal();
-                if signal.aborted() {
-                    return Err(signal.reason());
-                }
-                (global_fetch(&request, &JsValue::UNDEFINED), request.into())
-            };
+        let lean_policy = lean_policy(policy);
+        // A GET or HEAD of a URL string with no init, or a plain one (primitives only, no body),
+        // and nothing of ours to add: `fetch(url, copy)` makes the only `Request` the call
+        // needs, and the request is fixed (the copy) should a retry need one (a URL fetch
+        // refuses is told apart from a network error then: see `settled`).
+        let plain_get = input.is_string()
+            && (init.is_undefined() || plain.is_some())
+            && policy.headers.is_none()
+            && !policy.retry.idempotency_key.may_add_key(true);
+        let (sent, request, init) = if lean_policy && plain_get {
+            let init: JsValue = plain.map_or(JsValue::UNDEFINED, JsValue::from);
+            (global_fetch(input, &init), input.clone(), init)
+        } else {
+            let request = fix_request(input, init)?;
+            if let Some(defaults) = &policy.headers {
+                add_default_headers(&request, defaults)?;
+            }
+            if !(lean_policy && lean_request(policy, &request)) {
+                let template = Template::new(policy, request, init)?;
+                return Ok(future_to_promise(run(
+                    policy.clone(),
+                    template,
+                    started,
+                    None,
+                )));
+            }
+            let signal = request.signal();
+            if signal.aborted() {
+                return Err(signal.reason());
+            }
+            (
+                global_fetch(&request, &JsValue::UNDEFINED),
+                request.into(),
+                JsValue::UNDEFINED,
+            )
+        };
         let sent: Thenable = sent.unchecked_into();
-        Ok(if per_call {
-            // One closure for this call (its policy is its own), freed when it runs.
+        Ok(if kept {
+            let f = lean.on_settled();
+            let t = JsValue::from_f64(started);
+            sent.then_with(
+                &f.bind4(&JsValue::NULL, &request, &init, &t, &JsValue::TRUE),
+                &f.bind4(&JsValue::NULL, &request, &init, &t, &JsValue::FALSE),
+            )
+        } else {
+            let policy = policy.clone();
             let once = Closure::once_into_js(move |fulfilled: bool, value: JsValue| {
-                settled(&policy, request, started, fulfilled, value)
+                settled(&policy, request, init, started, fulfilled, value)
             })
             .unchecked_into::<Function>();
             sent.then_with(
                 &once.bind1(&JsValue::NULL, &JsValue::TRUE),
                 &once.bind1(&JsValue::NULL, &JsValue::FALSE),
-            )
-        } else {
-            let f = &self.on_settled;
-            let t = JsValue::from_f64(started);
-            sent.then_with(
-                &f.bind3(&JsValue::NULL, &request, &t, &JsValue::TRUE),
-                &f.bind3(&JsValue::NULL, &request, &t, &JsValue::FALSE),
             )
         })
     }
@@ -149,10 +272,15 @@ impl Client {
 /// `init` is fetch's `RequestInit`: a retry option found there (ours, or another library's
 /// name such as ky's `retry` or `timeout`) would be ignored, so it is a `TypeError` that
 /// points at the third argument (`retryFetch(url, options)` is told apart this way too).
-fn check_init(init: &JsValue) -> Result<(), JsValue> {
+/// A plain `init` (every own value a primitive, the method GET or HEAD, no body, not
+/// `redirect: 'error'`) is copied, for the lean path to send and a retry to fix its request
+/// from: `Some(copy)`; `None` for any other.
+fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
     let Ok(keys) = js::object_keys(init) else {
-        return Ok(());
+        return Ok(None);
     };
+    let copy = Object::new();
+    let mut plain = true;
     for key in keys.iter() {
         let Some(name) = key.as_string() else {
             continue;
@@ -163,8 +291,23 @@ fn check_init(init: &JsValue) -> Result<(), JsValue> {
             msg.push_str("\", a retry option: init is fetch's RequestInit (method, headers, body...), and retry options go in the third argument: retryFetch(input, init, options) (e.g. retryFetch(url, undefined, { maxAttempts: 5 }))");
             return Err(type_error(&msg));
         }
+        if !plain {
+            continue;
+        }
+        let value = js::get(init, &name);
+        plain = !value.is_object()
+            && !value.is_function()
+            && match name.as_str() {
+                "method" => value.as_string().is_some_and(|m| {
+                    m.eq_ignore_ascii_case("GET") || m.eq_ignore_ascii_case("HEAD")
+                }),
+                "body" => value.is_undefined() || value.is_null(),
+                "redirect" => value.as_string().as_deref() != Some("error"),
+                _ => true,
+            };
+        js::set(&copy, &name, &value);
     }
-    Ok(())
+    Ok(plain.then_some(copy))
 }
 
 /// Set each of a client's default `headers` that `request` does not carry already (the
@@ -175,7 +318,7 @@ fn add_default_headers(request: &Request, defaults: &Headers) -> Result<(), JsVa
 
 /// Can a call under `policy` take the lean path (given a lean request)? No guard, no time
 /// limit, no `options.signal`, no custom transport, no status below 400 to retry.
-fn lean(policy: &Policy) -> bool {
+fn lean_policy(policy: &Policy) -> bool {
     let p = &policy.retry;
     !policy.has_guards()
         && policy.signal.is_none()
@@ -200,6 +343,7 @@ fn lean_request(policy: &Policy, request: &Request) -> bool {
 fn settled(
     policy: &Rc<Policy>,
     request: JsValue,
+    init: JsValue,
     started: f64,
     fulfilled: bool,
     value: JsValue,
@@ -219,7 +363,7 @@ fn settled(
     // (nothing was sent) is the platform's TypeError, not a network error to retry.
     let request: Request = match request.dyn_into::<Request>() {
         Ok(r) => r,
-        Err(url) => match fix_request(&url, &JsValue::UNDEFINED) {
+        Err(url) => match fix_request(&url, &init) {
             Ok(r) => r,
             Err(e) => return Promise::reject(&e).into(),
         },
@@ -227,7 +371,7 @@ fn settled(
     let first = if fulfilled { Ok(value) } else { Err(value) };
     let policy = policy.clone();
     let run = async move {
-        let template = Template::new(&policy, request, &JsValue::UNDEFINED)?;
+        let template = Template::new(&policy, request, &init)?;
         run(policy, template, started, Some((first, ended))).await
     };
     future_to_promise(run).into()
@@ -362,25 +506,17 @@ fn retry_context(
     offered: Option<&JsValue>,
     newest: &Newest,
     key: Option<&str>,
-) -> Object {
-    let ctx = Object::new();
-    js::set(&ctx, "attempt", &JsValue::from_f64(attempt as f64));
-    js::set(&ctx, "delayMs", &JsValue::from_f64(delay));
-    js::set(&ctx, "reason", &JsValue::from_str(reason));
-    if let Some(r) = offered {
-        js::set(&ctx, "response", r);
-    }
-    if let Some(h) = &newest.response {
-        js::set(&ctx, "headers", &js::get(h, "headers"));
-    }
-    match newest.status {
-        Some(s) => js::set(&ctx, "status", &JsValue::from_f64(s as f64)),
-        None => js::set(&ctx, "error", &newest.error),
-    }
-    if let Some(k) = key {
-        js::set(&ctx, "idempotencyKey", &JsValue::from_str(k));
-    }
-    ctx
+) -> JsValue {
+    to_js(&RetryContext {
+        attempt,
+        delay_ms: delay,
+        reason,
+        response: offered.map(|r| Js(r.clone())),
+        headers: newest.response.as_ref().map(|h| Js(js::get(h, "headers"))),
+        status: newest.status,
+        error: newest.status.is_none().then(|| Js(newest.error.clone())),
+        idempotency_key: key,
+    })
 }
 
 /// Wait `delay` ms keeping the last response (it is the answer if the call ends during the
@@ -401,7 +537,7 @@ async fn wait_keeping(
 
 /// Call a hook and await what it returns (a promise is awaited; a throw or a rejection is
 /// the call's error).
-async fn call_hook(hook: &Function, ctx: &Object) -> Result<JsValue, JsValue> {
+async fn call_hook(hook: &Function, ctx: &JsValue) -> Result<JsValue, JsValue> {
     let v = hook.call1(&JsValue::UNDEFINED, ctx)?;
     JsFuture::from(Promise::resolve(&v)).await
 }
@@ -453,17 +589,16 @@ pub async fn run(
     let outcome = run_loop(policy.clone(), t, started, first, &attempts).await;
     // onSettled: how the call ended and how many attempts it took, whatever the outcome.
     if let Some(hook) = &policy.on_settled {
-        let info = Object::new();
-        js::set(&info, "attempts", &JsValue::from_f64(attempts.get() as f64));
-        js::set(
-            &info,
-            "durationMs",
-            &JsValue::from_f64(js_sys::Date::now() - started),
-        );
-        match &outcome {
-            Ok(response) => js::set(&info, "response", response),
-            Err(error) => js::set(&info, "error", error),
-        }
+        let (response, error) = match &outcome {
+            Ok(response) => (Some(Js(response.clone())), None),
+            Err(error) => (None, Some(Js(error.clone()))),
+        };
+        let info = to_js(&SettledInfo {
+            attempts: attempts.get(),
+            duration_ms: js_sys::Date::now() - started,
+            response,
+            error,
+        });
         js::call_detached(hook, &[&info]);
     }
     outcome
@@ -683,18 +818,20 @@ async fn run_loop(
                 let now = js_sys::Date::now();
                 let (counted, step) =
                     guards.lend(|g| engine.settled(p, settled, g, now, &mut MathRandom));
-                let record = Object::new();
-                js::set(
-                    &record,
-                    "attempt",
-                    &JsValue::from_f64(engine.attempts() as f64),
-                );
-                js::set(&record, "startedAt", &JsValue::from_f64(sent_at));
-                js::set(&record, "durationMs", &JsValue::from_f64(ended - sent_at));
-                match outcome_kind {
-                    Outcome::Status(s) => js::set(&record, "status", &JsValue::from_f64(s as f64)),
-                    _ => js::set(&record, "error", &error),
-                }
+                let record: Object = to_js(&AttemptRecord {
+                    attempt: engine.attempts(),
+                    started_at: sent_at,
+                    duration_ms: ended - sent_at,
+                    status: match outcome_kind {
+                        Outcome::Status(s) => Some(s),
+                        _ => None,
+                    },
+                    error: match outcome_kind {
+                        Outcome::Status(_) => None,
+                        _ => Some(Js(error.clone())),
+                    },
+                })
+                .unchecked_into();
                 if counted {
                     history.push(&record);
                 }

@@ -14,18 +14,18 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use js_sys::Function;
-use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::errors::option_error;
-use super::policy::deserialize;
+use super::records::{to_js, StateChange};
 use crate::core::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use crate::core::budget::{BudgetConfig, RetryBudget, RetryRatio, RetryRatioConfig};
-use crate::core::options::OptionError;
+use crate::core::options::{guard_setting_expected, OptionError};
 use crate::core::throttle::{AdaptiveThrottle, ThrottleConfig};
 use crate::wasm::errors::{describe, invalid_option, type_error};
 use crate::wasm::js;
+use crate::wasm::read_options::given;
 
 /// The shared state of a circuit breaker and its `onStateChange` listener.
 pub struct BreakerShared {
@@ -42,10 +42,11 @@ impl BreakerShared {
         let (Some(t), Some(listener)) = (transition, &self.on_state_change) else {
             return;
         };
-        let event: JsValue = js_sys::Object::new().into();
-        js::set(&event, "origin", &JsValue::from_str(origin));
-        js::set(&event, "from", &JsValue::from_str(t.from.as_str()));
-        js::set(&event, "to", &JsValue::from_str(t.to.as_str()));
+        let event = to_js(&StateChange {
+            origin,
+            from: t.from.as_str(),
+            to: t.to.as_str(),
+        });
         js::call_detached(listener, &[&event]);
     }
 }
@@ -212,21 +213,38 @@ fn setting_error(class: &str, e: OptionError, value: f64) -> JsValue {
     invalid_option(class, e, &JsValue::from_f64(value))
 }
 
-/// What each guard setting allows, for a value of the wrong type (the core's text).
-fn guard_expected(option: &str) -> &'static str {
-    crate::core::options::guard_setting_expected(option)
-}
-
-/// A `null` setting is a `TypeError` (only `allowed`, a listener, may be `null`: none).
-fn refuse_nulls(class: &str, nulls: &[&'static str], allowed: Option<&str>) -> Result<(), JsValue> {
-    match nulls.iter().find(|n| Some(**n) != allowed) {
-        Some(name) => Err(invalid_option(
-            class,
-            OptionError::new(name, guard_expected(name)),
-            &JsValue::NULL,
-        )),
-        None => Ok(()),
+/// The settings given to a guard's constructor (`class` names it in the errors): the numbers,
+/// in the order of `numbers` (`None` when not given), and `onStateChange` when `listener`
+/// (`null` is none). An unknown name, a value of the wrong type and `null` for a number are
+/// `TypeError`s naming the setting (the core's text says what it allows).
+#[allow(clippy::type_complexity)]
+fn settings<const N: usize>(
+    class: &str,
+    options: &JsValue,
+    numbers: [&'static str; N],
+    listener: bool,
+) -> Result<([Option<f64>; N], Option<Function>), JsValue> {
+    let mut known = numbers.to_vec();
+    if listener {
+        known.push("onStateChange");
     }
+    let mut out = [None; N];
+    let mut on_state_change = None;
+    for (name, v) in given(class, options, &known)? {
+        let bad = |v: &JsValue| {
+            invalid_option(
+                class,
+                OptionError::new(name, guard_setting_expected(name)),
+                v,
+            )
+        };
+        match numbers.iter().position(|n| *n == name) {
+            Some(i) => out[i] = Some(v.as_f64().ok_or_else(|| bad(&v))?),
+            None if v.is_null() => on_state_change = None,
+            None => on_state_change = Some(v.dyn_into::<Function>().map_err(|v| bad(&v))?),
+        }
+    }
+    Ok((out, on_state_change))
 }
 
 /// A guard class's handle: its registry id (what an option that names the guard is looked up
@@ -257,15 +275,6 @@ macro_rules! guard_handle {
     };
 }
 
-/// `new RetryBudget(options)`'s settings.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct BudgetOptions {
-    max_tokens: Option<f64>,
-    token_ratio: Option<f64>,
-    refill_per_second: Option<f64>,
-}
-
 guard_handle!(
     /// `new RetryBudget({ maxTokens = 10, tokenRatio = 0.1, refillPerSecond = 0.5 })`: gRPC
     /// retryThrottling per origin, a call's own failures not counted against it.
@@ -277,18 +286,17 @@ impl RetryBudgetHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create a full budget.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<RetryBudgetHandle, JsValue> {
-        let (o, _, nulls): (BudgetOptions, _, _) = deserialize(
+        let ([max_tokens, token_ratio, refill], _) = settings(
             "RetryBudget",
             &options,
-            &["maxTokens", "tokenRatio", "refillPerSecond"],
-            guard_expected,
+            ["maxTokens", "tokenRatio", "refillPerSecond"],
+            false,
         )?;
-        refuse_nulls("RetryBudget", &nulls, None)?;
         let d = BudgetConfig::default();
         let config = BudgetConfig {
-            max_tokens: o.max_tokens.unwrap_or(d.max_tokens),
-            token_ratio: o.token_ratio.unwrap_or(d.token_ratio),
-            refill_per_sec: o.refill_per_second.unwrap_or(d.refill_per_sec),
+            max_tokens: max_tokens.unwrap_or(d.max_tokens),
+            token_ratio: token_ratio.unwrap_or(d.token_ratio),
+            refill_per_sec: refill.unwrap_or(d.refill_per_sec),
         };
         let config = config.validate().map_err(|e| {
             let v = match e.option {
@@ -328,18 +336,6 @@ impl RetryBudgetHandle {
     }
 }
 
-/// `new AdaptiveThrottle(options)`'s settings.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct ThrottleOptions {
-    initial_rate: Option<f64>,
-    ramp_ms: Option<f64>,
-    beta: Option<f64>,
-    scale: Option<f64>,
-    min_rate: Option<f64>,
-    max_wait_ms: Option<f64>,
-}
-
 guard_handle!(
     /// `new AdaptiveThrottle({ initialRate = 200, rampMs = 200, beta = 0.7, scale = 0.4,
     /// minRate = 0.5, maxWaitMs = 10000 })`: an adaptive send rate per origin.
@@ -351,25 +347,27 @@ impl AdaptiveThrottleHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create the throttle.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<AdaptiveThrottleHandle, JsValue> {
-        let known = [
-            "initialRate",
-            "rampMs",
-            "beta",
-            "scale",
-            "minRate",
-            "maxWaitMs",
-        ];
-        let (o, _, nulls): (ThrottleOptions, _, _) =
-            deserialize("AdaptiveThrottle", &options, &known, guard_expected)?;
-        refuse_nulls("AdaptiveThrottle", &nulls, None)?;
+        let ([initial_rate, ramp_ms, beta, scale, min_rate, max_wait_ms], _) = settings(
+            "AdaptiveThrottle",
+            &options,
+            [
+                "initialRate",
+                "rampMs",
+                "beta",
+                "scale",
+                "minRate",
+                "maxWaitMs",
+            ],
+            false,
+        )?;
         let d = ThrottleConfig::default();
         let config = ThrottleConfig {
-            initial_rate: o.initial_rate.unwrap_or(d.initial_rate),
-            ramp_ms: o.ramp_ms.unwrap_or(d.ramp_ms),
-            beta: o.beta.unwrap_or(d.beta),
-            scale: o.scale.unwrap_or(d.scale),
-            min_rate: o.min_rate.unwrap_or(d.min_rate),
-            max_wait_ms: o.max_wait_ms.unwrap_or(d.max_wait_ms),
+            initial_rate: initial_rate.unwrap_or(d.initial_rate),
+            ramp_ms: ramp_ms.unwrap_or(d.ramp_ms),
+            beta: beta.unwrap_or(d.beta),
+            scale: scale.unwrap_or(d.scale),
+            min_rate: min_rate.unwrap_or(d.min_rate),
+            max_wait_ms: max_wait_ms.unwrap_or(d.max_wait_ms),
         };
         let config = config.validate().map_err(|e| {
             let v = match e.option {
@@ -394,17 +392,6 @@ impl AdaptiveThrottleHandle {
     }
 }
 
-/// `new CircuitBreaker(options)`'s settings.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct BreakerOptions {
-    failure_threshold: Option<f64>,
-    open_ms: Option<f64>,
-    half_open_max_calls: Option<f64>,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    on_state_change: JsValue,
-}
-
 fn integer_u32(v: f64) -> u32 {
     if v.is_finite() && v.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&v) {
         v as u32
@@ -424,42 +411,26 @@ impl CircuitBreakerHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create the breaker.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<CircuitBreakerHandle, JsValue> {
-        let known = [
-            "failureThreshold",
-            "openMs",
-            "halfOpenMaxCalls",
-            "onStateChange",
-        ];
-        let (o, _, nulls): (BreakerOptions, _, _) =
-            deserialize("CircuitBreaker", &options, &known, guard_expected)?;
-        refuse_nulls("CircuitBreaker", &nulls, Some("onStateChange"))?;
+        let ([failure_threshold, open_ms, half_open_max_calls], on_state_change) = settings(
+            "CircuitBreaker",
+            &options,
+            ["failureThreshold", "openMs", "halfOpenMaxCalls"],
+            true,
+        )?;
         let d = BreakerConfig::default();
         let config = BreakerConfig {
-            failure_threshold: o.failure_threshold.map_or(d.failure_threshold, integer_u32),
-            open_ms: o.open_ms.unwrap_or(d.open_ms),
-            half_open_max_calls: o
-                .half_open_max_calls
-                .map_or(d.half_open_max_calls, integer_u32),
+            failure_threshold: failure_threshold.map_or(d.failure_threshold, integer_u32),
+            open_ms: open_ms.unwrap_or(d.open_ms),
+            half_open_max_calls: half_open_max_calls.map_or(d.half_open_max_calls, integer_u32),
         };
         let config = config.validate().map_err(|e| {
             let v = match e.option {
-                "failureThreshold" => o.failure_threshold,
-                "openMs" => o.open_ms,
-                _ => o.half_open_max_calls,
+                "failureThreshold" => failure_threshold,
+                "openMs" => open_ms,
+                _ => half_open_max_calls,
             };
             setting_error("CircuitBreaker", e, v.unwrap_or(f64::NAN))
         })?;
-        let on_state_change = if o.on_state_change.is_undefined() {
-            None
-        } else {
-            Some(o.on_state_change.dyn_into::<Function>().map_err(|v| {
-                invalid_option(
-                    "CircuitBreaker",
-                    OptionError::new("onStateChange", "a function"),
-                    &v,
-                )
-            })?)
-        };
         let inner = Rc::new(BreakerShared {
             state: RefCell::new(CircuitBreaker::new(config)),
             on_state_change,

@@ -4,11 +4,12 @@
 //!
 //! | module | what it does |
 //! |---|---|
-//! | `policy` | reads `RetryOptions` with serde-wasm-bindgen into a validated `Policy` |
+//! | `policy` | reads `RetryOptions` (only the keys given, one table) into a validated `Policy` |
 //! | `request` | fixes the request at the call (`new Request`), the key, the body to replay |
 //! | `call` | the lean success path and the retry loop (wasm-bindgen-futures) |
 //! | `signals` | caller signals, per-attempt abort signals and time limits, waits |
 //! | `guards` | the guard classes and their registry |
+//! | `records` | what crosses back to JS (hook contexts, attempt records), with serde-wasm-bindgen |
 //! | `errors` | `RetryError`, `TimeoutError`, `CircuitOpenError`, option `TypeError`s |
 //! | `bindings` | the globals beyond web-sys (`fetch`, timers, `new Request`, `AbortSignal.any`) |
 
@@ -17,6 +18,7 @@ mod call;
 mod errors;
 mod guards;
 mod policy;
+mod records;
 mod request;
 mod signals;
 
@@ -24,6 +26,7 @@ use std::rc::Rc;
 
 use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 use crate::core::backoff::{delays, Rng, SplitMix64};
 pub use call::Client;
@@ -51,7 +54,7 @@ pub fn retry_fetch(input: JsValue, init: JsValue, options: JsValue) -> Promise {
 /// `options` (as ky's `extend`), this one unchanged.
 #[wasm_bindgen(js_name = createRetryFetch, skip_typescript)]
 pub fn create_retry_fetch(defaults: JsValue) -> Result<JsValue, JsValue> {
-    let base = DEFAULT.with(|c| c.policy.clone());
+    let base = DEFAULT.with(|c| c.policy().clone());
     client_function(Rc::new(policy::read(&defaults, &base)?))
 }
 
@@ -85,10 +88,11 @@ pub fn backoff_delays(options: JsValue, count: JsValue, seed: JsValue) -> Result
         }
         None => &mut math,
     };
-    Ok(delays(&policy, count, rng)
+    let ms: Vec<f64> = delays(&policy, count, rng)
         .into_iter()
-        .map(|d| JsValue::from_f64(d as f64))
-        .collect())
+        .map(|d| d as f64)
+        .collect();
+    Ok(records::to_js(&ms).unchecked_into())
 }
 
 /// `isRetryError(error)`: is `error` a `RetryError` (by name, so it works across realms and

@@ -13,7 +13,6 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use js_sys::Function;
-use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
@@ -26,7 +25,7 @@ use crate::core::options::{
 use crate::core::throttle::AdaptiveThrottle;
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
-pub use crate::wasm::read_options::deserialize;
+use crate::wasm::read_options::given;
 
 /// Everything a call needs besides the request: the validated policy, the shared guards and
 /// the caller's JavaScript values. `Policy::default()` is the built-in defaults.
@@ -99,52 +98,6 @@ impl Policy {
 pub const BUDGET_EXPECTED: &str =
     "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)";
 
-/// The options as serde reads them: every field optional (absent, `undefined` and a cleared
-/// `null` are all `None` here; `null` was noted by the snapshot).
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct RawOptions {
-    max_attempts: Option<f64>,
-    base_delay_ms: Option<f64>,
-    factor: Option<f64>,
-    max_delay_ms: Option<f64>,
-    jitter: Option<String>,
-    retry_on_status: Option<Vec<f64>>,
-    retry_on_network_error: Option<bool>,
-    retry_on_timeout: Option<bool>,
-    timeout_ms: Option<f64>,
-    deadline_ms: Option<f64>,
-    respect_retry_after: Option<bool>,
-    max_retry_after_ms: Option<f64>,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    idempotency_key: JsValue,
-    idempotency_header: Option<String>,
-    idempotency_key_format: Option<String>,
-    retry_headers: Option<bool>,
-    max_buffered_body_bytes: Option<f64>,
-    follow_accepted: Option<bool>,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    signal: JsValue,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    should_retry: JsValue,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    on_retry: JsValue,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    before_retry: JsValue,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    on_settled: JsValue,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    headers: JsValue,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    fetch: JsValue,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    budget: JsValue,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    throttle: JsValue,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    breaker: JsValue,
-}
-
 /// What each option allows, for the `TypeError` of a value of the wrong type: the core's
 /// text, and the guards' here (they name a class).
 fn expected(option: &str) -> &'static str {
@@ -156,231 +109,211 @@ fn expected(option: &str) -> &'static str {
     }
 }
 
-/// Read `options` over `base`: a new policy, or a `TypeError` naming the bad option.
-pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
-    if options.is_undefined() || options.is_null() {
-        return Ok(base.clone());
+/// The `TypeError` for option `name` given `value`, which its type or range does not allow.
+fn bad(name: &'static str, value: &JsValue) -> JsValue {
+    option_error(OptionError::new(name, expected(name)), value)
+}
+
+/// `value` as a number, or the option's `TypeError`.
+fn number(name: &'static str, value: &JsValue) -> Result<f64, JsValue> {
+    value.as_f64().ok_or_else(|| bad(name, value))
+}
+
+/// `value` as `true` or `false`, or the option's `TypeError`.
+fn boolean(name: &'static str, value: &JsValue) -> Result<bool, JsValue> {
+    value.as_bool().ok_or_else(|| bad(name, value))
+}
+
+/// `value` as a string, or the option's `TypeError`.
+fn text(name: &'static str, value: &JsValue) -> Result<String, JsValue> {
+    value.as_string().ok_or_else(|| bad(name, value))
+}
+
+/// `retryOnStatus`: an array of at most 500 statuses; an error names the first bad item.
+fn statuses(value: &JsValue) -> Result<Vec<u16>, JsValue> {
+    let list = value
+        .dyn_ref::<js_sys::Array>()
+        .ok_or_else(|| bad("retryOnStatus", value))?;
+    let len = list.length();
+    if len > 500 {
+        let mut msg = String::from("retryFetch: invalid option \"retryOnStatus\": ");
+        msg.push_str(&len.to_string());
+        msg.push_str(" items; expected at most 500 (there are 500 HTTP statuses, 100 to 599)");
+        return Err(type_error(&msg));
     }
-    let (raw, snap, nulls): (RawOptions, _, _) =
-        deserialize("retryFetch", options, &RETRY_OPTION_NAMES, expected)?;
-    let mut out = base.clone();
-    // `null` clears the options that can be "none" (e.g. to override a `createRetryFetch`
-    // default); for any other option it is an invalid value.
-    for name in &nulls {
-        match *name {
-            "timeoutMs" => out.retry.timeout_ms = None,
-            "deadlineMs" => out.retry.deadline_ms = None,
-            "maxRetryAfterMs" => out.retry.max_retry_after_ms = None,
-            "signal" => {
-                out.signal = None;
-                out.default_signal = None;
-            }
-            "shouldRetry" => out.should_retry = None,
-            "onRetry" => out.on_retry = None,
-            "beforeRetry" => out.before_retry = None,
-            "onSettled" => out.on_settled = None,
-            "headers" => out.headers = None,
-            "fetch" => out.fetch = None,
-            "budget" => {
-                out.budget = None;
-                out.default_budget = true;
-                out.own_budget = None;
-            }
-            "throttle" => out.throttle = None,
-            "breaker" => out.breaker = None,
-            other => {
-                return Err(option_error(
-                    OptionError::new(other, expected(other)),
-                    &JsValue::NULL,
-                ))
-            }
-        }
-    }
-    let value = |name: &str| js::get(&snap, name);
-    let check =
-        |r: Result<f64, OptionError>, name: &str| r.map_err(|e| option_error(e, &value(name)));
-    let p = &mut out.retry;
-    if let Some(n) = raw.max_attempts {
-        p.max_attempts =
-            validate::max_attempts(n).map_err(|e| option_error(e, &value("maxAttempts")))?;
-    }
-    if let Some(n) = raw.base_delay_ms {
-        p.base_delay_ms = check(validate::non_negative_ms("baseDelayMs", n), "baseDelayMs")?;
-    }
-    if let Some(n) = raw.factor {
-        p.factor = check(validate::factor(n), "factor")?;
-    }
-    if let Some(n) = raw.max_delay_ms {
-        p.max_delay_ms = check(validate::non_negative_ms("maxDelayMs", n), "maxDelayMs")?;
-    }
-    if let Some(j) = &raw.jitter {
-        p.jitter = validate::jitter(j).map_err(|e| option_error(e, &value("jitter")))?;
-    }
-    if let Some(list) = raw.retry_on_status {
-        if list.len() > 500 {
-            let mut msg = String::from("retryFetch: invalid option \"retryOnStatus\": ");
-            msg.push_str(&list.len().to_string());
-            msg.push_str(" items; expected at most 500 (there are 500 HTTP statuses, 100 to 599)");
-            return Err(type_error(&msg));
-        }
-        let mut statuses = Vec::with_capacity(list.len());
-        for (i, n) in list.iter().enumerate() {
-            let status = validate::status_code(*n).map_err(|_| {
+    let mut out = Vec::with_capacity(len as usize);
+    for i in 0..len {
+        let item = list.get(i);
+        match item.as_f64().map(validate::status_code) {
+            Some(Ok(status)) => out.push(status),
+            _ => {
                 let mut msg = String::from("retryFetch: invalid option \"retryOnStatus\": item [");
                 msg.push_str(&i.to_string());
                 msg.push_str("] is ");
-                msg.push_str(&describe(&JsValue::from_f64(*n)));
+                msg.push_str(&describe(&item));
                 msg.push_str("; expected ");
                 msg.push_str(validate::STATUSES_EXPECTED);
-                type_error(&msg)
-            })?;
-            statuses.push(status);
-        }
-        p.retry_on_status = statuses;
-        p.retry_keyed_conflict = false; // the caller's list is the whole list
-    }
-    if let Some(b) = raw.retry_on_network_error {
-        p.retry_on_network_error = b;
-    }
-    if let Some(b) = raw.retry_on_timeout {
-        p.retry_on_timeout = b;
-    }
-    if let Some(n) = raw.timeout_ms {
-        p.timeout_ms = Some(check(validate::positive_ms("timeoutMs", n), "timeoutMs")?);
-    }
-    if let Some(n) = raw.deadline_ms {
-        p.deadline_ms = Some(check(validate::positive_ms("deadlineMs", n), "deadlineMs")?);
-    }
-    if let Some(b) = raw.respect_retry_after {
-        p.respect_retry_after = b;
-    }
-    if let Some(n) = raw.max_retry_after_ms {
-        p.max_retry_after_ms = Some(check(
-            validate::non_negative_ms("maxRetryAfterMs", n),
-            "maxRetryAfterMs",
-        )?);
-    }
-    let k = &raw.idempotency_key;
-    if !k.is_undefined() {
-        p.idempotency_key = match (k.as_bool(), k.as_string()) {
-            (Some(false), _) => KeyMode::Off,
-            (_, Some(s)) => validate::key_mode(&s).map_err(|e| option_error(e, k))?,
-            _ => {
-                return Err(option_error(
-                    OptionError::new("idempotencyKey", expected("idempotencyKey")),
-                    k,
-                ))
-            }
-        };
-    }
-    if let Some(h) = raw.idempotency_header {
-        p.idempotency_header =
-            validate::header_name(&h).map_err(|e| option_error(e, &value("idempotencyHeader")))?;
-    }
-    if let Some(f) = &raw.idempotency_key_format {
-        p.idempotency_key_format =
-            validate::key_format(f).map_err(|e| option_error(e, &value("idempotencyKeyFormat")))?;
-    }
-    if let Some(b) = raw.retry_headers {
-        p.retry_headers = b;
-    }
-    if let Some(n) = raw.max_buffered_body_bytes {
-        p.max_buffered_body_bytes =
-            validate::body_limit(n).map_err(|e| option_error(e, &value("maxBufferedBodyBytes")))?;
-    }
-    if let Some(b) = raw.follow_accepted {
-        p.follow_accepted = b;
-    }
-    if !raw.signal.is_undefined() {
-        if !is_abort_signal(&raw.signal) {
-            return Err(option_error(
-                OptionError::new("signal", "an AbortSignal"),
-                &raw.signal,
-            ));
-        }
-        // A client's default signal still cancels the call (ky, and init.signal, combine too).
-        out.default_signal = out.signal.take().or(out.default_signal.take());
-        out.signal = Some(raw.signal);
-    }
-    for (name, v, slot) in [
-        ("shouldRetry", raw.should_retry, &mut out.should_retry),
-        ("onRetry", raw.on_retry, &mut out.on_retry),
-        ("beforeRetry", raw.before_retry, &mut out.before_retry),
-        ("onSettled", raw.on_settled, &mut out.on_settled),
-        ("fetch", raw.fetch, &mut out.fetch),
-    ] {
-        if !v.is_undefined() {
-            *slot = Some(
-                v.dyn_into::<Function>()
-                    .map_err(|v| option_error(OptionError::new(name, "a function"), &v))?,
-            );
-        }
-    }
-    if !raw.headers.is_undefined() {
-        // Over the client's own: the later default wins for a name both set.
-        let given =
-            web_sys::Headers::new_with_str_sequence_sequence(&raw.headers).map_err(|_| {
-                option_error(
-                    OptionError::new(
-                        "headers",
-                        "headers: a Headers, an object of strings or [name, value] pairs",
-                    ),
-                    &raw.headers,
-                )
-            })?;
-        let merged = match &out.headers {
-            Some(h) => web_sys::Headers::new_with_headers(h)?,
-            None => web_sys::Headers::new()?,
-        };
-        super::request::copy_headers(&given, &merged, false)?;
-        out.headers = Some(merged);
-    }
-    if raw.budget.as_bool() == Some(false) {
-        out.budget = None;
-        out.default_budget = false;
-        out.own_budget = None;
-    } else if raw.budget.as_string().as_deref() == Some("own") {
-        // One noisy poller's failures cannot switch off a critical client's retries.
-        out.budget = None;
-        out.default_budget = true;
-        out.own_budget = Some(Rc::new(RefCell::new(crate::core::budget::RetryRatio::new(
-            crate::core::budget::RetryRatioConfig::default(),
-        ))));
-    } else if !raw.budget.is_undefined() {
-        match lookup("budget", &raw.budget)? {
-            Guard::Budget(b) => {
-                out.budget = Some(b);
-                out.default_budget = false;
-                out.own_budget = None;
-            }
-            _ => {
-                return Err(option_error(
-                    OptionError::new("budget", expected("budget")),
-                    &raw.budget,
-                ))
+                return Err(type_error(&msg));
             }
         }
     }
-    if !raw.throttle.is_undefined() {
-        match lookup("throttle", &raw.throttle)? {
-            Guard::Throttle(t) => out.throttle = Some(t),
-            _ => {
-                return Err(option_error(
-                    OptionError::new("throttle", "an AdaptiveThrottle"),
-                    &raw.throttle,
-                ))
+    Ok(out)
+}
+
+/// Read `options` over `base`: a new policy, or a `TypeError` naming the bad option.
+pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
+    apply(&given_options(options)?, base)
+}
+
+/// The retry options given in `options` (`crate::wasm::read_options::given`): each getter
+/// run once, an unknown name a `TypeError`.
+pub fn given_options(options: &JsValue) -> Result<Vec<(&'static str, JsValue)>, JsValue> {
+    given("retryFetch", options, &RETRY_OPTION_NAMES)
+}
+
+/// The options `given` over `base`: a new policy, or a `TypeError` naming the bad option.
+/// Each value is converted by its name (the one table of the client's options).
+pub fn apply(given: &[(&'static str, JsValue)], base: &Policy) -> Result<Policy, JsValue> {
+    let mut out = base.clone();
+    for (name, v) in given {
+        let (name, v) = (*name, v.clone());
+        let p = &mut out.retry;
+        let invalid = |e: OptionError| option_error(e, &v);
+        if v.is_null() {
+            // `null` clears the options that can be "none" (e.g. to override a
+            // `createRetryFetch` default); for any other option it is an invalid value.
+            match name {
+                "timeoutMs" => p.timeout_ms = None,
+                "deadlineMs" => p.deadline_ms = None,
+                "maxRetryAfterMs" => p.max_retry_after_ms = None,
+                "signal" => {
+                    out.signal = None;
+                    out.default_signal = None;
+                }
+                "shouldRetry" => out.should_retry = None,
+                "onRetry" => out.on_retry = None,
+                "beforeRetry" => out.before_retry = None,
+                "onSettled" => out.on_settled = None,
+                "headers" => out.headers = None,
+                "fetch" => out.fetch = None,
+                "budget" => {
+                    out.budget = None;
+                    out.default_budget = true;
+                    out.own_budget = None;
+                }
+                "throttle" => out.throttle = None,
+                "breaker" => out.breaker = None,
+                _ => return Err(bad(name, &v)),
             }
+            continue;
         }
-    }
-    if !raw.breaker.is_undefined() {
-        match lookup("breaker", &raw.breaker)? {
-            Guard::Breaker(b) => out.breaker = Some(b),
-            _ => {
-                return Err(option_error(
-                    OptionError::new("breaker", "a CircuitBreaker"),
-                    &raw.breaker,
-                ))
+        match name {
+            "maxAttempts" => {
+                p.max_attempts = validate::max_attempts(number(name, &v)?).map_err(invalid)?
             }
+            "baseDelayMs" | "maxDelayMs" | "maxRetryAfterMs" => {
+                let ms = validate::non_negative_ms(name, number(name, &v)?).map_err(invalid)?;
+                match name {
+                    "baseDelayMs" => p.base_delay_ms = ms,
+                    "maxDelayMs" => p.max_delay_ms = ms,
+                    _ => p.max_retry_after_ms = Some(ms),
+                }
+            }
+            "timeoutMs" | "deadlineMs" => {
+                let ms = validate::positive_ms(name, number(name, &v)?).map_err(invalid)?;
+                match name {
+                    "timeoutMs" => p.timeout_ms = Some(ms),
+                    _ => p.deadline_ms = Some(ms),
+                }
+            }
+            "factor" => p.factor = validate::factor(number(name, &v)?).map_err(invalid)?,
+            "jitter" => p.jitter = validate::jitter(&text(name, &v)?).map_err(invalid)?,
+            "retryOnStatus" => {
+                p.retry_on_status = statuses(&v)?;
+                p.retry_keyed_conflict = false; // the caller's list is the whole list
+            }
+            "retryOnNetworkError" => p.retry_on_network_error = boolean(name, &v)?,
+            "retryOnTimeout" => p.retry_on_timeout = boolean(name, &v)?,
+            "respectRetryAfter" => p.respect_retry_after = boolean(name, &v)?,
+            "retryHeaders" => p.retry_headers = boolean(name, &v)?,
+            "followAccepted" => p.follow_accepted = boolean(name, &v)?,
+            "idempotencyKey" => {
+                p.idempotency_key = match (v.as_bool(), v.as_string()) {
+                    (Some(false), _) => KeyMode::Off,
+                    (_, Some(s)) => validate::key_mode(&s).map_err(invalid)?,
+                    _ => return Err(bad(name, &v)),
+                }
+            }
+            "idempotencyHeader" => {
+                p.idempotency_header = validate::header_name(&text(name, &v)?).map_err(invalid)?
+            }
+            "idempotencyKeyFormat" => {
+                p.idempotency_key_format =
+                    validate::key_format(&text(name, &v)?).map_err(invalid)?
+            }
+            "maxBufferedBodyBytes" => {
+                p.max_buffered_body_bytes =
+                    validate::body_limit(number(name, &v)?).map_err(invalid)?
+            }
+            "signal" => {
+                if !is_abort_signal(&v) {
+                    return Err(bad(name, &v));
+                }
+                // A client's default signal still cancels the call (ky, and init.signal,
+                // combine too).
+                out.default_signal = out.signal.take().or(out.default_signal.take());
+                out.signal = Some(v);
+            }
+            "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => {
+                let f = Some(v.dyn_into::<Function>().map_err(|v| bad(name, &v))?);
+                match name {
+                    "shouldRetry" => out.should_retry = f,
+                    "onRetry" => out.on_retry = f,
+                    "beforeRetry" => out.before_retry = f,
+                    "onSettled" => out.on_settled = f,
+                    _ => out.fetch = f,
+                }
+            }
+            "headers" => {
+                // Over the client's own: the later default wins for a name both set.
+                let given = web_sys::Headers::new_with_str_sequence_sequence(&v)
+                    .map_err(|_| bad(name, &v))?;
+                let merged = match &out.headers {
+                    Some(h) => web_sys::Headers::new_with_headers(h)?,
+                    None => web_sys::Headers::new()?,
+                };
+                super::request::copy_headers(&given, &merged, false)?;
+                out.headers = Some(merged);
+            }
+            "budget" => {
+                if v.as_bool() == Some(false) {
+                    out.budget = None;
+                    out.default_budget = false;
+                    out.own_budget = None;
+                } else if v.as_string().as_deref() == Some("own") {
+                    // One noisy poller's failures cannot switch off a critical client's retries.
+                    out.budget = None;
+                    out.default_budget = true;
+                    out.own_budget =
+                        Some(Rc::new(RefCell::new(crate::core::budget::RetryRatio::new(
+                            crate::core::budget::RetryRatioConfig::default(),
+                        ))));
+                } else if let Guard::Budget(b) = lookup(name, &v)? {
+                    out.budget = Some(b);
+                    out.default_budget = false;
+                    out.own_budget = None;
+                } else {
+                    return Err(bad(name, &v));
+                }
+            }
+            "throttle" => match lookup(name, &v)? {
+                Guard::Throttle(t) => out.throttle = Some(t),
+                _ => return Err(bad(name, &v)),
+            },
+            _ => match lookup(name, &v)? {
+                Guard::Breaker(b) => out.breaker = Some(b),
+                _ => return Err(bad(name, &v)),
+            },
         }
     }
     Ok(out)

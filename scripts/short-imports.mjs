@@ -1,0 +1,107 @@
+// Renames the .wasm's imports to short names, in the .wasm and in its wasm-bindgen glue at
+// once: wasm-bindgen names each import `__wbg_<name>_<16 hex digits>` under the module
+// "./retry_fetch_bg.js", and a browser downloads every name twice (in the .wasm's import
+// section and as a key of the glue's imports object): about 3 kB of gzip for ~120 imports.
+// The names become `a`, `b`, ... `Z`, `aa`, ... and the module `a`; nothing else changes.
+//
+// Usage: node scripts/short-imports.mjs <module.wasm> <glue.js>
+// Exits non-zero, changing nothing, if the glue does not have the shape this expects: one
+// imports object with each import's name exactly once as a key (`name: function`), and the
+// module named once (`"<module>": import0`).
+import { readFileSync, writeFileSync } from 'node:fs';
+
+const [wasmFile, glueFile] = process.argv.slice(2);
+if (!wasmFile || !glueFile) fail('usage: short-imports.mjs <module.wasm> <glue.js>');
+
+const bytes = readFileSync(wasmFile);
+let glue = readFileSync(glueFile, 'utf8');
+
+// --- the .wasm: find the import section ------------------------------------------------------
+function leb(buf, pos) { // unsigned LEB128 -> [value, next position]
+  let value = 0, shift = 0, byte;
+  do { byte = buf[pos++]; value += (byte & 0x7f) * 2 ** shift; shift += 7; } while (byte & 0x80);
+  return [value, pos];
+}
+function encodeLeb(n) {
+  const out = [];
+  do { let b = n & 0x7f; n = Math.floor(n / 128); if (n) b |= 0x80; out.push(b); } while (n);
+  return Buffer.from(out);
+}
+function name(buf, pos) {
+  const [len, p] = leb(buf, pos);
+  return [buf.toString('utf8', p, p + len), p + len];
+}
+function encodeName(s) { const b = Buffer.from(s, 'utf8'); return Buffer.concat([encodeLeb(b.length), b]); }
+
+if (bytes.readUInt32LE(0) !== 0x6d736100) fail(`${wasmFile} is not a wasm module`);
+let pos = 8, section = null;
+while (pos < bytes.length) {
+  const id = bytes[pos];
+  const [size, body] = leb(bytes, pos + 1);
+  if (id === 2) { section = { start: pos, body, end: body + size }; break; }
+  pos = body + size;
+}
+if (!section) fail('the .wasm has no import section');
+
+// Each import: module, field, then its description (kind byte + what the kind needs).
+const imports = [];
+let p = section.body;
+const [count, afterCount] = leb(bytes, p);
+p = afterCount;
+for (let i = 0; i < count; i++) {
+  const [module, p1] = name(bytes, p);
+  const [field, p2] = name(bytes, p1);
+  const kind = bytes[p2];
+  let q = p2 + 1;
+  if (kind === 0) [, q] = leb(bytes, q); // function: type index
+  else if (kind === 1) { q += 1; const [flags, q1] = leb(bytes, q); [, q] = leb(bytes, q1); if (flags & 1) [, q] = leb(bytes, q); } // table
+  else if (kind === 2) { const [flags, q1] = leb(bytes, q); [, q] = leb(bytes, q1); if (flags & 1) [, q] = leb(bytes, q); } // memory
+  else if (kind === 3) q += 2; // global: value type, mutability
+  else fail(`import ${module}.${field}: unknown kind ${kind}`);
+  imports.push({ module, field, desc: bytes.subarray(p2, q) });
+  p = q;
+}
+if (p !== section.end) fail('the import section did not parse to its end');
+
+const modules = [...new Set(imports.map((i) => i.module))];
+if (modules.length !== 1) fail(`expected one import module, found ${modules.join(', ')}`);
+
+// --- short names ------------------------------------------------------------------------------
+const LETTERS = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
+function short(n) { // 0 -> a, 51 -> Z, 52 -> aa, ...
+  let s = '';
+  n += 1;
+  while (n > 0) { n -= 1; s = LETTERS[n % 52] + s; n = Math.floor(n / 52); }
+  return s;
+}
+const fields = [...new Set(imports.map((i) => i.field))];
+const renamed = new Map(fields.map((f, i) => [f, short(i)]));
+
+// --- the glue: rename the keys of the imports object, then the module ---------------------------
+const escape = (s) => s.replace(/[$]/g, '\\$');
+for (const [from, to] of renamed) {
+  const key = new RegExp(`^(\\s+)${escape(from)}(: function)`, 'gm');
+  const found = glue.match(key)?.length ?? 0;
+  if (found !== 1) fail(`import ${from}: found ${found} times as a key in the glue, expected once`);
+  glue = glue.replace(key, `$1${to}$2`);
+}
+const moduleKey = `${JSON.stringify(modules[0])}: import0`;
+if (glue.split(moduleKey).length !== 2) fail(`the glue does not name the module once as ${moduleKey}`);
+glue = glue.replace(moduleKey, 'a: import0');
+
+// --- the .wasm: a new import section ----------------------------------------------------------
+const entries = imports.map((i) => Buffer.concat([encodeName('a'), encodeName(renamed.get(i.field)), i.desc]));
+const body = Buffer.concat([encodeLeb(count), ...entries]);
+const out = Buffer.concat([
+  bytes.subarray(0, section.start),
+  Buffer.from([2]), encodeLeb(body.length), body,
+  bytes.subarray(section.end),
+]);
+writeFileSync(wasmFile, out);
+writeFileSync(glueFile, glue);
+console.error(`short-imports: ${count} imports renamed in ${wasmFile} (${bytes.length - out.length} bytes less) and ${glueFile}`);
+
+function fail(why) {
+  console.error(`short-imports: ${why}`);
+  process.exit(1);
+}
