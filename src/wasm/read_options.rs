@@ -42,6 +42,13 @@ pub fn given(
     options: &JsValue,
     known: &[&'static str],
 ) -> Result<Vec<(&'static str, JsValue)>, JsValue> {
+    named(api, &own_values(api, options)?, known)
+}
+
+/// The own enumerable keys of `options` whose value is not `undefined`, as JS strings, with
+/// their values, each getter run once (the first half of [`given`], for a caller that compares
+/// them with what it read before without turning the names into Rust strings).
+pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)>, JsValue> {
     let mut out = Vec::new();
     if options.is_undefined() || options.is_null() {
         return Ok(out);
@@ -54,17 +61,30 @@ pub fn given(
         return Err(type_error(&msg));
     }
     for key in object_keys(options)?.iter() {
+        let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
+        if !value.is_undefined() {
+            out.push((key, value));
+        }
+    }
+    Ok(out)
+}
+
+/// Each of `values` by its name in `known` (the second half of [`given`]): an unknown name is
+/// a `TypeError` naming the closest known one.
+pub fn named(
+    api: &str,
+    values: &[(JsValue, JsValue)],
+    known: &[&'static str],
+) -> Result<Vec<(&'static str, JsValue)>, JsValue> {
+    let mut out = Vec::with_capacity(values.len());
+    for (key, value) in values {
         let Some(name) = key.as_string() else {
             continue;
         };
-        let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
-        if value.is_undefined() {
-            continue;
-        }
         let Some(&known_name) = known.iter().find(|k| **k == name) else {
             return Err(unknown_option(api, &name, known));
         };
-        out.push((known_name, value));
+        out.push((known_name, value.clone()));
     }
     Ok(out)
 }

@@ -92,19 +92,20 @@ pub struct Client {
     cache: RefCell<Option<Rc<Cached>>>,
 }
 
-/// Per-call options a client has read: each value as given (`Seen`), and what they made.
+/// Per-call options a client has read: each name (the JS string) and value as given
+/// (`Seen`), and what they made.
 struct Cached {
-    given: Vec<(&'static str, Seen)>,
+    given: Vec<(JsValue, Seen)>,
     lean: Rc<Lean>,
 }
 
 /// One option value a cached policy was read from: a primitive (a number, a string, a
-/// boolean, `null`), compared with `===`, or a list of numbers (`retryOnStatus`), compared
-/// item by item, so a list changed in place is read again. Options with any other value (a
+/// boolean, `null`), or a list of numbers (`retryOnStatus`) kept item by item, each compared
+/// with `===`, so a list changed in place is read again. Options with any other value (a
 /// signal, a hook, a guard, headers) are never cached.
 enum Seen {
     Primitive(JsValue),
-    Numbers(Vec<f64>),
+    Numbers(Vec<JsValue>),
 }
 
 impl Seen {
@@ -113,9 +114,11 @@ impl Seen {
         if !value.is_object() && !value.is_function() && !value.is_symbol() {
             return Some(Seen::Primitive(value.clone()));
         }
-        let list = value.dyn_ref::<Array>()?;
-        let items: Option<Vec<f64>> = list.iter().map(|i| i.as_f64()).collect();
-        items.map(Seen::Numbers)
+        let items: Vec<JsValue> = value.dyn_ref::<Array>()?.iter().collect();
+        items
+            .iter()
+            .all(|i| i.as_f64().is_some())
+            .then_some(Seen::Numbers(items))
     }
 
     /// Is `value` what was seen?
@@ -127,7 +130,7 @@ impl Seen {
                     && items
                         .iter()
                         .zip(list.iter())
-                        .all(|(n, item)| item.as_f64() == Some(*n))
+                        .all(|(seen, item)| *seen == item)
             }),
         }
     }
@@ -164,25 +167,26 @@ impl Client {
     /// call), else read now (and cached when every value compares by value); and whether it
     /// is kept (cached) beyond this call.
     fn per_call(&self, options: &JsValue) -> Result<(Rc<Lean>, bool), JsValue> {
-        let given = super::policy::given_options(options)?;
+        let values = super::policy::own_values(options)?;
         // Not borrowed while comparing: a proxy's trap may run a call of this client.
         let cached = self.cache.borrow().clone();
         if let Some(hit) = cached.filter(|c| {
-            c.given.len() == given.len()
+            c.given.len() == values.len()
                 && c.given
                     .iter()
-                    .zip(&given)
-                    .all(|((name, seen), (n, v))| name == n && seen.matches(v))
+                    .zip(&values)
+                    .all(|((key, seen), (k, v))| key == k && seen.matches(v))
         }) {
             return Ok((hit.lean.clone(), true));
         }
+        let given = super::policy::named(&values)?;
         let lean = Rc::new(Lean::new(Rc::new(super::policy::apply(
             &given,
             self.policy(),
         )?)));
-        let seen: Option<Vec<(&'static str, Seen)>> = given
+        let seen: Option<Vec<(JsValue, Seen)>> = values
             .iter()
-            .map(|(name, v)| Seen::of(v).map(|s| (*name, s)))
+            .map(|(key, v)| Seen::of(v).map(|s| (key.clone(), s)))
             .collect();
         let kept = seen.is_some();
         if let Some(given) = seen {
@@ -294,7 +298,7 @@ fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
         if !plain {
             continue;
         }
-        let value = js::get(init, &name);
+        let value = js_sys::Reflect::get(init, &key)?; // a throwing getter rejects the call
         plain = !value.is_object()
             && !value.is_function()
             && match name.as_str() {
@@ -305,7 +309,7 @@ fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
                 "redirect" => value.as_string().as_deref() != Some("error"),
                 _ => true,
             };
-        js::set(&copy, &name, &value);
+        let _ = js_sys::Reflect::set(&copy, &key, &value);
     }
     Ok(plain.then_some(copy))
 }

@@ -171,6 +171,16 @@ pub fn given_options(options: &JsValue) -> Result<Vec<(&'static str, JsValue)>, 
     given("retryFetch", options, &RETRY_OPTION_NAMES)
 }
 
+/// The own values of `options` (`crate::wasm::read_options::own_values`), names not checked.
+pub fn own_values(options: &JsValue) -> Result<Vec<(JsValue, JsValue)>, JsValue> {
+    crate::wasm::read_options::own_values("retryFetch", options)
+}
+
+/// [`own_values`] by their names: an unknown name is a `TypeError`.
+pub fn named(values: &[(JsValue, JsValue)]) -> Result<Vec<(&'static str, JsValue)>, JsValue> {
+    crate::wasm::read_options::named("retryFetch", values, &RETRY_OPTION_NAMES)
+}
+
 /// The options `given` over `base`: a new policy, or a `TypeError` naming the bad option.
 /// Each value is converted by its name (the one table of the client's options).
 pub fn apply(given: &[(&'static str, JsValue)], base: &Policy) -> Result<Policy, JsValue> {
