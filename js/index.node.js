@@ -5,13 +5,15 @@
 //
 // `node:fs` comes from `process.getBuiltinModule` (Node >= 20.16): a static `import 'node:fs'`
 // builds the ES module facade of the builtin at import time, about a millisecond and a half of
-// a cold start. Older Node versions import it, as before.
+// a cold start. Where it is missing (older Node versions, runtimes without it) the entry
+// imports node:fs, as before.
 import * as wasm from './retry_fetch.js';
 import { RetryError, CircuitOpenError } from './errors.js';
 
 export { RetryError, CircuitOpenError };
 
-const fsImported = typeof process.getBuiltinModule === 'function' ? undefined : await import('node:fs');
+const getBuiltin = globalThis.process?.getBuiltinModule;
+const fsImported = typeof getBuiltin === 'function' ? undefined : await import('node:fs');
 
 let loaded = false;
 
@@ -19,7 +21,7 @@ let loaded = false;
 function load() {
   if (loaded) return;
   // initSync returns at once when retry-fetch/manual already instantiated the same glue.
-  const { readFileSync } = fsImported ?? process.getBuiltinModule('node:fs');
+  const { readFileSync } = fsImported ?? getBuiltin('node:fs');
   wasm.initSync({ module: readFileSync(new URL('./retry_fetch_bg.wasm', import.meta.url)) });
   wasm.setErrorClasses(RetryError, CircuitOpenError);
   loaded = true;
