@@ -1,6 +1,6 @@
 // Cold start and size.
 //
-//   node bench/coldstart.mjs      (COLDSTART_RUNS=15 fresh processes per row by default; about 15 s)
+//   node bench/coldstart.mjs      (COLDSTART_RUNS=15 fresh processes per row by default; about 20 s)
 //
 // Cold start: fresh `node` processes (one per sample, nothing else loaded), each timing with
 // performance.now() one thing and printing it:
