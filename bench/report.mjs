@@ -79,8 +79,8 @@ if (overhead) {
   const o = overhead;
   p(`Measured ${day(o.generatedAt)} by \`bench/overhead.mjs\` on ${machine(o)}, in ${o.totalSeconds.toFixed(0)} s.`,
     `A \`node:http\` server on 127.0.0.1 in a worker thread (its own event loop) answers every request \`200 ok\` at once. `
-    + `Every contender is configured to retry (${o.policy.attempts} attempts, base ${o.policy.baseDelayMs} ms, cap `
-    + `${o.policy.maxDelayMs} ms, as in the storms) but nothing ever fails, so this is the cost of the library on `
+    + `The retrying contenders are configured to retry (${o.policy.attempts} attempts, base ${o.policy.baseDelayMs} ms, cap `
+    + `${o.policy.maxDelayMs} ms, as in the storms; \`retryFetch(url)\` with its defaults) but nothing ever fails, so this is the cost of the library on `
     + `top of Node's \`fetch\` when all goes well. Every body is read. ${o.rounds} rounds; in each, every contender `
     + `makes ${o.requestsPerBatch} calls sequentially and then ${o.requestsPerBatch} calls ${o.concurrency} at a time, `
     + 'the order of the contenders rotated by one per round. Each round\'s throughput is divided by that round\'s '
@@ -161,8 +161,9 @@ if (coldstart) {
   p(`Measured ${day(c.generatedAt)} by \`bench/coldstart.mjs\` on ${machine(c)}.`,
     `${c.runs} fresh \`node\` processes per row (one process at a time, the rows interleaved, one unrecorded `
     + 'process of each first for the file cache); each times one thing with `performance.now()`. '
-    + '`await import(\'retry-fetch\')` resolves the package and loads `pkg/index.node.js`, which reads the `.wasm` '
-    + 'and instantiates it synchronously. "WebAssembly only" has the glue already imported and the bytes already '
+    + '`await import(\'retry-fetch\')` resolves the package and loads `pkg/index.node.js` and the glue; the `.wasm` '
+    + 'is read, compiled and instantiated (synchronously, once) by the first call, which the "import + first call" '
+    + 'rows include. "WebAssembly only" has the glue already imported and the bytes already '
     + 'read: `new WebAssembly.Module(bytes)`, then the glue\'s `initSync({ module })`. The floor row is the first '
     + 'dynamic import of a tiny ES module in a fresh process: any import pays it.',
   coldTable(c.cold),
