@@ -9,6 +9,8 @@ use crate::core::options::OptionError;
 
 /// A short, readable rendering of a JS value for an error message: strings quoted as JSON
 /// quotes them (`"3"`, `"a\"b"`), everything else as `String(value)` (`NaN`, `[object Object]`, `null`).
+#[cold]
+#[inline(never)]
 pub fn describe(value: &JsValue) -> String {
     if value.is_string() {
         // JSON's quoting: a quote, a backslash or a control character inside stays readable.
@@ -32,17 +34,23 @@ pub fn describe(value: &JsValue) -> String {
 }
 
 /// `new TypeError(message)`.
+#[cold]
+#[inline(never)]
 pub fn type_error(message: &str) -> JsValue {
     js_sys::TypeError::new(message).into()
 }
 
 /// The `TypeError` for an invalid option of the API `api` (`retryFetch`, `idempotency`):
 /// `<api>: invalid option "<name>": got <value>; expected <what is allowed>`.
+#[cold]
+#[inline(never)]
 pub fn invalid_option(api: &str, err: OptionError, value: &JsValue) -> JsValue {
     invalid_value(api, err.option, value, err.expected)
 }
 
 /// `<api>: invalid option "<option>": got <value>; expected <expected>`, a `TypeError`.
+#[cold]
+#[inline(never)]
 pub fn invalid_value(api: &str, option: &str, value: &JsValue, expected: &str) -> JsValue {
     let mut msg = String::from(api);
     msg.push_str(": invalid option \"");

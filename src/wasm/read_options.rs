@@ -110,6 +110,8 @@ pub fn snapshot(
 }
 
 /// `<api>: unknown option "maxAttemps" (did you mean "maxAttempts"?)`.
+#[cold]
+#[inline(never)]
 pub fn unknown_option(api: &str, name: &str, known: &[&str]) -> JsValue {
     let mut msg = String::from(api);
     msg.push_str(": unknown option \"");

@@ -11,6 +11,8 @@ use crate::wasm::js;
 
 /// The `TypeError` for an invalid option:
 /// `retryFetch: invalid option "maxAttempts": got 0; expected an integer from 1 to 100`.
+#[cold]
+#[inline(never)]
 pub fn option_error(err: OptionError, value: &JsValue) -> JsValue {
     invalid_option("retryFetch", err, value)
 }
@@ -61,6 +63,8 @@ fn named_error(name: &str, message: &str) -> js_sys::Error {
 }
 
 /// The `TimeoutError` of an attempt that ran out of time after `ms`.
+#[cold]
+#[inline(never)]
 pub fn timeout_error(ms: f64) -> JsValue {
     let mut msg = String::from("retryFetch: the attempt timed out after ");
     msg.push_str(&int(ms.ceil()));
@@ -69,6 +73,8 @@ pub fn timeout_error(ms: f64) -> JsValue {
 }
 
 /// The `TimeoutError` of a call whose `deadlineMs` passed.
+#[cold]
+#[inline(never)]
 pub fn deadline_error(ms: f64) -> JsValue {
     let mut msg = String::from("retryFetch: the deadline (deadlineMs ");
     msg.push_str(&int(ms.ceil()));
@@ -83,6 +89,8 @@ fn message_of(value: &JsValue) -> Option<String> {
 
 /// The `RetryError` that ends a call without a response: `reason`, `attempts` (the history),
 /// `cause` (the last error).
+#[cold]
+#[inline(never)]
 pub fn retry_error(reason: &str, attempts: &js_sys::Array, cause: &JsValue) -> JsValue {
     let n = attempts.length();
     let mut msg = if n == 0 {
@@ -107,6 +115,8 @@ pub fn retry_error(reason: &str, attempts: &js_sys::Array, cause: &JsValue) -> J
 }
 
 /// The `CircuitOpenError` of a call refused by an open circuit: nothing was sent.
+#[cold]
+#[inline(never)]
 pub fn circuit_open_error(origin: &str, retry_after_ms: f64) -> JsValue {
     let wait = retry_after_ms.max(0.0).ceil();
     let mut msg = String::from("retryFetch: the circuit for ");

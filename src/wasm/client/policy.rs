@@ -110,6 +110,8 @@ fn expected(option: &str) -> &'static str {
 }
 
 /// The `TypeError` for option `name` given `value`, which its type or range does not allow.
+#[cold]
+#[inline(never)]
 fn bad(name: &'static str, value: &JsValue) -> JsValue {
     option_error(OptionError::new(name, expected(name)), value)
 }
