@@ -773,12 +773,28 @@ fn simulate(policy: &RetryPolicy, call: &Call) -> Result<Vec<Decision>, TestCase
                         a,
                         policy.retry_after_cap_ms()
                     );
-                    let expected = if a <= 0.0 {
+                    // The wait asked is a floor; above it a window as wide as this retry's
+                    // un-jittered backoff delay (none with jitter 'none'), up to the cap.
+                    let floor = if a <= 0.0 {
                         0
                     } else {
                         (a.ceil().min(MAX_TIMER_MS)) as u64
                     };
-                    prop_assert_eq!(delay_ms, expected, "server asked {}", a);
+                    let window = (policy.base_delay_ms * policy.factor.powi(n as i32 - 1))
+                        .min(policy.max_delay_ms)
+                        .min(MAX_TIMER_MS);
+                    let top = if policy.jitter == Jitter::None {
+                        floor as f64
+                    } else {
+                        (floor as f64 + window).min(policy.retry_after_cap_ms().max(floor as f64))
+                    };
+                    prop_assert!(delay_ms >= floor, "waited {} < asked {}", delay_ms, a);
+                    prop_assert!(
+                        delay_ms as f64 <= top.floor() + 1.0,
+                        "waited {} above {}",
+                        delay_ms,
+                        top
+                    );
                 } else {
                     prop_assert!(delay_ms as f64 <= cap, "{} above the cap {}", delay_ms, cap);
                 }
@@ -1001,7 +1017,8 @@ fn headers_to_decision_end_to_end() {
         Decision::Stop(Stop::UnsafeToRetry(RetryReason::Status))
     );
 
-    // The same with a key: the server's wait is used as is.
+    // The same with a key: the server's wait is the floor, and half the first backoff delay
+    // (500 ms) is added above it with a sample of 0.5.
     let mut state = RetryState::new(&policy, now);
     state.start_attempt();
     let keyed = AttemptOutcome {
@@ -1011,7 +1028,7 @@ fn headers_to_decision_end_to_end() {
     assert_eq!(
         state.decide(&policy, keyed, now, &mut Half),
         Decision::Retry {
-            delay_ms: 2000,
+            delay_ms: 2250,
             reason: RetryReason::Status,
             from_server: true
         }
@@ -1035,7 +1052,7 @@ fn headers_to_decision_end_to_end() {
     assert_eq!(
         state.decide(&policy, limited, now, &mut Half),
         Decision::Retry {
-            delay_ms: 7000,
+            delay_ms: 7250, // the 7 s asked, and half the 500 ms window above it
             reason: RetryReason::Status,
             from_server: true
         }

@@ -109,7 +109,7 @@ export function initPayments(lib) {
       case '503':
         return `${first}${of} ${n === 1 ? 'is' : 'are'} answered <b>503 Service Unavailable</b> by the proxy: nothing is charged, and <code>retryFetch</code> backs off with jitter and tries again.`;
       case '429':
-        return `${first}${of} ${n === 1 ? 'gets' : 'get'} <b>429 Too Many Requests</b> with <code>Retry-After: 1</code>: the client waits the second the server asked for instead of its own backoff.`;
+        return `${first}${of} ${n === 1 ? 'gets' : 'get'} <b>429 Too Many Requests</b> with <code>Retry-After: 1</code>: the client waits at least the second the server asked for (spread a little above it, so refused clients do not come back together) instead of its own backoff.`;
       case 'slow': {
         const warn = v.timeoutMs > 0 ? '' : ' <span class="warn">Set a timeoutMs to see the timeouts.</span>';
         return `The charge happens at once, but the answer to ${first.toLowerCase()}${of} is held for <b>${fmtMs(slowDelayOf(v))}</b>, longer than <code>timeoutMs</code>. The client times out without knowing whether it was charged and retries with the same key: the server replays the stored charge.${warn}`;

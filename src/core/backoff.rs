@@ -115,6 +115,24 @@ impl Backoff {
         delay.floor() as u64
     }
 
+    /// The wait before the next retry when the server asked for `floor_ms` (`Retry-After`,
+    /// `RateLimit`): never less than asked, and spread above it so that clients refused
+    /// together do not come back together: `floor + uniform(0, d)`, where `d` is this retry's
+    /// un-jittered exponential delay (so the window grows with the attempt, as the backoff
+    /// does), at most `cap_ms` (and never below the floor). With [`Jitter::None`] the wait is
+    /// the floor itself. Advances the schedule as [`Backoff::next_delay`] does.
+    pub fn above_floor<R: Rng + ?Sized>(&mut self, floor_ms: f64, cap_ms: f64, rng: &mut R) -> u64 {
+        self.retries = self.retries.saturating_add(1);
+        let floor = clamp_ms(floor_ms.ceil());
+        let spread = match self.jitter {
+            Jitter::None => 0.0,
+            _ => sample(rng) * self.exponential_ms(self.retries),
+        };
+        let wait = (floor + spread).min(clamp_ms(cap_ms)).max(floor).floor();
+        self.previous_ms = wait.min(self.cap_ms).max(self.base_ms.min(self.cap_ms));
+        wait as u64
+    }
+
     /// Record a delay that replaced the computed one (a server's `Retry-After`), so that
     /// decorrelated jitter continues from what actually happened.
     pub fn note_external_delay(&mut self, delay_ms: u64) {

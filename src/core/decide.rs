@@ -5,7 +5,7 @@
 //! Time comes in as plain ms numbers, randomness as an [`Rng`], so every rule is tested
 //! natively.
 
-use super::backoff::{clamp_ms, Backoff, Rng};
+use super::backoff::{Backoff, Rng};
 use super::classify::{classify, Outcome, RetryReason, Verdict};
 use super::options::RetryPolicy;
 
@@ -235,11 +235,11 @@ impl RetryState {
             Some(asked) if asked.is_nan() || asked > policy.retry_after_cap_ms() => {
                 return Decision::Stop(Stop::RetryAfterTooLong(reason));
             }
-            Some(asked) => {
-                let d = clamp_ms(asked.ceil()) as u64;
-                self.backoff.note_external_delay(d);
-                (d, true)
-            }
+            Some(asked) => (
+                self.backoff
+                    .above_floor(asked, policy.retry_after_cap_ms(), rng),
+                true,
+            ),
             None => (self.backoff.next_delay(rng), false),
         };
         if let Some(end) = self.deadline_at_ms {
@@ -356,24 +356,87 @@ mod tests {
         );
     }
 
+    /// The waits of the retries after `n` answers that each asked for `asked` ms, over many
+    /// seeds: one list per seed.
+    fn server_waits(p: &RetryPolicy, asked: f64, n: usize) -> Vec<Vec<u64>> {
+        (0..2000)
+            .map(|seed| {
+                let mut state = RetryState::new(p, 0.0);
+                let mut rng = SplitMix64::new(seed);
+                let o = AttemptOutcome {
+                    server_delay_ms: Some(asked),
+                    ..status(429)
+                };
+                (0..n)
+                    .map(|_| {
+                        state.start_attempt();
+                        match state.decide(p, o, 0.0, &mut rng) {
+                            Decision::Retry {
+                                delay_ms,
+                                from_server: true,
+                                ..
+                            } => delay_ms,
+                            other => panic!("{other:?}"),
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     #[test]
-    fn retry_after_replaces_the_delay_without_jitter() {
+    fn retry_after_is_a_floor_with_a_jittered_window_above_it_that_grows_with_the_attempt() {
         let p = RetryPolicy {
             jitter: Jitter::Full,
+            max_attempts: 4,
             ..policy()
         };
-        let o = AttemptOutcome {
-            server_delay_ms: Some(2500.4),
-            ..status(429)
+        // base 500, factor 2: windows of 500, 1000, 2000 ms above the 2501 ms asked
+        let waits = server_waits(&p, 2500.4, 3);
+        for (retry, window) in [(0, 500u64), (1, 1000), (2, 2000)] {
+            let w: Vec<u64> = waits.iter().map(|w| w[retry]).collect();
+            let (min, max) = (*w.iter().min().unwrap(), *w.iter().max().unwrap());
+            assert!(min >= 2501, "retry {retry}: {min} is earlier than asked");
+            assert!(
+                max <= 2501 + window,
+                "retry {retry}: {max} is past the window"
+            );
+            // uniform over the window: the mean in the middle, both ends reached
+            let mean = w.iter().sum::<u64>() as f64 / w.len() as f64;
+            let middle = 2501.0 + window as f64 / 2.0;
+            assert!(
+                (mean - middle).abs() < window as f64 * 0.03,
+                "retry {retry}: mean {mean}"
+            );
+            assert!(min < 2501 + window / 20 && max > 2501 + window * 19 / 20);
+        }
+    }
+
+    #[test]
+    fn retry_after_with_jitter_none_is_the_wait_asked_exactly() {
+        let waits = server_waits(&policy(), 2500.4, 2);
+        assert!(waits.iter().all(|w| w == &[2501, 2501]));
+    }
+
+    #[test]
+    fn the_window_above_retry_after_stops_at_the_cap() {
+        let p = RetryPolicy {
+            jitter: Jitter::Full,
+            max_retry_after_ms: Some(2600.0),
+            ..policy()
         };
-        assert_eq!(
-            run(&p, &[o]),
-            [Decision::Retry {
-                delay_ms: 2501,
-                reason: RetryReason::Status,
-                from_server: true
-            }]
+        let w: Vec<u64> = server_waits(&p, 2500.0, 1)
+            .into_iter()
+            .map(|w| w[0])
+            .collect();
+        assert!(w.iter().all(|&d| (2500..=2600).contains(&d)), "{w:?}");
+        assert!(
+            w.iter().filter(|&&d| d == 2600).count() > 1000,
+            "most land on the cap"
         );
+        // asked exactly the cap: the cap
+        let w = server_waits(&p, 2600.0, 1);
+        assert!(w.iter().all(|w| w == &[2600]));
     }
 
     #[test]
