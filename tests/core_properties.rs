@@ -780,8 +780,10 @@ fn simulate(policy: &RetryPolicy, call: &Call) -> Result<Vec<Decision>, TestCase
                     } else {
                         (a.ceil().min(MAX_TIMER_MS)) as u64
                     };
-                    let window = (policy.base_delay_ms * policy.factor.powi(n as i32 - 1))
+                    let grown = policy.factor.powi(n as i32 - 1);
+                    let window = (policy.base_delay_ms * grown)
                         .min(policy.max_delay_ms)
+                        .max(floor as f64 / 2.0 * grown)
                         .min(MAX_TIMER_MS);
                     let top = if policy.jitter == Jitter::None {
                         floor as f64
@@ -1017,8 +1019,8 @@ fn headers_to_decision_end_to_end() {
         Decision::Stop(Stop::UnsafeToRetry(RetryReason::Status))
     );
 
-    // The same with a key: the server's wait is the floor, and half the first backoff delay
-    // (500 ms) is added above it with a sample of 0.5.
+    // The same with a key: the server's wait is the floor, and with a sample of 0.5 half the
+    // window above it (the larger of the first backoff delay, 500 ms, and half the wait).
     let mut state = RetryState::new(&policy, now);
     state.start_attempt();
     let keyed = AttemptOutcome {
@@ -1028,7 +1030,7 @@ fn headers_to_decision_end_to_end() {
     assert_eq!(
         state.decide(&policy, keyed, now, &mut Half),
         Decision::Retry {
-            delay_ms: 2250,
+            delay_ms: 2500,
             reason: RetryReason::Status,
             from_server: true
         }
@@ -1052,7 +1054,7 @@ fn headers_to_decision_end_to_end() {
     assert_eq!(
         state.decide(&policy, limited, now, &mut Half),
         Decision::Retry {
-            delay_ms: 7250, // the 7 s asked, and half the 500 ms window above it
+            delay_ms: 8750, // the 7 s asked, and half the 3.5 s window above it
             reason: RetryReason::Status,
             from_server: true
         }

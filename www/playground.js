@@ -7,7 +7,7 @@ const MAX_BARS = 16;
 
 const MODE_HINTS = {
   503: 'Answers <b>503 Service Unavailable</b>. Retried with exponential backoff and jitter.',
-  429: 'Answers <b>429</b> with <code>Retry-After: 1</code>: the server\u2019s wait is the least wait, spread above it by up to one backoff delay.',
+  429: 'Answers <b>429</b> with <code>Retry-After: 1</code>: the server\u2019s wait is the least wait, spread above it (by up to half of it on the first retry).',
   reset: 'Drops the connection without an answer: a <b>network error</b>. GET is retried; POST only because it carries an idempotency key.',
   slow: 'Holds each failing answer for <b>2 s</b>. With a <code>timeoutMs</code> below that, the attempt times out and is retried.',
 };

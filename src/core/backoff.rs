@@ -117,20 +117,29 @@ impl Backoff {
 
     /// The wait before the next retry when the server asked for `floor_ms` (`Retry-After`,
     /// `RateLimit`): never less than asked, and spread above it so that clients refused
-    /// together do not come back together: `floor + uniform(0, d)`, where `d` is this retry's
-    /// un-jittered exponential delay (so the window grows with the attempt, as the backoff
-    /// does), at most `cap_ms` (and never below the floor). With [`Jitter::None`] the wait is
-    /// the floor itself. Advances the schedule as [`Backoff::next_delay`] does.
+    /// together do not come back together: `floor + uniform(0, w)`, where `w` is
+    /// [`Backoff::floor_window_ms`] (it grows with the attempt, as the backoff does), at most
+    /// `cap_ms` (and never below the floor). With [`Jitter::None`] the wait is the floor
+    /// itself. Advances the schedule as [`Backoff::next_delay`] does.
     pub fn above_floor<R: Rng + ?Sized>(&mut self, floor_ms: f64, cap_ms: f64, rng: &mut R) -> u64 {
         self.retries = self.retries.saturating_add(1);
         let floor = clamp_ms(floor_ms.ceil());
         let spread = match self.jitter {
             Jitter::None => 0.0,
-            _ => sample(rng) * self.exponential_ms(self.retries),
+            _ => sample(rng) * self.floor_window_ms(floor, self.retries),
         };
         let wait = (floor + spread).min(clamp_ms(cap_ms)).max(floor).floor();
         self.previous_ms = wait.min(self.cap_ms).max(self.base_ms.min(self.cap_ms));
         wait as u64
+    }
+
+    /// The window above a server's wait of `floor_ms` for retry number `retry` (1-based): the
+    /// larger of the retry's un-jittered backoff delay and half the server's wait, both grown
+    /// by `factor` per retry (`floor / 2 · factor^(retry-1)`), at most `MAX_TIMER_MS`.
+    pub fn floor_window_ms(&self, floor_ms: f64, retry: u32) -> f64 {
+        let exponent = retry.saturating_sub(1).min(i32::MAX as u32) as i32;
+        let scaled = clamp_ms(floor_ms / 2.0 * self.factor.powi(exponent));
+        self.exponential_ms(retry).max(scaled)
     }
 
     /// Record a delay that replaced the computed one (a server's `Retry-After`), so that

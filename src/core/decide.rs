@@ -391,9 +391,10 @@ mod tests {
             max_attempts: 4,
             ..policy()
         };
-        // base 500, factor 2: windows of 500, 1000, 2000 ms above the 2501 ms asked
+        // base 500, factor 2, 2501 ms asked: windows of half the wait asked (its backoff
+        // delays of 500, 1000, 2000 ms are narrower), doubling per retry
         let waits = server_waits(&p, 2500.4, 3);
-        for (retry, window) in [(0, 500u64), (1, 1000), (2, 2000)] {
+        for (retry, window) in [(0, 1250u64), (1, 2501), (2, 5002)] {
             let w: Vec<u64> = waits.iter().map(|w| w[retry]).collect();
             let (min, max) = (*w.iter().min().unwrap(), *w.iter().max().unwrap());
             assert!(min >= 2501, "retry {retry}: {min} is earlier than asked");
@@ -410,6 +411,21 @@ mod tests {
             );
             assert!(min < 2501 + window / 20 && max > 2501 + window * 19 / 20);
         }
+    }
+
+    #[test]
+    fn the_window_above_a_short_retry_after_is_the_backoff_delay() {
+        let p = RetryPolicy {
+            jitter: Jitter::Full,
+            ..policy()
+        };
+        // 100 ms asked, backoff 500 ms: a window of 500 ms (half the wait would be 50)
+        let w: Vec<u64> = server_waits(&p, 100.0, 1)
+            .into_iter()
+            .map(|w| w[0])
+            .collect();
+        assert!(w.iter().all(|&d| (100..=600).contains(&d)));
+        assert!(w.iter().any(|&d| d > 550));
     }
 
     #[test]

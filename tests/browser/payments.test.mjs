@@ -179,13 +179,13 @@ test('503 storm: the timeline shows the retries, then the payment succeeds once'
   await assertChargedOnce(page, rows[0].key, { requests: 3 });
 }));
 
-test('429 with Retry-After: 1: the client waits at least the second the server asked for, within one backoff delay above it', () => withPage(openDemo(), async (page) => {
+test('429 with Retry-After: 1: the client waits at least the second the server asked for, within half a second above it', () => withPage(openDemo(), async (page) => {
   await configure(page, { fault: '429', count: 1 });
   await pressPay(page);
   const rows = await entries(page);
   assert.deepEqual(rows.map((r) => [r.attempt, r.kind, r.status]), [[1, 'retry', 429], [2, 'final', 201]]);
-  // the demo's baseDelayMs is 300: a wait of 1000 to 1300 ms
-  assert.ok(rows[0].delayMs >= 1000 && rows[0].delayMs <= 1300, `Retry-After is the floor: waited ${rows[0].delayMs} ms`);
+  // a window of half the second asked (the demo's baseDelayMs, 300, is narrower): 1000 to 1500 ms
+  assert.ok(rows[0].delayMs >= 1000 && rows[0].delayMs <= 1500, `Retry-After is the floor: waited ${rows[0].delayMs} ms`);
   assert.match(rows[0].text, /Retry-After: 1/);
   await assertChargedOnce(page, rows[0].key, { requests: 2 });
 }));
