@@ -1368,10 +1368,17 @@ mod storm {
             for kind in KINDS {
                 let plain = row(200, kind, Setup::NO_BUDGET, 10, 1.0);
                 let budget = row(200, kind, Setup::DEFAULT, 10, 1.0);
-                assert!(
-                    budget.amplification < plain.amplification,
-                    "{kind:?}: {budget:?} against {plain:?}"
-                );
+                // Where the herd is refused again (all but the shedding server, whose
+                // Retry-After spreads the retries enough to leave nothing to hold back: both
+                // are at the floor), the budget sends fewer requests.
+                if plain.amplification > plain.floor + 0.01 {
+                    assert!(
+                        budget.amplification < plain.amplification,
+                        "{kind:?}: {budget:?} against {plain:?}"
+                    );
+                } else {
+                    assert!(budget.amplification <= plain.amplification + 1e-9);
+                }
             }
             let r = simulate(200, Kind::RATE, Setup::DEFAULT, 1, 1.0, false);
             assert!(r.skipped > 0);
