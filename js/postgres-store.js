@@ -81,6 +81,15 @@ function quoteTable(table) {
     .join('.');
 }
 
+/**
+ * `value` (a string) as an SQL string literal, read the same with standard_conforming_strings on
+ * or off: `'` doubled, and a `\\` doubled inside an `E'...'` literal (as pg's escapeLiteral).
+ */
+function literal(value) {
+  const quoted = value.replaceAll("'", "''");
+  return value.includes('\\') ? `E'${quoted.replaceAll('\\', '\\\\')}'` : `'${quoted}'`;
+}
+
 const INDEX_SUFFIX = '_expires_at_idx';
 const RUNS_SUFFIX = '_runs';
 const RUNS_KEY_INDEX_SUFFIX = '_key_started_at_idx';
@@ -459,6 +468,9 @@ export class PostgresStore {
       insert: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)
         VALUES ($1, $2, $3, 'null'::jsonb, now(), now() + $4::double precision * interval '1 millisecond')
         ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()::text AS txid`,
+      // The same INSERT with its values as literals, in two parts (#claimSql).
+      insertInto: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)`,
+      onConflict: 'ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()::text AS txid',
       // completed_at as ms since the epoch: a float8 is a JS number whatever type parsers the
       // application set for timestamptz.
       select: `SELECT fingerprint, response, (extract(epoch FROM completed_at) * 1000)::double precision AS completed_ms,
@@ -634,6 +646,22 @@ export class PostgresStore {
     return entry.lost === undefined;
   }
 
+  /**
+   * The claim of acquire() as one simple-protocol query: BEGIN, lock_timeout lockWaitMs, the
+   * INSERT of the key's row (its result is the third), then the holder's settings
+   * (`#holderSettings`). `ms` is an integer (settingMs); the strings are quoted literals.
+   */
+  #claimSql(scope, id, fingerprint, ms) {
+    return `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms';
+${this.#sql.insertInto} VALUES (${literal(scope)}, ${literal(id)}, ${literal(fingerprint)}, 'null'::jsonb, now(), now() + ${ms}::double precision * interval '1 millisecond') ${this.#sql.onConflict};
+${this.#holderSettings(ms)}`;
+  }
+
+  /** What a holder's transaction runs under: the session's lock_timeout, and an idle limit of `ms`. */
+  #holderSettings(ms) {
+    return `SET LOCAL lock_timeout = DEFAULT; SET LOCAL idle_in_transaction_session_timeout = ${ms}`;
+  }
+
   async acquire(key, lock, lockTimeoutMs) {
     const [scope, id] = splitKey(key);
     const ms = settingMs('lockTimeoutMs', lockTimeoutMs);
@@ -655,18 +683,42 @@ export class PostgresStore {
     client.on('error', entry.onError);
     let holding = false;
     let live; // the committed row found, if any
+    // Whether lock_timeout is lockWaitMs (bounding a wait for another holder's row) rather than
+    // the session's own, and idle_in_transaction_session_timeout not yet set for the holder.
+    let waiting = true;
     try {
-      await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
       const params = [scope, id, lock.fingerprint, ms];
       // A loop because the row can change between the statements: deleted by cleanup() after
       // the INSERT saw it, completed by its holder after the SELECT saw it expired.
       for (let attempt = 0; attempt < 10 && !holding; attempt++) {
-        const inserted = await client.query(this.#sql.insert, params);
+        let inserted;
+        if (attempt === 0 && typeof lock.fingerprint === 'string') {
+          // One round trip: the transaction, the INSERT bounded by lockWaitMs, then the holder's
+          // settings (SET takes no parameters, so the values are literals: the simple protocol).
+          // When the INSERT finds a committed row instead, the settings are set again below
+          // before anything that could wait for a lock.
+          const results = await client.query(this.#claimSql(scope, id, lock.fingerprint, ms));
+          inserted = Array.isArray(results) ? results[2] : undefined;
+          if (inserted === undefined) {
+            throw new TypeError('PostgresStore: a query of several statements did not give one result per statement; pass a pg Pool');
+          }
+          waiting = false;
+        } else {
+          if (!waiting) {
+            await client.query(`SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
+            waiting = true;
+          }
+          if (attempt === 0) {
+            await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
+          }
+          inserted = await client.query(this.#sql.insert, params);
+        }
         if (inserted.rowCount === 1) {
           entry.txid = inserted.rows[0].txid;
           holding = true;
           break;
         }
+        // A plain SELECT takes no row lock: it never waits, whatever lock_timeout is.
         const found = await client.query(this.#sql.select, [scope, id]);
         if (found.rowCount === 0) continue; // deleted since: insert again
         const row = found.rows[0];
@@ -675,6 +727,10 @@ export class PostgresStore {
           break;
         }
         // Expired: take the row over; its row lock makes it this transaction's, as an insert would.
+        if (!waiting) {
+          await client.query(`SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
+          waiting = true;
+        }
         const taken = await client.query(this.#sql.takeOver, params);
         if (taken.rowCount === 1) {
           entry.txid = taken.rows[0].txid;
@@ -685,7 +741,7 @@ export class PostgresStore {
         if (!holding) throw new Error(`PostgresStore: the row of ${JSON.stringify(key)} kept changing; giving up`);
         // The holder's own statements (the handler's, through ctx.tx) are not limited by
         // lockWaitMs; a holder idle for lockTimeoutMs loses the transaction, and the key.
-        await client.query(`SET LOCAL lock_timeout = DEFAULT; SET LOCAL idle_in_transaction_session_timeout = ${ms}`);
+        if (waiting) await client.query(this.#holderSettings(ms));
       }
     } catch (error) {
       const sound = await this.#rollback(entry);

@@ -33,6 +33,11 @@ extern "C" {
     fn clear_interval(handle: &JsValue);
 }
 
+thread_local! {
+    /// `Symbol.for('retry-fetch.syncStore')`: where a store's method carries its synchronous twin.
+    static SYNC_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.syncStore").into();
+}
+
 /// The methods every store has (`IdempotencyStore` in `store.d.ts`); `renew` and
 /// `transaction` are optional.
 pub const STORE_METHODS: [&str; 4] = ["acquire", "reclaim", "complete", "release"];
@@ -200,18 +205,41 @@ impl Store {
         })
     }
 
-    /// `store[method](...args)`, awaited when it returns a promise; a throw or a rejection is
-    /// an `Err` with its error.
+    /// `store[method](...args)`, awaited when it returns a promise or a thenable; a throw or a
+    /// rejection is an `Err` with its error. A method that carries a synchronous twin at
+    /// `Symbol.for('retry-fetch.syncStore')` (`MemoryStore`'s) is called through it, and what
+    /// that returns is not awaited.
     async fn call(&self, method: &str, args: &[&JsValue]) -> Result<JsValue, JsValue> {
         let f: Function = js::get_or_throw(&self.object, method)?
             .dyn_into()
             .map_err(|_| type_error("idempotency: the store lost one of its methods"))?;
-        let list = Array::new();
-        for a in args {
-            list.push(a);
+        let twin = SYNC_KEY.with(|key| js_sys::Reflect::get(&f, key).ok());
+        let (f, sync) = match twin.map(|t| t.dyn_into::<Function>()) {
+            Some(Ok(twin)) => (twin, true),
+            _ => (f, false),
+        };
+        let target = &self.object;
+        let value = match args {
+            [] => f.call0(target)?,
+            [a] => f.call1(target, a)?,
+            [a, b] => f.call2(target, a, b)?,
+            [a, b, c] => f.call3(target, a, b, c)?,
+            _ => {
+                let list = Array::new();
+                for a in args {
+                    list.push(a);
+                }
+                f.apply(target, &list)?
+            }
+        };
+        if sync || !(value.is_object() || value.is_function()) {
+            // Not a promise nor a thenable: nothing to wait for.
+            return Ok(value);
         }
-        let value = f.apply(&self.object, &list)?;
-        JsFuture::from(Promise::resolve(&value)).await
+        match value.dyn_into::<Promise>() {
+            Ok(promise) => JsFuture::from(promise).await,
+            Err(value) => JsFuture::from(Promise::resolve(&value)).await,
+        }
     }
 
     /// `acquire(key, lock, lockTimeoutMs)`: `None` when the caller now holds the key.
