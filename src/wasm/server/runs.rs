@@ -173,6 +173,12 @@ impl RunLog {
         let started = writes.then(|| {
             let (store, reporter, run) = (c.store.clone(), c.reporter.clone(), record.clone());
             future_to_promise(async move {
+                // One call where the store can: the key's runs before this one, and its start.
+                // Where it fails, nothing of it happened: the two calls below tell their own.
+                if let Some(Ok(found)) = store.start_run(&to_js(&run)).await {
+                    mark_crashed(&store, &reporter, read_runs(&found), &run).await;
+                    return Ok(JsValue::UNDEFINED);
+                }
                 let found = match store.runs(&run.key).await {
                     Ok(v) => v,
                     Err(e) => {

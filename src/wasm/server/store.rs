@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use js_sys::{Array, Function, Promise};
+use js_sys::{Array, Function, Object, Promise};
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -36,6 +36,8 @@ extern "C" {
 thread_local! {
     /// `Symbol.for('retry-fetch.syncStore')`: where a store's method carries its synchronous twin.
     static SYNC_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.syncStore").into();
+    /// `Symbol.for('retry-fetch.startRun')`: where a store's `runs` and `recordRun` carry both in one call.
+    static START_RUN_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.startRun").into();
 }
 
 /// The methods every store has (`IdempotencyStore` in `store.d.ts`); `renew` and
@@ -325,6 +327,25 @@ impl Store {
     /// `recordRun(run)`: store `run`, replacing the record with its id.
     pub async fn record_run(&self, run: &JsValue) -> Result<(), JsValue> {
         self.call("recordRun", &[run]).await.map(drop)
+    }
+
+    /// `runs(run.key)` and then `recordRun(run)` in one call, where the store offers it: the
+    /// function its `runs` and `recordRun` both carry at `Symbol.for('retry-fetch.startRun')`
+    /// (`PostgresStore`'s: one statement), so a wrapper or subclass that replaces either is
+    /// called through its own methods. The key's runs as they were before `run`; `None` for a
+    /// store without it.
+    pub async fn start_run(&self, run: &JsValue) -> Option<Result<JsValue, JsValue>> {
+        let twin = |method: &str| {
+            START_RUN_KEY.with(|key| js_sys::Reflect::get(&js::get(&self.object, method), key).ok())
+        };
+        let f = twin("runs")?.dyn_into::<Function>().ok()?;
+        if !Object::is(&f, &twin("recordRun")?) {
+            return None;
+        }
+        Some(match f.call1(&self.object, run) {
+            Ok(value) => JsFuture::from(Promise::resolve(&value)).await,
+            Err(error) => Err(error),
+        })
     }
 
     /// `runs(key)`: the recorded runs of `key` (every scope), oldest first.
