@@ -165,23 +165,129 @@ pub fn to_js<T: Serialize>(value: &T) -> JsValue {
         .unwrap_or(JsValue::UNDEFINED)
 }
 
+/// A record built as JSON text and made a JS object by one `JSON.parse`: the same object
+/// [`to_js`] makes (fields in the same order, `null` for `None`), without a crossing into JS
+/// per field and per string. `None` where a number is not finite (JSON has no such number).
+pub struct JsonText(String);
+
+impl JsonText {
+    /// `{` and the first field's name.
+    pub fn object(first: &str) -> JsonText {
+        let mut text = JsonText(String::with_capacity(256));
+        text.0.push('{');
+        text.name(first);
+        text
+    }
+
+    /// `"name":`.
+    fn name(&mut self, name: &str) {
+        self.string(name);
+        self.0.push(':');
+    }
+
+    /// `,"name":`.
+    pub fn field(&mut self, name: &str) -> &mut JsonText {
+        self.0.push(',');
+        self.name(name);
+        self
+    }
+
+    /// Raw JSON text (a structural character, a nested value's start).
+    pub fn raw(&mut self, text: &str) -> &mut JsonText {
+        self.0.push_str(text);
+        self
+    }
+
+    /// A JSON string.
+    pub fn string(&mut self, value: &str) -> &mut JsonText {
+        self.0.push('"');
+        for c in value.chars() {
+            match c {
+                '"' => self.0.push_str("\\\""),
+                '\\' => self.0.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => {
+                    self.0.push_str("\\u00");
+                    self.0
+                        .push_str(&crate::core::key::hex(&[u32::from(c) as u8]));
+                }
+                c => self.0.push(c),
+            }
+        }
+        self.0.push('"');
+        self
+    }
+
+    /// A string, or `null`.
+    pub fn option(&mut self, value: Option<&str>) -> &mut JsonText {
+        match value {
+            Some(v) => self.string(v),
+            None => self.raw("null"),
+        }
+    }
+
+    /// A finite number; `None` for another.
+    pub fn number(&mut self, value: f64) -> Option<&mut JsonText> {
+        if !value.is_finite() {
+            return None;
+        }
+        self.0.push_str(&value.to_string());
+        Some(self)
+    }
+
+    /// `}` and the object.
+    pub fn end(mut self) -> Option<JsValue> {
+        self.0.push('}');
+        js_sys::JSON::parse(&self.0).ok()
+    }
+}
+
 /// The lock record of `token`, live until `expires_at` (ms since the Unix epoch).
 pub fn lock_record(token: &str, fingerprint: &str, expires_at: f64) -> JsValue {
-    to_js(&LockRecord {
-        state: "in-progress",
-        token,
-        fingerprint,
-        lock_expires_at: expires_at,
+    let text = || {
+        let mut j = JsonText::object("state");
+        j.string("in-progress");
+        j.field("token").string(token);
+        j.field("fingerprint").string(fingerprint);
+        j.field("lockExpiresAt").number(expires_at)?;
+        j.end()
+    };
+    text().unwrap_or_else(|| {
+        to_js(&LockRecord {
+            state: "in-progress",
+            token,
+            fingerprint,
+            lock_expires_at: expires_at,
+        })
     })
 }
 
 /// The completed record for `response`.
 pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> JsValue {
-    to_js(&CompletedRecord {
-        state: "completed",
-        fingerprint,
-        response,
-        completed_at: js_sys::Date::now(),
+    let completed_at = js_sys::Date::now();
+    let text = || {
+        let mut j = JsonText::object("state");
+        j.string("completed");
+        j.field("fingerprint").string(fingerprint);
+        j.field("response").raw("{\"status\":");
+        j.number(f64::from(response.status))?;
+        j.field("statusText").string(&response.status_text);
+        j.field("headers").raw("[");
+        for (i, (name, value)) in response.headers.iter().enumerate() {
+            j.raw(if i == 0 { "[" } else { ",[" });
+            j.string(name).raw(",").string(value).raw("]");
+        }
+        j.raw("]");
+        j.field("body").string(&response.body).raw("}");
+        j.field("completedAt").number(completed_at)?;
+        j.end()
+    };
+    text().unwrap_or_else(|| {
+        to_js(&CompletedRecord {
+            state: "completed",
+            fingerprint,
+            response,
+            completed_at,
+        })
     })
 }
 
