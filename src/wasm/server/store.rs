@@ -201,18 +201,24 @@ impl JsonText {
     /// A JSON string.
     pub fn string(&mut self, value: &str) -> &mut JsonText {
         self.0.push('"');
-        for c in value.chars() {
-            match c {
-                '"' => self.0.push_str("\\\""),
-                '\\' => self.0.push_str("\\\\"),
-                c if u32::from(c) < 0x20 => {
-                    self.0.push_str("\\u00");
-                    self.0
-                        .push_str(&crate::core::key::hex(&[u32::from(c) as u8]));
-                }
-                c => self.0.push(c),
+        // What needs escaping is ASCII: the runs between such bytes are whole UTF-8 text.
+        let mut from = 0;
+        for (i, &b) in value.as_bytes().iter().enumerate() {
+            if b != b'"' && b != b'\\' && b >= 0x20 {
+                continue;
             }
+            self.0.push_str(value.get(from..i).unwrap_or_default());
+            match b {
+                b'"' => self.0.push_str("\\\""),
+                b'\\' => self.0.push_str("\\\\"),
+                _ => {
+                    self.0.push_str("\\u00");
+                    self.0.push_str(&crate::core::key::hex(&[b]));
+                }
+            }
+            from = i + 1;
         }
+        self.0.push_str(value.get(from..).unwrap_or_default());
         self.0.push('"');
         self
     }
