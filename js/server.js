@@ -31,6 +31,9 @@ export { MemoryStore } from './memory-store.js';
 export { RedisStore } from './redis-store.js';
 export { PostgresStore } from './postgres-store.js';
 
+/** Where a Response of the companion keeps its body's bytes (src/wasm/server/answers.rs). */
+const ANSWER_BYTES = Symbol.for('retry-fetch.answerBytes');
+
 /** Is `value` Response-like enough to be written back? */
 function isResponseLike(value) {
   return (
@@ -85,6 +88,13 @@ async function writeResponse(response, req, res) {
   const body = response.body;
   if (body === null || body === undefined || req.method === 'HEAD') {
     res.end();
+    return;
+  }
+  // A Response of the companion carries its body's bytes (src/wasm/server/answers.rs): written
+  // as they are, unless something has started reading the body (then it is read as any is).
+  const bytes = response[ANSWER_BYTES];
+  if (bytes instanceof Uint8Array && !response.bodyUsed && !body.locked) {
+    if (!res.destroyed) res.end(bytes);
     return;
   }
   const reader = body.getReader();
