@@ -102,7 +102,8 @@ async function serve({ redisUrl, databaseUrl }) {
       return found;
     };
     add('redis', '/redis', wrap('redis', new RedisStore({ client, prefix })));
-    counts.redis = async () => (await keys()).length;
+    // The records: not the run history's streams (<prefix>runs:<key>) nor the secret.
+    counts.redis = async () => (await keys()).filter((k) => !k.startsWith(`${prefix}runs:`) && k !== `${prefix}secret`).length;
     cleanups.push(async () => {
       const found = await keys();
       for (let i = 0; i < found.length; i += 1000) await client.unlink(found.slice(i, i + 1000));
