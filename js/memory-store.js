@@ -15,6 +15,9 @@
 // `maxRunRecords` runs, whatever their key; a run recorded again (same id) keeps its place.
 import { newSecret, optionError, checkOptionNames, runRecord, byStart, runsKey } from './store-support.js';
 
+/** Where a store's method carries its synchronous twin for the companion (src/wasm/server/store.rs). */
+const SYNC_STORE = Symbol.for('retry-fetch.syncStore');
+
 const OPTIONS = ['maxEntries', 'maxBytes', 'maxRunRecords'];
 const DEFAULT_MAX_ENTRIES = 10_000;
 const DEFAULT_MAX_RUN_RECORDS = 10_000;
@@ -193,6 +196,65 @@ export class MemoryStore {
   }
 
   async acquire(key, lock, lockTimeoutMs) {
+    return this.#acquire(key, lock, lockTimeoutMs);
+  }
+
+  async renew(key, token, lock, lockTimeoutMs) {
+    return this.#renew(key, token, lock, lockTimeoutMs);
+  }
+
+  async complete(key, token, record, ttlMs) {
+    return this.#complete(key, token, record, ttlMs);
+  }
+
+  async release(key, token) {
+    return this.#release(key, token);
+  }
+
+  /**
+   * Keep `run` (a copy), replacing the run with the same id in its place. When the ring holds
+   * `maxRunRecords` runs, a new one takes the place of the oldest (by when it was first recorded).
+   */
+  async recordRun(run) {
+    this.#recordRun(run);
+  }
+
+  /** The kept runs of `key` (every scope), oldest `startedAt` first (then by id): copies. */
+  async runs(key) {
+    return this.#runsOf(key);
+  }
+
+  // The same methods, synchronous, for the companion (one await fewer per call; not public
+  // API): each public method carries its twin at SYNC_STORE, which the companion calls instead
+  // when the store's method is that very function (a wrapper's or a subclass's own method is
+  // another function, without it, and is called as it is).
+  static {
+    const twins = {
+      acquire(key, lock, lockTimeoutMs) {
+        return this.#acquire(key, lock, lockTimeoutMs);
+      },
+      renew(key, token, lock, lockTimeoutMs) {
+        return this.#renew(key, token, lock, lockTimeoutMs);
+      },
+      complete(key, token, record, ttlMs) {
+        return this.#complete(key, token, record, ttlMs);
+      },
+      release(key, token) {
+        return this.#release(key, token);
+      },
+      recordRun(run) {
+        this.#recordRun(run);
+      },
+      runs(key) {
+        return this.#runsOf(key);
+      },
+    };
+    for (const [name, twin] of Object.entries(twins)) {
+      Object.defineProperty(MemoryStore.prototype[name], SYNC_STORE, { value: twin });
+    }
+  }
+
+  #acquire(key, lock, lockTimeoutMs) {
     const now = performance.now();
     this.#dropExpired(now);
     const entry = this.#records.get(key);
@@ -203,7 +265,7 @@ export class MemoryStore {
 
   // Only the live lock of `token` is replaced: a holder whose lock expired (and was maybe taken
   // over) cannot extend its successor's.
-  async renew(key, token, lock, lockTimeoutMs) {
+  #renew(key, token, lock, lockTimeoutMs) {
     const now = performance.now();
     this.#dropExpired(now);
     if (!holds(this.#records.get(key), token)) return false;
@@ -219,7 +281,7 @@ export class MemoryStore {
     return false;
   }
 
-  async complete(key, token, record, ttlMs) {
+  #complete(key, token, record, ttlMs) {
     const now = performance.now();
     this.#dropExpired(now);
     if (!holds(this.#records.get(key), token)) return false;
@@ -227,18 +289,14 @@ export class MemoryStore {
     return true;
   }
 
-  async release(key, token) {
+  #release(key, token) {
     this.#dropExpired(performance.now());
     if (!holds(this.#records.get(key), token)) return false;
     this.#remove(key);
     return true;
   }
 
-  /**
-   * Keep `run` (a copy), replacing the run with the same id in its place. When the ring holds
-   * `maxRunRecords` runs, a new one takes the place of the oldest (by when it was first recorded).
-   */
-  async recordRun(run) {
+  #recordRun(run) {
     const record = Object.freeze(runRecord('MemoryStore', run));
     const slot = this.#runSlots.get(record.id);
     if (slot !== undefined) {
@@ -277,8 +335,7 @@ export class MemoryStore {
     if (ids.size === 0) this.#runIds.delete(record.key);
   }
 
-  /** The kept runs of `key` (every scope), oldest `startedAt` first (then by id): copies. */
-  async runs(key) {
+  #runsOf(key) {
     const ids = this.#runIds.get(runsKey('MemoryStore', key));
     if (ids === undefined) return [];
     const runs = [];

@@ -61,8 +61,15 @@ const LOCK_NOT_AVAILABLE = '55P03';
 const UNDEFINED_TABLE = '42P01';
 /** SQLSTATE in_failed_sql_transaction: a statement of the transaction failed before. */
 const IN_FAILED_TRANSACTION = '25P02';
+/** SQLSTATE no_active_sql_transaction: a SAVEPOINT outside a transaction block. */
+const NO_ACTIVE_SQL_TRANSACTION = '25P01';
+/** SQLSTATE division_by_zero: complete()'s guard, when its UPDATE found no row. */
+const DIVISION_BY_ZERO = '22012';
 /** The advisory lock key on which migrate() calls (of any table, any process) take turns: arbitrary, an int8. */
 const MIGRATE_LOCK = 7_265_846_100_211_845;
+
+/** Where runs() and recordRun() carry the two in one statement, for the companion (src/wasm/server/store.rs). */
+const START_RUN = Symbol.for('retry-fetch.startRun');
 
 /** What acquire() returns for a key held by another live transaction. */
 const HELD = Object.freeze({ state: 'held' });
@@ -79,6 +86,15 @@ function quoteTable(table) {
     .split('.')
     .map((part) => `"${part}"`)
     .join('.');
+}
+
+/**
+ * `value` (a string) as an SQL string literal, read the same with standard_conforming_strings on
+ * or off: `'` doubled, and a `\\` doubled inside an `E'...'` literal (as pg's escapeLiteral).
+ */
+function literal(value) {
+  const quoted = value.replaceAll("'", "''");
+  return value.includes('\\') ? `E'${quoted.replaceAll('\\', '\\\\')}'` : `'${quoted}'`;
 }
 
 const INDEX_SUFFIX = '_expires_at_idx';
@@ -459,6 +475,9 @@ export class PostgresStore {
       insert: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)
         VALUES ($1, $2, $3, 'null'::jsonb, now(), now() + $4::double precision * interval '1 millisecond')
         ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()::text AS txid`,
+      // The same INSERT with its values as literals, in two parts (#claimSql).
+      insertInto: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)`,
+      onConflict: 'ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()::text AS txid',
       // completed_at as ms since the epoch: a float8 is a JS number whatever type parsers the
       // application set for timestamptz.
       select: `SELECT fingerprint, response, (extract(epoch FROM completed_at) * 1000)::double precision AS completed_ms,
@@ -494,6 +513,14 @@ export class PostgresStore {
           started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail`,
       runs: `SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
         WHERE key = $1 ORDER BY started_at, id LIMIT ${MAX_RUNS_READ}`,
+      // recordRun, and runs of the run's key as they were before it (the SELECT sees the
+      // statement's snapshot, without the row the WITH writes).
+      startRun: `WITH started AS (INSERT INTO ${r} (id, key, scope, instance, started_at, ended_at, outcome, detail)
+        VALUES ($1, $2, $3, $4, $5::double precision, $6::double precision, $7, $8)
+        ON CONFLICT (id) DO UPDATE SET key = EXCLUDED.key, scope = EXCLUDED.scope, instance = EXCLUDED.instance,
+          started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail)
+        SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
+        WHERE key = $2 ORDER BY started_at, id LIMIT ${MAX_RUNS_READ}`,
       // SKIP LOCKED: rows another instance is deleting (or a recordRun is writing) are left to it.
       forgetRuns: `DELETE FROM ${r} WHERE id IN
         (SELECT id FROM ${r} WHERE started_at < $1::double precision FOR UPDATE SKIP LOCKED)`,
@@ -554,8 +581,29 @@ export class PostgresStore {
    * the next one deletes them).
    */
   async recordRun(run) {
+    await this.#runsQuery(this.#sql.recordRun, this.#runParams(run));
+    this.#forgetRunsNowAndThen();
+  }
+
+  /**
+   * runs(run.key), then recordRun(run), in one statement (not public API): the key's runs
+   * before `run`. The companion calls it where the store's `runs` and `recordRun` both carry it
+   * (at START_RUN), for the start of each run.
+   */
+  static {
+    const startRun = async function (run) {
+      const result = await this.#runsQuery(this.#sql.startRun, this.#runParams(run));
+      this.#forgetRunsNowAndThen();
+      return result.rows.map(runOfRow);
+    };
+    Object.defineProperty(PostgresStore.prototype.runs, START_RUN, { value: startRun });
+    Object.defineProperty(PostgresStore.prototype.recordRun, START_RUN, { value: startRun });
+  }
+
+  /** recordRun()'s parameters: `run` checked and stored as a RunRecord is. */
+  #runParams(run) {
     const record = runRecord('PostgresStore', run);
-    await this.#runsQuery(this.#sql.recordRun, [
+    return [
       record.id,
       record.key,
       record.scope,
@@ -565,13 +613,18 @@ export class PostgresStore {
       record.outcome,
       // PostgreSQL's text cannot hold a NUL: an error message that has one keeps the rest.
       record.detail === undefined ? null : record.detail.replaceAll('\0', '\uFFFD'),
-    ]);
+    ];
+  }
+
+  /** At most once a RUN_CLEANUP_INTERVAL_MS, in the background: the runs past runRetentionMs. */
+  #forgetRunsNowAndThen() {
     const now = Date.now();
     if (now - this.#lastRunCleanup >= RUN_CLEANUP_INTERVAL_MS) {
       this.#lastRunCleanup = now;
       this.#pool.query(this.#sql.forgetRuns, [now - this.#runRetentionMs]).catch(() => {});
     }
   }
+
 
   /** The runs of `key` (every scope), oldest `started_at` first, then by id: at most 1000. */
   async runs(key) {
@@ -634,6 +687,22 @@ export class PostgresStore {
     return entry.lost === undefined;
   }
 
+  /**
+   * The claim of acquire() as one simple-protocol query: BEGIN, lock_timeout lockWaitMs, the
+   * INSERT of the key's row (its result is the third), then the holder's settings
+   * (`#holderSettings`). `ms` is an integer (settingMs); the strings are quoted literals.
+   */
+  #claimSql(scope, id, fingerprint, ms) {
+    return `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms';
+${this.#sql.insertInto} VALUES (${literal(scope)}, ${literal(id)}, ${literal(fingerprint)}, 'null'::jsonb, now(), now() + ${ms}::double precision * interval '1 millisecond') ${this.#sql.onConflict};
+${this.#holderSettings(ms)}`;
+  }
+
+  /** What a holder's transaction runs under: the session's lock_timeout, and an idle limit of `ms`. */
+  #holderSettings(ms) {
+    return `SET LOCAL lock_timeout = DEFAULT; SET LOCAL idle_in_transaction_session_timeout = ${ms}`;
+  }
+
   async acquire(key, lock, lockTimeoutMs) {
     const [scope, id] = splitKey(key);
     const ms = settingMs('lockTimeoutMs', lockTimeoutMs);
@@ -655,18 +724,42 @@ export class PostgresStore {
     client.on('error', entry.onError);
     let holding = false;
     let live; // the committed row found, if any
+    // Whether lock_timeout is lockWaitMs (bounding a wait for another holder's row) rather than
+    // the session's own, and idle_in_transaction_session_timeout not yet set for the holder.
+    let waiting = true;
     try {
-      await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
       const params = [scope, id, lock.fingerprint, ms];
       // A loop because the row can change between the statements: deleted by cleanup() after
       // the INSERT saw it, completed by its holder after the SELECT saw it expired.
       for (let attempt = 0; attempt < 10 && !holding; attempt++) {
-        const inserted = await client.query(this.#sql.insert, params);
+        let inserted;
+        if (attempt === 0 && typeof lock.fingerprint === 'string') {
+          // One round trip: the transaction, the INSERT bounded by lockWaitMs, then the holder's
+          // settings (SET takes no parameters, so the values are literals: the simple protocol).
+          // When the INSERT finds a committed row instead, the settings are set again below
+          // before anything that could wait for a lock.
+          const results = await client.query(this.#claimSql(scope, id, lock.fingerprint, ms));
+          inserted = Array.isArray(results) ? results[2] : undefined;
+          if (inserted === undefined) {
+            throw new TypeError('PostgresStore: a query of several statements did not give one result per statement; pass a pg Pool');
+          }
+          waiting = false;
+        } else {
+          if (!waiting) {
+            await client.query(`SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
+            waiting = true;
+          }
+          if (attempt === 0) {
+            await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
+          }
+          inserted = await client.query(this.#sql.insert, params);
+        }
         if (inserted.rowCount === 1) {
           entry.txid = inserted.rows[0].txid;
           holding = true;
           break;
         }
+        // A plain SELECT takes no row lock: it never waits, whatever lock_timeout is.
         const found = await client.query(this.#sql.select, [scope, id]);
         if (found.rowCount === 0) continue; // deleted since: insert again
         const row = found.rows[0];
@@ -675,6 +768,10 @@ export class PostgresStore {
           break;
         }
         // Expired: take the row over; its row lock makes it this transaction's, as an insert would.
+        if (!waiting) {
+          await client.query(`SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
+          waiting = true;
+        }
         const taken = await client.query(this.#sql.takeOver, params);
         if (taken.rowCount === 1) {
           entry.txid = taken.rows[0].txid;
@@ -685,7 +782,7 @@ export class PostgresStore {
         if (!holding) throw new Error(`PostgresStore: the row of ${JSON.stringify(key)} kept changing; giving up`);
         // The holder's own statements (the handler's, through ctx.tx) are not limited by
         // lockWaitMs; a holder idle for lockTimeoutMs loses the transaction, and the key.
-        await client.query(`SET LOCAL lock_timeout = DEFAULT; SET LOCAL idle_in_transaction_session_timeout = ${ms}`);
+        if (waiting) await client.query(this.#holderSettings(ms));
       }
     } catch (error) {
       const sound = await this.#rollback(entry);
@@ -740,6 +837,9 @@ export class PostgresStore {
     const [scope, id] = splitKey(key);
     const { client } = entry;
     const params = [scope, id, record.fingerprint, JSON.stringify(record.response), record.completedAt, ttlMs];
+    if (typeof params[2] === 'string' && typeof params[3] === 'string' && Number.isFinite(params[4]) && Number.isFinite(ttlMs) && /^[0-9]+$/.test(entry.txid ?? '')) {
+      return this.#completeAndCommit(entry, key, params);
+    }
     let updated;
     try {
       updated = await client.query(this.#sql.complete, [...params, entry.txid]);
@@ -748,28 +848,9 @@ export class PostgresStore {
       const sound = await this.#rollback(entry);
       this.#giveBack(entry, sound ? undefined : (entry.lost ?? error));
       if (entry.lost !== undefined) return false; // the connection failed: the lock was lost
-      if (error?.code === IN_FAILED_TRANSACTION) {
-        throw new Error(
-          'PostgresStore: the transaction was aborted by a statement that failed before complete() (one through ctx.tx?); nothing was stored and its writes were rolled back',
-          { cause: error },
-        );
-      }
-      throw error;
+      throw this.#completeError(error);
     }
-    if (updated.rowCount !== 1) {
-      // Not the transaction acquire() opened (ended through ctx.tx), or it is, but the key's row
-      // was deleted or changed in it (through ctx.tx too).
-      let same = false;
-      try {
-        same = (await client.query('SELECT txid_current_if_assigned()::text AS txid')).rows[0].txid === entry.txid;
-      } catch {
-        // the connection cannot tell: treat it as ended (the client is destroyed)
-      }
-      if (!same) return this.#endedThroughTx(entry, key, params);
-      const sound = await this.#rollback(entry);
-      this.#giveBack(entry, sound ? undefined : (entry.lost ?? new Error('ROLLBACK failed')));
-      throw new Error(`PostgresStore: the row of ${JSON.stringify(key)} is missing from its own transaction (deleted or changed through ctx.tx?); nothing was stored and its writes were rolled back`);
-    }
+    if (updated.rowCount !== 1) return this.#notCompleted(entry, key, params);
     let committed;
     try {
       committed = await client.query('COMMIT');
@@ -784,6 +865,88 @@ export class PostgresStore {
       throw new Error(`PostgresStore: the transaction of ${JSON.stringify(key)} was rolled back at COMMIT; nothing was stored`);
     }
     return true;
+  }
+
+  /**
+   * complete() in one round trip: a SAVEPOINT, the UPDATE of the key's row (only in the
+   * transaction acquire() opened) with a guard that fails (division by zero) when it updated
+   * no row, and the COMMIT, which the guard's failure keeps from running. The values are
+   * literals (the simple protocol takes no parameters; complete() checked their types). When
+   * the guard fails, the UPDATE is undone (ROLLBACK TO SAVEPOINT) and #notCompleted() tells why;
+   * where there is no transaction at all (ended through ctx.tx), the SAVEPOINT is refused and
+   * nothing else ran.
+   */
+  async #completeAndCommit(entry, key, params) {
+    const { client } = entry;
+    const [scope, id, fingerprint, json, completedAt, ttlMs] = params;
+    const sql = `SAVEPOINT retry_fetch_complete;
+WITH stored AS (UPDATE ${quoteTable(this.#table)} SET fingerprint = ${literal(fingerprint)}, response = ${literal(json)}::jsonb,
+  completed_at = to_timestamp(${completedAt}::double precision / 1000),
+  expires_at = clock_timestamp() + ${ttlMs}::double precision * interval '1 millisecond'
+  WHERE scope = ${literal(scope)} AND key = ${literal(id)} AND txid_current() = ${entry.txid}::bigint RETURNING 1)
+SELECT 1 / count(*)::int AS stored FROM stored;
+COMMIT`;
+    let results;
+    try {
+      results = await client.query(sql);
+    } catch (error) {
+      if (entry.lost !== undefined) {
+        // Whether a COMMIT cut by a lost connection happened cannot be told: an error, not "false".
+        this.#giveBack(entry, entry.lost);
+        throw error;
+      }
+      if (error?.code === DIVISION_BY_ZERO) {
+        try {
+          await client.query('ROLLBACK TO SAVEPOINT retry_fetch_complete');
+        } catch {
+          // #notCompleted() finds the transaction unusable: treated as ended
+        }
+        return this.#notCompleted(entry, key, params);
+      }
+      if (error?.code === NO_ACTIVE_SQL_TRANSACTION) return this.#notCompleted(entry, key, params);
+      // Nothing was stored; the transaction (with the handler's writes) is rolled back.
+      const sound = await this.#rollback(entry);
+      this.#giveBack(entry, sound ? undefined : (entry.lost ?? error));
+      if (entry.lost !== undefined) return false; // the connection failed: the lock was lost
+      throw this.#completeError(error);
+    }
+    this.#giveBack(entry, entry.lost);
+    const committed = Array.isArray(results) ? results[results.length - 1] : undefined;
+    // PostgreSQL answers the COMMIT of a failed transaction with ROLLBACK, not an error.
+    if (committed?.command !== 'COMMIT') {
+      throw new Error(`PostgresStore: the transaction of ${JSON.stringify(key)} was rolled back at COMMIT; nothing was stored`);
+    }
+    return true;
+  }
+
+  /** The error complete() throws for `error`, a failure of its UPDATE (nothing stored, rolled back). */
+  #completeError(error) {
+    if (error?.code === IN_FAILED_TRANSACTION) {
+      return new Error(
+        'PostgresStore: the transaction was aborted by a statement that failed before complete() (one through ctx.tx?); nothing was stored and its writes were rolled back',
+        { cause: error },
+      );
+    }
+    return error;
+  }
+
+  /**
+   * complete()'s UPDATE found no row to fill: not the transaction acquire() opened (ended
+   * through ctx.tx), or it is, but the key's row was deleted or changed in it (through ctx.tx
+   * too).
+   */
+  async #notCompleted(entry, key, params) {
+    const { client } = entry;
+    let same = false;
+    try {
+      same = (await client.query('SELECT txid_current_if_assigned()::text AS txid')).rows[0].txid === entry.txid;
+    } catch {
+      // the connection cannot tell: treat it as ended (the client is destroyed)
+    }
+    if (!same) return this.#endedThroughTx(entry, key, params);
+    const sound = await this.#rollback(entry);
+    this.#giveBack(entry, sound ? undefined : (entry.lost ?? new Error('ROLLBACK failed')));
+    throw new Error(`PostgresStore: the row of ${JSON.stringify(key)} is missing from its own transaction (deleted or changed through ctx.tx?); nothing was stored and its writes were rolled back`);
   }
 
   /**

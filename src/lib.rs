@@ -34,7 +34,9 @@ pub mod wasm;
 
 /// The .wasm's allocator: `lol_alloc`'s free list (smaller than dlmalloc; wasm is single-threaded
 /// here, which `AssumeSingleThreaded` relies on: the crate is never built with wasm threads).
-#[cfg(target_arch = "wasm32")]
+/// The server build keeps std's dlmalloc: its many allocations per request of every size make
+/// the free list long, and freeing walks it (some 20 µs a request), while its size matters less.
+#[cfg(all(target_arch = "wasm32", not(feature = "server")))]
 #[global_allocator]
 static ALLOCATOR: lol_alloc::AssumeSingleThreaded<lol_alloc::FreeListAllocator> =
     unsafe { lol_alloc::AssumeSingleThreaded::new(lol_alloc::FreeListAllocator::new()) };

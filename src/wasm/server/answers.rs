@@ -125,7 +125,18 @@ fn response(
     if null_body(status) {
         return Response::new_with_opt_buffer_source_and_init(None, &init);
     }
-    Response::new_with_opt_buffer_source_and_init(Some(&Uint8Array::from(bytes)), &init)
+    let body = Uint8Array::from(bytes);
+    let response = Response::new_with_opt_buffer_source_and_init(Some(&body), &init)?;
+    // The bytes beside the body (which the Response copied): toNodeHandler writes them as
+    // they are instead of reading the body back (js/server.js).
+    ANSWER_BYTES.with(|key| js_sys::Reflect::set(&response, key, &body))?;
+    Ok(response)
+}
+
+thread_local! {
+    /// `Symbol.for('retry-fetch.answerBytes')`: where a companion's `Response` keeps its body's
+    /// bytes.
+    static ANSWER_BYTES: JsValue = js_sys::Symbol::for_("retry-fetch.answerBytes").into();
 }
 
 /// The stored response as a `Response`; `replayed` adds `Idempotent-Replayed: true`.

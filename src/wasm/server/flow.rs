@@ -45,15 +45,41 @@ impl Keyed {
             Some(_) => c.secret.get(&c.store).await?,
             None => Rc::from(&[][..]),
         };
-        let mut bytes = [0u8; 16];
-        let _ = getrandom::fill(&mut bytes); // never fails in browsers and Node (crypto.getRandomValues)
         Ok(Keyed {
             store_key: idem::store_key(&secret, identity, &key).into(),
             key,
             fingerprint: fingerprint.into(),
-            token: uuid_v4(bytes).into(),
+            token: uuid_v4(random_16()).into(),
         })
     }
+}
+
+/// How many random bytes are drawn from `crypto.getRandomValues` at a time: one call (a few
+/// microseconds in Node, whatever the length) serves this many tokens.
+const RANDOM_POOL: usize = 1024;
+
+thread_local! {
+    /// Random bytes drawn ahead, and how many of them are used.
+    static RANDOM: std::cell::RefCell<([u8; RANDOM_POOL], usize)> =
+        const { std::cell::RefCell::new(([0; RANDOM_POOL], RANDOM_POOL)) };
+}
+
+/// 16 bytes of `crypto.getRandomValues` (a lock token's), drawn from a pool refilled
+/// `RANDOM_POOL` bytes at a time; each byte is handed out once, then overwritten.
+pub fn random_16() -> [u8; 16] {
+    RANDOM.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let (bytes, used) = &mut *pool;
+        if *used + 16 > RANDOM_POOL {
+            let _ = getrandom::fill(bytes); // never fails in browsers and Node (crypto.getRandomValues)
+            *used = 0;
+        }
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&bytes[*used..*used + 16]);
+        bytes[*used..*used + 16].fill(0);
+        *used += 16;
+        out
+    })
 }
 
 /// What the store said about the key.

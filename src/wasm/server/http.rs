@@ -225,17 +225,23 @@ fn unavailable(s: &HttpSettings, error: &JsValue, operation: &str) -> Result<JsV
 /// The request the handler gets: the same URL, method and headers, the bytes read as its
 /// body, and a signal of the companion's own. The client going away does not abort it: a
 /// keyed handler runs to its end (a charge that went through is stored, and the client's
-/// retry gets it), as Stripe's API does. Only `handlerTimeoutMs` aborts it.
+/// retry gets it), as Stripe's API does. Only `handlerTimeoutMs` aborts it (`signal`, the
+/// signal of its controller); without it, the request follows no signal (`signal: null`),
+/// and its own never aborts.
 fn handler_request(
     req: &Request,
     body: Option<&[u8]>,
-    signal: &web_sys::AbortSignal,
+    signal: Option<&web_sys::AbortSignal>,
 ) -> Result<Request, JsValue> {
     let init = RequestInit::new();
     if let Some(bytes) = body {
         init.set_body(&Uint8Array::from(bytes));
     }
-    init.set_signal(Some(signal));
+    match signal {
+        Some(signal) => init.set_signal(Some(signal)),
+        // `None` would be `undefined`: the request would follow the client's signal.
+        None => js::set(&init, "signal", &JsValue::NULL),
+    }
     Request::new_with_request_and_init(req, &init)
 }
 
@@ -252,7 +258,13 @@ async fn process(
     let c = &s.common;
     let header = &c.limits.header;
     let log = RunLog::start(c, k);
-    let controller = match web_sys::AbortController::new() {
+    // A controller only where something aborts the handler: handlerTimeoutMs.
+    let controller = match c
+        .limits
+        .handler_timeout_ms
+        .map(|_| web_sys::AbortController::new())
+        .transpose()
+    {
         Ok(controller) => controller,
         Err(error) => {
             log.end_before_freeing(c, Outcome::Freed, None).await;
@@ -260,7 +272,11 @@ async fn process(
             return Err(error);
         }
     };
-    let request = match handler_request(req, body.as_deref(), &controller.signal()) {
+    let request = match handler_request(
+        req,
+        body.as_deref(),
+        controller.as_ref().map(|c| c.signal()).as_ref(),
+    ) {
         Ok(request) => request,
         Err(error) => {
             log.end_before_freeing(c, Outcome::Freed, None).await;
@@ -268,10 +284,11 @@ async fn process(
             return Err(error);
         }
     };
-    let limit = c.limits.handler_timeout_ms.map(|ms| Limit {
-        ms,
-        controller: &controller,
-    });
+    let limit = c
+        .limits
+        .handler_timeout_ms
+        .zip(controller.as_ref())
+        .map(|(ms, controller)| Limit { ms, controller });
     let signal = request.signal();
     let call = Invocation {
         f: handler,
@@ -280,7 +297,7 @@ async fn process(
         signal: &signal,
     };
     let (ran, ctx, renewal) = run_holding(c, k, call, caller, limit).await;
-    let aborted = controller.signal().aborted();
+    let aborted = controller.as_ref().is_some_and(|c| c.signal().aborted());
     let failure = match ran {
         Ran::Resolved(value) => match as_response(value.clone()).await {
             Err(error) => error, // its body failed

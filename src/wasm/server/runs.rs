@@ -17,7 +17,7 @@ use wasm_bindgen_futures::{future_to_promise, spawn_local, JsFuture};
 
 use super::flow::Keyed;
 use super::settings::{Common, Reporter};
-use super::store::{to_js, Store};
+use super::store::{to_js, JsonText, Store};
 use crate::core::runs::{self as rules, event, Outcome, PastRun};
 use crate::wasm::js;
 
@@ -87,6 +87,29 @@ impl RunRecord {
         }
     }
 
+    /// As a JS object (`to_js`'s, made from JSON text).
+    fn js(&self) -> JsValue {
+        let text = || {
+            let mut j = JsonText::object("id");
+            j.string(&self.id);
+            j.field("key").string(&self.key);
+            j.field("scope").string(&self.scope);
+            j.field("instance").string(&self.instance);
+            j.field("startedAt").number(self.started_at)?;
+            j.field("endedAt");
+            match self.ended_at {
+                Some(at) => j.number(at)?,
+                None => j.raw("null"),
+            };
+            j.field("outcome").option(self.outcome.as_deref());
+            if let Some(detail) = &self.detail {
+                j.field("detail").string(detail);
+            }
+            j.end()
+        };
+        text().unwrap_or_else(|| to_js(self))
+    }
+
     fn ended(&mut self, outcome: Outcome, detail: Option<String>) {
         self.ended_at = Some(js_sys::Date::now());
         self.outcome = Some(outcome.name().to_string());
@@ -101,13 +124,13 @@ pub fn tell(reporter: &Reporter, kind: &str, run: &RunRecord) {
     }
     let e: JsValue = Object::new().into();
     js::set(&e, "type", &kind.into());
-    js::set(&e, "run", &to_js(run));
+    js::set(&e, "run", &run.js());
     reporter.event(&e);
 }
 
 /// Write `run` to the store, a failure told to `onStoreError`.
 async fn write(store: &Store, reporter: &Reporter, run: &RunRecord) {
-    if let Err(e) = store.record_run(&to_js(run)).await {
+    if let Err(e) = store.record_run(&run.js()).await {
         reporter.store_error(&e, "recordRun");
     }
 }
@@ -173,6 +196,12 @@ impl RunLog {
         let started = writes.then(|| {
             let (store, reporter, run) = (c.store.clone(), c.reporter.clone(), record.clone());
             future_to_promise(async move {
+                // One call where the store can: the key's runs before this one, and its start.
+                // Where it fails, nothing of it happened: the two calls below tell their own.
+                if let Some(Ok(found)) = store.start_run(&run.js()).await {
+                    mark_crashed(&store, &reporter, read_runs(&found), &run).await;
+                    return Ok(JsValue::UNDEFINED);
+                }
                 let found = match store.runs(&run.key).await {
                     Ok(v) => v,
                     Err(e) => {

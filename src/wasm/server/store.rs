@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use js_sys::{Array, Function, Promise};
+use js_sys::{Array, Function, Object, Promise};
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -31,6 +31,13 @@ extern "C" {
     /// The global `clearInterval(handle)`.
     #[wasm_bindgen(js_name = clearInterval)]
     fn clear_interval(handle: &JsValue);
+}
+
+thread_local! {
+    /// `Symbol.for('retry-fetch.syncStore')`: where a store's method carries its synchronous twin.
+    static SYNC_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.syncStore").into();
+    /// `Symbol.for('retry-fetch.startRun')`: where a store's `runs` and `recordRun` carry both in one call.
+    static START_RUN_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.startRun").into();
 }
 
 /// The methods every store has (`IdempotencyStore` in `store.d.ts`); `renew` and
@@ -158,23 +165,135 @@ pub fn to_js<T: Serialize>(value: &T) -> JsValue {
         .unwrap_or(JsValue::UNDEFINED)
 }
 
+/// A record built as JSON text and made a JS object by one `JSON.parse`: the same object
+/// [`to_js`] makes (fields in the same order, `null` for `None`), without a crossing into JS
+/// per field and per string. `None` where a number is not finite (JSON has no such number).
+pub struct JsonText(String);
+
+impl JsonText {
+    /// `{` and the first field's name.
+    pub fn object(first: &str) -> JsonText {
+        let mut text = JsonText(String::with_capacity(256));
+        text.0.push('{');
+        text.name(first);
+        text
+    }
+
+    /// `"name":`.
+    fn name(&mut self, name: &str) {
+        self.string(name);
+        self.0.push(':');
+    }
+
+    /// `,"name":`.
+    pub fn field(&mut self, name: &str) -> &mut JsonText {
+        self.0.push(',');
+        self.name(name);
+        self
+    }
+
+    /// Raw JSON text (a structural character, a nested value's start).
+    pub fn raw(&mut self, text: &str) -> &mut JsonText {
+        self.0.push_str(text);
+        self
+    }
+
+    /// A JSON string.
+    pub fn string(&mut self, value: &str) -> &mut JsonText {
+        self.0.push('"');
+        // What needs escaping is ASCII: the runs between such bytes are whole UTF-8 text.
+        let mut from = 0;
+        for (i, &b) in value.as_bytes().iter().enumerate() {
+            if b != b'"' && b != b'\\' && b >= 0x20 {
+                continue;
+            }
+            self.0.push_str(value.get(from..i).unwrap_or_default());
+            match b {
+                b'"' => self.0.push_str("\\\""),
+                b'\\' => self.0.push_str("\\\\"),
+                _ => {
+                    self.0.push_str("\\u00");
+                    self.0.push_str(&crate::core::key::hex(&[b]));
+                }
+            }
+            from = i + 1;
+        }
+        self.0.push_str(value.get(from..).unwrap_or_default());
+        self.0.push('"');
+        self
+    }
+
+    /// A string, or `null`.
+    pub fn option(&mut self, value: Option<&str>) -> &mut JsonText {
+        match value {
+            Some(v) => self.string(v),
+            None => self.raw("null"),
+        }
+    }
+
+    /// A finite number; `None` for another.
+    pub fn number(&mut self, value: f64) -> Option<&mut JsonText> {
+        if !value.is_finite() {
+            return None;
+        }
+        self.0.push_str(&value.to_string());
+        Some(self)
+    }
+
+    /// `}` and the object.
+    pub fn end(mut self) -> Option<JsValue> {
+        self.0.push('}');
+        js_sys::JSON::parse(&self.0).ok()
+    }
+}
+
 /// The lock record of `token`, live until `expires_at` (ms since the Unix epoch).
 pub fn lock_record(token: &str, fingerprint: &str, expires_at: f64) -> JsValue {
-    to_js(&LockRecord {
-        state: "in-progress",
-        token,
-        fingerprint,
-        lock_expires_at: expires_at,
+    let text = || {
+        let mut j = JsonText::object("state");
+        j.string("in-progress");
+        j.field("token").string(token);
+        j.field("fingerprint").string(fingerprint);
+        j.field("lockExpiresAt").number(expires_at)?;
+        j.end()
+    };
+    text().unwrap_or_else(|| {
+        to_js(&LockRecord {
+            state: "in-progress",
+            token,
+            fingerprint,
+            lock_expires_at: expires_at,
+        })
     })
 }
 
 /// The completed record for `response`.
 pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> JsValue {
-    to_js(&CompletedRecord {
-        state: "completed",
-        fingerprint,
-        response,
-        completed_at: js_sys::Date::now(),
+    let completed_at = js_sys::Date::now();
+    let text = || {
+        let mut j = JsonText::object("state");
+        j.string("completed");
+        j.field("fingerprint").string(fingerprint);
+        j.field("response").raw("{\"status\":");
+        j.number(f64::from(response.status))?;
+        j.field("statusText").string(&response.status_text);
+        j.field("headers").raw("[");
+        for (i, (name, value)) in response.headers.iter().enumerate() {
+            j.raw(if i == 0 { "[" } else { ",[" });
+            j.string(name).raw(",").string(value).raw("]");
+        }
+        j.raw("]");
+        j.field("body").string(&response.body).raw("}");
+        j.field("completedAt").number(completed_at)?;
+        j.end()
+    };
+    text().unwrap_or_else(|| {
+        to_js(&CompletedRecord {
+            state: "completed",
+            fingerprint,
+            response,
+            completed_at,
+        })
     })
 }
 
@@ -200,18 +319,41 @@ impl Store {
         })
     }
 
-    /// `store[method](...args)`, awaited when it returns a promise; a throw or a rejection is
-    /// an `Err` with its error.
+    /// `store[method](...args)`, awaited when it returns a promise or a thenable; a throw or a
+    /// rejection is an `Err` with its error. A method that carries a synchronous twin at
+    /// `Symbol.for('retry-fetch.syncStore')` (`MemoryStore`'s) is called through it, and what
+    /// that returns is not awaited.
     async fn call(&self, method: &str, args: &[&JsValue]) -> Result<JsValue, JsValue> {
         let f: Function = js::get_or_throw(&self.object, method)?
             .dyn_into()
             .map_err(|_| type_error("idempotency: the store lost one of its methods"))?;
-        let list = Array::new();
-        for a in args {
-            list.push(a);
+        let twin = SYNC_KEY.with(|key| js_sys::Reflect::get(&f, key).ok());
+        let (f, sync) = match twin.map(|t| t.dyn_into::<Function>()) {
+            Some(Ok(twin)) => (twin, true),
+            _ => (f, false),
+        };
+        let target = &self.object;
+        let value = match args {
+            [] => f.call0(target)?,
+            [a] => f.call1(target, a)?,
+            [a, b] => f.call2(target, a, b)?,
+            [a, b, c] => f.call3(target, a, b, c)?,
+            _ => {
+                let list = Array::new();
+                for a in args {
+                    list.push(a);
+                }
+                f.apply(target, &list)?
+            }
+        };
+        if sync || !(value.is_object() || value.is_function()) {
+            // Not a promise nor a thenable: nothing to wait for.
+            return Ok(value);
         }
-        let value = f.apply(&self.object, &list)?;
-        JsFuture::from(Promise::resolve(&value)).await
+        match value.dyn_into::<Promise>() {
+            Ok(promise) => JsFuture::from(promise).await,
+            Err(value) => JsFuture::from(Promise::resolve(&value)).await,
+        }
     }
 
     /// `acquire(key, lock, lockTimeoutMs)`: `None` when the caller now holds the key.
@@ -297,6 +439,25 @@ impl Store {
     /// `recordRun(run)`: store `run`, replacing the record with its id.
     pub async fn record_run(&self, run: &JsValue) -> Result<(), JsValue> {
         self.call("recordRun", &[run]).await.map(drop)
+    }
+
+    /// `runs(run.key)` and then `recordRun(run)` in one call, where the store offers it: the
+    /// function its `runs` and `recordRun` both carry at `Symbol.for('retry-fetch.startRun')`
+    /// (`PostgresStore`'s: one statement), so a wrapper or subclass that replaces either is
+    /// called through its own methods. The key's runs as they were before `run`; `None` for a
+    /// store without it.
+    pub async fn start_run(&self, run: &JsValue) -> Option<Result<JsValue, JsValue>> {
+        let twin = |method: &str| {
+            START_RUN_KEY.with(|key| js_sys::Reflect::get(&js::get(&self.object, method), key).ok())
+        };
+        let f = twin("runs")?.dyn_into::<Function>().ok()?;
+        if !Object::is(&f, &twin("recordRun")?) {
+            return None;
+        }
+        Some(match f.call1(&self.object, run) {
+            Ok(value) => JsFuture::from(Promise::resolve(&value)).await,
+            Err(error) => Err(error),
+        })
     }
 
     /// `runs(key)`: the recorded runs of `key` (every scope), oldest first.
