@@ -92,7 +92,7 @@ use retry_fetch::core::classify::Outcome;
 use retry_fetch::core::engine::{CallEngine, CallFacts, CallGuards, Settled, Step, WaitKind};
 use retry_fetch::core::guards::{GuardsLent, Held, Pacer as CorePacer};
 use retry_fetch::core::options::{Jitter, RetryPolicy};
-use retry_fetch::core::throttle::{AdaptiveThrottle, ThrottleConfig};
+use retry_fetch::core::throttle::{AdaptiveThrottle, DefaultThrottle, ThrottleConfig};
 
 #[path = "../src/core/timeline.rs"]
 mod timeline;
@@ -331,8 +331,11 @@ mod storm {
     /// The `throttle` option of the calls.
     #[derive(Clone, Copy, Debug, PartialEq)]
     pub enum Pacing {
-        /// None.
+        /// None (`throttle: false`).
         None,
+        /// The default throttle (`core::throttle::DefaultThrottle`): what a call given no
+        /// `throttle` has.
+        Default,
         /// One shared `AdaptiveThrottle` with these settings.
         Throttle(ThrottleConfig),
         /// The previous `AdaptiveThrottle`, re-implemented here (see [`compare`]).
@@ -355,6 +358,13 @@ mod storm {
         /// Default options: the default budget only.
         pub const DEFAULT: Setup = Setup {
             budget: BudgetOption::Default,
+            pacing: Pacing::Default,
+            breaker: None,
+        };
+
+        /// `budget: false, throttle: false`: retries only, nothing shared (p-retry's design).
+        pub const NOTHING: Setup = Setup {
+            budget: BudgetOption::Off,
             pacing: Pacing::None,
             breaker: None,
         };
@@ -417,7 +427,8 @@ mod storm {
                 }
             }
             match self.pacing {
-                Pacing::None => {}
+                Pacing::None => options.push("`throttle: false`".to_string()),
+                Pacing::Default => guards.push("default throttle".to_string()),
                 Pacing::Throttle(c) => {
                     options.push(if c == ThrottleConfig::default() {
                         "`throttle: new AdaptiveThrottle()`".to_string()
@@ -470,6 +481,7 @@ mod storm {
                 },
                 throttle: match self.pacing {
                     Pacing::None => None,
+                    Pacing::Default => Some(Box::new(DefaultThrottle::default())),
                     Pacing::Throttle(c) => Some(Box::new(AdaptiveThrottle::new(
                         c.validate().expect("valid throttle settings"),
                     ))),
@@ -492,6 +504,12 @@ mod storm {
     impl Pacer for AdaptiveThrottle {
         fn rate(&mut self, origin: &str, now: f64) -> Option<f64> {
             AdaptiveThrottle::rate(self, origin, now)
+        }
+    }
+
+    impl Pacer for DefaultThrottle {
+        fn rate(&mut self, origin: &str, now: f64) -> Option<f64> {
+            DefaultThrottle::rate(self, origin, now)
         }
     }
 
@@ -927,6 +945,9 @@ mod storm {
     struct Call {
         engine: CallEngine,
         held: Held,
+        /// It entered its retry loop (its first attempt was not simply served), as the shell's
+        /// `run_loop` does: the pacer was told (`join`), and is told when it ends (`leave`).
+        joined: bool,
         /// The status of its newest answer (what the call returns when it ends).
         status: Option<u16>,
         /// When its attempt in flight was sent (for the trace).
@@ -1015,6 +1036,9 @@ mod storm {
                     Step::BeforeRetry { .. } => engine.next_attempt(policy, &mut guards, now),
                     Step::Finish { reason, .. } => {
                         guards.release(now);
+                        if self.calls[c].joined {
+                            lend(&mut self.shared, &mut self.calls[c].held).leave(now);
+                        }
                         let served = self.calls[c].status == Some(200);
                         if self.trace && !served {
                             eprintln!("{at:8.2} a call ends unserved: {}", reason.as_str());
@@ -1024,6 +1048,9 @@ mod storm {
                     }
                     Step::CircuitOpen(_) => {
                         guards.release(now);
+                        if self.calls[c].joined {
+                            lend(&mut self.shared, &mut self.calls[c].held).leave(now);
+                        }
                         if self.trace {
                             eprintln!("{at:8.2} a call ends unsent: the circuit is open");
                         }
@@ -1070,10 +1097,16 @@ mod storm {
                 engine,
                 held,
                 sent_at,
+                joined,
                 ..
             } = &mut self.calls[c];
             let sent_at = *sent_at;
             let mut guards = lend(&mut self.shared, held);
+            if !ok && !*joined {
+                // The shell's lean path ends here and the call's loop starts.
+                *joined = true;
+                guards.join(now);
+            }
             let settled = Settled {
                 outcome: Outcome::Status(status),
                 redirected: false,
@@ -1161,6 +1194,7 @@ mod storm {
         let call = Call {
             engine: CallEngine::new(&policy, 0.0, get),
             held: Held::default(),
+            joined: false,
             status: None,
             sent_at: 0.0,
         };
@@ -1320,10 +1354,11 @@ mod storm {
 
         const KINDS: [Kind; 4] = [Kind::RATE, Kind::CONCURRENCY, Kind::SHED, Kind::HALVING];
 
-        fn setups() -> [Setup; 8] {
+        fn setups() -> [Setup; 9] {
             [
                 Setup::DEFAULT,
                 Setup::NO_BUDGET,
+                Setup::NOTHING,
                 Setup::retry_budget(),
                 Setup::breaker(),
                 Setup::throttle(),
@@ -1365,9 +1400,11 @@ mod storm {
 
         #[test]
         fn the_default_budget_skips_retries_and_holds_the_herd_back() {
+            // The budget alone (`throttle: false`), against no guard at all.
+            let budget_only = Setup::DEFAULT.pacing(Pacing::None);
             for kind in KINDS {
-                let plain = row(200, kind, Setup::NO_BUDGET, 10, 1.0);
-                let budget = row(200, kind, Setup::DEFAULT, 10, 1.0);
+                let plain = row(200, kind, Setup::NOTHING, 10, 1.0);
+                let budget = row(200, kind, budget_only, 10, 1.0);
                 // Where the herd is refused again (all but the shedding server, whose
                 // Retry-After spreads the retries enough to leave nothing to hold back: both
                 // are at the floor), the budget sends fewer requests.
@@ -1380,10 +1417,23 @@ mod storm {
                     assert!(budget.amplification <= plain.amplification + 1e-9);
                 }
             }
-            let r = simulate(200, Kind::RATE, Setup::DEFAULT, 1, 1.0, false);
+            let r = simulate(200, Kind::RATE, budget_only, 1, 1.0, false);
             assert!(r.skipped > 0);
-            let r = simulate(200, Kind::RATE, Setup::NO_BUDGET, 1, 1.0, false);
+            let r = simulate(200, Kind::RATE, Setup::NOTHING, 1, 1.0, false);
             assert_eq!(r.skipped, 0);
+        }
+
+        #[test]
+        fn the_default_throttle_paces_a_herd_retries_to_the_floor() {
+            for kind in [Kind::RATE, Kind::CONCURRENCY] {
+                let budget_only = row(200, kind, Setup::DEFAULT.pacing(Pacing::None), 10, 1.0);
+                let default = row(200, kind, Setup::DEFAULT, 10, 1.0);
+                assert!(default.amplification < budget_only.amplification);
+                assert!(
+                    default.amplification <= default.floor + 0.2,
+                    "{kind:?}: {default:?}"
+                );
+            }
         }
 
         #[test]
@@ -1494,11 +1544,12 @@ fn kind_by_name(name: &str) -> Kind {
 
 /// The rows of each server kind in the main table (and the names `--trace` and `--summary`
 /// take).
-fn setups() -> [(&'static str, Setup); 8] {
+fn setups() -> [(&'static str, Setup); 9] {
     let throttle = Setup::throttle();
     [
         ("default", Setup::DEFAULT),
         ("no-budget", Setup::NO_BUDGET),
+        ("nothing", Setup::NOTHING),
         ("retry-budget", Setup::retry_budget()),
         ("breaker", Setup::breaker()),
         ("throttle", throttle),
@@ -1653,6 +1704,7 @@ fn main() {
     for setup in [
         Setup::DEFAULT,
         Setup::NO_BUDGET,
+        Setup::NOTHING,
         throttle,
         throttle.pacing(Pacing::Previous),
     ] {

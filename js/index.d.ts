@@ -164,8 +164,15 @@ export interface RetryOptions {
    * @default the default budget
    */
   budget?: RetryBudget | 'own' | false | null | undefined;
-  /** A shared adaptive send rate per origin: every attempt waits for its turn. @default undefined (none) */
-  throttle?: AdaptiveThrottle | null | undefined;
+  /**
+   * A shared adaptive send rate per origin: every attempt waits for its turn. Without one, the
+   * default throttle (shared by every call of this copy of the package) paces the retries of a
+   * herd only: from an origin's 429 or 503 while at least 10 calls to it are retrying, until
+   * none is (first attempts and a lone call are never paced); `false` turns it off; `null`
+   * restores it.
+   * @default the default throttle
+   */
+  throttle?: AdaptiveThrottle | false | null | undefined;
   /** A shared circuit breaker per origin: while open, calls reject with CircuitOpenError and nothing is sent. @default undefined (none) */
   breaker?: CircuitBreaker | null | undefined;
 }

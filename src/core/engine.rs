@@ -59,8 +59,9 @@ pub fn is_pushback(status: u16) -> bool {
 pub trait CallGuards {
     /// May the next attempt go? `Err(ms until a probe may)` when the circuit is open.
     fn admit(&mut self, now_ms: f64) -> Result<(), f64>;
-    /// The throttle's answer for the next attempt's turn.
-    fn turn(&mut self, deadline_left_ms: Option<f64>, now_ms: f64) -> Turn;
+    /// The throttle's answer for the next attempt's turn (`attempt`: its number, 1 for the
+    /// first).
+    fn turn(&mut self, attempt: u32, deadline_left_ms: Option<f64>, now_ms: f64) -> Turn;
     /// Attempt `attempt` is sent.
     fn sent(&mut self, attempt: u32, now_ms: f64);
     /// The attempt sent at `sent_at_ms` (number `attempt`) ended with `outcome`.
@@ -79,6 +80,11 @@ pub trait CallGuards {
     /// The call ended (however): give back what it holds (a half-open probe slot, a turn it
     /// still waits for).
     fn release(&mut self, now_ms: f64);
+    /// The call entered its retry loop (a pacer may count the calls retrying together).
+    /// Default: nothing.
+    fn join(&mut self, _now_ms: f64) {}
+    /// The call that [`CallGuards::join`]ed ended. Default: nothing.
+    fn leave(&mut self, _now_ms: f64) {}
 }
 
 /// What is known of the call's own request.
@@ -300,7 +306,8 @@ impl CallEngine {
     ) -> Step {
         let poll = self.next_is_poll;
         if !poll {
-            match guards.turn(self.state.deadline_left_ms(now_ms), now_ms) {
+            let attempt = self.state.attempts() + 1;
+            match guards.turn(attempt, self.state.deadline_left_ms(now_ms), now_ms) {
                 Turn::Now => {}
                 Turn::Wait(ms) => return Step::WaitTurn(ms),
                 Turn::Stop(reason) => {
@@ -601,7 +608,7 @@ mod tests {
         fn admit(&mut self, _now: f64) -> Result<(), f64> {
             self.open_for.map_or(Ok(()), Err)
         }
-        fn turn(&mut self, _left: Option<f64>, _now: f64) -> Turn {
+        fn turn(&mut self, _attempt: u32, _left: Option<f64>, _now: f64) -> Turn {
             if self.turns.is_empty() {
                 Turn::Now
             } else {

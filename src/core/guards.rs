@@ -24,6 +24,14 @@ pub trait Pacer {
     fn on_answer(&mut self, origin: &str, sent_ms: f64, pushback: bool, now_ms: f64);
     /// The longest a caller waits in the queue (`maxWaitMs`).
     fn max_wait_ms(&self) -> f64;
+    /// Does it pace first attempts too (or only retries)? Default true.
+    fn paces_first_attempts(&self) -> bool {
+        true
+    }
+    /// A call to `origin` started retrying (entered its loop). Default: nothing.
+    fn joined(&mut self, _origin: &str, _now_ms: f64) {}
+    /// A call that [`Pacer::joined`] ended. Default: nothing.
+    fn left(&mut self, _origin: &str, _now_ms: f64) {}
 }
 
 impl Pacer for AdaptiveThrottle {
@@ -98,10 +106,13 @@ impl CallGuards for GuardsLent<'_> {
         }
     }
 
-    fn turn(&mut self, deadline_left_ms: Option<f64>, now_ms: f64) -> Turn {
+    fn turn(&mut self, attempt: u32, deadline_left_ms: Option<f64>, now_ms: f64) -> Turn {
         let Some(t) = self.pacer.as_deref_mut() else {
             return Turn::Now;
         };
+        if attempt <= 1 && !t.paces_first_attempts() {
+            return Turn::Now;
+        }
         let origin = self.origin;
         let (ticket, queued_at) = *self
             .held
@@ -174,6 +185,18 @@ impl CallGuards for GuardsLent<'_> {
         self.breaker
             .as_deref()
             .is_some_and(|b| b.state(self.origin, at_ms) == BreakerState::Open)
+    }
+
+    fn join(&mut self, now_ms: f64) {
+        if let Some(t) = self.pacer.as_deref_mut() {
+            t.joined(self.origin, now_ms);
+        }
+    }
+
+    fn leave(&mut self, now_ms: f64) {
+        if let Some(t) = self.pacer.as_deref_mut() {
+            t.left(self.origin, now_ms);
+        }
     }
 
     fn release(&mut self, now_ms: f64) {
@@ -251,7 +274,7 @@ mod tests {
                 breaker: None,
                 held: &mut held,
             };
-            if let Turn::Wait(_) = lent.turn(None, 0.0) {
+            if let Turn::Wait(_) = lent.turn(2, None, 0.0) {
                 tickets.push(held.ticket);
                 first = held;
                 break;

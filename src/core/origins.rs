@@ -60,6 +60,11 @@ impl<T> OriginMap<T> {
             .map(|(_, t)| t)
     }
 
+    /// Drop the state of `origin`, if any.
+    pub fn remove(&mut self, origin: &str) {
+        self.entries.retain(|(o, _)| o != origin);
+    }
+
     /// How many origins have state.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -24,6 +24,7 @@
 //! Why this design, and the designs it replaced: `docs/ARCHITECTURE.md`; the measurements:
 //! `BENCHMARKS.md`.
 
+use super::guards::Pacer;
 use super::options::{guard_setting_expected, OptionError};
 use super::origins::OriginMap;
 
@@ -390,6 +391,117 @@ impl AdaptiveThrottle {
         o.tokens = o.tokens.min(capacity(o.fill_rate));
     }
 }
+
+/// How many calls to an origin must be retrying together when it answers 429 or 503 for the
+/// default throttle to start pacing it: 10. A lone call, or calls one after another, are
+/// never paced by it.
+pub const HERD_CALLS: u32 = 10;
+
+/// The throttle every call shares when it is given none (`throttle` not set; `false` turns it
+/// off, an [`AdaptiveThrottle`] replaces it). It paces retries only, never a first attempt
+/// (the success path stays as it is), and only a herd's: an origin is paced from the moment it
+/// answers 429 or 503 while at least [`HERD_CALLS`] calls to it are retrying together, as an
+/// [`AdaptiveThrottle`] with the default settings paces it (slow start from `initial_rate` at
+/// that moment, the rate the origin takes found from there), until no call to it is retrying
+/// any more. A lone call's retries are never paced.
+#[derive(Clone, Debug, Default)]
+pub struct DefaultThrottle {
+    paced: AdaptiveThrottle,
+    /// Calls retrying (in their loop) per origin.
+    retrying: OriginMap<u32>,
+}
+
+impl DefaultThrottle {
+    /// A default throttle with `config` for the origins it paces.
+    pub fn new(config: ThrottleConfig) -> Self {
+        DefaultThrottle {
+            paced: AdaptiveThrottle::new(config),
+            retrying: OriginMap::default(),
+        }
+    }
+
+    /// Does it pace `origin` now?
+    pub fn paces(&self, origin: &str) -> bool {
+        self.paced.origins.get(origin).is_some()
+    }
+
+    /// The send rate of `origin`, req/s, while it is paced.
+    pub fn rate(&mut self, origin: &str, now_ms: f64) -> Option<f64> {
+        self.paced.rate(origin, now_ms)
+    }
+
+    /// How many calls to `origin` are retrying.
+    pub fn retrying(&self, origin: &str) -> u32 {
+        self.retrying.get(origin).copied().unwrap_or(0)
+    }
+}
+
+impl Pacer for DefaultThrottle {
+    fn enqueue(&mut self, origin: &str, now_ms: f64) -> u64 {
+        if self.paces(origin) {
+            self.paced.enqueue(origin, now_ms)
+        } else {
+            UNQUEUED
+        }
+    }
+    fn poll(&mut self, origin: &str, ticket: u64, now_ms: f64) -> Result<(), f64> {
+        if ticket == UNQUEUED || !self.paces(origin) {
+            return Ok(());
+        }
+        self.paced.poll(origin, ticket, now_ms)
+    }
+    fn abandon(&mut self, origin: &str, ticket: u64, now_ms: f64) {
+        if ticket != UNQUEUED && self.paces(origin) {
+            self.paced.abandon(origin, ticket, now_ms);
+        }
+    }
+    fn on_send(&mut self, origin: &str, now_ms: f64) {
+        if let Some(o) = self.paced.origins.get_mut(origin) {
+            o.sends.record(now_ms);
+        }
+    }
+    fn on_answer(&mut self, origin: &str, sent_ms: f64, pushback: bool, now_ms: f64) {
+        if let Some(o) = self.paced.origins.get(origin) {
+            // Answers to what was sent before the pacing began, or in its first `ramp_ms`,
+            // are the unpaced wave that started it and the server still working through it:
+            // they say nothing of the paced rate (counted, the first paced retries meeting the
+            // emptied server would cut the rate far below what it takes).
+            if sent_ms >= o.created_ms + self.paced.config.ramp_ms {
+                self.paced.on_answer(origin, sent_ms, pushback, now_ms);
+            }
+        } else if pushback && self.retrying(origin) >= HERD_CALLS {
+            // A herd pushed back: pacing starts here, in slow start.
+            self.paced.origin(origin, now_ms);
+        }
+    }
+    fn max_wait_ms(&self) -> f64 {
+        self.paced.config.max_wait_ms
+    }
+    fn paces_first_attempts(&self) -> bool {
+        false
+    }
+    fn joined(&mut self, origin: &str, _now_ms: f64) {
+        *self.retrying.get_or_insert_with(origin, || 0) += 1;
+    }
+    fn left(&mut self, origin: &str, _now_ms: f64) {
+        let left = match self.retrying.get_mut(origin) {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n
+            }
+            None => 0,
+        };
+        if left == 0 {
+            // The herd is over: the throttle steps aside (the next one starts unpaced).
+            self.retrying.remove(origin);
+            self.paced.origins.remove(origin);
+        }
+    }
+}
+
+/// The ticket of a turn the default throttle did not queue (its origin was not paced): always
+/// granted.
+const UNQUEUED: u64 = u64::MAX;
 
 #[cfg(test)]
 mod tests {
@@ -891,5 +1003,68 @@ mod tests {
         assert_eq!(cube_root(-1.0), 0.0);
         assert_eq!(cube_root(f64::NAN), 0.0);
         assert_eq!(cube_root(f64::INFINITY), f64::INFINITY);
+    }
+
+    // ---- the default throttle ------------------------------------------------------------
+
+    #[test]
+    fn the_default_throttle_never_paces_a_lone_call_or_calls_one_after_another() {
+        let mut t = DefaultThrottle::default();
+        for call in 0..100 {
+            let now = call as f64 * 10.0;
+            t.joined(O, now);
+            for attempt in 0..9 {
+                let at = now + attempt as f64;
+                t.on_answer(O, at, true, at + 0.5); // every attempt refused
+                let ticket = t.enqueue(O, at + 1.0);
+                assert_eq!(t.poll(O, ticket, at + 1.0), Ok(()));
+            }
+            t.left(O, now + 9.0);
+        }
+        assert!(!t.paces(O));
+        assert!(!t.paces_first_attempts());
+    }
+
+    #[test]
+    fn a_herd_pushed_back_is_paced_until_its_calls_are_done() {
+        let mut t = DefaultThrottle::default();
+        for _ in 0..(HERD_CALLS - 1) {
+            t.joined(O, 0.0);
+        }
+        t.on_answer(O, 0.0, true, 1.0);
+        assert!(!t.paces(O), "nine calls are not a herd");
+        t.joined(O, 1.0);
+        t.on_answer(O, 0.0, true, 2.0);
+        assert!(t.paces(O) && !t.paces("http://other:1"));
+        assert_eq!(
+            t.rate(O, 2.0),
+            Some(200.0),
+            "slow start from the initial rate"
+        );
+        // 100 retries at once: the first two at once (the bucket), the rest along slow start
+        let tickets: Vec<u64> = (0..100).map(|_| t.enqueue(O, 2.0)).collect();
+        let mut granted = vec![None; 100];
+        let mut now = 2.0;
+        while granted.iter().any(Option::is_none) {
+            for (i, &ticket) in tickets.iter().enumerate() {
+                if granted[i].is_none() && t.poll(O, ticket, now).is_ok() {
+                    granted[i] = Some(now);
+                }
+            }
+            now += 1.0;
+        }
+        assert_eq!(granted[0], Some(2.0));
+        let last = granted[99].unwrap_or_default();
+        assert!(
+            (250.0..400.0).contains(&(last - 2.0)),
+            "the 100th turn at {last}"
+        );
+        // the calls end: the throttle steps aside
+        for i in 0..HERD_CALLS {
+            assert!(t.paces(O), "{i} calls left");
+            t.left(O, now);
+        }
+        assert!(!t.paces(O));
+        assert_eq!(t.enqueue(O, now), UNQUEUED);
     }
 }

@@ -119,9 +119,11 @@ test('1,000 concurrent calls with interleaved aborts all settle, each exactly on
     const fetch = memoryFetch((n) => (n < 3 ? 503 : 200));
     calls.push(
       api
-        // budget: false: 1,000 calls failing twice each at one origin are what the default
-        // budget refuses (tested in scenarios.mjs); this test is about settling exactly once.
-        .retryFetch('https://many.invalid/', { method: i % 2 ? 'POST' : 'GET' }, { baseDelayMs: i % 7, jitter: 'full', signal: controller.signal, fetch, budget: false })
+        // budget: false, throttle: false: 1,000 calls failing twice each at one origin are what
+        // the default budget refuses and the default throttle paces (tested in
+        // default-budget.test.mjs and default-throttle.test.mjs); this test is about settling
+        // exactly once.
+        .retryFetch('https://many.invalid/', { method: i % 2 ? 'POST' : 'GET' }, { baseDelayMs: i % 7, jitter: 'full', signal: controller.signal, fetch, budget: false, throttle: false })
         .then(
           (r) => {
             settled[i] += 1;

@@ -181,6 +181,7 @@ async function main(): Promise<void> {
     breaker: null,
   };
   await retryFetch('/', undefined, nulls);
+  await retryFetch('/', undefined, { throttle: false, budget: false });
   // @ts-expect-error: maxAttempts has no null (the runtime refuses it)
   await retryFetch('/', undefined, { maxAttempts: null });
   // @ts-expect-error: undefined is accepted, but a wrong type still is not

@@ -375,7 +375,11 @@ async fn guards_are_not_interchangeable_and_freed_or_foreign_guards_are_refused(
         ),
         ("breaker", &throttle, "a CircuitBreaker"),
         ("breaker", &budget, "a CircuitBreaker"),
-        ("throttle", &budget, "an AdaptiveThrottle"),
+        (
+            "throttle",
+            &budget,
+            "an AdaptiveThrottle, or false (no throttle)",
+        ),
     ] {
         let options = with(Object::new().into(), option, guard);
         let msg = inv(option, "[object Object]", expected);
@@ -409,7 +413,7 @@ async fn guards_are_not_interchangeable_and_freed_or_foreign_guards_are_refused(
             "throttle",
             &throttle,
             "AdaptiveThrottle",
-            "an AdaptiveThrottle",
+            "an AdaptiveThrottle, or false (no throttle)",
         ),
     ] {
         call_method(guard, "free", &[]).unwrap();

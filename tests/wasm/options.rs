@@ -228,7 +228,11 @@ fn invalid_option_cases() -> Vec<(String, String)> {
         ),
         (
             "({ throttle: 7 })".into(),
-            inv("throttle", "7", "an AdaptiveThrottle"),
+            inv(
+                "throttle",
+                "7",
+                "an AdaptiveThrottle, or false (no throttle)",
+            ),
         ),
         (
             "({ breaker: true })".into(),

@@ -42,7 +42,6 @@ use crate::core::classify::Outcome;
 use crate::core::decide::StopReason;
 use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
 use crate::core::guards::{GuardsLent, Held, Pacer};
-use crate::core::throttle::AdaptiveThrottle;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
 
@@ -389,7 +388,9 @@ struct Guards {
     /// The call's budget: a `RetryBudget` it was given, else the default one (unless
     /// `budget: false`).
     budget: Option<Rc<RefCell<dyn Budget>>>,
-    throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
+    /// The call's throttle: an `AdaptiveThrottle` it was given, else the default one (unless
+    /// `throttle: false`).
+    throttle: Option<Rc<RefCell<dyn Pacer>>>,
     breaker: Option<Rc<BreakerShared>>,
     held: Held,
 }
@@ -427,7 +428,11 @@ impl Guards {
                 origin: OnceCell::new(),
             },
             budget,
-            throttle: policy.throttle.clone(),
+            throttle: match &policy.throttle {
+                Some(t) => Some(t.clone()),
+                None if policy.default_throttle => Some(super::guards::default_throttle()),
+                None => None,
+            },
             breaker: policy.breaker.clone(),
             held: Held::default(),
         }
@@ -447,7 +452,10 @@ impl Guards {
             let mut lent = GuardsLent {
                 origin,
                 budget: budget.as_deref_mut().map(|b| b as &mut dyn Budget),
-                pacer: throttle.as_deref_mut().map(|t| t as &mut dyn Pacer),
+                pacer: throttle.as_deref_mut().map(|t| {
+                    let t: &mut dyn Pacer = t;
+                    t
+                }),
                 breaker: breaker.as_deref_mut(),
                 held: &mut self.held,
             };
@@ -464,8 +472,13 @@ impl Guards {
 
 impl Drop for Guards {
     fn drop(&mut self) {
-        if self.held.slot.is_some() || self.held.ticket.is_some() {
-            self.lend(|g| g.release(js_sys::Date::now()));
+        let holds = self.held.slot.is_some() || self.held.ticket.is_some();
+        if holds || self.throttle.is_some() {
+            self.lend(|g| {
+                let now = js_sys::Date::now();
+                g.release(now);
+                g.leave(now);
+            });
         }
     }
 }
@@ -653,6 +666,9 @@ async fn run_loop(
         return Err(reason);
     }
     let mut guards = Guards::new(&policy, &t.request);
+    if guards.throttle.is_some() {
+        guards.lend(|g| g.join(js_sys::Date::now()));
+    }
     let key = t.key.clone();
     let mut engine = CallEngine::new(
         p,

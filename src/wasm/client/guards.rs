@@ -22,7 +22,7 @@ use super::records::{to_js, StateChange};
 use crate::core::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use crate::core::budget::{BudgetConfig, RetryBudget, RetryRatio, RetryRatioConfig};
 use crate::core::options::{guard_setting_expected, OptionError};
-use crate::core::throttle::{AdaptiveThrottle, ThrottleConfig};
+use crate::core::throttle::{AdaptiveThrottle, DefaultThrottle, ThrottleConfig};
 use crate::wasm::errors::{describe, invalid_option, type_error};
 use crate::wasm::js;
 use crate::wasm::read_options::given;
@@ -74,6 +74,18 @@ pub fn default_budget() -> Rc<RefCell<RetryRatio>> {
 }
 
 thread_local! {
+    /// The default throttle (`core::throttle::DefaultThrottle`): every call and client of this
+    /// copy of the package that does not choose a throttle shares it, per origin; it paces an
+    /// origin only from its first 429 or 503 until it is healthy again.
+    static DEFAULT_THROTTLE: Rc<RefCell<DefaultThrottle>> = Rc::new(RefCell::new(DefaultThrottle::default()));
+}
+
+/// The default throttle of this module instance.
+pub fn default_throttle() -> Rc<RefCell<DefaultThrottle>> {
+    DEFAULT_THROTTLE.with(Rc::clone)
+}
+
+thread_local! {
     /// The next id: a random base per module instance (below 2^52, so exact as a JS number).
     static NEXT_ID: Cell<f64> = Cell::new(random_base());
     static REGISTRY: RefCell<Vec<(f64, Guard)>> = const { RefCell::new(Vec::new()) };
@@ -105,7 +117,7 @@ fn unregister(id: f64) {
 pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
     let expected = match option {
         "budget" => super::policy::BUDGET_EXPECTED,
-        "throttle" => "an AdaptiveThrottle",
+        "throttle" => super::policy::THROTTLE_EXPECTED,
         _ => "a CircuitBreaker",
     };
     let bad = |what: &str| {

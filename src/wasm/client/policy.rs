@@ -60,8 +60,12 @@ pub struct Policy {
     /// `budget: 'own'`: a default budget of this client's own (same rule, its own counts),
     /// instead of the one every call and client of the package shares. Default none.
     pub own_budget: Option<Rc<RefCell<crate::core::budget::RetryRatio>>>,
-    /// `throttle`: a shared `AdaptiveThrottle`. Default none.
+    /// `throttle`: a shared `AdaptiveThrottle`. `None` with `default_throttle`: the default
+    /// throttle. Default none.
     pub throttle: Option<Rc<RefCell<AdaptiveThrottle>>>,
+    /// The default throttle applies (`throttle` not given or `null`; `false` turns it off, an
+    /// `AdaptiveThrottle` replaces it). Default true.
+    pub default_throttle: bool,
     /// `breaker`: a shared `CircuitBreaker`. Default none.
     pub breaker: Option<Rc<BreakerShared>>,
 }
@@ -82,6 +86,7 @@ impl Default for Policy {
             default_budget: true,
             own_budget: None,
             throttle: None,
+            default_throttle: true,
             breaker: None,
         }
     }
@@ -98,12 +103,15 @@ impl Policy {
 pub const BUDGET_EXPECTED: &str =
     "a RetryBudget, 'own' (a default budget of the client's own), or false (no budget)";
 
+/// What `throttle` must be.
+pub const THROTTLE_EXPECTED: &str = "an AdaptiveThrottle, or false (no throttle)";
+
 /// What each option allows, for the `TypeError` of a value of the wrong type: the core's
 /// text, and the guards' here (they name a class).
 fn expected(option: &str) -> &'static str {
     match option {
         "budget" => BUDGET_EXPECTED,
-        "throttle" => "an AdaptiveThrottle",
+        "throttle" => THROTTLE_EXPECTED,
         "breaker" => "a CircuitBreaker",
         other => validate::expected(other),
     }
@@ -213,7 +221,10 @@ pub fn apply(given: &[(&'static str, JsValue)], base: &Policy) -> Result<Policy,
                     out.default_budget = true;
                     out.own_budget = None;
                 }
-                "throttle" => out.throttle = None,
+                "throttle" => {
+                    out.throttle = None;
+                    out.default_throttle = true;
+                }
                 "breaker" => out.breaker = None,
                 _ => return Err(bad(name, &v)),
             }
@@ -318,8 +329,15 @@ pub fn apply(given: &[(&'static str, JsValue)], base: &Policy) -> Result<Policy,
                     return Err(bad(name, &v));
                 }
             }
+            "throttle" if v.as_bool() == Some(false) => {
+                out.throttle = None;
+                out.default_throttle = false;
+            }
             "throttle" => match lookup(name, &v)? {
-                Guard::Throttle(t) => out.throttle = Some(t),
+                Guard::Throttle(t) => {
+                    out.throttle = Some(t);
+                    out.default_throttle = false;
+                }
                 _ => return Err(bad(name, &v)),
             },
             _ => match lookup(name, &v)? {

@@ -1,0 +1,123 @@
+// The default throttle: every retryFetch and createRetryFetch client shares one per origin
+// unless it says `throttle: false` or brings an AdaptiveThrottle. It paces retries only (a
+// first attempt never waits for it), and only a herd's: from the moment an origin answers 429
+// or 503 while at least 10 calls to it are retrying, until none is. Each test has its own
+// server (its own origin), so what the module-wide throttle learns in one test never touches
+// another.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { retryFetch, createRetryFetch } from 'retry-fetch';
+
+/**
+ * A server on a port of its own. `answer(n, now)` is the status of the n-th request
+ * (1-based), or `[status, headers]`; every answer waits `holdMs`. It counts the most requests
+ * in flight.
+ */
+async function server(answer, holdMs = 0) {
+  let seen = 0;
+  let inFlight = 0;
+  let mostInFlight = 0;
+  const arrivals = [];
+  const s = http.createServer((req, res) => {
+    seen += 1;
+    const now = performance.now();
+    arrivals.push(now);
+    inFlight += 1;
+    mostInFlight = Math.max(mostInFlight, inFlight);
+    req.resume();
+    const a = answer(seen, now);
+    const [status, headers] = Array.isArray(a) ? a : [a, {}];
+    setTimeout(() => {
+      inFlight -= 1;
+      res.writeHead(status, { 'content-type': 'text/plain', ...headers });
+      res.end(String(status));
+    }, holdMs);
+  });
+  s.keepAliveTimeout = 60_000;
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', 2048, resolve));
+  return {
+    url: `http://127.0.0.1:${s.address().port}/`,
+    seen: () => seen,
+    arrivals,
+    mostInFlight: () => mostInFlight,
+    close: () => new Promise((resolve) => { s.closeAllConnections(); s.close(resolve); }),
+  };
+}
+
+/** A token bucket: `rate` per second, holding `burst`, full at start; 503 when empty. */
+function bucket(rate, burst) {
+  let tokens = burst;
+  let at = null;
+  return (_n, now) => {
+    if (at !== null) tokens = Math.min(burst, tokens + ((now - at) / 1000) * rate);
+    at = now;
+    if (tokens >= 1) {
+      tokens -= 1;
+      return 200;
+    }
+    return 503;
+  };
+}
+
+const drain = async (r) => { await r.arrayBuffer(); return r.status; };
+
+test('a healthy origin is never paced: 1,000 calls at once are all in flight together', async () => {
+  // Each answer is held 1 s; nothing is refused, so nothing is retried, so nothing is paced.
+  const s = await server(() => 200, 1000);
+  try {
+    const statuses = await Promise.all(Array.from({ length: 1000 }, () => retryFetch(s.url).then(drain)));
+    assert.ok(statuses.every((st) => st === 200));
+    assert.ok(s.mostInFlight() > 900, `at most ${s.mostInFlight()} of 1000 in flight at once`);
+  } finally {
+    await s.close();
+  }
+});
+
+test('a lone request answered 429 waits its Retry-After and the window above it, not a throttle\'s turn', async () => {
+  const s = await server((n) => (n === 1 ? [429, { 'retry-after': '1' }] : 200));
+  try {
+    const delays = [];
+    const res = await retryFetch(s.url, undefined, { baseDelayMs: 100, onRetry: (i) => delays.push(i.delayMs) });
+    assert.equal(res.status, 200);
+    assert.equal(s.seen(), 2);
+    // the second asked, and up to half of it above (the window: half the wait, the backoff of
+    // 100 ms being narrower)
+    assert.ok(delays[0] >= 1000 && delays[0] <= 1500, `waited ${delays[0]} ms`);
+    const gap = s.arrivals[1] - s.arrivals[0];
+    assert.ok(gap >= 1000 - 2 && gap < delays[0] + 500, `the retry came ${gap.toFixed(0)} ms after the first attempt`);
+  } finally {
+    await s.close();
+  }
+});
+
+test('a herd refused by an overloaded server is paced: fewer requests than with throttle: false, all served', async () => {
+  // 150 calls at once against a token bucket of 200 req/s holding 10: most of the first wave
+  // is refused. Both herds run together, each against its own server.
+  const paced = await server(bucket(200, 10));
+  const free = await server(bucket(200, 10));
+  try {
+    const options = { maxAttempts: 9, baseDelayMs: 10, maxDelayMs: 1000, budget: false };
+    const client = createRetryFetch({ ...options, throttle: false });
+    const [a, b] = await Promise.all([
+      Promise.all(Array.from({ length: 150 }, () => retryFetch(paced.url, undefined, options).then(drain))),
+      Promise.all(Array.from({ length: 150 }, () => client(free.url).then(drain))),
+    ]);
+    assert.ok(a.every((st) => st === 200), `paced: ${a.filter((st) => st === 200).length} of 150 served`);
+    assert.ok(b.filter((st) => st === 200).length > 0);
+    assert.ok(paced.seen() < free.seen(), `requests: ${paced.seen()} with the default throttle, ${free.seen()} with throttle: false`);
+  } finally {
+    await Promise.all([paced.close(), free.close()]);
+  }
+});
+
+test('a total outage with default options (the budget and the throttle): at most 1.5 requests per call', async () => {
+  const s = await server(() => 503);
+  try {
+    const results = await Promise.all(Array.from({ length: 200 }, () => retryFetch(s.url, undefined, { baseDelayMs: 1, maxDelayMs: 5, maxAttempts: 9 })));
+    assert.ok(results.every((r) => r.status === 503));
+    assert.ok(s.seen() <= 300, `${s.seen()} requests for 200 calls`);
+  } finally {
+    await s.close();
+  }
+});
