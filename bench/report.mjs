@@ -49,7 +49,7 @@ p('# Benchmarks',
 const allGoals = [
   ...(coldstart ? coldstart.goalResults.map((g) => ({ ...g, section: 'Size / Cold start' })) : []),
   ...(overhead ? overhead.goals.map((g) => ({ ...g, section: 'Success-path overhead' })) : []),
-  // No goal: the server companion's cost is a measurement (its summary lines have no verdict).
+  // The server companion: its goals per store (MemoryStore, PostgresStore; RedisStore a measurement).
   ...(companion ? companion.summary.map((g) => ({ ...g, section: 'Server companion' })) : []),
   ...(adapters ? adapters.summary.map((g) => ({ ...g, section: 'Server companion, framework adapters' })) : []),
   ...(storms ? storms.goals.map((g) => ({ ...g, section: 'Retry storms' })) : []),

@@ -53,6 +53,11 @@ const GOALS = Object.freeze({
   // AdaptiveThrottle on every kind: all served, amplification within 0.1 of its floor, p99
   // within 1.5 x the ideal.
   throttle: { successes: CLIENTS, maxAboveFloor: 0.1, maxP99OverIdeal: 1.5 },
+  // Default options (the default budget and the default throttle) on every kind: all served,
+  // amplification within 0.2 of the floor, p99 within 1.5 x the ideal; against the shedding
+  // server, the ideal of a client that honours its Retry-After (1 s, then the rest served at
+  // capacity: 1000 ms + the kind's ideal).
+  defaultStorm: { successes: CLIENTS, maxAboveFloor: 0.2, maxP99OverIdeal: 1.5, retryAfterMs: 1000 },
   outageDefault: { maxAmplification: 1.5 },
   outageBudget: { maxAmplification: 1.15 },
 });
@@ -376,6 +381,28 @@ function evaluateGoals(kinds, outage) {
       target: parts.map((x) => x.target).join('; '),
       measured: parts.map((x) => x.measured).join('; '),
       met: parts.some((x) => x.met == null) ? 'n/a' : missed.length ? `NOT met (${missed.join(', ')})` : 'met',
+    });
+
+    // Default options on every kind (GOALS.defaultStorm).
+    const dg = GOALS.defaultStorm;
+    const dIdeal = k.id === 'shedding' ? k.idealMs + dg.retryAfterMs : k.idealMs;
+    goals.push({
+      goal: `${k.title}, default options: successes`,
+      target: `${dg.successes}/${CLIENTS}`,
+      measured: def ? `${fmt.int(def.successes)}/${CLIENTS}` : 'n/a',
+      met: mark(def ? def.successes >= dg.successes : null),
+    });
+    goals.push({
+      goal: `${k.title}, default options: amplification`,
+      target: def ? `≤ floor + ${dg.maxAboveFloor} = ${(def.floor + dg.maxAboveFloor).toFixed(2)} (floor ${fmt.amp(def.floor)})` : `≤ floor + ${dg.maxAboveFloor}`,
+      measured: def ? fmt.amp(def.amplification) : 'n/a',
+      met: mark(def ? def.amplification <= def.floor + dg.maxAboveFloor + 1e-9 : null),
+    });
+    goals.push({
+      goal: `${k.title}, default options: p99`,
+      target: `≤ ${dg.maxP99OverIdeal} × ${k.id === 'shedding' ? 'the Retry-After ideal' : 'ideal'} = ${Math.round(dg.maxP99OverIdeal * dIdeal)} ms`,
+      measured: def ? `${fmt.int(def.p99Ms)} ms (${fmt.ratio(def.p99Ms / dIdeal)})` : 'n/a',
+      met: mark(def ? def.p99Ms <= dg.maxP99OverIdeal * dIdeal : null),
     });
 
     // AdaptiveThrottle on every kind (GOALS.throttle).
