@@ -1,6 +1,6 @@
 // Writes BENCHMARKS.md (at the repository root) from the last results in bench/results/:
 // coldstart.json (size and cold start), overhead.json, companion.json, adapters.json,
-// storms.json (+ storms.svg), storm-simulation.md and occ.md.
+// storms.json (+ storms.svg), independent.json, storm-simulation.md and occ.md.
 // Reruns nothing; a missing input is reported as such in its section.
 //
 //   node bench/report.mjs [out.md]
@@ -8,7 +8,7 @@ import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  adaptersTable, companionTable, goalsTable, normalizeStorms, overheadTable, stormHerdTable, stormNotes, stormOutageTable, table,
+  adaptersTable, companionTable, goalsTable, normalizeStorms, overheadTable, stormFmt, stormHerdTable, stormNotes, stormOutageTable, table,
 } from './format.mjs';
 import { coldTable, sizeTables } from './coldstart.mjs';
 
@@ -31,6 +31,7 @@ const overhead = readJson('overhead.json');
 const companion = readJson('companion.json');
 const adapters = readJson('adapters.json');
 const storms = readJson('storms.json');
+const independent = readJson('independent.json');
 const occFile = path.join(RESULTS, 'occ.md');
 const occ = existsSync(occFile) ? readFileSync(occFile, 'utf8') : null;
 const svg = path.join(RESULTS, 'storms.svg');
@@ -202,6 +203,27 @@ if (storms) {
     + `${s.budgetFalse ? `; \`budget: false\` ${s.budgetFalse.supported ? 'was accepted by this build, so the jitter rows use it too' : `was not accepted by this build (${s.budgetFalse.error}), so the "no budget" row is n/a`}` : ''}):`,
   configs.map((r) => `- ${r.name}: \`${JSON.stringify(r.config)}\``).join('\n'));
 } else p(missing('bench/results/storms.json', 'node bench/storms.mjs'));
+
+// ---- Retry storms with independent clients (bench/independent.mjs).
+p('## Retry storms, independent clients');
+if (independent) {
+  const d = independent;
+  const fmtRow = (ideal) => (r) => (r.median
+    ? [r.name, stormFmt.amp(r.median.amplification), stormFmt.amp(r.median.floor), stormFmt.int(r.median.successes),
+      stormFmt.int(r.median.p50Ms), stormFmt.int(r.median.p99Ms), Number.isFinite(ideal) ? stormFmt.ratio(r.median.p99OverIdeal) : 'n/a']
+    : [`${r.name} (${r.note ?? 'no result'})`, 'n/a', 'n/a', 'n/a', 'n/a', 'n/a', 'n/a']);
+  const headers = ['contender', 'amplification', `floor (1 + first ${d.clients} refused / ${d.clients})`,
+    `successes (of ${d.clients})`, 'p50 ms', 'p99 ms', 'p99 / ideal'];
+  p(`Measured ${day(d.generatedAt)} by \`bench/independent.mjs\` on ${machine(d)}, ${d.rounds} round(s) per contender, `
+    + `medians; the run took ${Math.round(d.totalSeconds)} s. Servers, policy and columns as in the retry storms above.`,
+  d.description);
+  for (const k of d.kinds) {
+    p(`### ${k.title}: ${k.description}; ideal ${Math.round(k.idealMs)} ms`, table(headers, k.rows.map(fmtRow(k.idealMs))));
+  }
+  p(`### Outage (${d.outage.description}${d.outageSideBySide ? '; rows ran side by side' : ''})`,
+    table(headers, d.outage.rows.map(fmtRow(Infinity))));
+  p(d.notes.checks, d.notes.rejected, ...(d.notes.cut ? [d.notes.cut] : []));
+} else p(missing('bench/results/independent.json', 'node bench/independent.mjs'));
 
 // ---- Storm simulation (virtual time).
 const simFile = path.join(RESULTS, 'storm-simulation.md');

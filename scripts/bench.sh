@@ -12,13 +12,15 @@
 #      compile + instantiate; gzip sizes of the client entry and the peers (bench/coldstart.mjs);
 #   4. storms: retry-fetch vs ky, p-retry, fetch-retry, cockatiel against a local overloaded
 #      server and a dead one (bench/storms.mjs; ROUNDS=1 for a quick look, 3 by default),
-#      then the chart of its results (bench/results/storms.svg);
+#      then the chart of its results (bench/results/storms.svg); then the same herds of
+#      independent clients, each with its own copy of the package, as separate browsers
+#      (bench/independent.mjs, about 3 minutes);
 #   5. the simulations (Cargo examples, virtual time): the OCC experiment
 #      (bench/occ_simulation.rs -> bench/results/occ.md) and the storms against the four
 #      overload kinds (bench/storm_simulation.rs -> bench/results/storm-simulation.md);
 #   6. the report: BENCHMARKS.md from bench/results/ (bench/report.mjs, reruns nothing).
 # Results: markdown on stdout, bench/results/*.json, storms.svg, occ.md, and BENCHMARKS.md.
-# About 9 to 10 minutes on 2 cores.
+# About 12 to 13 minutes on 2 cores.
 set -euo pipefail
 source "$(dirname "$0")/toolchain.sh"
 # start_redis / start_postgres (and an EXIT trap that stops them if this script dies first).
@@ -59,6 +61,8 @@ node bench/coldstart.mjs
 # COMPANION_REQUESTS; adapters: ADAPTERS_ROUNDS, ADAPTERS_REQUESTS; cold start: COLDSTART_RUNS).
 rf_say "bench: storms (herd and outage, ${ROUNDS:-3} round(s) per contender)"
 node bench/storms.mjs
+rf_say "bench: storms of independent clients (${INDEPENDENT_ROUNDS:-2} round(s) per contender)"
+node bench/independent.mjs
 node bench/chart.mjs
 
 if grep -q '^name = "occ_simulation"' Cargo.toml 2>/dev/null; then
