@@ -38,13 +38,12 @@
 import { register } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
-import ky from 'ky';
-import pRetry from 'p-retry';
-import fetchBuilder from 'fetch-retry';
-import { retry, handleAll, ExponentialBackoff } from 'cockatiel';
 import { describe, idealMs, resolveOptions, spawnStormServer, startStormServer } from './storm-server.mjs';
-import { log, machine, positiveInt, printMarkdown, versionOf, writeResults } from './common.mjs';
-import { median, percentile, stormFmt as fmt, table } from './format.mjs';
+import { log, machine, positiveInt, printMarkdown, writeResults } from './common.mjs';
+import {
+  BASE_MS, CAP_MS, COCKATIEL, FETCH_RETRY, KY, P_RETRY, POLICY, RETRIES, okAndDrain, summarizeRounds,
+} from './storm-peers.mjs';
+import { percentile, stormFmt as fmt, table } from './format.mjs';
 
 const CLIENTS = 200;
 const ROUNDS = positiveInt(process.env.INDEPENDENT_ROUNDS, 2);
@@ -52,10 +51,6 @@ const WORKERS = positiveInt(process.env.INDEPENDENT_WORKERS, 8);
 const OUTAGE_SIDE_BY_SIDE = process.env.INDEPENDENT_OUTAGE_SIDE_BY_SIDE !== '0';
 const ROUND_TIMEOUT_MS = 30_000;
 const PREPARE_TIMEOUT_MS = 60_000;
-const RETRIES = 8;
-const BASE_MS = 50;
-const CAP_MS = 2_000;
-const POLICY = Object.freeze({ maxAttempts: RETRIES + 1, baseDelayMs: BASE_MS, maxDelayMs: CAP_MS });
 const RESULTS = fileURLToPath(new URL('./results/independent.json', import.meta.url));
 const PKG = pathToFileURL(fileURLToPath(new URL('../pkg/', import.meta.url))).href;
 const ENTRY = `${PKG}index.node.js`;
@@ -83,11 +78,6 @@ const ownCopy = (tag) => import(`${ENTRY}?rfclient=${encodeURIComponent(tag)}`);
 // Contenders. `client(tag)` is called once per client (in its worker) and returns that client's
 // call: resolves true on a 200. Every body is read.
 
-async function okAndDrain(res) {
-  await res.arrayBuffer();
-  return res.status === 200;
-}
-
 const CONTENDERS = [
   {
     id: 'retry-fetch:default',
@@ -99,53 +89,11 @@ const CONTENDERS = [
       return async (url) => okAndDrain(await rf.retryFetch(url, undefined, POLICY));
     },
   },
-  {
-    id: 'ky', name: `ky ${versionOf('ky')}`, library: 'ky',
-    config: { retry: { limit: RETRIES, delay: `n => ${BASE_MS} * 2 ** (n - 1)`, backoffLimit: CAP_MS } },
-    async client() {
-      const c = ky.create({ retry: { limit: RETRIES, delay: (n) => BASE_MS * 2 ** (n - 1), backoffLimit: CAP_MS } });
-      return async (url) => okAndDrain(await c.get(url));
-    },
-  },
-  {
-    id: 'p-retry', name: `p-retry ${versionOf('p-retry')}`, library: 'p-retry',
-    config: { retries: RETRIES, minTimeout: BASE_MS, maxTimeout: CAP_MS, factor: 2, randomize: true },
-    async client() {
-      const options = { retries: RETRIES, minTimeout: BASE_MS, maxTimeout: CAP_MS, factor: 2, randomize: true };
-      const attempt = (url) => async () => {
-        const res = await fetch(url);
-        if (res.status === 503) {
-          await res.arrayBuffer();
-          throw new Error('503 Service Unavailable');
-        }
-        return res;
-      };
-      return async (url) => okAndDrain(await pRetry(attempt(url), options));
-    },
-  },
-  {
-    id: 'fetch-retry', name: `fetch-retry ${versionOf('fetch-retry')}`, library: 'fetch-retry',
-    config: { retries: RETRIES, retryDelay: `n => min(${CAP_MS}, ${BASE_MS} * 2 ** n)`, retryOn: [503] },
-    async client() {
-      const f = fetchBuilder(fetch, { retries: RETRIES, retryDelay: (n) => Math.min(CAP_MS, BASE_MS * 2 ** n), retryOn: [503] });
-      return async (url) => okAndDrain(await f(url));
-    },
-  },
-  {
-    id: 'cockatiel', name: `cockatiel ${versionOf('cockatiel')}`, library: 'cockatiel',
-    config: {
-      policy: 'retry(handleAll.orWhenResult(res => res.status === 503), ...)',
-      maxAttempts: RETRIES,
-      backoff: `new ExponentialBackoff({ initialDelay: ${BASE_MS}, maxDelay: ${CAP_MS} })`,
-    },
-    async client() {
-      const policy = retry(handleAll.orWhenResult((res) => res.status === 503), {
-        maxAttempts: RETRIES,
-        backoff: new ExponentialBackoff({ initialDelay: BASE_MS, maxDelay: CAP_MS }),
-      });
-      return async (url) => okAndDrain(await policy.execute(() => fetch(url)));
-    },
-  },
+  // The peers keep no shared state: one client each, as in storms.mjs.
+  ...[KY, P_RETRY, FETCH_RETRY, COCKATIEL].map((p) => ({
+    id: p.id, name: p.name, library: p.library, config: p.config,
+    async client() { return p.make(); },
+  })),
 ];
 
 const errorKind = (err) => (err?.name && err.name !== 'Error'
@@ -289,27 +237,7 @@ async function prepareRun(server, warmUrl, serverOptions, contender) {
 }
 
 function summarize(rounds, ideal) {
-  const m = (k) => median(rounds.map((r) => r[k]));
-  const p99Ms = m('p99Ms');
-  return {
-    amplification: m('amplification'),
-    floor: m('floor'),
-    successes: m('successes'),
-    p50Ms: m('p50Ms'),
-    p99Ms,
-    p99OverIdeal: Number.isFinite(ideal) && p99Ms != null ? p99Ms / ideal : null,
-    maxMs: m('maxMs'),
-    seen: m('seen'),
-    firstWaveRefused: median(rounds.map((r) => r.server.firstWaveRefused)),
-    lastOkMs: median(rounds.map((r) => r.server.lastOkMs)),
-    peakOpenConnections: Math.max(...rounds.map((r) => r.server.peakOpenConnections)),
-    peakInService: Math.max(...rounds.map((r) => r.server.peakInService)),
-    startSpreadMs: Math.max(...rounds.map((r) => r.startSpreadMs ?? 0)),
-    errors: rounds.reduce((acc, r) => {
-      for (const [k, v] of Object.entries(r.errors)) acc[k] = (acc[k] ?? 0) + v;
-      return acc;
-    }, {}),
-  };
+  return { ...summarizeRounds(rounds, ideal), startSpreadMs: Math.max(...rounds.map((r) => r.startSpreadMs ?? 0)) };
 }
 
 const newRow = (c) => ({ id: c.id, name: c.name, library: c.library, config: c.config, available: true, note: null, rounds: [], median: null });

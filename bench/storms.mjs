@@ -25,12 +25,11 @@
 // accepts that option (one call is tried at start); otherwise their rows say n/a.
 import { fileURLToPath } from 'node:url';
 import * as rf from 'retry-fetch';
-import ky from 'ky';
-import pRetry from 'p-retry';
-import fetchBuilder from 'fetch-retry';
-import { retry, handleAll, ExponentialBackoff } from 'cockatiel';
 import { describe, idealMs, resolveOptions, spawnStormServer } from './storm-server.mjs';
-import { log, machine, positiveInt, printMarkdown, versionOf, writeResults } from './common.mjs';
+import {
+  BASE_MS, CAP_MS, COCKATIEL, FETCH_RETRY, KY, KY_JITTER, P_RETRY, POLICY, RETRIES, okAndDrain, summarizeRounds,
+} from './storm-peers.mjs';
+import { log, machine, positiveInt, printMarkdown, writeResults } from './common.mjs';
 import {
   goalsTable, median, percentile, stormFmt as fmt, stormHerdTable, stormNotes, stormOutageTable,
 } from './format.mjs';
@@ -43,10 +42,6 @@ const ROUNDS = positiveInt(process.env.ROUNDS, 3);
 // by side: they share the CPU, and their timing is what they measure.
 const OUTAGE_SIDE_BY_SIDE = process.env.OUTAGE_SIDE_BY_SIDE !== '0';
 const ROUND_TIMEOUT_MS = 30_000; // a call still pending then counts as a failure at this time
-const RETRIES = 8;
-const BASE_MS = 50;
-const CAP_MS = 2_000;
-const POLICY = Object.freeze({ maxAttempts: RETRIES + 1, baseDelayMs: BASE_MS, maxDelayMs: CAP_MS });
 const RESULTS = fileURLToPath(new URL('./results/storms.json', import.meta.url));
 
 const GOALS = Object.freeze({
@@ -66,12 +61,6 @@ const GOALS = Object.freeze({
 // Contenders. `make()` is called once per round: state shared by the 200 clients of a round (a
 // budget, a throttle, a breaker, a policy) is created there. The returned function makes one
 // client's call and resolves true on a 200. Every body is read, so every connection is freed.
-
-/** Reads the body and tells whether the call ended in success. */
-async function okAndDrain(res) {
-  await res.arrayBuffer();
-  return res.status === 200;
-}
 
 const hasExport = (name) => typeof rf[name] === 'function';
 let lingering = false;
@@ -120,69 +109,6 @@ function withoutBudget() {
   }
 }
 
-const KY = {
-  id: 'ky', name: `ky ${versionOf('ky')}`, library: 'ky', needs: [],
-  config: { retry: { limit: RETRIES, delay: `n => ${BASE_MS} * 2 ** (n - 1)`, backoffLimit: CAP_MS } },
-  make() {
-    const client = ky.create({
-      retry: { limit: RETRIES, delay: (n) => BASE_MS * 2 ** (n - 1), backoffLimit: CAP_MS },
-    });
-    return async (url) => okAndDrain(await client.get(url)); // throws HTTPError on the last 503
-  },
-};
-const KY_JITTER = {
-  ...KY, id: 'ky:jitter', name: `ky ${versionOf('ky')}, jitter: true (extra)`,
-  config: { retry: { ...KY.config.retry, jitter: true } },
-  make() {
-    const client = ky.create({
-      retry: { limit: RETRIES, delay: (n) => BASE_MS * 2 ** (n - 1), backoffLimit: CAP_MS, jitter: true },
-    });
-    return async (url) => okAndDrain(await client.get(url));
-  },
-};
-const P_RETRY = {
-  id: 'p-retry', name: `p-retry ${versionOf('p-retry')}`, library: 'p-retry', needs: [],
-  config: { retries: RETRIES, minTimeout: BASE_MS, maxTimeout: CAP_MS, factor: 2, randomize: true },
-  make() {
-    const options = { retries: RETRIES, minTimeout: BASE_MS, maxTimeout: CAP_MS, factor: 2, randomize: true };
-    const attempt = (url) => async () => {
-      const res = await fetch(url);
-      if (res.status === 503) {
-        await res.arrayBuffer();
-        throw new Error('503 Service Unavailable');
-      }
-      return res;
-    };
-    return async (url) => okAndDrain(await pRetry(attempt(url), options));
-  },
-};
-const FETCH_RETRY = {
-  id: 'fetch-retry', name: `fetch-retry ${versionOf('fetch-retry')}`, library: 'fetch-retry', needs: [],
-  config: { retries: RETRIES, retryDelay: `n => min(${CAP_MS}, ${BASE_MS} * 2 ** n)`, retryOn: [503] },
-  make() {
-    const f = fetchBuilder(fetch, {
-      retries: RETRIES,
-      retryDelay: (n) => Math.min(CAP_MS, BASE_MS * 2 ** n),
-      retryOn: [503],
-    });
-    return async (url) => okAndDrain(await f(url));
-  },
-};
-const COCKATIEL = {
-  id: 'cockatiel', name: `cockatiel ${versionOf('cockatiel')}`, library: 'cockatiel', needs: [],
-  config: {
-    policy: 'retry(handleAll.orWhenResult(res => res.status === 503), ...)',
-    maxAttempts: RETRIES,
-    backoff: `new ExponentialBackoff({ initialDelay: ${BASE_MS}, maxDelay: ${CAP_MS} })`,
-  },
-  make() {
-    const policy = retry(handleAll.orWhenResult((res) => res.status === 503), {
-      maxAttempts: RETRIES,
-      backoff: new ExponentialBackoff({ initialDelay: BASE_MS, maxDelay: CAP_MS }),
-    });
-    return async (url) => okAndDrain(await policy.execute(() => fetch(url)));
-  },
-};
 const PEERS = [KY, KY_JITTER, P_RETRY, FETCH_RETRY, COCKATIEL];
 const OURS = [RF_DEFAULT, RF_NO_BUDGET, RF_BUDGET, RF_THROTTLE, RF_BREAKER];
 const CORE_PEERS = [KY, P_RETRY, FETCH_RETRY, COCKATIEL];
@@ -276,27 +202,7 @@ async function runRound(server, serverOptions, contender, clients = CLIENTS) {
 }
 
 function summarize(rounds, ideal) {
-  const m = (k) => median(rounds.map((r) => r[k]));
-  const p99Ms = m('p99Ms');
-  return {
-    amplification: m('amplification'),
-    floor: m('floor'),
-    successes: m('successes'),
-    p50Ms: m('p50Ms'),
-    p99Ms,
-    p99OverIdeal: Number.isFinite(ideal) && p99Ms != null ? p99Ms / ideal : null,
-    maxMs: m('maxMs'),
-    seen: m('seen'),
-    firstWaveRefused: median(rounds.map((r) => r.server.firstWaveRefused)),
-    lastOkMs: median(rounds.map((r) => r.server.lastOkMs)),
-    peakOpenConnections: Math.max(...rounds.map((r) => r.server.peakOpenConnections)),
-    connectionsPerRound: median(rounds.map((r) => r.server.connections)),
-    peakInService: Math.max(...rounds.map((r) => r.server.peakInService)),
-    errors: rounds.reduce((acc, r) => {
-      for (const [k, v] of Object.entries(r.errors)) acc[k] = (acc[k] ?? 0) + v;
-      return acc;
-    }, {}),
-  };
+  return { ...summarizeRounds(rounds, ideal), connectionsPerRound: median(rounds.map((r) => r.server.connections)) };
 }
 
 function unavailableReason(c) {

@@ -2,9 +2,11 @@
 //!
 //! The success path is lean: when a call needs no key of ours, no body buffering, no timer,
 //! no signal of its own and no guard, and the policy retries no status below 400, the export
-//! sends at once with the global `fetch` and returns `fetch(request).then(onSettled)`, where
-//! `onSettled` is one long-lived closure per client (bound to the request per call). A
-//! response below 400 goes straight back: no Rust future, no allocation in Rust. Only when
+//! sends at once with the global `fetch` and returns `fetch(...).then(onSettled)`, where
+//! `onSettled` is one long-lived closure per policy (a client's defaults, its cached per-call
+//! options; bound to the request per call). A GET or HEAD of a URL string with no `init` or
+//! a plain one is sent as `fetch(url, copy)`, no `Request` made. A response below 400 goes
+//! straight back: no Rust future, no allocation in Rust. Only when
 //! the first attempt did not simply succeed does the call become a Rust future
 //! (`future_to_promise`) running [`run`], the loop below, which every other call runs from
 //! the start.

@@ -1,13 +1,12 @@
-//! Reading `RetryOptions` from JavaScript into a [`Policy`], with serde-wasm-bindgen.
+//! Reading `RetryOptions` from JavaScript into a [`Policy`].
 //!
-//! 1. A snapshot of the own options and serde (`crate::wasm::read_options`, shared with the server
-//!    half): unknown names are `TypeError`s naming the closest known one; the snapshot is
-//!    deserialized into [`RawOptions`] (a `#[derive(Deserialize)]` struct, camelCase names;
-//!    `signal`, `fetch`, the hooks, the guards and `idempotencyKey` (`'auto'`, a key or
-//!    `false`) stay JS values through `serde_wasm_bindgen::preserve`).
-//! 2. The core validates every value (`crate::core::options`) over the base policy (the
-//!    built-in defaults or a `createRetryFetch` client's): an invalid one is a `TypeError`
-//!    naming the option, the value and what is allowed, raised before anything is sent.
+//! 1. The options given (`crate::wasm::read_options`, shared with the guards and the server
+//!    half): only the own enumerable keys, each getter run once; an unknown name is a
+//!    `TypeError` naming the closest known one.
+//! 2. [`apply`]: each value converted by its name in one table, validated by the core
+//!    (`crate::core::options`) over the base policy (the built-in defaults or a
+//!    `createRetryFetch` client's): an invalid one is a `TypeError` naming the option, the
+//!    value and what is allowed, raised before anything is sent.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -25,7 +24,6 @@ use crate::core::options::{
 use crate::core::throttle::AdaptiveThrottle;
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
-use crate::wasm::read_options::given;
 
 /// Everything a call needs besides the request: the validated policy, the shared guards and
 /// the caller's JavaScript values. `Policy::default()` is the built-in defaults.
@@ -172,13 +170,7 @@ fn statuses(value: &JsValue) -> Result<Vec<u16>, JsValue> {
 
 /// Read `options` over `base`: a new policy, or a `TypeError` naming the bad option.
 pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
-    apply(&given_options(options)?, base)
-}
-
-/// The retry options given in `options` (`crate::wasm::read_options::given`): each getter
-/// run once, an unknown name a `TypeError`.
-pub fn given_options(options: &JsValue) -> Result<Vec<(&'static str, JsValue)>, JsValue> {
-    given("retryFetch", options, &RETRY_OPTION_NAMES)
+    apply(&named(&own_values(options)?)?, base)
 }
 
 /// The own values of `options` (`crate::wasm::read_options::own_values`), names not checked.
