@@ -485,10 +485,12 @@ impl Drop for Guards {
     }
 }
 
-/// Cancel the body of a response we will not hand out, so its connection is freed.
-async fn discard(response: &JsValue) {
+/// Cancel the body of a response we will not hand out, so its connection is freed. Not
+/// awaited: the cancel is under way once asked for, and a body whose cancel never settles (a
+/// transport's own stream) cannot hold the call.
+fn discard(response: &JsValue) {
     if let Some(cancelled) = cancel_body(response) {
-        let _ = JsFuture::from(cancelled).await;
+        js::ignore_rejection(&cancelled);
     }
 }
 
@@ -547,7 +549,7 @@ async fn wait_keeping(
 ) -> Result<(), JsValue> {
     if let Err(reason) = signals.sleep(delay).await {
         if let Some(r) = response {
-            discard(r).await;
+            discard(r);
         }
         return Err(reason);
     }
@@ -745,7 +747,7 @@ async fn run_loop(
         () => {
             if let Some(reason) = signals.aborted() {
                 if let Some(r) = &newest.response {
-                    discard(r).await;
+                    discard(r);
                 }
                 return Err(reason);
             }
@@ -770,7 +772,7 @@ async fn run_loop(
             .await
             {
                 Bounded::Done(v) => v?,
-                Bounded::Aborted(reason) => return abandon(newest.response.as_ref(), reason).await,
+                Bounded::Aborted(reason) => return abandon(newest.response.as_ref(), reason),
                 Bounded::TimeUp => {
                     next = Next::Step(engine.hook_timed_out());
                     continue;
@@ -792,7 +794,7 @@ async fn run_loop(
             } => {
                 if let Some(reason) = signals.aborted() {
                     if let Ok(response) = &outcome {
-                        discard(response).await;
+                        discard(response);
                     }
                     return Err(reason);
                 }
@@ -963,7 +965,7 @@ async fn run_loop(
                     }
                 }
                 if let Some(r) = newest.response.take() {
-                    discard(&r).await;
+                    discard(&r);
                 }
                 if let (true, Ok(r)) = (refuses, &outcome) {
                     let status = js::get(r, "status").as_f64().unwrap_or(0.0);
@@ -973,7 +975,7 @@ async fn run_loop(
                         || (matches!(status as u16, 301 | 302 | 303 | 307 | 308)
                             && header(r, "location").is_some())
                     {
-                        discard(r).await;
+                        discard(r);
                         return Err(type_error("retryFetch: the request has redirect: 'error' and the server answered with a redirect"));
                     }
                 }
@@ -994,7 +996,7 @@ async fn run_loop(
             Step::WaitTurn(ms) => {
                 if let Err(reason) = signals.sleep(ms).await {
                     if let Some(r) = &newest.response {
-                        discard(r).await;
+                        discard(r);
                     }
                     return Err(reason);
                 }
@@ -1192,7 +1194,7 @@ async fn follow(
             }
             return (outcome, hop > 0);
         };
-        discard(response).await;
+        discard(response);
         if hop == MAX_REDIRECTS {
             return (
                 Err(type_error("retryFetch: too many redirects (over 20)")),
@@ -1277,9 +1279,9 @@ const TRANSPORT_GRACE_MS: f64 = 25.0;
 
 /// The call was aborted while `response` was pending a decision: it is discarded, and the
 /// abort's reason is the call's error.
-async fn abandon(response: Option<&JsValue>, reason: JsValue) -> Result<JsValue, JsValue> {
+fn abandon(response: Option<&JsValue>, reason: JsValue) -> Result<JsValue, JsValue> {
     if let Some(r) = response {
-        discard(r).await;
+        discard(r);
     }
     Err(reason)
 }
