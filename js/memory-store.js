@@ -17,6 +17,8 @@ import { newSecret, optionError, checkOptionNames, runRecord, byStart, runsKey }
 
 /** Where a store's method carries its synchronous twin for the companion (src/wasm/server/store.rs). */
 const SYNC_STORE = Symbol.for('retry-fetch.syncStore');
+/** Where `runs` and `recordRun` carry the two in one call, for the companion (src/wasm/server/store.rs). */
+const START_RUN = Symbol.for('retry-fetch.startRun');
 
 const OPTIONS = ['maxEntries', 'maxBytes', 'maxRunRecords'];
 const DEFAULT_MAX_ENTRIES = 10_000;
@@ -252,6 +254,15 @@ export class MemoryStore {
     for (const [name, twin] of Object.entries(twins)) {
       Object.defineProperty(MemoryStore.prototype[name], SYNC_STORE, { value: twin });
     }
+    // runs(run.key), then recordRun(run), in one synchronous call: the key's runs before `run`.
+    // The companion calls it where `runs` and `recordRun` both carry it, for the start of each run.
+    const startRun = function (run) {
+      const before = this.#runsOf(run?.key);
+      this.#recordRun(run);
+      return before;
+    };
+    Object.defineProperty(MemoryStore.prototype.runs, START_RUN, { value: startRun });
+    Object.defineProperty(MemoryStore.prototype.recordRun, START_RUN, { value: startRun });
   }
 
   #acquire(key, lock, lockTimeoutMs) {

@@ -47,14 +47,105 @@ function isResponseLike(value) {
 
 /** A `Request` for a node:http request (body streamed, `duplex: 'half'`). */
 function toRequest(req, signal) {
-  const method = req.method ?? 'GET';
-  const init = { method, headers: nodeRequestHeaders(req), signal };
+  return streamedRequest(req, req.method ?? 'GET', nodeRequestUrl(req, req.url), nodeRequestHeaders(req), signal);
+}
+
+function streamedRequest(req, method, url, headers, signal) {
+  const init = { method, headers, signal };
   if (method !== 'GET' && method !== 'HEAD') {
     init.body = Readable.toWeb(req);
     init.duplex = 'half';
   }
-  return new Request(nodeRequestUrl(req, req.url), init);
+  return new Request(url, init);
 }
+
+/**
+ * A node:http request as the companion takes it from toNodeHandler (src/wasm/server/incoming.rs):
+ * its method, headers and target, its body read once into bytes, and the one `Request` the
+ * handler gets, built from them.
+ */
+class NodeSource {
+  #req;
+  #url;
+
+  constructor(req, signal) {
+    this.#req = req;
+    this.method = req.method ?? 'GET';
+    this.headers = nodeRequestHeaders(req);
+    this.signal = signal;
+    this.#url = nodeRequestUrl(req, req.url);
+  }
+
+  /** The path and query (what the fingerprint covers). */
+  get target() {
+    return this.#url.pathname + this.#url.search;
+  }
+
+  /**
+   * The body, read whole: undefined for GET and HEAD (no body), null when it is longer than
+   * `limit` bytes (the rest is read and dropped), else its bytes.
+   */
+  readBody(limit) {
+    if (this.method === 'GET' || this.method === 'HEAD') return Promise.resolve(undefined);
+    const req = this.#req;
+    if (req.readableEnded) return Promise.resolve(new Uint8Array(0));
+    if (req.destroyed) {
+      return Promise.reject(new DOMException('the client closed the connection before the request body ended', 'AbortError'));
+    }
+    return new Promise((resolve, reject) => {
+      const chunks = [];
+      let size = 0;
+      const done = () => {
+        req.off('data', onData);
+        req.off('end', onEnd);
+        req.off('error', onError);
+        req.off('close', onClose);
+      };
+      const onData = (chunk) => {
+        size += chunk.length;
+        if (size > limit) {
+          // The rest flows on, dropped (no listener keeps it), as an early answer expects.
+          done();
+          resolve(null);
+          return;
+        }
+        chunks.push(chunk);
+      };
+      const onEnd = () => {
+        done();
+        const bytes = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size);
+        resolve(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length));
+      };
+      const onError = (error) => {
+        done();
+        reject(error);
+      };
+      const onClose = () => {
+        done();
+        reject(new DOMException('the client closed the connection before the request body ended', 'AbortError'));
+      };
+      req.on('data', onData);
+      req.on('end', onEnd);
+      req.on('error', onError);
+      req.on('close', onClose);
+    });
+  }
+
+  /** The request as it came: its body streamed, following the client's signal. */
+  request() {
+    return streamedRequest(this.#req, this.method, this.#url, this.headers, this.signal);
+  }
+
+  /** The request with `body` (bytes read before, or undefined: none) and `signal` (null: none). */
+  requestWith(body, signal) {
+    const init = { method: this.method, headers: this.headers, signal };
+    if (body !== undefined) init.body = body;
+    return new Request(this.#url, init);
+  }
+}
+
+/** Where the function `idempotency()` returns keeps its entry for NodeSource (src/wasm/server/mod.rs). */
+const NODE_ENTRY = Symbol.for('retry-fetch.nodeEntry');
 
 /** Resolves on 'drain' or 'close', whichever comes first. */
 function drained(res) {
@@ -71,7 +162,8 @@ function drained(res) {
 
 async function writeResponse(response, req, res) {
   const headers = [];
-  for (const [name, value] of new Headers(response.headers)) headers.push(name, value);
+  const source = response.headers instanceof Headers ? response.headers : new Headers(response.headers);
+  for (const [name, value] of source) headers.push(name, value);
   // An answer given before the request body was read to its end (a 413, an early refusal):
   // the connection closes after it, once the rest of the upload has been read and dropped
   // (for a short while at most: node-request.js), so the client reads the answer instead of
@@ -90,8 +182,10 @@ async function writeResponse(response, req, res) {
     res.end();
     return;
   }
-  // A Response of the companion carries its body's bytes (src/wasm/server/answers.rs): written
-  // as they are, unless something has started reading the body (then it is read as any is).
+  // A Response of the companion carries its body's bytes (src/wasm/server/answers.rs), and so
+  // does the answer its NodeSource entry gives instead of a Response (there `body` is the bytes):
+  // written as they are, unless something has started reading the body (then it is read as any
+  // is).
   const bytes = response[ANSWER_BYTES];
   if (bytes instanceof Uint8Array && !response.bodyUsed && !body.locked) {
     if (!res.destroyed) res.end(bytes);
@@ -119,7 +213,10 @@ async function serve(handler, req, res, onError) {
   res.on('error', () => {});
   let response;
   try {
-    response = await handler(toRequest(req, controller.signal));
+    const entry = handler[NODE_ENTRY];
+    response = await (typeof entry === 'function'
+      ? entry(new NodeSource(req, controller.signal))
+      : handler(toRequest(req, controller.signal)));
     if (!isResponseLike(response)) {
       throw new TypeError(`toNodeHandler: the handler must resolve with a Response; got ${describe(response)}`);
     }

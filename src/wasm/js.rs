@@ -56,6 +56,12 @@ thread_local! {
     static NOOP: Closure<dyn FnMut(JsValue)> = Closure::new(|_| {});
 }
 
+/// Is `value` a promise or a thenable (an object or function with a `then` function)?
+#[cfg(feature = "server")]
+pub fn is_thenable(value: &JsValue) -> bool {
+    (value.is_object() || value.is_function()) && get(value, "then").is_function()
+}
+
 /// Mark `promise`'s rejection as handled (a cancel we do not wait for, an abort promise
 /// nobody may be waiting on).
 pub fn ignore_rejection(promise: &js_sys::Promise) {

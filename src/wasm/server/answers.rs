@@ -166,33 +166,44 @@ pub struct Answer {
     pub has_retry_after: bool,
     /// Whether it was too large to be stored (`stored` is then a 500 problem saying so).
     pub too_large: bool,
-    /// The response to send now.
-    pub live: Response,
+    /// The response to send now: a `Response`, or for `toNodeHandler` what it writes (see
+    /// [`node_answer`]).
+    pub live: JsValue,
 }
 
-/// Read `response` whole into an [`Answer`].
-pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
+/// Read `response` whole into an [`Answer`]; `node`: its live response is for
+/// `toNodeHandler` alone ([`node_answer`]).
+pub async fn read_answer(response: &Response, node: bool) -> Result<Answer, JsValue> {
     let buffer = wasm_bindgen_futures::JsFuture::from(response.array_buffer()?).await?;
-    let bytes = Uint8Array::new(&buffer).to_vec();
+    let body = Uint8Array::new(&buffer);
+    let bytes = body.to_vec();
     let source = response.headers();
-    let mut headers = Vec::new();
-    let connection = source.get("connection").ok().flatten();
-    if let Ok(Some(entries)) = js_sys::try_iter(&source) {
-        for entry in entries {
-            let pair = js_sys::Array::from(&entry?);
-            let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string())
-            else {
-                continue;
-            };
-            if crate::core::idempotency::stores_header(&name, connection.as_deref()) {
-                headers.push((name, value));
-            }
+    // Name/value pairs as the headers iterate (lower-case names, one per name but for
+    // Set-Cookie), in one call.
+    let entries = js_sys::Array::from(&source);
+    let mut all = Vec::with_capacity(entries.length() as usize);
+    for entry in entries.iter() {
+        let pair: js_sys::Array = entry.unchecked_into();
+        if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
+            all.push((name, value));
         }
     }
+    let connection = all
+        .iter()
+        .find(|(name, _)| name == "connection")
+        .map(|(_, value)| value.clone());
+    let has_retry_after = all.iter().any(|(name, _)| name == "retry-after");
+    let headers: Vec<(String, String)> = all
+        .into_iter()
+        .filter(|(name, _)| crate::core::idempotency::stores_header(name, connection.as_deref()))
+        .collect();
     let status = response.status();
     let status_text = response.status_text();
-    let has_retry_after = source.has("retry-after").unwrap_or(false);
-    let live = self::response(status, &status_text, &source, &bytes)?;
+    let live = if node {
+        node_answer(status, &status_text, &source, body)
+    } else {
+        self::response(status, &status_text, &source, &bytes)?.into()
+    };
     let too_large = bytes.len() > MAX_STORED_ANSWER_BYTES;
     let stored = if too_large {
         // Sent whole now; what the key keeps says that it could not be kept.
@@ -212,6 +223,28 @@ pub async fn read_answer(response: &Response) -> Result<Answer, JsValue> {
         too_large,
         live,
     })
+}
+
+/// What `toNodeHandler` writes for a handler's answer, without a second `Response`: `status`,
+/// `statusText`, `headers` (the handler's `Headers`), `body` (`null` for a status without one)
+/// and `bodyUsed: false`, its bytes at `Symbol.for('retry-fetch.answerBytes')` as a companion's
+/// `Response` keeps them (`js/server.js` writes them as they are).
+fn node_answer(status: u16, status_text: &str, headers: &Headers, bytes: Uint8Array) -> JsValue {
+    let answer: JsValue = js_sys::Object::new().into();
+    js::set(&answer, "status", &status.into());
+    js::set(&answer, "statusText", &status_text.into());
+    js::set(&answer, "headers", headers);
+    let body: JsValue = if null_body(status) {
+        JsValue::NULL
+    } else {
+        bytes.into()
+    };
+    js::set(&answer, "body", &body);
+    js::set(&answer, "bodyUsed", &JsValue::FALSE);
+    if !body.is_null() {
+        let _ = ANSWER_BYTES.with(|key| js_sys::Reflect::set(&answer, key, &body));
+    }
+    answer
 }
 
 /// A handler's result as a `Response`: a `Response` of this realm as it is; a response-like

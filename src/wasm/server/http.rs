@@ -17,11 +17,11 @@
 
 use std::rc::Rc;
 
-use js_sys::{Function, Promise, Uint8Array};
+use js_sys::{Function, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{ReadableStreamDefaultReader, Request, RequestInit, Response};
+use web_sys::{Request, Response};
 
 use super::answers::{
     accepted_record, as_response, from_stored, problem, problem_record, read_answer,
@@ -31,6 +31,7 @@ use super::flow::{
     claim, free_key, run_holding, store_answer, within, Claim, ClaimError, Context, Invocation,
     Keyed, Limit, Ran, Stored,
 };
+use super::incoming::{Incoming, NodeSource};
 use super::runs::{self, error_text, RunLog};
 use super::settings::{HttpSettings, Identity, Required};
 use crate::core::idempotency::{self as idem, after_throw, ending, AfterThrow, Ending};
@@ -53,6 +54,35 @@ pub async fn handle(
             describe(&v)
         ))
     })?;
+    serve(s, handler, Incoming::Web(req), route, caller).await
+}
+
+/// Handle one node:http request `toNodeHandler` hands over (`js/server.js`'s `NodeSource`).
+pub async fn handle_node(
+    s: Rc<HttpSettings>,
+    handler: Function,
+    source: JsValue,
+    caller: Caller,
+) -> Result<JsValue, JsValue> {
+    let source: NodeSource = source.unchecked_into();
+    serve(
+        s,
+        handler,
+        Incoming::Node(source),
+        JsValue::UNDEFINED,
+        caller,
+    )
+    .await
+}
+
+/// [`handle`], whatever form the request came in.
+async fn serve(
+    s: Rc<HttpSettings>,
+    handler: Function,
+    mut req: Incoming,
+    route: JsValue,
+    caller: Caller,
+) -> Result<JsValue, JsValue> {
     let header = &s.common.limits.header;
     let headers = req.headers();
     let method = req.method();
@@ -63,10 +93,8 @@ pub async fn handle(
         Some(raw) if !ignored => raw,
         _ => {
             // `required` applies to the methods whose keys count.
-            if !ignored && is_required(&s.required, &req, &caller).await? {
-                let path = web_sys::Url::new(&req.url())
-                    .map(|u| u.pathname())
-                    .unwrap_or_default();
+            if !ignored && is_required(&s.required, &method, &mut req, &caller).await? {
+                let path = req.pathname();
                 let detail = format!("{method} {path} requires an {header} header (a unique key per operation, the same on every retry).");
                 return Ok(problem(
                     400,
@@ -77,9 +105,10 @@ pub async fn handle(
                 )?
                 .into());
             }
-            let ctx = Context::new(None, JsValue::UNDEFINED, &route, &req.signal());
+            let request = req.request()?;
+            let ctx = Context::new(None, JsValue::UNDEFINED, &route, &request.signal());
             return JsFuture::from(Promise::resolve(
-                &caller.call(&handler, &[&req, &ctx.object])?,
+                &caller.call(&handler, &[&request, &ctx.object])?,
             ))
             .await;
         }
@@ -98,7 +127,7 @@ pub async fn handle(
             .into());
         }
     };
-    if req.body_used() || req.body().is_some_and(|b| b.locked()) {
+    if req.body_taken() {
         // A body parser or validator read it first: it cannot be fingerprinted, and the
         // handler could not read it either. A server setup error, answered, never a crash.
         let detail = format!("The request body was read before the idempotency companion could fingerprint it (a body parser or validator ran first). Wrap the handler before anything reads the body, or use the adapter for your framework (retry-fetch/express, retry-fetch/fastify, retry-fetch/hono), which fingerprints what the parser left. Nothing was processed for this {header}.");
@@ -111,9 +140,9 @@ pub async fn handle(
         )?
         .into());
     }
-    let identity = identity(&s, &req, &caller).await?;
+    let identity = identity(&s, &mut req, &caller).await?;
     let limit = s.common.limits.max_body_bytes;
-    let Some(body) = read_body(&req, limit).await? else {
+    let Some(body) = req.read_body(limit).await? else {
         let detail = format!("The request body is larger than {limit} bytes, the most this endpoint reads for an {header}.");
         return Ok(problem(
             413,
@@ -124,9 +153,7 @@ pub async fn handle(
         )?
         .into());
     };
-    let url = web_sys::Url::new(&req.url())?;
-    let mut path = url.pathname();
-    path.push_str(&url.search());
+    let path = req.target()?;
     let k = match Keyed::new(
         &s.common,
         key,
@@ -143,7 +170,7 @@ pub async fn handle(
     let aborted = || signal.aborted().then(|| signal.reason());
     let answer = match claim(&s.common, &k, &aborted).await {
         Ok(Claim::Held) => match s.common.limits.accept_after_ms {
-            None => return process(&s, &k, &handler, &req, body, &route, &caller).await.map(JsValue::from),
+            None => return process(&s, &k, &handler, &req, body, &route, &caller).await,
             Some(ms) => return accept_after(s, k, handler, req, body, route, caller, ms).await,
         },
         Ok(Claim::Replay(stored)) => match from_stored(&stored, true) {
@@ -172,7 +199,7 @@ async fn accept_after(
     s: Rc<HttpSettings>,
     k: Keyed,
     handler: Function,
-    req: Request,
+    req: Incoming,
     body: Option<Vec<u8>>,
     route: JsValue,
     caller: Caller,
@@ -181,9 +208,7 @@ async fn accept_after(
     let record = runs::RunRecord::new(&k);
     let settings = s.clone();
     let run = wasm_bindgen_futures::future_to_promise(async move {
-        process(&settings, &k, &handler, &req, body, &route, &caller)
-            .await
-            .map(JsValue::from)
+        process(&settings, &k, &handler, &req, body, &route, &caller).await
     });
     match within(&run, ms).await {
         Some(outcome) => outcome,
@@ -222,39 +247,16 @@ fn unavailable(s: &HttpSettings, error: &JsValue, operation: &str) -> Result<JsV
         &format!("The request was not processed and nothing was stored; retry later with the same {header}."), true)?.into())
 }
 
-/// The request the handler gets: the same URL, method and headers, the bytes read as its
-/// body, and a signal of the companion's own. The client going away does not abort it: a
-/// keyed handler runs to its end (a charge that went through is stored, and the client's
-/// retry gets it), as Stripe's API does. Only `handlerTimeoutMs` aborts it (`signal`, the
-/// signal of its controller); without it, the request follows no signal (`signal: null`),
-/// and its own never aborts.
-fn handler_request(
-    req: &Request,
-    body: Option<&[u8]>,
-    signal: Option<&web_sys::AbortSignal>,
-) -> Result<Request, JsValue> {
-    let init = RequestInit::new();
-    if let Some(bytes) = body {
-        init.set_body(&Uint8Array::from(bytes));
-    }
-    match signal {
-        Some(signal) => init.set_signal(Some(signal)),
-        // `None` would be `undefined`: the request would follow the client's signal.
-        None => js::set(&init, "signal", &JsValue::NULL),
-    }
-    Request::new_with_request_and_init(req, &init)
-}
-
 /// Holding the key: run the handler, then store its answer or free the key.
 async fn process(
     s: &HttpSettings,
     k: &Keyed,
     handler: &Function,
-    req: &Request,
+    req: &Incoming,
     body: Option<Vec<u8>>,
     route: &JsValue,
     caller: &Caller,
-) -> Result<Response, JsValue> {
+) -> Result<JsValue, JsValue> {
     let c = &s.common;
     let header = &c.limits.header;
     let log = RunLog::start(c, k);
@@ -272,8 +274,13 @@ async fn process(
             return Err(error);
         }
     };
-    let request = match handler_request(
-        req,
+    // The request the handler gets: the same URL, method and headers, the bytes read as its
+    // body, and a signal of the companion's own. The client going away does not abort it: a
+    // keyed handler runs to its end (a charge that went through is stored, and the client's
+    // retry gets it), as Stripe's API does. Only `handlerTimeoutMs` aborts it (the signal of
+    // its controller); without it, the request follows no signal (`signal: null`), and its
+    // own never aborts.
+    let request = match req.for_handler(
         body.as_deref(),
         controller.as_ref().map(|c| c.signal()).as_ref(),
     ) {
@@ -298,10 +305,11 @@ async fn process(
     };
     let (ran, ctx, renewal) = run_holding(c, k, call, caller, limit).await;
     let aborted = controller.as_ref().is_some_and(|c| c.signal().aborted());
+    let node = matches!(req, Incoming::Node(_));
     let failure = match ran {
         Ran::Resolved(value) => match as_response(value.clone()).await {
             Err(error) => error, // its body failed
-            Ok(Some(response)) => match read_answer(&response).await {
+            Ok(Some(response)) => match read_answer(&response, node).await {
                 Ok(answer) => {
                     let storable = !answer.too_large;
                     match ending(
@@ -319,7 +327,7 @@ async fn process(
                             free_key(c, k).await;
                             if !storable {
                                 return problem(500, "idempotency-answer-too-large", "The answer was too large to be stored",
-                                    &format!("The answer (over 32 MiB) could not be stored for replay, so the handler's writes through ctx.tx were rolled back and nothing is kept for this {header}."), false);
+                                    &format!("The answer (over 32 MiB) could not be stored for replay, so the handler's writes through ctx.tx were rolled back and nothing is kept for this {header}."), false).map(JsValue::from);
                             }
                             return Ok(answer.live);
                         }
@@ -339,7 +347,7 @@ async fn process(
                         // ctx.tx writes neither: the handler's answer would be a lie. Say so.
                         Stored::Failed | Stored::LockLost if c.store.transactional => problem(503, "idempotency-store-unavailable",
                             "The result could not be committed",
-                            "The idempotency store failed to commit the result; nothing was kept. Retry with the same key.", true),
+                            "The idempotency store failed to commit the result; nothing was kept. Retry with the same key.", true).map(JsValue::from),
                         // The effect happened; the answer is the truth even if it is not stored.
                         Stored::Failed | Stored::LockLost => Ok(answer.live),
                     };
@@ -371,7 +379,7 @@ async fn process(
                 &format!("The handler did not finish within its time limit and was stopped; nothing is stored for this {header}. Retry later with the same key."), false)?;
             let response = from_stored(&stored, false)?;
             response.headers().set("retry-after", &wait_s.to_string())?;
-            return Ok(response);
+            return Ok(response.into());
         }
     };
     let lost = renewal.lost();
@@ -395,10 +403,10 @@ async fn process(
             free_key(c, k).await;
             if aborted {
                 return problem(503, "idempotency-handler-timeout", "The request took too long",
-                    &format!("The handler did not finish within its time limit and was stopped; nothing is stored for this {header}, so a retry with the same key runs it again."), true);
+                    &format!("The handler did not finish within its time limit and was stopped; nothing is stored for this {header}, so a retry with the same key runs it again."), true).map(JsValue::from);
             }
             problem(500, "idempotency-handler-failed", "The request failed",
-                &format!("The handler failed and its writes were rolled back; nothing is stored for this {header}, so a retry with the same key runs it again."), false)
+                &format!("The handler failed and its writes were rolled back; nothing is stored for this {header}, so a retry with the same key runs it again."), false).map(JsValue::from)
         }
         AfterThrow::StoreFailure => {
             let detail = format!("The handler failed after it started and may have had effects; this answer is stored for this {header} and replayed. Check the operation's state before trying again with a new key.");
@@ -412,7 +420,7 @@ async fn process(
             // Whether or not the store kept it, this request's answer is the 500.
             store_answer(c, k, &stored, lost).await;
             log.end_later(Outcome::Failed, error_detail);
-            from_stored(&stored, false)
+            from_stored(&stored, false).map(JsValue::from)
         }
     }
 }
@@ -428,12 +436,18 @@ fn freed(c: &super::settings::Common, ctx: &Context) -> Outcome {
 }
 
 /// Is a key required for `req` (the `required` option)?
-async fn is_required(required: &Required, req: &Request, caller: &Caller) -> Result<bool, JsValue> {
+async fn is_required(
+    required: &Required,
+    method: &str,
+    req: &mut Incoming,
+    caller: &Caller,
+) -> Result<bool, JsValue> {
     match required {
-        Required::Default => Ok(idem::key_required_by_default(&req.method())),
+        Required::Default => Ok(idem::key_required_by_default(method)),
         Required::Always(b) => Ok(*b),
         Required::Ask(f) => {
-            let v = JsFuture::from(Promise::resolve(&caller.call(f, &[req])?)).await?;
+            let request = req.request()?;
+            let v = JsFuture::from(Promise::resolve(&caller.call(f, &[&request])?)).await?;
             v.as_bool().ok_or_else(|| {
                 type_error(&format!(
                     "idempotency: option \"required\" returned {}; expected true or false",
@@ -450,7 +464,7 @@ const UNSCOPED_WARNING: &str = "retry-fetch/server: idempotency: a keyed request
 /// The identity that scopes the key (the `identity` option; by default the credentials).
 async fn identity(
     s: &HttpSettings,
-    req: &Request,
+    req: &mut Incoming,
     caller: &Caller,
 ) -> Result<Option<String>, JsValue> {
     match &s.identity {
@@ -464,7 +478,8 @@ async fn identity(
             Ok(found)
         }
         Identity::Ask(f) => {
-            let v = JsFuture::from(Promise::resolve(&caller.call(f, &[req])?)).await?;
+            let request = req.request()?;
+            let v = JsFuture::from(Promise::resolve(&caller.call(f, &[&request])?)).await?;
             if v.is_undefined() || v.is_null() {
                 return Ok(None);
             }
@@ -475,30 +490,5 @@ async fn identity(
                 ))
             })
         }
-    }
-}
-
-/// Read `req`'s body, at most `limit` bytes: `Some(None)` for a request without a body,
-/// `Some(Some(bytes))`, or `None` when the body is longer (a declared `Content-Length` over
-/// the limit is refused before anything is read). The caller checked that the body is
-/// neither used nor locked.
-async fn read_body(req: &Request, limit: f64) -> Result<Option<Option<Vec<u8>>>, JsValue> {
-    let declared = req
-        .headers()
-        .get("content-length")?
-        .and_then(|v| v.trim().parse::<f64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Ok(None);
-    }
-    let Some(stream) = req.body() else {
-        return Ok(Some(None));
-    };
-    let reader: ReadableStreamDefaultReader = stream.get_reader().dyn_into()?;
-    match js::read_limited(&reader, limit).await? {
-        js::Limited::Bytes(bytes) => Ok(Some(Some(bytes.to_vec()))),
-        js::Limited::TooLong => Ok(None),
-        js::Limited::NotBytes => Err(type_error(
-            "idempotency: the request body produced a chunk that is not a Uint8Array",
-        )),
     }
 }

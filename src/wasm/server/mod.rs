@@ -9,6 +9,7 @@ mod answers;
 mod context;
 mod flow;
 mod http;
+mod incoming;
 mod job;
 mod runs;
 mod settings;
@@ -18,6 +19,7 @@ use std::rc::Rc;
 
 use js_sys::{Function, Promise, Uint8Array};
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::wasm::errors::{describe, type_error};
@@ -38,19 +40,41 @@ pub fn idempotency(handler: JsValue, options: JsValue) -> Result<Function, JsVal
         "idempotency: the handler must be a function (request, ctx) => Promise<Response>",
     )?;
     let settings = Rc::new(settings::read_http(&options)?);
+    let (s, h) = (settings.clone(), handler.clone());
     let wrapped = Closure::<dyn Fn(JsValue, JsValue) -> Promise>::new(
         move |request: JsValue, route: JsValue| {
             let caller = context::Caller::capture();
-            future_to_promise(http::handle(
-                settings.clone(),
-                handler.clone(),
-                request,
-                route,
-                caller,
-            ))
+            future_to_promise(http::handle(s.clone(), h.clone(), request, route, caller))
         },
     );
-    Ok(wrapped.into_js_value().into())
+    let wrapped: JsValue = wrapped.into_js_value();
+    // What `toNodeHandler` calls instead, with its `NodeSource`: no `Request` built before the
+    // handler's own.
+    let node = Closure::<dyn Fn(JsValue) -> Promise>::new(move |source: JsValue| {
+        let caller = context::Caller::capture();
+        future_to_promise(http::handle_node(
+            settings.clone(),
+            handler.clone(),
+            source,
+            caller,
+        ))
+    });
+    let descriptor: JsValue = js_sys::Object::new().into();
+    crate::wasm::js::set(&descriptor, "value", &node.into_js_value());
+    NODE_ENTRY.with(|key| {
+        js_sys::Reflect::define_property(
+            wrapped.unchecked_ref::<js_sys::Object>(),
+            key,
+            descriptor.unchecked_ref::<js_sys::Object>(),
+        )
+    })?;
+    Ok(wrapped.into())
+}
+
+thread_local! {
+    /// `Symbol.for('retry-fetch.nodeEntry')`: where the function `idempotency` returns keeps
+    /// the entry `toNodeHandler` calls with a node:http request (`js/server.js`).
+    static NODE_ENTRY: JsValue = js_sys::Symbol::for_("retry-fetch.nodeEntry").into();
 }
 
 /// `idempotent(fn, options)`: `fn` wrapped so that it has one effect per key however often
@@ -95,7 +119,6 @@ pub fn invalid_option_error(api: &str, option: &str, value: &JsValue, expected: 
 /// `undefined` and `null` as no bytes. Not public API: the adapters call it.
 #[wasm_bindgen(js_name = canonicalBody, skip_typescript)]
 pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
-    use wasm_bindgen::JsCast;
     if value.is_undefined() || value.is_null() {
         return Ok(Uint8Array::new_with_length(0));
     }
@@ -137,7 +160,6 @@ pub fn describe_value(value: &JsValue) -> String {
 
 /// `value` as a function, or a `TypeError` (`what`, then the value).
 fn function(value: JsValue, what: &str) -> Result<Function, JsValue> {
-    use wasm_bindgen::JsCast;
     value.dyn_into::<Function>().map_err(|v| {
         let mut msg = String::from(what);
         msg.push_str("; got ");

@@ -188,32 +188,52 @@ pub struct RunLog {
 
 impl RunLog {
     /// The run holding `k` starts: told to `onEvent`, and (in the background) the key's
-    /// history read, its open runs marked crashed, and this run's start written.
+    /// history read, its open runs marked crashed, and this run's start written. A store
+    /// whose one-call start answers at once (`MemoryStore`) has it done now.
     pub fn start(c: &Common, k: &Keyed) -> RunLog {
         let record = RunRecord::new(k);
         tell(&c.reporter, event::STARTED, &record);
         let writes = c.history && c.store.keeps_history();
-        let started = writes.then(|| {
-            let (store, reporter, run) = (c.store.clone(), c.reporter.clone(), record.clone());
-            future_to_promise(async move {
-                // One call where the store can: the key's runs before this one, and its start.
-                // Where it fails, nothing of it happened: the two calls below tell their own.
-                if let Some(Ok(found)) = store.start_run(&run.js()).await {
-                    mark_crashed(&store, &reporter, read_runs(&found), &run).await;
-                    return Ok(JsValue::UNDEFINED);
-                }
-                let found = match store.runs(&run.key).await {
-                    Ok(v) => v,
-                    Err(e) => {
-                        reporter.store_error(&e, "runs");
-                        JsValue::UNDEFINED
+        let mut started = None;
+        if writes {
+            // One call where the store can: the key's runs before this one, and its start.
+            // Where it fails, nothing of it happened: the two calls below tell their own.
+            let one_call = c.store.start_run(&record.js());
+            match one_call {
+                Some(Ok(found)) if !js::is_thenable(&found) => {
+                    let runs = read_runs(&found);
+                    if !rules::crashed(&past(&runs), &record.scope, &record.id).is_empty() {
+                        let (store, reporter, run) =
+                            (c.store.clone(), c.reporter.clone(), record.clone());
+                        spawn_local(
+                            async move { mark_crashed(&store, &reporter, runs, &run).await },
+                        );
                     }
-                };
-                mark_crashed(&store, &reporter, read_runs(&found), &run).await;
-                write(&store, &reporter, &run).await;
-                Ok(JsValue::UNDEFINED)
-            })
-        });
+                }
+                one_call => {
+                    let (store, reporter, run) =
+                        (c.store.clone(), c.reporter.clone(), record.clone());
+                    started = Some(future_to_promise(async move {
+                        if let Some(Ok(found)) = one_call {
+                            if let Ok(found) = JsFuture::from(Promise::resolve(&found)).await {
+                                mark_crashed(&store, &reporter, read_runs(&found), &run).await;
+                                return Ok(JsValue::UNDEFINED);
+                            }
+                        }
+                        let found = match store.runs(&run.key).await {
+                            Ok(v) => v,
+                            Err(e) => {
+                                reporter.store_error(&e, "runs");
+                                JsValue::UNDEFINED
+                            }
+                        };
+                        mark_crashed(&store, &reporter, read_runs(&found), &run).await;
+                        write(&store, &reporter, &run).await;
+                        Ok(JsValue::UNDEFINED)
+                    }));
+                }
+            }
+        }
         RunLog {
             store: c.store.clone(),
             reporter: c.reporter.clone(),

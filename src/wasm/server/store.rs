@@ -443,10 +443,11 @@ impl Store {
 
     /// `runs(run.key)` and then `recordRun(run)` in one call, where the store offers it: the
     /// function its `runs` and `recordRun` both carry at `Symbol.for('retry-fetch.startRun')`
-    /// (`PostgresStore`'s: one statement), so a wrapper or subclass that replaces either is
-    /// called through its own methods. The key's runs as they were before `run`; `None` for a
+    /// (`PostgresStore`'s: one statement; `MemoryStore`'s: synchronous), so a wrapper or
+    /// subclass that replaces either is called through its own methods. What it returned (the
+    /// key's runs as they were before `run`, or a promise of them), not awaited; `None` for a
     /// store without it.
-    pub async fn start_run(&self, run: &JsValue) -> Option<Result<JsValue, JsValue>> {
+    pub fn start_run(&self, run: &JsValue) -> Option<Result<JsValue, JsValue>> {
         let twin = |method: &str| {
             START_RUN_KEY.with(|key| js_sys::Reflect::get(&js::get(&self.object, method), key).ok())
         };
@@ -454,10 +455,7 @@ impl Store {
         if !Object::is(&f, &twin("recordRun")?) {
             return None;
         }
-        Some(match f.call1(&self.object, run) {
-            Ok(value) => JsFuture::from(Promise::resolve(&value)).await,
-            Err(error) => Err(error),
-        })
+        Some(f.call1(&self.object, run))
     }
 
     /// `runs(key)`: the recorded runs of `key` (every scope), oldest first.

@@ -1,0 +1,211 @@
+//! The request as the companion receives it: a fetch `Request` (whoever calls the wrapped
+//! handler), or a node:http request as `toNodeHandler` hands it over (`js/server.js`'s
+//! `NodeSource`): its method, headers and target, its body read once as bytes, and the one
+//! `Request` the handler gets built from them, so that a keyed request builds no `Request`
+//! of its own before the handler's.
+
+use js_sys::{Promise, Uint8Array};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{AbortSignal, Headers, ReadableStreamDefaultReader, Request, RequestInit};
+
+use crate::wasm::errors::type_error;
+use crate::wasm::js;
+
+#[wasm_bindgen]
+extern "C" {
+    /// `NodeSource` of `js/server.js`: a node:http request not yet turned into a `Request`.
+    #[derive(Clone)]
+    pub type NodeSource;
+
+    /// The request's method.
+    #[wasm_bindgen(method, getter)]
+    fn method(this: &NodeSource) -> String;
+
+    /// Its headers (the `Headers` the handler's `Request` is built with).
+    #[wasm_bindgen(method, getter)]
+    fn headers(this: &NodeSource) -> Headers;
+
+    /// Its URL's path and query, as `new URL(request.url)` reads them.
+    #[wasm_bindgen(method, getter)]
+    fn target(this: &NodeSource) -> String;
+
+    /// Aborted when the client goes away.
+    #[wasm_bindgen(method, getter)]
+    fn signal(this: &NodeSource) -> AbortSignal;
+
+    /// The body read whole: `undefined` (no body: GET, HEAD), `null` (longer than `limit`), or
+    /// its bytes.
+    #[wasm_bindgen(method, js_name = readBody)]
+    fn read_body(this: &NodeSource, limit: f64) -> Promise;
+
+    /// The request as it came, its body streamed, following the client's signal.
+    #[wasm_bindgen(method, catch)]
+    fn request(this: &NodeSource) -> Result<Request, JsValue>;
+
+    /// The request with `body` (read before) as its body and `signal` (`null`: none).
+    #[wasm_bindgen(method, catch, js_name = requestWith)]
+    fn request_with(
+        this: &NodeSource,
+        body: &JsValue,
+        signal: &JsValue,
+    ) -> Result<Request, JsValue>;
+}
+
+/// The request the companion handles.
+#[derive(Clone)]
+pub enum Incoming {
+    /// A fetch `Request`.
+    Web(Request),
+    /// A node:http request from `toNodeHandler`; its `Request` not built yet.
+    Node(NodeSource),
+}
+
+impl Incoming {
+    /// The method.
+    pub fn method(&self) -> String {
+        match self {
+            Incoming::Web(req) => req.method(),
+            Incoming::Node(src) => src.method(),
+        }
+    }
+
+    /// The headers.
+    pub fn headers(&self) -> Headers {
+        match self {
+            Incoming::Web(req) => req.headers(),
+            Incoming::Node(src) => src.headers(),
+        }
+    }
+
+    /// What aborts when the client goes away.
+    pub fn signal(&self) -> AbortSignal {
+        match self {
+            Incoming::Web(req) => req.signal(),
+            Incoming::Node(src) => src.signal(),
+        }
+    }
+
+    /// The request as it came (a node:http one is built now, its body streamed): for what
+    /// gets the request itself (an unkeyed handler, `required` and `identity` functions).
+    /// From then on this is that `Request`.
+    pub fn request(&mut self) -> Result<Request, JsValue> {
+        if let Incoming::Node(src) = self {
+            *self = Incoming::Web(src.request()?);
+        }
+        match self {
+            Incoming::Web(req) => Ok(Clone::clone(req)),
+            Incoming::Node(_) => Err(type_error("idempotency: no request")),
+        }
+    }
+
+    /// Was the body read (or locked) by something else before the companion?
+    pub fn body_taken(&self) -> bool {
+        match self {
+            Incoming::Web(req) => req.body_used() || req.body().is_some_and(|b| b.locked()),
+            Incoming::Node(_) => false,
+        }
+    }
+
+    /// The path and query the fingerprint covers.
+    pub fn target(&self) -> Result<String, JsValue> {
+        match self {
+            Incoming::Web(req) => {
+                let url = web_sys::Url::new(&req.url())?;
+                let mut path = url.pathname();
+                path.push_str(&url.search());
+                Ok(path)
+            }
+            Incoming::Node(src) => Ok(src.target()),
+        }
+    }
+
+    /// The path alone (for the 400 of a missing key).
+    pub fn pathname(&self) -> String {
+        match self {
+            Incoming::Web(req) => web_sys::Url::new(&req.url())
+                .map(|u| u.pathname())
+                .unwrap_or_default(),
+            Incoming::Node(src) => {
+                let target = src.target();
+                match target.find('?') {
+                    Some(i) => target[..i].to_string(),
+                    None => target,
+                }
+            }
+        }
+    }
+
+    /// Read the body, at most `limit` bytes: `Some(None)` for a request without a body,
+    /// `Some(Some(bytes))`, or `None` when the body is longer (a declared `Content-Length`
+    /// over the limit is refused before anything is read). The caller checked that the body
+    /// is neither used nor locked.
+    pub async fn read_body(&self, limit: f64) -> Result<Option<Option<Vec<u8>>>, JsValue> {
+        let declared = self
+            .headers()
+            .get("content-length")?
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Ok(None);
+        }
+        match self {
+            Incoming::Web(req) => read_web_body(req, limit).await,
+            Incoming::Node(src) => {
+                let v = JsFuture::from(src.read_body(limit)).await?;
+                if v.is_undefined() {
+                    return Ok(Some(None));
+                }
+                if v.is_null() {
+                    return Ok(None);
+                }
+                match v.dyn_ref::<Uint8Array>() {
+                    Some(bytes) => Ok(Some(Some(bytes.to_vec()))),
+                    None => Err(type_error(
+                        "idempotency: the request body produced a chunk that is not a Uint8Array",
+                    )),
+                }
+            }
+        }
+    }
+
+    /// The request the handler gets: the same URL, method and headers, `body` (read before)
+    /// as its body, and `signal` (`None`: a signal that never aborts).
+    pub fn for_handler(
+        &self,
+        body: Option<&[u8]>,
+        signal: Option<&AbortSignal>,
+    ) -> Result<Request, JsValue> {
+        // `undefined` would make the request follow the client's signal.
+        let signal: JsValue = signal.map_or(JsValue::NULL, |s| s.clone().into());
+        match self {
+            Incoming::Web(req) => {
+                let init = RequestInit::new();
+                if let Some(bytes) = body {
+                    init.set_body(&Uint8Array::from(bytes));
+                }
+                js::set(&init, "signal", &signal);
+                Request::new_with_request_and_init(req, &init)
+            }
+            Incoming::Node(src) => {
+                let body = body.map_or(JsValue::UNDEFINED, |b| Uint8Array::from(b).into());
+                src.request_with(&body, &signal)
+            }
+        }
+    }
+}
+
+/// [`Incoming::read_body`] of a `Request`'s stream.
+async fn read_web_body(req: &Request, limit: f64) -> Result<Option<Option<Vec<u8>>>, JsValue> {
+    let Some(stream) = req.body() else {
+        return Ok(Some(None));
+    };
+    let reader: ReadableStreamDefaultReader = stream.get_reader().dyn_into()?;
+    match js::read_limited(&reader, limit).await? {
+        js::Limited::Bytes(bytes) => Ok(Some(Some(bytes.to_vec()))),
+        js::Limited::TooLong => Ok(None),
+        js::Limited::NotBytes => Err(type_error(
+            "idempotency: the request body produced a chunk that is not a Uint8Array",
+        )),
+    }
+}
