@@ -994,12 +994,7 @@ async fn run_loop(
                 }
             }
             Step::WaitTurn(ms) => {
-                if let Err(reason) = signals.sleep(ms).await {
-                    if let Some(r) = &newest.response {
-                        discard(r);
-                    }
-                    return Err(reason);
-                }
+                wait_keeping(&mut signals, ms, newest.response.as_ref()).await?;
                 Next::Step(guards.lend(|g| engine.turn_waited(p, g, js_sys::Date::now())))
             }
             Step::AskHooks {
