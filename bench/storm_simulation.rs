@@ -141,6 +141,8 @@ mod storm {
             warm_after_ms: f64,
             service_ms: f64,
         },
+        /// A total outage: 503 to everything, no `Retry-After`.
+        Outage,
     }
 
     impl Kind {
@@ -204,6 +206,7 @@ mod storm {
                 } => {
                     format!("at most {slots} in service, {cold_ms} ms each for {warm_after_ms} ms, then {service_ms} ms")
                 }
+                Kind::Outage => "503 to every request".to_string(),
             }
         }
 
@@ -214,6 +217,7 @@ mod storm {
                 Kind::Shed { .. } => "shed + Retry-After",
                 Kind::Halving { .. } => "halving",
                 Kind::Warming { .. } => "warming",
+                Kind::Outage => "outage",
             }
         }
 
@@ -246,7 +250,27 @@ mod storm {
                 Kind::Warming {
                     slots, service_ms, ..
                 } => (0.0, 0.0, 0.0, slots, service_ms, f64::INFINITY),
+                Kind::Outage => (0.0, 0.0, 0.0, 0, 0.0, f64::INFINITY),
             }
+        }
+
+        /// What the server serves, req/s (before a capacity change; 0 in an outage).
+        pub fn capacity(self) -> f64 {
+            match self {
+                Kind::Rate { rate, .. } | Kind::Shed { rate, .. } | Kind::Halving { rate, .. } => {
+                    rate
+                }
+                Kind::Concurrency { slots, service_ms } => slots as f64 * 1000.0 / service_ms,
+                Kind::Warming {
+                    slots, service_ms, ..
+                } => slots as f64 * 1000.0 / service_ms,
+                Kind::Outage => 0.0,
+            }
+        }
+
+        /// How long a request the server takes is in service, ms.
+        fn service_ms(self) -> f64 {
+            self.limits().4
         }
 
         /// The least time, from the first request, in which the server can serve `n`
@@ -255,6 +279,9 @@ mod storm {
         /// A port of `idealMs` in `bench/storm-server.mjs` (whose capacity change halves the
         /// rate, as every `Halving` here does), so both benchmarks share the goal.
         pub fn ideal_ms(self, n: usize) -> f64 {
+            if self == Kind::Outage {
+                return f64::INFINITY;
+            }
             let (rate0, rate1, burst, slots, service_ms, h) = self.limits();
             let rate = |t: f64| if t >= h { rate1 } else { rate0 };
             let limit = |_: f64| slots;
@@ -344,14 +371,78 @@ mod storm {
         BbrLike,
     }
 
+    /// Who shares the guards.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub enum Clients {
+        /// One app: one instance of each guard, shared by every call of the herd.
+        Shared,
+        /// Separate browsers: every call its own instance of each guard (its own default
+        /// budget and default throttle, its own origin state), as separate copies of the
+        /// package.
+        Independent,
+    }
+
+    /// What the guards saw before the herd.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub enum Warm {
+        /// Nothing: the herd meets fresh guards.
+        Cold,
+        /// `calls` healthy calls to the same origin, evenly spaced at `share` of the server's
+        /// capacity, all served (by the origin before it was overloaded: they cost the herd's
+        /// server nothing); the herd starts one spacing after the last. With independent
+        /// clients the calls are dealt out in turn, one client after another.
+        Steady { calls: usize, share: f64 },
+        /// `calls` healthy calls at once, all served; the herd starts `after_ms` later.
+        Burst { calls: usize, after_ms: f64 },
+    }
+
+    impl Warm {
+        /// 200 healthy calls at half the capacity: the warm rows.
+        pub const HALF: Warm = Warm::Steady {
+            calls: 200,
+            share: 0.5,
+        };
+
+        fn name(self) -> String {
+            match self {
+                Warm::Cold => String::new(),
+                Warm::Steady { calls, share } => format!(
+                    "warm: {calls} healthy calls at {:.0}% of the capacity just before",
+                    share * 100.0
+                ),
+                Warm::Burst { calls, after_ms } => {
+                    format!("warm: {calls} healthy calls at once, {after_ms} ms before")
+                }
+            }
+        }
+
+        /// When each warm call starts, and when the herd starts, against `kind`.
+        fn schedule(self, kind: Kind) -> (Vec<f64>, f64) {
+            match self {
+                Warm::Cold => (Vec::new(), 0.0),
+                Warm::Steady { calls, share } => {
+                    let gap = 1000.0 / (share * kind.capacity().max(1.0));
+                    (
+                        (0..calls).map(|i| i as f64 * gap).collect(),
+                        calls as f64 * gap,
+                    )
+                }
+                Warm::Burst { calls, after_ms } => (vec![0.0; calls], after_ms),
+            }
+        }
+    }
+
     /// The guard options every call of the herd is given (one instance of each guard, shared
-    /// by all the calls); everything else is the storms' policy.
+    /// by all the calls unless the clients are independent); everything else is the storms'
+    /// policy.
     #[derive(Clone, Copy, Debug, PartialEq)]
     pub struct Setup {
         pub budget: BudgetOption,
         pub pacing: Pacing,
         /// `breaker: new CircuitBreaker(config)`.
         pub breaker: Option<BreakerConfig>,
+        pub clients: Clients,
+        pub warm: Warm,
     }
 
     impl Setup {
@@ -360,14 +451,29 @@ mod storm {
             budget: BudgetOption::Default,
             pacing: Pacing::Default,
             breaker: None,
+            clients: Clients::Shared,
+            warm: Warm::Cold,
         };
 
         /// `budget: false, throttle: false`: retries only, nothing shared (p-retry's design).
         pub const NOTHING: Setup = Setup {
             budget: BudgetOption::Off,
             pacing: Pacing::None,
-            breaker: None,
+            ..Setup::DEFAULT
         };
+
+        /// The same, every client on its own guards.
+        pub fn independent(self) -> Setup {
+            Setup {
+                clients: Clients::Independent,
+                ..self
+            }
+        }
+
+        /// The same after `warm`.
+        pub fn warm(self, warm: Warm) -> Setup {
+            Setup { warm, ..self }
+        }
 
         /// `budget: false`: retries only, nothing shared.
         pub const NO_BUDGET: Setup = Setup {
@@ -464,7 +570,15 @@ mod storm {
             } else {
                 guards.join(", ")
             };
-            format!("{options}; guards: {guards}")
+            let whose = match self.clients {
+                Clients::Shared => "",
+                Clients::Independent => " (each client its own)",
+            };
+            let warm = match self.warm {
+                Warm::Cold => String::new(),
+                w => format!("; {}", w.name()),
+            };
+            format!("{options}; guards: {guards}{whose}{warm}")
         }
 
         /// A fresh instance of each guard, for one run.
@@ -842,7 +956,7 @@ mod storm {
                 Kind::Rate { burst, .. }
                 | Kind::Shed { burst, .. }
                 | Kind::Halving { burst, .. } => burst,
-                Kind::Concurrency { .. } | Kind::Warming { .. } => 0.0,
+                Kind::Concurrency { .. } | Kind::Warming { .. } | Kind::Outage => 0.0,
             };
             Server {
                 kind,
@@ -867,7 +981,7 @@ mod storm {
                     let split = (self.first_at.unwrap_or(from) + at_ms).clamp(from, to);
                     s(split - from) * rate + s(to - split) * rate_after
                 }
-                Kind::Concurrency { .. } | Kind::Warming { .. } => 0.0,
+                Kind::Concurrency { .. } | Kind::Warming { .. } | Kind::Outage => 0.0,
             }
         }
 
@@ -876,6 +990,7 @@ mod storm {
         fn admit(&mut self, now: f64) -> Result<f64, Option<f64>> {
             let first = *self.first_at.get_or_insert(now);
             match self.kind {
+                Kind::Outage => Err(None),
                 Kind::Warming {
                     slots,
                     cold_ms,
@@ -966,9 +1081,15 @@ mod storm {
         net_scale: f64,
         trace: bool,
         rng: SplitMix64,
-        shared: Shared,
+        /// One [`Shared`] for the herd, or one per client (independent clients).
+        shared: Vec<Shared>,
         server: Server,
+        /// The `n` calls of the herd, then the warm calls.
         calls: Vec<Call>,
+        /// The client (its guards, in `shared`) of each call.
+        client: Vec<usize>,
+        /// When the herd starts (after the warm calls).
+        herd_start: f64,
         queue: Timeline<Msg>,
         run: Run,
         /// Attempts sent so far (for the trace).
@@ -983,14 +1104,13 @@ mod storm {
             let policy = self.policy;
             loop {
                 let Call { engine, held, .. } = &mut self.calls[c];
-                let mut guards = lend(&mut self.shared, held);
+                let mut guards = lend(&mut self.shared[self.client[c]], held);
                 step = match step {
                     Step::Send { .. } => {
                         self.calls[c].sent_at = now;
                         self.sends += 1;
                         if self.trace {
-                            let r = self
-                                .shared
+                            let r = self.shared[self.client[c]]
                                 .throttle
                                 .as_mut()
                                 .and_then(|t| t.rate(ORIGIN, now))
@@ -1037,42 +1157,49 @@ mod storm {
                     Step::Finish { reason, .. } => {
                         guards.release(now);
                         if self.calls[c].joined {
-                            lend(&mut self.shared, &mut self.calls[c].held).leave(now);
+                            lend(&mut self.shared[self.client[c]], &mut self.calls[c].held)
+                                .leave(now);
                         }
                         let served = self.calls[c].status == Some(200);
                         if self.trace && !served {
                             eprintln!("{at:8.2} a call ends unserved: {}", reason.as_str());
                         }
-                        self.end(at, served);
+                        self.end(c, at, served);
                         return;
                     }
                     Step::CircuitOpen(_) => {
                         guards.release(now);
                         if self.calls[c].joined {
-                            lend(&mut self.shared, &mut self.calls[c].held).leave(now);
+                            lend(&mut self.shared[self.client[c]], &mut self.calls[c].held)
+                                .leave(now);
                         }
                         if self.trace {
                             eprintln!("{at:8.2} a call ends unsent: the circuit is open");
                         }
-                        self.end(at, false);
+                        self.end(c, at, false);
                         return;
                     }
                 };
             }
         }
 
-        fn end(&mut self, at: f64, served: bool) {
+        fn end(&mut self, c: usize, at: f64, served: bool) {
+            if c >= self.n {
+                // a warm call
+                assert!(served, "a warm call ends unserved");
+                return;
+            }
             if served {
                 self.run.successes += 1;
             }
-            self.run.ended_ms.push(at);
+            self.run.ended_ms.push(at - self.herd_start);
         }
 
         /// Call `c`'s timer fired.
         fn wake(&mut self, c: usize, then: Then, at: f64, now: f64) {
             let policy = self.policy;
             let Call { engine, held, .. } = &mut self.calls[c];
-            let mut guards = lend(&mut self.shared, held);
+            let mut guards = lend(&mut self.shared[self.client[c]], held);
             let step = match then {
                 Then::Start => engine.next_attempt(policy, &mut guards, now),
                 Then::Turn => engine.turn_waited(policy, &mut guards, now),
@@ -1101,7 +1228,7 @@ mod storm {
                 ..
             } = &mut self.calls[c];
             let sent_at = *sent_at;
-            let mut guards = lend(&mut self.shared, held);
+            let mut guards = lend(&mut self.shared[self.client[c]], held);
             if !ok && !*joined {
                 // The shell's lean path ends here and the call's loop starts.
                 *joined = true;
@@ -1116,8 +1243,7 @@ mod storm {
             let (_counted, step) = engine.settled(policy, settled, &mut guards, now, &mut self.rng);
             self.calls[c].status = Some(status);
             if self.trace && !ok {
-                let r = self
-                    .shared
+                let r = self.shared[self.client[c]]
                     .throttle
                     .as_mut()
                     .and_then(|t| t.rate(ORIGIN, now))
@@ -1129,6 +1255,17 @@ mod storm {
 
         /// Call `c`'s attempt reaches the server at `at`.
         fn arrive(&mut self, c: usize, at: f64) {
+            if c >= self.n {
+                // A warm call: the origin, before the herd, serves it.
+                let back = at + self.server.kind.service_ms() + net(&mut self.rng, self.net_scale);
+                let answer = Msg::Answer {
+                    c,
+                    ok: true,
+                    retry_after_s: None,
+                };
+                self.queue.push(back, answer);
+                return;
+            }
             self.run.requests += 1;
             match self.server.admit(at) {
                 Ok(service) => {
@@ -1191,22 +1328,34 @@ mod storm {
             has_key: false,
             replayable: true,
         };
-        let call = Call {
-            engine: CallEngine::new(&policy, 0.0, get),
+        let call = |start: f64| Call {
+            engine: CallEngine::new(&policy, start, get),
             held: Held::default(),
             joined: false,
             status: None,
-            sent_at: 0.0,
+            sent_at: start,
         };
+        let (warm_starts, herd_start) = setup.warm.schedule(kind);
+        let independent = setup.clients == Clients::Independent;
+        let mut calls: Vec<Call> = vec![call(herd_start); n];
+        calls.extend(warm_starts.iter().map(|&t| call(t.floor())));
+        let client: Vec<usize> = (0..n)
+            .chain((0..warm_starts.len()).map(|i| i % n))
+            .map(|owner| if independent { owner } else { 0 })
+            .collect();
         let mut sim = Sim {
             policy: &policy,
             n,
             net_scale,
             trace,
             rng: SplitMix64::new(seed),
-            shared: setup.shared(),
+            shared: (0..if independent { n } else { 1 })
+                .map(|_| setup.shared())
+                .collect(),
             server: Server::new(kind),
-            calls: vec![call; n],
+            calls,
+            client,
+            herd_start,
             queue: Timeline::new(),
             run: Run {
                 requests: 0,
@@ -1217,9 +1366,10 @@ mod storm {
             },
             sends: 0,
         };
-        for c in 0..n {
+        let starts = std::iter::repeat_n(herd_start, n).chain(warm_starts);
+        for (c, at) in starts.enumerate() {
             sim.queue.push(
-                0.0,
+                at,
                 Msg::Wake {
                     c,
                     then: Then::Start,
@@ -1493,7 +1643,7 @@ mod storm {
     }
 }
 
-use storm::{row, Kind, Pacing, Row, Setup};
+use storm::{row, Kind, Pacing, Row, Setup, Warm};
 
 fn print_table(rows: &[(String, Row)], with_n: bool) {
     let n_head = if with_n { " N |" } else { "" };
@@ -1526,12 +1676,44 @@ fn print_table(rows: &[(String, Row)], with_n: bool) {
 
 const KINDS: [Kind; 4] = [Kind::RATE, Kind::CONCURRENCY, Kind::SHED, Kind::HALVING];
 
+/// A second capacity of each kind, for the warm rows (the throttle's defaults were tuned on
+/// the four above): half the rate, or 4 in service for 10 ms each.
+const SECOND: [Kind; 4] = [
+    Kind::Rate {
+        rate: 200.0,
+        burst: 10.0,
+        service_ms: 5.0,
+    },
+    Kind::Concurrency {
+        slots: 4,
+        service_ms: 10.0,
+    },
+    Kind::Shed {
+        rate: 200.0,
+        burst: 10.0,
+        service_ms: 5.0,
+        retry_after_s: 1.0,
+    },
+    Kind::Halving {
+        rate: 200.0,
+        rate_after: 100.0,
+        at_ms: 250.0,
+        burst: 10.0,
+        service_ms: 5.0,
+    },
+];
+
 fn kind_by_name(name: &str) -> Kind {
     match name {
         "rate" => Kind::RATE,
         "concurrency" | "conc" => Kind::CONCURRENCY,
         "shed" => Kind::SHED,
         "halving" => Kind::HALVING,
+        "outage" => Kind::Outage,
+        "rate2" => SECOND[0],
+        "conc2" => SECOND[1],
+        "shed2" => SECOND[2],
+        "halving2" => SECOND[3],
         "warming" => Kind::Warming {
             slots: 8,
             cold_ms: 35.0,
@@ -1559,15 +1741,34 @@ fn setups() -> [(&'static str, Setup); 9] {
     ]
 }
 
-fn setup_by_name(name: Option<&String>) -> Setup {
-    let name = name.map_or("throttle", String::as_str);
-    match setups().into_iter().find(|(n, _)| *n == name) {
+/// The options named `args[0]` (default: `throttle`), then modifiers: `independent`, and
+/// what the guards saw before the herd: `warm` (200 healthy calls at half the capacity),
+/// `warm90` (at 90%), `burst` (200 at once, 100 ms before).
+fn setup_by_name(args: &[String]) -> Setup {
+    let name = args.first().map_or("throttle", String::as_str);
+    let mut setup = match setups().into_iter().find(|(n, _)| *n == name) {
         Some((_, setup)) => setup,
         None => panic!(
             "unknown options {name:?}: {}",
             setups().map(|(n, _)| n).join(", ")
         ),
+    };
+    for modifier in args.iter().skip(1) {
+        setup = match modifier.as_str() {
+            "independent" => setup.independent(),
+            "warm" => setup.warm(Warm::HALF),
+            "warm90" => setup.warm(Warm::Steady {
+                calls: 200,
+                share: 0.9,
+            }),
+            "burst" => setup.warm(Warm::Burst {
+                calls: 200,
+                after_ms: 100.0,
+            }),
+            other => panic!("unknown modifier {other:?}: independent, warm, warm90, burst"),
+        };
     }
+    setup
 }
 
 fn main() {
@@ -1577,7 +1778,7 @@ fn main() {
         Some("--trace") => {
             let kind = kind_by_name(args.get(1).map_or("rate", String::as_str));
             let i = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
-            let setup = setup_by_name(args.get(3));
+            let setup = setup_by_name(args.get(3..).unwrap_or_default());
             eprintln!("{}", setup.name());
             let r = storm::simulate(200, kind, setup, storm::seed(i), 1.0, true);
             eprintln!(
@@ -1590,13 +1791,28 @@ fn main() {
             return;
         }
         Some("--summary") => {
-            let setup = setup_by_name(args.get(1));
+            let setup = setup_by_name(args.get(1..).unwrap_or_default());
             println!("{}", setup.name());
-            for kind in KINDS.into_iter().chain([kind_by_name("warming")]) {
+            for kind in KINDS
+                .into_iter()
+                .chain(SECOND)
+                .chain([kind_by_name("warming"), Kind::Outage])
+            {
                 let r = row(200, kind, setup, RUNS, 1.0);
+                if kind == Kind::Outage {
+                    println!(
+                        "{:<20} amplification {:.3}, served {}/{}, p99 {:.0} ms to give up",
+                        kind.short(),
+                        r.amplification,
+                        r.min_successes,
+                        r.n,
+                        r.p99_ms
+                    );
+                    continue;
+                }
                 println!(
                     "{:<20} amplification {:.3} (floor {:.3}), served {}/{}, p99 {:.2} x ideal (worst {:.2}, {}/{} runs within 1.5), {}",
-                    kind.short(),
+                    format!("{} {:.0}/s", kind.short(), kind.capacity()),
                     r.amplification,
                     r.floor,
                     r.min_successes,

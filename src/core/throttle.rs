@@ -151,11 +151,20 @@ const BUCKET_MS: f64 = 10.0;
 /// plateau), and stays there until CUBIC's convex part probes beyond it.
 const PLATEAU: f64 = 0.85;
 
+/// The weight of a new round-trip sample in the smoothed round trip (TCP's 1/8).
+const RTT_SMOOTHING: f64 = 0.125;
+
 #[derive(Clone, Debug)]
 struct OriginThrottle {
     created_ms: f64,
     /// True after the first throttling answer: recovery curve instead of slow start.
     backed_off: bool,
+    /// Slow start's curve: `slow_rate · 2^((t − slow_from_ms) / ramp_ms)`.
+    slow_rate: f64,
+    slow_from_ms: f64,
+    /// In slow start, the send rate measured the last time nobody waited for a turn (sent
+    /// before any refusal: served): the capacity is at least about that.
+    served_rate: f64,
     fill_rate: f64,
     tokens: f64,
     last_refill_ms: f64,
@@ -164,7 +173,11 @@ struct OriginThrottle {
     w_max: f64,
     /// The rate the last cut set, where the recovery curve starts.
     cut_rate: f64,
+    /// How low further refusals of the last cut's round may bring `w_max`.
+    w_floor: f64,
     last_decrease_ms: f64,
+    /// The smoothed time from a send to its served answer, ms (0 before the first).
+    srtt_ms: f64,
     sends: RateMeter,
     /// The next ticket to be served, and the next to be issued (FIFO turns).
     head: u64,
@@ -178,12 +191,17 @@ impl OriginThrottle {
         OriginThrottle {
             created_ms: now_ms,
             backed_off: false,
+            slow_rate: config.initial_rate,
+            slow_from_ms: now_ms,
+            served_rate: 0.0,
             fill_rate: config.initial_rate,
             tokens: capacity(config.initial_rate),
             last_refill_ms: now_ms,
             w_max: config.initial_rate,
             cut_rate: config.initial_rate,
+            w_floor: config.initial_rate,
             last_decrease_ms: f64::NEG_INFINITY,
+            srtt_ms: 0.0,
             sends: RateMeter::default(),
             head: 0,
             tail: 0,
@@ -217,15 +235,33 @@ impl OriginThrottle {
         config.ramp_ms * (1.0 + needed * ln2 / (self.fill_rate * ramp_s)).ln() / ln2
     }
 
+    /// Bring the bucket and the rate to `now_ms`; every change of who waits (a turn taken,
+    /// granted or given up) comes after one, so the state seen here held since the last.
     fn refill(&mut self, config: &ThrottleConfig, now_ms: f64) {
         if !self.backed_off {
             // slow start: double every ramp_ms (capped to stay finite)
-            let doublings = ((now_ms - self.created_ms) / config.ramp_ms).clamp(0.0, 60.0);
+            let doublings = ((now_ms - self.slow_from_ms) / config.ramp_ms).clamp(0.0, 60.0);
             // 2^doublings: whole doublings exactly, the fraction through `exp`
             let whole = doublings.floor();
-            self.fill_rate = config.initial_rate
+            let grown = self.slow_rate
                 * 2f64.powi(whole as i32)
                 * ((doublings - whole) * std::f64::consts::LN_2).exp();
+            // It grows while callers wait for turns; otherwise the rate was not what limited
+            // the sends, and it stays at the rate measured (at least `initial_rate`), so
+            // healthy traffic does not bank a rate the herd that follows would meet unpaced.
+            let limit = if self.waiting() {
+                f64::INFINITY
+            } else {
+                self.served_rate = self.sends.rate(now_ms);
+                config.initial_rate.max(self.served_rate)
+            };
+            if grown > limit {
+                self.slow_rate = limit;
+                self.slow_from_ms = now_ms;
+                self.fill_rate = limit;
+            } else {
+                self.fill_rate = grown;
+            }
         }
         let elapsed_s = ((now_ms - self.last_refill_ms) / 1000.0).max(0.0);
         self.tokens = (self.tokens + elapsed_s * self.fill_rate).min(capacity(self.fill_rate));
@@ -302,7 +338,9 @@ impl AdaptiveThrottle {
     /// Take a turn to send to `origin`: a ticket to pass to [`AdaptiveThrottle::poll`].
     /// Turns are served in order, each when a token is there.
     pub fn enqueue(&mut self, origin: &str, now_ms: f64) -> u64 {
+        let config = self.config;
         let o = self.origin(origin, now_ms);
+        o.refill(&config, now_ms);
         let ticket = o.tail;
         o.tail += 1;
         ticket
@@ -328,7 +366,9 @@ impl AdaptiveThrottle {
 
     /// Give up `ticket` (the call stopped or was aborted while waiting for its turn).
     pub fn abandon(&mut self, origin: &str, ticket: u64, now_ms: f64) {
+        let config = self.config;
         let o = self.origin(origin, now_ms);
+        o.refill(&config, now_ms);
         if ticket >= o.head && !o.abandoned.contains(&ticket) {
             o.abandoned.push(ticket);
             o.skip_abandoned();
@@ -348,11 +388,13 @@ impl AdaptiveThrottle {
         o.refill(&config, now_ms);
         let measured = o.sends.rate(now_ms);
         if throttled {
-            if sent_ms <= o.last_decrease_ms {
+            // An attempt sent within a round trip of the last cut met the server still busy
+            // with what was sent before it (a slot is held for the whole service time).
+            if sent_ms <= o.last_decrease_ms + o.srtt_ms {
                 // Another refusal of a round already answered by a cut: the rate was further
                 // above the capacity than one refusal says. The ceiling comes down by beta
                 // (never below the cut itself); the rate is not cut again.
-                o.w_max = (o.w_max * config.beta).max(o.cut_rate / PLATEAU);
+                o.w_max = (o.w_max * config.beta).max(o.w_floor);
                 o.fill_rate = o.fill_rate.min(PLATEAU * o.w_max).max(config.min_rate);
             } else {
                 // Callers waiting for turns: sending at the fill rate. Otherwise the measured
@@ -364,29 +406,42 @@ impl AdaptiveThrottle {
                     o.fill_rate.min(measured)
                 };
                 // Slow start that paced a queue overshoots by up to a doubling (more against a
-                // bucket's burst) before the first refusal comes back: its exit cuts twice.
-                let factor = if o.backed_off || !waiting {
-                    config.beta
+                // bucket's burst) before the first refusal comes back: its exit cuts twice,
+                // but overshoots no more than it grew, so never below beta times the rate it
+                // started from (a warm one starts from the rate its traffic was served at).
+                let cut = if o.backed_off || !waiting {
+                    current * config.beta
                 } else {
-                    config.beta * config.beta
+                    (current * config.beta * config.beta)
+                        .max(config.beta * o.served_rate.min(current))
                 };
+                o.cut_rate = cut.min(PLATEAU * current).max(config.min_rate);
+                o.w_floor = o.cut_rate / PLATEAU;
+                if !o.backed_off {
+                    o.w_floor = o.w_floor.max(o.served_rate.min(current));
+                }
                 o.backed_off = true;
                 o.w_max = current;
-                o.cut_rate = (current * factor)
-                    .min(PLATEAU * current)
-                    .max(config.min_rate);
                 o.fill_rate = o.cut_rate;
                 o.last_decrease_ms = now_ms;
             }
-        } else if o.backed_off {
-            let curve = o.curve(&config, now_ms);
-            // An origin used below its rate does not bank it: at most twice what is sent.
-            let ceiling = if o.waiting() || measured <= 0.0 {
-                f64::INFINITY
+        } else {
+            let rtt = (now_ms - sent_ms).max(0.0);
+            o.srtt_ms = if o.srtt_ms > 0.0 {
+                o.srtt_ms + (rtt - o.srtt_ms) * RTT_SMOOTHING
             } else {
-                2.0 * measured
+                rtt
             };
-            o.fill_rate = curve.min(ceiling).max(config.min_rate);
+            if o.backed_off {
+                let curve = o.curve(&config, now_ms);
+                // An origin used below its rate does not bank it: at most twice what is sent.
+                let ceiling = if o.waiting() || measured <= 0.0 {
+                    f64::INFINITY
+                } else {
+                    2.0 * measured
+                };
+                o.fill_rate = curve.min(ceiling).max(config.min_rate);
+            }
         }
         o.tokens = o.tokens.min(capacity(o.fill_rate));
     }
@@ -554,13 +609,137 @@ mod tests {
     }
 
     #[test]
-    fn a_new_origin_starts_at_the_initial_rate_and_ramps_up() {
+    fn a_new_origin_starts_at_the_initial_rate_and_ramps_up_while_callers_wait() {
         let mut t = throttle();
         assert_eq!(turn(&mut t, 0.0), 0.0);
+        assert_eq!(turn(&mut t, 0.0), 0.0);
         assert_eq!(t.rate(O, 0.0), Some(200.0));
+        // the bucket (10 ms of sends) is empty: the next caller waits, and slow start goes on
+        let waiting = t.enqueue(O, 0.0);
+        assert!(t.poll(O, waiting, 0.0).is_err());
         assert_eq!(t.rate(O, 200.0), Some(400.0));
         assert_eq!(t.rate(O, 600.0), Some(1600.0));
         assert!(t.rate(O, 1e9).unwrap().is_finite());
+    }
+
+    /// `calls` healthy calls through `t`, one every `1000 / rate` ms, each served 7 ms after it
+    /// was sent; the last is sent one spacing before `end`.
+    fn healthy(t: &mut AdaptiveThrottle, calls: usize, rate: f64, end: f64) {
+        let gap = 1000.0 / rate;
+        for i in 0..calls {
+            let at = end - (calls - i) as f64 * gap;
+            assert_eq!(turn(t, at), at, "a healthy call waited");
+            t.on_send(O, at);
+            t.on_answer(O, at, false, at + 7.0);
+        }
+    }
+
+    #[test]
+    fn healthy_traffic_banks_no_rate_for_the_herd_that_follows() {
+        for rate in [50.0, 200.0, 360.0, 1000.0] {
+            let mut t = throttle();
+            healthy(&mut t, 200, rate, 0.0);
+            // slow start doubled with time before; now it stays at the rate sent (at least
+            // the initial rate) while nobody waits
+            let r = t.rate(O, 0.0).unwrap();
+            assert!(
+                r >= 200.0 && r <= 200f64.max(1.05 * rate),
+                "{rate} req/s sent: {r}"
+            );
+            // a herd meets a bucket of 10 ms of that rate, not one of a banked rate
+            let tickets: Vec<u64> = (0..200).map(|_| t.enqueue(O, 0.0)).collect();
+            let at_once = tickets
+                .iter()
+                .filter(|&&k| t.poll(O, k, 0.0).is_ok())
+                .count();
+            assert!(
+                at_once as f64 <= (r / 100.0).ceil(),
+                "{rate} req/s: {at_once} sent at once"
+            );
+        }
+    }
+
+    #[test]
+    fn a_warm_throttle_meets_the_herd_as_a_fresh_one_does() {
+        // 200 healthy calls at half and at nine tenths of the capacity just before the herd;
+        // the storm harness below starts the herd at 0
+        for share in [0.5, 0.9] {
+            let mut t = throttle();
+            healthy(&mut t, 200, share * 400.0, 0.0);
+            let s = storm(&mut t, &mut Server::bucket(400.0, 20.0), 200, None);
+            assert_eq!(s.served_ms.len(), 200);
+            assert!(s.requests <= 210, "{share}: {} requests", s.requests);
+            assert!(s.p99() <= 1.5 * 455.0, "{share}: p99 {}", s.p99());
+
+            let mut t = throttle();
+            healthy(&mut t, 200, share * 400.0, 0.0);
+            let s = storm(&mut t, &mut Server::slots(8, 20.0), 200, None);
+            assert_eq!(s.served_ms.len(), 200);
+            assert!(s.requests <= 210, "{share}: {} requests", s.requests);
+            assert!(s.p99() <= 1.5 * 500.0, "{share}: p99 {}", s.p99());
+
+            let mut t = throttle();
+            healthy(&mut t, 200, share * 400.0, 0.0);
+            let s = storm(&mut t, &mut Server::slots(4, 10.0), 200, None);
+            assert_eq!(s.served_ms.len(), 200);
+            assert!(s.requests <= 210, "{share}: {} requests", s.requests);
+            assert!(s.p99() <= 1.5 * 500.0, "{share}: p99 {}", s.p99());
+
+            let mut t = throttle();
+            healthy(&mut t, 200, share * 400.0, 0.0);
+            let s = storm(&mut t, &mut Server::bucket(400.0, 20.0), 200, Some(1000.0));
+            assert!(s.refused_callers <= 2, "{share}: {}", s.refused_callers);
+        }
+    }
+
+    #[test]
+    fn a_warm_slow_starts_exit_cuts_no_lower_than_beta_times_the_rate_served() {
+        let mut t = throttle();
+        healthy(&mut t, 200, 360.0, 0.0);
+        let served = t.rate(O, 0.0).unwrap();
+        // a herd queues; slow start goes on from the rate served and is refused at once
+        let tickets: Vec<u64> = (0..50).map(|_| t.enqueue(O, 0.0)).collect();
+        for &k in &tickets[..3] {
+            assert!(t.poll(O, k, 0.0).is_ok());
+            t.on_send(O, 0.0);
+        }
+        let before = t.rate(O, 5.0).unwrap();
+        t.on_answer(O, 0.0, true, 5.0);
+        let cut = t.rate(O, 5.0).unwrap();
+        assert!(
+            (cut - 0.7 * served).abs() < 0.02 * served && cut > 0.49 * before,
+            "{served} served, {before} -> {cut}"
+        );
+        // further refusals of that round lower the ceiling no lower than the rate served
+        for _ in 0..20 {
+            t.on_answer(O, 0.0, true, 6.0);
+        }
+        let mut now = 6.0;
+        while now < 400.0 {
+            now += 2.0;
+            t.on_answer(O, now - 7.0, false, now);
+        }
+        let r = t.rate(O, now).unwrap();
+        assert!(r >= 0.84 * served, "{served} served: back to {r}");
+    }
+
+    #[test]
+    fn refusals_within_a_round_trip_of_a_cut_do_not_cut_again() {
+        let mut t = flat(400.0);
+        t.enqueue(O, 0.0); // a caller waiting
+                           // answers come 22 ms after their sends (a server holding a slot 20 ms)
+        for i in 0..20 {
+            let now = 30.0 + i as f64;
+            t.on_answer(O, now - 22.0, false, now);
+        }
+        t.on_answer(O, 49.0, true, 51.0);
+        let cut = t.rate(O, 51.0).unwrap();
+        // sent 10 ms after the cut: the server was still busy with what came before it
+        t.on_answer(O, 61.0, true, 63.0);
+        assert_eq!(t.rate(O, 63.0), Some(cut));
+        // sent more than a round trip after the cut: a new round, a new cut
+        t.on_answer(O, 80.0, true, 82.0);
+        assert!(t.rate(O, 82.0).unwrap() < cut);
     }
 
     #[test]
