@@ -151,6 +151,11 @@ const BUCKET_MS: f64 = 10.0;
 /// plateau), and stays there until CUBIC's convex part probes beyond it.
 const PLATEAU: f64 = 0.85;
 
+/// Callers still queued this many `ramp_ms` after the last cut, with no refusal since: the
+/// rate the server takes is probed again, in slow start (CUBIC alone would take seconds to
+/// find a capacity far above the rate it was cut to).
+const PROBE_AFTER_RAMPS: f64 = 2.0;
+
 /// The weight of a new round-trip sample in the smoothed round trip (TCP's 1/8).
 const RTT_SMOOTHING: f64 = 0.125;
 
@@ -159,6 +164,8 @@ struct OriginThrottle {
     created_ms: f64,
     /// True after the first throttling answer: recovery curve instead of slow start.
     backed_off: bool,
+    /// The last cut came while nobody waited for a turn.
+    blind_cut: bool,
     /// Slow start's curve: `slow_rate · 2^((t − slow_from_ms) / ramp_ms)`.
     slow_rate: f64,
     slow_from_ms: f64,
@@ -191,6 +198,7 @@ impl OriginThrottle {
         OriginThrottle {
             created_ms: now_ms,
             backed_off: false,
+            blind_cut: false,
             slow_rate: config.initial_rate,
             slow_from_ms: now_ms,
             served_rate: 0.0,
@@ -238,6 +246,23 @@ impl OriginThrottle {
     /// Bring the bucket and the rate to `now_ms`; every change of who waits (a turn taken,
     /// granted or given up) comes after one, so the state seen here held since the last.
     fn refill(&mut self, config: &ThrottleConfig, now_ms: f64) {
+        let probe_after = PROBE_AFTER_RAMPS * config.ramp_ms;
+        let calm = now_ms - self.last_decrease_ms >= probe_after;
+        if self.backed_off && self.waiting() && (self.blind_cut || calm) {
+            // Callers queue after a cut made while none did (the traffic's own bursts were
+            // refused, not a rate the throttle set), or long after the last cut with no
+            // refusal since: the rate the server takes is not known, so slow start probes for
+            // it again from here.
+            if !self.blind_cut {
+                self.served_rate = self.fill_rate;
+            }
+            self.backed_off = false;
+            self.blind_cut = false;
+            self.slow_rate = self.fill_rate;
+            self.slow_from_ms = self
+                .last_refill_ms
+                .max((self.last_decrease_ms + probe_after).min(now_ms));
+        }
         if !self.backed_off {
             // slow start: double every ramp_ms (capped to stay finite)
             let doublings = ((now_ms - self.slow_from_ms) / config.ramp_ms).clamp(0.0, 60.0);
@@ -361,7 +386,12 @@ impl AdaptiveThrottle {
             o.skip_abandoned();
             return Ok(());
         }
-        Err(o.time_for_tokens(&config, ahead + 1.0 - o.tokens).max(1.0))
+        let mut wait = o.time_for_tokens(&config, ahead + 1.0 - o.tokens);
+        if o.backed_off {
+            // ask again when slow start would probe, whose rate the wait did not count on
+            wait = wait.min(o.last_decrease_ms + PROBE_AFTER_RAMPS * config.ramp_ms - now_ms);
+        }
+        Err(wait.max(1.0))
     }
 
     /// Give up `ticket` (the call stopped or was aborted while waiting for its turn).
@@ -421,6 +451,7 @@ impl AdaptiveThrottle {
                     o.w_floor = o.w_floor.max(o.served_rate.min(current));
                 }
                 o.backed_off = true;
+                o.blind_cut = !waiting;
                 o.w_max = current;
                 o.fill_rate = o.cut_rate;
                 o.last_decrease_ms = now_ms;
@@ -721,6 +752,50 @@ mod tests {
         }
         let r = t.rate(O, now).unwrap();
         assert!(r >= 0.84 * served, "{served} served: back to {r}");
+    }
+
+    #[test]
+    fn a_herd_after_a_refusal_of_healthy_traffic_finds_the_capacity_again() {
+        // healthy traffic at half the capacity, one of its calls refused (its own burst
+        // against 4 slots), then the herd: slow start probes again instead of pacing the herd
+        // at the rate the refusal left
+        for servers in [Server::slots(4, 10.0), Server::bucket(400.0, 20.0)] {
+            let mut t = throttle();
+            healthy(&mut t, 100, 200.0, -300.0);
+            t.on_send(O, -300.0);
+            t.on_answer(O, -300.0, true, -299.0);
+            assert!(t.rate(O, -299.0).unwrap() < 200.0, "cut");
+            healthy(&mut t, 60, 200.0, 0.0);
+            let mut server = servers.clone();
+            let ideal = if server.slots > 0 { 500.0 } else { 455.0 };
+            let s = storm(&mut t, &mut server, 200, None);
+            assert_eq!(s.served_ms.len(), 200);
+            assert!(s.requests <= 210, "{} requests", s.requests);
+            assert!(s.p99() <= 1.5 * ideal, "p99 {}", s.p99());
+        }
+    }
+
+    #[test]
+    fn callers_queued_long_after_a_cut_probe_for_more() {
+        let mut t = throttle();
+        t.enqueue(O, 0.0); // a caller waiting
+        t.on_answer(O, 0.0, true, 0.0); // cut to 0.49 x 200, the plateau 0.85 x 200
+        let mut now = 0.0;
+        while now < 300.0 {
+            now += 5.0;
+            t.on_answer(O, now - 7.0, false, now);
+        }
+        let plateau = t.rate(O, now).unwrap();
+        assert!(plateau <= 0.85 * 200.0 + 1e-6, "{plateau}");
+        // a waiter is told to ask again when the probe starts, not after its whole wait
+        let tickets: Vec<u64> = (0..100).map(|_| t.enqueue(O, now)).collect();
+        let wait = t.poll(O, tickets[99], now).unwrap_err();
+        assert!(now + wait <= 401.0, "asks again at {}", now + wait);
+        // from 2 x rampMs after the cut, with callers queued and no refusal: slow start again
+        assert!(t.rate(O, 600.0).unwrap() > 1.9 * plateau);
+        // its exit cuts no lower than beta times the rate served before the probe
+        t.on_answer(O, 590.0, true, 600.0);
+        assert!(t.rate(O, 600.0).unwrap() >= 0.7 * plateau - 1e-6);
     }
 
     #[test]
@@ -1131,8 +1206,9 @@ mod tests {
             "amplification {}",
             s.requests as f64 / 600.0
         );
+        // near the new capacity (a probe for more may be under way)
         let r = t.rate(O, s.p99()).unwrap();
-        assert!(r <= 200.0, "rate {r} after the capacity fell to 200");
+        assert!(r <= 1.1 * 200.0, "rate {r} after the capacity fell to 200");
     }
 
     #[test]
