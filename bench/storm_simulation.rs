@@ -459,6 +459,9 @@ mod storm {
         /// The herd's calls start at uniformly random moments over this many ms (0: all at
         /// once), as clients released together but each delayed by its own process.
         pub spread_ms: f64,
+        /// How long each timer and each answer holds the clients' CPU, ms (one event loop for
+        /// all the calls; 0: not modelled, unless `LOOP_TURN` / `LOOP_ANSWER` say).
+        pub cpu_ms: (f64, f64),
     }
 
     impl Setup {
@@ -470,6 +473,7 @@ mod storm {
             clients: Clients::Shared,
             warm: Warm::Cold,
             spread_ms: 0.0,
+            cpu_ms: (0.0, 0.0),
         };
 
         /// `budget: false, throttle: false`: retries only, nothing shared (p-retry's design).
@@ -495,6 +499,22 @@ mod storm {
         /// The same with the herd's starts spread over `spread_ms`.
         pub fn spread(self, spread_ms: f64) -> Setup {
             Setup { spread_ms, ..self }
+        }
+
+        /// The same with each timer and each answer holding the clients' CPU `turn` and
+        /// `answer` ms.
+        pub fn cpu(self, turn: f64, answer: f64) -> Setup {
+            Setup {
+                cpu_ms: (turn, answer),
+                ..self
+            }
+        }
+
+        /// The real-time benches' clients, roughly: starts spread over 60 ms (workers released
+        /// together), 0.3 ms of CPU per timer and 0.6 ms per answer (undici's fetch costs
+        /// about 0.4 to 0.5 ms a request; the clients share 2 cores with the server).
+        pub fn like_real_time(self) -> Setup {
+            self.spread(60.0).cpu(0.3, 0.6)
         }
 
         /// `budget: false`: retries only, nothing shared.
@@ -605,7 +625,15 @@ mod storm {
             } else {
                 String::new()
             };
-            format!("{options}; guards: {guards}{whose}{warm}{spread}")
+            let cpu = if self.cpu_ms != (0.0, 0.0) {
+                format!(
+                    "; CPU {} ms a timer, {} ms an answer",
+                    self.cpu_ms.0, self.cpu_ms.1
+                )
+            } else {
+                String::new()
+            };
+            format!("{options}; guards: {guards}{whose}{warm}{spread}{cpu}")
         }
 
         /// A fresh instance of each guard, for one run.
@@ -1439,7 +1467,11 @@ mod storm {
                 },
             );
         }
-        let (turn_cost, answer_cost) = loop_costs();
+        let (turn_cost, answer_cost) = if setup.cpu_ms != (0.0, 0.0) {
+            setup.cpu_ms
+        } else {
+            loop_costs()
+        };
         let mut loop_free = 0.0f64;
         while let Some((at, msg)) = sim.queue.pop() {
             let cost = match msg {
@@ -1613,6 +1645,8 @@ mod storm {
                     for setup in setups() {
                         let guarded = simulate(1, kind, setup, s, 1.0, false);
                         assert_eq!(plain, guarded, "{kind:?}, {}", setup.name());
+                        let alone = simulate(1, kind, setup.independent(), s, 1.0, false);
+                        assert_eq!(plain, alone, "{kind:?}, {}", setup.name());
                     }
                 }
             }
@@ -1709,6 +1743,70 @@ mod storm {
                     assert!(r.met(), "{kind:?}, {}: {r:?}", setup.name());
                 }
             }
+        }
+
+        #[test]
+        fn a_warm_throttle_meets_the_goals_at_two_capacities_per_kind() {
+            let second = [
+                Kind::Rate {
+                    rate: 200.0,
+                    burst: 10.0,
+                    service_ms: 5.0,
+                },
+                Kind::Concurrency {
+                    slots: 4,
+                    service_ms: 10.0,
+                },
+                Kind::Shed {
+                    rate: 200.0,
+                    burst: 10.0,
+                    service_ms: 5.0,
+                    retry_after_s: 1.0,
+                },
+                Kind::Halving {
+                    rate: 200.0,
+                    rate_after: 100.0,
+                    at_ms: 250.0,
+                    burst: 10.0,
+                    service_ms: 5.0,
+                },
+            ];
+            for kind in KINDS.into_iter().chain(second) {
+                let r = row(200, kind, Setup::throttle().warm(Warm::HALF), RUNS, 1.0);
+                assert!(r.met(), "{kind:?}: {r:?}");
+            }
+        }
+
+        #[test]
+        fn default_options_meet_the_herd_warm_as_they_do_cold() {
+            // The lean success path tells the guards nothing, and the default throttle engages
+            // only for a herd: healthy calls before change nothing but the random draws.
+            for kind in KINDS {
+                let cold = row(200, kind, Setup::DEFAULT, 10, 1.0);
+                let warm = row(200, kind, Setup::DEFAULT.warm(Warm::HALF), 10, 1.0);
+                assert!(cold.met() && warm.met(), "{kind:?}: {cold:?} {warm:?}");
+                assert!((cold.amplification - warm.amplification).abs() <= 0.03);
+            }
+        }
+
+        #[test]
+        fn independent_clients_with_default_options_are_clients_without_guards() {
+            for kind in KINDS.into_iter().chain([Kind::Outage]) {
+                for s in 0..3 {
+                    let default = simulate(200, kind, Setup::DEFAULT.independent(), s, 1.0, false);
+                    let none = simulate(200, kind, Setup::NOTHING.independent(), s, 1.0, false);
+                    assert_eq!(default, none, "{kind:?}");
+                }
+            }
+        }
+
+        #[test]
+        fn in_an_outage_the_default_budget_holds_one_app_not_separate_clients() {
+            let shared = row(200, Kind::Outage, Setup::DEFAULT, 10, 1.0);
+            assert!(shared.amplification <= 1.5, "{shared:?}");
+            let independent = row(200, Kind::Outage, Setup::DEFAULT.independent(), 10, 1.0);
+            assert_eq!(independent.amplification, 9.0);
+            assert_eq!(independent.min_successes, 0);
         }
 
         #[test]
@@ -1826,9 +1924,10 @@ fn setups() -> [(&'static str, Setup); 9] {
     ]
 }
 
-/// The options named `args[0]` (default: `throttle`), then modifiers: `independent`, and
-/// what the guards saw before the herd: `warm` (200 healthy calls at half the capacity),
-/// `warm90` (at 90%), `burst` (200 at once, 100 ms before).
+/// The options named `args[0]` (default: `throttle`), then modifiers: `independent`, what
+/// the guards saw before the herd (`warm`: 200 healthy calls at half the capacity, `warm90`:
+/// at 90%, `burst`: 200 at once, 100 ms before), `spread<ms>` (the herd's starts spread over
+/// that long) and `real` (like the real-time benches' clients: [`Setup::like_real_time`]).
 fn setup_by_name(args: &[String]) -> Setup {
     let name = args.first().map_or("throttle", String::as_str);
     let mut setup = match setups().into_iter().find(|(n, _)| *n == name) {
@@ -1853,12 +1952,164 @@ fn setup_by_name(args: &[String]) -> Setup {
             spread if spread.starts_with("spread") => {
                 setup.spread(spread["spread".len()..].parse().expect("spread<ms>"))
             }
-            other => {
-                panic!("unknown modifier {other:?}: independent, warm, warm90, burst, spread<ms>")
-            }
+            "real" => setup.like_real_time(),
+            other => panic!(
+                "unknown modifier {other:?}: independent, warm, warm90, burst, spread<ms>, real"
+            ),
         };
     }
     setup
+}
+
+/// A row's label: the server kind and its capacity.
+fn label(kind: Kind) -> String {
+    match kind {
+        Kind::Concurrency { slots, service_ms } => {
+            format!("concurrency {slots} x {service_ms} ms")
+        }
+        Kind::Halving {
+            rate, rate_after, ..
+        } => format!("halving {rate} -> {rate_after}/s"),
+        Kind::Outage => "outage".to_string(),
+        other => format!("{} {}/s", other.short(), other.capacity()),
+    }
+}
+
+fn warm_sections() {
+    let throttle = Setup::throttle();
+    println!("## Warm: the herd after healthy traffic");
+    println!();
+    println!(
+        "Every row above starts from fresh guards, whose slow start paces the first wave. Here \
+         200 calls to the same server, evenly spaced at half its capacity (before its capacity \
+         changes), go through the same guards just before the herd; the server's counters, \
+         bucket and capacity change start again with the herd. Each kind at the capacity the \
+         defaults were tuned on and at a second one. The default options' guards start pacing \
+         a herd only when 10 of its calls retry (and the lean success path tells them \
+         nothing), so they meet the herd as they would cold."
+    );
+    println!();
+    let mut rows = Vec::new();
+    for kind in KINDS.into_iter().chain(SECOND) {
+        for setup in [
+            throttle,
+            throttle.warm(Warm::HALF),
+            Setup::DEFAULT,
+            Setup::DEFAULT.warm(Warm::HALF),
+        ] {
+            rows.push((
+                format!("{} | {}", label(kind), setup.name()),
+                row(200, kind, setup, RUNS, 1.0),
+            ));
+        }
+    }
+    print_table(&rows, false);
+    println!();
+    println!("### Warm at 90% of the capacity (a stress case)");
+    println!();
+    println!(
+        "The healthy traffic at 90% of the capacity: against a concurrency limit some of it is \
+         refused already (the 503s of the warm calls, median per run, in the label), so the \
+         throttle has cut its rate before the herd comes; callers queued 2 x `rampMs` after \
+         the last cut with no refusal since make it probe again, in slow start."
+    );
+    println!();
+    let warm90 = throttle.warm(Warm::Steady {
+        calls: 200,
+        share: 0.9,
+    });
+    let mut rows = Vec::new();
+    for kind in KINDS.into_iter().chain(SECOND) {
+        let r = row(200, kind, warm90, RUNS, 1.0);
+        rows.push((
+            format!(
+                "{} ({} warm calls refused) | {}",
+                label(kind),
+                r.warm_refused,
+                warm90.name()
+            ),
+            r,
+        ));
+    }
+    print_table(&rows, false);
+    println!();
+}
+
+fn print_outage(rows: &[(String, Row)]) {
+    println!("| server | guard | amplification | served | p50 ms | p99 ms (time to give up) |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for (label, r) in rows {
+        println!(
+            "| {label} | {:.2} | {}/{} | {:.0} | {:.0} |",
+            r.amplification, r.min_successes, r.n, r.p50_ms, r.p99_ms
+        );
+    }
+}
+
+fn outage_and_independent_sections() {
+    println!("## Outage");
+    println!();
+    println!("200 calls against a server that answers 503 to everything.");
+    println!();
+    let mut rows = Vec::new();
+    for setup in [
+        Setup::DEFAULT,
+        Setup::NO_BUDGET,
+        Setup::NOTHING,
+        Setup::retry_budget(),
+        Setup::breaker(),
+        Setup::DEFAULT.independent(),
+    ] {
+        rows.push((
+            format!("outage | {}", setup.name()),
+            row(200, Kind::Outage, setup, RUNS, 1.0),
+        ));
+    }
+    print_outage(&rows);
+    println!();
+    println!("## Independent clients");
+    println!();
+    println!(
+        "200 clients that share nothing, as separate browsers: every call its own default \
+         budget and default throttle (`bench/independent.mjs` gives each client its own copy of \
+         the package). A client's own budget never counts its own retries, and its default \
+         throttle never sees 10 calls retrying, so default options behave as `budget: false, \
+         throttle: false` (the rows are the same). First as in the rows above (all start at \
+         once, no CPU cost); then like the real-time bench's clients (starts spread over 60 ms, \
+         0.3 ms of the clients' CPU per timer and 0.6 ms per answer, one event loop), to \
+         compare with `bench/independent.mjs` in BENCHMARKS.md; and, for comparison, shared \
+         clients (one app, default options) with the same CPU cost, to compare with \
+         `bench/storms.mjs`."
+    );
+    println!();
+    let mut rows = Vec::new();
+    let independent = Setup::DEFAULT.independent();
+    for kind in KINDS {
+        for setup in [
+            independent,
+            independent.warm(Warm::HALF),
+            independent.like_real_time(),
+            Setup::DEFAULT.cpu(0.3, 0.6),
+        ] {
+            rows.push((
+                format!("{} | {}", kind.short(), setup.name()),
+                row(200, kind, setup, RUNS, 1.0),
+            ));
+        }
+    }
+    print_table(&rows, false);
+    println!();
+    let rows: Vec<(String, Row)> = [independent, independent.like_real_time()]
+        .into_iter()
+        .map(|setup| {
+            (
+                format!("outage | {}", setup.name()),
+                row(200, Kind::Outage, setup, RUNS, 1.0),
+            )
+        })
+        .collect();
+    print_outage(&rows);
+    println!();
 }
 
 fn main() {
@@ -1934,9 +2185,11 @@ fn main() {
          column gives each row's options, then the guards its calls have. Network 0.5-1.5 ms \
          each way, whole-ms client clock, timers 0-1 ms late. {RUNS} seeded runs per row, \
          medians. Floor = 1 + share of the first 200 requests the server refused. Ideal = the \
-         least time the server needs for the 200 requests. Goal (the throttle's): all served \
-         in every run, amplification <= floor + 0.1, p99 <= 1.5 x ideal. The model and the \
-         comparison pacers are described at the top of the source."
+         least time the server needs for the 200 requests. Goal: all served in every run, \
+         amplification <= floor + 0.1 with a throttle of the row's own (floor + 0.2 without \
+         one), p99 <= 1.5 x ideal (without a throttle of its own, against `Retry-After` the \
+         ideal of a client that honours it: the wait, then the rest at capacity). The model \
+         and the comparison pacers are described at the top of the source."
     );
     println!();
     for kind in KINDS {
@@ -1966,6 +2219,8 @@ fn main() {
          `budget: false`."
     );
     println!();
+    warm_sections();
+    outage_and_independent_sections();
     println!("## A slower network");
     println!();
     println!(

@@ -151,9 +151,9 @@ const BUCKET_MS: f64 = 10.0;
 /// plateau), and stays there until CUBIC's convex part probes beyond it.
 const PLATEAU: f64 = 0.85;
 
-/// Callers still queued this many `ramp_ms` after the last cut, with no refusal since: the
-/// rate the server takes is probed again, in slow start (CUBIC alone would take seconds to
-/// find a capacity far above the rate it was cut to).
+/// Callers still queued this many `ramp_ms` after the last cut, with answers served and no
+/// refusal since: the rate the server takes is probed again, in slow start (CUBIC alone would
+/// take seconds to find a capacity far above the rate it was cut to).
 const PROBE_AFTER_RAMPS: f64 = 2.0;
 
 /// The weight of a new round-trip sample in the smoothed round trip (TCP's 1/8).
@@ -166,6 +166,8 @@ struct OriginThrottle {
     backed_off: bool,
     /// The last cut came while nobody waited for a turn.
     blind_cut: bool,
+    /// An attempt was served since the last cut (in an outage none is, and nothing probes).
+    served_since_cut: bool,
     /// Slow start's curve: `slow_rate · 2^((t − slow_from_ms) / ramp_ms)`.
     slow_rate: f64,
     slow_from_ms: f64,
@@ -199,6 +201,7 @@ impl OriginThrottle {
             created_ms: now_ms,
             backed_off: false,
             blind_cut: false,
+            served_since_cut: false,
             slow_rate: config.initial_rate,
             slow_from_ms: now_ms,
             served_rate: 0.0,
@@ -248,7 +251,7 @@ impl OriginThrottle {
     fn refill(&mut self, config: &ThrottleConfig, now_ms: f64) {
         let probe_after = PROBE_AFTER_RAMPS * config.ramp_ms;
         let calm = now_ms - self.last_decrease_ms >= probe_after;
-        if self.backed_off && self.waiting() && (self.blind_cut || calm) {
+        if self.backed_off && self.served_since_cut && self.waiting() && (self.blind_cut || calm) {
             // Callers queue after a cut made while none did (the traffic's own bursts were
             // refused, not a rate the throttle set), or long after the last cut with no
             // refusal since: the rate the server takes is not known, so slow start probes for
@@ -387,7 +390,7 @@ impl AdaptiveThrottle {
             return Ok(());
         }
         let mut wait = o.time_for_tokens(&config, ahead + 1.0 - o.tokens);
-        if o.backed_off {
+        if o.backed_off && o.served_since_cut {
             // ask again when slow start would probe, whose rate the wait did not count on
             wait = wait.min(o.last_decrease_ms + PROBE_AFTER_RAMPS * config.ramp_ms - now_ms);
         }
@@ -452,11 +455,13 @@ impl AdaptiveThrottle {
                 }
                 o.backed_off = true;
                 o.blind_cut = !waiting;
+                o.served_since_cut = false;
                 o.w_max = current;
                 o.fill_rate = o.cut_rate;
                 o.last_decrease_ms = now_ms;
             }
         } else {
+            o.served_since_cut = true;
             let rtt = (now_ms - sent_ms).max(0.0);
             o.srtt_ms = if o.srtt_ms > 0.0 {
                 o.srtt_ms + (rtt - o.srtt_ms) * RTT_SMOOTHING
