@@ -1895,6 +1895,10 @@ fn kind_by_name(name: &str) -> Kind {
         "outage" => Kind::Outage,
         "rate2" => SECOND[0],
         "conc2" => SECOND[1],
+        "conc840" => Kind::Concurrency {
+            slots: 8,
+            service_ms: 40.0,
+        },
         "shed2" => SECOND[2],
         "halving2" => SECOND[3],
         "warming" => Kind::Warming {

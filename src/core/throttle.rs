@@ -390,9 +390,11 @@ impl AdaptiveThrottle {
             return Ok(());
         }
         let mut wait = o.time_for_tokens(&config, ahead + 1.0 - o.tokens);
-        if o.backed_off && o.served_since_cut {
-            // ask again when slow start would probe, whose rate the wait did not count on
-            wait = wait.min(o.last_decrease_ms + PROBE_AFTER_RAMPS * config.ramp_ms - now_ms);
+        let probe_at = o.last_decrease_ms + PROBE_AFTER_RAMPS * config.ramp_ms;
+        if o.backed_off && probe_at > now_ms {
+            // Ask again when slow start may probe, whose rate the wait does not count on: a
+            // caller asleep at the head of the queue would hold every turn behind it.
+            wait = wait.min(probe_at - now_ms);
         }
         Err(wait.max(1.0))
     }
