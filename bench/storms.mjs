@@ -140,18 +140,26 @@ const KINDS = [
   { id: 'halving', title: 'capacity halving', server: { mode: 'halving' }, contenders: [...OURS, ...CORE_PEERS] },
 ];
 
-// Warm herds, each kind at two capacities: the preset and one the defaults were not tuned to.
+// Warm herds, each kind at two capacities: the preset and one the defaults were not tuned to
+// (200 req/s); and 4 in service × 10 ms, extra (Node's timers make its 10 ms service 10 to
+// 12 ms, so it serves about 350 req/s, not the 400 its ideal assumes).
 const WARM_KINDS = !WARM ? [] : [
   { id: 'rate-limited', title: 'rate-limited', server: { mode: 'rate-limited' } },
   { id: 'rate-limited-200', title: 'rate-limited 200 req/s', server: { mode: 'rate-limited', ratePerSec: 200, burst: 10 } },
   { id: 'concurrency-limited', title: 'concurrency-limited', server: { mode: 'concurrency-limited' } },
-  { id: 'concurrency-limited-4', title: 'concurrency-limited 4 × 10 ms', server: { mode: 'concurrency-limited', maxInService: 4, serviceMs: 10 } },
+  { id: 'concurrency-limited-200', title: 'concurrency-limited 8 × 40 ms', server: { mode: 'concurrency-limited', serviceMs: 40 } },
+  { id: 'concurrency-limited-4', title: 'concurrency-limited 4 × 10 ms (extra)', server: { mode: 'concurrency-limited', maxInService: 4, serviceMs: 10 }, extra: true },
   { id: 'shedding', title: 'shedding (Retry-After)', server: { mode: 'shedding' } },
   { id: 'shedding-200', title: 'shedding (Retry-After) 200 req/s', server: { mode: 'shedding', ratePerSec: 200, burst: 10 } },
   { id: 'halving', title: 'capacity halving', server: { mode: 'halving' } },
   { id: 'halving-200', title: 'capacity halving from 200 req/s', server: { mode: 'halving', ratePerSec: 200, burst: 10 } },
 ].map((k) => ({
-  ...k, id: `warm:${k.id}`, title: `${k.title}, warm`, warmOf: k.server.mode, contenders: [RF_THROTTLE_WARM, RF_DEFAULT_WARM],
+  ...k,
+  id: `warm:${k.id}`,
+  title: `${k.title}, warm`,
+  // default options warm at the presets only: their guards meet a herd warm as cold (the
+  // simulation has every capacity), and a full run stays under 6 minutes
+  contenders: k.id === k.server.mode ? [RF_THROTTLE_WARM, RF_DEFAULT_WARM] : [RF_THROTTLE_WARM],
 }));
 
 const withServer = (k) => {

@@ -9,17 +9,26 @@
 //!
 //! The rate ([`ThrottleConfig`] has the defaults):
 //!
-//! - **Slow start**: a new origin starts at `initial_rate` and doubles every `ramp_ms` until
-//!   the first throttling answer, so a cold herd is paced from its first request.
+//! - **Slow start**: a new origin starts at `initial_rate` and doubles every `ramp_ms` while
+//!   callers queue for turns, until the first throttling answer, so a cold herd is paced from
+//!   its first request. While nobody queues it stays at the send rate measured (at least
+//!   `initial_rate`): healthy traffic banks no rate the next herd would meet unpaced.
 //! - **Cut**: a refusal cuts to β × the rate (the measured send rate when nobody waits), or
 //!   to β² at slow start's exit when callers were queued (a burst allowance lets slow start
-//!   overshoot before the first refusal). Once per round: refusals of attempts sent before
-//!   the last cut lower the ceiling `W_max` (the rate refused) by β instead. Never below
+//!   overshoot before the first refusal), never below β × the rate sent while nobody queued
+//!   (a warm origin's served traffic). One cut per round: refusals of attempts sent before
+//!   the last cut, or within a smoothed round trip after it (the server still busy with what
+//!   came before), lower the ceiling `W_max` (the rate refused) by β instead. Never below
 //!   `min_rate`.
 //! - **Return**: toward 0.85 × `W_max`, with a time constant of `ramp_ms / 4`.
 //! - **CUBIC beyond**: `C·(t − K)³ + W_max` with `K = ∛((W_max − cut) / C)`, flat near
 //!   `W_max`, then probing above it; never above twice the send rate measured when nobody
 //!   waits, so an idle period banks nothing.
+//! - **Probe again**: when callers queue after a cut made while nobody did (the traffic's own
+//!   burst was refused, not a rate the throttle set), or are still queued `2 × ramp_ms` after
+//!   the last cut with answers served and no refusal since, slow start takes over again from
+//!   the current rate (CUBIC alone takes seconds to climb back from a cut); waiters ask again
+//!   at that moment.
 //!
 //! Why this design, and the designs it replaced: `docs/ARCHITECTURE.md`; the measurements:
 //! `BENCHMARKS.md`.
@@ -37,8 +46,9 @@ use super::origins::OriginMap;
 pub struct ThrottleConfig {
     /// Starting send rate of a new origin, req/s. Default 200.
     pub initial_rate: f64,
-    /// Slow start doubles the rate every `ramp_ms` until the first throttling answer; after a
-    /// cut the rate returns to its plateau with a time constant of `ramp_ms / 4`. Default 200.
+    /// Slow start doubles the rate every `ramp_ms` while callers queue, until the first
+    /// throttling answer; after a cut the rate returns to its plateau with a time constant of
+    /// `ramp_ms / 4`, and callers still queued `2 × ramp_ms` after it probe again. Default 200.
     pub ramp_ms: f64,
     /// Multiplicative decrease on a throttling answer, in `(0, 1)`: β per round, β² at slow
     /// start's exit. Default 0.7.
