@@ -2017,7 +2017,8 @@ fn warm_sections() {
         "The healthy traffic at 90% of the capacity: against a concurrency limit some of it is \
          refused already (the 503s of the warm calls, median per run, in the label), so the \
          throttle has cut its rate before the herd comes; callers queued 2 x `rampMs` after \
-         the last cut with no refusal since make it probe again, in slow start."
+         the last cut, with answers served and no refusal since, make it probe again, in slow \
+         start."
     );
     println!();
     let warm90 = throttle.warm(Warm::Steady {
@@ -2254,11 +2255,13 @@ fn main() {
         "At most 8 in service, 35 ms each for the first 150 ms (a server, or a client process, \
          still warming up: 229 req/s), then 20 ms (400 req/s); the ideal is the warm server's. \
          Slow start meets the cold capacity first, and after a cut the rate stays near the rate \
-         refused (CUBIC probes above it only after seconds), so the herd is served at ~0.5 x \
-         the warm capacity. The previous throttle did the same. A real-time run on a cold Node \
-         process showed it against the concurrency-limited storm server (first 503 at ~80 ms \
-         and ~230 req/s, p99 about 1.06 s with either throttle); probing upward sooner cost the \
-         four servers above more than it gained here, in this simulation."
+         refused until callers still queued 2 x `rampMs` after the cut, with answers served and \
+         no refusal since, make slow start probe again (CUBIC alone would probe above it only \
+         after seconds: the herd was served at ~0.5 x the warm capacity, p99 2.13 x the ideal \
+         with the throttle and 1.77 x with default options before the probe). The previous \
+         throttle did the same. A real-time run on a cold Node process showed it against the \
+         concurrency-limited storm server (first 503 at ~80 ms and ~230 req/s, p99 about \
+         1.06 s with either throttle)."
     );
     println!();
     let cold = Kind::Warming {
