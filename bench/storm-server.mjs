@@ -32,10 +32,13 @@
 // side queued requests behind a connection limit (see README.md).
 //
 // Used in three ways:
-//   - `startStormServer(opts)`: in this thread (returns { url, port, options, stats(), close() });
+//   - `startStormServer(opts)`: in this thread (returns { url, port, options, stats(),
+//     reset(changes), close() }; `reset()` zeroes the counters (it returns those before), fills
+//     the bucket and restarts the capacity change's clock, after the warm rows' healthy
+//     traffic; `changes` may set `halveAfterMs`);
 //   - `spawnStormServer()`: in a worker thread, so the server's event loop is not the one that
 //     runs the 200 clients (the benchmark uses this; returns { start(opts), stop(id), stats(id),
-//     terminate() });
+//     reset(id, changes), terminate() });
 //   - `node bench/storm-server.mjs [preset] [--rate N] [--burst N] [--concurrency N]
 //     [--service-ms N] [--retry-after S] [--halve-after-ms N] [--outage] [--port N]`: standalone,
 //     prints its URL (`--help` for the details).
@@ -182,15 +185,31 @@ export function describe(options) {
 export function startStormServer(options = {}) {
   let o;
   try { o = resolveOptions(options); } catch (err) { return Promise.reject(err); }
-  const c = {
+  const counters = () => ({
     seen: 0, ok: 0, rejectedBusy: 0, rejectedBucket: 0, rejectedOutage: 0,
     firstWave: o.firstWave, firstWaveRefused: 0, lastOkMs: null,
     connections: 0, openConnections: 0, peakOpenConnections: 0, peakInService: 0,
-  };
+  });
+  const c = counters();
   let inService = 0;
   let tokens = o.burst;
   let refilledAt = performance.now();
   let firstAt = null; // when the first request arrived (the capacity change counts from here)
+  // After healthy traffic (the warm rows): the counters from zero, the bucket full, the
+  // capacity change counted from the next request (`halveAfterMs` may be set here, so the
+  // healthy traffic meets the server before its change); connections stay open.
+  const reset = (changes = {}) => {
+    if (changes.halveAfterMs !== undefined) {
+      o = resolveOptions({ ...o, halveAfterMs: changes.halveAfterMs });
+    }
+    const before = { ...c };
+    const open = c.openConnections;
+    Object.assign(c, counters(), { openConnections: open, peakOpenConnections: open, peakInService: inService });
+    tokens = o.burst;
+    refilledAt = performance.now();
+    firstAt = null;
+    return before; // the counters of the traffic before
+  };
 
   const halveAt = () => (o.halveAfterMs == null || firstAt == null ? Infinity : firstAt + o.halveAfterMs);
   const rateAt = (t) => (t >= halveAt() ? o.ratePerSec / 2 : o.ratePerSec);
@@ -257,6 +276,7 @@ export function startStormServer(options = {}) {
         port,
         options: o,
         stats: () => ({ ...c }),
+        reset,
         close: () => new Promise((done) => {
           server.closeAllConnections();
           server.close(() => done({ ...c }));
@@ -292,6 +312,7 @@ export function spawnStormServer() {
     start: (options) => call('start', options),
     stop: (serverId) => call('stop', serverId),
     stats: (serverId) => call('stats', serverId),
+    reset: (serverId, changes) => call('reset', { id: serverId, changes }),
     terminate: () => worker.terminate(),
   };
 }
@@ -396,6 +417,8 @@ if (!isMainThread && workerData?.stormServerWorker) {
         result = await srv.close();
       } else if (op === 'stats') {
         result = get(arg).stats();
+      } else if (op === 'reset') {
+        result = get(arg.id).reset(arg.changes);
       } else {
         throw new Error(`unknown op ${op}`);
       }

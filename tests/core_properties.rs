@@ -1203,3 +1203,120 @@ fn a_generated_key_in_both_header_forms() {
         RetryPolicy::default().idempotency_header
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The adaptive throttle
+// ---------------------------------------------------------------------------------------
+
+mod throttle {
+    use super::config;
+    use proptest::prelude::*;
+    use retry_fetch::core::throttle::{AdaptiveThrottle, ThrottleConfig};
+
+    const O: &str = "http://127.0.0.1:1";
+
+    /// One event: a caller takes a turn, a waiting one asks again or gives up, an attempt is
+    /// sent, an answer (refused or served) comes; `dt` ms after the previous event.
+    #[derive(Clone, Debug)]
+    enum Ev {
+        Enqueue,
+        Poll(usize),
+        Abandon(usize),
+        Send,
+        Answer { ago: f64, refused: bool },
+    }
+
+    fn event() -> impl Strategy<Value = (f64, Ev)> {
+        let ev = prop_oneof![
+            Just(Ev::Enqueue),
+            (0usize..64).prop_map(Ev::Poll),
+            (0usize..64).prop_map(Ev::Abandon),
+            Just(Ev::Send),
+            (0.0f64..500.0, any::<bool>()).prop_map(|(ago, refused)| Ev::Answer { ago, refused }),
+        ];
+        (prop_oneof![Just(0.0), 0.0f64..5.0, 0.0f64..2000.0], ev)
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        /// Whatever happens, in whatever order: the rate stays finite and within
+        /// `minRate..`, and a caller is told to wait a finite time of at least 1 ms.
+        #[test]
+        fn the_rate_and_the_waits_stay_finite(events in prop::collection::vec(event(), 1..300)) {
+            let mut t = AdaptiveThrottle::new(ThrottleConfig::default());
+            let mut now = 0.0;
+            let mut tickets: Vec<u64> = Vec::new();
+            for (dt, ev) in events {
+                now += dt;
+                match ev {
+                    Ev::Enqueue => tickets.push(t.enqueue(O, now)),
+                    Ev::Poll(i) if !tickets.is_empty() => {
+                        let k = tickets[i % tickets.len()];
+                        if let Err(wait) = t.poll(O, k, now) {
+                            prop_assert!(wait.is_finite() && wait >= 1.0, "wait {wait}");
+                        }
+                    }
+                    Ev::Abandon(i) if !tickets.is_empty() => {
+                        let k = tickets.swap_remove(i % tickets.len());
+                        t.abandon(O, k, now);
+                    }
+                    Ev::Send => t.on_send(O, now),
+                    Ev::Answer { ago, refused } => t.on_answer(O, now - ago, refused, now),
+                    _ => {}
+                }
+                if let Some(r) = t.rate(O, now) {
+                    prop_assert!(r.is_finite() && r >= 0.5, "rate {r}");
+                }
+            }
+        }
+
+        /// Healthy calls one after another (each answered before the next is sent) never wait
+        /// for a turn, however long they go on.
+        #[test]
+        fn healthy_calls_one_after_another_never_wait(
+            calls in prop::collection::vec((0.0f64..3000.0, 0.5f64..200.0), 1..200),
+        ) {
+            let mut t = AdaptiveThrottle::new(ThrottleConfig::default());
+            let mut now = 0.0;
+            for (gap, rtt) in calls {
+                now += gap;
+                let k = t.enqueue(O, now);
+                prop_assert_eq!(t.poll(O, k, now), Ok(()));
+                t.on_send(O, now);
+                now += rtt;
+                t.on_answer(O, now - rtt, false, now);
+            }
+        }
+
+        /// Healthy traffic at any steady pace banks no rate: a herd that comes after it gets
+        /// at once no more turns than 10 ms of the pace it followed (or of the initial rate),
+        /// not the thousands of req/s slow start would have reached with time.
+        #[test]
+        fn healthy_traffic_banks_no_rate_for_a_herd(
+            rate in 20.0f64..1500.0,
+            calls in 50usize..400,
+        ) {
+            let mut t = AdaptiveThrottle::new(ThrottleConfig::default());
+            let gap = 1000.0 / rate;
+            for i in 0..calls {
+                let at = i as f64 * gap;
+                let k = t.enqueue(O, at);
+                let mut when = at;
+                while let Err(wait) = t.poll(O, k, when) {
+                    when += wait;
+                }
+                t.on_send(O, when);
+                t.on_answer(O, when, false, when + 5.0);
+            }
+            let start = calls as f64 * gap;
+            let herd: Vec<u64> = (0..200).map(|_| t.enqueue(O, start)).collect();
+            let at_once = herd.iter().filter(|&&k| t.poll(O, k, start).is_ok()).count();
+            let pace = rate.max(200.0);
+            prop_assert!(
+                at_once as f64 <= (1.25 * pace / 100.0).ceil(),
+                "{} at once after {} calls at {} req/s", at_once, calls, rate
+            );
+        }
+    }
+}

@@ -7,7 +7,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { retryFetch, createRetryFetch } from 'retry-fetch';
+import { retryFetch, createRetryFetch, AdaptiveThrottle } from 'retry-fetch';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /**
  * A server on a port of its own. `answer(n, now)` is the status of the n-th request
@@ -119,5 +120,61 @@ test('a total outage with default options (the budget and the throttle): at most
     assert.ok(s.seen() <= 300, `${s.seen()} requests for 200 calls`);
   } finally {
     await s.close();
+  }
+});
+
+/** `calls` calls through `call`, started evenly `gapMs` apart; resolves with their statuses. */
+async function paced(calls, gapMs, call) {
+  const t0 = performance.now();
+  const all = [];
+  for (let i = 0; i < calls; i += 1) {
+    const wait = t0 + i * gapMs - performance.now();
+    if (wait >= 1) await sleep(wait);
+    all.push(call().then(drain));
+  }
+  return Promise.all(all);
+}
+
+test('a warm AdaptiveThrottle paces the herd that follows healthy traffic', async () => {
+  // 200 healthy calls at 200 req/s through one throttle, then 200 calls at once, against a
+  // token bucket of 400 req/s holding 20. Slow start used to grow with time, so the herd met
+  // a throttle of thousands of req/s and most of its first wave was refused (1.5 to 1.85
+  // requests per call); the rate now stays at what healthy traffic sent.
+  const s = await server(bucket(400, 20));
+  try {
+    const throttle = new AdaptiveThrottle();
+    const options = { maxAttempts: 9, baseDelayMs: 50, maxDelayMs: 2000, throttle };
+    const warm = await paced(200, 5, () => retryFetch(s.url, undefined, options));
+    assert.ok(warm.every((st) => st === 200));
+    const before = s.seen();
+    assert.ok(throttle.rate(s.url) < 400, `rate ${throttle.rate(s.url)} after healthy traffic at 200 req/s`);
+    const herd = await Promise.all(Array.from({ length: 200 }, () => retryFetch(s.url, undefined, options).then(drain)));
+    assert.ok(herd.every((st) => st === 200), `${herd.filter((st) => st === 200).length} of 200 served`);
+    const requests = s.seen() - before;
+    assert.ok(requests <= 1.3 * 200, `${requests} requests for the herd of 200`);
+  } finally {
+    await s.close();
+  }
+});
+
+test('default options after healthy traffic meet a herd as a fresh module does', async () => {
+  // The lean success path tells the default throttle nothing, and it engages only when 10
+  // calls retry: healthy calls before the herd change nothing.
+  const s = await server(bucket(200, 10));
+  const fresh = await server(bucket(200, 10));
+  try {
+    const options = { maxAttempts: 9, baseDelayMs: 10, maxDelayMs: 1000, budget: false };
+    const warm = await paced(100, 10, () => retryFetch(s.url, undefined, options));
+    assert.ok(warm.every((st) => st === 200));
+    const before = s.seen();
+    const [a, b] = await Promise.all([
+      Promise.all(Array.from({ length: 150 }, () => retryFetch(s.url, undefined, options).then(drain))),
+      Promise.all(Array.from({ length: 150 }, () => retryFetch(fresh.url, undefined, options).then(drain))),
+    ]);
+    assert.ok(a.every((st) => st === 200) && b.every((st) => st === 200));
+    const warmHerd = s.seen() - before;
+    assert.ok(warmHerd <= 1.25 * fresh.seen() + 20, `requests: ${warmHerd} after healthy traffic, ${fresh.seen()} fresh`);
+  } finally {
+    await Promise.all([s.close(), fresh.close()]);
   }
 });
