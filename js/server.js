@@ -67,13 +67,22 @@ function streamedRequest(req, method, url, headers, signal) {
 class NodeSource {
   #req;
   #url;
+  #controller;
 
-  constructor(req, signal) {
+  constructor(req, controller) {
     this.#req = req;
     this.method = req.method ?? 'GET';
     this.headers = nodeRequestHeaders(req);
-    this.signal = signal;
+    this.#controller = controller;
     this.#url = nodeRequestUrl(req, req.url);
+  }
+
+  /**
+   * Aborted when the client goes away. Made on first use (an AbortSignal costs some 5 µs to
+   * make, and a keyed request reads it only while it waits for another holder).
+   */
+  get signal() {
+    return this.#controller.signal;
   }
 
   /** The path and query (what the fingerprint covers). */
@@ -215,7 +224,7 @@ async function serve(handler, req, res, onError) {
   try {
     const entry = handler[NODE_ENTRY];
     response = await (typeof entry === 'function'
-      ? entry(new NodeSource(req, controller.signal))
+      ? entry(new NodeSource(req, controller))
       : handler(toRequest(req, controller.signal)));
     if (!isResponseLike(response)) {
       throw new TypeError(`toNodeHandler: the handler must resolve with a Response; got ${describe(response)}`);

@@ -106,7 +106,7 @@ async fn serve(
                 .into());
             }
             let request = req.request()?;
-            let ctx = Context::new(None, JsValue::UNDEFINED, &route, &request.signal());
+            let ctx = Context::new(None, JsValue::UNDEFINED, false, &route, &request.signal());
             return JsFuture::from(Promise::resolve(
                 &caller.call(&handler, &[&request, &ctx.object])?,
             ))
@@ -166,8 +166,11 @@ async fn serve(
         Err(error) => return unavailable(&s, &error, "secret"),
     };
 
-    let signal = req.signal();
-    let aborted = || signal.aborted().then(|| signal.reason());
+    // Read only while the request waits: toNodeHandler's signal is made on first use.
+    let aborted = || {
+        let signal = req.signal();
+        signal.aborted().then(|| signal.reason())
+    };
     let answer = match claim(&s.common, &k, &aborted).await {
         Ok(Claim::Held) => match s.common.limits.accept_after_ms {
             None => return process(&s, &k, &handler, &req, body, &route, &caller).await,

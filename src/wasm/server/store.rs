@@ -38,6 +38,9 @@ thread_local! {
     static SYNC_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.syncStore").into();
     /// `Symbol.for('retry-fetch.startRun')`: where a store's `runs` and `recordRun` carry both in one call.
     static START_RUN_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.startRun").into();
+    /// `Symbol.for('retry-fetch.textStore')`: where a store's method carries its twin that takes
+    /// the record as JSON text.
+    static TEXT_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.textStore").into();
 }
 
 /// The methods every store has (`IdempotencyStore` in `store.d.ts`); `renew` and
@@ -241,34 +244,59 @@ impl JsonText {
     }
 
     /// `}` and the object.
-    pub fn end(mut self) -> Option<JsValue> {
+    pub fn end(self) -> Option<JsValue> {
+        js_sys::JSON::parse(&self.end_text()).ok()
+    }
+
+    /// `}` and the text.
+    fn end_text(mut self) -> String {
         self.0.push('}');
-        js_sys::JSON::parse(&self.0).ok()
+        self.0
+    }
+}
+
+/// A record the companion writes: its JSON text, made a JS object (one `JSON.parse`) only for
+/// a store method without a text twin (see [`Store`]).
+pub enum Written {
+    /// The record's JSON text.
+    Text(String),
+    /// The record as a JS object (a number JSON cannot carry).
+    Value(JsValue),
+}
+
+impl Written {
+    /// The record as a JS object.
+    pub fn js(&self) -> JsValue {
+        match self {
+            Written::Text(text) => js_sys::JSON::parse(text).unwrap_or(JsValue::UNDEFINED),
+            Written::Value(value) => value.clone(),
+        }
     }
 }
 
 /// The lock record of `token`, live until `expires_at` (ms since the Unix epoch).
-pub fn lock_record(token: &str, fingerprint: &str, expires_at: f64) -> JsValue {
+pub fn lock_record(token: &str, fingerprint: &str, expires_at: f64) -> Written {
     let text = || {
         let mut j = JsonText::object("state");
         j.string("in-progress");
         j.field("token").string(token);
         j.field("fingerprint").string(fingerprint);
         j.field("lockExpiresAt").number(expires_at)?;
-        j.end()
+        Some(j.end_text())
     };
-    text().unwrap_or_else(|| {
-        to_js(&LockRecord {
+    match text() {
+        Some(text) => Written::Text(text),
+        None => Written::Value(to_js(&LockRecord {
             state: "in-progress",
             token,
             fingerprint,
             lock_expires_at: expires_at,
-        })
-    })
+        })),
+    }
 }
 
 /// The completed record for `response`.
-pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> JsValue {
+pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> Written {
     let completed_at = js_sys::Date::now();
     let text = || {
         let mut j = JsonText::object("state");
@@ -285,16 +313,17 @@ pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> JsValue
         j.raw("]");
         j.field("body").string(&response.body).raw("}");
         j.field("completedAt").number(completed_at)?;
-        j.end()
+        Some(j.end_text())
     };
-    text().unwrap_or_else(|| {
-        to_js(&CompletedRecord {
+    match text() {
+        Some(text) => Written::Text(text),
+        None => Written::Value(to_js(&CompletedRecord {
             state: "completed",
             fingerprint,
             response,
             completed_at,
-        })
-    })
+        })),
+    }
 }
 
 /// An `IdempotencyStore`, checked when the companion is made.
@@ -356,17 +385,73 @@ impl Store {
         }
     }
 
-    /// `acquire(key, lock, lockTimeoutMs)`: `None` when the caller now holds the key.
+    /// The twin of `method` that takes the record as its JSON text, where the store's method
+    /// carries one at `Symbol.for('retry-fetch.textStore')` (`MemoryStore`'s, which keeps
+    /// records as JSON text: no `JSON.parse` here and no `JSON.stringify` there). It is
+    /// synchronous, and takes the method's arguments with the record's text in the record's
+    /// place; `acquire`'s takes the lock's token after them.
+    fn text_twin(&self, method: &str) -> Option<Function> {
+        let f = js::get(&self.object, method);
+        if !f.is_function() {
+            return None;
+        }
+        TEXT_KEY
+            .with(|key| js_sys::Reflect::get(&f, key).ok())?
+            .dyn_into::<Function>()
+            .ok()
+    }
+
+    /// `acquire(key, lock, lockTimeoutMs)` (`token`: the lock's): `None` when the caller now
+    /// holds the key.
     pub async fn acquire(
         &self,
         key: &str,
-        lock: &JsValue,
+        lock: &Written,
+        token: &str,
         lock_ms: f64,
     ) -> Result<Option<JsValue>, JsValue> {
-        let v = self
-            .call("acquire", &[&key.into(), lock, &lock_ms.into()])
-            .await?;
+        let v = match (lock, self.text_twin("acquire")) {
+            (Written::Text(text), Some(twin)) => twin.call4(
+                &self.object,
+                &key.into(),
+                &text.into(),
+                &lock_ms.into(),
+                &token.into(),
+            )?,
+            _ => {
+                self.call("acquire", &[&key.into(), &lock.js(), &lock_ms.into()])
+                    .await?
+            }
+        };
         Ok((!v.is_null() && !v.is_undefined()).then_some(v))
+    }
+
+    /// `method(key, token, record, ms)` (`renew`, `complete`), through its text twin where it
+    /// has one.
+    async fn call_written(
+        &self,
+        method: &str,
+        key: &str,
+        token: &str,
+        record: &Written,
+        ms: f64,
+    ) -> Result<JsValue, JsValue> {
+        match (record, self.text_twin(method)) {
+            (Written::Text(text), Some(twin)) => twin.call4(
+                &self.object,
+                &key.into(),
+                &token.into(),
+                &text.into(),
+                &ms.into(),
+            ),
+            _ => {
+                self.call(
+                    method,
+                    &[&key.into(), &token.into(), &record.js(), &ms.into()],
+                )
+                .await
+            }
+        }
     }
 
     /// `reclaim(key, staleToken, lock, lockTimeoutMs)`.
@@ -374,13 +459,13 @@ impl Store {
         &self,
         key: &str,
         stale: &str,
-        lock: &JsValue,
+        lock: &Written,
         lock_ms: f64,
     ) -> Result<bool, JsValue> {
         let v = self
             .call(
                 "reclaim",
-                &[&key.into(), &stale.into(), lock, &lock_ms.into()],
+                &[&key.into(), &stale.into(), &lock.js(), &lock_ms.into()],
             )
             .await?;
         Ok(v.is_truthy())
@@ -392,17 +477,14 @@ impl Store {
         &self,
         key: &str,
         token: &str,
-        lock: &JsValue,
+        lock: &Written,
         lock_ms: f64,
     ) -> Result<bool, JsValue> {
         if !js::get(&self.object, "renew").is_function() {
             return Ok(true);
         }
         let v = self
-            .call(
-                "renew",
-                &[&key.into(), &token.into(), lock, &lock_ms.into()],
-            )
+            .call_written("renew", key, token, lock, lock_ms)
             .await?;
         Ok(v.is_truthy())
     }
@@ -412,14 +494,11 @@ impl Store {
         &self,
         key: &str,
         token: &str,
-        record: &JsValue,
+        record: &Written,
         ttl_ms: f64,
     ) -> Result<bool, JsValue> {
         let v = self
-            .call(
-                "complete",
-                &[&key.into(), &token.into(), record, &ttl_ms.into()],
-            )
+            .call_written("complete", key, token, record, ttl_ms)
             .await?;
         Ok(v.is_truthy())
     }
@@ -439,6 +518,27 @@ impl Store {
     /// `recordRun(run)`: store `run`, replacing the record with its id.
     pub async fn record_run(&self, run: &JsValue) -> Result<(), JsValue> {
         self.call("recordRun", &[run]).await.map(drop)
+    }
+
+    /// Does `recordRun` carry a synchronous twin (`MemoryStore`'s), so that
+    /// [`Store::record_run_now`] writes a run at once?
+    pub fn records_runs_now(&self) -> bool {
+        let f = js::get(&self.object, "recordRun");
+        f.is_function()
+            && SYNC_KEY
+                .with(|key| js_sys::Reflect::get(&f, key).ok())
+                .is_some_and(|twin| twin.is_function())
+    }
+
+    /// `recordRun(run)` through its synchronous twin, at once (see
+    /// [`Store::records_runs_now`]).
+    pub fn record_run_now(&self, run: &JsValue) -> Result<(), JsValue> {
+        let f = js::get(&self.object, "recordRun");
+        let twin: Function = SYNC_KEY
+            .with(|key| js_sys::Reflect::get(&f, key))?
+            .dyn_into()
+            .map_err(|_| type_error("idempotency: the store lost one of its methods"))?;
+        twin.call1(&self.object, run).map(drop)
     }
 
     /// `runs(run.key)` and then `recordRun(run)` in one call, where the store offers it: the
