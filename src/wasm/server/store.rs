@@ -43,6 +43,42 @@ thread_local! {
     static TEXT_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.textStore").into();
 }
 
+thread_local! {
+    /// Property names as JS strings, each made once (a name given as Rust text is decoded
+    /// into a new JS string at every read).
+    static NAMES: std::cell::RefCell<Vec<(&'static str, JsValue)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `name` as a JS string, made once per name.
+pub fn name(name: &'static str) -> JsValue {
+    let found = NAMES.with(|names| {
+        names
+            .borrow()
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    });
+    found.unwrap_or_else(|| {
+        let value = JsValue::from_str(name);
+        NAMES.with(|names| names.borrow_mut().push((name, value.clone())));
+        value
+    })
+}
+
+/// `target[name]` (`js::get` with the name made once): `undefined` where it cannot be read.
+pub fn prop(target: &JsValue, key: &'static str) -> JsValue {
+    if !target.is_object() && !target.is_function() {
+        return JsValue::UNDEFINED;
+    }
+    js_sys::Reflect::get(target, &name(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// `target[name] = value` on an object we created (`js::set` with the name made once).
+pub fn set_prop(target: &JsValue, key: &'static str, value: &JsValue) {
+    let _ = js_sys::Reflect::set(target, &name(key), value);
+}
+
 /// The methods every store has (`IdempotencyStore` in `store.d.ts`); `renew` and
 /// `transaction` are optional.
 pub const STORE_METHODS: [&str; 4] = ["acquire", "reclaim", "complete", "release"];
@@ -390,8 +426,8 @@ impl Store {
     /// records as JSON text: no `JSON.parse` here and no `JSON.stringify` there). It is
     /// synchronous, and takes the method's arguments with the record's text in the record's
     /// place; `acquire`'s takes the lock's token after them.
-    fn text_twin(&self, method: &str) -> Option<Function> {
-        let f = js::get(&self.object, method);
+    fn text_twin(&self, method: &'static str) -> Option<Function> {
+        let f = prop(&self.object, method);
         if !f.is_function() {
             return None;
         }
@@ -430,7 +466,7 @@ impl Store {
     /// has one.
     async fn call_written(
         &self,
-        method: &str,
+        method: &'static str,
         key: &str,
         token: &str,
         record: &Written,
@@ -480,7 +516,7 @@ impl Store {
         lock: &Written,
         lock_ms: f64,
     ) -> Result<bool, JsValue> {
-        if !js::get(&self.object, "renew").is_function() {
+        if !prop(&self.object, "renew").is_function() {
             return Ok(true);
         }
         let v = self
@@ -511,8 +547,7 @@ impl Store {
 
     /// Does the store keep a run history (`recordRun` and `runs`)?
     pub fn keeps_history(&self) -> bool {
-        js::get(&self.object, "recordRun").is_function()
-            && js::get(&self.object, "runs").is_function()
+        prop(&self.object, "recordRun").is_function() && prop(&self.object, "runs").is_function()
     }
 
     /// `recordRun(run)`: store `run`, replacing the record with its id.
@@ -523,7 +558,7 @@ impl Store {
     /// Does `recordRun` carry a synchronous twin (`MemoryStore`'s), so that
     /// [`Store::record_run_now`] writes a run at once?
     pub fn records_runs_now(&self) -> bool {
-        let f = js::get(&self.object, "recordRun");
+        let f = prop(&self.object, "recordRun");
         f.is_function()
             && SYNC_KEY
                 .with(|key| js_sys::Reflect::get(&f, key).ok())
@@ -533,7 +568,7 @@ impl Store {
     /// `recordRun(run)` through its synchronous twin, at once (see
     /// [`Store::records_runs_now`]).
     pub fn record_run_now(&self, run: &JsValue) -> Result<(), JsValue> {
-        let f = js::get(&self.object, "recordRun");
+        let f = prop(&self.object, "recordRun");
         let twin: Function = SYNC_KEY
             .with(|key| js_sys::Reflect::get(&f, key))?
             .dyn_into()
@@ -548,8 +583,8 @@ impl Store {
     /// key's runs as they were before `run`, or a promise of them), not awaited; `None` for a
     /// store without it.
     pub fn start_run(&self, run: &JsValue) -> Option<Result<JsValue, JsValue>> {
-        let twin = |method: &str| {
-            START_RUN_KEY.with(|key| js_sys::Reflect::get(&js::get(&self.object, method), key).ok())
+        let twin = |method: &'static str| {
+            START_RUN_KEY.with(|key| js_sys::Reflect::get(&prop(&self.object, method), key).ok())
         };
         let f = twin("runs")?.dyn_into::<Function>().ok()?;
         if !Object::is(&f, &twin("recordRun")?) {
@@ -565,7 +600,7 @@ impl Store {
 
     /// Does the store keep a secret (`secret()`)?
     pub fn has_secret(&self) -> bool {
-        js::get(&self.object, "secret").is_function()
+        prop(&self.object, "secret").is_function()
     }
 
     /// `secret()`: the store's HMAC key for scopes, the same for every instance sharing it; a
@@ -586,7 +621,7 @@ impl Store {
     /// `closeTransaction(key, token)`, if the store has it: the handler settled, so what
     /// `transaction()` handed out (`ctx.tx`) must refuse further use. A throw is ignored.
     pub fn close_transaction(&self, key: &str, token: &str) {
-        if let Ok(f) = js::get(&self.object, "closeTransaction").dyn_into::<Function>() {
+        if let Ok(f) = prop(&self.object, "closeTransaction").dyn_into::<Function>() {
             let _ = f.call2(&self.object, &key.into(), &token.into());
         }
     }
@@ -594,7 +629,7 @@ impl Store {
     /// `transaction(key, token)`: the store's transaction that holds the key (`ctx.tx`), or
     /// `undefined` for a store without one.
     pub fn transaction(&self, key: &str, token: &str) -> JsValue {
-        match js::get(&self.object, "transaction").dyn_into::<Function>() {
+        match prop(&self.object, "transaction").dyn_into::<Function>() {
             Ok(f) => f
                 .call2(&self.object, &key.into(), &token.into())
                 .unwrap_or(JsValue::UNDEFINED),
@@ -603,13 +638,59 @@ impl Store {
     }
 }
 
+/// A renewal's state, kept by id while it runs (see [`Renewal`]).
+struct Renewing {
+    store: Store,
+    key: Rc<str>,
+    token: Rc<str>,
+    fingerprint: Rc<str>,
+    lock_ms: f64,
+    reporter: Reporter,
+    /// A renewal is in flight.
+    busy: Cell<bool>,
+    /// The store refused one: the lock is gone.
+    lost: Rc<Cell<bool>>,
+}
+
+thread_local! {
+    /// The renewals running, by id, and the next id.
+    static RENEWALS: std::cell::RefCell<(std::collections::BTreeMap<u64, Rc<Renewing>>, u64)> =
+        const { std::cell::RefCell::new((std::collections::BTreeMap::new(), 0)) };
+    /// The one function every renewal's interval calls, bound to the renewal's id: no closure
+    /// per holder.
+    static TICK: Function = Closure::<dyn Fn(f64)>::new(|id: f64| tick(id as u64))
+        .into_js_value()
+        .unchecked_into();
+}
+
+/// One tick of renewal `id`: renew its lock, unless the last renewal is still running or the
+/// lock is gone (or the renewal has stopped).
+fn tick(id: u64) {
+    let Some(r) = RENEWALS.with(|all| all.borrow().0.get(&id).cloned()) else {
+        return;
+    };
+    if r.busy.get() || r.lost.get() {
+        return;
+    }
+    r.busy.set(true);
+    spawn_local(async move {
+        let lock = lock_record(&r.token, &r.fingerprint, js_sys::Date::now() + r.lock_ms);
+        match r.store.renew(&r.key, &r.token, &lock, r.lock_ms).await {
+            Ok(true) => {}
+            Ok(false) => r.lost.set(true),
+            Err(error) => r.reporter.store_error(&error, "renew"),
+        }
+        r.busy.set(false);
+    });
+}
+
 /// Keeps a live holder's lock: every `interval` ms, `renew` with the holder's token (the
 /// fence: a holder whose lock lapsed and was taken over cannot extend its successor's). Stops
 /// when dropped. `lost()` tells whether the store refused a renewal.
 pub struct Renewal {
     handle: JsValue,
+    id: u64,
     lost: Rc<Cell<bool>>,
-    _tick: Closure<dyn FnMut()>,
 }
 
 impl Renewal {
@@ -624,38 +705,30 @@ impl Renewal {
         reporter: Reporter,
     ) -> Renewal {
         let lost = Rc::new(Cell::new(false));
-        let busy = Rc::new(Cell::new(false));
-        let flag = lost.clone();
-        let tick = Closure::<dyn FnMut()>::new(move || {
-            if busy.get() || flag.get() {
-                return; // the last renewal is still running, or the lock is gone
-            }
-            busy.set(true);
-            let (store, key, token, fingerprint, busy, flag, reporter) = (
-                store.clone(),
-                key.clone(),
-                token.clone(),
-                fingerprint.clone(),
-                busy.clone(),
-                flag.clone(),
-                reporter.clone(),
-            );
-            spawn_local(async move {
-                let lock = lock_record(&token, &fingerprint, js_sys::Date::now() + lock_ms);
-                match store.renew(&key, &token, &lock, lock_ms).await {
-                    Ok(true) => {}
-                    Ok(false) => flag.set(true),
-                    Err(error) => reporter.store_error(&error, "renew"),
-                }
-                busy.set(false);
-            });
+        let renewing = Rc::new(Renewing {
+            store,
+            key,
+            token,
+            fingerprint,
+            lock_ms,
+            reporter,
+            busy: Cell::new(false),
+            lost: lost.clone(),
         });
-        let handle = set_interval(tick.as_ref().unchecked_ref(), interval);
-        Renewal {
-            handle,
-            lost,
-            _tick: tick,
-        }
+        let id = RENEWALS.with(|all| {
+            let (map, next) = &mut *all.borrow_mut();
+            let id = *next;
+            *next += 1;
+            map.insert(id, renewing);
+            id
+        });
+        // Ids are below 2^53 (one a request): exact as a JS number.
+        let bound: JsValue = TICK.with(|f| {
+            f.bind1(&JsValue::UNDEFINED, &JsValue::from_f64(id as f64))
+                .into()
+        });
+        let handle = set_interval(bound.unchecked_ref(), interval);
+        Renewal { handle, id, lost }
     }
 
     /// Did the store refuse a renewal (the lock lapsed and is someone else's now)?
@@ -667,5 +740,6 @@ impl Renewal {
 impl Drop for Renewal {
     fn drop(&mut self) {
         clear_interval(&self.handle);
+        RENEWALS.with(|all| all.borrow_mut().0.remove(&self.id));
     }
 }
