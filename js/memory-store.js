@@ -19,6 +19,8 @@ import { newSecret, optionError, checkOptionNames, runRecord, byStart, runsKey }
 const SYNC_STORE = Symbol.for('retry-fetch.syncStore');
 /** Where `runs` and `recordRun` carry the two in one call, for the companion (src/wasm/server/store.rs). */
 const START_RUN = Symbol.for('retry-fetch.startRun');
+/** Where a method carries its twin that takes the record as JSON text (src/wasm/server/store.rs). */
+const TEXT_STORE = Symbol.for('retry-fetch.textStore');
 
 const OPTIONS = ['maxEntries', 'maxBytes', 'maxRunRecords'];
 const DEFAULT_MAX_ENTRIES = 10_000;
@@ -141,12 +143,12 @@ export class MemoryStore {
   }
 
   /**
-   * Store `record` at `key` (replacing what is there), live for `ms` from `now`, making room by
-   * evicting completed answers, oldest first. `newLock`: a lock that takes a new entry, refused
-   * (throws) when it does not fit beside the other locks; anything else is stored even then.
+   * Store the record `json` (its JSON text; its `state` and `token`) at `key` (replacing what is
+   * there), live for `ms` from `now`, making room by evicting completed answers, oldest first.
+   * `newLock`: a lock that takes a new entry, refused (throws) when it does not fit beside the
+   * other locks; anything else is stored even then.
    */
-  #put(key, record, ms, now, newLock) {
-    const json = JSON.stringify(record);
+  #put(key, json, state, token, ms, now, newLock) {
     const bytes = json.length;
     this.#remove(key);
     const fits = () => this.#records.size < this.#maxEntries && this.#bytes + bytes <= this.#maxBytes;
@@ -169,10 +171,10 @@ export class MemoryStore {
         if (this.#answers.get(oldest.key) === oldest) this.#remove(oldest.key);
       }
     }
-    const entry = { key, json, state: record.state, token: record.token, expiresAt: now + lifetime(ms), bytes };
+    const entry = { key, json, state, token, expiresAt: now + lifetime(ms), bytes };
     this.#records.set(key, entry);
     this.#bytes += bytes;
-    if (record.state === 'completed') {
+    if (state === 'completed') {
       this.#answers.set(key, entry);
       this.#answerBytes += bytes;
       this.#order.push(entry);
@@ -254,6 +256,22 @@ export class MemoryStore {
     for (const [name, twin] of Object.entries(twins)) {
       Object.defineProperty(MemoryStore.prototype[name], SYNC_STORE, { value: twin });
     }
+    // The same, synchronous, with the record as its JSON text (the companion writes it as text:
+    // no JSON.parse there, no JSON.stringify here); acquire's takes the lock's token last.
+    const textTwins = {
+      acquire(key, text, lockTimeoutMs, token) {
+        return this.#acquire(key, undefined, lockTimeoutMs, text, token);
+      },
+      renew(key, token, text, lockTimeoutMs) {
+        return this.#renew(key, token, undefined, lockTimeoutMs, text);
+      },
+      complete(key, token, text, ttlMs) {
+        return this.#complete(key, token, undefined, ttlMs, text);
+      },
+    };
+    for (const [name, twin] of Object.entries(textTwins)) {
+      Object.defineProperty(MemoryStore.prototype[name], TEXT_STORE, { value: twin });
+    }
     // runs(run.key), then recordRun(run), in one synchronous call: the key's runs before `run`.
     // The companion calls it where `runs` and `recordRun` both carry it, for the start of each run.
     const startRun = function (run) {
@@ -265,22 +283,30 @@ export class MemoryStore {
     Object.defineProperty(MemoryStore.prototype.recordRun, START_RUN, { value: startRun });
   }
 
-  #acquire(key, lock, lockTimeoutMs) {
+  // `text`: the record's JSON text, given instead of the record (the text twins).
+  #acquire(key, lock, lockTimeoutMs, text, token) {
     const now = performance.now();
     this.#dropExpired(now);
     const entry = this.#records.get(key);
     if (entry !== undefined) return JSON.parse(entry.json);
-    this.#put(key, lock, lockTimeoutMs, now, true);
+    if (text === undefined) this.#putRecord(key, lock, lockTimeoutMs, now, true);
+    else this.#put(key, text, 'in-progress', token, lockTimeoutMs, now, true);
     return null;
+  }
+
+  #putRecord(key, record, ms, now, newLock) {
+    const json = JSON.stringify(record);
+    this.#put(key, json, record.state, record.token, ms, now, newLock);
   }
 
   // Only the live lock of `token` is replaced: a holder whose lock expired (and was maybe taken
   // over) cannot extend its successor's.
-  #renew(key, token, lock, lockTimeoutMs) {
+  #renew(key, token, lock, lockTimeoutMs, text) {
     const now = performance.now();
     this.#dropExpired(now);
     if (!holds(this.#records.get(key), token)) return false;
-    this.#put(key, lock, lockTimeoutMs, now, false);
+    if (text === undefined) this.#putRecord(key, lock, lockTimeoutMs, now, false);
+    else this.#put(key, text, 'in-progress', token, lockTimeoutMs, now, false);
     return true;
   }
 
@@ -292,11 +318,12 @@ export class MemoryStore {
     return false;
   }
 
-  #complete(key, token, record, ttlMs) {
+  #complete(key, token, record, ttlMs, text) {
     const now = performance.now();
     this.#dropExpired(now);
     if (!holds(this.#records.get(key), token)) return false;
-    this.#put(key, record, ttlMs, now, false);
+    if (text === undefined) this.#putRecord(key, record, ttlMs, now, false);
+    else this.#put(key, text, 'completed', undefined, ttlMs, now, false);
     return true;
   }
 

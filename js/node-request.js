@@ -1,14 +1,18 @@
 // A node:http request as the Fetch API sees it: its headers and its absolute URL, and how an
 // early answer ends it. Shared by toNodeHandler (server.js) and the framework adapters.
 
-/** Fetch `Headers` of a node:http request's raw headers (HTTP/2 pseudo-headers left out). */
-export function nodeRequestHeaders(req) {
+/**
+ * Fetch `Headers` of a node:http request's raw headers (HTTP/2 pseudo-headers left out).
+ * `names`: an array that gets the name of each header the `Headers` took, as sent.
+ */
+export function nodeRequestHeaders(req, names) {
   const headers = new Headers();
   const raw = Array.isArray(req.rawHeaders) ? req.rawHeaders : [];
   for (let i = 0; i + 1 < raw.length; i += 2) {
     if (raw[i].startsWith(':')) continue;
     try {
       headers.append(raw[i], raw[i + 1]);
+      names?.push(raw[i]);
     } catch {
       // a header the Fetch API refuses: leave it out
     }

@@ -67,13 +67,31 @@ function streamedRequest(req, method, url, headers, signal) {
 class NodeSource {
   #req;
   #url;
+  #controller;
+  #names = [];
 
-  constructor(req, signal) {
+  constructor(req, controller) {
     this.#req = req;
     this.method = req.method ?? 'GET';
-    this.headers = nodeRequestHeaders(req);
-    this.signal = signal;
+    this.headers = nodeRequestHeaders(req, this.#names);
+    this.#controller = controller;
     this.#url = nodeRequestUrl(req, req.url);
+  }
+
+  /**
+   * The names `headers` holds, as sent (any case), one a line: the companion asks `headers`
+   * only for a name among them (a lookup of an absent name costs as much as one that finds it).
+   */
+  get headerNames() {
+    return this.#names.join('\n');
+  }
+
+  /**
+   * Aborted when the client goes away. Made on first use (an AbortSignal costs some 5 µs to
+   * make, and a keyed request reads it only while it waits for another holder).
+   */
+  get signal() {
+    return this.#controller.signal;
   }
 
   /** The path and query (what the fingerprint covers). */
@@ -134,6 +152,16 @@ class NodeSource {
   /** The request as it came: its body streamed, following the client's signal. */
   request() {
     return streamedRequest(this.#req, this.method, this.#url, this.headers, this.signal);
+  }
+
+  /**
+   * What toNodeHandler writes for the handler's answer (src/wasm/server/answers.rs), no second
+   * Response: `body` is its bytes (null: none), also where a companion's Response keeps them.
+   */
+  answer(status, statusText, headers, body) {
+    const answer = { status, statusText, headers, body, bodyUsed: false };
+    if (body !== null) answer[ANSWER_BYTES] = body;
+    return answer;
   }
 
   /** The request with `body` (bytes read before, or undefined: none) and `signal` (null: none). */
@@ -215,7 +243,7 @@ async function serve(handler, req, res, onError) {
   try {
     const entry = handler[NODE_ENTRY];
     response = await (typeof entry === 'function'
-      ? entry(new NodeSource(req, controller.signal))
+      ? entry(new NodeSource(req, controller))
       : handler(toRequest(req, controller.signal)));
     if (!isResponseLike(response)) {
       throw new TypeError(`toNodeHandler: the handler must resolve with a Response; got ${describe(response)}`);

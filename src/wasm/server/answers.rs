@@ -7,6 +7,7 @@ use js_sys::Uint8Array;
 use wasm_bindgen::prelude::*;
 use web_sys::{Headers, Response, ResponseInit};
 
+use super::incoming::NodeSource;
 use super::store::StoredResponse;
 use crate::core::idempotency::MAX_STORED_ANSWER_BYTES;
 use crate::wasm::js;
@@ -171,9 +172,12 @@ pub struct Answer {
     pub live: JsValue,
 }
 
-/// Read `response` whole into an [`Answer`]; `node`: its live response is for
-/// `toNodeHandler` alone ([`node_answer`]).
-pub async fn read_answer(response: &Response, node: bool) -> Result<Answer, JsValue> {
+/// Read `response` whole into an [`Answer`]; `node`: the request `toNodeHandler` handed over,
+/// for which the live response is what it writes ([`node_answer`]).
+pub async fn read_answer(
+    response: &Response,
+    node: Option<&NodeSource>,
+) -> Result<Answer, JsValue> {
     let buffer = wasm_bindgen_futures::JsFuture::from(response.array_buffer()?).await?;
     let body = Uint8Array::new(&buffer);
     let bytes = body.to_vec();
@@ -199,8 +203,8 @@ pub async fn read_answer(response: &Response, node: bool) -> Result<Answer, JsVa
         .collect();
     let status = response.status();
     let status_text = response.status_text();
-    let live = if node {
-        node_answer(status, &status_text, &source, body)
+    let live = if let Some(node) = node {
+        node_answer(node, status, &status_text, &source, body)
     } else {
         self::response(status, &status_text, &source, &bytes)?.into()
     };
@@ -228,23 +232,20 @@ pub async fn read_answer(response: &Response, node: bool) -> Result<Answer, JsVa
 /// What `toNodeHandler` writes for a handler's answer, without a second `Response`: `status`,
 /// `statusText`, `headers` (the handler's `Headers`), `body` (`null` for a status without one)
 /// and `bodyUsed: false`, its bytes at `Symbol.for('retry-fetch.answerBytes')` as a companion's
-/// `Response` keeps them (`js/server.js` writes them as they are).
-fn node_answer(status: u16, status_text: &str, headers: &Headers, bytes: Uint8Array) -> JsValue {
-    let answer: JsValue = js_sys::Object::new().into();
-    js::set(&answer, "status", &status.into());
-    js::set(&answer, "statusText", &status_text.into());
-    js::set(&answer, "headers", headers);
+/// `Response` keeps them (`js/server.js` writes them as they are); made by `source` in one call.
+fn node_answer(
+    source: &NodeSource,
+    status: u16,
+    status_text: &str,
+    headers: &Headers,
+    bytes: Uint8Array,
+) -> JsValue {
     let body: JsValue = if null_body(status) {
         JsValue::NULL
     } else {
         bytes.into()
     };
-    js::set(&answer, "body", &body);
-    js::set(&answer, "bodyUsed", &JsValue::FALSE);
-    if !body.is_null() {
-        let _ = ANSWER_BYTES.with(|key| js_sys::Reflect::set(&answer, key, &body));
-    }
-    answer
+    source.answer(status, status_text, headers, &body)
 }
 
 /// A handler's result as a `Response`: a `Response` of this realm as it is; a response-like

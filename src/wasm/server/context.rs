@@ -42,6 +42,15 @@ impl Caller {
 
     /// `f(...args)` in the captured context; a throw is an `Err`.
     pub fn call(&self, f: &Function, args: &[&JsValue]) -> Result<JsValue, JsValue> {
+        let this = &JsValue::UNDEFINED;
+        // One or two arguments (every caller's): one call, no argument list.
+        match (&self.0, args) {
+            (Some(run), [a]) => return run.call2(this, f, a),
+            (Some(run), [a, b]) => return run.call3(this, f, a, b),
+            (None, [a]) => return f.call1(this, a),
+            (None, [a, b]) => return f.call2(this, a, b),
+            _ => {}
+        }
         let list = Array::new();
         match &self.0 {
             Some(run) => {

@@ -12,7 +12,9 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::context::Caller;
 use super::settings::{rejects, Common};
-use super::store::{completed_record, lock_record, Renewal, StoredRecord, StoredResponse};
+use super::store::{
+    completed_record, lock_record, set_prop, Renewal, StoredRecord, StoredResponse,
+};
 use crate::core::idempotency::{self as idem, Action};
 use crate::core::key::uuid_v4;
 use crate::core::options::MAX_TIMER_MS;
@@ -126,7 +128,7 @@ pub async fn claim(
         let lock = lock_record(&k.token, &k.fingerprint, now + o.lock_timeout_ms);
         let Some(found) = c
             .store
-            .acquire(&k.store_key, &lock, o.lock_timeout_ms)
+            .acquire(&k.store_key, &lock, &k.token, o.lock_timeout_ms)
             .await
             .map_err(|e| ClaimError::Store(e, "acquire"))?
         else {
@@ -175,8 +177,30 @@ pub async fn claim(
     }
 }
 
-/// The handler's second argument: `{ key, keyFor(name), tx, signal }`. `tx` is a getter, so reading
-/// it is known (a throw after it is rolled back rather than stored).
+thread_local! {
+    /// `keyFor`'s one function, `(storeKey, name) => derived key`: each context's `keyFor` is
+    /// it bound to its store key (`undefined` for a request without a key), no closure of its own.
+    static KEY_FOR: Function = Closure::<dyn Fn(JsValue, JsValue) -> Result<JsValue, JsValue>>::new(
+        |store_key: JsValue, name: JsValue| {
+            let Some(store_key) = store_key.as_string() else {
+                return Err(type_error("ctx.keyFor: this request has no idempotency key"));
+            };
+            match name.as_string().filter(|n| !n.is_empty()) {
+                Some(name) => Ok(idem::derived_key(&store_key, &name).into()),
+                None => Err(type_error(
+                    "ctx.keyFor(name): name must be a non-empty string (e.g. 'charge')",
+                )),
+            }
+        },
+    )
+    .into_js_value()
+    .unchecked_into();
+}
+
+/// The handler's second argument: `{ key, keyFor(name), tx, signal }`. Where `tx` can matter
+/// (a transactional store, or a transaction to hand out) it is a getter, so reading it is known
+/// (a throw after it is rolled back rather than stored); otherwise it is `undefined`, a plain
+/// property.
 pub struct Context {
     /// The JS object.
     pub object: JsValue,
@@ -189,8 +213,15 @@ impl Context {
     /// `route` (the second argument the wrapped function was called with: Next.js's
     /// `{ params }`, an adapter's state) come first; the idempotency fields win over them.
     /// `signal` is the handler's request signal (for a framework route that never sees the
-    /// request: `undefined` for an `idempotent` job).
-    pub fn new(k: Option<&Keyed>, tx: JsValue, route: &JsValue, signal: &JsValue) -> Context {
+    /// request: `undefined` for an `idempotent` job). `transactional`: the store's `ctx.tx`
+    /// writes are rolled back by a throw (reading `tx` is tracked even where it is `undefined`).
+    pub fn new(
+        k: Option<&Keyed>,
+        tx: JsValue,
+        transactional: bool,
+        route: &JsValue,
+        signal: &JsValue,
+    ) -> Context {
         let object: JsValue = Object::new().into();
         if route.is_object() {
             // Object.assign reads the source's getters; one that throws leaves that field out.
@@ -201,28 +232,20 @@ impl Context {
             );
         }
         let used_tx = Rc::new(Cell::new(false));
-        js::set(
+        set_prop(
             &object,
             "key",
             &k.map_or(JsValue::NULL, |k| JsValue::from_str(&k.key)),
         );
-        js::set(&object, "signal", signal);
-        let store_key = k.map(|k| k.store_key.clone());
-        let key_for =
-            Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |name: JsValue| {
-                let Some(store_key) = &store_key else {
-                    return Err(type_error(
-                        "ctx.keyFor: this request has no idempotency key",
-                    ));
-                };
-                match name.as_string().filter(|n| !n.is_empty()) {
-                    Some(name) => Ok(idem::derived_key(store_key, &name).into()),
-                    None => Err(type_error(
-                        "ctx.keyFor(name): name must be a non-empty string (e.g. 'charge')",
-                    )),
-                }
-            });
-        js::set(&object, "keyFor", &key_for.into_js_value());
+        set_prop(&object, "signal", signal);
+        let store_key = k.map_or(JsValue::UNDEFINED, |k| JsValue::from_str(&k.store_key));
+        let key_for = KEY_FOR.with(|f| f.bind1(&JsValue::UNDEFINED, &store_key));
+        set_prop(&object, "keyFor", &key_for);
+        if tx.is_undefined() && !transactional {
+            // Nothing to hand out, and reading it changes nothing.
+            set_prop(&object, "tx", &JsValue::UNDEFINED);
+            return Context { object, used_tx };
+        }
         let used = used_tx.clone();
         let getter = Closure::<dyn Fn() -> JsValue>::new(move || {
             used.set(true);
@@ -320,6 +343,7 @@ pub async fn run_holding(
     let ctx = Context::new(
         Some(k),
         c.store.transaction(&k.store_key, &k.token),
+        c.store.transactional,
         route,
         signal,
     );

@@ -31,7 +31,7 @@ use super::flow::{
     claim, free_key, run_holding, store_answer, within, Claim, ClaimError, Context, Invocation,
     Keyed, Limit, Ran, Stored,
 };
-use super::incoming::{Incoming, NodeSource};
+use super::incoming::{HeaderReader, Incoming, NodeSource};
 use super::runs::{self, error_text, RunLog};
 use super::settings::{HttpSettings, Identity, Required};
 use crate::core::idempotency::{self as idem, after_throw, ending, AfterThrow, Ending};
@@ -84,7 +84,7 @@ async fn serve(
     caller: Caller,
 ) -> Result<JsValue, JsValue> {
     let header = &s.common.limits.header;
-    let headers = req.headers();
+    let headers = req.header_reader();
     let method = req.method();
     // A key on a safe method (GET, HEAD, OPTIONS by default) is ignored: nothing to prevent,
     // and storing reads would let any client fill the store.
@@ -106,7 +106,7 @@ async fn serve(
                 .into());
             }
             let request = req.request()?;
-            let ctx = Context::new(None, JsValue::UNDEFINED, &route, &request.signal());
+            let ctx = Context::new(None, JsValue::UNDEFINED, false, &route, &request.signal());
             return JsFuture::from(Promise::resolve(
                 &caller.call(&handler, &[&request, &ctx.object])?,
             ))
@@ -140,9 +140,9 @@ async fn serve(
         )?
         .into());
     }
-    let identity = identity(&s, &mut req, &caller).await?;
+    let identity = identity(&s, &headers, &mut req, &caller).await?;
     let limit = s.common.limits.max_body_bytes;
-    let Some(body) = req.read_body(limit).await? else {
+    let Some(body) = req.read_body(&headers, limit).await? else {
         let detail = format!("The request body is larger than {limit} bytes, the most this endpoint reads for an {header}.");
         return Ok(problem(
             413,
@@ -166,8 +166,11 @@ async fn serve(
         Err(error) => return unavailable(&s, &error, "secret"),
     };
 
-    let signal = req.signal();
-    let aborted = || signal.aborted().then(|| signal.reason());
+    // Read only while the request waits: toNodeHandler's signal is made on first use.
+    let aborted = || {
+        let signal = req.signal();
+        signal.aborted().then(|| signal.reason())
+    };
     let answer = match claim(&s.common, &k, &aborted).await {
         Ok(Claim::Held) => match s.common.limits.accept_after_ms {
             None => return process(&s, &k, &handler, &req, body, &route, &caller).await,
@@ -305,7 +308,10 @@ async fn process(
     };
     let (ran, ctx, renewal) = run_holding(c, k, call, caller, limit).await;
     let aborted = controller.as_ref().is_some_and(|c| c.signal().aborted());
-    let node = matches!(req, Incoming::Node(_));
+    let node = match req {
+        Incoming::Node(source) => Some(source),
+        Incoming::Web(_) => None,
+    };
     let failure = match ran {
         Ran::Resolved(value) => match as_response(value.clone()).await {
             Err(error) => error, // its body failed
@@ -464,14 +470,14 @@ const UNSCOPED_WARNING: &str = "retry-fetch/server: idempotency: a keyed request
 /// The identity that scopes the key (the `identity` option; by default the credentials).
 async fn identity(
     s: &HttpSettings,
+    headers: &HeaderReader,
     req: &mut Incoming,
     caller: &Caller,
 ) -> Result<Option<String>, JsValue> {
     match &s.identity {
         Identity::Unscoped => Ok(None),
         Identity::Credentials => {
-            let h = req.headers();
-            let found = idem::default_identity(|name| h.get(name).ok().flatten());
+            let found = idem::default_identity(|name| headers.get(name).ok().flatten());
             if found.is_none() && !s.warned_unscoped.replace(true) {
                 let _ = super::settings::console_warn(UNSCOPED_WARNING);
             }

@@ -35,6 +35,10 @@ extern "C" {
     #[wasm_bindgen(method, getter)]
     fn signal(this: &NodeSource) -> AbortSignal;
 
+    /// The names its headers hold, as sent, one a line.
+    #[wasm_bindgen(method, getter, js_name = headerNames)]
+    fn header_names(this: &NodeSource) -> String;
+
     /// The body read whole: `undefined` (no body: GET, HEAD), `null` (longer than `limit`), or
     /// its bytes.
     #[wasm_bindgen(method, js_name = readBody)]
@@ -43,6 +47,18 @@ extern "C" {
     /// The request as it came, its body streamed, following the client's signal.
     #[wasm_bindgen(method, catch)]
     fn request(this: &NodeSource) -> Result<Request, JsValue>;
+
+    /// What `toNodeHandler` writes for the handler's answer: `{ status, statusText, headers,
+    /// body, bodyUsed: false }`, `body` (bytes, or `null`) also at
+    /// `Symbol.for('retry-fetch.answerBytes')`.
+    #[wasm_bindgen(method)]
+    pub fn answer(
+        this: &NodeSource,
+        status: u16,
+        status_text: &str,
+        headers: &Headers,
+        body: &JsValue,
+    ) -> JsValue;
 
     /// The request with `body` (read before) as its body and `signal` (`null`: none).
     #[wasm_bindgen(method, catch, js_name = requestWith)]
@@ -71,11 +87,17 @@ impl Incoming {
         }
     }
 
-    /// The headers.
-    pub fn headers(&self) -> Headers {
+    /// Its headers as the companion reads them, name by name.
+    pub fn header_reader(&self) -> HeaderReader {
         match self {
-            Incoming::Web(req) => req.headers(),
-            Incoming::Node(src) => src.headers(),
+            Incoming::Web(req) => HeaderReader {
+                headers: req.headers(),
+                names: None,
+            },
+            Incoming::Node(src) => HeaderReader {
+                headers: src.headers(),
+                names: Some(src.header_names()),
+            },
         }
     }
 
@@ -141,9 +163,12 @@ impl Incoming {
     /// `Some(Some(bytes))`, or `None` when the body is longer (a declared `Content-Length`
     /// over the limit is refused before anything is read). The caller checked that the body
     /// is neither used nor locked.
-    pub async fn read_body(&self, limit: f64) -> Result<Option<Option<Vec<u8>>>, JsValue> {
-        let declared = self
-            .headers()
+    pub async fn read_body(
+        &self,
+        headers: &HeaderReader,
+        limit: f64,
+    ) -> Result<Option<Option<Vec<u8>>>, JsValue> {
+        let declared = headers
             .get("content-length")?
             .and_then(|v| v.trim().parse::<f64>().ok());
         if declared.is_some_and(|n| n > limit) {
@@ -192,6 +217,26 @@ impl Incoming {
                 src.request_with(&body, &signal)
             }
         }
+    }
+}
+
+/// A request's headers, read by name; where the names they hold are known (a node:http
+/// request's), an absent name is answered without asking the `Headers`.
+pub struct HeaderReader {
+    headers: Headers,
+    /// The names the headers hold, as sent, one a line.
+    names: Option<String>,
+}
+
+impl HeaderReader {
+    /// `headers.get(name)`: the value, or `None` when the header is absent.
+    pub fn get(&self, name: &str) -> Result<Option<String>, JsValue> {
+        if let Some(names) = &self.names {
+            if !names.split('\n').any(|n| n.eq_ignore_ascii_case(name)) {
+                return Ok(None);
+            }
+        }
+        self.headers.get(name)
     }
 }
 

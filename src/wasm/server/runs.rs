@@ -342,9 +342,20 @@ impl RunLog {
     }
 
     /// [`RunLog::end`], in the background: for a run whose key is stored (no later run
-    /// reads the history before it is written).
-    pub fn end_later(self, outcome: Outcome, detail: Option<String>) {
-        spawn_local(self.end(outcome, detail));
+    /// reads the history before it is written). Where its start is written and the store
+    /// writes at once (`MemoryStore`), it is done now, without a task.
+    pub fn end_later(mut self, outcome: Outcome, detail: Option<String>) {
+        if self.started.is_some() || (self.writes && !self.store.records_runs_now()) {
+            spawn_local(self.end(outcome, detail));
+            return;
+        }
+        self.record.ended(outcome, detail);
+        tell(&self.reporter, event::ENDED, &self.record);
+        if self.writes {
+            if let Err(e) = self.store.record_run_now(&self.record.js()) {
+                self.reporter.store_error(&e, "recordRun");
+            }
+        }
     }
 }
 

@@ -38,6 +38,45 @@ thread_local! {
     static SYNC_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.syncStore").into();
     /// `Symbol.for('retry-fetch.startRun')`: where a store's `runs` and `recordRun` carry both in one call.
     static START_RUN_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.startRun").into();
+    /// `Symbol.for('retry-fetch.textStore')`: where a store's method carries its twin that takes
+    /// the record as JSON text.
+    static TEXT_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.textStore").into();
+}
+
+thread_local! {
+    /// Property names as JS strings, each made once (a name given as Rust text is decoded
+    /// into a new JS string at every read).
+    static NAMES: std::cell::RefCell<Vec<(&'static str, JsValue)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `name` as a JS string, made once per name.
+pub fn name(name: &'static str) -> JsValue {
+    let found = NAMES.with(|names| {
+        names
+            .borrow()
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    });
+    found.unwrap_or_else(|| {
+        let value = JsValue::from_str(name);
+        NAMES.with(|names| names.borrow_mut().push((name, value.clone())));
+        value
+    })
+}
+
+/// `target[name]` (`js::get` with the name made once): `undefined` where it cannot be read.
+pub fn prop(target: &JsValue, key: &'static str) -> JsValue {
+    if !target.is_object() && !target.is_function() {
+        return JsValue::UNDEFINED;
+    }
+    js_sys::Reflect::get(target, &name(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// `target[name] = value` on an object we created (`js::set` with the name made once).
+pub fn set_prop(target: &JsValue, key: &'static str, value: &JsValue) {
+    let _ = js_sys::Reflect::set(target, &name(key), value);
 }
 
 /// The methods every store has (`IdempotencyStore` in `store.d.ts`); `renew` and
@@ -241,34 +280,59 @@ impl JsonText {
     }
 
     /// `}` and the object.
-    pub fn end(mut self) -> Option<JsValue> {
+    pub fn end(self) -> Option<JsValue> {
+        js_sys::JSON::parse(&self.end_text()).ok()
+    }
+
+    /// `}` and the text.
+    fn end_text(mut self) -> String {
         self.0.push('}');
-        js_sys::JSON::parse(&self.0).ok()
+        self.0
+    }
+}
+
+/// A record the companion writes: its JSON text, made a JS object (one `JSON.parse`) only for
+/// a store method without a text twin (see [`Store`]).
+pub enum Written {
+    /// The record's JSON text.
+    Text(String),
+    /// The record as a JS object (a number JSON cannot carry).
+    Value(JsValue),
+}
+
+impl Written {
+    /// The record as a JS object.
+    pub fn js(&self) -> JsValue {
+        match self {
+            Written::Text(text) => js_sys::JSON::parse(text).unwrap_or(JsValue::UNDEFINED),
+            Written::Value(value) => value.clone(),
+        }
     }
 }
 
 /// The lock record of `token`, live until `expires_at` (ms since the Unix epoch).
-pub fn lock_record(token: &str, fingerprint: &str, expires_at: f64) -> JsValue {
+pub fn lock_record(token: &str, fingerprint: &str, expires_at: f64) -> Written {
     let text = || {
         let mut j = JsonText::object("state");
         j.string("in-progress");
         j.field("token").string(token);
         j.field("fingerprint").string(fingerprint);
         j.field("lockExpiresAt").number(expires_at)?;
-        j.end()
+        Some(j.end_text())
     };
-    text().unwrap_or_else(|| {
-        to_js(&LockRecord {
+    match text() {
+        Some(text) => Written::Text(text),
+        None => Written::Value(to_js(&LockRecord {
             state: "in-progress",
             token,
             fingerprint,
             lock_expires_at: expires_at,
-        })
-    })
+        })),
+    }
 }
 
 /// The completed record for `response`.
-pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> JsValue {
+pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> Written {
     let completed_at = js_sys::Date::now();
     let text = || {
         let mut j = JsonText::object("state");
@@ -285,16 +349,17 @@ pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> JsValue
         j.raw("]");
         j.field("body").string(&response.body).raw("}");
         j.field("completedAt").number(completed_at)?;
-        j.end()
+        Some(j.end_text())
     };
-    text().unwrap_or_else(|| {
-        to_js(&CompletedRecord {
+    match text() {
+        Some(text) => Written::Text(text),
+        None => Written::Value(to_js(&CompletedRecord {
             state: "completed",
             fingerprint,
             response,
             completed_at,
-        })
-    })
+        })),
+    }
 }
 
 /// An `IdempotencyStore`, checked when the companion is made.
@@ -356,17 +421,73 @@ impl Store {
         }
     }
 
-    /// `acquire(key, lock, lockTimeoutMs)`: `None` when the caller now holds the key.
+    /// The twin of `method` that takes the record as its JSON text, where the store's method
+    /// carries one at `Symbol.for('retry-fetch.textStore')` (`MemoryStore`'s, which keeps
+    /// records as JSON text: no `JSON.parse` here and no `JSON.stringify` there). It is
+    /// synchronous, and takes the method's arguments with the record's text in the record's
+    /// place; `acquire`'s takes the lock's token after them.
+    fn text_twin(&self, method: &'static str) -> Option<Function> {
+        let f = prop(&self.object, method);
+        if !f.is_function() {
+            return None;
+        }
+        TEXT_KEY
+            .with(|key| js_sys::Reflect::get(&f, key).ok())?
+            .dyn_into::<Function>()
+            .ok()
+    }
+
+    /// `acquire(key, lock, lockTimeoutMs)` (`token`: the lock's): `None` when the caller now
+    /// holds the key.
     pub async fn acquire(
         &self,
         key: &str,
-        lock: &JsValue,
+        lock: &Written,
+        token: &str,
         lock_ms: f64,
     ) -> Result<Option<JsValue>, JsValue> {
-        let v = self
-            .call("acquire", &[&key.into(), lock, &lock_ms.into()])
-            .await?;
+        let v = match (lock, self.text_twin("acquire")) {
+            (Written::Text(text), Some(twin)) => twin.call4(
+                &self.object,
+                &key.into(),
+                &text.into(),
+                &lock_ms.into(),
+                &token.into(),
+            )?,
+            _ => {
+                self.call("acquire", &[&key.into(), &lock.js(), &lock_ms.into()])
+                    .await?
+            }
+        };
         Ok((!v.is_null() && !v.is_undefined()).then_some(v))
+    }
+
+    /// `method(key, token, record, ms)` (`renew`, `complete`), through its text twin where it
+    /// has one.
+    async fn call_written(
+        &self,
+        method: &'static str,
+        key: &str,
+        token: &str,
+        record: &Written,
+        ms: f64,
+    ) -> Result<JsValue, JsValue> {
+        match (record, self.text_twin(method)) {
+            (Written::Text(text), Some(twin)) => twin.call4(
+                &self.object,
+                &key.into(),
+                &token.into(),
+                &text.into(),
+                &ms.into(),
+            ),
+            _ => {
+                self.call(
+                    method,
+                    &[&key.into(), &token.into(), &record.js(), &ms.into()],
+                )
+                .await
+            }
+        }
     }
 
     /// `reclaim(key, staleToken, lock, lockTimeoutMs)`.
@@ -374,13 +495,13 @@ impl Store {
         &self,
         key: &str,
         stale: &str,
-        lock: &JsValue,
+        lock: &Written,
         lock_ms: f64,
     ) -> Result<bool, JsValue> {
         let v = self
             .call(
                 "reclaim",
-                &[&key.into(), &stale.into(), lock, &lock_ms.into()],
+                &[&key.into(), &stale.into(), &lock.js(), &lock_ms.into()],
             )
             .await?;
         Ok(v.is_truthy())
@@ -392,17 +513,14 @@ impl Store {
         &self,
         key: &str,
         token: &str,
-        lock: &JsValue,
+        lock: &Written,
         lock_ms: f64,
     ) -> Result<bool, JsValue> {
-        if !js::get(&self.object, "renew").is_function() {
+        if !prop(&self.object, "renew").is_function() {
             return Ok(true);
         }
         let v = self
-            .call(
-                "renew",
-                &[&key.into(), &token.into(), lock, &lock_ms.into()],
-            )
+            .call_written("renew", key, token, lock, lock_ms)
             .await?;
         Ok(v.is_truthy())
     }
@@ -412,14 +530,11 @@ impl Store {
         &self,
         key: &str,
         token: &str,
-        record: &JsValue,
+        record: &Written,
         ttl_ms: f64,
     ) -> Result<bool, JsValue> {
         let v = self
-            .call(
-                "complete",
-                &[&key.into(), &token.into(), record, &ttl_ms.into()],
-            )
+            .call_written("complete", key, token, record, ttl_ms)
             .await?;
         Ok(v.is_truthy())
     }
@@ -432,13 +547,33 @@ impl Store {
 
     /// Does the store keep a run history (`recordRun` and `runs`)?
     pub fn keeps_history(&self) -> bool {
-        js::get(&self.object, "recordRun").is_function()
-            && js::get(&self.object, "runs").is_function()
+        prop(&self.object, "recordRun").is_function() && prop(&self.object, "runs").is_function()
     }
 
     /// `recordRun(run)`: store `run`, replacing the record with its id.
     pub async fn record_run(&self, run: &JsValue) -> Result<(), JsValue> {
         self.call("recordRun", &[run]).await.map(drop)
+    }
+
+    /// Does `recordRun` carry a synchronous twin (`MemoryStore`'s), so that
+    /// [`Store::record_run_now`] writes a run at once?
+    pub fn records_runs_now(&self) -> bool {
+        let f = prop(&self.object, "recordRun");
+        f.is_function()
+            && SYNC_KEY
+                .with(|key| js_sys::Reflect::get(&f, key).ok())
+                .is_some_and(|twin| twin.is_function())
+    }
+
+    /// `recordRun(run)` through its synchronous twin, at once (see
+    /// [`Store::records_runs_now`]).
+    pub fn record_run_now(&self, run: &JsValue) -> Result<(), JsValue> {
+        let f = prop(&self.object, "recordRun");
+        let twin: Function = SYNC_KEY
+            .with(|key| js_sys::Reflect::get(&f, key))?
+            .dyn_into()
+            .map_err(|_| type_error("idempotency: the store lost one of its methods"))?;
+        twin.call1(&self.object, run).map(drop)
     }
 
     /// `runs(run.key)` and then `recordRun(run)` in one call, where the store offers it: the
@@ -448,8 +583,8 @@ impl Store {
     /// key's runs as they were before `run`, or a promise of them), not awaited; `None` for a
     /// store without it.
     pub fn start_run(&self, run: &JsValue) -> Option<Result<JsValue, JsValue>> {
-        let twin = |method: &str| {
-            START_RUN_KEY.with(|key| js_sys::Reflect::get(&js::get(&self.object, method), key).ok())
+        let twin = |method: &'static str| {
+            START_RUN_KEY.with(|key| js_sys::Reflect::get(&prop(&self.object, method), key).ok())
         };
         let f = twin("runs")?.dyn_into::<Function>().ok()?;
         if !Object::is(&f, &twin("recordRun")?) {
@@ -465,7 +600,7 @@ impl Store {
 
     /// Does the store keep a secret (`secret()`)?
     pub fn has_secret(&self) -> bool {
-        js::get(&self.object, "secret").is_function()
+        prop(&self.object, "secret").is_function()
     }
 
     /// `secret()`: the store's HMAC key for scopes, the same for every instance sharing it; a
@@ -486,7 +621,7 @@ impl Store {
     /// `closeTransaction(key, token)`, if the store has it: the handler settled, so what
     /// `transaction()` handed out (`ctx.tx`) must refuse further use. A throw is ignored.
     pub fn close_transaction(&self, key: &str, token: &str) {
-        if let Ok(f) = js::get(&self.object, "closeTransaction").dyn_into::<Function>() {
+        if let Ok(f) = prop(&self.object, "closeTransaction").dyn_into::<Function>() {
             let _ = f.call2(&self.object, &key.into(), &token.into());
         }
     }
@@ -494,7 +629,7 @@ impl Store {
     /// `transaction(key, token)`: the store's transaction that holds the key (`ctx.tx`), or
     /// `undefined` for a store without one.
     pub fn transaction(&self, key: &str, token: &str) -> JsValue {
-        match js::get(&self.object, "transaction").dyn_into::<Function>() {
+        match prop(&self.object, "transaction").dyn_into::<Function>() {
             Ok(f) => f
                 .call2(&self.object, &key.into(), &token.into())
                 .unwrap_or(JsValue::UNDEFINED),
@@ -503,13 +638,59 @@ impl Store {
     }
 }
 
+/// A renewal's state, kept by id while it runs (see [`Renewal`]).
+struct Renewing {
+    store: Store,
+    key: Rc<str>,
+    token: Rc<str>,
+    fingerprint: Rc<str>,
+    lock_ms: f64,
+    reporter: Reporter,
+    /// A renewal is in flight.
+    busy: Cell<bool>,
+    /// The store refused one: the lock is gone.
+    lost: Rc<Cell<bool>>,
+}
+
+thread_local! {
+    /// The renewals running, by id, and the next id.
+    static RENEWALS: std::cell::RefCell<(std::collections::BTreeMap<u64, Rc<Renewing>>, u64)> =
+        const { std::cell::RefCell::new((std::collections::BTreeMap::new(), 0)) };
+    /// The one function every renewal's interval calls, bound to the renewal's id: no closure
+    /// per holder.
+    static TICK: Function = Closure::<dyn Fn(f64)>::new(|id: f64| tick(id as u64))
+        .into_js_value()
+        .unchecked_into();
+}
+
+/// One tick of renewal `id`: renew its lock, unless the last renewal is still running or the
+/// lock is gone (or the renewal has stopped).
+fn tick(id: u64) {
+    let Some(r) = RENEWALS.with(|all| all.borrow().0.get(&id).cloned()) else {
+        return;
+    };
+    if r.busy.get() || r.lost.get() {
+        return;
+    }
+    r.busy.set(true);
+    spawn_local(async move {
+        let lock = lock_record(&r.token, &r.fingerprint, js_sys::Date::now() + r.lock_ms);
+        match r.store.renew(&r.key, &r.token, &lock, r.lock_ms).await {
+            Ok(true) => {}
+            Ok(false) => r.lost.set(true),
+            Err(error) => r.reporter.store_error(&error, "renew"),
+        }
+        r.busy.set(false);
+    });
+}
+
 /// Keeps a live holder's lock: every `interval` ms, `renew` with the holder's token (the
 /// fence: a holder whose lock lapsed and was taken over cannot extend its successor's). Stops
 /// when dropped. `lost()` tells whether the store refused a renewal.
 pub struct Renewal {
     handle: JsValue,
+    id: u64,
     lost: Rc<Cell<bool>>,
-    _tick: Closure<dyn FnMut()>,
 }
 
 impl Renewal {
@@ -524,38 +705,30 @@ impl Renewal {
         reporter: Reporter,
     ) -> Renewal {
         let lost = Rc::new(Cell::new(false));
-        let busy = Rc::new(Cell::new(false));
-        let flag = lost.clone();
-        let tick = Closure::<dyn FnMut()>::new(move || {
-            if busy.get() || flag.get() {
-                return; // the last renewal is still running, or the lock is gone
-            }
-            busy.set(true);
-            let (store, key, token, fingerprint, busy, flag, reporter) = (
-                store.clone(),
-                key.clone(),
-                token.clone(),
-                fingerprint.clone(),
-                busy.clone(),
-                flag.clone(),
-                reporter.clone(),
-            );
-            spawn_local(async move {
-                let lock = lock_record(&token, &fingerprint, js_sys::Date::now() + lock_ms);
-                match store.renew(&key, &token, &lock, lock_ms).await {
-                    Ok(true) => {}
-                    Ok(false) => flag.set(true),
-                    Err(error) => reporter.store_error(&error, "renew"),
-                }
-                busy.set(false);
-            });
+        let renewing = Rc::new(Renewing {
+            store,
+            key,
+            token,
+            fingerprint,
+            lock_ms,
+            reporter,
+            busy: Cell::new(false),
+            lost: lost.clone(),
         });
-        let handle = set_interval(tick.as_ref().unchecked_ref(), interval);
-        Renewal {
-            handle,
-            lost,
-            _tick: tick,
-        }
+        let id = RENEWALS.with(|all| {
+            let (map, next) = &mut *all.borrow_mut();
+            let id = *next;
+            *next += 1;
+            map.insert(id, renewing);
+            id
+        });
+        // Ids are below 2^53 (one a request): exact as a JS number.
+        let bound: JsValue = TICK.with(|f| {
+            f.bind1(&JsValue::UNDEFINED, &JsValue::from_f64(id as f64))
+                .into()
+        });
+        let handle = set_interval(bound.unchecked_ref(), interval);
+        Renewal { handle, id, lost }
     }
 
     /// Did the store refuse a renewal (the lock lapsed and is someone else's now)?
@@ -567,5 +740,6 @@ impl Renewal {
 impl Drop for Renewal {
     fn drop(&mut self) {
         clear_interval(&self.handle);
+        RENEWALS.with(|all| all.borrow_mut().0.remove(&self.id));
     }
 }
