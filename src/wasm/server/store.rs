@@ -301,6 +301,15 @@ pub enum Written {
 }
 
 impl Written {
+    /// The record as JSON `text`, or (a number JSON cannot carry made it `None`) the JS value
+    /// `value` makes.
+    fn text_or(text: Option<String>, value: impl FnOnce() -> JsValue) -> Written {
+        match text {
+            Some(text) => Written::Text(text),
+            None => Written::Value(value()),
+        }
+    }
+
     /// The record as a JS object.
     pub fn js(&self) -> JsValue {
         match self {
@@ -320,15 +329,14 @@ pub fn lock_record(token: &str, fingerprint: &str, expires_at: f64) -> Written {
         j.field("lockExpiresAt").number(expires_at)?;
         Some(j.end_text())
     };
-    match text() {
-        Some(text) => Written::Text(text),
-        None => Written::Value(to_js(&LockRecord {
+    Written::text_or(text(), || {
+        to_js(&LockRecord {
             state: "in-progress",
             token,
             fingerprint,
             lock_expires_at: expires_at,
-        })),
-    }
+        })
+    })
 }
 
 /// The completed record for `response`.
@@ -351,15 +359,14 @@ pub fn completed_record(fingerprint: &str, response: &StoredResponse) -> Written
         j.field("completedAt").number(completed_at)?;
         Some(j.end_text())
     };
-    match text() {
-        Some(text) => Written::Text(text),
-        None => Written::Value(to_js(&CompletedRecord {
+    Written::text_or(text(), || {
+        to_js(&CompletedRecord {
             state: "completed",
             fingerprint,
             response,
             completed_at,
-        })),
-    }
+        })
+    })
 }
 
 /// An `IdempotencyStore`, checked when the companion is made.
