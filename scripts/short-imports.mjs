@@ -2,12 +2,16 @@
 // once: wasm-bindgen names each import `__wbg_<name>_<16 hex digits>` under the module
 // "./retry_fetch_bg.js", and a browser downloads every name twice (in the .wasm's import
 // section and as a key of the glue's imports object): about 3 kB of gzip for ~120 imports.
-// The names become `a`, `b`, ... `Z`, `aa`, ... and the module `a`; nothing else changes.
+// The names become `a`, `b`, ... `Z`, `aa`, ... and the module `a`.
+// The same goes for the exports wasm-bindgen makes to call a Rust closure from JS,
+// `wasm_bindgen_<hash>___convert__closures_____invoke___<its Rust types>` (100 to 330
+// characters each, also twice: the .wasm's export section and `wasm.<name>(` in the glue):
+// they become `$a`, `$b`, ...; every other export keeps its name.
 //
 // Usage: node scripts/short-imports.mjs <module.wasm> <glue.js>
 // Exits non-zero, changing nothing, if the glue does not have the shape this expects: one
-// imports object with each import's name exactly once as a key (`name: function`), and the
-// module named once (`"<module>": import0`).
+// imports object with each import's name exactly once as a key (`name: function`), the
+// module named once (`"<module>": import0`), and each renamed export called as `wasm.<name>(`.
 import { readFileSync, writeFileSync } from 'node:fs';
 
 const [wasmFile, glueFile] = process.argv.slice(2);
@@ -34,14 +38,16 @@ function name(buf, pos) {
 function encodeName(s) { const b = Buffer.from(s, 'utf8'); return Buffer.concat([encodeLeb(b.length), b]); }
 
 if (bytes.readUInt32LE(0) !== 0x6d736100) fail(`${wasmFile} is not a wasm module`);
-let pos = 8, section = null;
+let pos = 8, section = null, exportSection = null;
 while (pos < bytes.length) {
   const id = bytes[pos];
   const [size, body] = leb(bytes, pos + 1);
-  if (id === 2) { section = { start: pos, body, end: body + size }; break; }
+  if (id === 2) section = { start: pos, body, end: body + size };
+  if (id === 7) exportSection = { start: pos, body, end: body + size };
   pos = body + size;
 }
 if (!section) fail('the .wasm has no import section');
+if (!exportSection) fail('the .wasm has no export section');
 
 // Each import: module, field, then its description (kind byte + what the kind needs).
 const imports = [];
@@ -89,17 +95,48 @@ const moduleKey = `${JSON.stringify(modules[0])}: import0`;
 if (glue.split(moduleKey).length !== 2) fail(`the glue does not name the module once as ${moduleKey}`);
 glue = glue.replace(moduleKey, 'a: import0');
 
+// --- the exports: closure invokers get short names ---------------------------------------------
+const INVOKER = /^wasm_bindgen_[0-9a-f]+___convert__closures_/;
+const exportsList = [];
+let e = exportSection.body;
+const [exportCount, afterExportCount] = leb(bytes, e);
+e = afterExportCount;
+for (let i = 0; i < exportCount; i++) {
+  const [field, e1] = name(bytes, e);
+  const [, e2] = leb(bytes, e1 + 1); // kind byte, then the index
+  exportsList.push({ field, desc: bytes.subarray(e1, e2) });
+  e = e2;
+}
+if (e !== exportSection.end) fail('the export section did not parse to its end');
+const invokers = exportsList.filter((x) => INVOKER.test(x.field)).map((x) => x.field);
+const exportRenamed = new Map(invokers.map((f, i) => [f, `$${short(i)}`]));
+for (const [from, to] of exportRenamed) {
+  // `wasm.<name>(`, the name whole (another invoker's name may start with this one).
+  const call = new RegExp(`\\bwasm\\.${escape(from)}\\(`, 'g');
+  const found = glue.match(call)?.length ?? 0;
+  if (found < 1) fail(`export ${from}: the glue never calls it as wasm.${from}(`);
+  glue = glue.replace(call, `wasm.${to.replace(/[$]/g, '$$$$')}(`);
+  if (new RegExp(`\\bwasm\\.${escape(from)}(?![\\w$])`).test(glue)) fail(`export ${from}: the glue still names it after the renaming`);
+}
+
 // --- the .wasm: a new import section ----------------------------------------------------------
 const entries = imports.map((i) => Buffer.concat([encodeName('a'), encodeName(renamed.get(i.field)), i.desc]));
 const body = Buffer.concat([encodeLeb(count), ...entries]);
+const exportBody = Buffer.concat([
+  encodeLeb(exportCount),
+  ...exportsList.map((x) => Buffer.concat([encodeName(exportRenamed.get(x.field) ?? x.field), x.desc])),
+]);
+if (section.end > exportSection.start) fail('the export section comes before the import section');
 const out = Buffer.concat([
   bytes.subarray(0, section.start),
   Buffer.from([2]), encodeLeb(body.length), body,
-  bytes.subarray(section.end),
+  bytes.subarray(section.end, exportSection.start),
+  Buffer.from([7]), encodeLeb(exportBody.length), exportBody,
+  bytes.subarray(exportSection.end),
 ]);
 writeFileSync(wasmFile, out);
 writeFileSync(glueFile, glue);
-console.error(`short-imports: ${count} imports renamed in ${wasmFile} (${bytes.length - out.length} bytes less) and ${glueFile}`);
+console.error(`short-imports: ${count} imports and ${exportRenamed.size} closure exports renamed in ${wasmFile} (${bytes.length - out.length} bytes less) and ${glueFile}`);
 
 function fail(why) {
   console.error(`short-imports: ${why}`);

@@ -1,8 +1,9 @@
 // scripts/short-imports.mjs (run by the package build on the client .wasm and its glue, ESM and
 // CommonJS): every import gets a short name in the .wasm and the same name as a key of the
-// glue's imports object; a glue of another shape fails the build and changes nothing. The
-// shipped package is checked too: short names only, each one a key of its glue (the package
-// and e2e tests then load and call both entries).
+// glue's imports object, and every closure invoker export a short name the glue calls; a glue
+// of another shape fails the build and changes nothing. The shipped package is checked too:
+// short names only, each one a key of its glue (the package and e2e tests then load and call
+// both entries).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -46,13 +47,13 @@ function imports(bytes) {
 }
 
 /** A module importing `names` (functions of type () -> ()) from "./x_bg.js", and its glue. */
-function fixture(names) {
+function fixture(names, invokers = []) {
   const wasm = Buffer.from([
     0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
     ...section(1, vec([[0x60, 0, 0]])),
     ...section(2, vec(names.map((n) => [...str('./x_bg.js'), ...str(n), 0, 0]))),
     ...section(3, vec([[0]])),
-    ...section(7, vec([[...str('run'), 0, ...leb(names.length)]])),
+    ...section(7, vec([[...str('run'), 0, ...leb(names.length)], ...invokers.map((n) => [...str(n), 0, ...leb(names.length)])])),
     ...section(10, vec([[...leb(2 + 2 * names.length), 0, ...names.flatMap((_, i) => [0x10, ...leb(i)]), 0x0b]])),
   ]);
   const glue = `function __wbg_get_imports() {
@@ -64,6 +65,9 @@ ${names.map((n, i) => `        ${n}: function() { calls.push(${i}); },`).join('\
         __proto__: null,
         "./x_bg.js": import0,
     };
+}
+function callInvokers(wasm) {
+${invokers.map((n) => `    wasm.${n}();`).join('\n')}
 }
 `;
   return { wasm, glue };
@@ -99,6 +103,39 @@ test('every import is renamed in the .wasm and the glue alike, and the module st
   assert.deepEqual(calls, names.map((_, i) => i));
 });
 
+/** The export names of a .wasm. */
+function exportNames(bytes) {
+  return WebAssembly.Module.exports(new WebAssembly.Module(bytes)).map((e) => e.name);
+}
+
+test('the closure invokers wasm-bindgen exports get short names in the .wasm and the glue; other exports keep theirs', async () => {
+  const invoker = 'wasm_bindgen_549890e07d423cc0___convert__closures_____invoke___wasm_bindgen_549890e07d423cc0___JsValue__true_';
+  // A second invoker whose name starts with the first one's: each is renamed whole.
+  const longer = invoker.replace(/true_$/, 'wasm_bindgen_549890e07d423cc0___JsValue__true_');
+  const { wasm, glue } = fixture(['__wbg_a_1', '__wbg_b_2'], [invoker, longer]);
+  const out = run(wasm, glue);
+  assert.equal(out.status, 0, out.stderr);
+  assert.deepEqual(exportNames(out.wasm), ['run', '$a', '$b']);
+  assert.doesNotMatch(out.glue, /wasm_bindgen_549890e07d423cc0/);
+  assert.match(out.glue, /wasm\.\$a\(\);\n    wasm\.\$b\(\);/);
+  const calls = [];
+  const [getImports, callInvokers] = new Function('calls', `${out.glue}; return [__wbg_get_imports(), callInvokers];`)(calls);
+  const { instance } = await WebAssembly.instantiate(out.wasm, getImports);
+  callInvokers(instance.exports);
+  assert.deepEqual(calls, [0, 1, 0, 1], 'each renamed export is the function it was');
+});
+
+test('an invoker the glue does not call as wasm.<name>( fails and changes nothing', () => {
+  const invoker = 'wasm_bindgen_0123___convert__closures_____invoke___true_';
+  const { wasm, glue } = fixture(['__wbg_a_1'], [invoker]);
+  const broken = glue.replace(`wasm.${invoker}();`, `wasm[${JSON.stringify(invoker)}]();`);
+  const out = run(wasm, broken);
+  assert.notEqual(out.status, 0);
+  assert.match(out.stderr, /short-imports: export .* never calls it/);
+  assert.deepEqual(out.wasm, wasm);
+  assert.equal(out.glue, broken);
+});
+
 test('a glue of another shape fails and changes nothing', () => {
   const { wasm, glue } = fixture(['__wbg_a_1', '__wbg_b_2']);
   for (const broken of [
@@ -124,5 +161,8 @@ test('the shipped client .wasm files import short names only, each a key of thei
       assert.match(field, /^[a-zA-Z]{1,2}$/, `${wasmFile}: ${field}`);
       assert.match(glue, new RegExp(`[{,]${field}:`), `${glueFile} has no key ${field}`);
     }
+    const names = exportNames(readFileSync(join(PKG, wasmFile)));
+    assert.ok(names.includes('retryFetch'), `${wasmFile} exports retryFetch`);
+    assert.deepEqual(names.filter((n) => n.includes('convert__closures')), [], `${wasmFile}: closure invokers renamed`);
   }
 });
