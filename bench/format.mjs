@@ -57,6 +57,19 @@ export function overheadTable(rows, modes) {
   return ratioTable(rows, modes, { against: 'plain fetch', rate: 'calls/s', per: 'call', addedKey: 'addedUsPerCall' });
 }
 
+/** overhead.json's `ownCost` (the libraries' own cost with fetch stubbed) -> markdown. */
+export function ownCostTable(own) {
+  if (!own) return '';
+  const rows = own.rows.map((r) => `| ${r.name} | ${r.usPerCall.toFixed(2)} | ${r.reference ? '0 (reference)' : `${r.addedUsPerCall >= 0 ? '+' : ''}${r.addedUsPerCall.toFixed(2)}`} |`);
+  return [
+    `The libraries' own cost per call, without the network: \`fetch\` stubbed in-process (a new \`Response('ok')\`, resolved at once), each contender called ${own.callsPerBatch} times in a row, ${own.rounds} rounds with the order rotated, medians:`,
+    '',
+    '| contender | µs per call | µs added to the stubbed fetch |',
+    '| --- | ---: | ---: |',
+    ...rows,
+  ].join('\n');
+}
+
 /**
  * One contender's cell of a mode from its rounds: median ratio, IQR, extremes, median rate,
  * and the median µs added per unit against the round's `referenceId` (stored as `addedKey`).

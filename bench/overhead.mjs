@@ -1,6 +1,7 @@
 // Success-path overhead: what a retry library costs when nothing fails.
 //
-//   node bench/overhead.mjs       (OVERHEAD_ROUNDS=27, OVERHEAD_REQUESTS=300 by default; about 1 minute)
+//   node bench/overhead.mjs       (OVERHEAD_ROUNDS=27, OVERHEAD_REQUESTS=300 by default; about 1 minute;
+//                                  then the own-cost rounds, OVERHEAD_OWN_ROUNDS=15 × OVERHEAD_OWN_CALLS=5000)
 //
 // A local HTTP server on 127.0.0.1, in a worker thread (its own event loop, its own core on a
 // 2-core machine), answers every request `200 ok` at once. The contenders, side by side in one
@@ -21,11 +22,14 @@
 // second, separate plain-fetch contender: its ratio to the first shows the noise of the run.
 // Every response body is read (arrayBuffer()).
 //
+// Then, with the server closed, the libraries' own cost: `fetch` stubbed in-process (see
+// measureOwnCost at the end), each contender's µs per call beside the stubbed fetch's.
+//
 // Prints markdown to stdout (progress to stderr) and writes bench/results/overhead.json.
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
-import { goalsTable, overheadTable, ratioCell } from './format.mjs';
+import { goalsTable, median, overheadTable, ownCostTable, ratioCell } from './format.mjs';
 import { importRetrying, log, machine, positiveInt, printMarkdown, timedBatch, versionOf, writeResults } from './common.mjs';
 
 const RESULTS = fileURLToPath(new URL('./results/overhead.json', import.meta.url));
@@ -68,15 +72,19 @@ function startServer() {
     worker.on('message', onMessage);
     worker.once('error', reject);
   });
+  let closed = null; // close() once; a second call gets the first one's promise
   return next('port').then((port) => ({
     url: `http://127.0.0.1:${port}/`,
     stats: () => { const p = next('stats'); worker.postMessage('stats'); return p; },
-    close: async () => {
-      const p = next('closed');
-      worker.postMessage('close');
-      const s = await p;
-      await worker.terminate();
-      return s;
+    close: () => {
+      closed ??= (async () => {
+        const p = next('closed');
+        worker.postMessage('close');
+        const s = await p;
+        await worker.terminate();
+        return s;
+      })();
+      return closed;
     },
   }));
 }
@@ -244,6 +252,8 @@ async function main() {
         met: head >= pr ? 'met' : 'NOT met',
       });
     }
+    await server.close().catch(() => {});
+    const ownCost = await measureOwnCost(contenders);
     const totalSeconds = (performance.now() - started) / 1000;
     const meta = {
       ...machine(),
@@ -265,10 +275,58 @@ async function main() {
     out.push(goalsTable(goals));
     out.push('');
     out.push(`Server: ${serverStats.seen} requests on ${serverStats.connections} connections. Run took ${totalSeconds.toFixed(0)} s.`);
+    out.push('');
+    out.push(ownCostTable(ownCost));
     await printMarkdown(out);
 
-    writeResults(RESULTS, { ...meta, modes: MODES, goals, rows, roundResults: rounds, serverStats, totalSeconds });
+    writeResults(RESULTS, { ...meta, modes: MODES, goals, rows, roundResults: rounds, serverStats, ownCost, totalSeconds });
   } finally {
     await server.close().catch(() => {});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The libraries' own cost, without the network: `globalThis.fetch` replaced by a stub that
+// resolves with a new `Response('ok')` at once, each contender made again (a library may keep
+// the fetch it found), and every contender timed calling it sequentially, the order rotated
+// per round. What a contender adds to the stubbed plain fetch is its own CPU time per call:
+// the figure the real-server ratios above carry inside their noise (their rounds spread
+// about ±0.1, tens of µs per call).
+// (main() runs at the top of the module: what it uses from here on must be hoisted.)
+async function measureOwnCost(contenders) {
+  const OWN_COST_ROUNDS = positiveInt(process.env.OVERHEAD_OWN_ROUNDS, 15);
+  const OWN_COST_CALLS = positiveInt(process.env.OVERHEAD_OWN_CALLS, 5_000);
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = () => Promise.resolve(new Response('ok'));
+  try {
+    const url = 'http://127.0.0.1:9/'; // never reached
+    const calls = contenders.map((c) => ({ c, call: c.make() }));
+    const timeBatch = async (call, n) => {
+      const t0 = performance.now();
+      for (let i = 0; i < n; i += 1) await call(url);
+      return ((performance.now() - t0) * 1000) / n;
+    };
+    for (const { call } of calls) await timeBatch(call, OWN_COST_CALLS); // warm-up
+    const perCall = new Map(calls.map(({ c }) => [c.id, []]));
+    for (let r = 0; r < OWN_COST_ROUNDS; r += 1) {
+      for (let i = 0; i < calls.length; i += 1) {
+        const { c, call } = calls[(i + r) % calls.length];
+        perCall.get(c.id).push(await timeBatch(call, OWN_COST_CALLS));
+      }
+    }
+    const reference = median(perCall.get('fetch'));
+    log(`own cost: ${calls.length} contenders × ${OWN_COST_ROUNDS} rounds × ${OWN_COST_CALLS} calls, stubbed fetch ${reference.toFixed(2)} µs a call`);
+    return {
+      rounds: OWN_COST_ROUNDS,
+      callsPerBatch: OWN_COST_CALLS,
+      stubUsPerCall: reference,
+      rows: calls.map(({ c }) => ({
+        id: c.id, name: c.name, reference: !!c.reference, noise: !!c.noise,
+        usPerCall: median(perCall.get(c.id)),
+        addedUsPerCall: median(perCall.get(c.id)) - reference,
+      })),
+    };
+  } finally {
+    globalThis.fetch = realFetch;
   }
 }

@@ -8,7 +8,7 @@ import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  adaptersTable, companionTable, goalsTable, normalizeStorms, overheadTable, stormFmt, stormHerdTable, stormNotes, stormOutageTable, table,
+  adaptersTable, companionTable, goalsTable, normalizeStorms, overheadTable, ownCostTable, stormFmt, stormHerdTable, stormNotes, stormOutageTable, table,
 } from './format.mjs';
 import { coldTable, sizeTables } from './coldstart.mjs';
 
@@ -91,6 +91,7 @@ if (overhead) {
     + 'is the noise of the run.',
     overheadTable(o.rows, o.modes),
     goalsTable(o.goals),
+    ...(o.ownCost ? [ownCostTable(o.ownCost)] : []),
     'Configurations:',
     o.rows.map((r) => `- ${r.name}: \`${r.config}\``).join('\n'));
 } else p(missing('bench/results/overhead.json', 'node bench/overhead.mjs'));

@@ -2,7 +2,7 @@
 # The benchmarks, one after the other (`make bench` builds pkg/ first; this script assumes it
 # was built). Installs bench/'s own devDependencies when bench/node_modules is missing.
 #   1. overhead: success-path throughput of retry-fetch and its peers vs plain fetch
-#      (bench/overhead.mjs, about 1 minute);
+#      (bench/overhead.mjs, about 1.5 minutes, the libraries' own cost with fetch stubbed included);
 #   2. server companion: per-request cost of idempotency(handler, { store }) with MemoryStore,
 #      RedisStore and PostgresStore vs the bare handler (bench/companion.mjs, about 1 minute),
 #      against a throwaway redis-server and PostgreSQL cluster (scripts/services.sh); then the
@@ -35,7 +35,7 @@ if [ ! -d bench/node_modules ]; then
 fi
 mkdir -p bench/results
 
-rf_say "bench: success-path overhead (about 1 minute)"
+rf_say "bench: success-path overhead (about 1.5 minutes)"
 node bench/overhead.mjs
 
 # redis and pg are the repository's devDependencies (node_modules/ at the root, from 'make setup').
