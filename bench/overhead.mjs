@@ -1,7 +1,7 @@
 // Success-path overhead: what a retry library costs when nothing fails.
 //
-//   node bench/overhead.mjs       (OVERHEAD_ROUNDS=27, OVERHEAD_REQUESTS=300 by default; about 1 minute;
-//                                  then the own-cost rounds, OVERHEAD_OWN_ROUNDS=15 × OVERHEAD_OWN_CALLS=5000)
+//   node bench/overhead.mjs   (OVERHEAD_ROUNDS=27, OVERHEAD_REQUESTS=300, OVERHEAD_PROCESSES=3;
+//                              OVERHEAD_OWN_ROUNDS=15 × OVERHEAD_OWN_CALLS=5000; about 1.5 minutes)
 //
 // A local HTTP server on 127.0.0.1, in a worker thread (its own event loop, its own core on a
 // 2-core machine), answers every request `200 ok` at once. The contenders, side by side in one
@@ -16,17 +16,24 @@
 //
 // Two modes: sequential (one call at a time) and 32 concurrent (32 loops sharing a counter).
 // Every round runs each contender for REQUESTS calls in each mode; the order of the contenders
-// is rotated by one every round. Each round's throughput is divided by that round's plain
-// fetch throughput; the median ratio over the rounds is printed, with the interquartile range
-// of the rounds, and the median wall time added per call. "plain fetch (again)" is a
-// second, separate plain-fetch contender: its ratio to the first shows the noise of the run.
-// Every response body is read (arrayBuffer()).
+// is rotated by one every round. The rounds are spread over OVERHEAD_PROCESSES fresh processes
+// (this file again, one after the other; each with its own server and warm-up) and pooled: a
+// process keeps biases of its own, 10-20 µs a call either way for a contender. Each round's
+// throughput is divided by that round's plain fetch throughput; the median ratio over the
+// rounds is printed, with the interquartile range of the rounds, and the median wall time
+// added per call. "plain fetch (again)" is a second, separate plain-fetch contender: its ratio
+// to the first shows the noise of the run. Every response body is read (arrayBuffer()).
 //
-// Then, with the server closed, the libraries' own cost: `fetch` stubbed in-process (see
-// measureOwnCost at the end), each contender's µs per call beside the stubbed fetch's.
+// Then, in each process with its server closed, the libraries' own cost: `fetch` stubbed
+// in-process (see ownCostSamples at the end), each contender's µs per call beside the stubbed
+// fetch's.
 //
 // Prints markdown to stdout (progress to stderr) and writes bench/results/overhead.json.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { goalsTable, median, overheadTable, ownCostTable, ratioCell } from './format.mjs';
@@ -197,135 +204,176 @@ async function main() {
     { id: 'concurrent', name: `${CONCURRENCY} concurrent`, concurrency: CONCURRENCY },
   ];
 
-  const server = await startServer();
-  const calls = new Map(contenders.map((c) => [c.id, c.make()]));
-  try {
-    // Warm-up, not recorded: JIT, wasm, every library's first calls, undici's connections.
-    for (const mode of MODES) {
-      for (const c of contenders) await timedBatch(calls.get(c.id), server.url, Math.ceil(REQUESTS / 3), mode.concurrency);
-    }
-    log(`overhead: ${contenders.length} contenders × ${MODES.length} modes × ${ROUNDS} rounds × ${REQUESTS} requests`);
+  const PROCESSES = positiveInt(process.env.OVERHEAD_PROCESSES, 3);
+  const OWN_ROUNDS = positiveInt(process.env.OVERHEAD_OWN_ROUNDS, 15);
+  const OWN_CALLS = positiveInt(process.env.OVERHEAD_OWN_CALLS, 5_000);
 
-    const rounds = []; // rounds[r][mode][id] = { ms, perSec }
-    for (let r = 0; r < ROUNDS; r += 1) {
-      const round = {};
-      const order = contenders.map((_, i) => contenders[(i + r) % contenders.length]);
+  // A child: its share of the rounds (the rotation continues from `first`), then its share of
+  // the own-cost rounds; the samples go to the parent as JSON in a file.
+  if (process.env.OVERHEAD_CHILD) {
+    const [first, count, ownFirst, ownCount] = process.env.OVERHEAD_CHILD.split(',').map(Number);
+    const server = await startServer();
+    let result;
+    try {
+      const calls = new Map(contenders.map((c) => [c.id, c.make()]));
+      // Warm-up, not recorded: JIT, wasm, every library's first calls, undici's connections.
       for (const mode of MODES) {
-        round[mode.id] = {};
-        for (const c of order) {
-          const ms = await timedBatch(calls.get(c.id), server.url, REQUESTS, mode.concurrency);
-          round[mode.id][c.id] = { ms, perSec: (REQUESTS * 1000) / ms };
-        }
-        const ref = round[mode.id].fetch.perSec;
-        for (const c of contenders) round[mode.id][c.id].ratio = round[mode.id][c.id].perSec / ref;
+        for (const c of contenders) await timedBatch(calls.get(c.id), server.url, Math.ceil(REQUESTS / 3), mode.concurrency);
       }
-      rounds.push({ order: order.map((c) => c.id), ...round });
-      log(`round ${r + 1}/${ROUNDS}: ${MODES.map((m) => `${m.id} fetch ${round[m.id].fetch.perSec.toFixed(0)}/s, `
-        + `per-call options ×${round[m.id]['retry-fetch:per-call'].ratio.toFixed(3)}, p-retry ×${round[m.id]['p-retry'].ratio.toFixed(3)}`).join('; ')}`);
+      const rounds = [];
+      for (let r = first; r < first + count; r += 1) {
+        const round = {};
+        const order = contenders.map((_, i) => contenders[(i + r) % contenders.length]);
+        for (const mode of MODES) {
+          round[mode.id] = {};
+          for (const c of order) {
+            const ms = await timedBatch(calls.get(c.id), server.url, REQUESTS, mode.concurrency);
+            round[mode.id][c.id] = { ms, perSec: (REQUESTS * 1000) / ms };
+          }
+          const ref = round[mode.id].fetch.perSec;
+          for (const c of contenders) round[mode.id][c.id].ratio = round[mode.id][c.id].perSec / ref;
+        }
+        rounds.push({ process: process.pid, order: order.map((c) => c.id), ...round });
+        log(`round ${r + 1}/${ROUNDS} (process ${process.pid}): ${MODES.map((m) => `${m.id} fetch ${round[m.id].fetch.perSec.toFixed(0)}/s, `
+          + `per-call options ×${round[m.id]['retry-fetch:per-call'].ratio.toFixed(3)}, p-retry ×${round[m.id]['p-retry'].ratio.toFixed(3)}`).join('; ')}`);
+      }
+      const serverStats = await server.stats();
+      await server.close();
+      const own = await ownCostSamples(contenders, ownFirst, ownCount, OWN_CALLS);
+      result = { rounds, serverStats, own };
+    } finally {
+      await server.close().catch(() => {});
     }
-    const serverStats = await server.stats();
-
-    const rows = contenders.map((c) => {
-      const row = { id: c.id, name: c.name, config: c.config, reference: !!c.reference, noise: !!c.noise, headline: !!c.headline };
-      for (const mode of MODES) row[mode.id] = ratioCell(rounds, mode.id, c.id, 'fetch', REQUESTS, 'addedUsPerCall');
-      return row;
-    });
-    const byId = Object.fromEntries(rows.map((r) => [r.id, r]));
-
-    // Goals: the per-call options row (the headline) against plain fetch, and against p-retry
-    // in the same run (median ratios; the rounds it was behind are given beside).
-    const goals = [];
-    for (const mode of MODES) {
-      const head = byId['retry-fetch:per-call'][mode.id].ratio;
-      const pr = byId['p-retry'][mode.id].ratio;
-      const behind = rounds.filter((r) => r[mode.id]['retry-fetch:per-call'].ratio < r[mode.id]['p-retry'].ratio).length;
-      goals.push({
-        goal: `${mode.name}: per-call options / plain fetch`,
-        target: `≥ ${GOAL_RATIO.toFixed(2)}`,
-        measured: head.toFixed(3),
-        met: head >= GOAL_RATIO ? 'met' : 'NOT met',
-      });
-      goals.push({
-        goal: `${mode.name}: per-call options never behind p-retry in the same run`,
-        target: `≥ ${pr.toFixed(3)} (p-retry)`,
-        measured: `${head.toFixed(3)} (behind in ${behind} of ${rounds.length} rounds)`,
-        met: head >= pr ? 'met' : 'NOT met',
-      });
-    }
-    await server.close().catch(() => {});
-    const ownCost = await measureOwnCost(contenders);
-    const totalSeconds = (performance.now() - started) / 1000;
-    const meta = {
-      ...machine(),
-      rounds: ROUNDS,
-      requestsPerBatch: REQUESTS,
-      concurrency: CONCURRENCY,
-      policy: { retries: RETRIES, attempts: RETRIES + 1, baseDelayMs: BASE_MS, maxDelayMs: CAP_MS },
-      retryFetchOptions: OPTIONS,
-      init: INIT,
-      server: 'node:http in a worker thread on 127.0.0.1, 200 "ok" (2 bytes) at once, keep-alive',
-      goalRatio: GOAL_RATIO,
-    };
-
-    const out = [];
-    out.push(`## Success-path overhead (${ROUNDS} rounds × ${REQUESTS} requests per contender and mode, medians; Node ${process.version}, ${meta.cpus} cores)`);
-    out.push('');
-    out.push(overheadTable(rows, MODES));
-    out.push('');
-    out.push(goalsTable(goals));
-    out.push('');
-    out.push(`Server: ${serverStats.seen} requests on ${serverStats.connections} connections. Run took ${totalSeconds.toFixed(0)} s.`);
-    out.push('');
-    out.push(ownCostTable(ownCost));
-    await printMarkdown(out);
-
-    writeResults(RESULTS, { ...meta, modes: MODES, goals, rows, roundResults: rounds, serverStats, ownCost, totalSeconds });
-  } finally {
-    await server.close().catch(() => {});
+    writeFileSync(process.env.OVERHEAD_CHILD_OUT, JSON.stringify(result));
+    return;
   }
+
+  // The parent: the rounds spread over PROCESSES fresh processes, one after the other, then
+  // pooled. A process keeps its own bias (how V8 optimised each library's code, which
+  // connections it reuses): within one process a contender's median can sit 10-20 µs a call
+  // off its value in the next process, more than the differences measured here.
+  log(`overhead: ${contenders.length} contenders × ${MODES.length} modes × ${ROUNDS} rounds × ${REQUESTS} requests, in ${PROCESSES} processes`);
+  const share = (total, k) => { // [first, count] of process k's share of `total`
+    const from = Math.round((total * k) / PROCESSES);
+    return [from, Math.round((total * (k + 1)) / PROCESSES) - from];
+  };
+  const rounds = [];
+  const ownSamples = new Map(contenders.map((c) => [c.id, []]));
+  const serverStats = { seen: 0, connections: 0 };
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'overhead-'));
+  try {
+    for (let k = 0; k < PROCESSES; k += 1) {
+      const out = path.join(dir, `${k}.json`);
+      const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url)], {
+        stdio: ['ignore', 'inherit', 'inherit'],
+        env: { ...process.env, OVERHEAD_CHILD: [...share(ROUNDS, k), ...share(OWN_ROUNDS, k)].join(','), OVERHEAD_CHILD_OUT: out },
+      });
+      if (child.status !== 0) throw new Error(`overhead: process ${k + 1} of ${PROCESSES} failed (status ${child.status}, signal ${child.signal})`);
+      const part = JSON.parse(readFileSync(out, 'utf8'));
+      rounds.push(...part.rounds);
+      serverStats.seen += part.serverStats.seen;
+      serverStats.connections += part.serverStats.connections;
+      for (const [id, samples] of Object.entries(part.own)) ownSamples.get(id).push(...samples);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const reference = median(ownSamples.get('fetch'));
+  const ownCost = {
+    rounds: OWN_ROUNDS,
+    callsPerBatch: OWN_CALLS,
+    stubUsPerCall: reference,
+    rows: contenders.map((c) => ({
+      id: c.id, name: c.name, reference: !!c.reference, noise: !!c.noise,
+      usPerCall: median(ownSamples.get(c.id)),
+      addedUsPerCall: median(ownSamples.get(c.id)) - reference,
+    })),
+  };
+
+  const rows = contenders.map((c) => {
+    const row = { id: c.id, name: c.name, config: c.config, reference: !!c.reference, noise: !!c.noise, headline: !!c.headline };
+    for (const mode of MODES) row[mode.id] = ratioCell(rounds, mode.id, c.id, 'fetch', REQUESTS, 'addedUsPerCall');
+    return row;
+  });
+  const byId = Object.fromEntries(rows.map((r) => [r.id, r]));
+
+  // Goals: the per-call options row (the headline) against plain fetch, and against p-retry
+  // in the same run (median ratios; the rounds it was behind are given beside).
+  const goals = [];
+  for (const mode of MODES) {
+    const head = byId['retry-fetch:per-call'][mode.id].ratio;
+    const pr = byId['p-retry'][mode.id].ratio;
+    const behind = rounds.filter((r) => r[mode.id]['retry-fetch:per-call'].ratio < r[mode.id]['p-retry'].ratio).length;
+    goals.push({
+      goal: `${mode.name}: per-call options / plain fetch`,
+      target: `≥ ${GOAL_RATIO.toFixed(2)}`,
+      measured: head.toFixed(3),
+      met: head >= GOAL_RATIO ? 'met' : 'NOT met',
+    });
+    goals.push({
+      goal: `${mode.name}: per-call options never behind p-retry in the same run`,
+      target: `≥ ${pr.toFixed(3)} (p-retry)`,
+      measured: `${head.toFixed(3)} (behind in ${behind} of ${rounds.length} rounds)`,
+      met: head >= pr ? 'met' : 'NOT met',
+    });
+  }
+  const totalSeconds = (performance.now() - started) / 1000;
+  const meta = {
+    ...machine(),
+    rounds: ROUNDS,
+    processes: PROCESSES,
+    requestsPerBatch: REQUESTS,
+    concurrency: CONCURRENCY,
+    policy: { retries: RETRIES, attempts: RETRIES + 1, baseDelayMs: BASE_MS, maxDelayMs: CAP_MS },
+    retryFetchOptions: OPTIONS,
+    init: INIT,
+    server: 'node:http in a worker thread on 127.0.0.1, 200 "ok" (2 bytes) at once, keep-alive',
+    goalRatio: GOAL_RATIO,
+  };
+
+  const out = [];
+  out.push(`## Success-path overhead (${ROUNDS} rounds × ${REQUESTS} requests per contender and mode in ${PROCESSES} processes, medians; Node ${process.version}, ${meta.cpus} cores)`);
+  out.push('');
+  out.push(overheadTable(rows, MODES));
+  out.push('');
+  out.push(goalsTable(goals));
+  out.push('');
+  out.push(`Server: ${serverStats.seen} requests on ${serverStats.connections} connections. Run took ${totalSeconds.toFixed(0)} s.`);
+  out.push('');
+  out.push(ownCostTable(ownCost));
+  await printMarkdown(out);
+
+  writeResults(RESULTS, { ...meta, modes: MODES, goals, rows, roundResults: rounds, serverStats, ownCost, totalSeconds });
 }
 
 // ---------------------------------------------------------------------------------------------
 // The libraries' own cost, without the network: `globalThis.fetch` replaced by a stub that
 // resolves with a new `Response('ok')` at once, each contender made again (a library may keep
-// the fetch it found), and every contender timed calling it sequentially, the order rotated
-// per round. What a contender adds to the stubbed plain fetch is its own CPU time per call:
-// the figure the real-server ratios above carry inside their noise (their rounds spread
-// about ±0.1, tens of µs per call).
-// (main() runs at the top of the module: what it uses from here on must be hoisted.)
-async function measureOwnCost(contenders) {
-  const OWN_COST_ROUNDS = positiveInt(process.env.OVERHEAD_OWN_ROUNDS, 15);
-  const OWN_COST_CALLS = positiveInt(process.env.OVERHEAD_OWN_CALLS, 5_000);
+// the fetch it found), and every contender timed calling it `calls` times in a row, the order
+// rotated per round (from `first`). What a contender adds to the stubbed plain fetch is its
+// own CPU time per call: the figure the real-server ratios above carry inside their noise
+// (their rounds spread about ±0.1, tens of µs per call). Returns { [id]: [µs per call, ...] }.
+async function ownCostSamples(contenders, first, count, calls) {
   const realFetch = globalThis.fetch;
   globalThis.fetch = () => Promise.resolve(new Response('ok'));
   try {
     const url = 'http://127.0.0.1:9/'; // never reached
-    const calls = contenders.map((c) => ({ c, call: c.make() }));
+    const made = contenders.map((c) => ({ c, call: c.make() }));
     const timeBatch = async (call, n) => {
       const t0 = performance.now();
       for (let i = 0; i < n; i += 1) await call(url);
       return ((performance.now() - t0) * 1000) / n;
     };
-    for (const { call } of calls) await timeBatch(call, OWN_COST_CALLS); // warm-up
-    const perCall = new Map(calls.map(({ c }) => [c.id, []]));
-    for (let r = 0; r < OWN_COST_ROUNDS; r += 1) {
-      for (let i = 0; i < calls.length; i += 1) {
-        const { c, call } = calls[(i + r) % calls.length];
-        perCall.get(c.id).push(await timeBatch(call, OWN_COST_CALLS));
+    for (const { call } of made) await timeBatch(call, Math.ceil(calls / 2)); // warm-up
+    const samples = Object.fromEntries(made.map(({ c }) => [c.id, []]));
+    for (let r = first; r < first + count; r += 1) {
+      for (let i = 0; i < made.length; i += 1) {
+        const { c, call } = made[(i + r) % made.length];
+        samples[c.id].push(await timeBatch(call, calls));
       }
     }
-    const reference = median(perCall.get('fetch'));
-    log(`own cost: ${calls.length} contenders × ${OWN_COST_ROUNDS} rounds × ${OWN_COST_CALLS} calls, stubbed fetch ${reference.toFixed(2)} µs a call`);
-    return {
-      rounds: OWN_COST_ROUNDS,
-      callsPerBatch: OWN_COST_CALLS,
-      stubUsPerCall: reference,
-      rows: calls.map(({ c }) => ({
-        id: c.id, name: c.name, reference: !!c.reference, noise: !!c.noise,
-        usPerCall: median(perCall.get(c.id)),
-        addedUsPerCall: median(perCall.get(c.id)) - reference,
-      })),
-    };
+    log(`own cost (process ${process.pid}): ${made.length} contenders × ${count} rounds × ${calls} calls`);
+    return samples;
   } finally {
     globalThis.fetch = realFetch;
   }

@@ -82,7 +82,9 @@ if (overhead) {
     `A \`node:http\` server on 127.0.0.1 in a worker thread (its own event loop) answers every request \`200 ok\` at once. `
     + `The retrying contenders are configured to retry (${o.policy.attempts} attempts, base ${o.policy.baseDelayMs} ms, cap `
     + `${o.policy.maxDelayMs} ms, as in the storms; \`retryFetch(url)\` with its defaults) but nothing ever fails, so this is the cost of the library on `
-    + `top of Node's \`fetch\` when all goes well. Every body is read. ${o.rounds} rounds; in each, every contender `
+    + `top of Node's \`fetch\` when all goes well. Every body is read. ${o.rounds} rounds`
+    + (o.processes ? ` spread over ${o.processes} fresh processes, one after the other, and pooled (a process keeps biases of its own, 10-20 µs a call either way for a contender)` : '')
+    + `; in each, every contender `
     + `makes ${o.requestsPerBatch} calls sequentially and then ${o.requestsPerBatch} calls ${o.concurrency} at a time, `
     + 'the order of the contenders rotated by one per round. Each round\'s throughput is divided by that round\'s '
     + 'plain-fetch throughput; the table gives the median ratio over the rounds (with the interquartile range '
