@@ -63,11 +63,8 @@ async function send(req, res, response, before, { writeHead, end }) {
   for (const name of res.getHeaderNames()) res.removeHeader(name);
   for (const [name, value] of finalHeaders(before, response)) res.setHeader(name, value);
   // An answer given before the request body was read to its end (a 413, an early refusal):
-  // the rest of the upload is not read, so the connection is closed once the answer is out.
-  if (req.complete === false) {
-    res.setHeader('Connection', 'close');
-    lingerAfterEarlyAnswer(req, res);
-  }
+  // the rest of the upload is read and dropped, for a short while at most (node-request.js).
+  if (req.complete === false) lingerAfterEarlyAnswer(req, res);
   res.statusCode = response.status;
   if (typeof response.statusText === 'string' && response.statusText !== '') {
     res.statusMessage = response.statusText;

@@ -38,10 +38,12 @@ const LINGER_MS = 2000;
 
 /**
  * An answer given before the request body was read to its end (a 413, an early refusal):
- * once the answer is out, the rest of the upload is read and dropped (not kept) for at most
- * LINGER_MS, then the connection is closed. Closing at once would make the client's next
- * write fail (EPIPE, a reset) before it reads the answer, and it would see a network error
- * instead of the 413.
+ * once the answer is out, the rest of the upload is read and dropped (not kept), and the
+ * connection stays open for the client's next request; an upload still going after LINGER_MS
+ * is cut (the connection destroyed). The answer must not carry `Connection: close`: Node then
+ * destroys the socket as soon as the answer is written, with the upload still arriving, and
+ * a socket closed with unread data sends a reset, which throws away the answer the client
+ * has not read yet: it would see EPIPE or ECONNRESET instead of the 413.
  */
 export function lingerAfterEarlyAnswer(req, res) {
   res.once('finish', () => {

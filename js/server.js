@@ -193,13 +193,10 @@ async function writeResponse(response, req, res) {
   const source = response.headers instanceof Headers ? response.headers : new Headers(response.headers);
   for (const [name, value] of source) headers.push(name, value);
   // An answer given before the request body was read to its end (a 413, an early refusal):
-  // the connection closes after it, once the rest of the upload has been read and dropped
-  // (for a short while at most: node-request.js), so the client reads the answer instead of
-  // meeting a reset, and its upload is not left stalled.
-  if (req.complete === false && !res.destroyed) {
-    headers.push('Connection', 'close');
-    lingerAfterEarlyAnswer(req, res);
-  }
+  // the rest of the upload is read and dropped (for a short while at most: node-request.js),
+  // so the client reads the answer instead of meeting a reset, and its upload is not left
+  // stalled.
+  if (req.complete === false && !res.destroyed) lingerAfterEarlyAnswer(req, res);
   if (typeof response.statusText === 'string' && response.statusText !== '') {
     res.writeHead(response.status, response.statusText, headers);
   } else {
