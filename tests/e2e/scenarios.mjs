@@ -617,6 +617,41 @@ export const scenarios = [
     },
   },
   {
+    name: 'per-call options compared with the cached ones: names in another order, an inherited value, a comma in a name, a getter read once on a miss',
+    async run({ api, seq }) {
+      // Cache { baseDelayMs, maxAttempts: 1 }, then the same values with the names swapped,
+      // but maxAttempts 2: the second call must see 2.
+      const a = seq('503,503');
+      await api.retryFetch(a.url, undefined, { baseDelayMs: 1, maxAttempts: 1 });
+      equal((await a.log()).length, 1);
+      const b = seq('503,503');
+      await api.retryFetch(b.url, undefined, { maxAttempts: 2, baseDelayMs: 1 });
+      equal((await b.log()).length, 2, 'names in another order, maxAttempts 2:');
+      // Cached { maxAttempts: 1 }; an object whose only own name is baseDelayMs and which
+      // inherits maxAttempts: 1 is not those options (own names only): maxAttempts is 3.
+      const c = seq('503');
+      await api.retryFetch(c.url, undefined, { maxAttempts: 1 });
+      const inherited = Object.assign(Object.create({ maxAttempts: 1 }), { baseDelayMs: 1 });
+      const d = seq('503,503,200');
+      equal((await api.retryFetch(d.url, undefined, inherited)).status, 200);
+      equal((await d.log()).length, 3, 'the inherited maxAttempts is not read:');
+      // Cached { maxAttempts, baseDelayMs }; one name holding both, with a comma: unknown.
+      await api.retryFetch(c.url, undefined, { maxAttempts: 1, baseDelayMs: 1 });
+      const comma = await rejects(api.retryFetch(c.url, undefined, { 'maxAttempts,baseDelayMs': 1 }));
+      equal(comma.name, 'TypeError');
+      match(comma.message, /maxAttempts,baseDelayMs/);
+      // A getter whose value changes: read once per call whether the cache matches or not.
+      let reads = 0;
+      let delay = 1;
+      const counted = { maxAttempts: 1, get baseDelayMs() { reads += 1; return delay; } };
+      await api.retryFetch(c.url, undefined, counted);
+      await api.retryFetch(c.url, undefined, counted);
+      delay = 2;
+      await api.retryFetch(c.url, undefined, counted);
+      equal(reads, 3, 'the getter ran once per call:');
+    },
+  },
+  {
     name: 'a GET with a plain init is fixed at the call: its retries send what the call was given',
     async run({ api, seq }) {
       const init = { method: 'GET', cache: 'no-store' };
