@@ -79,19 +79,15 @@ function startServer() {
     worker.on('message', onMessage);
     worker.once('error', reject);
   });
-  let closed = null; // close() once; a second call gets the first one's promise
   return next('port').then((port) => ({
     url: `http://127.0.0.1:${port}/`,
     stats: () => { const p = next('stats'); worker.postMessage('stats'); return p; },
-    close: () => {
-      closed ??= (async () => {
-        const p = next('closed');
-        worker.postMessage('close');
-        const s = await p;
-        await worker.terminate();
-        return s;
-      })();
-      return closed;
+    close: async () => {
+      const p = next('closed');
+      worker.postMessage('close');
+      const s = await p;
+      await worker.terminate();
+      return s;
     },
   }));
 }
@@ -213,14 +209,15 @@ async function main() {
   if (process.env.OVERHEAD_CHILD) {
     const [first, count, ownFirst, ownCount] = process.env.OVERHEAD_CHILD.split(',').map(Number);
     const server = await startServer();
-    let result;
+    let rounds;
+    let serverStats;
     try {
       const calls = new Map(contenders.map((c) => [c.id, c.make()]));
       // Warm-up, not recorded: JIT, wasm, every library's first calls, undici's connections.
       for (const mode of MODES) {
         for (const c of contenders) await timedBatch(calls.get(c.id), server.url, Math.ceil(REQUESTS / 3), mode.concurrency);
       }
-      const rounds = [];
+      rounds = [];
       for (let r = first; r < first + count; r += 1) {
         const round = {};
         const order = contenders.map((_, i) => contenders[(i + r) % contenders.length]);
@@ -237,14 +234,12 @@ async function main() {
         log(`round ${r + 1}/${ROUNDS} (process ${process.pid}): ${MODES.map((m) => `${m.id} fetch ${round[m.id].fetch.perSec.toFixed(0)}/s, `
           + `per-call options ×${round[m.id]['retry-fetch:per-call'].ratio.toFixed(3)}, p-retry ×${round[m.id]['p-retry'].ratio.toFixed(3)}`).join('; ')}`);
       }
-      const serverStats = await server.stats();
-      await server.close();
-      const own = await ownCostSamples(contenders, ownFirst, ownCount, OWN_CALLS);
-      result = { rounds, serverStats, own };
+      serverStats = await server.stats();
     } finally {
       await server.close().catch(() => {});
     }
-    writeFileSync(process.env.OVERHEAD_CHILD_OUT, JSON.stringify(result));
+    const own = await ownCostSamples(contenders, ownFirst, ownCount, OWN_CALLS); // server closed
+    writeFileSync(process.env.OVERHEAD_CHILD_OUT, JSON.stringify({ rounds, serverStats, own }));
     return;
   }
 

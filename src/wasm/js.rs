@@ -1,5 +1,6 @@
 //! Bindings to the JavaScript globals both halves use: `String`, `Object.keys`,
-//! `setTimeout`/`clearTimeout`, `Reflect`.
+//! `setTimeout`/`clearTimeout`, `Reflect` (for the server, with property names made into JS
+//! strings once).
 //!
 //! Everything is bound as a global, never through `window`, so the same module runs in
 //! browsers, Node and workers. Calls that can throw on foreign input are bound with `catch`,
@@ -49,6 +50,46 @@ pub fn get_or_throw(target: &JsValue, key: &str) -> Result<JsValue, JsValue> {
 /// on a plain extensible object).
 pub fn set(target: &JsValue, key: &str, value: &JsValue) {
     let _ = js_sys::Reflect::set(target, &JsValue::from_str(key), value);
+}
+
+#[cfg(feature = "server")]
+thread_local! {
+    /// Property names as JS strings, each made once (a name given as Rust text is decoded
+    /// into a new JS string at every read).
+    static NAMES: std::cell::RefCell<Vec<(&'static str, JsValue)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `name` as a JS string, made once per name.
+#[cfg(feature = "server")]
+pub fn name(name: &'static str) -> JsValue {
+    let found = NAMES.with(|names| {
+        names
+            .borrow()
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    });
+    found.unwrap_or_else(|| {
+        let value = JsValue::from_str(name);
+        NAMES.with(|names| names.borrow_mut().push((name, value.clone())));
+        value
+    })
+}
+
+/// `target[name]` ([`get`] with the name made once): `undefined` where it cannot be read.
+#[cfg(feature = "server")]
+pub fn prop(target: &JsValue, key: &'static str) -> JsValue {
+    if !target.is_object() && !target.is_function() {
+        return JsValue::UNDEFINED;
+    }
+    js_sys::Reflect::get(target, &name(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// `target[name] = value` on an object we created ([`set`] with the name made once).
+#[cfg(feature = "server")]
+pub fn set_prop(target: &JsValue, key: &'static str, value: &JsValue) {
+    let _ = js_sys::Reflect::set(target, &name(key), value);
 }
 
 thread_local! {

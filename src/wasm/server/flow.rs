@@ -12,9 +12,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::context::Caller;
 use super::settings::{rejects, Common};
-use super::store::{
-    completed_record, lock_record, set_prop, Renewal, StoredRecord, StoredResponse,
-};
+use super::store::{completed_record, lock_record, Renewal, StoredRecord, StoredResponse};
 use crate::core::idempotency::{self as idem, Action};
 use crate::core::key::uuid_v4;
 use crate::core::options::MAX_TIMER_MS;
@@ -232,18 +230,18 @@ impl Context {
             );
         }
         let used_tx = Rc::new(Cell::new(false));
-        set_prop(
+        js::set_prop(
             &object,
             "key",
             &k.map_or(JsValue::NULL, |k| JsValue::from_str(&k.key)),
         );
-        set_prop(&object, "signal", signal);
+        js::set_prop(&object, "signal", signal);
         let store_key = k.map_or(JsValue::UNDEFINED, |k| JsValue::from_str(&k.store_key));
         let key_for = KEY_FOR.with(|f| f.bind1(&JsValue::UNDEFINED, &store_key));
-        set_prop(&object, "keyFor", &key_for);
+        js::set_prop(&object, "keyFor", &key_for);
         if tx.is_undefined() && !transactional {
             // Nothing to hand out, and reading it changes nothing.
-            set_prop(&object, "tx", &JsValue::UNDEFINED);
+            js::set_prop(&object, "tx", &JsValue::UNDEFINED);
             return Context { object, used_tx };
         }
         let used = used_tx.clone();

@@ -43,42 +43,6 @@ thread_local! {
     static TEXT_KEY: JsValue = js_sys::Symbol::for_("retry-fetch.textStore").into();
 }
 
-thread_local! {
-    /// Property names as JS strings, each made once (a name given as Rust text is decoded
-    /// into a new JS string at every read).
-    static NAMES: std::cell::RefCell<Vec<(&'static str, JsValue)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// `name` as a JS string, made once per name.
-pub fn name(name: &'static str) -> JsValue {
-    let found = NAMES.with(|names| {
-        names
-            .borrow()
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.clone())
-    });
-    found.unwrap_or_else(|| {
-        let value = JsValue::from_str(name);
-        NAMES.with(|names| names.borrow_mut().push((name, value.clone())));
-        value
-    })
-}
-
-/// `target[name]` (`js::get` with the name made once): `undefined` where it cannot be read.
-pub fn prop(target: &JsValue, key: &'static str) -> JsValue {
-    if !target.is_object() && !target.is_function() {
-        return JsValue::UNDEFINED;
-    }
-    js_sys::Reflect::get(target, &name(key)).unwrap_or(JsValue::UNDEFINED)
-}
-
-/// `target[name] = value` on an object we created (`js::set` with the name made once).
-pub fn set_prop(target: &JsValue, key: &'static str, value: &JsValue) {
-    let _ = js_sys::Reflect::set(target, &name(key), value);
-}
-
 /// The methods every store has (`IdempotencyStore` in `store.d.ts`); `renew` and
 /// `transaction` are optional.
 pub const STORE_METHODS: [&str; 4] = ["acquire", "reclaim", "complete", "release"];
@@ -434,7 +398,7 @@ impl Store {
     /// synchronous, and takes the method's arguments with the record's text in the record's
     /// place; `acquire`'s takes the lock's token after them.
     fn text_twin(&self, method: &'static str) -> Option<Function> {
-        let f = prop(&self.object, method);
+        let f = js::prop(&self.object, method);
         if !f.is_function() {
             return None;
         }
@@ -523,7 +487,7 @@ impl Store {
         lock: &Written,
         lock_ms: f64,
     ) -> Result<bool, JsValue> {
-        if !prop(&self.object, "renew").is_function() {
+        if !js::prop(&self.object, "renew").is_function() {
             return Ok(true);
         }
         let v = self
@@ -554,7 +518,8 @@ impl Store {
 
     /// Does the store keep a run history (`recordRun` and `runs`)?
     pub fn keeps_history(&self) -> bool {
-        prop(&self.object, "recordRun").is_function() && prop(&self.object, "runs").is_function()
+        js::prop(&self.object, "recordRun").is_function()
+            && js::prop(&self.object, "runs").is_function()
     }
 
     /// `recordRun(run)`: store `run`, replacing the record with its id.
@@ -565,7 +530,7 @@ impl Store {
     /// Does `recordRun` carry a synchronous twin (`MemoryStore`'s), so that
     /// [`Store::record_run_now`] writes a run at once?
     pub fn records_runs_now(&self) -> bool {
-        let f = prop(&self.object, "recordRun");
+        let f = js::prop(&self.object, "recordRun");
         f.is_function()
             && SYNC_KEY
                 .with(|key| js_sys::Reflect::get(&f, key).ok())
@@ -575,7 +540,7 @@ impl Store {
     /// `recordRun(run)` through its synchronous twin, at once (see
     /// [`Store::records_runs_now`]).
     pub fn record_run_now(&self, run: &JsValue) -> Result<(), JsValue> {
-        let f = prop(&self.object, "recordRun");
+        let f = js::prop(&self.object, "recordRun");
         let twin: Function = SYNC_KEY
             .with(|key| js_sys::Reflect::get(&f, key))?
             .dyn_into()
@@ -591,7 +556,8 @@ impl Store {
     /// store without it.
     pub fn start_run(&self, run: &JsValue) -> Option<Result<JsValue, JsValue>> {
         let twin = |method: &'static str| {
-            START_RUN_KEY.with(|key| js_sys::Reflect::get(&prop(&self.object, method), key).ok())
+            START_RUN_KEY
+                .with(|key| js_sys::Reflect::get(&js::prop(&self.object, method), key).ok())
         };
         let f = twin("runs")?.dyn_into::<Function>().ok()?;
         if !Object::is(&f, &twin("recordRun")?) {
@@ -607,7 +573,7 @@ impl Store {
 
     /// Does the store keep a secret (`secret()`)?
     pub fn has_secret(&self) -> bool {
-        prop(&self.object, "secret").is_function()
+        js::prop(&self.object, "secret").is_function()
     }
 
     /// `secret()`: the store's HMAC key for scopes, the same for every instance sharing it; a
@@ -628,7 +594,7 @@ impl Store {
     /// `closeTransaction(key, token)`, if the store has it: the handler settled, so what
     /// `transaction()` handed out (`ctx.tx`) must refuse further use. A throw is ignored.
     pub fn close_transaction(&self, key: &str, token: &str) {
-        if let Ok(f) = prop(&self.object, "closeTransaction").dyn_into::<Function>() {
+        if let Ok(f) = js::prop(&self.object, "closeTransaction").dyn_into::<Function>() {
             let _ = f.call2(&self.object, &key.into(), &token.into());
         }
     }
@@ -636,7 +602,7 @@ impl Store {
     /// `transaction(key, token)`: the store's transaction that holds the key (`ctx.tx`), or
     /// `undefined` for a store without one.
     pub fn transaction(&self, key: &str, token: &str) -> JsValue {
-        match prop(&self.object, "transaction").dyn_into::<Function>() {
+        match js::prop(&self.object, "transaction").dyn_into::<Function>() {
             Ok(f) => f
                 .call2(&self.object, &key.into(), &token.into())
                 .unwrap_or(JsValue::UNDEFINED),
