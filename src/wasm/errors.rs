@@ -24,7 +24,7 @@ pub fn describe(value: &JsValue) -> String {
     if value.is_function() {
         return "a function".into();
     }
-    if js_sys::Array::is_array(value) {
+    if js::is_array(value).unwrap_or(false) {
         return "an array".into();
     }
     match js::to_js_string(value) {

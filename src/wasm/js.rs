@@ -27,6 +27,63 @@ extern "C" {
     /// `Object.keys(value)`, which a proxy can make throw.
     #[wasm_bindgen(js_namespace = Object, js_name = keys, catch)]
     pub fn object_keys(value: &JsValue) -> Result<js_sys::Array, JsValue>;
+
+    /// `Object.getOwnPropertyNames(value)`: the own string keys, enumerable or not (a proxy
+    /// can make it throw).
+    #[wasm_bindgen(js_namespace = Object, js_name = getOwnPropertyNames, catch)]
+    pub fn own_property_names(value: &JsValue) -> Result<js_sys::Array, JsValue>;
+
+    /// `Object.getPrototypeOf(value)` (a proxy can make it throw).
+    #[wasm_bindgen(js_namespace = Object, js_name = getPrototypeOf, catch)]
+    fn prototype_of(value: &JsValue) -> Result<JsValue, JsValue>;
+
+    /// `Array.isArray(value)`, which throws for a revoked proxy.
+    #[wasm_bindgen(js_namespace = Array, js_name = isArray, catch)]
+    fn is_array_or_throw(value: &JsValue) -> Result<bool, JsValue>;
+
+    /// `Array.from(value)`: a plain array of a list's items (a proxy's traps and the items'
+    /// getters run once), which can throw.
+    #[wasm_bindgen(js_namespace = Array, js_name = from, catch)]
+    fn array_from(value: &JsValue) -> Result<js_sys::Array, JsValue>;
+}
+
+#[cfg(feature = "client")]
+thread_local! {
+    /// `Object.prototype`, read once.
+    static OBJECT_PROTOTYPE: JsValue = prototype_of(&js_sys::Object::new()).unwrap_or(JsValue::NULL);
+}
+
+/// Is `value`'s prototype `Object.prototype` or `null` (an object literal, `Object.create(null)`),
+/// so that its own properties are all it has? `false` for anything else and when a proxy
+/// throws.
+#[cfg(feature = "client")]
+pub fn has_plain_prototype(value: &JsValue) -> bool {
+    match prototype_of(value) {
+        Ok(p) => p.is_null() || OBJECT_PROTOTYPE.with(|o| *o == p),
+        Err(_) => false,
+    }
+}
+
+/// Is `value` an array (a proxy of one included)? A revoked proxy's throw is the `Err`.
+pub fn is_array(value: &JsValue) -> Result<bool, JsValue> {
+    is_array_or_throw(value)
+}
+
+/// The `length` of `value` if it is an array (`Ok(None)` for anything else), read as a
+/// property (a proxy's trap may throw: the `Err`).
+pub fn array_length(value: &JsValue) -> Result<Option<f64>, JsValue> {
+    if !value.is_object() || !is_array(value)? {
+        return Ok(None);
+    }
+    let length = js_sys::Reflect::get(value, &JsValue::from_str("length"))?;
+    Ok(Some(length.as_f64().unwrap_or(0.0)))
+}
+
+/// The items of a list, copied into a plain array of ours (a proxy's traps and the items'
+/// getters run once; a throw is the `Err`), to be read without anything of the caller's
+/// running again.
+pub fn array_copy(value: &JsValue) -> Result<js_sys::Array, JsValue> {
+    array_from(value)
 }
 
 /// `Reflect.get(target, key)`, with `undefined` for anything that is not an object or throws.

@@ -23,12 +23,9 @@ use js_sys::Object;
 #[cfg(feature = "server")]
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
-#[cfg(feature = "server")]
-use wasm_bindgen::JsCast;
 
 use crate::core::options::closest_name;
 use crate::wasm::errors::{describe, type_error};
-#[cfg(feature = "server")]
 use crate::wasm::js;
 use crate::wasm::js::object_keys;
 
@@ -53,7 +50,7 @@ pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)
     if options.is_undefined() || options.is_null() {
         return Ok(out);
     }
-    if !options.is_object() || js_sys::Array::is_array(options) {
+    if !options.is_object() || js::is_array(options)? {
         let mut msg = String::from(api);
         msg.push_str(": invalid options: got ");
         msg.push_str(&describe(options));
@@ -159,15 +156,16 @@ fn serde_error<T: for<'de> Deserialize<'de>>(
     msg.push_str(&option);
     msg.push_str("\": ");
     // In the list of statuses, the first item that is not a number.
-    let bad_item = value
-        .dyn_ref::<js_sys::Array>()
-        .filter(|_| option == "retryOnStatus")
-        .and_then(|items| {
+    let bad_item = if option == "retryOnStatus" && matches!(js::array_length(&value), Ok(Some(_))) {
+        js::array_copy(&value).ok().and_then(|items| {
             items
                 .iter()
                 .position(|item| item.as_f64().is_none())
                 .map(|i| (i, items.get(i as u32)))
-        });
+        })
+    } else {
+        None
+    };
     match bad_item {
         Some((i, item)) => {
             msg.push_str("item [");

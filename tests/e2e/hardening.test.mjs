@@ -298,3 +298,76 @@ test('a call made from inside an options read (a signal getter) does not break e
   // and the client still works afterwards
   assert.equal((await api.retryFetch('https://after.invalid/', undefined, { maxAttempts: 2, fetch })).status, 200);
 });
+
+test('hostile objects (a revoked proxy, a list whose length or item throws) reject the call; 3,000 of them leave the instance working', async () => {
+  const { proxy: revoked, revoke } = Proxy.revocable({}, {});
+  revoke();
+  const { proxy: revokedList, revoke: revokeList } = Proxy.revocable([503], {});
+  revokeList();
+  const lengthThrows = new Proxy([503], { get: (t, k) => { if (k === 'length') throw new Error('length trap'); return t[k]; } });
+  const itemThrows = new Proxy([503], { get: (t, k) => { if (k === '0') throw new Error('item trap'); return t[k]; } });
+  const fetch = memoryFetch(() => 200);
+  const client = api.createRetryFetch({ fetch });
+  const hostile = [
+    ['options', () => api.retryFetch('http://x.test/', undefined, revoked), TypeError],
+    ['an option value', () => api.retryFetch('http://x.test/', undefined, { fetch, maxAttempts: revoked }), TypeError],
+    ['headers', () => api.retryFetch('http://x.test/', undefined, { fetch, headers: revoked }), TypeError],
+    ['retryOnStatus revoked', () => api.retryFetch('http://x.test/', undefined, { fetch, retryOnStatus: revokedList }), TypeError],
+    ['retryOnStatus length', () => api.retryFetch('http://x.test/', undefined, { fetch, retryOnStatus: lengthThrows }), /length trap/],
+    ['retryOnStatus item', () => api.retryFetch('http://x.test/', undefined, { fetch, retryOnStatus: itemThrows }), /item trap/],
+    // A client's cached per-call options compared with a hostile list.
+    ['a client, cached list then a hostile one', async () => {
+      await client('http://x.test/', undefined, { retryOnStatus: [503] });
+      return client('http://x.test/', undefined, { retryOnStatus: lengthThrows });
+    }, /length trap/],
+    ['createRetryFetch', () => Promise.resolve().then(() => api.createRetryFetch(revoked)), TypeError],
+    ['a guard', () => Promise.resolve().then(() => new api.RetryBudget(revoked)), TypeError],
+    ['backoffDelays', () => Promise.resolve().then(() => api.backoffDelays({ retryOnStatus: lengthThrows }, 3)), /length trap|retryOnStatus/],
+  ];
+  for (const [what, call, expected] of hostile) {
+    let promise;
+    assert.doesNotThrow(() => { promise = call(); }, `${what}: no synchronous throw`);
+    await assert.rejects(promise, expected, what);
+  }
+  for (let i = 0; i < 3000; i++) {
+    const [, call] = hostile[i % hostile.length];
+    await call().catch(() => {});
+  }
+  const res = await api.retryFetch('http://x.test/', undefined, { fetch, retryOnStatus: [503] });
+  assert.equal(res.status, 200);
+  assert.deepEqual(api.backoffDelays({ jitter: 'none', baseDelayMs: 100 }, 3), [100, 200, 400]);
+});
+
+test('a guard method called on another guard or on a forged object is a TypeError; the guards stay usable', async () => {
+  const budget = new api.RetryBudget();
+  const throttle = new api.AdaptiveThrottle();
+  const breaker = new api.CircuitBreaker();
+  const forged = Object.assign(Object.create(api.AdaptiveThrottle.prototype), { __wbg_ptr: 8 });
+  const wrong = [
+    () => api.RetryBudget.prototype.tokens.call(throttle, 'http://x.test/'),
+    () => api.AdaptiveThrottle.prototype.rate.call(breaker, 'http://x.test/'),
+    () => api.CircuitBreaker.prototype.state.call(budget, 'http://x.test/'),
+    () => api.RetryBudget.prototype.free.call(breaker),
+    () => forged.rate('http://x.test/'),
+  ];
+  for (const call of wrong) assert.throws(call, TypeError);
+  await assert.rejects(
+    api.retryFetch('http://x.test/', undefined, { fetch: memoryFetch(() => 200), throttle: forged }),
+    TypeError,
+  );
+  assert.equal(typeof budget.tokens('http://x.test/'), 'number');
+  assert.equal(throttle.rate('http://x.test/'), undefined);
+  assert.equal(breaker.state('http://x.test/'), 'closed');
+  breaker.free();
+  assert.throws(() => breaker.state('http://x.test/'), /freed/);
+});
+
+test('idempotencyHeader cannot be a header that already means something (Content-Type, Authorization, If-Match...)', async () => {
+  for (const name of ['Content-Type', 'authorization', 'If-Match', 'Accept', 'X-Retry-Count']) {
+    await assert.rejects(
+      api.retryFetch('http://x.test/', { method: 'POST', body: 'x' }, { fetch: memoryFetch(() => 200), idempotencyHeader: name }),
+      (e) => e instanceof TypeError && /idempotencyHeader/.test(e.message),
+      name,
+    );
+  }
+});

@@ -139,15 +139,23 @@ fn text(name: &'static str, value: &JsValue) -> Result<String, JsValue> {
 
 /// `retryOnStatus`: an array of at most 500 statuses; an error names the first bad item.
 fn statuses(value: &JsValue) -> Result<Vec<u16>, JsValue> {
-    let list = value
-        .dyn_ref::<js_sys::Array>()
-        .ok_or_else(|| bad("retryOnStatus", value))?;
-    let len = list.length();
-    if len > 500 {
+    let too_many = |len: u32| {
         let mut msg = String::from("retryFetch: invalid option \"retryOnStatus\": ");
         msg.push_str(&len.to_string());
         msg.push_str(" items; expected at most 500 (there are 500 HTTP statuses, 100 to 599)");
-        return Err(type_error(&msg));
+        type_error(&msg)
+    };
+    let Some(len) = js::array_length(value)? else {
+        return Err(bad("retryOnStatus", value));
+    };
+    if len > 500.0 {
+        return Err(too_many(len.min(f64::from(u32::MAX)) as u32));
+    }
+    // A copy of ours: a proxy's traps and the items' getters run once, here.
+    let list = js::array_copy(value)?;
+    let len = list.length();
+    if len > 500 {
+        return Err(too_many(len));
     }
     let mut out = Vec::with_capacity(len as usize);
     for i in 0..len {
