@@ -2,17 +2,25 @@
 // (RetryBudget, AdaptiveThrottle, CircuitBreaker after free()) throws the wasm's own
 // TypeError, `freedGuardError(class, member)`, instead of "null pointer passed to rust":
 // every read of `this.__wbg_ptr` passed to a guard method, and `free()` itself, go through a
-// check first. Exits non-zero if the glue no longer has the shape this expects.
+// check first. The check also refuses a `this` that its class's constructor did not make
+// (another guard class's instance, an object made with `Object.create(prototype)` and a
+// pointer of its own): the wasm would read that pointer as the wrong struct. Exits non-zero
+// if the glue no longer has the shape this expects.
 // Usage: node scripts/guard-glue.mjs <glue.js>...
 import { readFileSync, writeFileSync } from 'node:fs';
 
 const GUARDS = ['RetryBudget', 'AdaptiveThrottle', 'CircuitBreaker'];
 const CHECK = `
 function __rfLive(self, className, member) {
+    if (__rfMadeBy.get(self) !== className) {
+        throw new TypeError(className + '.prototype.' + member + ' called on an object that is not a ' + className);
+    }
     if (!self.__wbg_ptr) throw freedGuardError(className, member);
     return self.__wbg_ptr;
 }
 `;
+// Each guard its constructor made, with its class's name (the brand __rfLive checks).
+const BRANDS = 'const __rfMadeBy = new WeakMap();\n';
 
 for (const file of process.argv.slice(2)) {
   let glue = readFileSync(file, 'utf8');
@@ -32,9 +40,16 @@ for (const file of process.argv.slice(2)) {
     const freeAt = body.indexOf('free() {');
     if (methods < 2 || freeAt < 0) fail(file, `class ${name}: ${methods} methods, free() ${freeAt >= 0}`);
     body = body.replace('free() {', `free() {\n        __rfLive(this, '${name}', 'free');`);
+    // The constructor's `this.__wbg_ptr = ret[0];` (or `ret >>> 0`): the brand, set there.
+    let branded = 0;
+    body = body.replace(/(constructor\([^)]*\) \{[\s\S]*?this\.__wbg_ptr = [^;]+;)/, (m) => {
+      branded++;
+      return `${m}\n        __rfMadeBy.set(this, '${name}');`;
+    });
+    if (branded !== 1) fail(file, `class ${name}: no constructor setting __wbg_ptr`);
     glue = glue.slice(0, start) + body + glue.slice(end);
   }
-  writeFileSync(file, glue + CHECK);
+  writeFileSync(file, glue + BRANDS + CHECK);
 }
 
 function fail(file, why) {

@@ -27,7 +27,9 @@
 //! 202's URL with the platform's URL parser), time as ms numbers, randomness as an [`Rng`].
 
 use super::backoff::{clamp_ms, Backoff, Rng};
-use super::classify::{classify, unfetchable, Outcome, Verdict};
+use super::classify::{
+    classify, unfetchable, Outcome, Verdict, CROSS_ORIGIN_DROPPED_HEADERS, REQUEST_BODY_HEADERS,
+};
 use super::decide::RetryState;
 use super::options::RetryPolicy;
 use super::retry_after::parse_retry_after;
@@ -188,22 +190,15 @@ pub fn poll_failed(
 }
 
 /// The headers the request carried that a `GET` poll does not send: the request-body headers
-/// (`Content-Type`, `Content-Length`, and the Fetch Standard's other request-body header
-/// names, which fetch drops too when a redirect turns a request into a `GET`), the
-/// idempotency key's header (a poll is a read, not the operation again), and, when the poll
-/// URL is of another origin than the request, `Authorization` and `Cookie` (as fetch drops
-/// `Authorization` on a cross-origin redirect).
+/// ([`REQUEST_BODY_HEADERS`], which fetch drops too when a redirect turns a request into a
+/// `GET`), the idempotency key's header (a poll is a read, not the operation again), and,
+/// when the poll URL is of another origin than the request, the credentials fetch does not
+/// send to another origin ([`CROSS_ORIGIN_DROPPED_HEADERS`]).
 pub fn poll_dropped_headers(key_header: &str, same_origin: bool) -> Vec<&str> {
-    let mut names = vec![
-        "content-type",
-        "content-length",
-        "content-encoding",
-        "content-language",
-        "content-location",
-        key_header,
-    ];
+    let mut names = REQUEST_BODY_HEADERS.to_vec();
+    names.push(key_header);
     if !same_origin {
-        names.extend(["authorization", "cookie"]);
+        names.extend(CROSS_ORIGIN_DROPPED_HEADERS);
     }
     names
 }
@@ -596,7 +591,13 @@ mod tests {
         }
         assert!(!same.contains(&"authorization") && !same.contains(&"cookie"));
         let other = poll_dropped_headers("X-Key", false);
-        for name in ["authorization", "cookie", "X-Key", "content-type"] {
+        for name in [
+            "authorization",
+            "proxy-authorization",
+            "cookie",
+            "X-Key",
+            "content-type",
+        ] {
             assert!(other.contains(&name), "{name}");
         }
     }

@@ -173,6 +173,39 @@ pub fn unfetchable(url: &str) -> Option<&'static str> {
     }
 }
 
+/// Why fetch would not follow a redirect to `url` (the Fetch Standard: only to an `http:` or
+/// `https:` URL, and not to a port [`unfetchable`] refuses), or `None`.
+///
+/// ```
+/// use retry_fetch::core::classify::redirect_refused;
+/// assert_eq!(redirect_refused("https://example.com/next"), None);
+/// assert!(redirect_refused("data:text/plain,paid").is_some());
+/// assert!(redirect_refused("http://127.0.0.1:6000/").is_some());
+/// ```
+pub fn redirect_refused(url: &str) -> Option<&'static str> {
+    let scheme = url.split_once(':').map_or("", |(s, _)| s);
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Some("fetch follows a redirect only to an http: or https: URL");
+    }
+    unfetchable(url)
+}
+
+/// The Fetch Standard's request-body header names: not sent when a redirect turns a request
+/// into a `GET` without a body, nor by a poll after a 202.
+pub const REQUEST_BODY_HEADERS: [&str; 5] = [
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "content-language",
+    "content-location",
+];
+
+/// The credentials not sent to another origin after a redirect or by a poll of another
+/// origin: `Authorization` (the Fetch Standard), `Cookie` and `Proxy-Authorization` (as
+/// Node's fetch drops them too).
+pub const CROSS_ORIGIN_DROPPED_HEADERS: [&str; 3] =
+    ["authorization", "proxy-authorization", "cookie"];
+
 #[cfg(test)]
 mod tests {
     use super::*;

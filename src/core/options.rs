@@ -222,7 +222,7 @@ pub const JITTER_EXPECTED: &str = "'none', 'full', 'equal', 'decorrelated' or 'a
 /// What `idempotencyKeyFormat` must be.
 pub const KEY_FORMAT_EXPECTED: &str = "'plain' or 'sf-string'";
 /// What `idempotencyHeader` must be.
-pub const HEADER_NAME_EXPECTED: &str = "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) that is not a forbidden request header (content-length, host, cookie, sec-*, proxy-*, ...)";
+pub const HEADER_NAME_EXPECTED: &str = "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) that is not a forbidden request header (content-length, host, cookie, sec-*, proxy-*, ...) nor one that already means something in a request (content-*, if-*, authorization, accept, range, x-retry-count, ...)";
 /// What `maxBufferedBodyBytes` must be.
 pub const BUFFERED_BYTES_EXPECTED: &str = "an integer number of bytes from 0 to 2147483647";
 
@@ -389,11 +389,40 @@ pub fn is_forbidden_request_header(name: &str) -> bool {
         || FORBIDDEN_REQUEST_HEADERS.contains(&lower.as_str())
 }
 
+/// Request headers that already mean something else (besides the `Content-*` and `If-*`
+/// families): a value a request carries there would be taken for the caller's key, so none
+/// of them can be `idempotencyHeader`. The last two are the retry headers (`retryHeaders`).
+pub const HEADERS_WITH_A_MEANING: [&str; 9] = [
+    "authorization",
+    "accept",
+    "accept-language",
+    "user-agent",
+    "cache-control",
+    "pragma",
+    "range",
+    "x-retry-count",
+    "x-original-request-at",
+];
+
+/// Does `name` already mean something in a request (`Content-*`, `If-*`, or one of
+/// [`HEADERS_WITH_A_MEANING`])?
+pub fn has_a_meaning(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.starts_with("content-")
+        || lower.starts_with("if-")
+        || HEADERS_WITH_A_MEANING.contains(&lower.as_str())
+}
+
 /// `idempotencyHeader`: an HTTP field name (RFC 9110 token characters) that a script may set
-/// (not a forbidden request-header name such as `content-length` or `host`).
+/// (not a forbidden request-header name such as `content-length` or `host`) and that means
+/// nothing else in a request (not `content-type`, `authorization`, ...: see [`has_a_meaning`]).
 pub fn header_name(value: &str) -> Result<String, OptionError> {
     let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if !value.is_empty() && value.bytes().all(token) && !is_forbidden_request_header(value) {
+    if !value.is_empty()
+        && value.bytes().all(token)
+        && !is_forbidden_request_header(value)
+        && !has_a_meaning(value)
+    {
         Ok(value.to_string())
     } else {
         Err(OptionError::new("idempotencyHeader", HEADER_NAME_EXPECTED))
@@ -594,6 +623,10 @@ mod tests {
             "sec-fetch-mode",
             "Proxy-Authorization",
             "transfer-encoding",
+            "Content-Type",
+            "authorization",
+            "If-Match",
+            "X-Retry-Count",
         ] {
             assert_eq!(
                 header_name(forbidden).unwrap_err().option,

@@ -147,3 +147,100 @@ test("README's list of RetryError reasons is the StopReason union of index.d.ts"
   const listed = [...new Set(sentence.match(/`'[^']+'`/g).map((s) => s.slice(1, -1)))].sort();
   assert.deepEqual(listed, union);
 });
+
+/** A node:http server on 127.0.0.1 (its own origin) that records each request and answers with `handle`. */
+async function originServer(handle) {
+  const { createServer } = await import('node:http');
+  const seen = [];
+  const server = createServer(async (req, res) => {
+    let body = '';
+    for await (const chunk of req) body += chunk;
+    seen.push({ method: req.method, url: req.url, headers: req.headers, body });
+    handle(req, res);
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    seen,
+    close: () => { server.closeAllConnections(); return new Promise((ok) => server.close(ok)); },
+  };
+}
+
+test('a redirect to another origin drops Authorization, Cookie and Proxy-Authorization, as Node\'s fetch does', async () => {
+  const target = await originServer((req, res) => res.end('done'));
+  const start = await originServer((req, res) => res.writeHead(307, { location: `${target.url}/next` }).end());
+  try {
+    const headers = { authorization: 'Bearer t', cookie: 'session=secret', 'proxy-authorization': 'Basic p', 'x-kept': '1' };
+    const res = await api.retryFetch(`${start.url}/pay`, { method: 'POST', body: 'payload', headers }, fast);
+    assert.equal(await res.text(), 'done');
+    assert.equal(start.seen[0].headers.cookie, 'session=secret', 'the first origin gets them');
+    const [hop] = target.seen;
+    assert.equal(hop.method, 'POST');
+    assert.equal(hop.body, 'payload', 'a 307 sends the body again');
+    assert.equal(hop.headers['x-kept'], '1');
+    for (const name of ['authorization', 'cookie', 'proxy-authorization']) {
+      assert.equal(hop.headers[name], undefined, `${name} sent to the other origin`);
+    }
+    assert.equal(hop.headers['idempotency-key'], start.seen[0].headers['idempotency-key'], 'the same key');
+  } finally {
+    await Promise.all([start.close(), target.close()]);
+  }
+});
+
+test('a redirect to a URL fetch would not follow (data:, ftp:, a bad port) is an error, never its content', async () => {
+  for (const location of ['data:text/plain,{"paid":true}', 'ftp://127.0.0.1/x', 'http://127.0.0.1:6000/x']) {
+    const start = await originServer((req, res) => res.writeHead(302, { location }).end());
+    try {
+      const err = await api.retryFetch(`${start.url}/pay`, { method: 'POST', body: '{}' }, fast).then(
+        (r) => assert.fail(`${location}: resolved with ${r.status}`),
+        (e) => e,
+      );
+      const cause = api.isRetryError(err) ? err.cause : err;
+      assert.equal(cause?.name, 'TypeError', `${location}: ${err}`);
+      assert.equal(start.seen.length, 1, `${location}: the POST was sent once`);
+    } finally {
+      await start.close();
+    }
+  }
+});
+
+test('an abort while a redirect is followed ends the call at once, whichever signal: init\'s, the Request\'s, options\'', { timeout: 20_000 }, async () => {
+  const target = await originServer(() => {}); // never answers
+  const start = await originServer((req, res) => res.writeHead(307, { location: `${target.url}/slow` }).end());
+  try {
+    for (const via of ['init', 'request', 'options']) {
+      const controller = new AbortController();
+      const url = `${start.url}/pay`;
+      const init = { method: 'POST', body: 'x' };
+      const call = via === 'init' ? api.retryFetch(url, { ...init, signal: controller.signal }, fast)
+        : via === 'request' ? api.retryFetch(new Request(url, { ...init, signal: controller.signal }), undefined, fast)
+          : api.retryFetch(url, init, { ...fast, signal: controller.signal });
+      const began = Date.now();
+      setTimeout(() => controller.abort(new Error(`stop ${via}`)), 100);
+      await assert.rejects(call, { message: `stop ${via}` }, via);
+      assert.ok(Date.now() - began < 2000, `${via}: rejected after ${Date.now() - began} ms`);
+    }
+  } finally {
+    await Promise.all([start.close(), target.close()]);
+  }
+});
+
+test('an init whose members are inherited or not enumerable is sent as fetch sends it (never as a bare GET)', async () => {
+  const s = await originServer((req, res) => res.end('ok'));
+  try {
+    class Init {
+      constructor() { this.method = 'GET'; }
+      get headers() { return { authorization: 'Bearer from-getter' }; }
+    }
+    const hidden = Object.defineProperty({}, 'method', { value: 'DELETE', enumerable: false });
+    await api.retryFetch(`${s.url}/a`, Object.create({ method: 'POST', body: 'payload', headers: { 'x-token': 't1' } }), fast);
+    await api.retryFetch(`${s.url}/b`, new Init(), fast);
+    await api.retryFetch(`${s.url}/c`, hidden, fast);
+    const [a, b, c] = s.seen;
+    assert.deepEqual([a.method, a.body, a.headers['x-token']], ['POST', 'payload', 't1']);
+    assert.equal(b.headers.authorization, 'Bearer from-getter');
+    assert.equal(c.method, 'DELETE');
+  } finally {
+    await s.close();
+  }
+});

@@ -40,7 +40,9 @@ use super::signals::CallSignals;
 use crate::core::accepted::poll_dropped_headers;
 use crate::core::backoff::Rng;
 use crate::core::budget::Budget;
-use crate::core::classify::Outcome;
+use crate::core::classify::{
+    redirect_refused, Outcome, CROSS_ORIGIN_DROPPED_HEADERS, REQUEST_BODY_HEADERS,
+};
 use crate::core::decide::StopReason;
 use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
 use crate::core::guards::{GuardsLent, Held, Pacer};
@@ -115,24 +117,30 @@ impl Seen {
         if !value.is_object() && !value.is_function() && !value.is_symbol() {
             return Some(Seen::Primitive(value.clone()));
         }
-        let items: Vec<JsValue> = value.dyn_ref::<Array>()?.iter().collect();
+        // An array of numbers only (a throwing proxy or getter: not kept, the options are
+        // read, and the read rejects the call).
+        js::array_length(value).ok()??;
+        let items: Vec<JsValue> = js::array_copy(value).ok()?.iter().collect();
         items
             .iter()
             .all(|i| i.as_f64().is_some())
             .then_some(Seen::Numbers(items))
     }
 
-    /// Is `value` what was seen?
+    /// Is `value` what was seen? (A throwing proxy or getter: no, the options are read.)
     fn matches(&self, value: &JsValue) -> bool {
         match self {
             Seen::Primitive(v) => v == value,
-            Seen::Numbers(items) => value.dyn_ref::<Array>().is_some_and(|list| {
-                list.length() as usize == items.len()
-                    && items
-                        .iter()
-                        .zip(list.iter())
-                        .all(|(seen, item)| *seen == item)
-            }),
+            Seen::Numbers(items) => {
+                matches!(js::array_length(value), Ok(Some(n)) if n == items.len() as f64)
+                    && js::array_copy(value).is_ok_and(|list| {
+                        list.length() as usize == items.len()
+                            && items
+                                .iter()
+                                .zip(list.iter())
+                                .all(|(seen, item)| *seen == item)
+                    })
+            }
         }
     }
 }
@@ -277,15 +285,17 @@ impl Client {
 /// `init` is fetch's `RequestInit`: a retry option found there (ours, or another library's
 /// name such as ky's `retry` or `timeout`) would be ignored, so it is a `TypeError` that
 /// points at the third argument (`retryFetch(url, options)` is told apart this way too).
-/// A plain `init` (every own value a primitive, the method GET or HEAD, no body, not
-/// `redirect: 'error'`) is copied, for the lean path to send and a retry to fix its request
+/// A plain `init` (an object literal or `Object.create(null)`, every own value a primitive,
+/// the method GET or HEAD, no body, not `redirect: 'error'`) is copied, for the lean path to send and a retry to fix its request
 /// from: `Some(copy)`; `None` for any other.
 fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
-    let Ok(keys) = js::object_keys(init) else {
+    // Every own name, enumerable or not: fetch reads them all (and what an init inherits, so
+    // one with another prototype, a class instance's, is never plain).
+    let Ok(keys) = js::own_property_names(init) else {
         return Ok(None);
     };
     let copy = Object::new();
-    let mut plain = true;
+    let mut plain = js::has_plain_prototype(init);
     for key in keys.iter() {
         let Some(name) = key.as_string() else {
             continue;
@@ -1151,8 +1161,8 @@ fn redirects_visible() -> bool {
 
 /// Follow the redirects of a non-idempotent request sent with `redirect: 'manual'`, as fetch
 /// would (RFC 9110 and the Fetch Standard: a 303, and a 301 or 302 of a POST, become a GET
-/// without a body; a 307 or 308 sends the same method and body again; `Authorization` is not
-/// sent to another origin), with the attempt's signal. Returns the final outcome and whether
+/// without a body; a 307 or 308 sends the same method and body again; only to an `http:` or
+/// `https:` URL; no credentials to another origin), with the attempt's signal. Returns the final outcome and whether
 /// a redirect was followed: after one, the server took the request, so the call never sends
 /// it again, whatever the target answers or however it fails.
 async fn follow(
@@ -1210,25 +1220,36 @@ async fn follow(
         {
             method = String::from("GET");
             with_body = false;
-            for h in [
-                "content-type",
-                "content-length",
-                "content-encoding",
-                "content-language",
-                "content-location",
-            ] {
+            for h in REQUEST_BODY_HEADERS {
                 let _ = headers.delete(h);
             }
         }
+        if let Some(why) = redirect_refused(&next.href()) {
+            let mut msg = String::from("retryFetch: ");
+            msg.push_str(why);
+            msg.push_str(": ");
+            msg.push_str(&next.href());
+            return (Err(type_error(&msg)), true);
+        }
         if origin_of(&url) != next.origin() {
-            let _ = headers.delete("authorization");
+            for h in CROSS_ORIGIN_DROPPED_HEADERS {
+                let _ = headers.delete(h);
+            }
         }
         url = next.href();
         let hop_init = Object::new();
         js::set(&hop_init, "method", &JsValue::from_str(&method));
         js::set(&hop_init, "headers", &headers);
         js::set(&hop_init, "redirect", &JsValue::from_str("manual"));
-        js::set(&hop_init, "signal", &js::get(init, "signal"));
+        // The attempt's signal: the one of `init`, else the request's own (a hop is a new
+        // request, made from its URL, which carries no signal of its own).
+        let signal = js::get(init, "signal");
+        let signal = if signal.is_undefined() {
+            t.request.signal().into()
+        } else {
+            signal
+        };
+        js::set(&hop_init, "signal", &signal);
         if with_body {
             match body {
                 Body::Bytes(bytes) => match body_blob(bytes) {
