@@ -399,6 +399,18 @@ fn option_defaults() {
 }
 
 #[test]
+fn a_holder_waits_for_the_history_a_renewal_interval_at_most_a_second() {
+    let with_lock = |ms: f64| ServerOptions {
+        lock_timeout_ms: ms,
+        ..ServerOptions::default()
+    };
+    assert_eq!(with_lock(60_000.0).history_wait_ms(), 1000.0);
+    assert_eq!(with_lock(3000.0).history_wait_ms(), 1000.0);
+    assert_eq!(with_lock(1500.0).history_wait_ms(), 500.0);
+    assert_eq!(with_lock(2.0).history_wait_ms(), 1.0);
+}
+
+#[test]
 fn not_processed_answers_are_not_stored() {
     for status in [408, 425, 429] {
         assert!(!stores_answer(status, false), "{status}");
