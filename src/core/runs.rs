@@ -32,8 +32,7 @@ pub enum Outcome {
     /// The job failed [`max_runs`] times and was not run again: handed to `onDeadLetter`.
     DeadLettered,
     /// The delivery was not run: another run held the key (`'in-progress'`), or the key was
-    /// used with another input (`'key-reused'`). Recorded only where the run was announced
-    /// before it claimed the key (a job with `maxRuns`).
+    /// used with another input (`'key-reused'`). Recorded for a job with `maxRuns`.
     Refused,
 }
 
@@ -110,8 +109,10 @@ pub struct PastRun<'a> {
 }
 
 /// The runs of `runs` (a key's history, read by a run that now holds the key) whose holders
-/// crashed: those of the same scope without an outcome, other than `own_id`. A run that holds
-/// the key has it alone, so an earlier run that never ended can no longer end.
+/// crashed: those of the same scope without an outcome, other than `own_id`. A run is
+/// recorded without an outcome only once it holds the key (a delivery that waits for the key
+/// is recorded when it ends, not while it waits), and a run that holds the key has it alone:
+/// so an earlier run that never ended held the key, and can no longer end.
 ///
 /// ```
 /// use retry_fetch::core::runs::{crashed, PastRun};
@@ -131,7 +132,9 @@ pub fn crashed<'a>(runs: &[PastRun<'a>], scope: &str, own_id: &str) -> Vec<&'a s
 }
 
 /// How many runs of the key in `scope` failed ([`Outcome::counts_as_failed`]), counting a run
-/// without an end other than `own_id` as crashed.
+/// without an end other than `own_id` as crashed ([`crashed`]). `runs` must be read once
+/// this run holds the key: a copy read before it waited for the key shows runs that ended
+/// since (a "not processed" one among them) as open.
 pub fn failed_runs(runs: &[PastRun<'_>], scope: &str, own_id: &str) -> u32 {
     let failed = runs
         .iter()
@@ -245,6 +248,22 @@ mod tests {
         assert_eq!(failed_runs(&runs, "s", "me"), 5);
         assert_eq!(failed_runs(&runs, "other", "me"), 1);
         assert_eq!(crashed(&runs, "s", "me"), vec!["8"]);
+    }
+
+    #[test]
+    fn deliveries_that_waited_for_the_key_do_not_count() {
+        // Delivery 1 ran and was rolled back; 2 and 3 waited for the key meanwhile. 3 now
+        // holds it: 2, still waiting, has no record; an earlier delivery that waited and was
+        // answered from the store (or refused) ended without running.
+        let runs = [
+            run("1", "s", Some("rolled-back")),
+            run("0", "s", Some("replayed")),
+            run("w", "s", Some("refused")),
+            run("3", "s", None),
+        ];
+        assert_eq!(failed_runs(&runs, "s", "3"), 1);
+        assert!(!dead_lettered(failed_runs(&runs, "s", "3"), Some(2)));
+        assert!(crashed(&runs, "s", "3").is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@ import pg from 'pg';
 import { createClient } from 'redis';
 import { idempotency, idempotent, MemoryStore, RedisStore, PostgresStore } from 'retry-fetch/server';
 import { retryFetch } from 'retry-fetch';
-import { serve, send, sleep, newKey, deferred } from './support.mjs';
+import { serve, send, sleep, newKey, deferred, plantDeadLock } from './support.mjs';
 import { REDIS_URL, DATABASE_URL, needs } from '../support/services.mjs';
 
 const redisSkip = needs('REDIS_URL');
@@ -242,6 +242,133 @@ test('idempotent maxRuns (PostgresStore, ctx.tx): after maxRuns rolled-back runs
   assert.equal(letters.length, 1, 'onDeadLetter is called once');
   assert.equal(runs, 3);
   assert.ok(events.includes('dead-lettered'));
+});
+
+/**
+ * Deliveries of one message that arrive while its first run goes on (a queue redelivering
+ * after its visibility timeout) wait for the key; the first run fails once and frees it
+ * (`fail()` makes that failure: a rollback, or a "not processed" answer). With maxRuns: 2,
+ * the waiting deliveries are not failed runs: the next one runs fn, which succeeds, and the
+ * last is answered from the store. Nothing is dead-lettered.
+ */
+async function waitingDeliveries(store, fail) {
+  let attempt = 0;
+  const letters = [];
+  const events = [];
+  const first = deferred();
+  const job = async (message, ctx) => {
+    const n = ++attempt;
+    if (n === 1) {
+      await first.promise;
+      return fail(ctx);
+    }
+    return { shipped: message.id, attempt: n };
+  };
+  const options = {
+    store, key: (m) => m.id, maxRuns: 2,
+    onDeadLetter: (record) => { letters.push(record); },
+    onEvent: (e) => events.push(`${e.type}:${e.run.outcome ?? ''}`),
+  };
+  const slow = idempotent(job, { ...options, pollMs: 200 });
+  const fast = idempotent(job, { ...options, pollMs: 10 });
+  const message = { id: newKey() };
+  const settle = (p) => p.then((value) => ({ value }), (error) => ({ code: error.code ?? error.message }));
+  const a = settle(fast(message));
+  await sleep(50);
+  const b = settle(slow(message));
+  await sleep(50);
+  const c = settle(fast(message));
+  await sleep(100); // both wait for the key
+  first.resolve();
+  const [ra, rb, rc] = [await a, await b, await c];
+  assert.equal(attempt, 2, 'fn ran twice: the failed run and one more');
+  assert.deepEqual(letters, [], 'nothing dead-lettered');
+  assert.deepEqual(rc, { value: { shipped: message.id, attempt: 2 } });
+  assert.deepEqual(rb, { value: { shipped: message.id, attempt: 2 } }, 'the slow waiter gets the stored result');
+  const history = await eventually(async () => {
+    const runs = await store.runs(message.id);
+    return runs.length === 3 && runs.every((r) => r.outcome) && runs;
+  }, 'three ended runs');
+  const outcomes = history.map((r) => r.outcome).sort();
+  assert.ok(!outcomes.includes('crashed'), `no run marked crashed: ${outcomes}`);
+  assert.equal(outcomes.filter((o) => o === 'stored').length, 1);
+  assert.equal(outcomes.filter((o) => o === 'replayed').length, 1);
+  assert.ok(!events.some((e) => e.startsWith('holder-crashed')), events.join(' '));
+  return { first: ra, history };
+}
+
+test('idempotent maxRuns (MemoryStore): redeliveries waiting for a dead worker\'s key are not failed runs; one runs, one replays', async () => {
+  const store = new MemoryStore();
+  const message = { id: newKey() };
+  // A worker died holding the key: its lock (lapsing in 600 ms) and its open run, as it leaves them.
+  await plantDeadLock(store, message.id, 600, { method: 'JOB', path: '', body: JSON.stringify(message) });
+  await store.recordRun({ id: newKey(), key: message.id, scope: '-', instance: 'dead:1', startedAt: Date.now() - 100, endedAt: null, outcome: null });
+  let attempt = 0;
+  const letters = [];
+  const events = [];
+  const options = {
+    store, key: (m) => m.id, maxRuns: 2, lockTimeoutMs: 1000, waitTimeoutMs: 5000,
+    onDeadLetter: (record) => { letters.push(record); },
+    onEvent: (e) => events.push(e.type),
+  };
+  const job = async (m) => ({ shipped: m.id, attempt: ++attempt });
+  const slow = idempotent(job, { ...options, pollMs: 200 });
+  const fast = idempotent(job, { ...options, pollMs: 10 });
+  // Two redeliveries wait for the dead worker's lock to lapse.
+  const settle = (p) => p.then((value) => ({ value }), (error) => ({ code: error.code ?? error.message }));
+  const results = await Promise.all([settle(slow(message)), settle(fast(message))]);
+  assert.deepEqual(letters.map((r) => [r.failedRuns, r.runs.map((x) => x.outcome)]), [], 'one crashed run of maxRuns 2: not dead-lettered');
+  assert.equal(attempt, 1, 'fn ran once');
+  for (const r of results) assert.deepEqual(r, { value: { shipped: message.id, attempt: 1 } });
+  const history = await eventually(async () => {
+    const runs = await store.runs(message.id);
+    return runs.length === 3 && runs.every((r) => r.outcome) && runs;
+  }, 'three ended runs');
+  assert.deepEqual(history.map((r) => r.outcome).sort(), ['crashed', 'replayed', 'stored']);
+  assert.equal(history.find((r) => r.outcome === 'crashed').instance, 'dead:1', 'only the dead worker\'s run is crashed');
+  assert.equal(events.filter((e) => e === 'holder-crashed').length, 1);
+});
+
+test('idempotent maxRuns (MemoryStore): a dead-lettered key whose onDeadLetter threw is counted again without the deliveries that waited', async () => {
+  const store = new MemoryStore();
+  const message = { id: newKey() };
+  await store.recordRun({ id: newKey(), key: message.id, scope: '-', instance: 'dead:1', startedAt: Date.now() - 5000, endedAt: null, outcome: null });
+  const letters = [];
+  const handing = deferred();
+  let calls = 0;
+  const options = {
+    store, key: (m) => m.id, maxRuns: 1, lockTimeoutMs: 1000, waitTimeoutMs: 5000, pollMs: 10,
+    onDeadLetter: async (record) => {
+      letters.push(record);
+      if (++calls === 1) {
+        await handing.promise;
+        throw new Error('queue down'); // frees the key: a waiting delivery hands it over again
+      }
+    },
+  };
+  const job = idempotent(async () => 'never', options);
+  const first = job(message).catch((e) => e);
+  await sleep(50);
+  const waiting = [job(message).catch((e) => e), job(message).catch((e) => e)];
+  await sleep(100);
+  handing.resolve();
+  assert.equal((await first).message, 'queue down');
+  for (const e of await Promise.all(waiting)) assert.equal(e.code, 'previous-run-failed');
+  assert.equal(letters.length, 2);
+  assert.equal(letters[1].failedRuns, 1, 'the dead worker\'s run only: not the deliveries that waited');
+  assert.deepEqual(letters[1].runs.map((r) => r.outcome), ['crashed', 'freed']);
+});
+
+test('idempotent maxRuns (PostgresStore, ctx.tx): deliveries waiting for the key are not failed runs; after one rollback the next runs', { skip: pgSkip }, async () => {
+  const table = tableName('idem');
+  const store = new PostgresStore({ pool, table });
+  await store.migrate();
+  const { first, history } = await waitingDeliveries(store, async (ctx) => {
+    await ctx.tx.query('SELECT 1');
+    throw new Error('transient failure'); // rolled back, the key freed
+  });
+  assert.equal(first.code, 'transient failure');
+  assert.deepEqual(history.map((r) => r.outcome).sort(), ['replayed', 'rolled-back', 'stored']);
 });
 
 test('idempotent maxRuns: an onDeadLetter that throws frees the key; the next delivery hands it over again', async () => {

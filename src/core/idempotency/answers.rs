@@ -70,6 +70,11 @@ pub enum Ending {
     /// Free the key (with a transactional store: roll back the handler's writes); the answer
     /// is sent but not kept.
     Free,
+    /// The companion stopped the handler (`handlerTimeoutMs`) and the answer is a failure
+    /// that stop led to (a framework's error handler rendering the abort's throw as a 500):
+    /// ended as that throw ([`after_throw`] with the companion's abort): the key freed, the
+    /// caller answered the companion's 503 with `Retry-After`, nothing stored.
+    Stopped,
 }
 
 /// The answer with `status` (with `Retry-After` or not) is stored ([`stores_answer`]),
@@ -80,15 +85,22 @@ pub enum Ending {
 ///   half-way; committing its writes would keep half an operation under a failed answer;
 /// - an answer that cannot be stored (`storable` false: too large, not JSON) from a handler
 ///   that wrote through a transactional store's `ctx.tx`: freed, so the effect is never
-///   committed without its answer.
+///   committed without its answer;
+/// - a failure (a `5xx`) given after the companion aborted the handler's signal
+///   (`aborted_by_companion`: `handlerTimeoutMs`): [`Ending::Stopped`]. A framework turns the
+///   abort's throw into its error handler's 500, so such an answer is that throw, not the
+///   handler's own: stored, it would replay a failure the companion caused. An answer the
+///   handler still gave below 500 is its own, kept by the rules above.
 ///
 /// ```
 /// use retry_fetch::core::idempotency::{ending, Ending};
-/// assert_eq!(ending(201, false, true, true, true), Ending::Store);
-/// assert_eq!(ending(500, false, true, true, true), Ending::Free);
-/// assert_eq!(ending(500, false, false, false, true), Ending::Store);
-/// assert_eq!(ending(429, false, false, false, true), Ending::Free);
-/// assert_eq!(ending(201, false, true, true, false), Ending::Free);
+/// assert_eq!(ending(201, false, true, true, true, false), Ending::Store);
+/// assert_eq!(ending(500, false, true, true, true, false), Ending::Free);
+/// assert_eq!(ending(500, false, false, false, true, false), Ending::Store);
+/// assert_eq!(ending(429, false, false, false, true, false), Ending::Free);
+/// assert_eq!(ending(201, false, true, true, false, false), Ending::Free);
+/// assert_eq!(ending(500, false, false, false, true, true), Ending::Stopped);
+/// assert_eq!(ending(201, false, false, false, true, true), Ending::Store);
 /// ```
 pub fn ending(
     status: u16,
@@ -96,9 +108,12 @@ pub fn ending(
     transactional_store: bool,
     used_transaction: bool,
     storable: bool,
+    aborted_by_companion: bool,
 ) -> Ending {
     let rolled_back = transactional_store && used_transaction && (status == 500 || !storable);
-    if rolled_back || !stores_answer(status, has_retry_after) {
+    if aborted_by_companion && status >= 500 {
+        Ending::Stopped
+    } else if rolled_back || !stores_answer(status, has_retry_after) {
         Ending::Free
     } else {
         Ending::Store

@@ -112,6 +112,16 @@ impl ServerOptions {
         (self.lock_timeout_ms / 3.0).floor().max(1.0)
     }
 
+    /// How long a holder waits for a write or read of the run history that should land while
+    /// it holds the key (a job's start and its key's runs before `fn` runs; a run's end before
+    /// it frees the key): the renewal interval, at most a second. With a store whose history
+    /// shares a pool with the keys in progress, a holder must never wait for it without end
+    /// (every connection could be a holder's); past this the holder goes on and the write
+    /// finishes in the background.
+    pub fn history_wait_ms(&self) -> f64 {
+        self.renew_interval_ms().min(1000.0)
+    }
+
     /// Is the key of a `method` request ignored (`ignoredMethods`)? Compared without case.
     pub fn ignores_key(&self, method: &str) -> bool {
         self.ignored_methods

@@ -272,34 +272,52 @@ fn credentials_recognised_by_default() {
 
 #[test]
 fn endings() {
-    assert_eq!(ending(201, false, false, false, true), Ending::Store);
+    assert_eq!(ending(201, false, false, false, true, false), Ending::Store);
     assert_eq!(
-        ending(500, false, false, false, true),
+        ending(500, false, false, false, true, false),
         Ending::Store,
         "a 500 may follow an effect"
     );
     assert_eq!(
-        ending(500, false, true, false, true),
+        ending(500, false, true, false, true, false),
         Ending::Store,
         "tx not used: nothing rolled back"
     );
     assert_eq!(
-        ending(500, false, true, true, true),
+        ending(500, false, true, true, true, false),
         Ending::Free,
         "tx used: rolled back"
     );
-    assert_eq!(ending(502, false, true, true, true), Ending::Store);
-    assert_eq!(ending(503, true, false, false, true), Ending::Free);
+    assert_eq!(ending(502, false, true, true, true, false), Ending::Store);
+    assert_eq!(ending(503, true, false, false, true, false), Ending::Free);
     assert_eq!(
-        ending(201, false, true, true, false),
+        ending(201, false, true, true, false, false),
         Ending::Free,
         "never commit an effect without its answer"
     );
     assert_eq!(
-        ending(201, false, false, false, false),
+        ending(201, false, false, false, false, false),
         Ending::Store,
         "the too-large problem is stored"
     );
+    // After the companion aborted the handler (handlerTimeoutMs): a failure is the abort's.
+    for status in [500, 502, 503, 504] {
+        for (tx, used) in [(false, false), (true, false), (true, true)] {
+            assert_eq!(
+                ending(status, false, tx, used, true, true),
+                Ending::Stopped,
+                "{status} after the companion's abort"
+            );
+        }
+    }
+    assert_eq!(ending(503, true, false, false, true, true), Ending::Stopped);
+    assert_eq!(
+        ending(201, false, true, true, true, true),
+        Ending::Store,
+        "an answer the handler still gave is its own"
+    );
+    assert_eq!(ending(429, false, false, false, true, true), Ending::Free);
+    assert_eq!(ending(201, false, true, true, false, true), Ending::Free);
     assert!(
         !stores_header("Connection", None)
             && !stores_header("transfer-encoding", None)
@@ -396,6 +414,18 @@ fn option_defaults() {
         1.0
     );
     assert_eq!(o.handler_timeout_ms, None);
+}
+
+#[test]
+fn a_holder_waits_for_the_history_a_renewal_interval_at_most_a_second() {
+    let with_lock = |ms: f64| ServerOptions {
+        lock_timeout_ms: ms,
+        ..ServerOptions::default()
+    };
+    assert_eq!(with_lock(60_000.0).history_wait_ms(), 1000.0);
+    assert_eq!(with_lock(3000.0).history_wait_ms(), 1000.0);
+    assert_eq!(with_lock(1500.0).history_wait_ms(), 500.0);
+    assert_eq!(with_lock(2.0).history_wait_ms(), 1.0);
 }
 
 #[test]

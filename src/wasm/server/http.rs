@@ -13,7 +13,8 @@
 //!    with `Retry-After`) or was rolled back (a 500, or an answer too large to store, after
 //!    `ctx.tx` writes): the key is freed. A handler that throws after it started ends as a
 //!    stored 500, unless its writes were rolled back with the store's transaction or the
-//!    companion aborted it.
+//!    companion aborted it; a 5xx answer after the companion's abort (a framework's error
+//!    handler answering that throw) ends as the throw does.
 
 use std::rc::Rc;
 
@@ -324,7 +325,14 @@ async fn process(
                         c.store.transactional,
                         ctx.used_tx(),
                         storable,
+                        aborted,
                     ) {
+                        // A failure the companion's abort led to (a framework's error handler
+                        // answering the abort's throw): ended as that throw, below.
+                        Ending::Stopped => controller
+                            .as_ref()
+                            .map(|c| c.signal().reason())
+                            .unwrap_or(JsValue::UNDEFINED),
                         Ending::Free => {
                             // "Not processed", or rolled back: the key is freed so that the
                             // client's retry runs it.
@@ -337,26 +345,27 @@ async fn process(
                             }
                             return Ok(answer.live);
                         }
-                        Ending::Store => {}
+                        Ending::Store => {
+                            let stored = store_answer(c, k, &answer.stored, renewal.lost()).await;
+                            log.end_later(
+                                match stored {
+                                    Stored::Kept => Outcome::Stored,
+                                    Stored::Failed | Stored::LockLost => Outcome::NotStored,
+                                },
+                                None,
+                            );
+                            return match stored {
+                                Stored::Kept => Ok(answer.live),
+                                // With a transactional store nothing was committed, the handler's
+                                // ctx.tx writes neither: the handler's answer would be a lie. Say so.
+                                Stored::Failed | Stored::LockLost if c.store.transactional => problem(503, "idempotency-store-unavailable",
+                                    "The result could not be committed",
+                                    "The idempotency store failed to commit the result; nothing was kept. Retry with the same key.", true).map(JsValue::from),
+                                // The effect happened; the answer is the truth even if it is not stored.
+                                Stored::Failed | Stored::LockLost => Ok(answer.live),
+                            };
+                        }
                     }
-                    let stored = store_answer(c, k, &answer.stored, renewal.lost()).await;
-                    log.end_later(
-                        match stored {
-                            Stored::Kept => Outcome::Stored,
-                            Stored::Failed | Stored::LockLost => Outcome::NotStored,
-                        },
-                        None,
-                    );
-                    return match stored {
-                        Stored::Kept => Ok(answer.live),
-                        // With a transactional store nothing was committed, the handler's
-                        // ctx.tx writes neither: the handler's answer would be a lie. Say so.
-                        Stored::Failed | Stored::LockLost if c.store.transactional => problem(503, "idempotency-store-unavailable",
-                            "The result could not be committed",
-                            "The idempotency store failed to commit the result; nothing was kept. Retry with the same key.", true).map(JsValue::from),
-                        // The effect happened; the answer is the truth even if it is not stored.
-                        Stored::Failed | Stored::LockLost => Ok(answer.live),
-                    };
                 }
                 Err(error) => error, // its body failed
             },

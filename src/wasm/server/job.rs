@@ -64,24 +64,18 @@ pub async fn run(
         idem::fingerprint("JOB", "", body.as_bytes()),
     )
     .await?;
-    // With maxRuns the run is announced (the key's history read, its start written) before
-    // it claims the key, so that a run whose process dies mid-job is counted.
-    let announced = match s.max_runs {
-        Some(_) => Some(RunLog::announce(c, &k).await),
-        None => None,
-    };
-    let refused = |announced: Option<(RunLog, Vec<runs::RunRecord>)>, outcome| {
-        if let Some((log, _)) = announced {
+    // With maxRuns the run is made now and written once it holds the key (its start, and the
+    // key's history read then); a delivery that does not get the key is recorded when it ends.
+    let announced = s.max_runs.map(|_| RunLog::announce(c, &k));
+    let refused = |announced: Option<RunLog>, outcome| {
+        if let Some(log) = announced {
             log.end_later(outcome, None);
         }
     };
     match claim(c, &k, &|| None).await {
         Ok(Claim::Held) => {}
         Ok(Claim::Replay(stored)) => {
-            match announced {
-                Some((log, _)) => log.end_later(Outcome::Replayed, None),
-                None => runs::replayed(c, &k),
-            }
+            runs::replayed(c, &k);
             return replay(&stored);
         }
         Ok(Claim::Mismatch) => {
@@ -107,21 +101,18 @@ pub async fn run(
             return Err(error);
         }
     }
-    let log = match (announced, s.max_runs) {
-        (Some((log, history)), Some(max)) => {
-            log.held();
+    let log = match announced {
+        Some(mut log) => {
+            // The history as it is now that this run holds the key: every run still open in
+            // it held the key before and died.
+            let history = log.held(c).await;
             let failed = log.failed_runs(&history);
-            if dead_lettered(failed, Some(max)) {
-                let history = log.with_crashed(history);
+            if dead_lettered(failed, s.max_runs) {
                 return dead_letter(&s, &k, log, &input, &history, failed, &caller).await;
             }
             log
         }
-        (Some((log, _)), None) => {
-            log.held();
-            log
-        }
-        (None, _) => RunLog::start(c, &k),
+        None => RunLog::start(c, &k),
     };
     let call = Invocation {
         f: &f,

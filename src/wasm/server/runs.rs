@@ -1,8 +1,9 @@
 //! The run history as the companion writes it: each run of a keyed handler or job, and each
 //! delivery answered from the store, becomes a [`RunRecord`] kept by the store (`recordRun`,
 //! `runs`: MemoryStore, RedisStore, PostgresStore) and an event for `onEvent`. A run's start
-//! is written in the background (reading the key's history first: a run of the key that never
-//! ended has lost its holder, and is marked `'crashed'`); its end is written after its start,
+//! is written once it holds the key, in the background (a job with `maxRuns`: before `fn`
+//! runs), reading the key's history first: a run of the key that never ended has lost its
+//! holder, and is marked `'crashed'`. Its end is written after its start,
 //! and before the key is freed when the run frees it, so the next holder never finds it open.
 //! What each outcome means, and which count against `maxRuns`: `crate::core::runs`.
 
@@ -164,6 +165,32 @@ async fn mark_crashed(
     }
 }
 
+/// `run`'s start written and the key's runs before it read: `one_call` (what
+/// [`Store::start_run`] returned for `run`) where it answers, else `runs(key)` and then
+/// `recordRun(run)`, each failure told to `onStoreError`. The runs as the store returned them
+/// (`undefined` when they could not be read).
+async fn begin(
+    store: &Store,
+    reporter: &Reporter,
+    run: &RunRecord,
+    one_call: Option<Result<JsValue, JsValue>>,
+) -> JsValue {
+    if let Some(Ok(found)) = one_call {
+        if let Ok(found) = JsFuture::from(Promise::resolve(&found)).await {
+            return found;
+        }
+    }
+    let found = match store.runs(&run.key).await {
+        Ok(v) => v,
+        Err(e) => {
+            reporter.store_error(&e, "runs");
+            JsValue::UNDEFINED
+        }
+    };
+    write(store, reporter, run).await;
+    found
+}
+
 /// The records as the core's rules read them.
 fn past(runs: &[RunRecord]) -> Vec<PastRun<'_>> {
     runs.iter()
@@ -214,21 +241,8 @@ impl RunLog {
                     let (store, reporter, run) =
                         (c.store.clone(), c.reporter.clone(), record.clone());
                     started = Some(future_to_promise(async move {
-                        if let Some(Ok(found)) = one_call {
-                            if let Ok(found) = JsFuture::from(Promise::resolve(&found)).await {
-                                mark_crashed(&store, &reporter, read_runs(&found), &run).await;
-                                return Ok(JsValue::UNDEFINED);
-                            }
-                        }
-                        let found = match store.runs(&run.key).await {
-                            Ok(v) => v,
-                            Err(e) => {
-                                reporter.store_error(&e, "runs");
-                                JsValue::UNDEFINED
-                            }
-                        };
+                        let found = begin(&store, &reporter, &run, one_call).await;
                         mark_crashed(&store, &reporter, read_runs(&found), &run).await;
-                        write(&store, &reporter, &run).await;
                         Ok(JsValue::UNDEFINED)
                     }));
                 }
@@ -243,57 +257,70 @@ impl RunLog {
         }
     }
 
-    /// A run announced before it claims its key (a job with `maxRuns`, which must count the
-    /// key's failed runs, crashes included, before it runs): the key's history is read and
-    /// this run's start written, both awaited while no key is held (so that a store's pool
-    /// is never asked for a second connection by a holder of one). Then [`RunLog::held`]
-    /// once the key is held, or [`RunLog::end_later`] with [`Outcome::Replayed`] or
-    /// [`Outcome::Refused`] when it is not: a process that dies in between leaves an open
-    /// run, which the next holder marks crashed.
-    pub async fn announce(c: &Common, k: &Keyed) -> (RunLog, Vec<RunRecord>) {
-        let record = RunRecord::new(k);
-        let writes = c.history && c.store.keeps_history();
-        let mut history = Vec::new();
-        if writes {
-            match c.store.runs(&record.key).await {
-                Ok(v) => history = read_runs(&v),
-                Err(e) => c.reporter.store_error(&e, "runs"),
-            }
-            write(&c.store, &c.reporter, &record).await;
-        }
-        let log = RunLog {
+    /// A job's run (with `maxRuns`), made before it claims its key and written nowhere until it
+    /// holds it ([`RunLog::held`]): a delivery that waits for the key is not in the history
+    /// while it waits, so the run that holds the key next never takes it for a run whose
+    /// holder died. A delivery that does not get the key is recorded when it ends
+    /// ([`RunLog::end_later`] with [`Outcome::Refused`]).
+    pub fn announce(c: &Common, k: &Keyed) -> RunLog {
+        RunLog {
             store: c.store.clone(),
             reporter: c.reporter.clone(),
-            writes,
-            record,
+            writes: c.history && c.store.keeps_history(),
+            record: RunRecord::new(k),
             started: None,
-        };
-        (log, history)
+        }
     }
 
-    /// An announced run now holds its key: told to `onEvent`, and (in the background) the
-    /// key's runs that are still open marked crashed.
-    pub fn held(&self) {
+    /// An announced run now holds its key: told to `onEvent`, its start written and the key's
+    /// runs before it read (one call where the store offers it), before `fn` runs, so that a
+    /// process that dies in `fn` leaves an open run the next holder counts (`maxRuns`).
+    /// Returns the key's history as read now, the runs that lost their holder shown crashed
+    /// (and marked so in the store, in the background). A store that has not answered within
+    /// [`ServerOptions::history_wait_ms`](crate::core::idempotency::ServerOptions::history_wait_ms)
+    /// is told to `onStoreError` and the run goes on with no earlier runs known, its start
+    /// still written in the background.
+    pub async fn held(&mut self, c: &Common) -> Vec<RunRecord> {
         tell(&self.reporter, event::STARTED, &self.record);
         if !self.writes {
-            return;
+            return Vec::new();
         }
-        let (store, reporter, own) = (
+        let (store, reporter, run) = (
             self.store.clone(),
             self.reporter.clone(),
             self.record.clone(),
         );
-        spawn_local(async move {
-            let Ok(found) = store.runs(&own.key).await else {
-                return;
-            };
-            mark_crashed(&store, &reporter, read_runs(&found), &own).await;
-        });
+        let one_call = store.start_run(&run.js());
+        let beginning =
+            future_to_promise(async move { Ok(begin(&store, &reporter, &run, one_call).await) });
+        self.started = Some(beginning.clone());
+        let ms = c.limits.history_wait_ms();
+        let runs = match super::flow::within(&beginning, ms).await {
+            Some(Ok(found)) => read_runs(&found),
+            _ => {
+                let message = format!(
+                    "idempotent: the run history did not answer within {ms} ms of taking the key; this run counts no earlier runs of it (maxRuns)"
+                );
+                self.reporter
+                    .store_error(&crate::wasm::errors::type_error(&message), "runs");
+                return Vec::new();
+            }
+        };
+        if !rules::crashed(&past(&runs), &self.record.scope, &self.record.id).is_empty() {
+            let (store, reporter, own, found) = (
+                self.store.clone(),
+                self.reporter.clone(),
+                self.record.clone(),
+                runs.clone(),
+            );
+            spawn_local(async move { mark_crashed(&store, &reporter, found, &own).await });
+        }
+        self.with_crashed(runs)
     }
 
-    /// `runs` (this key's history as read before this run) with the runs that lost their
-    /// holder shown crashed, as [`RunLog::held`] marks them in the store.
-    pub fn with_crashed(&self, mut runs: Vec<RunRecord>) -> Vec<RunRecord> {
+    /// `runs` (this key's history) with the runs that lost their holder shown crashed, as
+    /// [`RunLog::held`] marks them in the store.
+    fn with_crashed(&self, mut runs: Vec<RunRecord>) -> Vec<RunRecord> {
         let dead: Vec<String> = rules::crashed(&past(&runs), &self.record.scope, &self.record.id)
             .into_iter()
             .map(String::from)
@@ -333,7 +360,7 @@ impl RunLog {
     /// to spare beside the ones keys in progress hold) finishes it in the background, and the
     /// key is freed anyway.
     pub async fn end_before_freeing(self, c: &Common, outcome: Outcome, detail: Option<String>) {
-        let ms = c.limits.renew_interval_ms().min(1000.0);
+        let ms = c.limits.history_wait_ms();
         let writing = future_to_promise(async move {
             self.end(outcome, detail).await;
             Ok(JsValue::UNDEFINED)

@@ -212,6 +212,47 @@ test('Express: the answer is lost on the way (connection cut as it is written): 
   }
 });
 
+test('Express: a route stopped by handlerTimeoutMs whose rejection reaches an error handler gets a 503 with Retry-After, not a stored 500; the retry runs it', async () => {
+  const app = quietApp();
+  let runs = 0;
+  let slow = true;
+  // A provider call that honours the signal (rejects with its TimeoutError when aborted).
+  const provider = (signal) => new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, slow ? 5_000 : 0);
+    signal.addEventListener('abort', () => { clearTimeout(timer); reject(signal.reason); }, { once: true });
+  });
+  app.post('/pay', express.json(), idempotency({ ...NO_SCOPE, handlerTimeoutMs: 100, onError: () => {} }), async (req, res) => {
+    runs++;
+    await provider(req.idempotency.signal);
+    res.status(201).json({ run: runs });
+  });
+  // A typical JSON error handler: Express 5 hands it the async route's rejection.
+  const handled = [];
+  app.use((err, req, res, next) => {
+    handled.push(err.name);
+    res.status(500).json({ error: String(err) });
+  });
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    const first = await post(server.url, '/pay', { key, body: { amount: 1 } });
+    assert.equal(first.status, 503);
+    assert.equal(first.headers.get('retry-after'), '1');
+    assert.equal((await first.json()).code, 'idempotency-handler-timeout');
+    assert.deepEqual(handled, ['TimeoutError'], 'the error handler saw the abort\'s throw');
+    slow = false;
+    const retry = await post(server.url, '/pay', { key, body: { amount: 1 } });
+    assert.equal(retry.status, 201, 'the key was freed: the retry runs the route');
+    assert.equal(retry.headers.get('idempotent-replayed'), null);
+    assert.deepEqual(await retry.json(), { run: 2 });
+    const replay = await post(server.url, '/pay', { key, body: { amount: 1 } });
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs, 2);
+  } finally {
+    await server.close();
+  }
+});
+
 test('Express: an unknown or invalid option is the companion\'s TypeError, at once', () => {
   assert.throws(() => idempotency({ lockTimeout: 5000 }), (e) => e instanceof TypeError && /lockTimeoutMs/.test(e.message));
   assert.throws(() => idempotency({ lockTimeoutMs: 10 }), (e) => e instanceof TypeError && /lockTimeoutMs/.test(e.message));
