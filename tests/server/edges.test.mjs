@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { idempotency, idempotent, MemoryStore, toNodeHandler } from 'retry-fetch/server';
 import express from 'express';
+import { idempotency as expressIdempotency } from 'retry-fetch/express';
 import { withServer, listen, newKey } from './support.mjs';
 
 test('a request target starting with // is a path, not another host: a second path under the same key is a 422', async () => {
@@ -163,6 +164,31 @@ test('toNodeHandler after a middleware that read the body itself (a Next.js Page
     assert.equal(chunked.status, 500);
     assert.equal((await chunked.json()).code, 'idempotency-body-already-read');
     assert.equal(runs, 0);
+  } finally {
+    await close();
+  }
+});
+
+test('Express adapter: bodies that differ only inside a "__proto__" member have different fingerprints (422)', async () => {
+  let runs = 0;
+  const app = express();
+  app.set('env', 'test');
+  app.post('/transfer', express.json(), expressIdempotency({ identity: false }), (req, res) => {
+    runs++;
+    res.status(201).json({ run: runs });
+  });
+  const { url, close } = await listen(app);
+  try {
+    const key = newKey();
+    const send = (body) => fetch(`${url}/transfer`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body });
+    assert.equal((await send('{"to":"alice","__proto__":{"amount":1}}')).status, 201);
+    const other = await send('{"to":"alice","__proto__":{"amount":100000}}');
+    assert.equal(other.status, 422, await other.text());
+    // Key order still does not count, "__proto__" included.
+    const same = await send('{"__proto__":{"amount":1},"to":"alice"}');
+    assert.equal(same.status, 201);
+    assert.equal(same.headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs, 1);
   } finally {
     await close();
   }
