@@ -39,7 +39,9 @@ export interface IdempotencyContext<Tx = unknown> {
    * A stable key for one downstream call, derived from this key and its scope: forward it as
    * the downstream `Idempotency-Key` (e.g. to a payment provider) so that exactly-once
    * composes down the chain. The same `name` gives the same key on every retry and every
-   * instance; a UUID (version 8). @throws TypeError for a request without a key or an empty name.
+   * instance, after a restart too: it is derived from the key, a hash of the scope and the
+   * name, not from the store or its secret. A UUID (version 8).
+   * @throws TypeError for a request without a key or an empty name.
    */
   keyFor(name: string): string;
   /**

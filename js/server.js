@@ -99,12 +99,17 @@ class NodeSource {
     return this.#url.pathname + this.#url.search;
   }
 
+  /** The node:http request itself, whose stream state tells whether its body was consumed. */
+  get stream() {
+    return this.#req;
+  }
+
   /**
-   * The body, read whole: undefined for GET and HEAD (no body), null when it is longer than
-   * `limit` bytes (the rest is read and dropped), else its bytes.
+   * The body, read whole: null when it is longer than `limit` bytes (the rest is read and
+   * dropped), else its bytes (none when its stream already ended: the companion asks only
+   * when nothing was read from it).
    */
   readBody(limit) {
-    if (this.method === 'GET' || this.method === 'HEAD') return Promise.resolve(undefined);
     const req = this.#req;
     if (req.readableEnded) return Promise.resolve(new Uint8Array(0));
     if (req.destroyed) {

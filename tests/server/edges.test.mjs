@@ -3,7 +3,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { idempotency, idempotent, MemoryStore, toNodeHandler } from 'retry-fetch/server';
-import { withServer, newKey } from './support.mjs';
+import express from 'express';
+import { idempotency as expressIdempotency } from 'retry-fetch/express';
+import { withServer, listen, newKey } from './support.mjs';
 
 test('a request target starting with // is a path, not another host: a second path under the same key is a 422', async () => {
   let runs = 0;
@@ -72,4 +74,122 @@ test('idempotent: a thrown value that is not an Error is kept as its string', as
   const message = { id: newKey() };
   await assert.rejects(fn(message), (e) => e === 'card declined');
   await assert.rejects(fn(message), (e) => e.name === 'IdempotencyError' && e.code === 'previous-run-failed' && /card declined/.test(e.message));
+});
+
+test('toNodeHandler after express.json(): a read body is a 500 idempotency-body-already-read, never a replay of an empty fingerprint', async () => {
+  const runs = [];
+  const handler = idempotency(async (request) => {
+    const body = await request.text();
+    runs.push(`${request.method} ${body}`);
+    return Response.json({ run: runs.length, body }, { status: 201 });
+  }, { identity: false, onError: () => {} });
+  const app = express();
+  app.set('env', 'test');
+  app.use(express.json());
+  app.all('/pay', toNodeHandler(handler));
+  const { url, close } = await listen(app);
+  try {
+    const key = newKey();
+    const post = (body, headers = {}) => fetch(`${url}/pay`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key, ...headers }, body });
+    for (const body of ['{"amount":1}', '{"amount":999}']) {
+      const response = await post(body);
+      const problem = await response.json();
+      assert.equal(response.status, 500, JSON.stringify(problem));
+      assert.equal(problem.code, 'idempotency-body-already-read');
+      assert.equal(response.headers.get('idempotent-replayed'), null);
+    }
+    assert.deepEqual(runs, [], 'the handler never ran on a body it could not see');
+
+    // What the parser did not read still works: a body of another type (the companion reads
+    // and fingerprints it: another body under its key is a 422)...
+    const textKey = newKey();
+    const text = (body) => fetch(`${url}/pay`, { method: 'POST', headers: { 'Content-Type': 'text/plain', 'Idempotency-Key': textKey }, body });
+    assert.equal((await text('amount=1')).status, 201);
+    assert.equal((await text('amount=999')).status, 422);
+    // ...a POST without a body (Content-Length: 0, which express.json() reads to its empty
+    // end), and one without Content-Length nor Transfer-Encoding, keyed, replayed on repeat...
+    const emptyKey = newKey();
+    const empty = () => fetch(`${url}/pay`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': emptyKey } });
+    const first = await empty();
+    assert.equal(first.status, 201, await first.clone().text());
+    assert.deepEqual(await first.json(), { run: 2, body: '' });
+    const repeat = await empty();
+    assert.equal(repeat.status, 201);
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    const bare = await new Promise((resolve, reject) => {
+      const req = http.request(`${url}/pay`, { method: 'POST', headers: { 'Idempotency-Key': newKey() } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    assert.equal(bare, 201, 'a POST with neither Content-Length nor Transfer-Encoding');
+    // ...and a keyed GET (its key ignored).
+    const get = await fetch(`${url}/pay`, { headers: { 'Idempotency-Key': newKey() } });
+    assert.equal(get.status, 201);
+    assert.deepEqual(runs, ['POST amount=1', 'POST ', 'POST ', 'GET ']);
+  } finally {
+    await close();
+  }
+});
+
+test('toNodeHandler after a middleware that read the body itself (a Next.js Pages API route\'s parser): 500 idempotency-body-already-read', async () => {
+  let runs = 0;
+  const next = toNodeHandler(idempotency(async () => {
+    runs++;
+    return new Response('ran', { status: 201 });
+  }, { identity: false, onError: () => {} }));
+  // Reads the stream to its end, as a framework's body parser does, then hands over.
+  const { url: base, close } = await listen(async (req, res) => {
+    let text = '';
+    for await (const chunk of req) text += chunk;
+    req.body = text ? JSON.parse(text) : undefined;
+    next(req, res);
+  });
+  try {
+    const url = `${base}/pay`;
+    const response = await fetch(url, { method: 'POST', headers: { 'Idempotency-Key': newKey() }, body: '{"amount":1}' });
+    const problem = await response.json();
+    assert.equal(response.status, 500);
+    assert.equal(problem.code, 'idempotency-body-already-read');
+    assert.equal(runs, 0);
+    // A chunked upload (Transfer-Encoding, no Content-Length) read the same way: the same.
+    const chunked = await fetch(url, {
+      method: 'POST',
+      headers: { 'Idempotency-Key': newKey() },
+      body: new ReadableStream({ start(c) { c.enqueue(new TextEncoder().encode('{"amount":2}')); c.close(); } }),
+      duplex: 'half',
+    });
+    assert.equal(chunked.status, 500);
+    assert.equal((await chunked.json()).code, 'idempotency-body-already-read');
+    assert.equal(runs, 0);
+  } finally {
+    await close();
+  }
+});
+
+test('Express adapter: bodies that differ only inside a "__proto__" member have different fingerprints (422)', async () => {
+  let runs = 0;
+  const app = express();
+  app.set('env', 'test');
+  app.post('/transfer', express.json(), expressIdempotency({ identity: false }), (req, res) => {
+    runs++;
+    res.status(201).json({ run: runs });
+  });
+  const { url, close } = await listen(app);
+  try {
+    const key = newKey();
+    const send = (body) => fetch(`${url}/transfer`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body });
+    assert.equal((await send('{"to":"alice","__proto__":{"amount":1}}')).status, 201);
+    const other = await send('{"to":"alice","__proto__":{"amount":100000}}');
+    assert.equal(other.status, 422, await other.text());
+    // Key order still does not count, "__proto__" included.
+    const same = await send('{"__proto__":{"amount":1},"to":"alice"}');
+    assert.equal(same.status, 201);
+    assert.equal(same.headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs, 1);
+  } finally {
+    await close();
+  }
 });

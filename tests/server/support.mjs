@@ -8,6 +8,19 @@ import { toNodeHandler } from 'retry-fetch/server';
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** Serve a node:http `listener` (an Express app, say) on 127.0.0.1 on a free port. */
+export async function listen(listener) {
+  const server = http.createServer(listener);
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close() {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
 /**
  * Serve `handler` on 127.0.0.1 on a free port. `wrap(req, res, next)` can intercept the
  * node request first. Errors the adapter reports are collected in `errors`.
@@ -15,17 +28,7 @@ export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 export async function serve(handler, { wrap } = {}) {
   const errors = [];
   const next = toNodeHandler(handler, { onError: (error) => errors.push(error) });
-  const server = http.createServer(wrap ? (req, res) => wrap(req, res, next) : next);
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${server.address().port}`;
-  return {
-    url,
-    errors,
-    close() {
-      server.closeAllConnections();
-      return new Promise((resolve) => server.close(resolve));
-    },
-  };
+  return { errors, ...(await listen(wrap ? (req, res) => wrap(req, res, next) : next)) };
 }
 
 /** Serve `handler` (as serve() does) while `fn(server)` runs, then close the server. */

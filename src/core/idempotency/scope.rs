@@ -1,6 +1,7 @@
 //! What a key is stored under: the request fingerprint (method, path and query, SHA-256 of
 //! the body), the store key (an HMAC of the caller's identity, keyed with the secret, and the
-//! key), the secret's rule, and the keys a handler derives for its downstream calls.
+//! key), the secret's rule, and the keys a handler derives for its downstream calls (from the
+//! key and the identity, not the secret).
 
 use sha2::{Digest, Sha256};
 
@@ -111,11 +112,47 @@ pub fn secret(v: &str) -> Result<&str, OptionError> {
     }
 }
 
-/// A key for one downstream call, derived from the request's store key (scope and key) and a
-/// name of the caller's choice (`ctx.keyFor('charge')`): the same inputs give the same key on
-/// every retry and every instance, different names or scopes give different keys. It is a
-/// UUID (version 8, RFC 9562) made of the SHA-256 of `store_key`, a NUL and `name`, so any
-/// API that takes UUID keys (Stripe takes up to 255 characters) takes it.
+/// What a request's downstream keys ([`derived_key`]) are derived from: its idempotency key
+/// and its scope, and nothing of the store, so that every instance, and the same one after a
+/// restart, derives the same keys whatever secret its store holds (a `MemoryStore`'s is new
+/// in every process; a `RedisStore` that lost its own makes another).
+///
+/// - with an identity: the SHA-256 of a domain-separation prefix and the identity (64 hex
+///   digits: the identity itself is never part of a derived key, which is sent to other
+///   services), `:`, the key;
+/// - without one (`None` or an empty string): `-:` and the key, as its [`store_key`].
+///
+/// Different identities give different bases; a hex digest never contains `-`, so a scoped
+/// base cannot be an unscoped one.
+///
+/// ```
+/// use retry_fetch::core::idempotency::key_for_base;
+/// assert_eq!(key_for_base(None, "k1"), "-:k1");
+/// let alice = key_for_base(Some("alice"), "k1");
+/// assert_eq!(alice.len(), 64 + 3);
+/// assert_ne!(alice, key_for_base(Some("bob"), "k1"));
+/// ```
+pub fn key_for_base(identity: Option<&str>, key: &str) -> String {
+    match identity {
+        Some(id) if !id.is_empty() => {
+            let mut h = Sha256::new();
+            h.update(b"retry-fetch keyFor scope\0");
+            h.update(id.as_bytes());
+            let mut out = hex(&h.finalize());
+            out.push(':');
+            out.push_str(key);
+            out
+        }
+        _ => store_key(&[], None, key),
+    }
+}
+
+/// A key for one downstream call, derived from the request's [`key_for_base`] (its key and
+/// scope) and a name of the caller's choice (`ctx.keyFor('charge')`): the same inputs give the
+/// same key on every retry and every instance, different names or scopes give different keys.
+/// It is a UUID (version 8, RFC 9562) made of the SHA-256 of a domain-separation prefix,
+/// `base`, a NUL and `name`, so any API that takes UUID keys (Stripe takes up to 255
+/// characters) takes it.
 ///
 /// ```
 /// use retry_fetch::core::idempotency::derived_key;
@@ -126,10 +163,10 @@ pub fn secret(v: &str) -> Result<&str, OptionError> {
 /// assert_ne!(a, derived_key("-:k2", "charge"));
 /// assert_eq!(&a[14..15], "8");
 /// ```
-pub fn derived_key(store_key: &str, name: &str) -> String {
+pub fn derived_key(base: &str, name: &str) -> String {
     let mut h = Sha256::new();
     h.update(b"retry-fetch keyFor\0");
-    h.update(store_key.as_bytes());
+    h.update(base.as_bytes());
     h.update([0]);
     h.update(name.as_bytes());
     let digest = h.finalize();

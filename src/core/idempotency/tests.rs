@@ -499,11 +499,47 @@ fn derived_keys_are_stable_uuids() {
     assert!(matches!(&k[19..20], "8" | "9" | "a" | "b"));
     assert_ne!(derived_key("-:k1", "a"), derived_key("-:k1", "b"));
     assert_ne!(
-        derived_key(&store_key(b"s", Some("alice"), "k1"), "a"),
-        derived_key(&store_key(b"s", Some("bob"), "k1"), "a")
+        derived_key(&key_for_base(Some("alice"), "k1"), "a"),
+        derived_key(&key_for_base(Some("bob"), "k1"), "a")
     );
     // The NUL separator: ("-:k1", "2x") and ("-:k12", "x") differ.
     assert_ne!(derived_key("-:k1", "2x"), derived_key("-:k12", "x"));
+}
+
+#[test]
+fn derived_keys_do_not_depend_on_the_secret() {
+    // The base is made of the identity and the key alone: two stores with different secrets
+    // (a restart with a new MemoryStore, a RedisStore that lost its secret) give one base,
+    // though their store keys differ.
+    let base = key_for_base(Some("authorization:Bearer t1"), "k1");
+    assert_ne!(
+        store_key(
+            b"secret of one process",
+            Some("authorization:Bearer t1"),
+            "k1"
+        ),
+        store_key(
+            b"secret of the next one",
+            Some("authorization:Bearer t1"),
+            "k1"
+        )
+    );
+    assert_eq!(
+        base,
+        format!(
+            "{}:k1",
+            sha256_hex(b"retry-fetch keyFor scope\0authorization:Bearer t1")
+        )
+    );
+    // The identity is hashed, never part of the base in clear.
+    assert!(!base.contains("Bearer"));
+    // Scopes stay apart: another identity, no identity, an empty one (none).
+    assert_ne!(base, key_for_base(Some("authorization:Bearer t2"), "k1"));
+    assert_ne!(base, key_for_base(None, "k1"));
+    assert_eq!(key_for_base(Some(""), "k1"), key_for_base(None, "k1"));
+    assert_eq!(key_for_base(None, "k1"), store_key(b"any", None, "k1"));
+    // An unscoped base is never a scoped one, whatever the key.
+    assert_ne!(key_for_base(None, &base), base);
 }
 
 #[test]

@@ -25,6 +25,10 @@ pub struct Keyed {
     pub key: String,
     /// The key scoped by the identity (`core::idempotency::store_key`): the store's key.
     pub store_key: Rc<str>,
+    /// What `ctx.keyFor(name)` derives from (`core::idempotency::key_for_base`): the key and
+    /// a hash of the identity, not the secret, so the same on every instance and after a
+    /// restart.
+    pub key_for_base: Rc<str>,
     /// The request fingerprint.
     pub fingerprint: Rc<str>,
     /// This request's random lock token (a UUID).
@@ -47,6 +51,7 @@ impl Keyed {
         };
         Ok(Keyed {
             store_key: idem::store_key(&secret, identity, &key).into(),
+            key_for_base: idem::key_for_base(identity, &key).into(),
             key,
             fingerprint: fingerprint.into(),
             token: uuid_v4(random_16()).into(),
@@ -176,15 +181,16 @@ pub async fn claim(
 }
 
 thread_local! {
-    /// `keyFor`'s one function, `(storeKey, name) => derived key`: each context's `keyFor` is
-    /// it bound to its store key (`undefined` for a request without a key), no closure of its own.
+    /// `keyFor`'s one function, `(base, name) => derived key`: each context's `keyFor` is it
+    /// bound to its key's `key_for_base` (`undefined` for a request without a key), no closure
+    /// of its own.
     static KEY_FOR: Function = Closure::<dyn Fn(JsValue, JsValue) -> Result<JsValue, JsValue>>::new(
-        |store_key: JsValue, name: JsValue| {
-            let Some(store_key) = store_key.as_string() else {
+        |base: JsValue, name: JsValue| {
+            let Some(base) = base.as_string() else {
                 return Err(type_error("ctx.keyFor: this request has no idempotency key"));
             };
             match name.as_string().filter(|n| !n.is_empty()) {
-                Some(name) => Ok(idem::derived_key(&store_key, &name).into()),
+                Some(name) => Ok(idem::derived_key(&base, &name).into()),
                 None => Err(type_error(
                     "ctx.keyFor(name): name must be a non-empty string (e.g. 'charge')",
                 )),
@@ -236,8 +242,8 @@ impl Context {
             &k.map_or(JsValue::NULL, |k| JsValue::from_str(&k.key)),
         );
         js::set_prop(&object, "signal", signal);
-        let store_key = k.map_or(JsValue::UNDEFINED, |k| JsValue::from_str(&k.store_key));
-        let key_for = KEY_FOR.with(|f| f.bind1(&JsValue::UNDEFINED, &store_key));
+        let base = k.map_or(JsValue::UNDEFINED, |k| JsValue::from_str(&k.key_for_base));
+        let key_for = KEY_FOR.with(|f| f.bind1(&JsValue::UNDEFINED, &base));
         js::set_prop(&object, "keyFor", &key_for);
         if tx.is_undefined() && !transactional {
             // Nothing to hand out, and reading it changes nothing.

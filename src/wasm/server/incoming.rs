@@ -39,10 +39,14 @@ extern "C" {
     #[wasm_bindgen(method, getter, js_name = headerNames)]
     fn header_names(this: &NodeSource) -> String;
 
-    /// The body read whole: `undefined` (no body: GET, HEAD), `null` (longer than `limit`), or
-    /// its bytes.
+    /// The body read whole: `null` (longer than `limit`), or its bytes (none when its stream
+    /// already ended).
     #[wasm_bindgen(method, js_name = readBody)]
     fn read_body(this: &NodeSource, limit: f64) -> Promise;
+
+    /// The node:http request itself (an `IncomingMessage`, a readable stream).
+    #[wasm_bindgen(method, getter)]
+    fn stream(this: &NodeSource) -> JsValue;
 
     /// The request as it came, its body streamed, following the client's signal.
     #[wasm_bindgen(method, catch)]
@@ -122,11 +126,26 @@ impl Incoming {
         }
     }
 
-    /// Was the body read (or locked) by something else before the companion?
-    pub fn body_taken(&self) -> bool {
+    /// Was the body read (or locked) by something else before the companion? A node:http
+    /// request's is when its stream handed out data (`readableDidRead`: a body parser mounted
+    /// before `toNodeHandler` read it, in part or whole), or ended while its headers declare a
+    /// body; never for a method without a body. A stream that ended without handing out a
+    /// byte of a body its headers do not declare (`Content-Length: 0`, or neither it nor
+    /// `Transfer-Encoding`) held an empty body, which is what the companion fingerprints.
+    pub fn body_taken(&self) -> Result<bool, JsValue> {
         match self {
-            Incoming::Web(req) => req.body_used() || req.body().is_some_and(|b| b.locked()),
-            Incoming::Node(_) => false,
+            Incoming::Web(req) => Ok(req.body_used() || req.body().is_some_and(|b| b.locked())),
+            Incoming::Node(src) => {
+                if !method_has_body(&src.method()) {
+                    return Ok(false);
+                }
+                let stream = src.stream();
+                if js::get(&stream, "readableDidRead").is_truthy() {
+                    return Ok(true);
+                }
+                Ok(js::get(&stream, "readableEnded").is_truthy()
+                    && declares_body(&self.header_reader())?)
+            }
         }
     }
 
@@ -177,10 +196,10 @@ impl Incoming {
         match self {
             Incoming::Web(req) => read_web_body(req, limit).await,
             Incoming::Node(src) => {
-                let v = JsFuture::from(src.read_body(limit)).await?;
-                if v.is_undefined() {
+                if !method_has_body(&src.method()) {
                     return Ok(Some(None));
                 }
+                let v = JsFuture::from(src.read_body(limit)).await?;
                 if v.is_null() {
                     return Ok(None);
                 }
@@ -218,6 +237,23 @@ impl Incoming {
             }
         }
     }
+}
+
+/// Can a request of `method` carry a body the companion reads? Not GET nor HEAD (a fetch
+/// `Request` of either cannot have one; a node:http one's is ignored).
+fn method_has_body(method: &str) -> bool {
+    method != "GET" && method != "HEAD"
+}
+
+/// Do a request's headers declare a body: a `Transfer-Encoding`, or a `Content-Length` other
+/// than 0? (Without either, an HTTP/1.1 request has none.)
+fn declares_body(headers: &HeaderReader) -> Result<bool, JsValue> {
+    if headers.get("transfer-encoding")?.is_some() {
+        return Ok(true);
+    }
+    Ok(headers
+        .get("content-length")?
+        .is_some_and(|v| !matches!(v.trim().parse::<f64>(), Ok(n) if n == 0.0)))
 }
 
 /// A request's headers, read by name; where the names they hold are known (a node:http

@@ -129,6 +129,9 @@ pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
         return Ok(Uint8Array::new(&value));
     }
     // JSON.stringify with a replacer that rebuilds every plain object with its keys sorted.
+    // Object.fromEntries defines each key as an own data property: a member named
+    // "__proto__" (JSON.parse makes it an own one) stays a member, where an assignment
+    // would set the new object's prototype and drop it from the JSON.
     let sort = Closure::<dyn Fn(JsValue, JsValue) -> JsValue>::new(|_key: JsValue, v: JsValue| {
         if !v.is_object() || js_sys::Array::is_array(&v) {
             return v;
@@ -137,13 +140,13 @@ pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
             return v;
         };
         keys.sort();
-        let sorted = js_sys::Object::new();
+        let entries = js_sys::Array::new();
         for k in keys.iter() {
             if let Ok(item) = js_sys::Reflect::get(&v, &k) {
-                let _ = js_sys::Reflect::set(&sorted, &k, &item);
+                entries.push(&js_sys::Array::of2(&k, &item));
             }
         }
-        sorted.into()
+        js_sys::Object::from_entries(&entries).map_or(v, JsValue::from)
     });
     let text = js_sys::JSON::stringify_with_replacer(&value, sort.as_ref().unchecked_ref())?;
     Ok(Uint8Array::from(
