@@ -343,7 +343,8 @@ export interface RetryFetchClient {
   /**
    * A new client whose defaults are this one's with `options` merged over them (as ky's
    * `extend`); this client is unchanged. A `signal` given here and this client's both
-   * cancel the new client's calls. @throws TypeError for an invalid or unknown option.
+   * cancel the new client's calls. @throws TypeError for an invalid or unknown option, or a
+   * key every call would share.
    */
   extend(options?: RetryOptions): RetryFetchClient;
 }
@@ -351,7 +352,8 @@ export interface RetryFetchClient {
 /**
  * A `retryFetch` whose options default to `defaults` (without it, the package's defaults);
  * per-call options merge over them. An invalid or unknown option in `defaults` throws a
- * `TypeError` here, at once.
+ * `TypeError` here, at once; so does a key every call would share (a string `idempotencyKey`,
+ * or the key's header in `headers`): a key is given per call.
  */
 export function createRetryFetch(defaults?: RetryOptions): RetryFetchClient;
 

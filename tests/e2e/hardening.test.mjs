@@ -371,3 +371,21 @@ test('idempotencyHeader cannot be a header that already means something (Content
     );
   }
 });
+
+test('a client\'s defaults cannot hold one key for every call (idempotencyKey, or the header in headers); per call they can', async () => {
+  const attempts = [
+    () => api.createRetryFetch({ idempotencyKey: 'order-1' }),
+    () => api.createRetryFetch({ headers: { 'Idempotency-Key': 'order-1' } }),
+    () => api.createRetryFetch({ idempotencyHeader: 'X-Op-Key', headers: { 'x-op-key': 'order-1' } }),
+    () => api.createRetryFetch().extend({ idempotencyKey: 'order-1' }),
+  ];
+  for (const make of attempts) {
+    assert.throws(make, (e) => e instanceof TypeError && /per call/.test(e.message));
+  }
+  const seen = [];
+  const client = api.createRetryFetch({ fetch: async (request) => { seen.push(request.headers.get('idempotency-key')); return new Response('ok'); } });
+  await client('http://x.test/pay', { method: 'POST', body: 'a' }, { idempotencyKey: 'order-1' });
+  await client('http://x.test/pay', { method: 'POST', body: 'b' });
+  assert.equal(seen[0], 'order-1');
+  assert.match(seen[1], /^[0-9a-f-]{36}$/);
+});

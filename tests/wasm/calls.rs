@@ -119,12 +119,13 @@ async fn a_fixed_key_and_the_auto_key_go_under_another_header_on_every_attempt()
 /// table's fixed key is on a POST.)
 #[wasm_bindgen_test]
 async fn a_fixed_key_is_sent_on_every_attempt_of_a_get_without_init() {
-    for client_defaults in [false, true] {
+    for through_a_client in [false, true] {
         let s = seq("503,200");
         let options = opts("baseDelayMs: 1, idempotencyKey: 'order-42'");
-        let call = if client_defaults {
-            let client = create_retry_fetch(options).unwrap();
-            call_client(&client, &s.url, JsValue::UNDEFINED, JsValue::UNDEFINED)
+        let call = if through_a_client {
+            // Per call: a client's defaults cannot hold a key (every call would share it).
+            let client = create_retry_fetch(opts("baseDelayMs: 1")).unwrap();
+            call_client(&client, &s.url, JsValue::UNDEFINED, options)
         } else {
             rf(&s.url, JsValue::UNDEFINED, options)
         };
@@ -138,7 +139,7 @@ async fn a_fixed_key_is_sent_on_every_attempt_of_a_get_without_init() {
         assert_eq!(
             keys,
             [Some("order-42".to_string()), Some("order-42".to_string())],
-            "createRetryFetch: {client_defaults}"
+            "through a client: {through_a_client}"
         );
     }
 }

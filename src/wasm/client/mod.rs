@@ -29,6 +29,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::core::backoff::{delays, Rng, SplitMix64};
+use crate::core::options::KeyMode;
+use crate::wasm::errors::type_error;
 pub use call::Client;
 pub use errors::set_error_classes;
 pub use guards::{AdaptiveThrottleHandle, CircuitBreakerHandle, RetryBudgetHandle};
@@ -58,8 +60,35 @@ pub fn create_retry_fetch(defaults: JsValue) -> Result<JsValue, JsValue> {
     client_function(Rc::new(policy::read(&defaults, &base)?))
 }
 
+/// A key is one operation's: a client's defaults that would send one key with every call
+/// (a fixed `idempotencyKey`, or the key's header in `headers`) are a `TypeError`, as every
+/// payment made through the client would share it and a server that honours keys would
+/// answer them all with the first one's result. The key is given per call instead.
+fn refuse_shared_key(policy: &Policy) -> Result<(), JsValue> {
+    let header = policy.retry.idempotency_header.as_str();
+    let fixed = matches!(policy.retry.idempotency_key, KeyMode::Fixed(_));
+    let in_headers = policy
+        .headers
+        .as_ref()
+        .is_some_and(|h| h.has(header).unwrap_or(false));
+    if !fixed && !in_headers {
+        return Ok(());
+    }
+    let mut msg = String::from("createRetryFetch: ");
+    if fixed {
+        msg.push_str("a fixed \"idempotencyKey\"");
+    } else {
+        msg.push_str("the \"");
+        msg.push_str(header);
+        msg.push_str("\" header in \"headers\"");
+    }
+    msg.push_str(" in a client's defaults would be sent by every call of the client: one key for every payment, which a server that honours keys answers with the first one's result. Give the key per call: client(url, init, { idempotencyKey: key })");
+    Err(type_error(&msg))
+}
+
 /// The function of a client with `policy` as its defaults, and its `extend`.
 fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
+    refuse_shared_key(&policy)?;
     let client = Client::new(policy.clone());
     let f = Closure::<dyn Fn(JsValue, JsValue, JsValue) -> Promise>::new(
         move |input: JsValue, init: JsValue, options: JsValue| client.call(&input, &init, &options),

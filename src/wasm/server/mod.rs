@@ -133,7 +133,8 @@ pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
     // "__proto__" (JSON.parse makes it an own one) stays a member, where an assignment
     // would set the new object's prototype and drop it from the JSON.
     let sort = Closure::<dyn Fn(JsValue, JsValue) -> JsValue>::new(|_key: JsValue, v: JsValue| {
-        if !v.is_object() || js_sys::Array::is_array(&v) {
+        // (A revoked proxy's throw is left to JSON.stringify, which reports it.)
+        if !v.is_object() || crate::wasm::js::is_array(&v).unwrap_or(true) {
             return v;
         }
         let Ok(keys) = crate::wasm::js::object_keys(&v) else {

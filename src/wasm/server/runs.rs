@@ -13,7 +13,6 @@ use std::rc::Rc;
 use js_sys::{Object, Promise};
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{future_to_promise, spawn_local, JsFuture};
 
 use super::flow::Keyed;
@@ -138,7 +137,11 @@ async fn write(store: &Store, reporter: &Reporter, run: &RunRecord) {
 
 /// The history's records of a key, as read (malformed ones left out).
 fn read_runs(value: &JsValue) -> Vec<RunRecord> {
-    let Ok(list) = value.clone().dyn_into::<js_sys::Array>() else {
+    // A copy of ours: a store's list (a proxy, a getter) is read once, and a throw is "none".
+    let Ok(Some(_)) = crate::wasm::js::array_length(value) else {
+        return Vec::new();
+    };
+    let Ok(list) = crate::wasm::js::array_copy(value) else {
         return Vec::new();
     };
     list.iter()
