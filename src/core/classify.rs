@@ -173,6 +173,17 @@ pub fn unfetchable(url: &str) -> Option<&'static str> {
     }
 }
 
+/// Can a request of `method` carry a body? Not a GET nor a HEAD (fetch refuses a body on
+/// either; node:http ignores one). Compared without case.
+///
+/// ```
+/// use retry_fetch::core::classify::method_can_have_body;
+/// assert!(method_can_have_body("POST") && !method_can_have_body("get"));
+/// ```
+pub fn method_can_have_body(method: &str) -> bool {
+    !method.eq_ignore_ascii_case("GET") && !method.eq_ignore_ascii_case("HEAD")
+}
+
 /// Why fetch would not follow a redirect to `url` (the Fetch Standard: only to an `http:` or
 /// `https:` URL, and not to a port [`unfetchable`] refuses), or `None`.
 ///

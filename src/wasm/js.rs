@@ -37,14 +37,15 @@ extern "C" {
     #[wasm_bindgen(js_namespace = Object, js_name = getPrototypeOf, catch)]
     fn prototype_of(value: &JsValue) -> Result<JsValue, JsValue>;
 
-    /// `Array.isArray(value)`, which throws for a revoked proxy.
+    /// `Array.isArray(value)` (a proxy of an array is one), which throws for a revoked proxy.
     #[wasm_bindgen(js_namespace = Array, js_name = isArray, catch)]
-    fn is_array_or_throw(value: &JsValue) -> Result<bool, JsValue>;
+    pub fn is_array(value: &JsValue) -> Result<bool, JsValue>;
 
-    /// `Array.from(value)`: a plain array of a list's items (a proxy's traps and the items'
-    /// getters run once), which can throw.
+    /// `Array.from(value)`: a list's items copied into a plain array of ours (a proxy's traps
+    /// and the items' getters run once; a throw is the `Err`), to be read without anything of
+    /// the caller's running again.
     #[wasm_bindgen(js_namespace = Array, js_name = from, catch)]
-    fn array_from(value: &JsValue) -> Result<js_sys::Array, JsValue>;
+    pub fn array_copy(value: &JsValue) -> Result<js_sys::Array, JsValue>;
 }
 
 #[cfg(feature = "client")]
@@ -64,11 +65,6 @@ pub fn has_plain_prototype(value: &JsValue) -> bool {
     }
 }
 
-/// Is `value` an array (a proxy of one included)? A revoked proxy's throw is the `Err`.
-pub fn is_array(value: &JsValue) -> Result<bool, JsValue> {
-    is_array_or_throw(value)
-}
-
 /// The `length` of `value` if it is an array (`Ok(None)` for anything else), read as a
 /// property (a proxy's trap may throw: the `Err`).
 pub fn array_length(value: &JsValue) -> Result<Option<f64>, JsValue> {
@@ -77,13 +73,6 @@ pub fn array_length(value: &JsValue) -> Result<Option<f64>, JsValue> {
     }
     let length = js_sys::Reflect::get(value, &JsValue::from_str("length"))?;
     Ok(Some(length.as_f64().unwrap_or(0.0)))
-}
-
-/// The items of a list, copied into a plain array of ours (a proxy's traps and the items'
-/// getters run once; a throw is the `Err`), to be read without anything of the caller's
-/// running again.
-pub fn array_copy(value: &JsValue) -> Result<js_sys::Array, JsValue> {
-    array_from(value)
 }
 
 /// `Reflect.get(target, key)`, with `undefined` for anything that is not an object or throws.

@@ -35,13 +35,16 @@ use super::errors::{circuit_open_error, deadline_error, retry_error, timeout_err
 use super::guards::{origin_of, BreakerShared};
 use super::policy::Policy;
 use super::records::{to_js, AttemptRecord, Js, RetryContext, SettledInfo};
-use super::request::{body_blob, copy_headers, fix_request, Body, BodyKind, Template};
+use super::request::{
+    body_blob, copy_headers, fix_request, unsendable_url, Body, BodyKind, Template,
+};
 use super::signals::CallSignals;
 use crate::core::accepted::poll_dropped_headers;
 use crate::core::backoff::Rng;
 use crate::core::budget::Budget;
 use crate::core::classify::{
-    redirect_refused, Outcome, CROSS_ORIGIN_DROPPED_HEADERS, REQUEST_BODY_HEADERS,
+    method_can_have_body, redirect_refused, Outcome, CROSS_ORIGIN_DROPPED_HEADERS,
+    REQUEST_BODY_HEADERS,
 };
 use crate::core::decide::StopReason;
 use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
@@ -131,14 +134,11 @@ impl Seen {
     fn matches(&self, value: &JsValue) -> bool {
         match self {
             Seen::Primitive(v) => v == value,
+            // Item by item, each read once (a throw: no match), no copy made on a hit.
             Seen::Numbers(items) => {
                 matches!(js::array_length(value), Ok(Some(n)) if n == items.len() as f64)
-                    && js::array_copy(value).is_ok_and(|list| {
-                        list.length() as usize == items.len()
-                            && items
-                                .iter()
-                                .zip(list.iter())
-                                .all(|(seen, item)| *seen == item)
+                    && (0u32..).zip(items).all(|(i, seen)| {
+                        js_sys::Reflect::get_u32(value, i).is_ok_and(|item| *seen == item)
                     })
             }
         }
@@ -286,8 +286,8 @@ impl Client {
 /// name such as ky's `retry` or `timeout`) would be ignored, so it is a `TypeError` that
 /// points at the third argument (`retryFetch(url, options)` is told apart this way too).
 /// A plain `init` (an object literal or `Object.create(null)`, every own value a primitive,
-/// the method GET or HEAD, no body, not `redirect: 'error'`) is copied, for the lean path to send and a retry to fix its request
-/// from: `Some(copy)`; `None` for any other.
+/// the method GET or HEAD, no body, not `redirect: 'error'`) is copied, for the lean path to
+/// send and a retry to fix its request from: `Some(copy)`; `None` for any other.
 fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
     // Every own name, enumerable or not: fetch reads them all (and what an init inherits, so
     // one with another prototype, a class instance's, is never plain).
@@ -313,9 +313,7 @@ fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
         plain = !value.is_object()
             && !value.is_function()
             && match name.as_str() {
-                "method" => value.as_string().is_some_and(|m| {
-                    m.eq_ignore_ascii_case("GET") || m.eq_ignore_ascii_case("HEAD")
-                }),
+                "method" => value.as_string().is_some_and(|m| !method_can_have_body(&m)),
                 "body" => value.is_undefined() || value.is_null(),
                 "redirect" => value.as_string().as_deref() != Some("error"),
                 _ => true,
@@ -1162,9 +1160,9 @@ fn redirects_visible() -> bool {
 /// Follow the redirects of a non-idempotent request sent with `redirect: 'manual'`, as fetch
 /// would (RFC 9110 and the Fetch Standard: a 303, and a 301 or 302 of a POST, become a GET
 /// without a body; a 307 or 308 sends the same method and body again; only to an `http:` or
-/// `https:` URL; no credentials to another origin), with the attempt's signal. Returns the final outcome and whether
-/// a redirect was followed: after one, the server took the request, so the call never sends
-/// it again, whatever the target answers or however it fails.
+/// `https:` URL; no credentials to another origin), with the attempt's signal. Returns the
+/// final outcome and whether a redirect was followed: after one, the server took the request,
+/// so the call never sends it again, whatever the target answers or however it fails.
 async fn follow(
     mut outcome: Result<JsValue, JsValue>,
     t: &Template,
@@ -1224,19 +1222,16 @@ async fn follow(
                 let _ = headers.delete(h);
             }
         }
-        if let Some(why) = redirect_refused(&next.href()) {
-            let mut msg = String::from("retryFetch: ");
-            msg.push_str(why);
-            msg.push_str(": ");
-            msg.push_str(&next.href());
-            return (Err(type_error(&msg)), true);
+        let next_url = next.href();
+        if let Some(why) = redirect_refused(&next_url) {
+            return (Err(unsendable_url(why, &next_url)), true);
         }
         if origin_of(&url) != next.origin() {
             for h in CROSS_ORIGIN_DROPPED_HEADERS {
                 let _ = headers.delete(h);
             }
         }
-        url = next.href();
+        url = next_url;
         let hop_init = Object::new();
         js::set(&hop_init, "method", &JsValue::from_str(&method));
         js::set(&hop_init, "headers", &headers);

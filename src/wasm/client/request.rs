@@ -65,6 +65,17 @@ pub struct Template {
     pub body_kind: BodyKind,
 }
 
+/// The `TypeError` for a URL fetch can never send (`why`: from `core::classify`), before
+/// anything is sent: `retryFetch: <why>: <url>`.
+#[cold]
+pub fn unsendable_url(why: &str, url: &str) -> JsValue {
+    let mut msg = String::from("retryFetch: ");
+    msg.push_str(why);
+    msg.push_str(": ");
+    msg.push_str(url);
+    type_error(&msg)
+}
+
 /// `new Request(input, init)`: the platform's `TypeError` when fetch could never send it.
 pub fn fix_request(input: &JsValue, init: &JsValue) -> Result<Request, JsValue> {
     Ok(RequestConstructor::new(input, init)?.unchecked_into())
@@ -97,11 +108,7 @@ impl Template {
         // here, before anything is sent, rather than retried as a network error.
         let url = request.url();
         if let Some(why) = crate::core::classify::unfetchable(&url) {
-            let mut msg = String::from("retryFetch: ");
-            msg.push_str(why);
-            msg.push_str(": ");
-            msg.push_str(&url);
-            return Err(type_error(&msg));
+            return Err(unsendable_url(why, &url));
         }
         let idempotent = is_idempotent_method(&request.method());
         let p = &policy.retry;

@@ -10,6 +10,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortSignal, Headers, ReadableStreamDefaultReader, Request, RequestInit};
 
+use crate::core::classify::method_can_have_body;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
 
@@ -136,7 +137,7 @@ impl Incoming {
         match self {
             Incoming::Web(req) => Ok(req.body_used() || req.body().is_some_and(|b| b.locked())),
             Incoming::Node(src) => {
-                if !method_has_body(&src.method()) {
+                if !method_can_have_body(&src.method()) {
                     return Ok(false);
                 }
                 let stream = src.stream();
@@ -196,7 +197,7 @@ impl Incoming {
         match self {
             Incoming::Web(req) => read_web_body(req, limit).await,
             Incoming::Node(src) => {
-                if !method_has_body(&src.method()) {
+                if !method_can_have_body(&src.method()) {
                     return Ok(Some(None));
                 }
                 let v = JsFuture::from(src.read_body(limit)).await?;
@@ -237,12 +238,6 @@ impl Incoming {
             }
         }
     }
-}
-
-/// Can a request of `method` carry a body the companion reads? Not GET nor HEAD (a fetch
-/// `Request` of either cannot have one; a node:http one's is ignored).
-fn method_has_body(method: &str) -> bool {
-    method != "GET" && method != "HEAD"
 }
 
 /// Do a request's headers declare a body: a `Transfer-Encoding`, or a `Content-Length` other
