@@ -168,7 +168,5 @@ export function chunkBytes(chunk, encoding) {
 
 export { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
 
-/** Does this method carry a body in a fetch Request? (GET and HEAD cannot.) */
-export function methodHasBody(method) {
-  return method !== 'GET' && method !== 'HEAD';
-}
+/** Does this method carry a body in a fetch Request? The companion's rule, from the wasm. */
+export { methodCanHaveBody as methodHasBody } from './server-wasm.js';

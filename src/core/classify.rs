@@ -173,6 +173,19 @@ pub fn unfetchable(url: &str) -> Option<&'static str> {
     }
 }
 
+/// Is `status` one a response can have: a whole number from 100 to 999 (three digits, as
+/// HTTP writes it), or 0 (a browser's opaque response)? A custom `fetch` that resolves with a
+/// `status` of `NaN`, 42 or 200.5 did not give a response.
+///
+/// ```
+/// use retry_fetch::core::classify::is_response_status;
+/// assert!(is_response_status(503.0) && is_response_status(0.0));
+/// assert!(!is_response_status(f64::NAN) && !is_response_status(42.0) && !is_response_status(200.5));
+/// ```
+pub fn is_response_status(status: f64) -> bool {
+    status == 0.0 || ((100.0..=999.0).contains(&status) && status.fract() == 0.0)
+}
+
 /// Can a request of `method` carry a body? Not a GET nor a HEAD (fetch refuses a body on
 /// either; node:http ignores one). Compared without case.
 ///

@@ -351,7 +351,7 @@ export const scenarios = [
   {
     name: 'contract: a transport that resolves to something that is not a Response is a TypeError, not retried',
     async run({ api }) {
-      for (const [label, value] of [['{}', {}], ['42', 42], ['{ status: 200 }', { status: 200 }]]) {
+      for (const [label, value] of [['{}', {}], ['42', 42], ['{ status: 200 }', { status: 200 }], ...[NaN, 42, 200.5, 1000, '200'].map((status) => [`{ status: ${String(status)}, headers }`, { status, headers: new Headers() }])]) {
         let calls = 0;
         const fetch = async () => {
           calls += 1;

@@ -136,38 +136,45 @@ t('1. a client that gives up does not abort the keyed handler: one provider char
   }
 });
 
-t('1. handlerTimeoutMs: a handler that honours its signal is stopped: 503 idempotency-handler-timeout with Retry-After, nothing stored, the key freed', async () => {
-  const spy = spyStore(new MemoryStore());
-  const reasons = [];
-  let runs = 0;
-  const h = idempotency(async (request) => {
-    const run = ++runs;
-    if (run === 1) {
-      try {
-        await aborted(request.signal);
-      } catch (reason) {
-        reasons.push(reason?.name);
-        throw reason;
+// A stopped handler that rethrows the TimeoutError, or catches it and answers its own 500: the
+// same 503, and neither is stored.
+for (const [how, onStop] of [
+  ['rethrows it', (reason) => { throw reason; }],
+  ['answers its own 500', (reason) => Response.json({ error: reason?.name }, { status: 500 })],
+]) {
+  t(`1. handlerTimeoutMs: a handler that honours its signal is stopped (and ${how}): 503 idempotency-handler-timeout with Retry-After, nothing stored, the key freed`, async () => {
+    const spy = spyStore(new MemoryStore());
+    const reasons = [];
+    let runs = 0;
+    const h = idempotency(async (request) => {
+      const run = ++runs;
+      if (run === 1) {
+        try {
+          await aborted(request.signal);
+        } catch (reason) {
+          reasons.push(reason?.name);
+          return onStop(reason);
+        }
       }
-    }
-    return Response.json({ run }, { status: 201 });
-  }, { store: spy.store, identity: false, handlerTimeoutMs: 100, onError: () => {} });
-  const key = newKey();
-  const started = Date.now();
-  const first = await h(keyed(key));
-  const problem = await problemOf(first, 503, 'idempotency-handler-timeout', { retryAfter: true });
-  assert.match(problem.detail, /time limit/);
-  assert.ok(Date.now() - started < 900, 'stopped after handlerTimeoutMs, not after lockTimeoutMs');
-  assert.deepEqual(reasons, ['TimeoutError']);
-  assert.equal(spy.calls.filter(([m]) => m === 'complete').length, 0, 'nothing stored');
-  assert.equal(spy.calls.filter(([m]) => m === 'release').length, 1, 'the key released');
-  const retried = await h(keyed(key));
-  assert.equal(retried.status, 201);
-  assert.equal(retried.headers.get('idempotent-replayed'), null, 'the retry ran the handler again');
-  assert.deepEqual(await retried.json(), { run: 2 });
-  assert.equal((await h(keyed(key))).headers.get('idempotent-replayed'), 'true');
-  assert.equal(runs, 2);
-});
+      return Response.json({ run }, { status: 201 });
+    }, { store: spy.store, identity: false, handlerTimeoutMs: 100, onError: () => {} });
+    const key = newKey();
+    const started = Date.now();
+    const first = await h(keyed(key));
+    const problem = await problemOf(first, 503, 'idempotency-handler-timeout', { retryAfter: true });
+    assert.match(problem.detail, /time limit/);
+    assert.ok(Date.now() - started < 900, 'stopped after handlerTimeoutMs, not after lockTimeoutMs');
+    assert.deepEqual(reasons, ['TimeoutError']);
+    assert.equal(spy.calls.filter(([m]) => m === 'complete').length, 0, 'nothing stored');
+    assert.equal(spy.calls.filter(([m]) => m === 'release').length, 1, 'the key released');
+    const retried = await h(keyed(key));
+    assert.equal(retried.status, 201);
+    assert.equal(retried.headers.get('idempotent-replayed'), null, 'the retry ran the handler again');
+    assert.deepEqual(await retried.json(), { run: 2 });
+    assert.equal((await h(keyed(key))).headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs, 2);
+  });
+}
 
 t('1. handlerTimeoutMs with PostgresStore: the stopped handler\'s ctx.tx writes are rolled back (0 rows), the retry commits once', { skip: pgSkip }, async () => {
   const { store, insert, rows } = await postgresSetup();

@@ -43,8 +43,8 @@ use crate::core::accepted::poll_dropped_headers;
 use crate::core::backoff::Rng;
 use crate::core::budget::Budget;
 use crate::core::classify::{
-    method_can_have_body, redirect_refused, Outcome, CROSS_ORIGIN_DROPPED_HEADERS,
-    REQUEST_BODY_HEADERS,
+    is_response_status, method_can_have_body, redirect_refused, Outcome,
+    CROSS_ORIGIN_DROPPED_HEADERS, REQUEST_BODY_HEADERS,
 };
 use crate::core::decide::StopReason;
 use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
@@ -809,8 +809,8 @@ async fn run_loop(
                 let (outcome_kind, response, error) =
                     match &outcome {
                         Ok(v) => match js::get(v, "status").as_f64() {
-                            Some(s) if response_like(v) => (
-                                Outcome::Status(s.clamp(0.0, 999.0) as u16),
+                            Some(s) if response_like(v) && is_response_status(s) => (
+                                Outcome::Status(s as u16),
                                 Some(v.clone()),
                                 JsValue::UNDEFINED,
                             ),

@@ -155,6 +155,14 @@ pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
     ))
 }
 
+/// `methodCanHaveBody(method)`: whether the adapters pass a request of `method` on with its
+/// body (not a GET nor a HEAD, without case: `core::classify::method_can_have_body`, the rule
+/// the companion applies to the requests it reads). Not public API: the adapters call it.
+#[wasm_bindgen(js_name = methodCanHaveBody, skip_typescript)]
+pub fn method_can_have_body(method: &str) -> bool {
+    crate::core::classify::method_can_have_body(method)
+}
+
 /// `describeValue(value)`: a value as the errors show it (`"3"`, `a function`, `NaN`). Not
 /// public API: the JS side calls it for its own messages.
 #[wasm_bindgen(js_name = describeValue, skip_typescript)]
