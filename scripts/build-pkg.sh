@@ -27,7 +27,7 @@ inputs_hash() {
       if [ -f "$f" ]; then sha256sum "$f"; else echo "absent $f"; fi
     done
     printf '%s\n' "$RF_WASM_MODE" "${RF_WASM_CARGO[*]}" "${RF_BUILD_STD[*]}" "${RF_SIZE_FLAGS[*]}" \
-      "${RF_SIZE_RUSTFLAGS:-}" "${RUSTFLAGS:-}"
+      "${RF_SIZE_RUSTFLAGS:-}" "${RUSTFLAGS:-}" "${RF_WASM_OPT_FLAGS[*]}"
     if [ "$RF_WASM_MODE" = debian ]; then /usr/bin/rustc -vV; else rustc -vV; fi
     wasm-bindgen --version
     node --version
@@ -58,9 +58,7 @@ build_wasm() { # out-name [cargo args...]: cargo build, wasm-bindgen --target we
     "$target_dir/wasm32-unknown-unknown/release/retry_fetch.wasm"
 
   rf_say "wasm-opt -Oz $name (binaryen from npm)"
-  "$WASM_OPT" -Oz --strip-debug --strip-producers \
-    --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-    --enable-mutable-globals --enable-reference-types --enable-multivalue \
+  "$WASM_OPT" "${RF_WASM_OPT_FLAGS[@]}" --strip-debug --strip-producers \
     "$out/${name}_bg.wasm" -o "$out/${name}_bg.wasm"
 }
 
@@ -74,9 +72,7 @@ rf_say "wasm-bindgen --target nodejs (CommonJS entry)"
 mkdir -p "$out/cjs"
 wasm-bindgen --target nodejs --weak-refs --no-typescript --out-dir "$out/cjs" --out-name retry_fetch \
   "$target_dir/wasm32-unknown-unknown/release/retry_fetch.wasm"
-"$WASM_OPT" -Oz --strip-debug --strip-producers \
-  --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-  --enable-mutable-globals --enable-reference-types --enable-multivalue \
+"$WASM_OPT" "${RF_WASM_OPT_FLAGS[@]}" --strip-debug --strip-producers \
   "$out/cjs/retry_fetch_bg.wasm" -o "$out/cjs/retry_fetch_bg.wasm"
 node scripts/short-imports.mjs "$out/cjs/retry_fetch_bg.wasm" "$out/cjs/retry_fetch.js"
 node scripts/guard-glue.mjs "$out/cjs/retry_fetch.js"

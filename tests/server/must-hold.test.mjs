@@ -214,6 +214,28 @@ t('1. handlerTimeoutMs: a handler that ignores its aborted signal and finishes w
   assert.equal(runs, 1);
 });
 
+t('1. MemoryStore: a holder whose event loop was blocked past its lease keeps the key: the waiting duplicate gets its answer, the handler runs once', async () => {
+  let runs = 0;
+  const h = idempotency(async () => {
+    const run = ++runs;
+    await sleep(300); // late in the first renewal interval (a third of the 1000 ms lease)
+    if (run === 1) {
+      const until = performance.now() + 800; // the event loop blocked: the lease lapses meanwhile
+      while (performance.now() < until);
+    }
+    await sleep(20);
+    return Response.json({ run }, { status: 201 });
+  }, { store: new MemoryStore(), identity: false, lockTimeoutMs: 1000, waitTimeoutMs: 5000, onError: () => {} });
+  const key = newKey();
+  const first = h(keyed(key));
+  await sleep(30);
+  const duplicate = h(keyed(key)); // waits for the key, polling
+  const answers = await Promise.all([first, duplicate]);
+  assert.equal(runs, 1, 'the duplicate took the lapsed lock over and ran the handler again');
+  assert.deepEqual(answers.map((a) => a.status), [201, 201]);
+  assert.deepEqual(await Promise.all(answers.map((a) => a.json())), [{ run: 1 }, { run: 1 }]);
+});
+
 // ---------------------------------------------------------------------------------------------
 // 2. A body read before the companion is a server setup error, answered, never a crash.
 

@@ -100,6 +100,20 @@ impl Default for ServerOptions {
     }
 }
 
+/// Is a live holder's renewal overdue at `now` (ms): has no lease of its begun in the last two
+/// renewal intervals (`leased_at`: when the last one began)? A holder renewing every interval
+/// misses two only when the event loop was blocked, and its lease (three intervals) may lapse
+/// in the store before the late renewal runs; a duplicate in the same process must not take
+/// the key meanwhile (the holder's renewal takes it again).
+///
+/// ```
+/// use retry_fetch::core::idempotency::renewal_overdue;
+/// assert!(!renewal_overdue(0.0, 333.0, 665.0) && renewal_overdue(0.0, 333.0, 666.0));
+/// ```
+pub fn renewal_overdue(leased_at: f64, interval_ms: f64, now: f64) -> bool {
+    now - leased_at >= 2.0 * interval_ms
+}
+
 impl ServerOptions {
     /// `waitTimeoutMs`, or `lockTimeoutMs` when it was not given.
     pub fn effective_wait_timeout_ms(&self) -> f64 {

@@ -12,7 +12,9 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::context::Caller;
 use super::settings::{rejects, Common};
-use super::store::{completed_record, lock_record, Renewal, StoredRecord, StoredResponse};
+use super::store::{
+    completed_record, lock_record, overdue_holder, Renewal, StoredRecord, StoredResponse,
+};
 use crate::core::idempotency::{self as idem, Action};
 use crate::core::key::uuid_v4;
 use crate::core::options::MAX_TIMER_MS;
@@ -129,13 +131,22 @@ pub async fn claim(
     loop {
         let now = js_sys::Date::now();
         let lock = lock_record(&k.token, &k.fingerprint, now + o.lock_timeout_ms);
-        let Some(found) = c
-            .store
-            .acquire(&k.store_key, &lock, &k.token, o.lock_timeout_ms)
-            .await
-            .map_err(|e| ClaimError::Store(e, "acquire"))?
-        else {
-            return Ok(Claim::Held);
+        // A holder alive in this process whose renewal is overdue (the event loop was
+        // blocked) still holds the key, whatever its lapsed lease in the store says: taking
+        // the key then would run the handler twice. Its renewal takes the key again.
+        let found = match overdue_holder(&c.store, &k.store_key, now) {
+            Some((token, fingerprint)) => {
+                lock_record(&token, &fingerprint, now + o.lock_timeout_ms).js()
+            }
+            None => match c
+                .store
+                .acquire(&k.store_key, &lock, &k.token, o.lock_timeout_ms)
+                .await
+                .map_err(|e| ClaimError::Store(e, "acquire"))?
+            {
+                Some(found) => found,
+                None => return Ok(Claim::Held),
+            },
         };
         let record = StoredRecord::read(&found).map_err(|e| ClaimError::Store(e, "acquire"))?;
         let action = idem::claim_action(

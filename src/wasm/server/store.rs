@@ -19,7 +19,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{spawn_local, JsFuture};
 
 use super::settings::Reporter;
-use crate::core::idempotency::Record;
+use crate::core::idempotency::{renewal_overdue, Record};
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
 
@@ -618,7 +618,12 @@ struct Renewing {
     token: Rc<str>,
     fingerprint: Rc<str>,
     lock_ms: f64,
+    /// Every how many ms it renews.
+    interval: f64,
     reporter: Reporter,
+    /// When (ms since the epoch) the last lease it holds began: its acquisition, then each
+    /// renewal the store accepted.
+    leased_at: Cell<f64>,
     /// A renewal is in flight.
     busy: Cell<bool>,
     /// The store refused one: the lock is gone.
@@ -647,14 +652,44 @@ fn tick(id: u64) {
     }
     r.busy.set(true);
     spawn_local(async move {
-        let lock = lock_record(&r.token, &r.fingerprint, js_sys::Date::now() + r.lock_ms);
+        let now = js_sys::Date::now();
+        let lock = lock_record(&r.token, &r.fingerprint, now + r.lock_ms);
         match r.store.renew(&r.key, &r.token, &lock, r.lock_ms).await {
-            Ok(true) => {}
+            Ok(true) => r.leased_at.set(now),
+            // The lease lapsed before this renewal could run (the event loop was blocked):
+            // the key is taken again if nobody took it meanwhile, which is all a renewal does.
+            // Not with a transactional store, whose lock lives in the handler's transaction.
+            Ok(false) if !r.store.transactional => {
+                match r.store.acquire(&r.key, &lock, &r.token, r.lock_ms).await {
+                    Ok(None) => r.leased_at.set(now),
+                    Ok(Some(_)) => r.lost.set(true),
+                    Err(error) => {
+                        r.lost.set(true);
+                        r.reporter.store_error(&error, "renew");
+                    }
+                }
+            }
             Ok(false) => r.lost.set(true),
             Err(error) => r.reporter.store_error(&error, "renew"),
         }
         r.busy.set(false);
     });
+}
+
+/// The token and fingerprint of the holder of `key` in `store` that is alive in this process
+/// (it runs and no renewal was refused) and whose renewal is overdue (`core::idempotency`'s
+/// `renewal_overdue`): its lease may have lapsed in the store only because the event loop was
+/// blocked, and its renewal, about to run, will take the key again. `None` otherwise.
+pub fn overdue_holder(store: &Store, key: &str, now: f64) -> Option<(Rc<str>, Rc<str>)> {
+    RENEWALS.with(|all| {
+        all.borrow().0.values().find_map(|r| {
+            (!r.lost.get()
+                && &*r.key == key
+                && renewal_overdue(r.leased_at.get(), r.interval, now)
+                && Object::is(&r.store.object, &store.object))
+            .then(|| (r.token.clone(), r.fingerprint.clone()))
+        })
+    })
 }
 
 /// Keeps a live holder's lock: every `interval` ms, `renew` with the holder's token (the
@@ -677,6 +712,7 @@ impl Renewal {
         interval: f64,
         reporter: Reporter,
     ) -> Renewal {
+        let leased_at = js_sys::Date::now();
         let lost = Rc::new(Cell::new(false));
         let renewing = Rc::new(Renewing {
             store,
@@ -684,7 +720,9 @@ impl Renewal {
             token,
             fingerprint,
             lock_ms,
+            interval,
             reporter,
+            leased_at: Cell::new(leased_at),
             busy: Cell::new(false),
             lost: lost.clone(),
         });
