@@ -388,4 +388,41 @@ test('a client\'s defaults cannot hold one key for every call (idempotencyKey, o
   await client('http://x.test/pay', { method: 'POST', body: 'b' });
   assert.equal(seen[0], 'order-1');
   assert.match(seen[1], /^[0-9a-f-]{36}$/);
+  // Nor a call's idempotencyHeader naming one of the client's default headers: its value
+  // would be every payment's key. Nothing is sent.
+  const tokened = api.createRetryFetch({ headers: { 'X-Client-Token': 'tok-123' }, fetch: async () => (seen.push('sent'), new Response('ok')) });
+  await assert.rejects(
+    tokened('http://x.test/pay', { method: 'POST', body: 'a' }, { idempotencyHeader: 'x-client-token' }),
+    (e) => e instanceof TypeError && /idempotencyHeader/.test(e.message) && /x-client-token/.test(e.message),
+  );
+  assert.equal(seen.length, 2, 'nothing was sent');
+});
+
+test("a client's default Content-Type (or a call's headers option) is sent with a string body; the call's own and FormData's win", async () => {
+  const seen = [];
+  const fetch = async (input, init) => {
+    const request = new Request(input, init);
+    seen.push([request.headers.get('content-type'), await request.text()]);
+    return new Response('ok');
+  };
+  const json = api.createRetryFetch({ headers: { 'Content-Type': 'application/json' }, fetch });
+  await json('http://x.test/', { method: 'POST', body: '{"a":1}' });
+  await json('http://x.test/', { method: 'POST', body: new URLSearchParams('a=1') });
+  await json(new Request('http://x.test/', { method: 'POST', body: '{"b":2}' }));
+  await api.retryFetch('http://x.test/', { method: 'POST', body: '{"c":3}' }, { headers: { 'content-type': 'application/json' }, fetch });
+  await json('http://x.test/', { method: 'POST', body: 'x', headers: { 'Content-Type': 'text/csv' } });
+  await json(new Request('http://x.test/', { method: 'POST', body: 'y', headers: { 'Content-Type': 'text/csv' } }));
+  const form = new FormData();
+  form.append('a', '1');
+  await json('http://x.test/', { method: 'POST', body: form });
+  assert.deepEqual(seen.slice(0, 6), [
+    ['application/json', '{"a":1}'],
+    ['application/json', 'a=1'],
+    ['text/plain;charset=UTF-8', '{"b":2}'], // a Request input's headers are all its own
+    ['application/json', '{"c":3}'],
+    ['text/csv', 'x'],
+    ['text/csv', 'y'],
+  ]);
+  assert.match(seen[6][0], /^multipart\/form-data; boundary=/, 'a FormData body keeps its multipart type');
+  assert.ok(seen[6][1].includes('name="a"'), 'and its bytes');
 });

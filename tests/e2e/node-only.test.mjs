@@ -244,3 +244,31 @@ test('an init whose members are inherited or not enumerable is sent as fetch sen
     await s.close();
   }
 });
+
+test("a Request input's stream body is buffered as a stream: within abort and deadline, up to maxBufferedBodyBytes", { timeout: 20_000 }, async () => {
+  // A stream that yields one byte and then never ends.
+  const stalled = () => new ReadableStream({ start: (c) => c.enqueue(enc('a')), pull: () => new Promise(() => {}) });
+  const post = (url, signal) => new Request(url, { method: 'POST', body: stalled(), duplex: 'half', signal });
+  const s = seq('200');
+  const started = Date.now();
+  const late = await api.retryFetch(post(s.url), undefined, { deadlineMs: 200 }).then(() => assert.fail('resolved'), (e) => e);
+  assert.ok(api.isRetryError(late) && late.reason === 'deadline', `${late?.name}: ${late?.reason}`);
+  assert.ok(Date.now() - started < 5_000, 'ended by the deadline, not by the stream');
+  const controller = new AbortController();
+  const why = new Error('the user left');
+  setTimeout(() => controller.abort(why), 100);
+  const stopped = await api.retryFetch(post(s.url, controller.signal)).then(() => assert.fail('resolved'), (e) => e);
+  assert.equal(stopped, why, 'rejects with the abort reason');
+  assert.equal(s.log().length, 0, 'nothing was sent');
+  // Longer than maxBufferedBodyBytes: sent once, whole, and not retried.
+  const long = seq('503,200');
+  const body = new ReadableStream({ start: (c) => (c.enqueue(new Uint8Array(5_000).fill(98)), c.close()) });
+  const res = await api.retryFetch(new Request(long.url, { method: 'PUT', body, duplex: 'half' }), undefined, { ...fast, maxBufferedBodyBytes: 100 });
+  assert.equal(res.status, 503, 'the 503 is returned, not retried');
+  assert.deepEqual(long.log().map((r) => r.body.length), [5_000], 'sent once, whole');
+  // Within it: replayed byte for byte.
+  const short = seq('503,200');
+  const ok = await api.retryFetch(new Request(short.url, { method: 'PUT', body: 'replayed' }), undefined, fast);
+  assert.equal(ok.status, 200);
+  assert.deepEqual(short.log().map((r) => r.body), ['replayed', 'replayed']);
+});

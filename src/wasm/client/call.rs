@@ -189,10 +189,9 @@ impl Client {
             return Ok((hit.lean.clone(), true));
         }
         let given = super::policy::named(&values)?;
-        let lean = Rc::new(Lean::new(Rc::new(super::policy::apply(
-            &given,
-            self.policy(),
-        )?)));
+        let policy = super::policy::apply(&given, self.policy())?;
+        super::refuse_default_header_as_key(&policy, self.policy())?;
+        let lean = Rc::new(Lean::new(Rc::new(policy)));
         let seen: Option<Vec<(JsValue, Seen)>> = values
             .iter()
             .map(|(key, v)| Seen::of(v).map(|s| (key.clone(), s)))
@@ -239,7 +238,7 @@ impl Client {
         } else {
             let request = fix_request(input, init)?;
             if let Some(defaults) = &policy.headers {
-                add_default_headers(&request, defaults)?;
+                add_default_headers(&request, input, init, defaults)?;
             }
             if !(lean_policy && lean_request(policy, &request)) {
                 let template = Template::new(policy, request, init)?;
@@ -323,10 +322,36 @@ fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
     Ok(plain.then_some(copy))
 }
 
-/// Set each of a client's default `headers` that `request` does not carry already (the
-/// call's own headers win).
-fn add_default_headers(request: &Request, defaults: &Headers) -> Result<(), JsValue> {
-    copy_headers(defaults, &request.headers(), true)
+/// Set each of a client's default `headers` that the call did not set itself (in
+/// `init.headers`, or else on a `Request` input): the call's own win. A default replaces what
+/// `new Request` derived from the body (a string's `text/plain`), as it would have in
+/// `init.headers`, but not a `FormData` body's multipart `Content-Type`, whose boundary the
+/// body's bytes carry.
+fn add_default_headers(
+    request: &Request,
+    input: &JsValue,
+    init: &JsValue,
+    defaults: &Headers,
+) -> Result<(), JsValue> {
+    // The names to leave alone: a copy of the call's own headers.
+    let given = js::get(init, "headers");
+    let own: Headers = if !given.is_undefined() && !given.is_null() {
+        Headers::new_with_str_sequence_sequence(&given)?
+    } else if let Some(input) = input.dyn_ref::<Request>() {
+        Headers::new_with_headers(&input.headers())?
+    } else {
+        Headers::new()?
+    };
+    let headers = request.headers();
+    let multipart = headers.get("content-type")?.is_some_and(|t| {
+        t.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("multipart/form-data")
+    });
+    if multipart {
+        own.set("content-type", "")?;
+    }
+    copy_headers(defaults, &headers, Some(&own))
 }
 
 /// Can a call under `policy` take the lean path (given a lean request)? No guard, no time
@@ -1129,7 +1154,7 @@ fn set_headers(extra: &Headers, given: &JsValue, key_header: &str) -> Result<(),
         msg.push_str(" header: the same key on every attempt is what makes the retry safe");
         return Err(type_error(&msg));
     }
-    copy_headers(&given, extra, false)
+    copy_headers(&given, extra, None)
 }
 
 /// The most redirects one attempt follows (fetch's own limit).
@@ -1312,7 +1337,7 @@ fn poll_init(
 ) -> Result<(JsValue, JsValue), JsValue> {
     let headers = Headers::new_with_headers(&t.request.headers())?;
     if let Some(extra) = extra {
-        copy_headers(extra, &headers, false)?;
+        copy_headers(extra, &headers, None)?;
     }
     let same_origin = origin_of(&t.request.url()) == origin_of(url);
     for name in poll_dropped_headers(key_header, same_origin) {
@@ -1373,7 +1398,7 @@ fn attempt_init(
             headers.set("X-Original-Request-At", at)?;
         }
         if let Some(extra) = extra {
-            copy_headers(extra, &headers, false)?;
+            copy_headers(extra, &headers, None)?;
         }
         js::set(&init, "headers", &headers);
     }

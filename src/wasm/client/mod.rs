@@ -86,6 +86,26 @@ fn refuse_shared_key(policy: &Policy) -> Result<(), JsValue> {
     Err(type_error(&msg))
 }
 
+/// A call's `idempotencyHeader` naming one of its client's default headers (`defaults`) is a
+/// `TypeError`: that header's value, the same on every call, would be every payment's key.
+pub(super) fn refuse_default_header_as_key(
+    policy: &Policy,
+    defaults: &Policy,
+) -> Result<(), JsValue> {
+    let header = policy.retry.idempotency_header.as_str();
+    if !defaults
+        .headers
+        .as_ref()
+        .is_some_and(|h| h.has(header).unwrap_or(false))
+    {
+        return Ok(());
+    }
+    let mut msg = String::from("retryFetch: invalid option \"idempotencyHeader\": \"");
+    msg.push_str(header);
+    msg.push_str("\" is one of the client's default headers, sent by every call of the client: as the key, one key for every payment, which a server that honours keys answers with the first one's result");
+    Err(type_error(&msg))
+}
+
 /// The function of a client with `policy` as its defaults, and its `extend`.
 fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
     refuse_shared_key(&policy)?;

@@ -305,7 +305,7 @@ pub fn apply(given: &[(&'static str, JsValue)], base: &Policy) -> Result<Policy,
                     Some(h) => web_sys::Headers::new_with_headers(h)?,
                     None => web_sys::Headers::new()?,
                 };
-                super::request::copy_headers(&given, &merged, false)?;
+                super::request::copy_headers(&given, &merged, None)?;
                 out.headers = Some(merged);
             }
             "budget" => {

@@ -81,13 +81,15 @@ pub fn fix_request(input: &JsValue, init: &JsValue) -> Result<Request, JsValue> 
     Ok(RequestConstructor::new(input, init)?.unchecked_into())
 }
 
-/// What kind of body `init.body` (or a `Request` input's body) is.
+/// What kind of body `init.body` (or a `Request` input's body) is. A `Request` input's body
+/// is a stream whatever made it (a string or a `ReadableStream` that may never end): it is
+/// buffered as one, up to the limit and within the call's abort and deadline.
 fn body_kind(request: &Request, init: &JsValue) -> BodyKind {
     if request.body().is_none() {
         return BodyKind::None;
     }
     let body = js::get(init, "body");
-    if body.is_instance_of::<ReadableStream>() {
+    if body.is_undefined() || body.is_instance_of::<ReadableStream>() {
         BodyKind::Stream
     } else if body.is_object()
         && !body.is_instance_of::<web_sys::Blob>()
@@ -190,19 +192,18 @@ async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsVal
     }
 }
 
-/// Set every header of `from` (a `Headers`) on `to`; with `keep_present`, not those `to`
-/// already has. One helper for the client's default headers, `beforeRetry`'s and an
-/// attempt's.
+/// Set every header of `from` (a `Headers`) on `to`, but those `skip` has. One helper for the
+/// client's default headers, `beforeRetry`'s and an attempt's.
 pub fn copy_headers(
     from: &JsValue,
     to: &web_sys::Headers,
-    keep_present: bool,
+    skip: Option<&web_sys::Headers>,
 ) -> Result<(), JsValue> {
     if let Ok(Some(entries)) = js_sys::try_iter(from) {
         for entry in entries.flatten() {
             let pair = Array::from(&entry);
             if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
-                if !(keep_present && to.has(&name)?) {
+                if !skip.map_or(Ok(false), |s| s.has(&name))? {
                     to.set(&name, &value)?;
                 }
             }
