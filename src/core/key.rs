@@ -159,6 +159,54 @@ pub fn header_value(key: &str, format: KeyFormat) -> String {
     }
 }
 
+/// The key a header value carries, as [`header_value`] wrote it: with `sf-string`, a quoted
+/// string's content (its `\"` and `\\` unescaped); anything else (a value that is not a
+/// well-formed sf-string, or the `plain` format) as it is. `RetryError.idempotencyKey` and the
+/// hooks report this, so that passing it back as `idempotencyKey` sends the same header.
+///
+/// ```
+/// use retry_fetch::core::key::{header_value, key_of_header};
+/// use retry_fetch::core::options::KeyFormat;
+/// assert_eq!(key_of_header("\"order-42\"", KeyFormat::SfString), "order-42");
+/// assert_eq!(key_of_header(&header_value("a\"b", KeyFormat::SfString), KeyFormat::SfString), "a\"b");
+/// assert_eq!(key_of_header("order-42", KeyFormat::SfString), "order-42");
+/// assert_eq!(key_of_header("\"x\"", KeyFormat::Plain), "\"x\"");
+/// ```
+pub fn key_of_header(value: &str, format: KeyFormat) -> String {
+    match (format, value.strip_prefix('"')) {
+        (KeyFormat::SfString, Some(rest)) => {
+            parse_sf_string(rest).unwrap_or_else(|_| value.to_string())
+        }
+        _ => value.to_string(),
+    }
+}
+
+/// The body of an sf-string (RFC 8941 §3.3.3) after its opening quote: up to the closing
+/// quote, which must end the value; `\"` and `\\` unescaped.
+pub fn parse_sf_string(rest: &str) -> Result<String, KeyError> {
+    let mut out = String::with_capacity(rest.len());
+    let mut chars = rest.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('"' | '\\')) => out.push(e),
+                _ => return Err(KeyError::BadSfString),
+            },
+            '"' => {
+                return if chars.as_str().is_empty() {
+                    Ok(out)
+                } else {
+                    Err(KeyError::BadSfString)
+                };
+            }
+            // RFC 8941: an sf-string holds %x20-7E only; anything else is a parse error.
+            ' '..='~' => out.push(c),
+            _ => return Err(KeyError::BadSfString),
+        }
+    }
+    Err(KeyError::BadSfString) // no closing quote
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

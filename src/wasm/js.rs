@@ -24,6 +24,12 @@ extern "C" {
     #[wasm_bindgen(js_name = clearTimeout)]
     pub fn clear_timeout(handle: &JsValue);
 
+    /// `Object.prototype.toString.call(value)`: `"[object Map]"`, `"[object Date]"`... for a
+    /// built-in object, `"[object Object]"` for others (a proxy's trap or a `Symbol.toStringTag`
+    /// getter can make it throw).
+    #[wasm_bindgen(js_namespace = ["Object", "prototype", "toString"], js_name = call, catch)]
+    pub fn object_tag(value: &JsValue) -> Result<JsString, JsValue>;
+
     /// `Object.keys(value)`, which a proxy can make throw.
     #[wasm_bindgen(js_namespace = Object, js_name = keys, catch)]
     pub fn object_keys(value: &JsValue) -> Result<js_sys::Array, JsValue>;

@@ -50,12 +50,25 @@ pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)
     if options.is_undefined() || options.is_null() {
         return Ok(out);
     }
+    // A Map's or a Date's entries are not properties: such an object is refused, not read as
+    // no options at all.
+    let builtin = || {
+        js::object_tag(options)
+            .map(String::from)
+            .ok()
+            .filter(|t| t != "[object Object]")
+    };
     if !options.is_object() || js::is_array(options)? {
-        let mut msg = String::from(api);
-        msg.push_str(": invalid options: got ");
-        msg.push_str(&describe(options));
-        msg.push_str("; expected an object or undefined");
-        return Err(type_error(&msg));
+        return Err(invalid_options(api, &describe(options)));
+    }
+    if let Some(tag) = builtin() {
+        let kind = tag
+            .strip_prefix("[object ")
+            .and_then(|t| t.strip_suffix(']'));
+        return Err(invalid_options(
+            api,
+            &format!("a {}", kind.unwrap_or("built-in object")),
+        ));
     }
     for key in object_keys(options)?.iter() {
         let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
@@ -64,6 +77,16 @@ pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)
         }
     }
     Ok(out)
+}
+
+/// `<api>: invalid options: got <got>; expected an object or undefined`, a `TypeError`.
+#[cold]
+fn invalid_options(api: &str, got: &str) -> JsValue {
+    let mut msg = String::from(api);
+    msg.push_str(": invalid options: got ");
+    msg.push_str(got);
+    msg.push_str("; expected an object or undefined");
+    type_error(&msg)
 }
 
 /// Each of `values` by its name in `known` (the second half of [`given`]): an unknown name is

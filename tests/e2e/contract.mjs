@@ -49,8 +49,8 @@ const names = (message, word) => new RegExp(`(^|[^A-Za-z0-9_])${word}([^A-Za-z0-
  * `retryFetch(input, init)` must be a TypeError (not a RetryError) before anything is sent:
  * with the default transport, and with a counting `fetch` option that must never be called.
  */
-async function refusedBeforeSending(api, input, init, label) {
-  const plain = await rejects(api.retryFetch(input, init, fast), `${label}: was accepted`);
+async function refusedBeforeSending(api, input, init, label, options = {}) {
+  const plain = await rejects(api.retryFetch(input, init, { ...fast, ...options }), `${label}: was accepted`);
   equal(plain?.name, 'TypeError', `${label}:`);
   ok(!api.isRetryError(plain), `${label}: a RetryError (${plain?.message}), as if a network error was retried`);
   let calls = 0;
@@ -58,7 +58,7 @@ async function refusedBeforeSending(api, input, init, label) {
     calls += 1;
     return fetch(i, n);
   };
-  const viaOption = await rejects(api.retryFetch(input, init, { ...fast, fetch: counting }), `${label}: was accepted (fetch option)`);
+  const viaOption = await rejects(api.retryFetch(input, init, { ...fast, ...options, fetch: counting }), `${label}: was accepted (fetch option)`);
   equal(viaOption?.name, 'TypeError', `${label} (fetch option):`);
   ok(!api.isRetryError(viaOption), `${label} (fetch option): a RetryError (${viaOption?.message})`);
   equal(calls, 0, `${label}: the transport was called`);
@@ -617,6 +617,8 @@ export const scenarios = [
       const s = seq('reset,reset,200');
       for (const [value, label] of [['', 'empty'], ['   ', 'blank'], ['k'.repeat(300), '300 characters']]) {
         await refusedBeforeSending(api, s.url, { method: 'POST', body: 'pay', headers: { 'Idempotency-Key': value } }, `a key header ${label}`);
+        // No body and idempotencyKey: false (the fast path's shape): the caller's key still counts.
+        await refusedBeforeSending(api, s.url, { method: 'POST', headers: { 'Idempotency-Key': value } }, `a key header ${label}, no body`, { idempotencyKey: false });
       }
       equal((await s.log()).length, 0, 'nothing was sent:');
       for (const near of ['Auto', 'AUTO']) {

@@ -426,3 +426,60 @@ test("a client's default Content-Type (or a call's headers option) is sent with 
   assert.match(seen[6][0], /^multipart\/form-data; boundary=/, 'a FormData body keeps its multipart type');
   assert.ok(seen[6][1].includes('name="a"'), 'and its bytes');
 });
+
+test("with idempotencyKeyFormat 'sf-string', a key the caller put in the header is reported unquoted: given back, it sends the same header", async () => {
+  const sent = [];
+  const fetch = async (input, init) => {
+    sent.push(new Request(input, init).headers.get('idempotency-key'));
+    throw new TypeError('fetch failed');
+  };
+  const options = { idempotencyKeyFormat: 'sf-string', maxAttempts: 1, fetch };
+  const first = await api.retryFetch('http://x.test/pay', { method: 'POST', body: 'pay', headers: { 'Idempotency-Key': '"order-42"' } }, options).then(() => assert.fail('resolved'), (e) => e);
+  assert.equal(first.idempotencyKey, 'order-42');
+  await api.retryFetch('http://x.test/pay', { method: 'POST', body: 'pay' }, { ...options, idempotencyKey: first.idempotencyKey }).catch(() => {});
+  assert.deepEqual(sent, ['"order-42"', '"order-42"']);
+});
+
+test("every client signal in an extend chain still cancels a call that gives its own", async () => {
+  const hanging = (input, init) =>
+    new Promise((_, reject) => {
+      const signal = init?.signal ?? input.signal;
+      signal.addEventListener('abort', () => reject(signal.reason));
+    });
+  for (const which of [0, 1, 2]) {
+    const controllers = [new AbortController(), new AbortController(), new AbortController()];
+    const client = api.createRetryFetch({ signal: controllers[0].signal, fetch: hanging }).extend({ signal: controllers[1].signal });
+    const call = client('http://x.test/', undefined, { signal: controllers[2].signal });
+    const reason = new Error(`signal ${which}`);
+    setTimeout(() => controllers[which].abort(reason), 10);
+    assert.equal(await Promise.race([call.catch((e) => e), new Promise((r) => setTimeout(r, 3_000, 'still running'))]), reason, `signal ${which}`);
+  }
+});
+
+test("a polyfill's signal without a reason rejects the call with an AbortError (already aborted, or during a wait)", async () => {
+  class PolyfillSignal {
+    aborted = false;
+    listeners = [];
+    addEventListener(_type, f) { this.listeners.push(f); }
+    removeEventListener(_type, f) { this.listeners = this.listeners.filter((g) => g !== f); }
+    abort() { this.aborted = true; for (const f of this.listeners) f({ type: 'abort' }); }
+  }
+  const already = new PolyfillSignal();
+  already.aborted = true;
+  const first = await api.retryFetch('http://x.test/', undefined, { signal: already, fetch: memoryFetch(() => 503) }).catch((e) => e);
+  assert.equal(first?.name, 'AbortError', `already aborted: ${first}`);
+  const later = new PolyfillSignal();
+  setTimeout(() => later.abort(), 30);
+  const waiting = await api.retryFetch('http://x.test/', undefined, { signal: later, baseDelayMs: 1_000, jitter: 'none', fetch: memoryFetch(() => 503) }).catch((e) => e);
+  assert.equal(waiting?.name, 'AbortError', `aborted during the wait: ${waiting}`);
+});
+
+test('a Map or a Date as the options is a TypeError, not read as no options', async () => {
+  for (const options of [new Map([['maxAttempts', 0]]), new Date(0)]) {
+    const kind = options.constructor.name;
+    await assert.rejects(api.retryFetch('http://x.test/', undefined, options), (e) => e instanceof TypeError && e.message.includes(`a ${kind}`), kind);
+    assert.throws(() => api.createRetryFetch(options), TypeError, kind);
+    assert.throws(() => api.backoffDelays(options, 1), TypeError, kind);
+    assert.throws(() => new api.RetryBudget(options), TypeError, kind);
+  }
+});

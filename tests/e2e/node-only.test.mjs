@@ -272,3 +272,32 @@ test("a Request input's stream body is buffered as a stream: within abort and de
   assert.equal(ok.status, 200);
   assert.deepEqual(short.log().map((r) => r.body), ['replayed', 'replayed']);
 });
+
+test('a hook that throws (or gives what it must not) ends the call and closes the failed response', { timeout: 30_000 }, async () => {
+  const http = await import('node:http');
+  const closed = new Map(); // path -> resolve, when the client closed the connection
+  const server = http.createServer((req, res) => {
+    res.writeHead(503, { 'content-type': 'text/plain' }); // a body that never ends
+    const timer = setInterval(() => res.write('chunk\n'), 50);
+    res.on('close', () => (clearInterval(timer), closed.get(req.url)?.()));
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${server.address().port}`;
+  const hooks = {
+    '/should-throws': { shouldRetry: () => { throw new Error('no'); } },
+    '/should-not-boolean': { shouldRetry: () => 'yes' },
+    '/on-retry-throws': { onRetry: () => { throw new Error('no'); } },
+    '/before-retry-key': { beforeRetry: () => ({ 'Idempotency-Key': 'x' }) },
+  };
+  try {
+    for (const [path, options] of Object.entries(hooks)) {
+      const seen = new Promise((resolve) => closed.set(path, () => resolve(true)));
+      await assert.rejects(api.retryFetch(base + path, undefined, { baseDelayMs: 1, ...options }), path);
+      const wasClosed = await Promise.race([seen, new Promise((resolve) => setTimeout(resolve, 3_000, false))]);
+      assert.ok(wasClosed, `${path}: the 503's connection is still open after the call ended`);
+    }
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});

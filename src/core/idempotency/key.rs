@@ -1,7 +1,7 @@
 //! Reading a key: the header's plain or RFC 8941 sf-string form, at most 255 visible ASCII
 //! characters; an invalid key is the request's 400.
 
-pub use crate::core::key::{validate_key, KeyError, MAX_KEY_LEN};
+pub use crate::core::key::{parse_sf_string, validate_key, KeyError, MAX_KEY_LEN};
 
 /// Read the key from a header value, in plain form (`abc`) or in the IETF draft's
 /// structured-field string form (`"abc"`, RFC 8941 §3.3.3, with `\"` and `\\` escapes), then
@@ -25,30 +25,4 @@ pub fn parse_key(value: &str) -> Result<String, KeyError> {
     };
     validate_key(&key)?;
     Ok(key)
-}
-
-/// The body of an sf-string after its opening quote: up to the closing quote, which must
-/// end the value.
-fn parse_sf_string(rest: &str) -> Result<String, KeyError> {
-    let mut out = String::with_capacity(rest.len());
-    let mut chars = rest.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => match chars.next() {
-                Some(e @ ('"' | '\\')) => out.push(e),
-                _ => return Err(KeyError::BadSfString),
-            },
-            '"' => {
-                return if chars.as_str().is_empty() {
-                    Ok(out)
-                } else {
-                    Err(KeyError::BadSfString)
-                };
-            }
-            // RFC 8941: an sf-string holds %x20-7E only; anything else is a parse error.
-            ' '..='~' => out.push(c),
-            _ => return Err(KeyError::BadSfString),
-        }
-    }
-    Err(KeyError::BadSfString) // no closing quote
 }

@@ -367,12 +367,16 @@ fn lean_policy(policy: &Policy) -> bool {
         && p.retries_no_status_below_400()
 }
 
-/// Is `request` lean: no body, no key of ours to add, and not `redirect: 'error'` (which
-/// the loop sends with 'manual', to tell a redirect from a network error)?
+/// Is `request` lean: no body, no key of ours to add, no key of the caller's on a
+/// non-idempotent request (checked before anything is sent, by `Template::new`), and not
+/// `redirect: 'error'` (which the loop sends with 'manual', to tell a redirect from a network
+/// error)?
 fn lean_request(policy: &Policy, request: &Request) -> bool {
-    let idempotent = || crate::core::classify::is_idempotent_method(&request.method());
+    let idempotent = crate::core::classify::is_idempotent_method(&request.method());
+    let header = policy.retry.idempotency_header.as_str();
     request.body().is_none()
-        && !policy.retry.idempotency_key.may_add_key(idempotent())
+        && !policy.retry.idempotency_key.may_add_key(idempotent)
+        && (idempotent || !request.headers().has(header).unwrap_or(true))
         && js::get(request, "redirect").as_string().as_deref() != Some("error")
 }
 
@@ -697,7 +701,7 @@ async fn run_loop(
     let mut signals = CallSignals::new(
         t.request.signal().into(),
         policy.signal.as_ref(),
-        policy.default_signal.as_ref(),
+        &policy.default_signals,
     );
     if let Some(reason) = signals.aborted() {
         return Err(reason);
@@ -794,21 +798,43 @@ async fn run_loop(
     }
     // A hook's value (a throw or a rejection is the call's error), bounded by the call's
     // signals and deadline: a promise that never settles cannot hold the call.
+    // Runs a hook within the abort and the deadline. A hook that throws (or an abort) ends
+    // the call: the newest response, and `$offered` (the clone `shouldRetry` was given), are
+    // cancelled, so their connection is not kept open.
     macro_rules! run_hook {
-        ($hook:expr, $ctx:expr) => {{
+        ($hook:expr, $ctx:expr, $offered:expr) => {{
             let step = pin!(call_hook($hook, &$ctx));
-            match bounded(
+            let ended = match bounded(
                 &mut signals,
                 engine.deadline_left_ms(js_sys::Date::now()),
                 step,
             )
             .await
             {
-                Bounded::Done(v) => v?,
-                Bounded::Aborted(reason) => return abandon(newest.response.as_ref(), reason),
-                Bounded::TimeUp => {
-                    next = Next::Step(engine.hook_timed_out());
-                    continue;
+                Bounded::Done(Ok(v)) => Ok(v),
+                Bounded::Done(Err(e)) | Bounded::Aborted(e) => Err(Some(e)),
+                Bounded::TimeUp => Err(None),
+            };
+            match ended {
+                Ok(v) => v,
+                Err(failed) => {
+                    // (The clone is the response itself when it could not be cloned.)
+                    if let Some(clone) = $offered {
+                        if !newest
+                            .response
+                            .as_ref()
+                            .is_some_and(|r| JsValue::eq(clone, r))
+                        {
+                            discard(clone);
+                        }
+                    }
+                    match failed {
+                        Some(e) => return abandon(newest.response.as_ref(), e),
+                        None => {
+                            next = Next::Step(engine.hook_timed_out());
+                            continue;
+                        }
+                    }
                 }
             }
         }};
@@ -1049,7 +1075,7 @@ async fn run_loop(
                         &newest,
                         key.as_deref(),
                     );
-                    let verdict = run_hook!(hook, ctx);
+                    let verdict = run_hook!(hook, ctx, offered.as_ref());
                     if let (Some(o), Some(r)) = (&offered, &newest.response) {
                         if !JsValue::eq(o, r) {
                             // Not awaited: a clone's (a tee branch's) cancel settles only once
@@ -1062,15 +1088,16 @@ async fn run_loop(
                     retry = match verdict.as_bool() {
                         Some(b) => b,
                         None => {
-                            return Err(type_error(
-                                "retryFetch: shouldRetry must return true or false (or a promise of one)",
-                            ))
+                            return abandon(
+                                newest.response.as_ref(),
+                                type_error("retryFetch: shouldRetry must return true or false (or a promise of one)"),
+                            )
                         }
                     };
                 }
                 if let (true, Some(hook)) = (retry, &policy.on_retry) {
                     let ctx = retry_context(attempt, delay, reason, None, &newest, key.as_deref());
-                    run_hook!(hook, ctx);
+                    run_hook!(hook, ctx, None::<&JsValue>);
                 }
                 Next::Step(engine.hooks_done(retry, js_sys::Date::now()))
             }
@@ -1103,13 +1130,15 @@ async fn run_loop(
                         &newest,
                         key.as_deref(),
                     );
-                    let changed = run_hook!(hook, ctx);
+                    let changed = run_hook!(hook, ctx, None::<&JsValue>);
                     if !changed.is_undefined() && !changed.is_null() {
                         let headers = match extra.take() {
                             Some(h) => h,
                             None => Headers::new()?,
                         };
-                        set_headers(&headers, &changed, &p.idempotency_header)?;
+                        if let Err(e) = set_headers(&headers, &changed, &p.idempotency_header) {
+                            return abandon(newest.response.as_ref(), e);
+                        }
                         extra = Some(headers);
                     }
                 }

@@ -33,9 +33,9 @@ pub struct Policy {
     pub retry: RetryPolicy,
     /// `signal`: cancels the call. Default none.
     pub signal: Option<JsValue>,
-    /// A `createRetryFetch` client's default `signal` when a call gives its own: both cancel
-    /// the call. Default none.
-    pub default_signal: Option<JsValue>,
+    /// The `signal`s of a `createRetryFetch` client (and of each `extend` over it) that a
+    /// later one was given over: every one of them cancels the call too. Default none.
+    pub default_signals: Vec<JsValue>,
     /// `shouldRetry(ctx)`: the caller's veto on a retry. Default none.
     pub should_retry: Option<Function>,
     /// `onRetry(info)`: called before each wait. Default none.
@@ -73,7 +73,7 @@ impl Default for Policy {
         Policy {
             retry: RetryPolicy::default(),
             signal: None,
-            default_signal: None,
+            default_signals: Vec::new(),
             should_retry: None,
             on_retry: None,
             before_retry: None,
@@ -208,7 +208,7 @@ pub fn apply(given: &[(&'static str, JsValue)], base: &Policy) -> Result<Policy,
                 "maxRetryAfterMs" => p.max_retry_after_ms = None,
                 "signal" => {
                     out.signal = None;
-                    out.default_signal = None;
+                    out.default_signals.clear();
                 }
                 "shouldRetry" => out.should_retry = None,
                 "onRetry" => out.on_retry = None,
@@ -284,7 +284,7 @@ pub fn apply(given: &[(&'static str, JsValue)], base: &Policy) -> Result<Policy,
                 }
                 // A client's default signal still cancels the call (ky, and init.signal,
                 // combine too).
-                out.default_signal = out.signal.take().or(out.default_signal.take());
+                out.default_signals.extend(out.signal.take());
                 out.signal = Some(v);
             }
             "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => {

@@ -24,7 +24,7 @@ use super::bindings::RequestConstructor;
 use super::policy::Policy;
 use super::signals::ignore_rejection;
 use crate::core::classify::is_idempotent_method;
-use crate::core::key::{header_value, is_valid_key, uuid_v4, KEY_EXPECTED};
+use crate::core::key::{header_value, is_valid_key, key_of_header, uuid_v4, KEY_EXPECTED};
 use crate::core::options::KeyMode;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
@@ -116,7 +116,14 @@ impl Template {
         let p = &policy.retry;
         let header = p.idempotency_header.as_str();
         let headers = request.headers();
-        let existing = || headers.get(header).ok().flatten();
+        // A key the caller set: as the header's format carries it (sf-string: unquoted).
+        let existing = || {
+            headers
+                .get(header)
+                .ok()
+                .flatten()
+                .map(|v| key_of_header(&v, p.idempotency_key_format))
+        };
         let (key, add) = match &p.idempotency_key {
             mode if !mode.may_add_key(idempotent) => (existing(), false),
             KeyMode::Fixed(k) => (Some(k.clone()), true),

@@ -32,9 +32,20 @@ fn listen(signal: &JsValue, method: &str, listener: &Function) {
     }
 }
 
-/// Is `signal` aborted? Its `reason` then.
+/// Is `signal` aborted? Its reason then.
 fn reason_if_aborted(signal: &JsValue) -> Option<JsValue> {
-    (js::get(signal, "aborted").as_bool() == Some(true)).then(|| js::get(signal, "reason"))
+    (js::get(signal, "aborted").as_bool() == Some(true)).then(|| reason_of(signal))
+}
+
+/// An aborted signal's `reason`, or (a polyfill's signal that has none) the `AbortError`
+/// `DOMException` a native signal aborted without a reason carries.
+fn reason_of(signal: &JsValue) -> JsValue {
+    let reason = js::get(signal, "reason");
+    if !reason.is_undefined() {
+        return reason;
+    }
+    web_sys::DomException::new_with_message_and_name("This operation was aborted", "AbortError")
+        .map_or(reason, JsValue::from)
 }
 
 /// A listener added to a signal, removed when dropped.
@@ -70,15 +81,13 @@ impl CallSignals {
     pub fn new(
         request_signal: JsValue,
         option_signal: Option<&JsValue>,
-        default_signal: Option<&JsValue>,
+        default_signals: &[JsValue],
     ) -> CallSignals {
         let mut list = vec![request_signal];
         if let Some(s) = option_signal {
             list.push(s.clone());
         }
-        if let Some(s) = default_signal {
-            list.push(s.clone());
-        }
+        list.extend(default_signals.iter().cloned());
         CallSignals {
             has_option_signal: option_signal.is_some(),
             list,
@@ -103,7 +112,7 @@ impl CallSignals {
             for signal in &self.list {
                 let (s, r) = (signal.clone(), reject.clone());
                 let listener = Closure::<dyn FnMut()>::new(move || {
-                    let _ = r.call1(&JsValue::UNDEFINED, &js::get(&s, "reason"));
+                    let _ = r.call1(&JsValue::UNDEFINED, &reason_of(&s));
                 });
                 listen(
                     signal,
@@ -238,9 +247,8 @@ impl AttemptAbort {
             Err(_) => {
                 for s in &call.list {
                     let (sig, c) = (s.clone(), controller.clone());
-                    let listener = Closure::<dyn FnMut()>::new(move || {
-                        c.abort_with_reason(&js::get(&sig, "reason"))
-                    });
+                    let listener =
+                        Closure::<dyn FnMut()>::new(move || c.abort_with_reason(&reason_of(&sig)));
                     listen(s, "addEventListener", listener.as_ref().unchecked_ref());
                     links.push(Link {
                         signal: s.clone(),
