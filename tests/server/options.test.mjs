@@ -65,6 +65,8 @@ test('invalid options are TypeErrors naming the option, the value and what is al
   assert.throws(() => idempotency('handler'), { name: 'TypeError', message: 'idempotency: the handler must be a function (request, ctx) => Promise<Response>; got "handler"' });
   assert.throws(() => toNodeHandler(undefined), { name: 'TypeError', message: /toNodeHandler: the handler must be a function/ });
   assert.throws(() => toNodeHandler(ok, { onError: 1 }), { name: 'TypeError', message: 'toNodeHandler: invalid option "onError": got 1; expected a function' });
+  assert.throws(() => toNodeHandler(ok, { onErorr() {} }), { name: 'TypeError', message: 'toNodeHandler: unknown option "onErorr" (did you mean "onError"?)' });
+  toNodeHandler(ok, { onErorr: undefined });
   // undefined (and null for the whole object) means the default; every valid value is accepted.
   idempotency(ok, undefined);
   idempotency(ok, null);
