@@ -262,7 +262,7 @@ export interface IdempotentOptions<Input, Tx = unknown> {
    * Called once when a job reaches `maxRuns`, before the failure is stored: move the job to
    * your own queue or table. If it throws or rejects, nothing is stored and the delivery
    * rejects with its error: the next delivery tries again (so it is at least once: make it
-   * idempotent on `record.key`).
+   * idempotent on `record.key`). Needs `maxRuns` (a `TypeError` without it).
    * @default none
    */
   onDeadLetter?: (record: DeadLetter<Input>) => void | Promise<void>;

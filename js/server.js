@@ -12,7 +12,7 @@ import { hostname } from 'node:os';
 import { Readable } from 'node:stream';
 import { setContextCapture, setDefaultStore, setInstance } from './server-wasm.js';
 import { MemoryStore } from './memory-store.js';
-import { describe, optionError } from './store-support.js';
+import { checkOptionNames, describe, optionError } from './store-support.js';
 import { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
 
 setDefaultStore(() => new MemoryStore());
@@ -283,6 +283,7 @@ export function toNodeHandler(handler, options) {
   if (options !== undefined && (typeof options !== 'object' || options === null)) {
     throw optionError('toNodeHandler', 'options', options, 'an object { onError? }');
   }
+  if (options) checkOptionNames('toNodeHandler', options, ['onError']);
   const report = options?.onError ?? ((error) => console.error('retry-fetch/server: the handler failed:', error));
   if (typeof report !== 'function') throw optionError('toNodeHandler', 'onError', report, 'a function');
   const onError = (error) => {

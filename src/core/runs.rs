@@ -204,9 +204,29 @@ pub fn max_runs(v: f64) -> Result<u32, OptionError> {
     }
 }
 
+/// What `onDeadLetter` needs beside it.
+pub const DEAD_LETTER_EXPECTED: &str =
+    "maxRuns beside it: onDeadLetter needs maxRuns (it is called when a job reaches maxRuns)";
+
+/// `onDeadLetter` is called when a job reaches `maxRuns`: set without `maxRuns`, it never
+/// would be.
+pub fn on_dead_letter(max_runs: Option<u32>) -> Result<(), OptionError> {
+    match max_runs {
+        Some(_) => Ok(()),
+        None => Err(OptionError::new("onDeadLetter", DEAD_LETTER_EXPECTED)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_dead_letter_needs_max_runs() {
+        assert!(on_dead_letter(Some(3)).is_ok());
+        let e = on_dead_letter(None).err().map(|e| (e.option, e.expected));
+        assert_eq!(e, Some(("onDeadLetter", DEAD_LETTER_EXPECTED)));
+    }
 
     fn run<'a>(id: &'a str, scope: &'a str, outcome: Option<&'a str>) -> PastRun<'a> {
         PastRun { id, scope, outcome }

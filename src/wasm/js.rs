@@ -54,6 +54,47 @@ extern "C" {
     pub fn array_copy(value: &JsValue) -> Result<js_sys::Array, JsValue>;
 }
 
+#[cfg(feature = "server")]
+#[wasm_bindgen]
+extern "C" {
+    /// `structuredClone(value)`: a copy of plain data that is ours (the original's getters and
+    /// a proxy's traps run once; a throw, or a value that cannot be cloned such as a proxy or a
+    /// function, is the `Err`), to be read without anything of the caller's running again.
+    #[wasm_bindgen(js_name = structuredClone, catch)]
+    pub fn data_copy(value: &JsValue) -> Result<JsValue, JsValue>;
+
+    /// The `Uint8Array` constructor, bound with `catch`.
+    #[wasm_bindgen(js_name = Uint8Array)]
+    type ByteView;
+    /// `new Uint8Array(buffer)`, which throws for a detached buffer or an invalid length.
+    #[wasm_bindgen(constructor, catch, js_class = "Uint8Array")]
+    fn new(buffer: &JsValue) -> Result<ByteView, JsValue>;
+}
+
+/// `new Uint8Array(buffer)` over `buffer`, an object a caller's code gave (an `ArrayBuffer`);
+/// anything it cannot view is the `Err`.
+#[cfg(feature = "server")]
+pub fn bytes_of(buffer: &JsValue) -> Result<js_sys::Uint8Array, JsValue> {
+    if !buffer.is_object() {
+        return Err(crate::wasm::errors::type_error(&format!(
+            "got {} instead of an ArrayBuffer",
+            crate::wasm::errors::describe(buffer)
+        )));
+    }
+    ByteView::new(buffer).map(JsCast::unchecked_into)
+}
+
+/// A promise of ours that settles as `value` does (a promise, a thenable or a plain value):
+/// `new Promise((resolve) => resolve(value))`. Awaiting a caller's promise itself calls its own
+/// `then`, and `Promise.resolve(value)` reads its `constructor`: either may throw, and would
+/// unwind through the wasm. Here they run in a promise job, and a throw is the rejection.
+#[cfg(feature = "server")]
+pub fn promise_of(value: &JsValue) -> js_sys::Promise {
+    js_sys::Promise::new(&mut |resolve, _| {
+        let _ = resolve.call1(&JsValue::UNDEFINED, value);
+    })
+}
+
 #[cfg(feature = "client")]
 thread_local! {
     /// `Object.prototype`, read once.
@@ -89,13 +130,13 @@ pub fn get(target: &JsValue, key: &str) -> JsValue {
     js_sys::Reflect::get(target, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
-/// `Reflect.get(target, key)`, passing on a throwing getter's error.
+/// `Reflect.get(target, key)` (the name made once), passing on a throwing getter's error.
 #[cfg(feature = "server")]
-pub fn get_or_throw(target: &JsValue, key: &str) -> Result<JsValue, JsValue> {
+pub fn get_or_throw(target: &JsValue, key: &'static str) -> Result<JsValue, JsValue> {
     if !target.is_object() && !target.is_function() {
         return Ok(JsValue::UNDEFINED);
     }
-    js_sys::Reflect::get(target, &JsValue::from_str(key))
+    js_sys::Reflect::get(target, &name(key))
 }
 
 /// `target[key] = value` on an object we created; failures are ignored (they cannot happen

@@ -392,7 +392,7 @@ test('idempotent maxRuns: an onDeadLetter that throws frees the key; the next de
   assert.equal(history.find((r) => r.instance === 'dead:1').outcome, 'crashed');
 });
 
-test('maxRuns and onDeadLetter are checked: a bad value, a store without a history, history: false', () => {
+test('maxRuns and onDeadLetter are checked: a bad value, a store without a history, history: false, onDeadLetter without maxRuns', () => {
   const store = new MemoryStore();
   for (const bad of [0, 1001, 2.5, '3']) {
     assert.throws(() => idempotent(async () => 1, { store, key: () => 'k', maxRuns: bad }), { name: 'TypeError', message: /"maxRuns"/ });
@@ -401,6 +401,12 @@ test('maxRuns and onDeadLetter are checked: a bad value, a store without a histo
   const bare = { acquire() { return null; }, reclaim() { return false; }, complete() { return true; }, release() { return true; } };
   assert.throws(() => idempotent(async () => 1, { store: bare, key: () => 'k', maxRuns: 3 }), { name: 'TypeError', message: /"maxRuns".*run history/ });
   assert.throws(() => idempotent(async () => 1, { store, key: () => 'k', onDeadLetter: 5 }), { name: 'TypeError', message: /"onDeadLetter"/ });
+  // Without maxRuns nothing is ever dead-lettered, so an onDeadLetter would never be called.
+  assert.throws(() => idempotent(async () => 1, { store, key: () => 'k', onDeadLetter: () => {} }), {
+    name: 'TypeError',
+    message: 'idempotent: invalid option "onDeadLetter": got a function; expected maxRuns beside it: onDeadLetter needs maxRuns (it is called when a job reaches maxRuns)',
+  });
+  idempotent(async () => 1, { store, key: () => 'k', maxRuns: 3, onDeadLetter: () => {} });
 });
 
 test('PostgresStore: a 202 leaves ctx.tx its meaning: the write commits with the stored answer, once', { skip: pgSkip }, async () => {

@@ -65,6 +65,8 @@ test('invalid options are TypeErrors naming the option, the value and what is al
   assert.throws(() => idempotency('handler'), { name: 'TypeError', message: 'idempotency: the handler must be a function (request, ctx) => Promise<Response>; got "handler"' });
   assert.throws(() => toNodeHandler(undefined), { name: 'TypeError', message: /toNodeHandler: the handler must be a function/ });
   assert.throws(() => toNodeHandler(ok, { onError: 1 }), { name: 'TypeError', message: 'toNodeHandler: invalid option "onError": got 1; expected a function' });
+  assert.throws(() => toNodeHandler(ok, { onErorr() {} }), { name: 'TypeError', message: 'toNodeHandler: unknown option "onErorr" (did you mean "onError"?)' });
+  toNodeHandler(ok, { onErorr: undefined });
   // undefined (and null for the whole object) means the default; every valid value is accepted.
   idempotency(ok, undefined);
   idempotency(ok, null);
@@ -244,13 +246,70 @@ test('a handler whose response body fails while it is read: the same stored 500 
     });
     return new Response(body, { status: 201 });
   }, { onError: (e) => told.push(e.message) });
+  await failsStored(h);
+  assert.equal(runs, 1);
+  assert.deepEqual(told, ['upstream stream broke']);
+});
+
+/** `h`'s failure is a stored 500 problem: the first request's answer, and a repeat's replay. */
+async function failsStored(h) {
   const key = newKey();
   await problemOf(await h(post(key)), 500, 'idempotency-handler-failed');
   const again = await h(post(key));
   assert.equal(again.headers.get('idempotent-replayed'), 'true');
   await problemOf(again, 500, 'idempotency-handler-failed');
-  assert.equal(runs, 1);
-  assert.deepEqual(told, ['upstream stream broke']);
+}
+
+test('a Response that cannot be read (a throwing getter, headers that do not iterate, no body buffer, a promise whose then throws): the same stored 500 problem, onError is told', async () => {
+  const shadow = (name, descriptor) => {
+    const response = new Response('ok');
+    Object.defineProperty(response, name, descriptor);
+    return response;
+  };
+  const throwing = (message) => ({ get() { throw new Error(message); } });
+  const badThen = (value) => {
+    const promise = Promise.resolve(value);
+    promise.then = () => { throw new Error('then broke'); };
+    return promise;
+  };
+  const cases = [
+    [() => shadow('headers', throwing('headers broke')), 'headers broke'],
+    [() => shadow('status', throwing('status broke')), 'status broke'],
+    [() => shadow('statusText', throwing('statusText broke')), 'statusText broke'],
+    [() => shadow('headers', { value: null }), /^idempotency: the handler resolved with a Response that cannot be read: its headers: /],
+    [() => shadow('status', { value: 0 }), 'idempotency: the handler resolved with a Response that cannot be read: its status: got 0; expected an integer from 200 to 599'],
+    [() => {
+      const headers = new Headers({ 'x-a': '1' });
+      headers[Symbol.iterator] = function* () { yield null; };
+      return shadow('headers', { value: headers });
+    }, 'idempotency: the handler resolved with a Response that cannot be read: its headers: got null among its entries; expected [name, value] pairs'],
+    [() => shadow('arrayBuffer', { value: () => 5 }), 'idempotency: the handler resolved with a Response that cannot be read: its arrayBuffer(): got 5 instead of an ArrayBuffer'],
+    [() => ({ status: 200, headers: {}, arrayBuffer: async () => -1 }), 'idempotency: the handler resolved with a Response that cannot be read: its arrayBuffer(): got -1 instead of an ArrayBuffer'],
+    [() => ({ status: 200, headers: {}, arrayBuffer: () => badThen(new ArrayBuffer(1)) }), 'then broke'],
+  ];
+  for (const [answer, message] of cases) {
+    let runs = 0;
+    const told = [];
+    const h = idempotency(async () => (runs++, answer()), { identity: false, onError: (e) => told.push(e) });
+    await failsStored(h);
+    assert.equal(runs, 1);
+    assert.equal(told.length, 1, String(message));
+    if (typeof message === 'string') assert.equal(told[0].message, message);
+    else assert.match(told[0].message, message);
+  }
+  // The handler's own promise, whose then throws: a throw of the handler.
+  const told = [];
+  const h = idempotency(() => badThen(new Response('ok')), { identity: false, onError: (e) => told.push(e.message) });
+  await problemOf(await h(post(newKey())), 500, 'idempotency-handler-failed');
+  assert.deepEqual(told, ['then broke']);
+  // Through toNodeHandler: the same 500 problem, and the process goes on.
+  const server = await serve(idempotency(async () => shadow('headers', throwing('headers broke')), { identity: false, onError: () => {} }));
+  try {
+    const response = await fetch(server.url, { method: 'POST', headers: { 'Idempotency-Key': newKey() }, body: 'x' });
+    await problemOf(response, 500, 'idempotency-handler-failed');
+  } finally {
+    await server.close();
+  }
 });
 
 test('an identity function returning "" or undefined leaves the key unscoped', async () => {
@@ -361,6 +420,30 @@ test('a store that returns a malformed record: a 503 problem (Retry-After: 1), o
   assert.equal(replay.status, 201);
   assert.equal(replay.headers.get('idempotent-replayed'), 'true');
   assert.equal(await replay.text(), 'hi');
+});
+
+test('a store whose record or promise throws when read: a 503 problem, onStoreError is told, the process goes on', async () => {
+  const badThen = () => {
+    const promise = Promise.resolve(null);
+    promise.then = () => { throw new Error('then broke'); };
+    return promise;
+  };
+  const base = { acquire: async () => null, reclaim: async () => false, complete: async () => true, release: async () => true };
+  for (const [acquire, message] of [
+    [async () => ({ get state() { throw new Error('getter broke'); } }), 'getter broke'],
+    [async () => new Proxy({}, { ownKeys() { throw new Error('trap broke'); } }), /could not be cloned|trap broke/],
+    [badThen, 'then broke'],
+  ]) {
+    const told = [];
+    let runs = 0;
+    const h = idempotency(async () => (runs++, new Response('ran')), { store: { ...base, acquire }, identity: false, history: false, onStoreError: (error, operation) => told.push([operation, error.message]) });
+    await problemOf(await h(post(newKey())), 503, 'idempotency-store-unavailable', { retryAfter: true });
+    assert.equal(runs, 0);
+    assert.equal(told.length, 1);
+    assert.equal(told[0][0], 'acquire');
+    if (typeof message === 'string') assert.equal(told[0][1], message);
+    else assert.match(told[0][1], message);
+  }
 });
 
 test('a stored response that cannot be rebuilt (body not base64, status out of range, bad header name) is a 503 too', async () => {

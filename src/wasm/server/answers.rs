@@ -8,8 +8,10 @@ use wasm_bindgen::prelude::*;
 use web_sys::{Headers, Response, ResponseInit};
 
 use super::incoming::NodeSource;
+use super::runs::error_text;
 use super::store::StoredResponse;
 use crate::core::idempotency::MAX_STORED_ANSWER_BYTES;
+use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
 use wasm_bindgen::JsCast;
 
@@ -178,17 +180,36 @@ pub async fn read_answer(
     response: &Response,
     node: Option<&NodeSource>,
 ) -> Result<Answer, JsValue> {
-    let buffer = wasm_bindgen_futures::JsFuture::from(response.array_buffer()?).await?;
-    let body = Uint8Array::new(&buffer);
+    // The handler's Response is read through its own properties (an instance's getter may
+    // shadow the prototype's, and throw): every read is bound with `catch`, and a failure is
+    // the handler's, as a throw would be.
+    let target: &JsValue = response.as_ref();
+    let read =
+        wasm_bindgen_futures::JsFuture::from(js::promise_of(response.array_buffer()?.as_ref()));
+    let body =
+        js::bytes_of(&read.await?).map_err(|e| unusable("its arrayBuffer()", &message(&e)))?;
     let bytes = body.to_vec();
-    let source = response.headers();
+    let given = js::get_or_throw(target, "headers")?;
+    let source = match given.dyn_into::<Headers>() {
+        Ok(headers) => headers,
+        Err(given) => Headers::new_with_headers(given.unchecked_ref())
+            .map_err(|e| unusable("its headers", &message(&e)))?,
+    };
     // Name/value pairs as the headers iterate (lower-case names, one per name but for
     // Set-Cookie), in one call.
-    let entries = js_sys::Array::from(&source);
+    let entries = js::array_copy(&source)?;
     let mut all = Vec::with_capacity(entries.length() as usize);
     for entry in entries.iter() {
-        let pair: js_sys::Array = entry.unchecked_into();
-        if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
+        if !entry.is_object() {
+            let got = format!(
+                "got {} among its entries; expected [name, value] pairs",
+                describe(&entry)
+            );
+            return Err(unusable("its headers", &got));
+        }
+        let name = js_sys::Reflect::get_u32(&entry, 0)?;
+        let value = js_sys::Reflect::get_u32(&entry, 1)?;
+        if let (Some(name), Some(value)) = (name.as_string(), value.as_string()) {
             all.push((name, value));
         }
     }
@@ -201,8 +222,20 @@ pub async fn read_answer(
         .into_iter()
         .filter(|(name, _)| crate::core::idempotency::stores_header(name, connection.as_deref()))
         .collect();
-    let status = response.status();
-    let status_text = response.status_text();
+    let given = js::get_or_throw(target, "status")?;
+    let status = match given.as_f64() {
+        Some(s) if (200.0..=599.0).contains(&s) && s.fract() == 0.0 => s as u16,
+        _ => {
+            let got = format!(
+                "got {}; expected an integer from 200 to 599",
+                describe(&given)
+            );
+            return Err(unusable("its status", &got));
+        }
+    };
+    let status_text = js::get_or_throw(target, "statusText")?
+        .as_string()
+        .unwrap_or_default();
     let live = if let Some(node) = node {
         node_answer(node, status, &status_text, &source, body)
     } else {
@@ -227,6 +260,19 @@ pub async fn read_answer(
         too_large,
         live,
     })
+}
+
+/// The `TypeError` for a handler's Response that cannot be read: `what` ("its status") and
+/// `why`.
+fn unusable(what: &str, why: &str) -> JsValue {
+    type_error(&format!(
+        "idempotency: the handler resolved with a Response that cannot be read: {what}: {why}"
+    ))
+}
+
+/// An error's `message` (`''` where it has none).
+fn message(error: &JsValue) -> String {
+    error_text(error).unwrap_or_default()
 }
 
 /// What `toNodeHandler` writes for a handler's answer, without a second `Response`: `status`,
@@ -269,10 +315,10 @@ pub async fn as_response(value: JsValue) -> Result<Option<Response>, JsValue> {
     {
         return Ok(None);
     }
-    let buffer =
-        wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&read.call0(&value)?))
-            .await?;
-    let bytes = Uint8Array::new(&buffer).to_vec();
+    let buffer = wasm_bindgen_futures::JsFuture::from(js::promise_of(&read.call0(&value)?)).await?;
+    let bytes = js::bytes_of(&buffer)
+        .map_err(|e| unusable("its arrayBuffer()", &message(&e)))?
+        .to_vec();
     let headers = Headers::new_with_headers(js::get(&value, "headers").unchecked_ref())
         .or_else(|_| Headers::new())?;
     let status_text = js::get(&value, "statusText")

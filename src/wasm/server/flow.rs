@@ -374,7 +374,7 @@ pub async fn run_holding(
     let outcome = match caller.call(f, &[input, &ctx.object]) {
         Err(e) => Some(Err(e)),
         Ok(v) => {
-            let promise = Promise::resolve(&v);
+            let promise = js::promise_of(&v);
             match limit {
                 None => Some(JsFuture::from(promise).await),
                 Some(limit) => match within(&promise, limit.ms).await {

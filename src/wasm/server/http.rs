@@ -18,7 +18,7 @@
 
 use std::rc::Rc;
 
-use js_sys::{Function, Promise};
+use js_sys::Function;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -108,7 +108,7 @@ async fn serve(
             }
             let request = req.request()?;
             let ctx = Context::new(None, JsValue::UNDEFINED, false, &route, &request.signal());
-            return JsFuture::from(Promise::resolve(
+            return JsFuture::from(js::promise_of(
                 &caller.call(&handler, &[&request, &ctx.object])?,
             ))
             .await;
@@ -462,7 +462,7 @@ async fn is_required(
         Required::Always(b) => Ok(*b),
         Required::Ask(f) => {
             let request = req.request()?;
-            let v = JsFuture::from(Promise::resolve(&caller.call(f, &[&request])?)).await?;
+            let v = JsFuture::from(js::promise_of(&caller.call(f, &[&request])?)).await?;
             v.as_bool().ok_or_else(|| {
                 type_error(&format!(
                     "idempotency: option \"required\" returned {}; expected true or false",
@@ -494,7 +494,7 @@ async fn identity(
         }
         Identity::Ask(f) => {
             let request = req.request()?;
-            let v = JsFuture::from(Promise::resolve(&caller.call(f, &[&request])?)).await?;
+            let v = JsFuture::from(js::promise_of(&caller.call(f, &[&request])?)).await?;
             if v.is_undefined() || v.is_null() {
                 return Ok(None);
             }

@@ -10,7 +10,7 @@
 
 use std::rc::Rc;
 
-use js_sys::{Function, Promise, JSON};
+use js_sys::{Function, JSON};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
@@ -49,7 +49,7 @@ pub async fn run(
     caller: Caller,
 ) -> Result<JsValue, JsValue> {
     let c = &s.common;
-    let raw = JsFuture::from(Promise::resolve(&caller.call(&s.key, &[&input])?)).await?;
+    let raw = JsFuture::from(js::promise_of(&caller.call(&s.key, &[&input])?)).await?;
     let key = raw.as_string().filter(|k| idem::validate_key(k).is_ok()).ok_or_else(|| {
         type_error(&format!(
             "idempotent: option \"key\" returned {}; expected a key of 1 to 255 visible ASCII characters",
@@ -223,7 +223,7 @@ async fn dead_letter(
     js::set(&record, "runs", &super::store::to_js(&history));
     if let Some(f) = &s.on_dead_letter {
         let handed = match caller.call(f, &[&record]) {
-            Ok(v) => JsFuture::from(Promise::resolve(&v)).await,
+            Ok(v) => JsFuture::from(js::promise_of(&v)).await,
             Err(e) => Err(e),
         };
         if let Err(error) = handed {

@@ -144,7 +144,9 @@ fn read_runs(value: &JsValue) -> Vec<RunRecord> {
     let Ok(list) = crate::wasm::js::array_copy(value) else {
         return Vec::new();
     };
+    // Each record copied too: serde reads what it is given through bindings without `catch`.
     list.iter()
+        .filter_map(|v| crate::wasm::js::data_copy(&v).ok())
         .filter_map(|v| serde_wasm_bindgen::from_value(v).ok())
         .collect()
 }
@@ -179,7 +181,7 @@ async fn begin(
     one_call: Option<Result<JsValue, JsValue>>,
 ) -> JsValue {
     if let Some(Ok(found)) = one_call {
-        if let Ok(found) = JsFuture::from(Promise::resolve(&found)).await {
+        if let Ok(found) = JsFuture::from(js::promise_of(&found)).await {
             return found;
         }
     }

@@ -428,6 +428,9 @@ pub fn read_job(options: &JsValue) -> Result<JobSettings, JsValue> {
                 })?,
         )
     };
+    if on_dead_letter.is_some() {
+        runs::on_dead_letter(max_runs).map_err(|e| invalid_option(api, e, &raw.on_dead_letter))?;
+    }
     Ok(JobSettings {
         common,
         key,

@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use js_sys::{Array, Function, Object, Promise};
+use js_sys::{Array, Function, Object};
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -359,7 +359,7 @@ impl Store {
     /// rejection is an `Err` with its error. A method that carries a synchronous twin at
     /// `Symbol.for('retry-fetch.syncStore')` (`MemoryStore`'s) is called through it, and what
     /// that returns is not awaited.
-    async fn call(&self, method: &str, args: &[&JsValue]) -> Result<JsValue, JsValue> {
+    async fn call(&self, method: &'static str, args: &[&JsValue]) -> Result<JsValue, JsValue> {
         let f: Function = js::get_or_throw(&self.object, method)?
             .dyn_into()
             .map_err(|_| type_error("idempotency: the store lost one of its methods"))?;
@@ -386,10 +386,7 @@ impl Store {
             // Not a promise nor a thenable: nothing to wait for.
             return Ok(value);
         }
-        match value.dyn_into::<Promise>() {
-            Ok(promise) => JsFuture::from(promise).await,
-            Err(value) => JsFuture::from(Promise::resolve(&value)).await,
-        }
+        JsFuture::from(js::promise_of(&value)).await
     }
 
     /// The twin of `method` that takes the record as its JSON text, where the store's method
@@ -426,8 +423,14 @@ impl Store {
                 &token.into(),
             )?,
             _ => {
-                self.call("acquire", &[&key.into(), &lock.js(), &lock_ms.into()])
-                    .await?
+                let v = self
+                    .call("acquire", &[&key.into(), &lock.js(), &lock_ms.into()])
+                    .await?;
+                if v.is_null() || v.is_undefined() {
+                    return Ok(None);
+                }
+                // A copy of ours, read without the store's getters or traps running again.
+                js::data_copy(&v)?
             }
         };
         Ok((!v.is_null() && !v.is_undefined()).then_some(v))
