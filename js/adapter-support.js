@@ -166,7 +166,33 @@ export function chunkBytes(chunk, encoding) {
   throw new TypeError(`retry-fetch adapter: a response chunk must be a string or bytes; got ${typeof chunk}`);
 }
 
-export { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
+/** Is `contentType` a multipart one (an upload: `multipart/form-data`...)? */
+export function isMultipart(contentType) {
+  return typeof contentType === 'string' && /^\s*multipart\//i.test(contentType);
+}
+
+/**
+ * Did a body parser leave only part of a multipart body? Upload parsers (multer,
+ * @fastify/multipart) keep the files apart from the fields they leave as the body, so only
+ * bytes or text (a raw parser's) stand for such a body whole.
+ */
+export function partialMultipart(contentType, body) {
+  return isMultipart(contentType) && typeof body !== 'string' && !(body instanceof Uint8Array) && !(body instanceof ArrayBuffer);
+}
+
+/**
+ * A fetch Request whose body reads as already taken (its stream locked): what the adapter
+ * gives the companion for a body it cannot fingerprint whole, so that a keyed request gets the
+ * companion's `idempotency-body-already-read` answer instead of another upload passing for a
+ * repeat.
+ */
+export function takenBodyRequest(url, init) {
+  const request = new Request(url, { ...init, body: new Uint8Array(0) });
+  request.body.getReader();
+  return request;
+}
+
+export { declaresBody, lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl, rereadableBody } from './node-request.js';
 
 /** Does this method carry a body in a fetch Request? The companion's rule, from the wasm. */
 export { methodCanHaveBody as methodHasBody } from './server-wasm.js';

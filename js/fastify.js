@@ -21,6 +21,10 @@ import {
   nodeRequestHeaders,
   nodeRequestUrl,
   methodHasBody,
+  declaresBody,
+  rereadableBody,
+  partialMultipart,
+  takenBodyRequest,
 } from './adapter-support.js';
 
 /** This request's run through the companion. */
@@ -29,16 +33,31 @@ const RUN = Symbol('retry-fetch idempotency run');
 /** Fastify's own register options, not the companion's. */
 const REGISTER_OPTIONS = ['prefix', 'logLevel', 'logSerializers'];
 
-/** The fetch Request the companion gets: Fastify already parsed the body. */
+/** The fetch Request the companion gets: Fastify parsed the body, or left it unread. */
 function fetchRequest(request) {
   const raw = request.raw;
   const method = raw.method ?? 'GET';
+  const url = nodeRequestUrl(raw, raw.url);
   const init = { method, headers: nodeRequestHeaders(raw) };
   if (methodHasBody(method)) {
-    // The bytes as received when a raw-body plugin kept them, else what the parser made.
-    init.body = canonicalBody(request.rawBody !== undefined ? request.rawBody : request.body);
+    if (request.rawBody !== undefined) {
+      // The bytes as received, kept by a raw-body plugin.
+      init.body = canonicalBody(request.rawBody);
+    } else if (request.body === undefined && declaresBody(raw)) {
+      // Not parsed (a parser that leaves the stream to the route, as @fastify/multipart
+      // does): read by the companion and left in the stream for the route; read by
+      // something else already, it cannot be fingerprinted (the companion's 500).
+      if (raw.readableDidRead || raw.readableEnded) return takenBodyRequest(url, init);
+      init.body = rereadableBody(raw);
+      init.duplex = 'half';
+    } else if (partialMultipart(raw.headers['content-type'], request.body)) {
+      // An upload parser's fields without its files: no fingerprint, the companion's 500.
+      return takenBodyRequest(url, init);
+    } else {
+      init.body = canonicalBody(request.body);
+    }
   }
-  return new Request(nodeRequestUrl(raw, raw.url), init);
+  return new Request(url, init);
 }
 
 /** Is `payload` a fetch Response (`reply.send(response)`)? */

@@ -8,7 +8,7 @@ import http from 'node:http';
 import express from 'express';
 import connect from 'connect';
 import { idempotency } from 'retry-fetch/express';
-import { adapterScenarios, post, snapshot, pay } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload } from './support.mjs';
 
 /** Serve `handler` (an Express app, a Connect app) on 127.0.0.1:0. */
 async function listen(handler) {
@@ -117,6 +117,49 @@ test('Express: no parser before it: the companion reads the raw body (413 over m
     const big = await post(server.url, '/raw', { key: crypto.randomUUID(), body: JSON.stringify({ pad: 'x'.repeat(200) }) });
     assert.equal(big.status, 413);
     assert.equal((await big.json()).code, 'idempotency-body-too-large');
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+/** An upload parser as multer is one: reads the stream, leaves the fields as req.body and the file apart. */
+async function uploadParser(req, res, next) {
+  const chunks = [];
+  for await (const chunk of req) chunks.push(chunk);
+  const text = Buffer.concat(chunks).toString('latin1');
+  req.body = { note: /name="note"\r\n\r\n([^\r]*)/.exec(text)?.[1] };
+  req.file = { text: /filename="doc.txt"\r\n[^\r]*\r\n\r\n([^\r]*)/.exec(text)?.[1] };
+  next();
+}
+
+test('Express: a multipart body an upload parser read first (fields in req.body, the file apart) is the companion\'s 500, never a repeat; mounted before the parser, the parser reads the upload and another file is a 422', async () => {
+  const app = quietApp();
+  let runs = 0;
+  const route = (req, res) => {
+    runs++;
+    res.status(201).json({ note: req.body.note, file: req.file.text });
+  };
+  app.post('/after', uploadParser, idempotency(NO_SCOPE), route);
+  app.post('/before', idempotency(NO_SCOPE), uploadParser, route);
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    for (const content of ['FILE A', 'FILE B']) {
+      const refused = await upload(`${server.url}/after`, key, content);
+      assert.equal(refused.status, 500);
+      assert.equal((await refused.json()).code, 'idempotency-body-already-read');
+    }
+    assert.equal(runs, 0);
+
+    const first = await upload(`${server.url}/before`, key, 'FILE A');
+    assert.equal(first.status, 201);
+    assert.deepEqual(await first.json(), { note: 'invoice', file: 'FILE A' });
+    const same = await upload(`${server.url}/before`, key, 'FILE A');
+    assert.equal(same.headers.get('idempotent-replayed'), 'true');
+    const other = await upload(`${server.url}/before`, key, 'FILE B');
+    assert.equal(other.status, 422);
+    assert.equal((await other.json()).code, 'idempotency-key-reused');
     assert.equal(runs, 1);
   } finally {
     await server.close();

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import Fastify from 'fastify';
 import { idempotency } from 'retry-fetch/fastify';
 import defaultExport from 'retry-fetch/fastify';
-import { adapterScenarios, post, snapshot, pay } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload } from './support.mjs';
 
 /** Start `app` on 127.0.0.1:0. */
 async function listen(app) {
@@ -106,6 +106,49 @@ test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a 
     assert.equal(replay.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(replay), m);
     assert.equal(runs, 2);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Fastify: a multipart body left unparsed (as @fastify/multipart leaves it) is read by the companion and left for the route: another file is a 422; fields without the file are the companion\'s 500', async () => {
+  const app = Fastify();
+  // As @fastify/multipart: the parser leaves the stream to the route (request.file()).
+  app.addContentTypeParser('multipart/form-data', (request, payload, done) => done(null));
+  // As an upload parser that keeps the fields only: the file is not in request.body.
+  app.addContentTypeParser('multipart/mixed', async (request, payload) => {
+    for await (const chunk of payload) void chunk;
+    return { note: 'invoice' };
+  });
+  await app.register(idempotency, NO_SCOPE);
+  let runs = 0;
+  app.post('/up', async (request, reply) => {
+    runs++;
+    const chunks = [];
+    for await (const chunk of request.raw) chunks.push(chunk);
+    return reply.code(201).send({ file: /filename="doc.txt"\r\n[^\r]*\r\n\r\n([^\r]*)/.exec(Buffer.concat(chunks).toString('latin1'))?.[1] });
+  });
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    const first = await upload(`${server.url}/up`, key, 'FILE A');
+    assert.equal(first.status, 201);
+    assert.deepEqual(await first.json(), { file: 'FILE A' });
+    const same = await upload(`${server.url}/up`, key, 'FILE A');
+    assert.equal(same.headers.get('idempotent-replayed'), 'true');
+    const other = await upload(`${server.url}/up`, key, 'FILE B');
+    assert.equal(other.status, 422);
+    assert.equal((await other.json()).code, 'idempotency-key-reused');
+    assert.equal(runs, 1);
+
+    const fields = await fetch(`${server.url}/up`, {
+      method: 'POST',
+      headers: { 'Idempotency-Key': crypto.randomUUID(), 'Content-Type': 'multipart/mixed; boundary=x' },
+      body: '--x\r\n\r\nFILE A\r\n--x--\r\n',
+    });
+    assert.equal(fields.status, 500);
+    assert.equal((await fields.json()).code, 'idempotency-body-already-read');
+    assert.equal(runs, 1);
   } finally {
     await server.close();
   }

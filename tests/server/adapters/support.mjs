@@ -40,6 +40,17 @@ export function post(url, path, { key, body, type = 'application/json', headers 
   return fetch(url + path, { method: 'POST', headers: h, body: typeof body === 'string' ? body : JSON.stringify(body) });
 }
 
+/** A multipart upload (field `note`, file `file` holding `content`) to `url`, with `key`. */
+export function upload(url, key, content) {
+  // One boundary, as a retry sends the same bytes (a new FormData would pick another).
+  const body = [
+    '--b0undary\r\nContent-Disposition: form-data; name="note"\r\n\r\ninvoice\r\n',
+    `--b0undary\r\nContent-Disposition: form-data; name="file"; filename="doc.txt"\r\nContent-Type: text/plain\r\n\r\n${content}\r\n`,
+    '--b0undary--\r\n',
+  ].join('');
+  return fetch(url, { method: 'POST', headers: { 'Idempotency-Key': key, 'Content-Type': 'multipart/form-data; boundary=b0undary' }, body });
+}
+
 /** Status, headers (minus Date, Idempotent-Replayed, and the connection's own) and body bytes. */
 export async function snapshot(response) {
   const skip = new Set(['date', 'idempotent-replayed', 'connection', 'keep-alive']);
