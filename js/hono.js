@@ -10,6 +10,21 @@ function bodyRead(c) {
   return (cache !== undefined && cache !== null && Object.keys(cache).length > 0) || c.req.raw.bodyUsed === true;
 }
 
+/**
+ * Stable bytes of a form a middleware before this one read with `c.req.formData()`: Hono
+ * keeps only the FormData, and gives its bytes again encoded with a fresh random boundary,
+ * which no retry would match. Each entry is a JSON line `[name, value]`, a file's
+ * `[name, { file, type, size }]` followed by its bytes (`size` says where they end).
+ */
+function formBytes(form) {
+  const parts = [];
+  for (const [name, value] of form) {
+    if (typeof value === 'string') parts.push(JSON.stringify([name, value]), '\n');
+    else parts.push(JSON.stringify([name, { file: value.name, type: value.type, size: value.size }]), '\n', value);
+  }
+  return new Blob(parts).arrayBuffer();
+}
+
 /** `response` with the headers of `before` it does not set itself (see finalHeaders). */
 function withHeaders(response, before) {
   const headers = new Headers();
@@ -49,8 +64,11 @@ export function idempotency(options) {
     let streamed = false;
     if (methodHasBody(method)) {
       if (bodyRead(c)) {
-        // A validator read it: Hono gives its bytes again (JSON it parsed as its text).
-        init.body = new Uint8Array(await c.req.arrayBuffer());
+        // A validator read it: Hono gives its bytes again (JSON it parsed as its text), or,
+        // when it kept only the FormData, a stable form of its entries.
+        const cache = c.req.bodyCache;
+        const form = cache.arrayBuffer === undefined && cache.formData !== undefined;
+        init.body = new Uint8Array(form ? await formBytes(await cache.formData) : await c.req.arrayBuffer());
       } else if (raw.body !== null) {
         // Read by the companion, at most maxBodyBytes (a longer one is its 413).
         init.body = raw.body;

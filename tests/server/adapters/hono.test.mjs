@@ -10,7 +10,7 @@ import { cors } from 'hono/cors';
 import { HTTPException } from 'hono/http-exception';
 import { serve } from '@hono/node-server';
 import { idempotency } from 'retry-fetch/hono';
-import { adapterScenarios, post, snapshot, pay } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload } from './support.mjs';
 
 /** Serve `app` with @hono/node-server on 127.0.0.1:0. */
 async function listen(app) {
@@ -100,6 +100,42 @@ test('Hono: c.req.arrayBuffer() gives the bytes back after c.req.json() (Hono\'s
     assert.deepEqual(await snapshot(repeat), a);
     assert.equal((await post(server.url, '/raw', { key, body: 'pay 1', type: 'text/plain' })).status, 422);
     assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Hono: after a middleware that read c.req.formData() (Hono keeps only the FormData): an identical retry is replayed, another file or field is a 422', async () => {
+  const app = new Hono();
+  let runs = 0;
+  const csrf = async (c, next) => {
+    if ((await c.req.formData()).get('note') === null) return c.text('no note', 403);
+    await next();
+  };
+  app.post('/form', csrf, idempotency(NO_SCOPE), async (c) => {
+    runs++;
+    const form = await c.req.formData();
+    const file = form.get('file');
+    return c.json({ note: form.get('note'), file: typeof file === 'string' ? file : await file.text() }, 201);
+  });
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    const first = await upload(`${server.url}/form`, key, 'FILE A');
+    assert.equal(first.status, 201);
+    const a = await snapshot(first);
+    assert.deepEqual(JSON.parse(a.body), { note: 'invoice', file: 'FILE A' });
+    const repeat = await upload(`${server.url}/form`, key, 'FILE A');
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(repeat), a);
+    assert.equal((await upload(`${server.url}/form`, key, 'FILE B')).status, 422);
+
+    const formKey = crypto.randomUUID();
+    const form = (amount) => post(server.url, '/form', { key: formKey, body: `note=invoice&file=${amount}`, type: 'application/x-www-form-urlencoded' });
+    assert.equal((await form('10')).status, 201);
+    assert.equal((await form('10')).headers.get('idempotent-replayed'), 'true');
+    assert.equal((await form('99')).status, 422);
+    assert.equal(runs, 2);
   } finally {
     await server.close();
   }
