@@ -37,6 +37,9 @@ function deferred() {
  *   when it answered without running the route;
  * - `run.answer(response)` / `run.fail(error)`: the route's answer, or its error (the route
  *   threw); the first call counts;
+ * - `run.passThrough`: after `first()` gave null, whether the companion lets the request
+ *   through (no key, or a key on a method it ignores: `ctx.key` is null): it neither stores nor
+ *   replays the answer, so the route answers through the framework as without the adapter;
  * - `await run.result`: the companion's final Response (normally the route's answer; a
  *   problem when the route failed or the commit did).
  */
@@ -89,6 +92,9 @@ export function deferredCompanion(options) {
       },
       get settled() {
         return state.settled;
+      },
+      get passThrough() {
+        return state.ctx !== undefined && state.ctx.key === null;
       },
       result,
     };

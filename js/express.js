@@ -232,6 +232,13 @@ async function handle(start, req, res, next) {
     await send(req, res, await run.result, before, sendThrough);
     return;
   }
+  if (run.passThrough) {
+    // Nothing of its answer is kept: the route writes to res as without the adapter (a stream
+    // flows as it is written). The companion's call is settled with a stand-in.
+    run.answer(new Response(null));
+    next();
+    return;
+  }
   const captured = capture(res, (response, error) => (response ? run.answer(response) : run.fail(error)));
   try {
     next();

@@ -45,7 +45,9 @@
  * - `request.idempotency.tx` is usable until the route's answer reaches `onSend`: that answer
  *   is what commits it.
  * - The answer is buffered: not for streaming answers, nor for a route that hijacks the reply
- *   (`reply.hijack()`: its key ends with a 500 problem).
+ *   (`reply.hijack()`: its key ends with a 500 problem). A request the companion lets through
+ *   (no key, or an ignored method such as GET) is answered as without the plugin, streams
+ *   included.
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { IdempotencyContext, IdempotencyOptions } from './server.js';

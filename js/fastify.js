@@ -117,8 +117,14 @@ export async function idempotency(fastify, options) {
       const body = await bodyBytes(early);
       return reply.send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
     }
-    request[RUN] = { run, before, sent: false };
     request.idempotency = run.ctx;
+    if (run.passThrough) {
+      // Nothing of its answer is kept: the reply is sent as without the plugin (a stream
+      // flows as it is sent). The companion's call is settled with a stand-in.
+      run.answer(new Response(null));
+      return;
+    }
+    request[RUN] = { run, before, sent: false };
   });
 
   fastify.addHook('onError', async (request, reply, error) => {

@@ -8,7 +8,7 @@ import http from 'node:http';
 import express from 'express';
 import connect from 'connect';
 import { idempotency } from 'retry-fetch/express';
-import { adapterScenarios, post, snapshot, pay, upload } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe } from './support.mjs';
 
 /** Serve `handler` (an Express app, a Connect app) on 127.0.0.1:0. */
 async function listen(handler) {
@@ -219,6 +219,23 @@ test('Express: app.use(idempotency()): headers set before it are on every answer
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(again), f, 'Express\'s 500 page, replayed');
     assert.equal(failures, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: app.use(idempotency()): a GET without a key streams as without it (its first chunk reaches the client before the answer ends)', async () => {
+  const app = quietApp();
+  app.use(idempotency(NO_SCOPE));
+  const probe = streamProbe();
+  app.get('/events', async (req, res) => {
+    res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+    res.write('data: 1\n\n');
+    res.end(`data: ${await probe.clientRead()}\n\n`);
+  });
+  const server = await listen(app);
+  try {
+    assert.equal(await probe.get(`${server.url}/events`), 'data: 1\n\ndata: true\n\n');
   } finally {
     await server.close();
   }

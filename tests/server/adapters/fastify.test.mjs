@@ -4,10 +4,11 @@
 // against PostgreSQL (support.mjs).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { Readable } from 'node:stream';
 import Fastify from 'fastify';
 import { idempotency } from 'retry-fetch/fastify';
 import defaultExport from 'retry-fetch/fastify';
-import { adapterScenarios, post, snapshot, pay, upload } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe } from './support.mjs';
 
 /** Start `app` on 127.0.0.1:0. */
 async function listen(app) {
@@ -197,6 +198,27 @@ test('Fastify: headers of onRequest hooks are on every answer; a route can opt o
     assert.deepEqual(await (await fetch(`${server.url}/balance`)).json(), { key: null });
     assert.equal((await post(server.url, '/nowhere', { key: crypto.randomUUID(), body: {} })).status, 404, 'Fastify\'s 404');
     assert.equal(runs, 3);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Fastify: a GET without a key streams as without the plugin (its first chunk reaches the client before the answer ends)', async () => {
+  const app = Fastify();
+  await app.register(idempotency, NO_SCOPE);
+  const probe = streamProbe();
+  app.get('/events', (request, reply) => {
+    const stream = new Readable({ read() {} });
+    stream.push('data: 1\n\n');
+    probe.clientRead().then((early) => {
+      stream.push(`data: ${early}\n\n`);
+      stream.push(null);
+    });
+    return reply.type('text/event-stream').send(stream);
+  });
+  const server = await listen(app);
+  try {
+    assert.equal(await probe.get(`${server.url}/events`), 'data: 1\n\ndata: true\n\n');
   } finally {
     await server.close();
   }

@@ -51,6 +51,29 @@ export function upload(url, key, content) {
   return fetch(url, { method: 'POST', headers: { 'Idempotency-Key': key, 'Content-Type': 'multipart/form-data; boundary=b0undary' }, body });
 }
 
+/**
+ * A streamed answer to a request the companion lets through (a GET without a key): the route
+ * writes a first chunk, then `await probe.clientRead()` tells whether the client has read it
+ * (within 1 s, so before the answer ends); `await probe.get(url)` is the client, whose text
+ * is every chunk.
+ */
+export function streamProbe() {
+  const read = deferred();
+  return {
+    clientRead: () => Promise.race([read.promise.then(() => true), sleep(1000).then(() => false)]),
+    async get(url) {
+      const reader = (await fetch(url)).body.getReader();
+      let text = '';
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return text;
+        text += Buffer.from(value).toString();
+        read.resolve();
+      }
+    },
+  };
+}
+
 /** Status, headers (minus Date, Idempotent-Replayed, and the connection's own) and body bytes. */
 export async function snapshot(response) {
   const skip = new Set(['date', 'idempotent-replayed', 'connection', 'keep-alive']);
