@@ -15,7 +15,6 @@ import {
   isClientError,
   toResponse,
   finalHeaders,
-  headerPairs,
   bodyBytes,
   chunkBytes,
   nodeRequestHeaders,
@@ -88,6 +87,15 @@ async function setFinal(reply, response, before) {
 }
 
 /**
+ * Sends the companion's own `response` (given without the route's answer) as the reply; the
+ * hooks then leave the request alone.
+ */
+async function sendOwn(request, reply, response, before) {
+  request[RUN] = { early: true, untyped: !response.headers.has('content-type') };
+  return reply.send(await setFinal(reply, response, before));
+}
+
+/**
  * The Fastify plugin: `await app.register(idempotency, options)`; `options` are those of
  * `idempotency()` (server.d.ts). Its hooks are added to the context it is registered in (the
  * plugin is not encapsulated, as fastify-plugin would make it), so it applies to every route
@@ -110,13 +118,7 @@ export async function idempotency(fastify, options) {
     const before = Object.entries(reply.getHeaders());
     const run = start(fetchRequest(request));
     const early = await run.first();
-    if (early !== null) {
-      request[RUN] = { early: true, untyped: !early.headers.has('content-type') };
-      for (const [name, value] of headerPairs(early)) reply.header(name, value);
-      reply.code(early.status);
-      const body = await bodyBytes(early);
-      return reply.send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
-    }
+    if (early !== null) return sendOwn(request, reply, early, before);
     request.idempotency = run.ctx;
     if (run.passThrough) {
       // Nothing of its answer is kept: the reply is sent as without the plugin (a stream
@@ -124,7 +126,17 @@ export async function idempotency(fastify, options) {
       run.answer(new Response(null));
       return;
     }
-    request[RUN] = { run, before, sent: false };
+    const entry = { run, before, sent: false };
+    request[RUN] = entry;
+    // The companion answers before the route did when it gives up on it (a route that ignores
+    // its handlerTimeoutMs abort): that answer is sent now, not when the route ends.
+    run.result
+      .then((response) => {
+        if (request[RUN] === entry && !entry.sent && !run.settled && !reply.sent) return sendOwn(request, reply, response, before);
+      }, () => {}) // a companion that fails is reported where onSend awaits it
+      .catch((error) => {
+        if (!reply.sent) reply.send(error);
+      });
   });
 
   fastify.addHook('onError', async (request, reply, error) => {

@@ -101,13 +101,15 @@ export function idempotency(options) {
       replaceResponse(c, withHeaders(await run.result, before));
       return;
     }
-    try {
-      await next();
-      if (c.error !== undefined && !isClientError(c.error)) run.fail(c.error);
-      else run.answer(c.res);
-    } catch (error) {
-      run.fail(error); // not an Error (Hono's onError only takes those): thrown through
-    }
+    next().then(
+      () => {
+        if (c.error !== undefined && !isClientError(c.error)) run.fail(c.error);
+        else run.answer(c.res);
+      },
+      (error) => run.fail(error), // not an Error (Hono's onError only takes those): thrown through
+    );
+    // The route's answer as the companion gives it back, or the companion's own when it gives
+    // up on the route first (one that ignores its handlerTimeoutMs abort): sent at once.
     replaceResponse(c, withHeaders(await run.result, before));
   };
 }

@@ -148,6 +148,29 @@ export async function checkedOut() {
 export function adapterScenarios(name, start) {
   const t = (title, fn) => test(`${name}: ${title}`, { skip: pgSkip, timeout: 30_000 }, fn);
 
+  test(`${name}: a route that ignores its aborted signal (handlerTimeoutMs) gets the 503 when the companion gives up on it (lockTimeoutMs later), not when it ends`, async () => {
+    const release = deferred();
+    const server = await start({
+      options: { identity: false, handlerTimeoutMs: 100, lockTimeoutMs: 1000, onError: () => {} },
+      route: async () => {
+        await Promise.race([release.promise, sleep(5000)]); // the signal ignored
+        return { status: 201, json: { late: true } };
+      },
+    });
+    try {
+      const started = Date.now();
+      const response = await post(server.url, '/payments', { key: crypto.randomUUID(), body: { payment: 'p-hung', amount: 1 } });
+      const elapsed = Date.now() - started;
+      assert.equal(response.status, 503);
+      assert.equal((await response.json()).code, 'idempotency-handler-timeout');
+      assert.ok(response.headers.has('retry-after'));
+      assert.ok(elapsed < 3000, `answered after ${elapsed} ms, not when the route ended`);
+    } finally {
+      release.resolve();
+      await server.close();
+    }
+  });
+
   t('50 concurrent duplicates of one key: 49 find the key held while the route runs; it runs once, one row is written, every caller gets the same 201', async () => {
     const store = await postgresStore();
     const watch = watchAcquires(store);
