@@ -101,18 +101,6 @@ export function deferredCompanion(options) {
   };
 }
 
-/**
- * Is `error` one the framework turns into a 4xx answer on purpose (`statusCode` or `status`
- * 400 to 499: Fastify's and http-errors' `statusCode`, Hono's `HTTPException#status`)? Such
- * a route did answer: its answer (a 404, a 403...) is what the companion gets, as if the route
- * had returned it. Any other error is a route that failed.
- */
-export function isClientError(error) {
-  if (typeof error !== 'object' || error === null) return false;
-  const status = error.statusCode ?? error.status;
-  return Number.isInteger(status) && status >= 400 && status <= 499;
-}
-
 /** The statuses whose Response has no body (the Fetch API refuses one). */
 const NULL_BODY = new Set([101, 103, 204, 205, 304]);
 

@@ -5,14 +5,13 @@
 //
 //   preHandler  start the companion; it answers (replay, 400, 409, 413, 422, 503...) and the
 //               route does not run, or it holds the key: `request.idempotency` is its ctx;
-//   onError     the route threw: the companion is told (an error with a 4xx statusCode is an
-//               answer the route gave on purpose, captured like any other);
-//   onSend      the route's answer (status, headers, payload) goes to the companion, and what
-//               the companion answers (normally the same, stored) is what is sent.
+//   onSend      the route's answer (status, headers, payload; for a route that threw, what
+//               the error handler answered, as Express's adapter gets it) goes to the
+//               companion, and what the companion answers (normally the same, stored) is what
+//               is sent.
 import { canonicalBody } from './server-wasm.js';
 import {
   deferredCompanion,
-  isClientError,
   toResponse,
   finalHeaders,
   bodyBytes,
@@ -137,12 +136,6 @@ export async function idempotency(fastify, options) {
       .catch((error) => {
         if (!reply.sent) reply.send(error);
       });
-  });
-
-  fastify.addHook('onError', async (request, reply, error) => {
-    const entry = request[RUN];
-    if (entry === undefined || entry.early) return;
-    if (!isClientError(error)) entry.run.fail(error);
   });
 
   fastify.addHook('onSend', async (request, reply, payload) => {

@@ -70,7 +70,7 @@ test('Fastify: the route reads request.body as Fastify parsed it; a repeat gets 
   }
 });
 
-test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a thrown 4xx is the route\'s answer, stored and replayed', async () => {
+test('Fastify: a route that throws gets the error handler\'s answer (Fastify\'s 500, a setErrorHandler\'s 402, a 404), stored and replayed, as Express does', async () => {
   const app = Fastify();
   const told = [];
   await app.register(idempotency, { ...NO_SCOPE, onError: (error) => told.push(error.message) });
@@ -78,6 +78,13 @@ test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a 
   app.post('/fails', async () => {
     runs++;
     throw new Error('the provider is down');
+  });
+  await app.register(async (child) => {
+    child.setErrorHandler((error, request, reply) => reply.code(402).send({ error: error.message }));
+    child.post('/mapped', async () => {
+      runs++;
+      throw new Error('insufficient funds');
+    });
   });
   app.post('/missing', async () => {
     runs++;
@@ -90,13 +97,21 @@ test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a 
     const key = crypto.randomUUID();
     const failed = await post(server.url, '/fails', { key, body: {} });
     assert.equal(failed.status, 500);
-    assert.equal(failed.headers.get('content-type'), 'application/problem+json');
     const f = await snapshot(failed);
-    assert.equal(JSON.parse(f.body).code, 'idempotency-handler-failed');
+    assert.equal(JSON.parse(f.body).message, 'the provider is down', 'Fastify\'s own error answer');
     const again = await post(server.url, '/fails', { key, body: {} });
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(again), f);
-    assert.deepEqual(told, ['the provider is down']);
+
+    const mappedKey = crypto.randomUUID();
+    const mapped = await post(server.url, '/mapped', { key: mappedKey, body: {} });
+    assert.equal(mapped.status, 402);
+    const p = await snapshot(mapped);
+    assert.deepEqual(JSON.parse(p.body), { error: 'insufficient funds' });
+    const mappedAgain = await post(server.url, '/mapped', { key: mappedKey, body: {} });
+    assert.equal(mappedAgain.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(mappedAgain), p);
+    assert.deepEqual(told, [], 'the error handler had the errors');
 
     const key404 = crypto.randomUUID();
     const missing = await post(server.url, '/missing', { key: key404, body: {} });
@@ -106,7 +121,7 @@ test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a 
     const replay = await post(server.url, '/missing', { key: key404, body: {} });
     assert.equal(replay.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(replay), m);
-    assert.equal(runs, 2);
+    assert.equal(runs, 3);
   } finally {
     await server.close();
   }

@@ -141,16 +141,24 @@ test('Hono: after a middleware that read c.req.formData() (Hono keeps only the F
   }
 });
 
-test('Hono: a throw is a failed route (the companion\'s 500, stored); an HTTPException 404 is the route\'s answer; cors headers are on every answer', async () => {
+test('Hono: a throw gets app.onError\'s answer (a 500, a domain error mapped to 402), stored and replayed, as Express does; an HTTPException 404 too; cors headers are on every answer', async () => {
   const app = new Hono();
   const told = [];
+  class InsufficientFunds extends Error {}
   app.use('*', cors({ origin: 'https://shop.example' }));
-  app.onError((error, c) => (error instanceof HTTPException ? error.getResponse() : c.json({ error: error.message }, 500)));
+  app.onError((error, c) => {
+    if (error instanceof HTTPException) return error.getResponse();
+    return c.json({ error: error.message }, error instanceof InsufficientFunds ? 402 : 500);
+  });
   let runs = 0;
   app.use('/api/*', idempotency({ ...NO_SCOPE, onError: (error) => told.push(error.message) }));
   app.post('/api/fails', () => {
     runs++;
     throw new Error('the provider is down');
+  });
+  app.post('/api/mapped', () => {
+    runs++;
+    throw new InsufficientFunds('insufficient funds');
   });
   app.post('/api/missing', () => {
     runs++;
@@ -169,11 +177,20 @@ test('Hono: a throw is a failed route (the companion\'s 500, stored); an HTTPExc
     assert.equal(failed.status, 500);
     assert.equal(cors_(failed), 'https://shop.example');
     const f = await snapshot(failed);
-    assert.equal(JSON.parse(f.body).code, 'idempotency-handler-failed');
+    assert.deepEqual(JSON.parse(f.body), { error: 'the provider is down' });
     const again = await post(server.url, '/api/fails', { key, body: {}, headers: origin });
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(again), f);
-    assert.deepEqual(told, ['the provider is down']);
+
+    const mappedKey = crypto.randomUUID();
+    const mapped = await post(server.url, '/api/mapped', { key: mappedKey, body: {}, headers: origin });
+    assert.equal(mapped.status, 402);
+    const p = await snapshot(mapped);
+    assert.deepEqual(JSON.parse(p.body), { error: 'insufficient funds' });
+    const mappedAgain = await post(server.url, '/api/mapped', { key: mappedKey, body: {}, headers: origin });
+    assert.equal(mappedAgain.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(mappedAgain), p);
+    assert.deepEqual(told, [], 'app.onError had the errors');
 
     const key404 = crypto.randomUUID();
     const missing = await post(server.url, '/api/missing', { key: key404, body: {}, headers: origin });
@@ -192,7 +209,7 @@ test('Hono: a throw is a failed route (the companion\'s 500, stored); an HTTPExc
     const missingKey = await post(server.url, '/api/pay', { body: { a: 2 }, headers: origin });
     assert.equal(missingKey.status, 400);
     assert.equal(cors_(missingKey), 'https://shop.example');
-    assert.equal(runs, 3);
+    assert.equal(runs, 4);
   } finally {
     await server.close();
   }
