@@ -8,6 +8,8 @@
 // itself: it hands the adapter the `ctx` (the key is held now) and returns a promise that the
 // adapter settles with the route's answer once the framework's route has run. If the
 // companion answers first (a replay, 400, 409, 413, 422, 503...), the route does not run.
+import { promisify } from 'node:util';
+import zlib from 'node:zlib';
 import { idempotency } from './server.js';
 import { invalidOptionError } from './server-wasm.js';
 
@@ -148,6 +150,30 @@ export function finalHeaders(before, response) {
 export async function bodyBytes(response) {
   if (response.body === null) return new Uint8Array(0);
   return new Uint8Array(await response.arrayBuffer());
+}
+
+/** The content codings a compression middleware uses, and how to undo each. */
+const DECODERS = {
+  gzip: promisify(zlib.gunzip),
+  'x-gzip': promisify(zlib.gunzip),
+  deflate: promisify(zlib.inflate),
+  br: promisify(zlib.brotliDecompress),
+};
+
+/**
+ * The route's answer without the content coding a compression middleware mounted after the
+ * adapter gave it for this request's Accept-Encoding: a replay goes to clients that may not
+ * accept it (one key, one answer), so the answer is stored and sent as identity bytes, without
+ * Content-Encoding and Content-Length. A coding not in DECODERS (or several) is kept as it is.
+ */
+export async function withoutEncoding(response) {
+  const decode = DECODERS[response.headers.get('content-encoding')?.trim().toLowerCase()];
+  if (decode === undefined || response.body === null) return response;
+  const bytes = await decode(await bodyBytes(response));
+  const headers = new Headers(response.headers);
+  headers.delete('content-encoding');
+  headers.delete('content-length');
+  return new Response(bytes.byteLength === 0 ? null : bytes, { status: response.status, statusText: response.statusText, headers });
 }
 
 /** The bytes of `chunk` as written to a node:http response (a string in `encoding`, or bytes). */

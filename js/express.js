@@ -10,6 +10,7 @@ import {
   toResponse,
   finalHeaders,
   bodyBytes,
+  withoutEncoding,
   chunkBytes,
   nodeRequestHeaders,
   nodeRequestUrl,
@@ -239,7 +240,10 @@ async function handle(start, req, res, next) {
     next();
     return;
   }
-  const captured = capture(res, (response, error) => (response ? run.answer(response) : run.fail(error)));
+  const captured = capture(res, (response, error) => {
+    if (response) withoutEncoding(response).then(run.answer, run.fail);
+    else run.fail(error);
+  });
   try {
     next();
   } catch (error) {

@@ -2,7 +2,7 @@
 // documentation: hono.d.ts. A thin layer over `idempotency()` of server.js: it builds a fetch
 // Request of `c.req`, runs the rest of the chain (`next()`) as the companion's handler
 // (adapter-support.js) and sets `c.res` to the companion's Response.
-import { deferredCompanion, finalHeaders, methodHasBody } from './adapter-support.js';
+import { deferredCompanion, finalHeaders, methodHasBody, withoutEncoding } from './adapter-support.js';
 
 /** Whether a middleware or validator before this one read the body (Hono keeps what it read). */
 function bodyRead(c) {
@@ -102,8 +102,9 @@ export function idempotency(options) {
       return;
     }
     next().then(
-      // For a route that threw, what app.onError answered, as Express's adapter gets it.
-      () => run.answer(c.res),
+      // For a route that threw, what app.onError answered, as Express's adapter gets it. An
+      // answer the companion lets through is left as it is (a stream, its coding).
+      () => (run.passThrough ? run.answer(c.res) : withoutEncoding(c.res).then(run.answer, run.fail)),
       (error) => run.fail(error), // not an Error (Hono's onError only takes those): thrown through
     );
     // The route's answer as the companion gives it back, or the companion's own when it gives

@@ -5,10 +5,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import { gzipSync } from 'node:zlib';
 import express from 'express';
 import connect from 'connect';
 import { idempotency } from 'retry-fetch/express';
-import { adapterScenarios, post, snapshot, pay, upload, streamProbe } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertUncodedReplay } from './support.mjs';
 
 /** Serve `handler` (an Express app, a Connect app) on 127.0.0.1:0. */
 async function listen(handler) {
@@ -236,6 +237,28 @@ test('Express: app.use(idempotency()): a GET without a key streams as without it
   const server = await listen(app);
   try {
     assert.equal(await probe.get(`${server.url}/events`), 'data: 1\n\ndata: true\n\n');
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: a compression middleware after the adapter: the answer is stored as identity bytes, so a replay to a client that asked for no coding gets none', async () => {
+  const app = quietApp();
+  // As compression() does after the adapter: encodes the route's answer for this request.
+  const gzipAfter = (req, res, next) => {
+    const end = res.end;
+    res.end = function (chunk, ...rest) {
+      if (!/gzip/.test(req.headers['accept-encoding'] ?? '') || chunk === undefined) return end.call(this, chunk, ...rest);
+      this.setHeader('Content-Encoding', 'gzip');
+      this.removeHeader('Content-Length');
+      return end.call(this, gzipSync(chunk));
+    };
+    next();
+  };
+  app.post('/pay', express.json(), idempotency(NO_SCOPE), gzipAfter, (req, res) => res.status(201).json({ paid: req.body.amount }));
+  const server = await listen(app);
+  try {
+    await assertUncodedReplay(`${server.url}/pay`, 201, { paid: 5 });
   } finally {
     await server.close();
   }

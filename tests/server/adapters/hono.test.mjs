@@ -7,10 +7,11 @@ import assert from 'node:assert/strict';
 import { Hono } from 'hono';
 import { validator } from 'hono/validator';
 import { cors } from 'hono/cors';
+import { compress } from 'hono/compress';
 import { HTTPException } from 'hono/http-exception';
 import { serve } from '@hono/node-server';
 import { idempotency } from 'retry-fetch/hono';
-import { adapterScenarios, post, snapshot, pay, upload } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, assertUncodedReplay } from './support.mjs';
 
 /** Serve `app` with @hono/node-server on 127.0.0.1:0. */
 async function listen(app) {
@@ -210,6 +211,23 @@ test('Hono: a throw gets app.onError\'s answer (a 500, a domain error mapped to 
     assert.equal(missingKey.status, 400);
     assert.equal(cors_(missingKey), 'https://shop.example');
     assert.equal(runs, 4);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Hono: compress() after the adapter: the answer is stored as identity bytes, so a replay to a client that asked for no coding gets none; a GET without a key keeps its coding', async () => {
+  const app = new Hono();
+  const big = { data: 'x'.repeat(2000) };
+  app.use('/pay', idempotency(NO_SCOPE), compress());
+  app.post('/pay', (c) => c.json(big, 201));
+  app.get('/pay', (c) => c.json(big));
+  const server = await listen(app);
+  try {
+    await assertUncodedReplay(`${server.url}/pay`, 201, big);
+    const read = await fetch(`${server.url}/pay`, { headers: { 'Accept-Encoding': 'gzip' } });
+    assert.equal(read.headers.get('content-encoding'), 'gzip');
+    assert.deepEqual(await read.json(), big);
   } finally {
     await server.close();
   }

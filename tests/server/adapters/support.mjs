@@ -10,6 +10,7 @@
 // answers `json` with that status) or throws (the route fails, as the framework lets it).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import pg from 'pg';
 import { retryFetch } from 'retry-fetch';
 import { PostgresStore } from 'retry-fetch/server';
@@ -72,6 +73,42 @@ export function streamProbe() {
       }
     },
   };
+}
+
+/**
+ * A JSON POST through node:http, which (unlike fetch) neither asks for nor decodes a content
+ * coding: `acceptEncoding` is sent as it is. Resolves with status, headers and body bytes.
+ */
+function rawPost(url, { key, body, acceptEncoding }) {
+  return new Promise((resolve, reject) => {
+    const headers = { 'Content-Type': 'application/json', 'Idempotency-Key': key };
+    if (acceptEncoding !== undefined) headers['Accept-Encoding'] = acceptEncoding;
+    const request = http.request(url, { method: 'POST', headers }, (response) => {
+      const chunks = [];
+      response.on('data', (chunk) => chunks.push(chunk));
+      response.on('end', () => resolve({ status: response.statusCode, headers: response.headers, body: Buffer.concat(chunks) }));
+      response.on('error', reject);
+    });
+    request.on('error', reject);
+    request.end(JSON.stringify(body));
+  });
+}
+
+/**
+ * A keyed POST to `url` from a client that asks for gzip, then its repeat from one that asks
+ * for no coding: both answered `status` with `expected` as JSON and no Content-Encoding, the
+ * repeat a replay.
+ */
+export async function assertUncodedReplay(url, status, expected) {
+  const key = crypto.randomUUID();
+  const first = await rawPost(url, { key, body: { amount: 5 }, acceptEncoding: 'gzip' });
+  assert.equal(first.status, status);
+  assert.equal(first.headers['content-encoding'], undefined);
+  assert.deepEqual(JSON.parse(first.body), expected);
+  const replay = await rawPost(url, { key, body: { amount: 5 } });
+  assert.equal(replay.headers['idempotent-replayed'], 'true');
+  assert.equal(replay.headers['content-encoding'], undefined);
+  assert.deepEqual(JSON.parse(replay.body), expected);
 }
 
 /** Status, headers (minus Date, Idempotent-Replayed, and the connection's own) and body bytes. */
