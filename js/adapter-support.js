@@ -8,6 +8,8 @@
 // itself: it hands the adapter the `ctx` (the key is held now) and returns a promise that the
 // adapter settles with the route's answer once the framework's route has run. If the
 // companion answers first (a replay, 400, 409, 413, 422, 503...), the route does not run.
+import { promisify } from 'node:util';
+import zlib from 'node:zlib';
 import { idempotency } from './server.js';
 import { invalidOptionError } from './server-wasm.js';
 
@@ -37,6 +39,9 @@ function deferred() {
  *   when it answered without running the route;
  * - `run.answer(response)` / `run.fail(error)`: the route's answer, or its error (the route
  *   threw); the first call counts;
+ * - `run.passThrough`: after `first()` gave null, whether the companion lets the request
+ *   through (no key, or a key on a method it ignores: `ctx.key` is null): it neither stores nor
+ *   replays the answer, so the route answers through the framework as without the adapter;
  * - `await run.result`: the companion's final Response (normally the route's answer; a
  *   problem when the route failed or the commit did).
  */
@@ -90,21 +95,12 @@ export function deferredCompanion(options) {
       get settled() {
         return state.settled;
       },
+      get passThrough() {
+        return state.ctx !== undefined && state.ctx.key === null;
+      },
       result,
     };
   };
-}
-
-/**
- * Is `error` one the framework turns into a 4xx answer on purpose (`statusCode` or `status`
- * 400 to 499: Fastify's and http-errors' `statusCode`, Hono's `HTTPException#status`)? Such
- * a route did answer: its answer (a 404, a 403...) is what the companion gets, as if the route
- * had returned it. Any other error is a route that failed.
- */
-export function isClientError(error) {
-  if (typeof error !== 'object' || error === null) return false;
-  const status = error.statusCode ?? error.status;
-  return Number.isInteger(status) && status >= 400 && status <= 499;
 }
 
 /** The statuses whose Response has no body (the Fetch API refuses one). */
@@ -156,6 +152,30 @@ export async function bodyBytes(response) {
   return new Uint8Array(await response.arrayBuffer());
 }
 
+/** The content codings a compression middleware uses, and how to undo each. */
+const DECODERS = {
+  gzip: promisify(zlib.gunzip),
+  'x-gzip': promisify(zlib.gunzip),
+  deflate: promisify(zlib.inflate),
+  br: promisify(zlib.brotliDecompress),
+};
+
+/**
+ * The route's answer without the content coding a compression middleware mounted after the
+ * adapter gave it for this request's Accept-Encoding: a replay goes to clients that may not
+ * accept it (one key, one answer), so the answer is stored and sent as identity bytes, without
+ * Content-Encoding and Content-Length. A coding not in DECODERS (or several) is kept as it is.
+ */
+export async function withoutEncoding(response) {
+  const decode = DECODERS[response.headers.get('content-encoding')?.trim().toLowerCase()];
+  if (decode === undefined || response.body === null) return response;
+  const bytes = await decode(await bodyBytes(response));
+  const headers = new Headers(response.headers);
+  headers.delete('content-encoding');
+  headers.delete('content-length');
+  return new Response(bytes.byteLength === 0 ? null : bytes, { status: response.status, statusText: response.statusText, headers });
+}
+
 /** The bytes of `chunk` as written to a node:http response (a string in `encoding`, or bytes). */
 export function chunkBytes(chunk, encoding) {
   if (chunk === undefined || chunk === null) return null;
@@ -166,7 +186,33 @@ export function chunkBytes(chunk, encoding) {
   throw new TypeError(`retry-fetch adapter: a response chunk must be a string or bytes; got ${typeof chunk}`);
 }
 
-export { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
+/** Is `contentType` a multipart one (an upload: `multipart/form-data`...)? */
+export function isMultipart(contentType) {
+  return typeof contentType === 'string' && /^\s*multipart\//i.test(contentType);
+}
+
+/**
+ * Did a body parser leave only part of a multipart body? Upload parsers (multer,
+ * @fastify/multipart) keep the files apart from the fields they leave as the body, so only
+ * bytes or text (a raw parser's) stand for such a body whole.
+ */
+export function partialMultipart(contentType, body) {
+  return isMultipart(contentType) && typeof body !== 'string' && !(body instanceof Uint8Array) && !(body instanceof ArrayBuffer);
+}
+
+/**
+ * A fetch Request whose body reads as already taken (its stream locked): what the adapter
+ * gives the companion for a body it cannot fingerprint whole, so that a keyed request gets the
+ * companion's `idempotency-body-already-read` answer instead of another upload passing for a
+ * repeat.
+ */
+export function takenBodyRequest(url, init) {
+  const request = new Request(url, { ...init, body: new Uint8Array(0) });
+  request.body.getReader();
+  return request;
+}
+
+export { declaresBody, lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl, rereadableBody } from './node-request.js';
 
 /** Does this method carry a body in a fetch Request? The companion's rule, from the wasm. */
 export { methodCanHaveBody as methodHasBody } from './server-wasm.js';

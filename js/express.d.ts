@@ -28,11 +28,12 @@
  *   are, anything else as JSON with sorted keys). Without a parser before it, the middleware
  *   has the companion read the raw body (at most `maxBodyBytes`, else 413) and sets
  *   `req.body` to those bytes (a `Buffer`): a parser placed after it finds the body read and
- *   leaves `req.body` as it is.
+ *   leaves `req.body` as it is; an upload parser (multer) reads a multipart body again.
  * - **The route's answer is buffered**: what it writes (`res.status()`, `res.json()`,
  *   `res.send()`, `res.writeHead()`, `res.write()`, `res.end()`, a piped stream) is held
  *   until the companion has stored it, then sent; `res.headersSent` turns true as the route
- *   writes. Not for streaming answers.
+ *   writes. Not for streaming answers, except to a request the companion lets through (no
+ *   key, or an ignored method such as GET): that answer is written as without the middleware.
  * - **Errors.** A route that fails reaches Express's error handler (or yours) as usual; the
  *   500 it writes is the route's answer (stored, or rolled back with `ctx.tx` and the key
  *   freed: see the companion's rules).

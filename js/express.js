@@ -10,11 +10,17 @@ import {
   toResponse,
   finalHeaders,
   bodyBytes,
+  withoutEncoding,
   chunkBytes,
   nodeRequestHeaders,
   nodeRequestUrl,
   lingerAfterEarlyAnswer,
   methodHasBody,
+  declaresBody,
+  rereadableBody,
+  isMultipart,
+  partialMultipart,
+  takenBodyRequest,
 } from './adapter-support.js';
 
 /** Was the request's body read by a body parser before this middleware? */
@@ -23,29 +29,27 @@ function parsed(req) {
   return req._body === true || req.readableEnded === true || (req.complete === true && req.readable === false);
 }
 
-/** Does the request declare a body (type-is's `hasBody`: Transfer-Encoding or Content-Length)? */
-function declaresBody(req) {
-  const h = req.headers ?? {};
-  return h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && !Number.isNaN(Number(h['content-length'])));
-}
-
 /** The fetch Request the companion gets for `req`; `streamed` when its body is `req` itself. */
 function fetchRequest(req) {
   const method = req.method ?? 'GET';
   const init = { method, headers: nodeRequestHeaders(req) };
+  const url = nodeRequestUrl(req, req.originalUrl ?? req.url);
   let streamed = false;
   if (methodHasBody(method)) {
     if (parsed(req)) {
+      // An upload parser's fields without its files: no fingerprint, the companion's 500.
+      if (partialMultipart(req.headers['content-type'], req.body)) return { request: takenBodyRequest(url, init), streamed };
       // A parser consumed the bytes: the fingerprint is of what it made of them.
       init.body = canonicalBody(req.body);
     } else if (declaresBody(req)) {
-      // Read by the companion, at most maxBodyBytes (a longer one is its 413).
-      init.body = Readable.toWeb(req);
+      // Read by the companion, at most maxBodyBytes (a longer one is its 413); an upload is
+      // left in `req` for the upload parser after this middleware (multer).
+      init.body = isMultipart(req.headers['content-type']) ? rereadableBody(req) : Readable.toWeb(req);
       init.duplex = 'half';
       streamed = true;
     }
   }
-  return { request: new Request(nodeRequestUrl(req, req.originalUrl ?? req.url), init), streamed };
+  return { request: new Request(url, init), streamed };
 }
 
 /** The headers of `res` as `[name, value]` pairs. */
@@ -217,8 +221,9 @@ async function handle(start, req, res, next) {
   }
   try {
     if (streamed) {
-      // The route reads the bytes the companion read (a parser after this middleware finds
-      // the stream consumed and leaves them as they are).
+      // The route reads the bytes the companion read as req.body (a body parser after this
+      // middleware finds the stream consumed and leaves them; an upload parser reads the
+      // upload again from req).
       req.body = Buffer.from(await run.request.arrayBuffer());
       req._body = true;
     }
@@ -228,7 +233,17 @@ async function handle(start, req, res, next) {
     await send(req, res, await run.result, before, sendThrough);
     return;
   }
-  const captured = capture(res, (response, error) => (response ? run.answer(response) : run.fail(error)));
+  if (run.passThrough) {
+    // Nothing of its answer is kept: the route writes to res as without the adapter (a stream
+    // flows as it is written). The companion's call is settled with a stand-in.
+    run.answer(new Response(null));
+    next();
+    return;
+  }
+  const captured = capture(res, (response, error) => {
+    if (response) withoutEncoding(response).then(run.answer, run.fail);
+    else run.fail(error);
+  });
   try {
     next();
   } catch (error) {

@@ -36,16 +36,17 @@
  * - **Hooks.** `preHandler`: the companion answers (replay, 400, 409, 413, 422, 503) and the
  *   route does not run, or it holds the key and `request.idempotency` is set. `onSend`: the
  *   route's answer (status, headers, payload: a string, Buffer or stream) is what the
- *   companion stores, and what it answers is sent. `onError`: a route that throws is one that
- *   failed (a stored 500 problem, or rolled back with `ctx.tx` and the key freed); an error
- *   whose `statusCode` is 400 to 499 (`httpErrors.notFound()`...) is the route's answer, kept
- *   like any other.
+ *   companion stores, and what it answers is sent. A route that throws reaches Fastify's error
+ *   handler (`setErrorHandler`, or Fastify's own) as usual: the answer it gives is the route's
+ *   answer, kept like any other (a 5xx after `ctx.tx` writes is rolled back and the key freed).
  * - **Headers set before the hook** (by `onRequest` hooks: CORS, a session) are sent with
  *   every answer, the companion's own and replays included.
  * - `request.idempotency.tx` is usable until the route's answer reaches `onSend`: that answer
  *   is what commits it.
  * - The answer is buffered: not for streaming answers, nor for a route that hijacks the reply
- *   (`reply.hijack()`: its key ends with a 500 problem).
+ *   (`reply.hijack()`: its key ends with a 500 problem). A request the companion lets through
+ *   (no key, or an ignored method such as GET) is answered as without the plugin, streams
+ *   included.
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { IdempotencyContext, IdempotencyOptions } from './server.js';

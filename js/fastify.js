@@ -5,22 +5,24 @@
 //
 //   preHandler  start the companion; it answers (replay, 400, 409, 413, 422, 503...) and the
 //               route does not run, or it holds the key: `request.idempotency` is its ctx;
-//   onError     the route threw: the companion is told (an error with a 4xx statusCode is an
-//               answer the route gave on purpose, captured like any other);
-//   onSend      the route's answer (status, headers, payload) goes to the companion, and what
-//               the companion answers (normally the same, stored) is what is sent.
+//   onSend      the route's answer (status, headers, payload; for a route that threw, what
+//               the error handler answered, as Express's adapter gets it) goes to the
+//               companion, and what the companion answers (normally the same, stored) is what
+//               is sent.
 import { canonicalBody } from './server-wasm.js';
 import {
   deferredCompanion,
-  isClientError,
   toResponse,
   finalHeaders,
-  headerPairs,
   bodyBytes,
   chunkBytes,
   nodeRequestHeaders,
   nodeRequestUrl,
   methodHasBody,
+  declaresBody,
+  rereadableBody,
+  partialMultipart,
+  takenBodyRequest,
 } from './adapter-support.js';
 
 /** This request's run through the companion. */
@@ -29,16 +31,31 @@ const RUN = Symbol('retry-fetch idempotency run');
 /** Fastify's own register options, not the companion's. */
 const REGISTER_OPTIONS = ['prefix', 'logLevel', 'logSerializers'];
 
-/** The fetch Request the companion gets: Fastify already parsed the body. */
+/** The fetch Request the companion gets: Fastify parsed the body, or left it unread. */
 function fetchRequest(request) {
   const raw = request.raw;
   const method = raw.method ?? 'GET';
+  const url = nodeRequestUrl(raw, raw.url);
   const init = { method, headers: nodeRequestHeaders(raw) };
   if (methodHasBody(method)) {
-    // The bytes as received when a raw-body plugin kept them, else what the parser made.
-    init.body = canonicalBody(request.rawBody !== undefined ? request.rawBody : request.body);
+    if (request.rawBody !== undefined) {
+      // The bytes as received, kept by a raw-body plugin.
+      init.body = canonicalBody(request.rawBody);
+    } else if (request.body === undefined && declaresBody(raw)) {
+      // Not parsed (a parser that leaves the stream to the route, as @fastify/multipart
+      // does): read by the companion and left in the stream for the route; read by
+      // something else already, it cannot be fingerprinted (the companion's 500).
+      if (raw.readableDidRead || raw.readableEnded) return takenBodyRequest(url, init);
+      init.body = rereadableBody(raw);
+      init.duplex = 'half';
+    } else if (partialMultipart(raw.headers['content-type'], request.body)) {
+      // An upload parser's fields without its files: no fingerprint, the companion's 500.
+      return takenBodyRequest(url, init);
+    } else {
+      init.body = canonicalBody(request.body);
+    }
   }
-  return new Request(nodeRequestUrl(raw, raw.url), init);
+  return new Request(url, init);
 }
 
 /** Is `payload` a fetch Response (`reply.send(response)`)? */
@@ -69,6 +86,15 @@ async function setFinal(reply, response, before) {
 }
 
 /**
+ * Sends the companion's own `response` (given without the route's answer) as the reply; the
+ * hooks then leave the request alone.
+ */
+async function sendOwn(request, reply, response, before) {
+  request[RUN] = { early: true, untyped: !response.headers.has('content-type') };
+  return reply.send(await setFinal(reply, response, before));
+}
+
+/**
  * The Fastify plugin: `await app.register(idempotency, options)`; `options` are those of
  * `idempotency()` (server.d.ts). Its hooks are added to the context it is registered in (the
  * plugin is not encapsulated, as fastify-plugin would make it), so it applies to every route
@@ -91,21 +117,25 @@ export async function idempotency(fastify, options) {
     const before = Object.entries(reply.getHeaders());
     const run = start(fetchRequest(request));
     const early = await run.first();
-    if (early !== null) {
-      request[RUN] = { early: true, untyped: !early.headers.has('content-type') };
-      for (const [name, value] of headerPairs(early)) reply.header(name, value);
-      reply.code(early.status);
-      const body = await bodyBytes(early);
-      return reply.send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
-    }
-    request[RUN] = { run, before, sent: false };
+    if (early !== null) return sendOwn(request, reply, early, before);
     request.idempotency = run.ctx;
-  });
-
-  fastify.addHook('onError', async (request, reply, error) => {
-    const entry = request[RUN];
-    if (entry === undefined || entry.early) return;
-    if (!isClientError(error)) entry.run.fail(error);
+    if (run.passThrough) {
+      // Nothing of its answer is kept: the reply is sent as without the plugin (a stream
+      // flows as it is sent). The companion's call is settled with a stand-in.
+      run.answer(new Response(null));
+      return;
+    }
+    const entry = { run, before, sent: false };
+    request[RUN] = entry;
+    // The companion answers before the route did when it gives up on it (a route that ignores
+    // its handlerTimeoutMs abort): that answer is sent now, not when the route ends.
+    run.result
+      .then((response) => {
+        if (request[RUN] === entry && !entry.sent && !run.settled && !reply.sent) return sendOwn(request, reply, response, before);
+      }, () => {}) // a companion that fails is reported where onSend awaits it
+      .catch((error) => {
+        if (!reply.sent) reply.send(error);
+      });
   });
 
   fastify.addHook('onSend', async (request, reply, payload) => {

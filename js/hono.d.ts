@@ -29,10 +29,9 @@
  *   the middleware work. `c.req.raw` becomes a Request over those bytes whose `signal` is the
  *   companion's (not aborted when the client goes away).
  * - **The route's answer** (`c.res` after `next()`) is what the companion stores, and `c.res`
- *   becomes what it answers (normally the same). A route that throws (`c.error`) is one that
- *   failed (a stored 500 problem, or rolled back with `ctx.tx` and the key freed); an
- *   `HTTPException` (or any error whose `status`/`statusCode` is 400 to 499) is the route's
- *   answer, kept like any other.
+ *   becomes what it answers (normally the same). A route that throws reaches `app.onError`
+ *   (or Hono's own handler) as usual: the answer it gives is the route's answer, kept like any
+ *   other (a 5xx after `ctx.tx` writes is rolled back and the key freed).
  * - **Headers set before the middleware** (CORS, a session cookie) are sent with every
  *   answer, the companion's own (400, 409, 422...) and replays included.
  * - The route reads the key's context as `c.get('idempotency')` or `c.var.idempotency`

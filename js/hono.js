@@ -2,12 +2,27 @@
 // documentation: hono.d.ts. A thin layer over `idempotency()` of server.js: it builds a fetch
 // Request of `c.req`, runs the rest of the chain (`next()`) as the companion's handler
 // (adapter-support.js) and sets `c.res` to the companion's Response.
-import { deferredCompanion, isClientError, finalHeaders, methodHasBody } from './adapter-support.js';
+import { deferredCompanion, finalHeaders, methodHasBody, withoutEncoding } from './adapter-support.js';
 
 /** Whether a middleware or validator before this one read the body (Hono keeps what it read). */
 function bodyRead(c) {
   const cache = c.req.bodyCache;
   return (cache !== undefined && cache !== null && Object.keys(cache).length > 0) || c.req.raw.bodyUsed === true;
+}
+
+/**
+ * Stable bytes of a form a middleware before this one read with `c.req.formData()`: Hono
+ * keeps only the FormData, and gives its bytes again encoded with a fresh random boundary,
+ * which no retry would match. Each entry is a JSON line `[name, value]`, a file's
+ * `[name, { file, type, size }]` followed by its bytes (`size` says where they end).
+ */
+function formBytes(form) {
+  const parts = [];
+  for (const [name, value] of form) {
+    if (typeof value === 'string') parts.push(JSON.stringify([name, value]), '\n');
+    else parts.push(JSON.stringify([name, { file: value.name, type: value.type, size: value.size }]), '\n', value);
+  }
+  return new Blob(parts).arrayBuffer();
 }
 
 /** `response` with the headers of `before` it does not set itself (see finalHeaders). */
@@ -49,8 +64,11 @@ export function idempotency(options) {
     let streamed = false;
     if (methodHasBody(method)) {
       if (bodyRead(c)) {
-        // A validator read it: Hono gives its bytes again (JSON it parsed as its text).
-        init.body = new Uint8Array(await c.req.arrayBuffer());
+        // A validator read it: Hono gives its bytes again (JSON it parsed as its text), or,
+        // when it kept only the FormData, a stable form of its entries.
+        const cache = c.req.bodyCache;
+        const form = cache.arrayBuffer === undefined && cache.formData !== undefined;
+        init.body = new Uint8Array(form ? await formBytes(await cache.formData) : await c.req.arrayBuffer());
       } else if (raw.body !== null) {
         // Read by the companion, at most maxBodyBytes (a longer one is its 413).
         init.body = raw.body;
@@ -83,13 +101,14 @@ export function idempotency(options) {
       replaceResponse(c, withHeaders(await run.result, before));
       return;
     }
-    try {
-      await next();
-      if (c.error !== undefined && !isClientError(c.error)) run.fail(c.error);
-      else run.answer(c.res);
-    } catch (error) {
-      run.fail(error); // not an Error (Hono's onError only takes those): thrown through
-    }
+    next().then(
+      // For a route that threw, what app.onError answered, as Express's adapter gets it. An
+      // answer the companion lets through is left as it is (a stream, its coding).
+      () => (run.passThrough ? run.answer(c.res) : withoutEncoding(c.res).then(run.answer, run.fail)),
+      (error) => run.fail(error), // not an Error (Hono's onError only takes those): thrown through
+    );
+    // The route's answer as the companion gives it back, or the companion's own when it gives
+    // up on the route first (one that ignores its handlerTimeoutMs abort): sent at once.
     replaceResponse(c, withHeaders(await run.result, before));
   };
 }

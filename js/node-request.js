@@ -33,6 +33,59 @@ export function nodeRequestUrl(req, target) {
   }
 }
 
+/** Does the request declare a body (type-is's `hasBody`: Transfer-Encoding or Content-Length)? */
+export function declaresBody(req) {
+  const h = req.headers ?? {};
+  return h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && !Number.isNaN(Number(h['content-length'])));
+}
+
+/**
+ * A web ReadableStream of a node:http request's body that leaves the body in `req` for the
+ * next reader: once it is read to its end, the bytes are put back (`unshift`, before 'end' is
+ * emitted, which Node allows), so an upload parser after the adapter (multer,
+ * @fastify/multipart) reads the same upload. Cancelled before the end (the companion's 413),
+ * the rest flows on, dropped.
+ */
+export function rereadableBody(req) {
+  const chunks = [];
+  let detach = () => {};
+  return new ReadableStream({
+    start(controller) {
+      const onReadable = () => {
+        let chunk;
+        while ((chunk = req.read()) !== null) {
+          chunks.push(chunk);
+          controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.length));
+        }
+        // `complete`: node:http has pushed the end, so a null read() means all was read.
+        if (req.complete === true) {
+          detach();
+          if (chunks.length > 0) req.unshift(Buffer.concat(chunks));
+          controller.close();
+        }
+      };
+      const onError = (error) => {
+        detach();
+        controller.error(error);
+      };
+      const onClose = () => onError(new DOMException('the client closed the connection before the request body ended', 'AbortError'));
+      detach = () => {
+        req.off('readable', onReadable);
+        req.off('error', onError);
+        req.off('close', onClose);
+      };
+      req.on('readable', onReadable);
+      req.on('error', onError);
+      req.on('close', onClose);
+    },
+    cancel() {
+      detach();
+      chunks.length = 0;
+      req.resume();
+    },
+  });
+}
+
 /** How long the rest of an unread upload is read and dropped after an early answer, in ms. */
 const LINGER_MS = 2000;
 

@@ -5,10 +5,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import { gzipSync } from 'node:zlib';
 import express from 'express';
 import connect from 'connect';
 import { idempotency } from 'retry-fetch/express';
-import { adapterScenarios, post, snapshot, pay } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertUncodedReplay } from './support.mjs';
 
 /** Serve `handler` (an Express app, a Connect app) on 127.0.0.1:0. */
 async function listen(handler) {
@@ -123,6 +124,49 @@ test('Express: no parser before it: the companion reads the raw body (413 over m
   }
 });
 
+/** An upload parser as multer is one: reads the stream, leaves the fields as req.body and the file apart. */
+async function uploadParser(req, res, next) {
+  const chunks = [];
+  for await (const chunk of req) chunks.push(chunk);
+  const text = Buffer.concat(chunks).toString('latin1');
+  req.body = { note: /name="note"\r\n\r\n([^\r]*)/.exec(text)?.[1] };
+  req.file = { text: /filename="doc.txt"\r\n[^\r]*\r\n\r\n([^\r]*)/.exec(text)?.[1] };
+  next();
+}
+
+test('Express: a multipart body an upload parser read first (fields in req.body, the file apart) is the companion\'s 500, never a repeat; mounted before the parser, the parser reads the upload and another file is a 422', async () => {
+  const app = quietApp();
+  let runs = 0;
+  const route = (req, res) => {
+    runs++;
+    res.status(201).json({ note: req.body.note, file: req.file.text });
+  };
+  app.post('/after', uploadParser, idempotency(NO_SCOPE), route);
+  app.post('/before', idempotency(NO_SCOPE), uploadParser, route);
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    for (const content of ['FILE A', 'FILE B']) {
+      const refused = await upload(`${server.url}/after`, key, content);
+      assert.equal(refused.status, 500);
+      assert.equal((await refused.json()).code, 'idempotency-body-already-read');
+    }
+    assert.equal(runs, 0);
+
+    const first = await upload(`${server.url}/before`, key, 'FILE A');
+    assert.equal(first.status, 201);
+    assert.deepEqual(await first.json(), { note: 'invoice', file: 'FILE A' });
+    const same = await upload(`${server.url}/before`, key, 'FILE A');
+    assert.equal(same.headers.get('idempotent-replayed'), 'true');
+    const other = await upload(`${server.url}/before`, key, 'FILE B');
+    assert.equal(other.status, 422);
+    assert.equal((await other.json()).code, 'idempotency-key-reused');
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
+
 test('Express: app.use(idempotency()): headers set before it are on every answer (replay, 400, 422); a GET goes through every time; Express\'s error handler 500 is stored', async () => {
   const app = quietApp();
   app.use((req, res, next) => {
@@ -176,6 +220,45 @@ test('Express: app.use(idempotency()): headers set before it are on every answer
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(again), f, 'Express\'s 500 page, replayed');
     assert.equal(failures, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: app.use(idempotency()): a GET without a key streams as without it (its first chunk reaches the client before the answer ends)', async () => {
+  const app = quietApp();
+  app.use(idempotency(NO_SCOPE));
+  const probe = streamProbe();
+  app.get('/events', async (req, res) => {
+    res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+    res.write('data: 1\n\n');
+    res.end(`data: ${await probe.clientRead()}\n\n`);
+  });
+  const server = await listen(app);
+  try {
+    assert.equal(await probe.get(`${server.url}/events`), 'data: 1\n\ndata: true\n\n');
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: a compression middleware after the adapter: the answer is stored as identity bytes, so a replay to a client that asked for no coding gets none', async () => {
+  const app = quietApp();
+  // As compression() does after the adapter: encodes the route's answer for this request.
+  const gzipAfter = (req, res, next) => {
+    const end = res.end;
+    res.end = function (chunk, ...rest) {
+      if (!/gzip/.test(req.headers['accept-encoding'] ?? '') || chunk === undefined) return end.call(this, chunk, ...rest);
+      this.setHeader('Content-Encoding', 'gzip');
+      this.removeHeader('Content-Length');
+      return end.call(this, gzipSync(chunk));
+    };
+    next();
+  };
+  app.post('/pay', express.json(), idempotency(NO_SCOPE), gzipAfter, (req, res) => res.status(201).json({ paid: req.body.amount }));
+  const server = await listen(app);
+  try {
+    await assertUncodedReplay(`${server.url}/pay`, 201, { paid: 5 });
   } finally {
     await server.close();
   }

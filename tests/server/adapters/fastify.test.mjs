@@ -4,10 +4,11 @@
 // against PostgreSQL (support.mjs).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { Readable } from 'node:stream';
 import Fastify from 'fastify';
 import { idempotency } from 'retry-fetch/fastify';
 import defaultExport from 'retry-fetch/fastify';
-import { adapterScenarios, post, snapshot, pay } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe } from './support.mjs';
 
 /** Start `app` on 127.0.0.1:0. */
 async function listen(app) {
@@ -69,7 +70,7 @@ test('Fastify: the route reads request.body as Fastify parsed it; a repeat gets 
   }
 });
 
-test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a thrown 4xx is the route\'s answer, stored and replayed', async () => {
+test('Fastify: a route that throws gets the error handler\'s answer (Fastify\'s 500, a setErrorHandler\'s 402, a 404), stored and replayed, as Express does', async () => {
   const app = Fastify();
   const told = [];
   await app.register(idempotency, { ...NO_SCOPE, onError: (error) => told.push(error.message) });
@@ -77,6 +78,13 @@ test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a 
   app.post('/fails', async () => {
     runs++;
     throw new Error('the provider is down');
+  });
+  await app.register(async (child) => {
+    child.setErrorHandler((error, request, reply) => reply.code(402).send({ error: error.message }));
+    child.post('/mapped', async () => {
+      runs++;
+      throw new Error('insufficient funds');
+    });
   });
   app.post('/missing', async () => {
     runs++;
@@ -89,13 +97,21 @@ test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a 
     const key = crypto.randomUUID();
     const failed = await post(server.url, '/fails', { key, body: {} });
     assert.equal(failed.status, 500);
-    assert.equal(failed.headers.get('content-type'), 'application/problem+json');
     const f = await snapshot(failed);
-    assert.equal(JSON.parse(f.body).code, 'idempotency-handler-failed');
+    assert.equal(JSON.parse(f.body).message, 'the provider is down', 'Fastify\'s own error answer');
     const again = await post(server.url, '/fails', { key, body: {} });
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(again), f);
-    assert.deepEqual(told, ['the provider is down']);
+
+    const mappedKey = crypto.randomUUID();
+    const mapped = await post(server.url, '/mapped', { key: mappedKey, body: {} });
+    assert.equal(mapped.status, 402);
+    const p = await snapshot(mapped);
+    assert.deepEqual(JSON.parse(p.body), { error: 'insufficient funds' });
+    const mappedAgain = await post(server.url, '/mapped', { key: mappedKey, body: {} });
+    assert.equal(mappedAgain.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(mappedAgain), p);
+    assert.deepEqual(told, [], 'the error handler had the errors');
 
     const key404 = crypto.randomUUID();
     const missing = await post(server.url, '/missing', { key: key404, body: {} });
@@ -105,7 +121,50 @@ test('Fastify: a thrown 5xx is a failed route (the companion\'s 500, stored); a 
     const replay = await post(server.url, '/missing', { key: key404, body: {} });
     assert.equal(replay.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(replay), m);
-    assert.equal(runs, 2);
+    assert.equal(runs, 3);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Fastify: a multipart body left unparsed (as @fastify/multipart leaves it) is read by the companion and left for the route: another file is a 422; fields without the file are the companion\'s 500', async () => {
+  const app = Fastify();
+  // As @fastify/multipart: the parser leaves the stream to the route (request.file()).
+  app.addContentTypeParser('multipart/form-data', (request, payload, done) => done(null));
+  // As an upload parser that keeps the fields only: the file is not in request.body.
+  app.addContentTypeParser('multipart/mixed', async (request, payload) => {
+    for await (const chunk of payload) void chunk;
+    return { note: 'invoice' };
+  });
+  await app.register(idempotency, NO_SCOPE);
+  let runs = 0;
+  app.post('/up', async (request, reply) => {
+    runs++;
+    const chunks = [];
+    for await (const chunk of request.raw) chunks.push(chunk);
+    return reply.code(201).send({ file: /filename="doc.txt"\r\n[^\r]*\r\n\r\n([^\r]*)/.exec(Buffer.concat(chunks).toString('latin1'))?.[1] });
+  });
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    const first = await upload(`${server.url}/up`, key, 'FILE A');
+    assert.equal(first.status, 201);
+    assert.deepEqual(await first.json(), { file: 'FILE A' });
+    const same = await upload(`${server.url}/up`, key, 'FILE A');
+    assert.equal(same.headers.get('idempotent-replayed'), 'true');
+    const other = await upload(`${server.url}/up`, key, 'FILE B');
+    assert.equal(other.status, 422);
+    assert.equal((await other.json()).code, 'idempotency-key-reused');
+    assert.equal(runs, 1);
+
+    const fields = await fetch(`${server.url}/up`, {
+      method: 'POST',
+      headers: { 'Idempotency-Key': crypto.randomUUID(), 'Content-Type': 'multipart/mixed; boundary=x' },
+      body: '--x\r\n\r\nFILE A\r\n--x--\r\n',
+    });
+    assert.equal(fields.status, 500);
+    assert.equal((await fields.json()).code, 'idempotency-body-already-read');
+    assert.equal(runs, 1);
   } finally {
     await server.close();
   }
@@ -154,6 +213,27 @@ test('Fastify: headers of onRequest hooks are on every answer; a route can opt o
     assert.deepEqual(await (await fetch(`${server.url}/balance`)).json(), { key: null });
     assert.equal((await post(server.url, '/nowhere', { key: crypto.randomUUID(), body: {} })).status, 404, 'Fastify\'s 404');
     assert.equal(runs, 3);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Fastify: a GET without a key streams as without the plugin (its first chunk reaches the client before the answer ends)', async () => {
+  const app = Fastify();
+  await app.register(idempotency, NO_SCOPE);
+  const probe = streamProbe();
+  app.get('/events', (request, reply) => {
+    const stream = new Readable({ read() {} });
+    stream.push('data: 1\n\n');
+    probe.clientRead().then((early) => {
+      stream.push(`data: ${early}\n\n`);
+      stream.push(null);
+    });
+    return reply.type('text/event-stream').send(stream);
+  });
+  const server = await listen(app);
+  try {
+    assert.equal(await probe.get(`${server.url}/events`), 'data: 1\n\ndata: true\n\n');
   } finally {
     await server.close();
   }

@@ -7,10 +7,11 @@ import assert from 'node:assert/strict';
 import { Hono } from 'hono';
 import { validator } from 'hono/validator';
 import { cors } from 'hono/cors';
+import { compress } from 'hono/compress';
 import { HTTPException } from 'hono/http-exception';
 import { serve } from '@hono/node-server';
 import { idempotency } from 'retry-fetch/hono';
-import { adapterScenarios, post, snapshot, pay } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, assertUncodedReplay } from './support.mjs';
 
 /** Serve `app` with @hono/node-server on 127.0.0.1:0. */
 async function listen(app) {
@@ -105,16 +106,60 @@ test('Hono: c.req.arrayBuffer() gives the bytes back after c.req.json() (Hono\'s
   }
 });
 
-test('Hono: a throw is a failed route (the companion\'s 500, stored); an HTTPException 404 is the route\'s answer; cors headers are on every answer', async () => {
+test('Hono: after a middleware that read c.req.formData() (Hono keeps only the FormData): an identical retry is replayed, another file or field is a 422', async () => {
+  const app = new Hono();
+  let runs = 0;
+  const csrf = async (c, next) => {
+    if ((await c.req.formData()).get('note') === null) return c.text('no note', 403);
+    await next();
+  };
+  app.post('/form', csrf, idempotency(NO_SCOPE), async (c) => {
+    runs++;
+    const form = await c.req.formData();
+    const file = form.get('file');
+    return c.json({ note: form.get('note'), file: typeof file === 'string' ? file : await file.text() }, 201);
+  });
+  const server = await listen(app);
+  try {
+    const key = crypto.randomUUID();
+    const first = await upload(`${server.url}/form`, key, 'FILE A');
+    assert.equal(first.status, 201);
+    const a = await snapshot(first);
+    assert.deepEqual(JSON.parse(a.body), { note: 'invoice', file: 'FILE A' });
+    const repeat = await upload(`${server.url}/form`, key, 'FILE A');
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(repeat), a);
+    assert.equal((await upload(`${server.url}/form`, key, 'FILE B')).status, 422);
+
+    const formKey = crypto.randomUUID();
+    const form = (amount) => post(server.url, '/form', { key: formKey, body: `note=invoice&file=${amount}`, type: 'application/x-www-form-urlencoded' });
+    assert.equal((await form('10')).status, 201);
+    assert.equal((await form('10')).headers.get('idempotent-replayed'), 'true');
+    assert.equal((await form('99')).status, 422);
+    assert.equal(runs, 2);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Hono: a throw gets app.onError\'s answer (a 500, a domain error mapped to 402), stored and replayed, as Express does; an HTTPException 404 too; cors headers are on every answer', async () => {
   const app = new Hono();
   const told = [];
+  class InsufficientFunds extends Error {}
   app.use('*', cors({ origin: 'https://shop.example' }));
-  app.onError((error, c) => (error instanceof HTTPException ? error.getResponse() : c.json({ error: error.message }, 500)));
+  app.onError((error, c) => {
+    if (error instanceof HTTPException) return error.getResponse();
+    return c.json({ error: error.message }, error instanceof InsufficientFunds ? 402 : 500);
+  });
   let runs = 0;
   app.use('/api/*', idempotency({ ...NO_SCOPE, onError: (error) => told.push(error.message) }));
   app.post('/api/fails', () => {
     runs++;
     throw new Error('the provider is down');
+  });
+  app.post('/api/mapped', () => {
+    runs++;
+    throw new InsufficientFunds('insufficient funds');
   });
   app.post('/api/missing', () => {
     runs++;
@@ -133,11 +178,20 @@ test('Hono: a throw is a failed route (the companion\'s 500, stored); an HTTPExc
     assert.equal(failed.status, 500);
     assert.equal(cors_(failed), 'https://shop.example');
     const f = await snapshot(failed);
-    assert.equal(JSON.parse(f.body).code, 'idempotency-handler-failed');
+    assert.deepEqual(JSON.parse(f.body), { error: 'the provider is down' });
     const again = await post(server.url, '/api/fails', { key, body: {}, headers: origin });
     assert.equal(again.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(again), f);
-    assert.deepEqual(told, ['the provider is down']);
+
+    const mappedKey = crypto.randomUUID();
+    const mapped = await post(server.url, '/api/mapped', { key: mappedKey, body: {}, headers: origin });
+    assert.equal(mapped.status, 402);
+    const p = await snapshot(mapped);
+    assert.deepEqual(JSON.parse(p.body), { error: 'insufficient funds' });
+    const mappedAgain = await post(server.url, '/api/mapped', { key: mappedKey, body: {}, headers: origin });
+    assert.equal(mappedAgain.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(mappedAgain), p);
+    assert.deepEqual(told, [], 'app.onError had the errors');
 
     const key404 = crypto.randomUUID();
     const missing = await post(server.url, '/api/missing', { key: key404, body: {}, headers: origin });
@@ -156,7 +210,24 @@ test('Hono: a throw is a failed route (the companion\'s 500, stored); an HTTPExc
     const missingKey = await post(server.url, '/api/pay', { body: { a: 2 }, headers: origin });
     assert.equal(missingKey.status, 400);
     assert.equal(cors_(missingKey), 'https://shop.example');
-    assert.equal(runs, 3);
+    assert.equal(runs, 4);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Hono: compress() after the adapter: the answer is stored as identity bytes, so a replay to a client that asked for no coding gets none; a GET without a key keeps its coding', async () => {
+  const app = new Hono();
+  const big = { data: 'x'.repeat(2000) };
+  app.use('/pay', idempotency(NO_SCOPE), compress());
+  app.post('/pay', (c) => c.json(big, 201));
+  app.get('/pay', (c) => c.json(big));
+  const server = await listen(app);
+  try {
+    await assertUncodedReplay(`${server.url}/pay`, 201, big);
+    const read = await fetch(`${server.url}/pay`, { headers: { 'Accept-Encoding': 'gzip' } });
+    assert.equal(read.headers.get('content-encoding'), 'gzip');
+    assert.deepEqual(await read.json(), big);
   } finally {
     await server.close();
   }

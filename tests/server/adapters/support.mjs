@@ -10,6 +10,7 @@
 // answers `json` with that status) or throws (the route fails, as the framework lets it).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import pg from 'pg';
 import { retryFetch } from 'retry-fetch';
 import { PostgresStore } from 'retry-fetch/server';
@@ -38,6 +39,76 @@ export function post(url, path, { key, body, type = 'application/json', headers 
   const h = { 'Content-Type': type, ...headers };
   if (key !== undefined) h['Idempotency-Key'] = key;
   return fetch(url + path, { method: 'POST', headers: h, body: typeof body === 'string' ? body : JSON.stringify(body) });
+}
+
+/** A multipart upload (field `note`, file `file` holding `content`) to `url`, with `key`. */
+export function upload(url, key, content) {
+  // One boundary, as a retry sends the same bytes (a new FormData would pick another).
+  const body = [
+    '--b0undary\r\nContent-Disposition: form-data; name="note"\r\n\r\ninvoice\r\n',
+    `--b0undary\r\nContent-Disposition: form-data; name="file"; filename="doc.txt"\r\nContent-Type: text/plain\r\n\r\n${content}\r\n`,
+    '--b0undary--\r\n',
+  ].join('');
+  return fetch(url, { method: 'POST', headers: { 'Idempotency-Key': key, 'Content-Type': 'multipart/form-data; boundary=b0undary' }, body });
+}
+
+/**
+ * A streamed answer to a request the companion lets through (a GET without a key): the route
+ * writes a first chunk, then `await probe.clientRead()` tells whether the client has read it
+ * (within 1 s, so before the answer ends); `await probe.get(url)` is the client, whose text
+ * is every chunk.
+ */
+export function streamProbe() {
+  const read = deferred();
+  return {
+    clientRead: () => Promise.race([read.promise.then(() => true), sleep(1000).then(() => false)]),
+    async get(url) {
+      const reader = (await fetch(url)).body.getReader();
+      let text = '';
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return text;
+        text += Buffer.from(value).toString();
+        read.resolve();
+      }
+    },
+  };
+}
+
+/**
+ * A JSON POST through node:http, which (unlike fetch) neither asks for nor decodes a content
+ * coding: `acceptEncoding` is sent as it is. Resolves with status, headers and body bytes.
+ */
+function rawPost(url, { key, body, acceptEncoding }) {
+  return new Promise((resolve, reject) => {
+    const headers = { 'Content-Type': 'application/json', 'Idempotency-Key': key };
+    if (acceptEncoding !== undefined) headers['Accept-Encoding'] = acceptEncoding;
+    const request = http.request(url, { method: 'POST', headers }, (response) => {
+      const chunks = [];
+      response.on('data', (chunk) => chunks.push(chunk));
+      response.on('end', () => resolve({ status: response.statusCode, headers: response.headers, body: Buffer.concat(chunks) }));
+      response.on('error', reject);
+    });
+    request.on('error', reject);
+    request.end(JSON.stringify(body));
+  });
+}
+
+/**
+ * A keyed POST to `url` from a client that asks for gzip, then its repeat from one that asks
+ * for no coding: both answered `status` with `expected` as JSON and no Content-Encoding, the
+ * repeat a replay.
+ */
+export async function assertUncodedReplay(url, status, expected) {
+  const key = crypto.randomUUID();
+  const first = await rawPost(url, { key, body: { amount: 5 }, acceptEncoding: 'gzip' });
+  assert.equal(first.status, status);
+  assert.equal(first.headers['content-encoding'], undefined);
+  assert.deepEqual(JSON.parse(first.body), expected);
+  const replay = await rawPost(url, { key, body: { amount: 5 } });
+  assert.equal(replay.headers['idempotent-replayed'], 'true');
+  assert.equal(replay.headers['content-encoding'], undefined);
+  assert.deepEqual(JSON.parse(replay.body), expected);
 }
 
 /** Status, headers (minus Date, Idempotent-Replayed, and the connection's own) and body bytes. */
@@ -113,6 +184,29 @@ export async function checkedOut() {
  */
 export function adapterScenarios(name, start) {
   const t = (title, fn) => test(`${name}: ${title}`, { skip: pgSkip, timeout: 30_000 }, fn);
+
+  test(`${name}: a route that ignores its aborted signal (handlerTimeoutMs) gets the 503 when the companion gives up on it (lockTimeoutMs later), not when it ends`, async () => {
+    const release = deferred();
+    const server = await start({
+      options: { identity: false, handlerTimeoutMs: 100, lockTimeoutMs: 1000, onError: () => {} },
+      route: async () => {
+        await Promise.race([release.promise, sleep(5000)]); // the signal ignored
+        return { status: 201, json: { late: true } };
+      },
+    });
+    try {
+      const started = Date.now();
+      const response = await post(server.url, '/payments', { key: crypto.randomUUID(), body: { payment: 'p-hung', amount: 1 } });
+      const elapsed = Date.now() - started;
+      assert.equal(response.status, 503);
+      assert.equal((await response.json()).code, 'idempotency-handler-timeout');
+      assert.ok(response.headers.has('retry-after'));
+      assert.ok(elapsed < 3000, `answered after ${elapsed} ms, not when the route ended`);
+    } finally {
+      release.resolve();
+      await server.close();
+    }
+  });
 
   t('50 concurrent duplicates of one key: 49 find the key held while the route runs; it runs once, one row is written, every caller gets the same 201', async () => {
     const store = await postgresStore();
