@@ -96,10 +96,11 @@ impl BreakerConfig {
 /// Whether an attempt may be sent.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Admission {
-    /// Send it. `probe`: it is a half-open probe, whose result decides the state.
+    /// Send it. `probe`: it is a probe of the half-open round `Some(n)`, whose result decides
+    /// the state (while that round lasts).
     Allowed {
-        /// The attempt is a half-open probe.
-        probe: bool,
+        /// The half-open round the attempt probes, or `None` for an attempt of a closed circuit.
+        probe: Option<u32>,
     },
     /// Do not send it; the breaker may let calls through after `retry_after_ms`.
     Rejected {
@@ -114,7 +115,11 @@ struct OriginBreaker {
     state: BreakerState,
     consecutive_failures: u32,
     opened_at_ms: f64,
+    /// The probes of the current half-open round not settled yet.
     probes_in_flight: u32,
+    /// How many half-open rounds began: a probe counts only in the round that admitted it (a
+    /// probe still in flight when its round ended has no say, and holds no slot).
+    round: u32,
 }
 
 impl Default for OriginBreaker {
@@ -124,6 +129,7 @@ impl Default for OriginBreaker {
             consecutive_failures: 0,
             opened_at_ms: 0.0,
             probes_in_flight: 0,
+            round: 0,
         }
     }
 }
@@ -150,8 +156,11 @@ impl CircuitBreaker {
     }
 
     fn origin(&mut self, origin: &str) -> &mut OriginBreaker {
+        // At rest: closed, with no failure counted.
         self.origins
-            .get_or_insert_with(origin, OriginBreaker::default)
+            .get_or_insert_with(origin, OriginBreaker::default, |b| {
+                b.state == BreakerState::Closed && b.consecutive_failures == 0
+            })
     }
 
     /// The state of `origin` at `now_ms` (open becomes half-open once `open_ms` passed).
@@ -186,16 +195,22 @@ impl CircuitBreaker {
             }
             b.state = BreakerState::HalfOpen;
             b.probes_in_flight = 0;
+            b.round = b.round.wrapping_add(1);
             transition = Some(Transition {
                 from: BreakerState::Open,
                 to: BreakerState::HalfOpen,
             });
         }
         match b.state {
-            BreakerState::Closed => (Admission::Allowed { probe: false }, transition),
+            BreakerState::Closed => (Admission::Allowed { probe: None }, transition),
             _ if b.probes_in_flight < config.half_open_max_calls => {
                 b.probes_in_flight += 1;
-                (Admission::Allowed { probe: true }, transition)
+                (
+                    Admission::Allowed {
+                        probe: Some(b.round),
+                    },
+                    transition,
+                )
             }
             _ => (
                 Admission::Rejected {
@@ -211,12 +226,13 @@ impl CircuitBreaker {
     pub fn record(
         &mut self,
         origin: &str,
-        probe: bool,
+        probe: Option<u32>,
         transient_failure: bool,
         now_ms: f64,
     ) -> Option<Transition> {
         let threshold = self.config.failure_threshold;
         let b = self.origin(origin);
+        let probe = probe == Some(b.round) && b.state == BreakerState::HalfOpen;
         if probe {
             b.probes_in_flight = b.probes_in_flight.saturating_sub(1);
         }
@@ -240,15 +256,17 @@ impl CircuitBreaker {
                 b.opened_at_ms = now_ms;
                 b.probes_in_flight = 0;
             }
-            _ => {} // a straggler admitted before the breaker opened: no say
+            // A straggler admitted before the breaker opened, or a probe of a round that
+            // ended: no say.
+            _ => {}
         }
         (b.state != from).then_some(Transition { from, to: b.state })
     }
 
     /// An admitted attempt ended with no result (aborted): free its probe slot.
-    pub fn release(&mut self, origin: &str, probe: bool) {
-        if probe {
-            let b = self.origin(origin);
+    pub fn release(&mut self, origin: &str, probe: Option<u32>) {
+        let b = self.origin(origin);
+        if probe == Some(b.round) && b.state == BreakerState::HalfOpen {
             b.probes_in_flight = b.probes_in_flight.saturating_sub(1);
         }
     }
@@ -267,7 +285,7 @@ mod tests {
 
     fn fail(b: &mut CircuitBreaker, n: u32, now: f64) -> Vec<Transition> {
         (0..n)
-            .filter_map(|_| b.record(O, false, true, now))
+            .filter_map(|_| b.record(O, None, true, now))
             .collect()
     }
 
@@ -295,7 +313,7 @@ mod tests {
     fn a_success_resets_the_count() {
         let mut b = breaker();
         fail(&mut b, 4, 0.0);
-        assert_eq!(b.record(O, false, false, 0.0), None);
+        assert_eq!(b.record(O, None, false, 0.0), None);
         fail(&mut b, 4, 0.0);
         assert_eq!(b.state(O, 0.0), Closed);
     }
@@ -307,7 +325,7 @@ mod tests {
         assert!(matches!(b.admit(O, 10_999.0).0, Admission::Rejected { .. }));
         assert_eq!(b.state(O, 11_000.0), HalfOpen);
         let (first, t) = b.admit(O, 11_000.0);
-        assert_eq!(first, Admission::Allowed { probe: true });
+        assert_eq!(first, Admission::Allowed { probe: Some(1) });
         assert_eq!(
             t,
             Some(Transition {
@@ -329,18 +347,18 @@ mod tests {
         fail(&mut b, 5, 0.0);
         b.admit(O, 10_000.0);
         assert_eq!(
-            b.record(O, true, false, 10_010.0),
+            b.record(O, Some(1), false, 10_010.0),
             Some(Transition {
                 from: HalfOpen,
                 to: Closed
             })
         );
-        assert_eq!(b.admit(O, 10_020.0).0, Admission::Allowed { probe: false });
+        assert_eq!(b.admit(O, 10_020.0).0, Admission::Allowed { probe: None });
 
         fail(&mut b, 5, 20_000.0);
         b.admit(O, 30_000.0);
         assert_eq!(
-            b.record(O, true, true, 30_005.0),
+            b.record(O, Some(2), true, 30_005.0),
             Some(Transition {
                 from: HalfOpen,
                 to: Open
@@ -358,7 +376,7 @@ mod tests {
     fn stragglers_do_not_close_an_open_breaker() {
         let mut b = breaker();
         fail(&mut b, 5, 0.0);
-        assert_eq!(b.record(O, false, false, 1.0), None);
+        assert_eq!(b.record(O, None, false, 1.0), None);
         assert_eq!(b.state(O, 1.0), Open);
     }
 
@@ -369,11 +387,73 @@ mod tests {
             ..BreakerConfig::default()
         });
         fail(&mut b, 5, 0.0);
-        assert_eq!(b.admit(O, 10_000.0).0, Admission::Allowed { probe: true });
-        assert_eq!(b.admit(O, 10_000.0).0, Admission::Allowed { probe: true });
+        assert_eq!(
+            b.admit(O, 10_000.0).0,
+            Admission::Allowed { probe: Some(1) }
+        );
+        assert_eq!(
+            b.admit(O, 10_000.0).0,
+            Admission::Allowed { probe: Some(1) }
+        );
         assert!(matches!(b.admit(O, 10_000.0).0, Admission::Rejected { .. }));
-        b.release(O, true);
-        assert_eq!(b.admit(O, 10_001.0).0, Admission::Allowed { probe: true });
+        b.release(O, Some(1));
+        assert_eq!(
+            b.admit(O, 10_001.0).0,
+            Admission::Allowed { probe: Some(1) }
+        );
+    }
+
+    #[test]
+    fn a_probe_of_an_ended_round_has_no_say_and_holds_no_slot() {
+        let mut b = CircuitBreaker::new(BreakerConfig {
+            half_open_max_calls: 2,
+            ..BreakerConfig::default()
+        });
+        fail(&mut b, 5, 0.0);
+        assert_eq!(
+            b.admit(O, 10_000.0).0,
+            Admission::Allowed { probe: Some(1) }
+        );
+        assert_eq!(
+            b.admit(O, 10_000.0).0,
+            Admission::Allowed { probe: Some(1) }
+        );
+        // One probe fails: open again; the other is still in flight.
+        b.record(O, Some(1), true, 10_005.0);
+        // The next round admits two probes: the old one holds none of their slots.
+        assert_eq!(
+            b.admit(O, 20_005.0).0,
+            Admission::Allowed { probe: Some(2) }
+        );
+        assert_eq!(
+            b.admit(O, 20_005.0).0,
+            Admission::Allowed { probe: Some(2) }
+        );
+        assert!(matches!(b.admit(O, 20_005.0).0, Admission::Rejected { .. }));
+        // The old probe succeeds late: it does not close the circuit, nor free a slot.
+        assert_eq!(b.record(O, Some(1), false, 20_010.0), None);
+        assert_eq!(b.state(O, 20_010.0), HalfOpen);
+        b.release(O, Some(1));
+        assert!(matches!(b.admit(O, 20_011.0).0, Admission::Rejected { .. }));
+        // A probe of this round decides.
+        assert_eq!(
+            b.record(O, Some(2), false, 20_020.0),
+            Some(Transition {
+                from: HalfOpen,
+                to: Closed
+            })
+        );
+    }
+
+    #[test]
+    fn an_open_circuit_outlives_calls_to_many_other_origins() {
+        let mut b = breaker();
+        fail(&mut b, 5, 0.0);
+        for i in 0..2 * crate::core::origins::MAX_ORIGINS {
+            b.admit(&format!("http://host-{i}:80"), 1.0);
+        }
+        assert_eq!(b.state(O, 2.0), Open);
+        assert!(matches!(b.admit(O, 2.0).0, Admission::Rejected { .. }));
     }
 
     #[test]
@@ -382,7 +462,7 @@ mod tests {
         fail(&mut b, 5, 0.0);
         assert_eq!(
             b.admit("http://other:1", 1.0).0,
-            Admission::Allowed { probe: false }
+            Admission::Allowed { probe: None }
         );
     }
 

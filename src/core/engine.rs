@@ -218,7 +218,6 @@ pub struct CallEngine {
     in_flight: InFlight,
     recorded: u32,
     pending: Option<Pending>,
-    skips: u32,
 }
 
 impl CallEngine {
@@ -236,7 +235,6 @@ impl CallEngine {
             },
             recorded: 0,
             pending: None,
-            skips: 0,
         }
     }
 
@@ -509,7 +507,6 @@ impl CallEngine {
                 cause: Cause::AttemptError,
             };
         }
-        self.skips = 0;
         Step::Wait {
             ms: p.delay_ms,
             kind: WaitKind::Backoff,
@@ -526,8 +523,9 @@ impl CallEngine {
 
     /// A wait of `kind` ended at `now_ms`. After a poll's wait, the poll; after a backoff, the
     /// deadline again, then the budget: the default budget may skip the retry (nothing is
-    /// sent, the call waits another backoff and asks again, at most `maxAttempts` times;
-    /// then, or when the policy stops meanwhile, the last answer is the result, `'budget'`).
+    /// sent, but the attempt counts as made; the call waits another backoff and asks again;
+    /// when the policy stops meanwhile, `maxAttempts` made among them, the last answer is the
+    /// result, `'budget'`).
     pub fn waited<R: Rng + ?Sized>(
         &mut self,
         policy: &RetryPolicy,
@@ -554,10 +552,7 @@ impl CallEngine {
             return self.next_attempt(policy, guards, now_ms);
         };
         if guards.budget(now_ms) == Verdict::Skip {
-            self.skips += 1;
-            if self.skips > policy.max_attempts {
-                return budget;
-            }
+            self.state.start_attempt();
             return match self.state.decide(policy, p.report, now_ms, rng) {
                 Decision::Retry { delay_ms, .. }
                     if self.state.wait_fits(now_ms, delay_ms as f64) =>
@@ -1214,7 +1209,7 @@ mod tests {
     }
 
     #[test]
-    fn the_default_budget_skips_at_most_max_attempts_times() {
+    fn a_skipped_retry_counts_as_an_attempt_made() {
         let p = policy();
         let mut g = Fake {
             budget: vec![Verdict::Skip],
@@ -1229,7 +1224,8 @@ mod tests {
         ));
         e.hooks_done(true, 0.0);
         let mut now = 100.0;
-        for _ in 0..p.max_attempts {
+        // The first attempt was sent; each skip is one more made, until maxAttempts.
+        for _ in 1..p.max_attempts - 1 {
             assert!(matches!(
                 e.waited(&p, WaitKind::Backoff, &mut g, now, &mut Half),
                 Step::Wait {

@@ -60,8 +60,9 @@ impl Pacer for AdaptiveThrottle {
 pub struct Held {
     /// What it took from the budget (which does not count against it).
     pub own: OwnUse,
-    /// The breaker slot its attempt holds (`Some(probe)`), until the outcome is recorded.
-    pub slot: Option<bool>,
+    /// The breaker slot its attempt holds (`Some(probe)`: the half-open round it probes, if
+    /// it is a probe), until the outcome is recorded.
+    pub slot: Option<Option<u32>>,
     /// The throttle ticket it waits with, and since when.
     pub ticket: Option<(u64, f64)>,
     /// The breaker's transitions its steps caused, for the listener (`onStateChange`), told

@@ -2,8 +2,11 @@
 //!
 //! An app talks to a handful of origins, so a vector searched linearly is faster and far
 //! smaller in wasm than a `HashMap` (no hasher, no random keys). It holds at most
-//! [`MAX_ORIGINS`] entries; past that the entry used least recently is dropped, so a client
-//! that calls many hosts cannot grow it without bound.
+//! [`MAX_ORIGINS`] entries, so a client that calls many hosts cannot grow it without bound;
+//! past that, the entry used least recently among those **at rest** (whose dropping loses
+//! nothing: a closed circuit without failures, a full budget, an idle throttle) is dropped, so
+//! an open circuit or a drained budget is not forgotten because other hosts were called. Only
+//! when none is at rest does the least recently used go.
 
 /// The most origins one guard keeps state for: 256.
 pub const MAX_ORIGINS: usize = 256;
@@ -31,8 +34,15 @@ impl<T> OriginMap<T> {
             .map(|(_, t)| t)
     }
 
-    /// The state of `origin`, created with `make` when absent; marks it most recently used.
-    pub fn get_or_insert_with(&mut self, origin: &str, make: impl FnOnce() -> T) -> &mut T {
+    /// The state of `origin`, created with `make` when absent (making room, if needed, by
+    /// dropping the least recently used entry for which `at_rest` holds, else the least
+    /// recently used); marks it most recently used.
+    pub fn get_or_insert_with(
+        &mut self,
+        origin: &str,
+        make: impl FnOnce() -> T,
+        at_rest: impl Fn(&T) -> bool,
+    ) -> &mut T {
         match self.entries.iter().position(|(o, _)| o == origin) {
             Some(i) => {
                 let last = self.entries.len() - 1;
@@ -43,7 +53,8 @@ impl<T> OriginMap<T> {
             }
             None => {
                 if self.entries.len() >= MAX_ORIGINS {
-                    self.entries.remove(0);
+                    let oldest_at_rest = self.entries.iter().position(|(_, t)| at_rest(t));
+                    self.entries.remove(oldest_at_rest.unwrap_or(0));
                 }
                 self.entries.push((origin.to_string(), make()));
             }
@@ -84,9 +95,9 @@ mod tests {
     fn insert_get_and_update() {
         let mut m: OriginMap<u32> = OriginMap::default();
         assert!(m.is_empty());
-        *m.get_or_insert_with("a", || 1) += 10;
+        *m.get_or_insert_with("a", || 1, |_| true) += 10;
         assert_eq!(m.get("a"), Some(&11));
-        assert_eq!(*m.get_or_insert_with("a", || 99), 11);
+        assert_eq!(*m.get_or_insert_with("a", || 99, |_| true), 11);
         assert_eq!(m.get("b"), None);
         if let Some(v) = m.get_mut("a") {
             *v = 5;
@@ -98,14 +109,38 @@ mod tests {
     #[test]
     fn bounded_dropping_the_least_recently_used() {
         let mut m: OriginMap<usize> = OriginMap::default();
+        let any = |_: &usize| true;
         for i in 0..MAX_ORIGINS {
-            m.get_or_insert_with(&i.to_string(), || i);
+            m.get_or_insert_with(&i.to_string(), || i, any);
         }
-        m.get_or_insert_with("0", || 0); // touch the oldest
-        m.get_or_insert_with("new", || 1000);
+        m.get_or_insert_with("0", || 0, any); // touch the oldest
+        m.get_or_insert_with("new", || 1000, any);
         assert_eq!(m.len(), MAX_ORIGINS);
         assert_eq!(m.get("0"), Some(&0));
         assert_eq!(m.get("1"), None, "the least recently used was dropped");
         assert_eq!(m.get("new"), Some(&1000));
+    }
+
+    #[test]
+    fn bounded_dropping_the_least_recently_used_at_rest_first() {
+        let mut m: OriginMap<usize> = OriginMap::default();
+        let even = |v: &usize| v % 2 == 0; // odd values are busy
+        for i in 0..MAX_ORIGINS {
+            m.get_or_insert_with(&i.to_string(), || i, even);
+        }
+        m.get_or_insert_with("new", || 1000, even);
+        assert_eq!(m.get("1"), Some(&1), "a busy entry is kept");
+        assert_eq!(
+            m.get("0"),
+            None,
+            "the least recently used at rest was dropped"
+        );
+        // None at rest: the least recently used goes.
+        let mut busy: OriginMap<usize> = OriginMap::default();
+        for i in 0..=MAX_ORIGINS {
+            busy.get_or_insert_with(&i.to_string(), || i, |_| false);
+        }
+        assert_eq!(busy.len(), MAX_ORIGINS);
+        assert_eq!(busy.get("0"), None);
     }
 }

@@ -361,8 +361,12 @@ impl AdaptiveThrottle {
 
     fn origin(&mut self, origin: &str, now_ms: f64) -> &mut OriginThrottle {
         let config = self.config;
-        self.origins
-            .get_or_insert_with(origin, || OriginThrottle::new(&config, now_ms))
+        // At rest: nobody waits for a turn, and no refusal was ever seen.
+        self.origins.get_or_insert_with(
+            origin,
+            || OriginThrottle::new(&config, now_ms),
+            |t| t.head == t.tail && !t.backed_off,
+        )
     }
 
     /// The current send rate of `origin`, req/s (`None` for an origin never seen).
@@ -584,7 +588,7 @@ impl Pacer for DefaultThrottle {
         false
     }
     fn joined(&mut self, origin: &str, _now_ms: f64) {
-        *self.retrying.get_or_insert_with(origin, || 0) += 1;
+        *self.retrying.get_or_insert_with(origin, || 0, |n| *n == 0) += 1;
     }
     fn left(&mut self, origin: &str, _now_ms: f64) {
         let left = match self.retrying.get_mut(origin) {

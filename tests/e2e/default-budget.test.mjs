@@ -207,3 +207,13 @@ test("budget: 'own' gives a client a default budget of its own: another client's
     await new Promise((resolve) => s.close(resolve));
   }
 });
+
+test("budget: 'own' given per call is a TypeError (it is a client's default), nothing sent", async () => {
+  let sent = 0;
+  const fetch = async () => (sent++, new Response('ok'));
+  const client = createRetryFetch({ fetch });
+  for (const call of [() => retryFetch('http://x.test/', undefined, { budget: 'own', fetch }), () => client('http://x.test/', undefined, { budget: 'own' })]) {
+    await assert.rejects(call(), (e) => e instanceof TypeError && /"budget"/.test(e.message) && /createRetryFetch/.test(e.message));
+  }
+  assert.equal(sent, 0);
+});

@@ -91,7 +91,13 @@ impl RetryRatio {
             .map_or(fresh, |c| self.decayed(c, now_ms));
         let mut next = current;
         f(&mut next);
-        *self.counts.get_or_insert_with(origin, || fresh) = next;
+        // At rest: the retries it saw are paid for by those accepted, or long decayed.
+        let window = self.config.window_ms;
+        *self.counts.get_or_insert_with(
+            origin,
+            || fresh,
+            |c| c.sent <= 2.0 * c.accepted || now_ms - c.at_ms > 6.0 * window,
+        ) = next;
     }
 
     /// A retry to `origin` is sent.

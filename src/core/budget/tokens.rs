@@ -127,10 +127,16 @@ impl RetryBudget {
         let (max, now) = (self.config.max_tokens, now_ms);
         let before = self.tokens(origin, now);
         let after = (before + delta).clamp(0.0, max);
-        *self.counts.get_or_insert_with(origin, || Count {
-            tokens: max,
-            at_ms: now,
-        }) = Count {
+        let refill = self.config.refill_per_sec;
+        *self.counts.get_or_insert_with(
+            origin,
+            || Count {
+                tokens: max,
+                at_ms: now,
+            },
+            // At rest: full again by now.
+            |c| c.tokens + ((now - c.at_ms) / 1000.0).max(0.0) * refill >= max,
+        ) = Count {
             tokens: after,
             at_ms: now,
         };

@@ -189,6 +189,7 @@ impl Client {
             return Ok((hit.lean.clone(), true));
         }
         let given = super::policy::named(&values)?;
+        super::refuse_per_call_own_budget(&given)?;
         let policy = super::policy::apply(&given, self.policy())?;
         super::refuse_default_header_as_key(&policy, self.policy())?;
         let lean = Rc::new(Lean::new(Rc::new(policy)));

@@ -106,6 +106,21 @@ pub(super) fn refuse_default_header_as_key(
     Err(type_error(&msg))
 }
 
+/// `budget: 'own'` given per call is a `TypeError`: a budget of its own is a client's (shared
+/// by its calls); one per call would count nothing, and one kept with the per-call options
+/// would be shared by whichever calls happen to give equal options.
+pub(super) fn refuse_per_call_own_budget(given: &[(&'static str, JsValue)]) -> Result<(), JsValue> {
+    match given.iter().find(|(name, v)| *name == "budget" && v.as_string().as_deref() == Some("own")) {
+        Some((_, v)) => Err(crate::wasm::errors::invalid_value(
+            "retryFetch",
+            "budget",
+            v,
+            "false, null or a RetryBudget ('own' is a createRetryFetch client's default: a budget of its own, shared by its calls)",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The function of a client with `policy` as its defaults, and its `extend`.
 fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
     refuse_shared_key(&policy)?;
