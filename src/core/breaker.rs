@@ -380,21 +380,26 @@ mod tests {
         assert_eq!(b.state(O, 1.0), Open);
     }
 
-    #[test]
-    fn released_probes_free_their_slot() {
+    /// A breaker of `halfOpenMaxCalls: 2`, opened at 0 and half-open at 10 s, with both
+    /// probes of its first round in flight.
+    fn two_probes_in_flight() -> CircuitBreaker {
         let mut b = CircuitBreaker::new(BreakerConfig {
             half_open_max_calls: 2,
             ..BreakerConfig::default()
         });
         fail(&mut b, 5, 0.0);
-        assert_eq!(
-            b.admit(O, 10_000.0).0,
-            Admission::Allowed { probe: Some(1) }
-        );
-        assert_eq!(
-            b.admit(O, 10_000.0).0,
-            Admission::Allowed { probe: Some(1) }
-        );
+        for _ in 0..2 {
+            assert_eq!(
+                b.admit(O, 10_000.0).0,
+                Admission::Allowed { probe: Some(1) }
+            );
+        }
+        b
+    }
+
+    #[test]
+    fn released_probes_free_their_slot() {
+        let mut b = two_probes_in_flight();
         assert!(matches!(b.admit(O, 10_000.0).0, Admission::Rejected { .. }));
         b.release(O, Some(1));
         assert_eq!(
@@ -405,19 +410,7 @@ mod tests {
 
     #[test]
     fn a_probe_of_an_ended_round_has_no_say_and_holds_no_slot() {
-        let mut b = CircuitBreaker::new(BreakerConfig {
-            half_open_max_calls: 2,
-            ..BreakerConfig::default()
-        });
-        fail(&mut b, 5, 0.0);
-        assert_eq!(
-            b.admit(O, 10_000.0).0,
-            Admission::Allowed { probe: Some(1) }
-        );
-        assert_eq!(
-            b.admit(O, 10_000.0).0,
-            Admission::Allowed { probe: Some(1) }
-        );
+        let mut b = two_probes_in_flight();
         // One probe fails: open again; the other is still in flight.
         b.record(O, Some(1), true, 10_005.0);
         // The next round admits two probes: the old one holds none of their slots.

@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn bounded_dropping_the_least_recently_used_at_rest_first() {
         let mut m: OriginMap<usize> = OriginMap::default();
-        let even = |v: &usize| v % 2 == 0; // odd values are busy
+        let even = |v: &usize| v.is_multiple_of(2); // odd values are busy
         for i in 0..MAX_ORIGINS {
             m.get_or_insert_with(&i.to_string(), || i, even);
         }
