@@ -452,8 +452,15 @@ export class PostgresStore {
     }
     checkOptionNames('PostgresStore', options, OPTIONS);
     const { pool, table = 'idempotency_keys', lockWaitMs = 50, runRetentionMs = DEFAULT_RUN_RETENTION_MS } = options;
+    // A pg Client (or a client checked out of a pool) has connect() and query() too; it has a
+    // processID (or release()), which a Pool has not.
     const isPool =
-      typeof pool === 'object' && pool !== null && typeof pool.connect === 'function' && typeof pool.query === 'function';
+      typeof pool === 'object' &&
+      pool !== null &&
+      typeof pool.connect === 'function' &&
+      typeof pool.query === 'function' &&
+      !('processID' in pool) &&
+      typeof pool.release !== 'function';
     if (!isPool) {
       throw optionError('PostgresStore', 'pool', pool, "a node-postgres Pool (new Pool() from the 'pg' package)");
     }
@@ -814,8 +821,10 @@ ${this.#holderSettings(ms)}`;
     const ms = settingMs('lockTimeoutMs', lockTimeoutMs);
     try {
       await entry.client.query(`SET LOCAL idle_in_transaction_session_timeout = ${ms}`);
-    } catch {
-      return false;
+    } catch (error) {
+      // 25P02: the handler's transaction is aborted until it rolls back to a savepoint. It
+      // still holds the key, and the refused statement restarted its idle clock all the same.
+      if (error?.code !== '25P02') return false;
     }
     return entry.lost === undefined;
   }

@@ -22,8 +22,8 @@ export interface RedisStoreOptions {
   /**
    * How long a key's run history (`recordRun`/`runs`, the stream `<prefix>runs:<key>`) is kept
    * after its last recorded run, in ms (each `recordRun` sets the stream's `PEXPIRE` again): an
-   * integer of 1 or more. The stream also keeps only the last 100 entries of its key (each
-   * `recordRun` is one).
+   * integer of 1 or more. The stream also keeps only the last 2000 entries of its key (each
+   * `recordRun` is one: 1000 runs of a start and an end).
    * @default 604800000 (7 days)
    */
   runRetentionMs?: number;
@@ -37,10 +37,10 @@ export interface RedisStoreOptions {
  * (`secret()`) is kept at `<prefix>secret`, without expiry.
  *
  * The run history of a key is a stream, `<prefix>runs:<key>` (the key unscoped: every scope's
- * runs in one stream), capped at its last 100 entries (`XADD ... MAXLEN 100`) and expiring
+ * runs in one stream), capped at its last 2000 entries (`XADD ... MAXLEN 2000`) and expiring
  * `runRetentionMs` (default 7 days) after its last recorded run. Each `recordRun` is an entry:
- * a run recorded when it starts and again when it ends takes two, so a key keeps its last 50 to
- * 100 runs.
+ * a run recorded when it starts and again when it ends takes two, so a key keeps its last 1000
+ * runs, as many as the largest `maxRuns` counts.
  *
  * @example
  * ```js
@@ -80,7 +80,7 @@ export class RedisStore implements IdempotencyStore {
   release(key: string, token: string): Promise<boolean>;
   /**
    * See `IdempotencyStore.recordRun`: appends `run` (its JSON, field `run`) to the stream
-   * `<prefix>runs:<run.key>`, keeping its last 100 entries (`XADD <stream> MAXLEN 100 * run
+   * `<prefix>runs:<run.key>`, keeping its last 2000 entries (`XADD <stream> MAXLEN 2000 * run
    * <json>`), and sets the stream to expire in `runRetentionMs` (`PEXPIRE`): both in one Lua
    * script (`EVAL`), so atomically. Rejects with a `TypeError` when `run` is not a `RunRecord`.
    */

@@ -3,8 +3,13 @@
 // redis-store.d.ts. This package does not depend on `redis`: the caller passes its client.
 import { optionError, checkOptionNames, newSecret, cachedSecret, SECRET_FORMAT, runRecord, byStart, runsKey, describe } from './store-support.js';
 
-/** The most runs kept per key in the run history (an exact XADD MAXLEN). */
-const RUNS_PER_KEY = 100;
+/**
+ * The most runs kept per key in the run history: as many as the largest `maxRuns` counts, so a
+ * job's failed runs are never trimmed before it is dead-lettered. A run writes two entries
+ * (its start, then its end or crash mark): the stream holds twice as many (an exact XADD MAXLEN).
+ */
+const RUNS_PER_KEY = 1000;
+const ENTRIES_PER_KEY = 2 * RUNS_PER_KEY;
 /** How long a key's run history is kept after its last recorded run, by default: 7 days. */
 const DEFAULT_RUN_RETENTION_MS = 604_800_000;
 const RETENTION_EXPECTED = `an integer number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`;
@@ -146,7 +151,7 @@ export class RedisStore {
 
   /**
    * Append `run` to its key's stream `<prefix>runs:<key>` (never a record's key, whose scope is
-   * `-` or 64 hex digits), capped at the last 100 entries, and set the stream to expire
+   * `-` or 64 hex digits), capped at the last 2000 entries (1000 runs), and set the stream to expire
    * `runRetentionMs` from now. A run recorded again (same id) is a new entry: runs() keeps the
    * last one of each id.
    */
@@ -154,7 +159,7 @@ export class RedisStore {
     const record = runRecord('RedisStore', run);
     await this.#client.eval(RECORD_RUN, {
       keys: [`${this.#prefix}runs:${record.key}`],
-      arguments: [String(RUNS_PER_KEY), JSON.stringify(record), String(this.#runRetentionMs)],
+      arguments: [String(ENTRIES_PER_KEY), JSON.stringify(record), String(this.#runRetentionMs)],
     });
   }
 

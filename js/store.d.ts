@@ -162,7 +162,7 @@ export interface IdempotencyStore<Tx = unknown> {
   /**
    * Optional, with `runs`: the run history. Store `run`, replacing the run with the same `id`
    * (the last write wins: a run is recorded when it starts, then again when it ends). Keep it
-   * bounded (`MemoryStore`: the last `maxRunRecords` runs; `RedisStore`: the last 100 writes of
+   * bounded (`MemoryStore`: the last `maxRunRecords` runs; `RedisStore`: the last 2000 writes of
    * each key, for `runRetentionMs`; `PostgresStore`: every run for `runRetentionMs`). A store
    * makes no decision on what it keeps: it stores the records it is given.
    */

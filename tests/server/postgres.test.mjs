@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { idempotency, PostgresStore } from 'retry-fetch/server';
+import { idempotency, idempotent, PostgresStore } from 'retry-fetch/server';
 import { storeScenarios, holding } from './scenarios.mjs';
 import { serve, withServer, send, snapshot, newKey, sleep, deferred, problemOf, watchAcquires } from './support.mjs';
 import { DATABASE_URL, needs } from '../support/services.mjs';
@@ -316,5 +316,61 @@ if (skip) {
       assert.notEqual(first.status, 201, `the client was told ${first.status} ${body} though nothing was committed`);
       assert.equal(first.status, 503, 'a failed commit is a 503 (retry with the same key)');
     });
+  });
+
+  t('a handler whose savepoint is rolled back while a renewal lands keeps its key past lockTimeoutMs: one run, committed', async () => {
+    const store = await postgresStore();
+    const charges = await chargesTable();
+    let runs = 0;
+    const errors = [];
+    const handler = idempotency(async (request, ctx) => {
+      const run = ++runs;
+      await ctx.tx.query('SAVEPOINT s');
+      await ctx.tx.query('SELECT 1/0').catch(() => {}); // the transaction is aborted until the rollback
+      await sleep(500); // a renewal (every 333 ms) lands meanwhile
+      await ctx.tx.query('ROLLBACK TO SAVEPOINT s');
+      await charges.insert(ctx.tx, ctx.key, run);
+      await sleep(1_800); // no statement for longer than lockTimeoutMs
+      return Response.json({ run }, { status: 201 });
+    }, { store, identity: false, lockTimeoutMs: 1000, waitTimeoutMs: 5_000, onStoreError: (e, op) => errors.push(`${op}: ${e.message}`) });
+    const key = newKey();
+    const request = () => new Request('http://x.test/pay', { method: 'POST', headers: { 'Idempotency-Key': key }, body: '{}' });
+    const first = handler(request());
+    await sleep(1_500);
+    const duplicate = handler(request());
+    const answers = await Promise.all([first, duplicate]);
+    assert.deepEqual(answers.map((a) => a.status), [201, 201], errors.join('; '));
+    assert.equal(runs, 1, 'the duplicate ran the handler again');
+    assert.deepEqual(await charges.runs(), [1], 'committed once');
+  });
+
+  t('idempotent + maxRuns: an onDeadLetter slower than lockTimeoutMs keeps the key: called once, every delivery gets the dead letter', async () => {
+    const store = await postgresStore();
+    let handedOff = 0;
+    const handle = idempotent(async (message, ctx) => {
+      await ctx.tx.query('SELECT 1');
+      throw new Error('poison'); // rolled back, not stored: a failed run
+    }, {
+      store,
+      key: (message) => message.id,
+      maxRuns: 1,
+      lockTimeoutMs: 1000,
+      waitTimeoutMs: 5_000,
+      onStoreError: () => {},
+      onDeadLetter: async () => {
+        handedOff += 1;
+        await sleep(2_000);
+      },
+    });
+    const id = newKey();
+    await handle({ id }).catch(() => {});
+    const second = handle({ id }).catch((e) => e);
+    await sleep(1_500); // past lockTimeoutMs of the hand-off
+    const third = handle({ id }).catch((e) => e);
+    const codes = (await Promise.all([second, third])).map((e) => e?.code);
+    assert.deepEqual(codes, ['previous-run-failed', 'previous-run-failed']);
+    assert.equal(handedOff, 1, 'onDeadLetter was called again while the first hand-off went on');
+    assert.equal((await handle({ id }).catch((e) => e))?.code, 'previous-run-failed');
+    assert.equal(handedOff, 1);
   });
 }

@@ -297,22 +297,23 @@ describe('RedisStore: run history', () => {
     assert.equal(await redis.exists(`${short.prefix}runs:${brief}`), 0);
   });
 
-  test('101 runs of one key: the stream keeps the last 100 (exact MAXLEN); another key is untouched', async () => {
+  test('2001 writes of one key: the stream keeps the last 2000 (exact MAXLEN: 1000 runs of a start and an end, as many as maxRuns counts); another key is untouched', async () => {
+    const ENTRIES = 2000;
     const store = redisStore();
     const [key, other] = [newKey(), newKey()];
     const lone = runOf(other, 0);
     await store.recordRun(lone);
-    const runs = Array.from({ length: 101 }, (_, i) => runOf(key, i, { id: `run-${String(i).padStart(3, '0')}` }));
+    const runs = Array.from({ length: ENTRIES + 1 }, (_, i) => runOf(key, i, { id: `run-${String(i).padStart(4, '0')}` }));
     for (const run of runs) await store.recordRun(run);
-    assert.equal(await redis.xLen(`${store.prefix}runs:${key}`), 100);
+    assert.equal(await redis.xLen(`${store.prefix}runs:${key}`), ENTRIES);
     const kept = await store.runs(key);
-    assert.equal(kept.length, 100);
+    assert.equal(kept.length, ENTRIES);
     assert.deepEqual(kept, runs.slice(1), 'the first one recorded is the one dropped');
     assert.deepEqual(await store.runs(other), [lone]);
-    // Updates count as entries too: 100 more writes of one run leave that run alone.
-    const last = runs[100];
-    for (let i = 0; i < 100; i++) await store.recordRun(ended(last, 'stored', i + 1));
-    assert.deepEqual(await store.runs(key), [ended(last, 'stored', 100)]);
+    // Updates count as entries too: as many more writes of one run leave that run alone.
+    const last = runs[ENTRIES];
+    for (let i = 0; i < ENTRIES; i++) await store.recordRun(ended(last, 'stored', i + 1));
+    assert.deepEqual(await store.runs(key), [ended(last, 'stored', ENTRIES)]);
   });
 
   test('a stream entry that is not a run record is a TypeError; runs() of a missing stream is []', async () => {

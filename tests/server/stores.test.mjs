@@ -586,6 +586,8 @@ test('PostgresStore: bad options are TypeErrors naming the option and the value'
   assert.throws(() => new PostgresStore({}), error(/^PostgresStore: invalid option "pool": got undefined; expected a node-postgres Pool/));
   assert.throws(() => new PostgresStore({ pool: 'postgres://x' }), error(/invalid option "pool": got "postgres:\/\/x"/));
   assert.throws(() => new PostgresStore({ pool: { query() {} } }), error(/invalid option "pool": got \[object Object\]/));
+  // A pg Client (never connected: nothing is sent) is not a Pool.
+  assert.throws(() => new PostgresStore({ pool: new pg.Client({ connectionString: 'postgres://127.0.0.1:1/x' }) }), error(/^PostgresStore: invalid option "pool": .*expected a node-postgres Pool/));
   for (const table of ['', '1abc', 'a.b.c', 'a..b', '.a', 'idem keys', 'idem;drop', 'idem"x', 'é', 'a'.repeat(64), `s.${'a'.repeat(64)}`, 7, null]) {
     assert.throws(() => new PostgresStore({ pool: fakePool, table }), error(/^PostgresStore: invalid option "table": got .*; expected an SQL table name/), String(table));
   }

@@ -336,6 +336,20 @@ pub async fn within(promise: &Promise, ms: f64) -> Option<Result<JsValue, JsValu
     }
 }
 
+/// Renew `k`'s lock every third of `lockTimeoutMs` until the [`Renewal`] is dropped: while a
+/// handler runs, or anything else that holds the key (a job's `onDeadLetter`).
+pub fn renew_while_held(c: &Common, k: &Keyed) -> Renewal {
+    Renewal::start(
+        c.store.clone(),
+        k.store_key.clone(),
+        k.token.clone(),
+        k.fingerprint.clone(),
+        c.limits.lock_timeout_ms,
+        c.limits.renew_interval_ms(),
+        c.reporter.clone(),
+    )
+}
+
 /// Run `f(input, ctx)` while holding `k`, renewing the lock every third of `lockTimeoutMs`.
 /// Returns how it ended, the context (was `tx` used?) and the renewal (was the lock lost?),
 /// which stops renewing when dropped. With a `limit`, the handler's signal is aborted after
@@ -362,15 +376,7 @@ pub async fn run_holding(
         route,
         signal,
     );
-    let renewal = Renewal::start(
-        c.store.clone(),
-        k.store_key.clone(),
-        k.token.clone(),
-        k.fingerprint.clone(),
-        c.limits.lock_timeout_ms,
-        c.limits.renew_interval_ms(),
-        c.reporter.clone(),
-    );
+    let renewal = renew_while_held(c, k);
     let outcome = match caller.call(f, &[input, &ctx.object]) {
         Err(e) => Some(Err(e)),
         Ok(v) => {

@@ -131,7 +131,7 @@ async fn serve(
     if req.body_taken()? {
         // A body parser or validator read it first: it cannot be fingerprinted, and the
         // handler could not read it either. A server setup error, answered, never a crash.
-        let detail = format!("The request body was read before the idempotency companion could fingerprint it (a body parser or validator ran first). Wrap the handler before anything reads the body, or use the adapter for your framework (retry-fetch/express, retry-fetch/fastify, retry-fetch/hono), which fingerprints what the parser left. Nothing was processed for this {header}.");
+        let detail = format!("The request body was read before the idempotency companion could fingerprint it (a body parser or validator ran first). Wrap the handler before anything reads the body, or use the adapter for your framework (retry-fetch/express, retry-fetch/fastify, retry-fetch/hono), which fingerprints what the parser left (an upload parser's fields leave too little: mount the adapter before it). Nothing was processed for this {header}.");
         return Ok(problem(
             500,
             "idempotency-body-already-read",

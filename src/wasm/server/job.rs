@@ -221,12 +221,16 @@ async fn dead_letter(
     js::set(&record, "failedRuns", &failed.into());
     js::set(&record, "maxRuns", &max.into());
     js::set(&record, "runs", &super::store::to_js(&history));
+    // The key stays held (renewed) through the hand-off and the write of the dead letter: an
+    // onDeadLetter slower than lockTimeoutMs is not taken for a crash by the next delivery.
+    let renewal = super::flow::renew_while_held(c, k);
     if let Some(f) = &s.on_dead_letter {
         let handed = match caller.call(f, &[&record]) {
             Ok(v) => JsFuture::from(js::promise_of(&v)).await,
             Err(e) => Err(e),
         };
         if let Err(error) = handed {
+            drop(renewal);
             log.end_before_freeing(c, Outcome::Freed, error_text(&error))
                 .await;
             free_key(c, k).await;
@@ -242,6 +246,7 @@ async fn dead_letter(
         false,
     )
     .await;
+    drop(renewal);
     runs::tell(&c.reporter, event::DEAD_LETTERED, log.record());
     log.end_later(Outcome::DeadLettered, Some(message.clone()));
     let mut msg = String::from(
