@@ -65,10 +65,9 @@ pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)
         let kind = tag
             .strip_prefix("[object ")
             .and_then(|t| t.strip_suffix(']'));
-        return Err(invalid_options(
-            api,
-            &format!("a {}", kind.unwrap_or("built-in object")),
-        ));
+        let mut got = String::from("a ");
+        got.push_str(kind.unwrap_or("built-in object"));
+        return Err(invalid_options(api, &got));
     }
     for key in object_keys(options)?.iter() {
         let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
