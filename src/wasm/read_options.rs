@@ -50,26 +50,28 @@ pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)
     if options.is_undefined() || options.is_null() {
         return Ok(out);
     }
-    // A Map's or a Date's entries are not properties: such an object is refused, not read as
-    // no options at all.
-    let builtin = || {
-        js::object_tag(options)
-            .map(String::from)
-            .ok()
-            .filter(|t| t != "[object Object]")
-    };
     if !options.is_object() || js::is_array(options)? {
         return Err(invalid_options(api, &describe(options)));
     }
-    if let Some(tag) = builtin() {
-        let kind = tag
-            .strip_prefix("[object ")
-            .and_then(|t| t.strip_suffix(']'));
-        let mut got = String::from("a ");
-        got.push_str(kind.unwrap_or("built-in object"));
-        return Err(invalid_options(api, &got));
+    let keys = object_keys(options)?;
+    if keys.length() == 0 {
+        // A Map's or a Date's entries are not properties: such an object (which has no own
+        // ones) is refused, not read as no options at all. Asked only here, off the path of
+        // options that have keys.
+        if let Some(tag) = js::object_tag(options)
+            .map(String::from)
+            .ok()
+            .filter(|t| t != "[object Object]")
+        {
+            let kind = tag
+                .strip_prefix("[object ")
+                .and_then(|t| t.strip_suffix(']'));
+            let mut got = String::from("a ");
+            got.push_str(kind.unwrap_or("built-in object"));
+            return Err(invalid_options(api, &got));
+        }
     }
-    for key in object_keys(options)?.iter() {
+    for key in keys.iter() {
         let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
         if !value.is_undefined() {
             out.push((key, value));

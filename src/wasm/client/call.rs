@@ -532,6 +532,17 @@ fn discard(response: &JsValue) {
     }
 }
 
+/// Cancel the clone of `response` that `shouldRetry` was `offered`, unless it is the response
+/// itself (a response that could not be cloned is offered as it is). Not awaited: a clone's (a
+/// tee branch's) cancel settles only once the other branch is done with.
+fn discard_offered(offered: Option<&JsValue>, response: Option<&JsValue>) {
+    if let Some(clone) = offered {
+        if !response.is_some_and(|r| JsValue::eq(clone, r)) {
+            discard(clone);
+        }
+    }
+}
+
 /// Start cancelling `response`'s body: the promise of the cancel, if it has a body.
 fn cancel_body(response: &JsValue) -> Option<Promise> {
     let body = js::get(response, "body");
@@ -797,11 +808,10 @@ async fn run_loop(
             guards.lend(|g| engine.next_attempt(p, g, js_sys::Date::now()))
         }};
     }
-    // A hook's value (a throw or a rejection is the call's error), bounded by the call's
-    // signals and deadline: a promise that never settles cannot hold the call.
-    // Runs a hook within the abort and the deadline. A hook that throws (or an abort) ends
-    // the call: the newest response, and `$offered` (the clone `shouldRetry` was given), are
-    // cancelled, so their connection is not kept open.
+    // A hook's value, bounded by the call's signals and deadline: a promise that never settles
+    // cannot hold the call. A throw, a rejection or an abort ends the call, and the newest
+    // response and `$offered` (the clone `shouldRetry` was given) are cancelled, so their
+    // connection is not kept open.
     macro_rules! run_hook {
         ($hook:expr, $ctx:expr, $offered:expr) => {{
             let step = pin!(call_hook($hook, &$ctx));
@@ -819,16 +829,7 @@ async fn run_loop(
             match ended {
                 Ok(v) => v,
                 Err(failed) => {
-                    // (The clone is the response itself when it could not be cloned.)
-                    if let Some(clone) = $offered {
-                        if !newest
-                            .response
-                            .as_ref()
-                            .is_some_and(|r| JsValue::eq(clone, r))
-                        {
-                            discard(clone);
-                        }
-                    }
+                    discard_offered($offered, newest.response.as_ref());
                     match failed {
                         Some(e) => return abandon(newest.response.as_ref(), e),
                         None => {
@@ -1077,15 +1078,7 @@ async fn run_loop(
                         key.as_deref(),
                     );
                     let verdict = run_hook!(hook, ctx, offered.as_ref());
-                    if let (Some(o), Some(r)) = (&offered, &newest.response) {
-                        if !JsValue::eq(o, r) {
-                            // Not awaited: a clone's (a tee branch's) cancel settles only once
-                            // the other branch is done with.
-                            if let Some(cancelled) = cancel_body(o) {
-                                js::ignore_rejection(&cancelled);
-                            }
-                        }
-                    }
+                    discard_offered(offered.as_ref(), newest.response.as_ref());
                     retry = match verdict.as_bool() {
                         Some(b) => b,
                         None => {
