@@ -33,9 +33,9 @@ for (const file of process.argv.slice(2)) {
     let body = glue.slice(start, end);
     let methods = 0;
     // `wasm.retrybudget_tokens(this.__wbg_ptr, url)` -> `wasm.retrybudget_tokens(__rfLive(this, ...), url)`
-    body = body.replace(/wasm\.([a-z]+)_(\w+)\(this\.__wbg_ptr\b/g, (_, _cls, member) => {
+    body = body.replace(/wasm\.([a-z]+)_(\w+)\((retptr, )?this\.__wbg_ptr\b/g, (_, _cls, member, retptr = '') => {
       methods++;
-      return `wasm.${_cls}_${member}(__rfLive(this, '${name}', '${member}')`;
+      return `wasm.${_cls}_${member}(${retptr}__rfLive(this, '${name}', '${member}')`;
     });
     const freeAt = body.indexOf('free() {');
     if (methods < 2 || freeAt < 0) fail(file, `class ${name}: ${methods} methods, free() ${freeAt >= 0}`);

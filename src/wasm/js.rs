@@ -122,12 +122,13 @@ pub fn array_length(value: &JsValue) -> Result<Option<f64>, JsValue> {
     Ok(Some(length.as_f64().unwrap_or(0.0)))
 }
 
-/// `Reflect.get(target, key)`, with `undefined` for anything that is not an object or throws.
-pub fn get(target: &JsValue, key: &str) -> JsValue {
+/// `Reflect.get(target, key)` (the name made once), with `undefined` for anything that is not
+/// an object or throws.
+pub fn get(target: &JsValue, key: &'static str) -> JsValue {
     if !target.is_object() && !target.is_function() {
         return JsValue::UNDEFINED;
     }
-    js_sys::Reflect::get(target, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+    js_sys::Reflect::get(target, &name(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
 /// `Reflect.get(target, key)` (the name made once), passing on a throwing getter's error.
@@ -139,13 +140,12 @@ pub fn get_or_throw(target: &JsValue, key: &'static str) -> Result<JsValue, JsVa
     js_sys::Reflect::get(target, &name(key))
 }
 
-/// `target[key] = value` on an object we created; failures are ignored (they cannot happen
-/// on a plain extensible object).
-pub fn set(target: &JsValue, key: &str, value: &JsValue) {
-    let _ = js_sys::Reflect::set(target, &JsValue::from_str(key), value);
+/// `target[key] = value` (the name made once) on an object we created; failures are ignored
+/// (they cannot happen on a plain extensible object).
+pub fn set(target: &JsValue, key: &'static str, value: &JsValue) {
+    let _ = js_sys::Reflect::set(target, &name(key), value);
 }
 
-#[cfg(feature = "server")]
 thread_local! {
     /// Property names as JS strings, each made once (a name given as Rust text is decoded
     /// into a new JS string at every read).
@@ -153,8 +153,8 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `name` as a JS string, made once per name.
-#[cfg(feature = "server")]
+/// `name` as a JS string, made once per name (the names are the few property names the
+/// wasm reads and writes; decoding one into a new JS string costs more than finding it).
 pub fn name(name: &'static str) -> JsValue {
     let found = NAMES.with(|names| {
         names

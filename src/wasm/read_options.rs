@@ -165,7 +165,7 @@ fn serde_error<T: for<'de> Deserialize<'de>>(
     if let Ok(keys) = object_keys(snapshot) {
         for key in keys.iter() {
             let alone = Object::new();
-            let value = js::get(snapshot, &key.as_string().unwrap_or_default());
+            let value = js_sys::Reflect::get(snapshot, &key).unwrap_or(JsValue::UNDEFINED);
             let _ = js_sys::Reflect::set(&alone, &key, &value);
             let de = serde_wasm_bindgen::Deserializer::from(JsValue::from(alone));
             if T::deserialize(de).is_err() {
@@ -174,7 +174,8 @@ fn serde_error<T: for<'de> Deserialize<'de>>(
             }
         }
     }
-    let value = js::get(snapshot, &option);
+    let value =
+        js_sys::Reflect::get(snapshot, &JsValue::from_str(&option)).unwrap_or(JsValue::UNDEFINED);
     let mut msg = String::from(api);
     msg.push_str(": invalid option \"");
     msg.push_str(&option);

@@ -737,6 +737,34 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: a byte body through a 307 or 308 reaches the target whole, POST (followed by the call) and PUT (by fetch)',
+    async run({ api, seq }) {
+      const bytes = Uint8Array.from([0, 255, 1, 128, 10, 13, 0xef, 0xbb, 0xbf]);
+      for (const [method, status] of [['POST', 307], ['PUT', 308], ['PUT', 307]]) {
+        const target = seq('201');
+        const old = seq(`${status}+to=${redirectTo(target)}`);
+        const res = await api.retryFetch(old.url, { method, body: bytes }, fast);
+        equal(res.status, 201, `${method} ${status}:`);
+        const sent = await target.log();
+        equal(sent.length, 1, `${method} ${status}: requests to the target:`);
+        equal(sent[0].method, method);
+        equal(sent[0].bodyBase64, btoa(String.fromCharCode(...bytes)), `${method} ${status}: the bytes sent:`);
+      }
+      equal(bytes.byteLength, 9, "the caller's bytes were detached");
+    },
+  },
+  {
+    name: 'contract: every call gets a key of its own, however many calls (40 POSTs, 40 UUID v4 keys)',
+    async run({ api, seq }) {
+      const s = seq('200');
+      for (let i = 0; i < 40; i += 1) await api.retryFetch(s.url, { method: 'POST', body: `n${i}` }, fast);
+      const keys = (await s.log()).map((r) => r.headers['idempotency-key']);
+      equal(keys.length, 40);
+      for (const k of keys) match(k, UUID_V4);
+      equal(new Set(keys).size, 40, 'two calls shared a key');
+    },
+  },
+  {
     name: "contract: a client's default signal and a call's own signal both cancel the call",
     async run({ api, seq }) {
       const s = seq('hang');

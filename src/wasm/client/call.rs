@@ -36,7 +36,7 @@ use super::guards::{origin_of, BreakerShared};
 use super::policy::Policy;
 use super::records::{to_js, AttemptRecord, Js, RetryContext, SettledInfo};
 use super::request::{
-    body_blob, copy_headers, fix_request, unsendable_url, Body, BodyKind, Template,
+    body_value, copy_headers, fix_request, unsendable_url, Body, BodyKind, Template,
 };
 use super::signals::CallSignals;
 use crate::core::accepted::poll_dropped_headers;
@@ -1295,10 +1295,11 @@ async fn follow(
         js::set(&hop_init, "signal", &signal);
         if with_body {
             match body {
-                Body::Bytes(bytes) => match body_blob(bytes) {
-                    Ok(blob) => js::set(&hop_init, "body", &blob),
+                Body::Bytes(bytes) => match body_value(bytes, false) {
+                    Ok(value) => js::set(&hop_init, "body", &value),
                     Err(e) => return (Err(e), true),
                 },
+                Body::Text(text) => js::set(&hop_init, "body", text),
                 // A body that cannot be sent again cannot follow a 307 or 308.
                 _ if t.request.body().is_some() => {
                     return (Err(type_error("retryFetch: a 307 or 308 redirect needs the body again, and this body can be sent only once")), true)
@@ -1408,7 +1409,12 @@ fn attempt_init(
     }
     match body {
         Body::AsIs => {}
-        Body::Bytes(bytes) => js::set(&init, "body", &body_blob(bytes)?),
+        Body::Bytes(bytes) => js::set(
+            &init,
+            "body",
+            &body_value(bytes, !manual_redirects && follows_redirects(&t.request))?,
+        ),
+        Body::Text(text) => js::set(&init, "body", text),
         Body::Stream(stream) => {
             js::set(&init, "body", stream);
             js::set(&init, "duplex", &JsValue::from_str("half"));

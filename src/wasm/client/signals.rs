@@ -26,7 +26,7 @@ pub fn timer_ms(ms: f64) -> f64 {
 
 /// `signal.addEventListener('abort', listener)` / `removeEventListener`, duck-typed (a
 /// polyfill's signal works); a throwing method is ignored.
-fn listen(signal: &JsValue, method: &str, listener: &Function) {
+fn listen(signal: &JsValue, method: &'static str, listener: &Function) {
     if let Ok(f) = js::get(signal, method).dyn_into::<Function>() {
         let _ = f.call2(signal, &JsValue::from_str("abort"), listener);
     }
