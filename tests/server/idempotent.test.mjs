@@ -111,6 +111,34 @@ for (const [label, makeStore, skip] of stores) {
     assert.deepEqual(await fn({ id, orderId: 'o-1' }), { shipped: 'o-1', run: 1 }, 'the original input still replays');
   });
 
+  t('the same key with another input while the first run goes on rejects at once with key-reused (waiting or concurrent: reject); the same input waits', async () => {
+    for (const options of [{ waitTimeoutMs: 3_000 }, { concurrent: 'reject' }]) {
+      const started = deferred();
+      const released = deferred();
+      const { fn, state } = await job(options, async (input, run) => {
+        started.resolve();
+        await released.promise;
+        return { shipped: input.orderId, run };
+      });
+      const id = newKey();
+      const first = fn({ id, orderId: 'o-1' });
+      try {
+        await started.promise;
+        // The first run goes on until released: a rejection before it did not wait for it.
+        await assert.rejects(fn({ id, orderId: 'o-2' }), (error) => isIdempotencyError(error, 'key-reused'));
+        const same = fn({ id, orderId: 'o-1' });
+        if (options.concurrent === 'reject') await assert.rejects(same, (error) => isIdempotencyError(error, 'in-progress'));
+        released.resolve();
+        assert.deepEqual(await first, { shipped: 'o-1', run: 1 });
+        if (options.concurrent !== 'reject') assert.deepEqual(await same, { shipped: 'o-1', run: 1 }, 'the same input waited for it');
+        assert.equal(state.runs, 1);
+      } finally {
+        released.resolve();
+        await first.catch(() => {});
+      }
+    }
+  });
+
   t('fn throws: the error propagates; a repeat rejects with IdempotencyError previous-run-failed naming it, fn does not run again', async () => {
     const boom = new Error('warehouse API timed out');
     const { fn, state } = await job({}, () => {
