@@ -229,8 +229,10 @@ export class PostgresStore<Client extends PgPoolClientLike = PgPoolClientLike> i
    */
   recordRun(run: RunRecord): Promise<void>;
   /**
-   * See `IdempotencyStore.runs`: the rows of `key` (every scope), oldest `startedAt` first, then
-   * by `id`: at most 1000 (`ORDER BY started_at, id LIMIT 1000`), on `pool.query`.
+   * See `IdempotencyStore.runs`: the rows of `key` (every scope), at most 1000: the newest (the
+   * latest `startedAt`, then `id`), returned oldest `startedAt` first, then by `id` (ids
+   * compared as `COLLATE "C"`, code point order), as the other stores return them; on
+   * `pool.query`. The start of a run counts the same 1000 (a job's `maxRuns`).
    */
   runs(key: string): Promise<RunRecord[]>;
   /**

@@ -63,7 +63,7 @@ const RUN_CLEANUP_INTERVAL_MS = 60_000;
 /** How long a run is kept, by default: 7 days. */
 const DEFAULT_RUN_RETENTION_MS = 604_800_000;
 const RETENTION_EXPECTED = `an integer number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`;
-/** The most runs of one key that runs() returns. */
+/** The most runs of one key that runs() returns: the newest (by started_at, then id). */
 const MAX_RUNS_READ = 1000;
 /** Where the INSERT's result is in the results of the claim's one query (#claimSql). */
 const CLAIM_INSERT = 4;
@@ -560,16 +560,18 @@ export class PostgresStore {
         VALUES ($1, $2, $3, $4, $5::double precision, $6::double precision, $7, $8)
         ON CONFLICT (id) DO UPDATE SET key = EXCLUDED.key, scope = EXCLUDED.scope, instance = EXCLUDED.instance,
           started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail`,
-      runs: `SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
-        WHERE key = $1 ORDER BY started_at, id LIMIT ${MAX_RUNS_READ}`,
+      runs: `SELECT * FROM (SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
+        WHERE key = $1 ORDER BY started_at DESC, id COLLATE "C" DESC LIMIT ${MAX_RUNS_READ}) newest
+        ORDER BY started_at, id COLLATE "C"`,
       // recordRun, and runs of the run's key as they were before it (the SELECT sees the
       // statement's snapshot, without the row the WITH writes).
       startRun: `WITH started AS (INSERT INTO ${r} (id, key, scope, instance, started_at, ended_at, outcome, detail)
         VALUES ($1, $2, $3, $4, $5::double precision, $6::double precision, $7, $8)
         ON CONFLICT (id) DO UPDATE SET key = EXCLUDED.key, scope = EXCLUDED.scope, instance = EXCLUDED.instance,
           started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail)
-        SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
-        WHERE key = $2 ORDER BY started_at, id LIMIT ${MAX_RUNS_READ}`,
+        SELECT * FROM (SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
+        WHERE key = $2 ORDER BY started_at DESC, id COLLATE "C" DESC LIMIT ${MAX_RUNS_READ}) newest
+        ORDER BY started_at, id COLLATE "C"`,
       // SKIP LOCKED: rows another instance is deleting (or a recordRun is writing) are left to it.
       forgetRuns: `DELETE FROM ${r} WHERE id IN
         (SELECT id FROM ${r} WHERE started_at < $1::double precision FOR UPDATE SKIP LOCKED)`,
@@ -675,7 +677,10 @@ export class PostgresStore {
   }
 
 
-  /** The runs of `key` (every scope), oldest `started_at` first, then by id: at most 1000. */
+  /**
+   * The runs of `key` (every scope): the newest 1000 (latest `started_at`, then id), returned
+   * oldest first, as the other stores do (RedisStore keeps the last 1000).
+   */
   async runs(key) {
     const result = await this.#runsQuery(this.#sql.runs, [runsKey('PostgresStore', key)]);
     return result.rows.map(runOfRow);
