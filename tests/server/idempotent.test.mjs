@@ -313,7 +313,9 @@ for (const [label, makeStore, skip] of stores) {
     assert.throws(() => idempotent(async () => 1), { name: 'TypeError', message: /invalid option "key": got undefined/ });
     assert.throws(() => idempotent(async () => 1, { store, key: 'fixed' }), { name: 'TypeError', message: /invalid option "key": got "fixed"/ });
     assert.throws(() => idempotent('fn', { key: () => 'k' }), { name: 'TypeError', message: 'idempotent: the function must be a function (input, ctx) => Promise<result>; got "fn"' });
-    assert.throws(() => idempotent(async () => 1, { key: () => 'k', scope: 3 }), { name: 'TypeError', message: 'idempotent: invalid option "scope": got 3; expected a string (e.g. the queue\'s or the tenant\'s name)' });
+    assert.throws(() => idempotent(async () => 1, { key: () => 'k', scope: 3 }), { name: 'TypeError', message: 'idempotent: invalid option "scope": got 3; expected a non-empty string (e.g. the queue\'s or the tenant\'s name)' });
+    // An empty scope would be no scope at all, silently: refused, as a wrong type is.
+    assert.throws(() => idempotent(async () => 1, { store, key: () => 'k', scope: '' }), { name: 'TypeError', message: 'idempotent: invalid option "scope": got ""; expected a non-empty string (e.g. the queue\'s or the tenant\'s name)' });
     let runs = 0;
     const fn = idempotent(async () => ++runs, { store, key: (m) => m.key });
     for (const key of ['', 'k'.repeat(300), 'k'.repeat(256), 42, undefined, 'two words']) {
