@@ -19,7 +19,7 @@
 // The holder's fingerprint is not visible either, yet a request with another one must be told
 // at once that the key is taken by another request (a 422, as the other stores answer), not
 // wait or get a 202. So each claim first takes two shared advisory locks for its whole
-// transaction (requestLock(): one of the key and this fingerprint, then one of the key alone),
+// transaction (requestLocks(): one of the key and this fingerprint, then one of the key alone),
 // and a claim told "held" probes them (#heldRecord()): the key's lock taken by another
 // transaction while this fingerprint's is free means another request holds or claims the key,
 // and none with this fingerprint does: `{ state: 'held', mismatch: true }`. Anything else (a
@@ -90,8 +90,8 @@ const HELD_FOR_OTHER = Object.freeze({ state: 'held', mismatch: true });
 
 /**
  * The advisory lock (a bigint, as decimal SQL text) of `parts`: the first 64 bits of the
- * SHA-256 of `retry-fetch`, the parts and NUL between them. A collision between two keys (odds
- * of 2^-64) only makes a request wait for the other's holder, never a 422.
+ * SHA-256 of `retry-fetch`, the parts and NUL between them (two locks collide with odds of
+ * 2^-64). The int8 form of the advisory locks, as migrate()'s.
  */
 function advisoryLock(...parts) {
   return createHash('sha256').update(['retry-fetch', ...parts].join('\0')).digest().readBigInt64BE(0).toString();
