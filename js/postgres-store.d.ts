@@ -59,7 +59,8 @@ export interface PostgresStoreOptions<Client extends PgPoolClientLike = PgPoolCl
   /**
    * How long `acquire` waits for another transaction's hold on the key before it answers
    * `{ state: 'held' }` (a request in progress: `idempotency` waits for it
-   * or answers 409), in ms: an integer from 1 to 2147483647. Keep it short: the row of a key
+   * or answers 409), or `{ state: 'held', mismatch: true }` for a holder of another request
+   * (a 422), in ms: an integer from 1 to 2147483647. Keep it short: the row of a key
    * in progress is locked for as long as its handler runs. @default 50
    */
   lockWaitMs?: number;
@@ -83,7 +84,14 @@ export interface PostgresStoreOptions<Client extends PgPoolClientLike = PgPoolCl
  * completed responses are ever committed, so:
  *
  * - another request with the key waits for the uncommitted row at most `lockWaitMs`, then gets
- *   `{ state: 'held' }` (a `HeldRecord`);
+ *   `{ state: 'held' }` (a `HeldRecord`), or `{ state: 'held', mismatch: true }` when the
+ *   holder runs a request with another fingerprint (the companion's 422, as with the other
+ *   stores). The fingerprint is compared through two transaction-level advisory locks that
+ *   each claim takes, shared, before its `INSERT` (`pg_advisory_xact_lock_shared`: one of the
+ *   key and the fingerprint, one of the key; 64-bit keys from a SHA-256 of the table, the key
+ *   and the fingerprint), and that the told-held request tries (`pg_try_advisory_xact_lock`):
+ *   the key's taken while the fingerprint's is free is another request's. A holder that
+ *   takes no such locks (an older version of this store) is waited for, never a 422;
  * - a holder that dies (crash, lost connection, `pg_terminate_backend`) frees the key at once:
  *   PostgreSQL rolls its transaction back;
  * - a holder idle in its transaction for `lockTimeoutMs` (no statement: hung) loses the
@@ -188,10 +196,11 @@ export class PostgresStore<Client extends PgPoolClientLike = PgPoolClientLike> i
   /** Delete the expired rows now; resolves with how many were deleted. */
   cleanup(): Promise<number>;
   /**
-   * `BEGIN`, then `INSERT ... ON CONFLICT DO NOTHING` of the key's row (an expired one is
-   * taken over with an `UPDATE`), waiting at most `lockWaitMs` for another transaction's hold:
-   * `null` when this transaction now holds the key; the `CompletedRecord` of a live response;
-   * a `HeldRecord` when another live transaction holds the key.
+   * `BEGIN`, the claim's two advisory locks, then `INSERT ... ON CONFLICT DO NOTHING` of the
+   * key's row (an expired one is taken over with an `UPDATE`), waiting at most `lockWaitMs`
+   * for another transaction's hold: `null` when this transaction now holds the key; the
+   * `CompletedRecord` of a live response; a `HeldRecord` when another live transaction holds
+   * the key (`mismatch: true` when it holds it for another fingerprint, see the class).
    */
   acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<CompletedRecord | HeldRecord | null>;
   /** Run a statement in the holder's transaction (its idle timer starts again, at `lockTimeoutMs`); `false` when it is gone or `token` does not hold `key`. */
@@ -220,8 +229,10 @@ export class PostgresStore<Client extends PgPoolClientLike = PgPoolClientLike> i
    */
   recordRun(run: RunRecord): Promise<void>;
   /**
-   * See `IdempotencyStore.runs`: the rows of `key` (every scope), oldest `startedAt` first, then
-   * by `id`: at most 1000 (`ORDER BY started_at, id LIMIT 1000`), on `pool.query`.
+   * See `IdempotencyStore.runs`: the rows of `key` (every scope), at most 1000: the newest (the
+   * latest `startedAt`, then `id`), returned oldest `startedAt` first, then by `id` (ids
+   * compared as `COLLATE "C"`, code point order), as the other stores return them; on
+   * `pool.query`. The start of a run counts the same 1000 (a job's `maxRuns`).
    */
   runs(key: string): Promise<RunRecord[]>;
   /**

@@ -16,6 +16,16 @@
 //     statement (idle_in_transaction_session_timeout); renew() runs one to keep a live one.
 // reclaim() has nothing to do: an in-progress record is never visible, so never stale.
 //
+// The holder's fingerprint is not visible either, yet a request with another one must be told
+// at once that the key is taken by another request (a 422, as the other stores answer), not
+// wait or get a 202. So each claim first takes two shared advisory locks for its whole
+// transaction (requestLocks(): one of the key and this fingerprint, then one of the key alone),
+// and a claim told "held" probes them (#heldRecord()): the key's lock taken by another
+// transaction while this fingerprint's is free means another request holds or claims the key,
+// and none with this fingerprint does: `{ state: 'held', mismatch: true }`. Anything else (a
+// holder with this fingerprint, a holder that takes no such locks, one that just ended) is
+// plain "held": the request waits and asks again, so a doubt never turns into a 422.
+//
 // ctx.tx must not end that transaction: a COMMIT through it would commit the key in progress
 // (and the handler's writes without their answer), a ROLLBACK would free the key while the
 // handler runs. guardTransaction() refuses transaction control (a small SQL lexer finds the
@@ -53,8 +63,10 @@ const RUN_CLEANUP_INTERVAL_MS = 60_000;
 /** How long a run is kept, by default: 7 days. */
 const DEFAULT_RUN_RETENTION_MS = 604_800_000;
 const RETENTION_EXPECTED = `an integer number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`;
-/** The most runs of one key that runs() returns. */
+/** The most runs of one key that runs() returns: the newest (by started_at, then id). */
 const MAX_RUNS_READ = 1000;
+/** Where the INSERT's result is in the results of the claim's one query (#claimSql). */
+const CLAIM_INSERT = 4;
 /** SQLSTATE lock_not_available: lock_timeout ran out (another live transaction holds the key). */
 const LOCK_NOT_AVAILABLE = '55P03';
 /** SQLSTATE undefined_table: the run history's table was not created (migrate() not run since). */
@@ -73,6 +85,35 @@ const START_RUN = Symbol.for('retry-fetch.startRun');
 
 /** What acquire() returns for a key held by another live transaction. */
 const HELD = Object.freeze({ state: 'held' });
+/** What acquire() returns for a key another live transaction holds for another request (another fingerprint). */
+const HELD_FOR_OTHER = Object.freeze({ state: 'held', mismatch: true });
+
+/**
+ * The advisory lock (a bigint, as decimal SQL text) of `parts`: the first 64 bits of the
+ * SHA-256 of `retry-fetch`, the parts and NUL between them (two locks collide with odds of
+ * 2^-64). The int8 form of the advisory locks, as migrate()'s.
+ */
+function advisoryLock(...parts) {
+  return createHash('sha256').update(['retry-fetch', ...parts].join('\0')).digest().readBigInt64BE(0).toString();
+}
+
+/**
+ * The two advisory locks of a claim of `scope:id` in `table` with `fingerprint`: `request`, of
+ * the key and the fingerprint, and `key`, of the key alone. A claim takes both, shared, in that
+ * order, before its INSERT, and keeps them to the end of its transaction (the holder's: while
+ * its handler runs).
+ */
+function requestLocks(table, scope, id, fingerprint) {
+  return {
+    request: advisoryLock('request', table, scope, id, String(fingerprint)),
+    key: advisoryLock('key', table, scope, id),
+  };
+}
+
+/** The statements that take `locks` (shared, request's first), waiting at most lock_timeout. */
+function takeLocksSql(locks) {
+  return `SELECT pg_advisory_xact_lock_shared(${locks.request}); SELECT pg_advisory_xact_lock_shared(${locks.key})`;
+}
 
 function checkTable(where, table) {
   const ok = typeof table === 'string' && TABLE_NAME.test(table) && table.split('.').every((p) => p.length <= MAX_IDENTIFIER);
@@ -211,13 +252,14 @@ function settingMs(name, ms) {
  * See the comment at the top of this file for the design.
  */
 /**
- * The record for a committed row: its stored answer, or `HELD` for a row with no answer (one
- * committed in progress, which counts as held until it expires, then is taken over). A
- * `response` column read as text (a custom jsonb parser) is parsed here.
+ * The record for a committed row: its stored answer, or a `HeldRecord` for a row with no answer
+ * (one committed in progress, which counts as held until it expires, then is taken over):
+ * `mismatch: true` when its fingerprint is not `fingerprint`. A `response` column read as text
+ * (a custom jsonb parser) is parsed here.
  */
-function completedOrHeld(row) {
+function completedOrHeld(row, fingerprint) {
   const response = typeof row.response === 'string' ? JSON.parse(row.response) : row.response;
-  if (response === null || response === undefined) return { ...HELD };
+  if (response === null || response === undefined) return { ...(row.fingerprint === fingerprint ? HELD : HELD_FOR_OTHER) };
   return {
     state: 'completed',
     fingerprint: row.fingerprint,
@@ -518,16 +560,18 @@ export class PostgresStore {
         VALUES ($1, $2, $3, $4, $5::double precision, $6::double precision, $7, $8)
         ON CONFLICT (id) DO UPDATE SET key = EXCLUDED.key, scope = EXCLUDED.scope, instance = EXCLUDED.instance,
           started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail`,
-      runs: `SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
-        WHERE key = $1 ORDER BY started_at, id LIMIT ${MAX_RUNS_READ}`,
+      runs: `SELECT * FROM (SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
+        WHERE key = $1 ORDER BY started_at DESC, id COLLATE "C" DESC LIMIT ${MAX_RUNS_READ}) newest
+        ORDER BY started_at, id COLLATE "C"`,
       // recordRun, and runs of the run's key as they were before it (the SELECT sees the
       // statement's snapshot, without the row the WITH writes).
       startRun: `WITH started AS (INSERT INTO ${r} (id, key, scope, instance, started_at, ended_at, outcome, detail)
         VALUES ($1, $2, $3, $4, $5::double precision, $6::double precision, $7, $8)
         ON CONFLICT (id) DO UPDATE SET key = EXCLUDED.key, scope = EXCLUDED.scope, instance = EXCLUDED.instance,
           started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail)
-        SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
-        WHERE key = $2 ORDER BY started_at, id LIMIT ${MAX_RUNS_READ}`,
+        SELECT * FROM (SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
+        WHERE key = $2 ORDER BY started_at DESC, id COLLATE "C" DESC LIMIT ${MAX_RUNS_READ}) newest
+        ORDER BY started_at, id COLLATE "C"`,
       // SKIP LOCKED: rows another instance is deleting (or a recordRun is writing) are left to it.
       forgetRuns: `DELETE FROM ${r} WHERE id IN
         (SELECT id FROM ${r} WHERE started_at < $1::double precision FOR UPDATE SKIP LOCKED)`,
@@ -633,7 +677,10 @@ export class PostgresStore {
   }
 
 
-  /** The runs of `key` (every scope), oldest `started_at` first, then by id: at most 1000. */
+  /**
+   * The runs of `key` (every scope): the newest 1000 (latest `started_at`, then id), returned
+   * oldest first, as the other stores do (RedisStore keeps the last 1000).
+   */
   async runs(key) {
     const result = await this.#runsQuery(this.#sql.runs, [runsKey('PostgresStore', key)]);
     return result.rows.map(runOfRow);
@@ -696,11 +743,12 @@ export class PostgresStore {
 
   /**
    * The claim of acquire() as one simple-protocol query: BEGIN, lock_timeout lockWaitMs, the
-   * INSERT of the key's row (its result is the third), then the holder's settings
-   * (`#holderSettings`). `ms` is an integer (settingMs); the strings are quoted literals.
+   * claim's advisory locks (`locks`, two statements), the INSERT of the key's row (its result
+   * is the fifth, CLAIM_INSERT), then the holder's settings (`#holderSettings`). `ms` is an
+   * integer (settingMs); the strings are quoted literals, the locks decimal integers.
    */
-  #claimSql(scope, id, fingerprint, ms) {
-    return `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms';
+  #claimSql(scope, id, fingerprint, ms, locks) {
+    return `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'; ${takeLocksSql(locks)};
 ${this.#sql.insertInto} VALUES (${literal(scope)}, ${literal(id)}, ${literal(fingerprint)}, 'null'::jsonb, now(), now() + ${ms}::double precision * interval '1 millisecond') ${this.#sql.onConflict};
 ${this.#holderSettings(ms)}`;
   }
@@ -708,6 +756,33 @@ ${this.#holderSettings(ms)}`;
   /** What a holder's transaction runs under: the session's lock_timeout, and an idle limit of `ms`. */
   #holderSettings(ms) {
     return `SET LOCAL lock_timeout = DEFAULT; SET LOCAL idle_in_transaction_session_timeout = ${ms}`;
+  }
+
+  /**
+   * What acquire() answers for a key whose row another live transaction holds, told by the
+   * claims' advisory locks (`locks`, this claim's; its own transaction rolled back, so it holds
+   * neither): `HELD_FOR_OTHER` when no transaction holds this request's lock (tried first,
+   * and kept while the key's is tried, so that none can take it in between) but one holds the
+   * key's: another request holds or claims the key, and no request with this fingerprint does.
+   * Otherwise `HELD` (a holder with this fingerprint, or one that takes no such locks, or one
+   * that ended since: the request waits and asks again), and `HELD` too when the probe fails
+   * (then the client is destroyed). Gives the client back to the pool.
+   */
+  async #heldRecord(entry, locks) {
+    let other = false;
+    try {
+      // One statement, one implicit transaction: its locks end with it. CASE tries the key's
+      // lock only once the request's is taken.
+      const { rows } = await entry.client.query(
+        `SELECT CASE WHEN pg_try_advisory_xact_lock(${locks.request}) THEN NOT pg_try_advisory_xact_lock(${locks.key}) ELSE false END AS other`,
+      );
+      other = rows?.[0]?.other === true;
+    } catch (error) {
+      this.#giveBack(entry, entry.lost ?? error);
+      return { ...HELD };
+    }
+    this.#giveBack(entry, entry.lost);
+    return { ...(other ? HELD_FOR_OTHER : HELD) };
   }
 
   async acquire(key, lock, lockTimeoutMs) {
@@ -734,6 +809,7 @@ ${this.#holderSettings(ms)}`;
     // Whether lock_timeout is lockWaitMs (bounding a wait for another holder's row) rather than
     // the session's own, and idle_in_transaction_session_timeout not yet set for the holder.
     let waiting = true;
+    const locks = requestLocks(this.#table, scope, id, lock.fingerprint);
     try {
       const params = [scope, id, lock.fingerprint, ms];
       // A loop because the row can change between the statements: deleted by cleanup() after
@@ -741,12 +817,12 @@ ${this.#holderSettings(ms)}`;
       for (let attempt = 0; attempt < 10 && !holding; attempt++) {
         let inserted;
         if (attempt === 0 && typeof lock.fingerprint === 'string') {
-          // One round trip: the transaction, the INSERT bounded by lockWaitMs, then the holder's
-          // settings (SET takes no parameters, so the values are literals: the simple protocol).
-          // When the INSERT finds a committed row instead, the settings are set again below
-          // before anything that could wait for a lock.
-          const results = await client.query(this.#claimSql(scope, id, lock.fingerprint, ms));
-          inserted = Array.isArray(results) ? results[2] : undefined;
+          // One round trip: the transaction, the claim's advisory locks and the INSERT, bounded
+          // by lockWaitMs, then the holder's settings (SET takes no parameters, so the values
+          // are literals: the simple protocol). When the INSERT finds a committed row instead,
+          // the settings are set again below before anything that could wait for a lock.
+          const results = await client.query(this.#claimSql(scope, id, lock.fingerprint, ms, locks));
+          inserted = Array.isArray(results) ? results[CLAIM_INSERT] : undefined;
           if (inserted === undefined) {
             throw new TypeError('PostgresStore: a query of several statements did not give one result per statement; pass a pg Pool');
           }
@@ -757,7 +833,7 @@ ${this.#holderSettings(ms)}`;
             waiting = true;
           }
           if (attempt === 0) {
-            await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'`);
+            await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '${this.#lockWaitMs}ms'; ${takeLocksSql(locks)}`);
           }
           inserted = await client.query(this.#sql.insert, params);
         }
@@ -793,16 +869,16 @@ ${this.#holderSettings(ms)}`;
       }
     } catch (error) {
       const sound = await this.#rollback(entry);
+      // Another live transaction holds the key (lock_timeout ran out waiting for it): whose?
+      if (sound && error?.code === LOCK_NOT_AVAILABLE) return this.#heldRecord(entry, locks);
       this.#giveBack(entry, sound ? undefined : (entry.lost ?? error));
-      // Another live transaction holds the key (lock_timeout ran out waiting for it).
-      if (sound && error?.code === LOCK_NOT_AVAILABLE) return { ...HELD };
       throw error;
     }
     if (live !== undefined) {
       // A completed answer (or a row committed in progress): read outside the try, once the
       // client is back in the pool, so that nothing here can touch a client given back.
       this.#giveBack(entry, (await this.#rollback(entry)) ? undefined : (entry.lost ?? new Error('ROLLBACK failed')));
-      return completedOrHeld(live);
+      return completedOrHeld(live, lock.fingerprint);
     }
     if (entry.lost !== undefined) {
       this.#giveBack(entry, entry.lost);

@@ -227,7 +227,10 @@ export function idempotency<Tx = unknown, Route extends object = {}>(
 export interface IdempotentOptions<Input, Tx = unknown> {
   /** The job's key, e.g. the message id: 1 to 255 visible ASCII characters. */
   key: (input: Input) => string | Promise<string>;
-  /** Scopes the keys (a queue's or a tenant's name): the same key in two scopes is two jobs. @default none */
+  /**
+   * Scopes the keys (a queue's or a tenant's name): the same key in two scopes is two jobs. A
+   * non-empty string: `''` is a `TypeError` (it would be no scope at all). @default none
+   */
   scope?: string;
   /** See `IdempotencyOptions.secret` (needed with a `scope` and a store without `secret()`). @default the store's own */
   secret?: string;

@@ -54,6 +54,13 @@ export interface CompletedRecord {
 export interface HeldRecord {
   /** Always `'held'` (a state of its own, so a store that narrows on `'in-progress'` still reads a `LockRecord`). */
   state: 'held';
+  /**
+   * Optional: `true` when the store can tell that the holder's request has another
+   * fingerprint than the `lock` passed to `acquire` (without knowing which): the key is
+   * reused for another request, answered 422 at once, as a visible lock with another
+   * fingerprint is. Absent or `false`: a request in progress, waited for (or 409, or 202).
+   */
+  mismatch?: boolean;
 }
 
 /** What a store holds for a key. */

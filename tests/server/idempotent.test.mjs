@@ -111,6 +111,34 @@ for (const [label, makeStore, skip] of stores) {
     assert.deepEqual(await fn({ id, orderId: 'o-1' }), { shipped: 'o-1', run: 1 }, 'the original input still replays');
   });
 
+  t('the same key with another input while the first run goes on rejects at once with key-reused (waiting or concurrent: reject); the same input waits', async () => {
+    for (const options of [{ waitTimeoutMs: 3_000 }, { concurrent: 'reject' }]) {
+      const started = deferred();
+      const released = deferred();
+      const { fn, state } = await job(options, async (input, run) => {
+        started.resolve();
+        await released.promise;
+        return { shipped: input.orderId, run };
+      });
+      const id = newKey();
+      const first = fn({ id, orderId: 'o-1' });
+      try {
+        await started.promise;
+        // The first run goes on until released: a rejection before it did not wait for it.
+        await assert.rejects(fn({ id, orderId: 'o-2' }), (error) => isIdempotencyError(error, 'key-reused'));
+        const same = fn({ id, orderId: 'o-1' });
+        if (options.concurrent === 'reject') await assert.rejects(same, (error) => isIdempotencyError(error, 'in-progress'));
+        released.resolve();
+        assert.deepEqual(await first, { shipped: 'o-1', run: 1 });
+        if (options.concurrent !== 'reject') assert.deepEqual(await same, { shipped: 'o-1', run: 1 }, 'the same input waited for it');
+        assert.equal(state.runs, 1);
+      } finally {
+        released.resolve();
+        await first.catch(() => {});
+      }
+    }
+  });
+
   t('fn throws: the error propagates; a repeat rejects with IdempotencyError previous-run-failed naming it, fn does not run again', async () => {
     const boom = new Error('warehouse API timed out');
     const { fn, state } = await job({}, () => {
@@ -285,7 +313,9 @@ for (const [label, makeStore, skip] of stores) {
     assert.throws(() => idempotent(async () => 1), { name: 'TypeError', message: /invalid option "key": got undefined/ });
     assert.throws(() => idempotent(async () => 1, { store, key: 'fixed' }), { name: 'TypeError', message: /invalid option "key": got "fixed"/ });
     assert.throws(() => idempotent('fn', { key: () => 'k' }), { name: 'TypeError', message: 'idempotent: the function must be a function (input, ctx) => Promise<result>; got "fn"' });
-    assert.throws(() => idempotent(async () => 1, { key: () => 'k', scope: 3 }), { name: 'TypeError', message: 'idempotent: invalid option "scope": got 3; expected a string (e.g. the queue\'s or the tenant\'s name)' });
+    assert.throws(() => idempotent(async () => 1, { key: () => 'k', scope: 3 }), { name: 'TypeError', message: 'idempotent: invalid option "scope": got 3; expected a non-empty string (e.g. the queue\'s or the tenant\'s name)' });
+    // An empty scope would be no scope at all, silently: refused, as a wrong type is.
+    assert.throws(() => idempotent(async () => 1, { store, key: () => 'k', scope: '' }), { name: 'TypeError', message: 'idempotent: invalid option "scope": got ""; expected a non-empty string (e.g. the queue\'s or the tenant\'s name)' });
     let runs = 0;
     const fn = idempotent(async () => ++runs, { store, key: (m) => m.key });
     for (const key of ['', 'k'.repeat(300), 'k'.repeat(256), 42, undefined, 'two words']) {

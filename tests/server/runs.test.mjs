@@ -508,22 +508,32 @@ CREATE INDEX IF NOT EXISTS "idempotency_keys_runs_started_at_idx" ON "idempotenc
     assert.deepEqual(await store.runs(key), [ended(run, 'freed')]);
   });
 
-  test('runs() returns at most 1000, oldest first', async () => {
+  test('runs() returns the newest 1000 (as RedisStore keeps the last 1000), oldest first; so does the start of a run', async () => {
     const store = await postgresStore();
     const key = newKey();
     const values = [];
     const params = [];
-    for (let i = 0; i < 1_005; i++) {
-      params.push(`r${String(i).padStart(4, '0')}`, key, '-', 'host-a:101', T0 + i);
+    // Inserted newest first, so that neither the insertion order nor the physical one is the
+    // answer's; r1003 and r1004 start at the same ms (a tie, by id).
+    for (let i = 1_004; i >= 0; i--) {
+      params.push(`r${String(i).padStart(4, '0')}`, key, '-', 'host-a:101', T0 + Math.min(i, 1_003));
       const n = params.length;
       values.push(`($${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n})`);
     }
     await pool.query(`INSERT INTO "${store.runsTable}" (id, key, scope, instance, started_at) VALUES ${values.join(', ')}`, params);
+    const ids = (runs) => runs.map((r) => r.id);
+    const expected = Array.from({ length: 1_000 }, (_, i) => `r${String(i + 5).padStart(4, '0')}`);
     const runs = await store.runs(key);
     assert.equal(runs.length, 1000);
-    assert.equal(runs[0].id, 'r0000');
-    assert.equal(runs[999].id, 'r0999');
-    assert.deepEqual(runs[0], { id: 'r0000', key, scope: '-', instance: 'host-a:101', startedAt: T0, endedAt: null, outcome: null });
+    assert.deepEqual(ids(runs), expected, 'r0005 to r1004: the 5 oldest left out');
+    assert.deepEqual(runs[0], { id: 'r0005', key, scope: '-', instance: 'host-a:101', startedAt: T0 + 5, endedAt: null, outcome: null });
+    assert.deepEqual(runs, [...runs].sort((a, b) => a.startedAt - b.startedAt || (a.id < b.id ? -1 : 1)), 'in the order of the other stores');
+    // A run's start (its record and the key's runs before it, in one statement: what maxRuns counts).
+    const startRun = store.runs[Symbol.for('retry-fetch.startRun')];
+    assert.equal(typeof startRun, 'function');
+    const next = runOf(key, 2_000, { id: 'r2000' });
+    assert.deepEqual(ids(await startRun.call(store, next)), expected, 'the newest 1000 before it');
+    assert.deepEqual(ids(await store.runs(key)), [...expected.slice(1), 'r2000']);
   });
 
   test('retention: a run older than runRetentionMs is deleted by a later recordRun, at most once a minute per store object', async () => {

@@ -289,6 +289,64 @@ export function storeScenarios(label, makeStore, { transactional = false } = {})
     });
   });
 
+  t('the same key with another payload while the first request still runs is a 422 at once (acceptAfterMs, concurrent: reject, waiting); the same payload is not', async () => {
+    const OTHER = '{"amount":9999,"currency":"EUR"}';
+    // waitTimeoutMs bounds a duplicate that (wrongly) waited: a 409 after it, not a hang.
+    for (const options of [{ acceptAfterMs: 100 }, { concurrent: 'reject' }, { waitTimeoutMs: 3_000 }]) {
+      const what = JSON.stringify(options);
+      const { handler, state, release } = await blocking(options);
+      await withServer(handler, async (server) => {
+        const key = newKey();
+        const first = send(server.url, { key });
+        await holding(state.firstRun, first);
+        if (options.acceptAfterMs !== undefined) {
+          const accepted = await first; // its run goes on
+          assert.equal(accepted.status, 202, what);
+          await accepted.arrayBuffer();
+        }
+        // The first run is blocked until release(): an answer before it did not wait for it.
+        const other = await send(server.url, { key, body: OTHER });
+        const problem = await problemOf(other, 422, 'idempotency-key-reused');
+        assert.equal(problem.title, 'Idempotency-Key is already used', what);
+        assert.equal(state.releasedAt, null, `${what}: answered while the first run went on`);
+        // The same payload is the first request repeated: waited for, 409 or 202 as usual.
+        const same = send(server.url, { key });
+        if (options.concurrent === 'reject') {
+          await problemOf(await same, 409, 'idempotency-key-in-progress', { retryAfter: true });
+        } else if (options.acceptAfterMs !== undefined) {
+          const accepted = await same;
+          assert.equal(accepted.status, 202, what);
+          assert.equal((await accepted.json()).code, 'idempotency-accepted');
+        }
+        release();
+        if (options.acceptAfterMs === undefined) {
+          const answer = await first;
+          assert.equal(answer.status, 201, what);
+          await answer.arrayBuffer();
+        }
+        if (options.concurrent === undefined && options.acceptAfterMs === undefined) {
+          const waited = await same;
+          assert.equal(waited.status, 201, what);
+          assert.equal(waited.headers.get('idempotent-replayed'), 'true', what);
+          await waited.arrayBuffer();
+        }
+        // Once the first run is stored (with acceptAfterMs, a moment after the handler
+        // settled), the same payload replays it and the other one is still refused.
+        for (;;) {
+          const replay = await send(server.url, { key });
+          await replay.arrayBuffer();
+          if (replay.status !== 202) {
+            assert.equal(replay.headers.get('idempotent-replayed'), 'true', what);
+            break;
+          }
+          await sleep(20);
+        }
+        await problemOf(await send(server.url, { key, body: OTHER }), 422, 'idempotency-key-reused');
+        assert.equal(state.runs, 1, `${what}: one run`);
+      }).finally(release); // never leave the first run blocked, whatever failed
+    }
+  });
+
   t('a stored response expires after ttlMs; the key then runs the handler again', async () => {
     // 2 s: the replay must come inside it; then the test waits the rest out.
     const { handler, state } = await payments({ ttlMs: 2_000 });

@@ -37,6 +37,7 @@ const completedOf = (body = 'ok', fingerprint = 'f'.repeat(64)) => ({
   completedAt: Date.now(),
 });
 const HELD = { state: 'held' };
+const HELD_FOR_OTHER = { state: 'held', mismatch: true }; // PostgresStore: held for another fingerprint
 
 // ---------------------------------------------------------------------------------------------
 // Connections, shared by the tests; each test has a store of its own (own table or prefix).
@@ -342,6 +343,7 @@ describe('PostgresStore', { skip: pgSkip }, () => {
     const raw = store.transaction(key, 'a');
     await Object.getPrototypeOf(raw).query.call(raw, 'COMMIT');
     assert.deepEqual(await store.acquire(key, lockOf('b'), 60_000), HELD, 'inside its 2 s');
+    assert.deepEqual(await store.acquire(key, lockOf('b2', 60_000, 'e'.repeat(64)), 60_000), HELD_FOR_OTHER, 'its fingerprint is in the row: another request\'s is told so');
     await sleep(acquired + 2_000 + 250 - performance.now());
     assert.equal(await store.acquire(key, lockOf('c'), 60_000), null, 'expired: taken over');
     assert.equal(await store.release(key, 'c'), true);
@@ -357,6 +359,65 @@ describe('PostgresStore', { skip: pgSkip }, () => {
     const waited = performance.now() - started;
     assert.ok(waited >= 190 && waited < 2_000, `waited ${waited} ms`);
     assert.equal(await store.release(key, 'a'), true);
+  });
+
+  test('a key held for another fingerprint is { state: "held", mismatch: true }; for the same one, plain held; other keys, scopes and tables are apart', async () => {
+    const store = await postgresStore();
+    const [mine, other] = ['a'.repeat(64), 'b'.repeat(64)];
+    const key = newKey();
+    assert.equal(await store.acquire(key, lockOf('a', 60_000, mine), 60_000), null);
+    assert.deepEqual(await store.acquire(key, lockOf('b', 60_000, other), 60_000), HELD_FOR_OTHER);
+    assert.deepEqual(await store.acquire(key, lockOf('c', 60_000, mine), 60_000), HELD, 'the same request: waited for');
+    assert.deepEqual(await store.acquire(key, lockOf('d', 60_000, other), 60_000), HELD_FOR_OTHER, 'asked again');
+    // The locks are the key's: the same id in another scope, another key, another table.
+    const apart = [`${SCOPE}:${key.slice(2)}`, newKey()];
+    for (const [i, k] of apart.entries()) assert.equal(await store.acquire(k, lockOf(`e${i}`, 60_000, other), 60_000), null, k);
+    const elsewhere = await postgresStore();
+    assert.equal(await elsewhere.acquire(key, lockOf('f', 60_000, other), 60_000), null, 'another table');
+    for (const [i, k] of apart.entries()) assert.equal(await store.release(k, `e${i}`), true);
+    assert.equal(await elsewhere.release(key, 'f'), true);
+    // Completed: the stored record, whose fingerprint the companion compares.
+    const record = completedOf('{"charged":4200}', mine);
+    assert.equal(await store.complete(key, 'a', record, 60_000), true);
+    assert.deepEqual(await store.acquire(key, lockOf('g', 60_000, other), 60_000), record);
+    assert.equal(await checkedOut(), 0, 'every probe gave its client back');
+  });
+
+  test('a holder that takes no advisory locks (an older version of the store) is plain held for any fingerprint: a doubt is waited for', async () => {
+    const store = await postgresStore();
+    const key = newKey();
+    const raw = await pool.connect();
+    try {
+      await raw.query('BEGIN');
+      await raw.query(`INSERT INTO "${store.table}" (scope, key, fingerprint, response, completed_at, expires_at) VALUES ('-', $1, $2, 'null'::jsonb, now(), now() + interval '1 minute')`, [key.slice(2), 'a'.repeat(64)]);
+      assert.deepEqual(await store.acquire(key, lockOf('b', 60_000, 'b'.repeat(64)), 60_000), HELD);
+      assert.deepEqual(await store.acquire(key, lockOf('c', 60_000, 'a'.repeat(64)), 60_000), HELD);
+    } finally {
+      await raw.query('ROLLBACK');
+      raw.release();
+    }
+    assert.equal(await store.acquire(key, lockOf('d'), 60_000), null, 'free once it rolled back');
+    assert.equal(await store.release(key, 'd'), true);
+  });
+
+  test('20 concurrent acquires of one key, two fingerprints: one holds it; its own fingerprint is never told mismatch', async () => {
+    const store = await postgresStore({ lockWaitMs: 50 });
+    const key = newKey();
+    const fingerprints = Array.from({ length: 20 }, (_, i) => (i % 2 ? 'a' : 'b').repeat(64));
+    const answers = await Promise.all(fingerprints.map((f, i) => store.acquire(key, lockOf(`t${i}`, 60_000, f), 60_000)));
+    const winners = answers.flatMap((a, i) => (a === null ? [i] : []));
+    assert.equal(winners.length, 1, 'exactly one holder');
+    const [winner] = winners;
+    answers.forEach((a, i) => {
+      if (i === winner) return;
+      if (fingerprints[i] === fingerprints[winner]) assert.deepEqual(a, HELD, `t${i}: the holder's request`);
+      else assert.ok([HELD, HELD_FOR_OTHER].some((h) => JSON.stringify(h) === JSON.stringify(a)), `t${i}: ${JSON.stringify(a)}`);
+    });
+    // Asked again, one at a time: the other fingerprint is told mismatch.
+    const loser = fingerprints.findIndex((f) => f !== fingerprints[winner]);
+    assert.deepEqual(await store.acquire(key, lockOf('late', 60_000, fingerprints[loser]), 60_000), HELD_FOR_OTHER);
+    assert.equal(await store.release(key, `t${winner}`), true);
+    assert.equal(await checkedOut(), 0);
   });
 
   test('a waiting acquire gets the response when the holder completes within lockWaitMs, the key when it releases', async () => {

@@ -112,6 +112,26 @@ pub fn secret(v: &str) -> Result<&str, OptionError> {
     }
 }
 
+/// What `idempotent()`'s `scope` must be.
+pub const SCOPE_EXPECTED: &str = "a non-empty string (e.g. the queue's or the tenant's name)";
+
+/// `idempotent()`'s `scope`: a non-empty string. Scopes are compared as given, so `''` would
+/// scope nothing: its jobs would share their keys with those of no scope ([`store_key`] takes an
+/// empty identity for none). It is refused rather than taken silently for no scope.
+///
+/// ```
+/// use retry_fetch::core::idempotency::scope;
+/// assert_eq!(scope("shipments"), Ok("shipments"));
+/// assert!(scope("").is_err());
+/// ```
+pub fn scope(v: &str) -> Result<&str, OptionError> {
+    if v.is_empty() {
+        Err(OptionError::new("scope", SCOPE_EXPECTED))
+    } else {
+        Ok(v)
+    }
+}
+
 /// What a request's downstream keys ([`derived_key`]) are derived from: its idempotency key
 /// and its scope, and nothing of the store, so that every instance, and the same one after a
 /// restart, derives the same keys whatever secret its store holds (a `MemoryStore`'s is new

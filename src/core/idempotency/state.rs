@@ -18,6 +18,10 @@ pub enum Record<'a> {
     /// holder's row is uncommitted). Its holder is alive by definition: a dead one's
     /// connection rolled it back.
     Held,
+    /// As [`Record::Held`], and the store can tell that the holder's request has another
+    /// fingerprint than this one (`PostgresStore`: through the advisory locks each claim
+    /// takes), though not which.
+    HeldForOther,
     /// A response is stored for this key.
     Completed {
         /// The fingerprint of the request that produced it.
@@ -66,12 +70,14 @@ impl Action {
 /// | in progress, lock expired (`now >= expiry`) | lock expired (take over) | lock expired (take over) |
 /// | completed | replay | mismatch (422) |
 /// | held by a live transaction (details unseen) | in progress (wait / 409) | in progress |
+/// | held by a live transaction, for another fingerprint (the store can tell) | — | mismatch (422) |
 ///
 /// An expired lock is treated as absent whatever its fingerprint: its holder died before
 /// storing anything, so nothing was answered under this key (Redis deletes such a lock by
 /// itself through its `PX` expiry; this covers stores that do not, and clocks that differ).
 /// A live lock with another fingerprint is a 422 at once rather than a wait, as the answer
-/// cannot be anything else.
+/// cannot be anything else; so is a key held for another fingerprint, where the store can
+/// tell that much without showing the holder's record.
 ///
 /// ```
 /// use retry_fetch::core::idempotency::{claim_action, Action, Record};
@@ -82,6 +88,7 @@ impl Action {
 /// assert_eq!(claim_action(lock, "f", 999.0), Action::InProgress);
 /// assert_eq!(claim_action(lock, "f", 1000.0), Action::LockExpired);
 /// assert_eq!(claim_action(Record::Held, "f", 0.0), Action::InProgress);
+/// assert_eq!(claim_action(Record::HeldForOther, "f", 0.0), Action::Mismatch);
 /// ```
 pub fn claim_action(record: Record<'_>, fingerprint: &str, now_ms: f64) -> Action {
     match record {
@@ -93,6 +100,7 @@ pub fn claim_action(record: Record<'_>, fingerprint: &str, now_ms: f64) -> Actio
         } if now_ms >= exp || exp.is_nan() => Action::LockExpired,
         Record::InProgress { fingerprint: f, .. } if f != fingerprint => Action::Mismatch,
         Record::InProgress { .. } | Record::Held => Action::InProgress,
+        Record::HeldForOther => Action::Mismatch,
         Record::Completed { fingerprint: f } if f != fingerprint => Action::Mismatch,
         Record::Completed { .. } => Action::Replay,
     }

@@ -551,6 +551,17 @@ fn held_keys_wait() {
 }
 
 #[test]
+fn keys_held_for_another_fingerprint_are_mismatches() {
+    // At once, whatever the time: nothing about the holder's lock is known, nor needed.
+    for now in [0.0, 1e15, f64::NAN] {
+        assert_eq!(
+            claim_action(Record::HeldForOther, "f", now),
+            Action::Mismatch
+        );
+    }
+}
+
+#[test]
 fn option_names_are_closest_matches() {
     use crate::core::options::closest_name;
     assert_eq!(
@@ -699,6 +710,7 @@ mod properties {
             let action = claim_action(lock, "f", now);
             prop_assert_eq!(action, if now >= exp { Action::LockExpired } else { Action::InProgress });
             prop_assert_eq!(claim_action(Record::Held, "g", now), Action::InProgress);
+            prop_assert_eq!(claim_action(Record::HeldForOther, "g", now), Action::Mismatch);
         }
     }
 }

@@ -6,6 +6,7 @@
 //! adds what is Node-specific (`toNodeHandler`) and the stores.
 
 mod answers;
+mod canonical;
 mod context;
 mod flow;
 mod http;
@@ -115,8 +116,9 @@ pub fn invalid_option_error(api: &str, option: &str, value: &JsValue, expected: 
 /// `canonicalBody(value)`: the bytes a framework adapter fingerprints when a body parser has
 /// already read the request (`req.body`): a string as its UTF-8, bytes (`Uint8Array`,
 /// `ArrayBuffer`) as they are, anything else as canonical JSON (object keys sorted at every
-/// level, so the same value parsed from differently ordered JSON is the same request);
-/// `undefined` and `null` as no bytes. Not public API: the adapters call it.
+/// level, so the same value parsed from differently ordered JSON is the same request; at any
+/// depth: the module `canonical`); `undefined` and `null` as no bytes. Not public API: the
+/// adapters call it.
 #[wasm_bindgen(js_name = canonicalBody, skip_typescript)]
 pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
     if value.is_undefined() || value.is_null() {
@@ -128,31 +130,8 @@ pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
     if value.is_instance_of::<Uint8Array>() || value.is_instance_of::<js_sys::ArrayBuffer>() {
         return Ok(Uint8Array::new(&value));
     }
-    // JSON.stringify with a replacer that rebuilds every plain object with its keys sorted.
-    // Object.fromEntries defines each key as an own data property: a member named
-    // "__proto__" (JSON.parse makes it an own one) stays a member, where an assignment
-    // would set the new object's prototype and drop it from the JSON.
-    let sort = Closure::<dyn Fn(JsValue, JsValue) -> JsValue>::new(|_key: JsValue, v: JsValue| {
-        // (A revoked proxy's throw is left to JSON.stringify, which reports it.)
-        if !v.is_object() || crate::wasm::js::is_array(&v).unwrap_or(true) {
-            return v;
-        }
-        let Ok(keys) = crate::wasm::js::object_keys(&v) else {
-            return v;
-        };
-        keys.sort();
-        let entries = js_sys::Array::new();
-        for k in keys.iter() {
-            if let Ok(item) = js_sys::Reflect::get(&v, &k) {
-                entries.push(&js_sys::Array::of2(&k, &item));
-            }
-        }
-        js_sys::Object::from_entries(&entries).map_or(v, JsValue::from)
-    });
-    let text = js_sys::JSON::stringify_with_replacer(&value, sort.as_ref().unchecked_ref())?;
-    Ok(Uint8Array::from(
-        text.as_string().unwrap_or_default().as_bytes(),
-    ))
+    let text = canonical::canonical_json(&value)?.unwrap_or_default();
+    Ok(Uint8Array::from(text.as_bytes()))
 }
 
 /// `methodCanHaveBody(method)`: whether the adapters pass a request of `method` on with its

@@ -68,7 +68,7 @@ fn expected(option: &str) -> &'static str {
         "concurrent" => idem::CONCURRENT_EXPECTED,
         "maxBodyBytes" => idem::BODY_BYTES_EXPECTED,
         "key" => "a function (input) => string, the job's key (1 to 255 visible ASCII characters)",
-        "scope" => "a string (e.g. the queue's or the tenant's name)",
+        "scope" => idem::SCOPE_EXPECTED,
         _ => "a function",
     }
 }
@@ -397,7 +397,13 @@ pub fn read_job(options: &JsValue) -> Result<JobSettings, JsValue> {
         .clone()
         .dyn_into::<Function>()
         .map_err(|v| invalid_option(api, OptionError::new("key", expected("key")), &v))?;
-    let scope = raw.scope.filter(|s| !s.is_empty());
+    let scope = match raw.scope {
+        None => None,
+        Some(s) => {
+            idem::scope(&s).map_err(|e| invalid_option(api, e, &s.as_str().into()))?;
+            Some(s)
+        }
+    };
     check_secret(api, &common, scope.is_some())?;
     let max_runs = match raw.max_runs {
         None => None,

@@ -6,7 +6,8 @@
 //! A record is a plain JSON-serialisable object (`store.d.ts`):
 //! `{ state: 'in-progress', token, fingerprint, lockExpiresAt }` (a lock),
 //! `{ state: 'completed', fingerprint, response, completedAt }` (a stored answer), or
-//! `{ state: 'held' }` (a live transaction holds the key; its details are not visible:
+//! `{ state: 'held', mismatch? }` (a live transaction holds the key; its details are not
+//! visible, but `mismatch: true` when the store can tell it is for another fingerprint:
 //! `PostgresStore`).
 
 use std::cell::Cell;
@@ -95,6 +96,8 @@ pub struct StoredRecord {
     lock_expires_at: Option<f64>,
     #[serde(default)]
     response: Option<StoredResponse>,
+    #[serde(default)]
+    mismatch: Option<bool>,
 }
 
 impl StoredRecord {
@@ -107,6 +110,7 @@ impl StoredRecord {
     /// The record as the core's state machine sees it.
     pub fn decision(&self, value: &JsValue) -> Result<Record<'_>, JsValue> {
         match self.state.as_str() {
+            "held" if self.mismatch == Some(true) => Ok(Record::HeldForOther),
             "held" => Ok(Record::Held),
             "in-progress" => {
                 // The token is what `reclaim` compares on; a lock without one cannot be taken over.

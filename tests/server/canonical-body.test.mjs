@@ -1,0 +1,195 @@
+// canonicalBody(value): the bytes the Express and Fastify adapters fingerprint when a body
+// parser has already read the request (`req.body`): canonical JSON, every object's keys sorted.
+// Its form is fixed (a stored fingerprint must match the repeat of its request after an
+// upgrade): byte for byte what `JSON.stringify(value, sortKeys)` makes, checked against that
+// very expression (REFERENCE) on values of every kind, and against written-out bytes. And it
+// has no depth limit of its own: a body nested thousands of levels deep, which the parsers read
+// without recursion, is fingerprinted, directly and through a real Express app and Fastify app.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import express from 'express';
+import Fastify from 'fastify';
+import { canonicalBody } from '../../pkg/server-wasm.js';
+import { idempotency as expressIdempotency } from 'retry-fetch/express';
+import { idempotency as fastifyIdempotency } from 'retry-fetch/fastify';
+import { listen, newKey } from './support.mjs';
+
+/** The canonical form as it was first written: JSON.stringify with a replacer that sorts keys. */
+function REFERENCE(value) {
+  const sortKeys = (_key, v) => {
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) return v;
+    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]));
+  };
+  return JSON.stringify(value, sortKeys) ?? '';
+}
+
+const text = (bytes) => Buffer.from(bytes).toString('utf8');
+
+/** What canonicalBody() takes as it is at the top, not as JSON: nothing, a string, bytes. */
+const raw = (v) => v === undefined || v === null || typeof v === 'string' || v instanceof Uint8Array || v instanceof ArrayBuffer;
+
+test('canonical JSON, byte for byte as written out: keys sorted at every level (array indices first, as a JS object orders them), arrays kept in order', () => {
+  const body = JSON.parse('{"b":{"z":1,"a":[3,{"y":true,"x":null}]},"a":"é\\u0000\\"","10":1,"9":2,"__proto__":{"k":-0},"n":[1e21,5e-7,-1.5,0]}');
+  const expected = '{"9":2,"10":1,"__proto__":{"k":0},"a":"é\\u0000\\"","b":{"a":[3,{"x":null,"y":true}],"z":1},"n":[1e+21,5e-7,-1.5,0]}';
+  assert.equal(text(canonicalBody(body)), expected);
+  assert.equal(REFERENCE(body), expected, 'the reference agrees');
+  // Strings, bytes, nothing.
+  assert.equal(text(canonicalBody('raw {"b":1}')), 'raw {"b":1}');
+  assert.deepEqual([...canonicalBody(new Uint8Array([1, 2, 3]))], [1, 2, 3]);
+  assert.deepEqual([...canonicalBody(new Uint8Array([4, 5]).buffer)], [4, 5]);
+  assert.equal(canonicalBody(undefined).length, 0);
+  assert.equal(canonicalBody(null).length, 0);
+});
+
+test('the same bytes as JSON.stringify(value, sortKeys) for values of every kind', () => {
+  const when = new Date(Date.UTC(2026, 1, 16, 10, 0, 0));
+  const withToJSON = { toJSON: (key) => ({ key, b: 2, a: 1 }) };
+  const lone = 'a\ud800b\udc00c';
+  const values = [
+    0, -0, 1.5, 1e21, 1e-7, NaN, Infinity, -Infinity, true, false, 'text', lone, '',
+    {}, [], [[]], [{}], { a: [] }, { '': 1, ' ': 2, a: { '': [] } },
+    { [lone]: lone, 'é': 1, 'e': 2, 'Z': 3, '😀': 4, '\uffff': 5 },
+    { 4294967294: 'a', 4294967295: 'b', 1: 'c', '01': 'd', '-1': 'e', 1.5: 'f' },
+    { u: undefined, f() {}, s: Symbol('s'), keep: 1, [Symbol('k')]: 2 },
+    [undefined, () => 1, Symbol('s'), null, 1],
+    { when, nested: { when } }, [when],
+    withToJSON, { inner: withToJSON }, [withToJSON],
+    { toJSON: () => undefined, x: 1 }, { a: { toJSON: () => undefined } }, [{ toJSON: () => undefined }],
+    { toJSON: () => 'replaced' }, { toJSON: 'not a function', b: 1 },
+    new Number(3), new String('s'), new Boolean(false), Object(1n),
+    { boxed: [new Number(1), new String('x')] },
+    new Map([['a', 1]]), new Set([1]), new Uint8Array([1, 2]), { typed: new Float64Array([0.5]) },
+    Object.create(null, { b: { value: 1, enumerable: true }, a: { value: 2, enumerable: true }, hidden: { value: 3 } }),
+    Object.assign(Object.create({ inherited: 1 }), { own: 2 }),
+    { get g() { return { z: 1, y: 2 }; } },
+    (() => { const a = [1, 2]; a.extra = 3; return a; })(),
+    // One object reached twice (not a cycle).
+    (() => { const shared = { b: 1, a: 2 }; return { x: shared, y: [shared, shared] }; })(),
+  ];
+  for (const value of values) {
+    // (A string or bytes at the top are a raw body, their own bytes: above.)
+    if (!raw(value)) assert.equal(text(canonicalBody(value)), REFERENCE(value), REFERENCE(value));
+    for (const wrapped of [[value], { v: value }]) assert.equal(text(canonicalBody(wrapped)), REFERENCE(wrapped), REFERENCE(wrapped));
+  }
+  // Top-level values JSON.stringify makes nothing of: no bytes.
+  for (const value of [() => 1, Symbol('s'), { toJSON: () => undefined }]) {
+    assert.equal(canonicalBody(value).length, 0);
+  }
+});
+
+test('the same bytes as JSON.stringify(value, sortKeys) on 2000 random JSON documents, parsed as a body parser parses them', () => {
+  // A small deterministic generator (xorshift32), so a failure can be replayed.
+  let seed = 0x2f6b_1d3a;
+  const random = () => {
+    seed ^= seed << 13;
+    seed ^= seed >>> 17;
+    seed ^= seed << 5;
+    return (seed >>> 0) / 2 ** 32;
+  };
+  const pick = (list) => list[Math.floor(random() * list.length)];
+  const KEYS = ['a', 'b', 'B', 'aa', 'é', '10', '9', '0', '01', '-1', '1.5', '4294967294', '4294967295', '99999999999', '__proto__', 'constructor', 'toJSON', '', ' ', '😀', '\ue000', '\uffff', '\ufffd', 'z\u0000', '\u001f\u007f', '\ud800', '\udc00x'];
+  const number = () => {
+    const n = (random() - 0.5) * 10 ** Math.floor(random() * 50 - 25);
+    return pick([n, Math.round(n), Math.fround(n), n * 2 ** 53]);
+  };
+  const leaf = () => pick([null, true, false, 0, -0, 1, -1.25, 1e21, 1e-7, 123456789.123, 2 ** 53, 2 ** 53 + 2, -(2 ** 53), number(), number(), 'x', '', 'é"\\\n\t\b\f\r\u0001', '\ud800', '\ufffd', '😀', '\u2028']);
+  const value = (depth) => {
+    const r = random();
+    if (depth > 6 || r < 0.35) return leaf();
+    if (r < 0.65) return Array.from({ length: Math.floor(random() * 5) }, () => value(depth + 1));
+    const o = {};
+    for (let i = Math.floor(random() * 6); i > 0; i--) Object.defineProperty(o, pick(KEYS), { value: value(depth + 1), enumerable: true, configurable: true, writable: true });
+    return o;
+  };
+  for (let i = 0; i < 2000; i++) {
+    // Through JSON text and JSON.parse, as express.json() and Fastify's parser make req.body.
+    const root = value(0);
+    const parsed = JSON.parse(JSON.stringify(raw(root) ? [root] : root));
+    assert.equal(text(canonicalBody(parsed)), REFERENCE(parsed), `document ${i}`);
+  }
+});
+
+test('no depth limit of its own: 5000 and 200000 levels of objects and arrays, fingerprinted without overflowing a stack', () => {
+  for (const depth of [5_000, 200_000]) {
+    const arrays = JSON.parse('['.repeat(depth) + ']'.repeat(depth));
+    assert.equal(text(canonicalBody(arrays)), '['.repeat(depth) + ']'.repeat(depth));
+    const objects = JSON.parse('{"b":1,"a":'.repeat(depth) + '[]' + '}'.repeat(depth));
+    assert.equal(text(canonicalBody(objects)), '{"a":'.repeat(depth) + '[]' + ',"b":1}'.repeat(depth));
+  }
+  // Where the reference itself manages (its recursion), the same bytes.
+  const shallow = JSON.parse('{"b":[{"d":1,"c":'.repeat(300) + 'null' + '}]}'.repeat(300));
+  assert.equal(text(canonicalBody(shallow)), REFERENCE(shallow));
+});
+
+test('a cycle is a TypeError (as JSON.stringify\'s), never a hang; a toJSON\'s throw is passed on; a getter that throws leaves its member out, as ever', () => {
+  const object = { a: 1 };
+  object.self = { back: object };
+  const array = [1];
+  array.push([array]);
+  for (const cyclic of [object, array]) {
+    assert.throws(() => canonicalBody(cyclic), { name: 'TypeError', message: /circular/ });
+  }
+  const boom = new Error('toJSON failed');
+  assert.throws(() => canonicalBody([{ a: { toJSON() { throw boom; } } }]), (error) => error === boom);
+  assert.equal(text(canonicalBody([{ b: 1, get x() { throw boom; } }])), '[{"b":1}]');
+  assert.throws(() => canonicalBody({ n: 1n }), { name: 'TypeError' }, 'a BigInt, as JSON.stringify');
+  // The wasm is still sound after the throws.
+  assert.equal(text(canonicalBody({ b: 1, a: 2 })), '{"a":2,"b":1}');
+});
+
+/** A JSON body nested `depth` levels deep (objects in arrays), with `leaf` at the bottom. */
+const deepBody = (depth, leaf) => '[{"v":'.repeat(depth) + JSON.stringify(leaf) + '}]'.repeat(depth);
+
+test('Express: a JSON body nested 5000 levels deep after express.json() is fingerprinted: the route runs once, a repeat replays, another one is a 422', async () => {
+  let runs = 0;
+  const app = express();
+  app.set('env', 'test');
+  app.post('/deep', express.json({ limit: '1mb' }), expressIdempotency({ identity: false }), (req, res) => {
+    runs++;
+    res.status(201).json({ run: runs, array: Array.isArray(req.body) });
+  });
+  const { url, close } = await listen(app);
+  try {
+    const key = newKey();
+    const send = (body) => fetch(`${url}/deep`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body });
+    const first = await send(deepBody(5_000, 'a'));
+    assert.equal(first.status, 201, await first.clone().text());
+    assert.deepEqual(await first.json(), { run: 1, array: true });
+    const repeat = await send(deepBody(5_000, 'a'));
+    assert.equal(repeat.status, 201);
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    const other = await send(deepBody(5_000, 'b'));
+    assert.equal(other.status, 422, await other.clone().text());
+    assert.equal((await other.json()).code, 'idempotency-key-reused');
+    assert.equal(runs, 1);
+  } finally {
+    await close();
+  }
+});
+
+test('Fastify: a JSON body nested 5000 levels deep is fingerprinted: the route runs once, a repeat replays, another one is a 422', async () => {
+  let runs = 0;
+  const app = Fastify();
+  await app.register(fastifyIdempotency, { identity: false });
+  app.post('/deep', async (request, reply) => {
+    runs++;
+    return reply.code(201).send({ run: runs, array: Array.isArray(request.body) });
+  });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const url = `http://127.0.0.1:${app.server.address().port}`;
+  try {
+    const key = newKey();
+    const send = (body) => fetch(`${url}/deep`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body });
+    const first = await send(deepBody(5_000, 'a'));
+    assert.equal(first.status, 201, await first.clone().text());
+    assert.deepEqual(await first.json(), { run: 1, array: true });
+    const repeat = await send(deepBody(5_000, 'a'));
+    assert.equal(repeat.status, 201);
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    const other = await send(deepBody(5_000, 'b'));
+    assert.equal(other.status, 422, await other.clone().text());
+    assert.equal(runs, 1);
+  } finally {
+    await app.close();
+  }
+});
