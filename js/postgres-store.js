@@ -676,7 +676,6 @@ export class PostgresStore {
     }
   }
 
-
   /**
    * The runs of `key` (every scope): the newest 1000 (latest `started_at`, then id), returned
    * oldest first, as the other stores do (RedisStore keeps the last 1000).

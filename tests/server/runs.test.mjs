@@ -5,8 +5,8 @@
 // `before` hook throws), so a server stage that lost a service cannot pass in silence.
 //
 // Each store keeps and returns records as given, bounded: MemoryStore a ring of the last
-// `maxRunRecords`; RedisStore a stream per key capped at 100 entries, expiring `runRetentionMs`
-// after its last write; PostgresStore a table `<table>_runs` whose runs older than
+// `maxRunRecords`; RedisStore a stream per key capped at 2000 entries (1000 runs), expiring
+// `runRetentionMs` after its last write; PostgresStore a table `<table>_runs` whose runs older than
 // `runRetentionMs` are deleted by recordRun(), at most once a minute per store object.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
