@@ -1,5 +1,5 @@
 //! Bindings to the JavaScript globals both halves use: `String`, `Object.keys`,
-//! `setTimeout`/`clearTimeout`, `Reflect` (for the server, with property names made into JS
+//! `setTimeout`/`clearTimeout`, `Reflect` (with property names made into JS
 //! strings once).
 //!
 //! Everything is bound as a global, never through `window`, so the same module runs in
@@ -168,21 +168,6 @@ pub fn name(name: &'static str) -> JsValue {
         NAMES.with(|names| names.borrow_mut().push((name, value.clone())));
         value
     })
-}
-
-/// `target[name]` ([`get`] with the name made once): `undefined` where it cannot be read.
-#[cfg(feature = "server")]
-pub fn prop(target: &JsValue, key: &'static str) -> JsValue {
-    if !target.is_object() && !target.is_function() {
-        return JsValue::UNDEFINED;
-    }
-    js_sys::Reflect::get(target, &name(key)).unwrap_or(JsValue::UNDEFINED)
-}
-
-/// `target[name] = value` on an object we created ([`set`] with the name made once).
-#[cfg(feature = "server")]
-pub fn set_prop(target: &JsValue, key: &'static str, value: &JsValue) {
-    let _ = js_sys::Reflect::set(target, &name(key), value);
 }
 
 thread_local! {

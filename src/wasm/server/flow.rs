@@ -247,18 +247,18 @@ impl Context {
             );
         }
         let used_tx = Rc::new(Cell::new(false));
-        js::set_prop(
+        js::set(
             &object,
             "key",
             &k.map_or(JsValue::NULL, |k| JsValue::from_str(&k.key)),
         );
-        js::set_prop(&object, "signal", signal);
+        js::set(&object, "signal", signal);
         let base = k.map_or(JsValue::UNDEFINED, |k| JsValue::from_str(&k.key_for_base));
         let key_for = KEY_FOR.with(|f| f.bind1(&JsValue::UNDEFINED, &base));
-        js::set_prop(&object, "keyFor", &key_for);
+        js::set(&object, "keyFor", &key_for);
         if tx.is_undefined() && !transactional {
             // Nothing to hand out, and reading it changes nothing.
-            js::set_prop(&object, "tx", &JsValue::UNDEFINED);
+            js::set(&object, "tx", &JsValue::UNDEFINED);
             return Context { object, used_tx };
         }
         let used = used_tx.clone();

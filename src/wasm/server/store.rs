@@ -399,7 +399,7 @@ impl Store {
     /// synchronous, and takes the method's arguments with the record's text in the record's
     /// place; `acquire`'s takes the lock's token after them.
     fn text_twin(&self, method: &'static str) -> Option<Function> {
-        let f = js::prop(&self.object, method);
+        let f = js::get(&self.object, method);
         if !f.is_function() {
             return None;
         }
@@ -494,7 +494,7 @@ impl Store {
         lock: &Written,
         lock_ms: f64,
     ) -> Result<bool, JsValue> {
-        if !js::prop(&self.object, "renew").is_function() {
+        if !js::get(&self.object, "renew").is_function() {
             return Ok(true);
         }
         let v = self
@@ -525,8 +525,8 @@ impl Store {
 
     /// Does the store keep a run history (`recordRun` and `runs`)?
     pub fn keeps_history(&self) -> bool {
-        js::prop(&self.object, "recordRun").is_function()
-            && js::prop(&self.object, "runs").is_function()
+        js::get(&self.object, "recordRun").is_function()
+            && js::get(&self.object, "runs").is_function()
     }
 
     /// `recordRun(run)`: store `run`, replacing the record with its id.
@@ -537,7 +537,7 @@ impl Store {
     /// Does `recordRun` carry a synchronous twin (`MemoryStore`'s), so that
     /// [`Store::record_run_now`] writes a run at once?
     pub fn records_runs_now(&self) -> bool {
-        let f = js::prop(&self.object, "recordRun");
+        let f = js::get(&self.object, "recordRun");
         f.is_function()
             && SYNC_KEY
                 .with(|key| js_sys::Reflect::get(&f, key).ok())
@@ -547,7 +547,7 @@ impl Store {
     /// `recordRun(run)` through its synchronous twin, at once (see
     /// [`Store::records_runs_now`]).
     pub fn record_run_now(&self, run: &JsValue) -> Result<(), JsValue> {
-        let f = js::prop(&self.object, "recordRun");
+        let f = js::get(&self.object, "recordRun");
         let twin: Function = SYNC_KEY
             .with(|key| js_sys::Reflect::get(&f, key))?
             .dyn_into()
@@ -563,8 +563,7 @@ impl Store {
     /// store without it.
     pub fn start_run(&self, run: &JsValue) -> Option<Result<JsValue, JsValue>> {
         let twin = |method: &'static str| {
-            START_RUN_KEY
-                .with(|key| js_sys::Reflect::get(&js::prop(&self.object, method), key).ok())
+            START_RUN_KEY.with(|key| js_sys::Reflect::get(&js::get(&self.object, method), key).ok())
         };
         let f = twin("runs")?.dyn_into::<Function>().ok()?;
         if !Object::is(&f, &twin("recordRun")?) {
@@ -580,7 +579,7 @@ impl Store {
 
     /// Does the store keep a secret (`secret()`)?
     pub fn has_secret(&self) -> bool {
-        js::prop(&self.object, "secret").is_function()
+        js::get(&self.object, "secret").is_function()
     }
 
     /// `secret()`: the store's HMAC key for scopes, the same for every instance sharing it; a
@@ -601,7 +600,7 @@ impl Store {
     /// `closeTransaction(key, token)`, if the store has it: the handler settled, so what
     /// `transaction()` handed out (`ctx.tx`) must refuse further use. A throw is ignored.
     pub fn close_transaction(&self, key: &str, token: &str) {
-        if let Ok(f) = js::prop(&self.object, "closeTransaction").dyn_into::<Function>() {
+        if let Ok(f) = js::get(&self.object, "closeTransaction").dyn_into::<Function>() {
             let _ = f.call2(&self.object, &key.into(), &token.into());
         }
     }
@@ -609,7 +608,7 @@ impl Store {
     /// `transaction(key, token)`: the store's transaction that holds the key (`ctx.tx`), or
     /// `undefined` for a store without one.
     pub fn transaction(&self, key: &str, token: &str) -> JsValue {
-        match js::prop(&self.object, "transaction").dyn_into::<Function>() {
+        match js::get(&self.object, "transaction").dyn_into::<Function>() {
             Ok(f) => f
                 .call2(&self.object, &key.into(), &token.into())
                 .unwrap_or(JsValue::UNDEFINED),
