@@ -754,6 +754,27 @@ export const scenarios = [
     },
   },
   {
+    name: "contract: a plain init's members are read once: every attempt sends what the first read gave",
+    async run({ api, seq }) {
+      const s = seq('503,200');
+      let reads = 0;
+      const init = {
+        method: 'POST',
+        headers: { 'X-Order': 'o-1' },
+        get body() {
+          reads += 1;
+          return reads === 1 ? 'order-1' : `changed-${reads}`;
+        },
+      };
+      equal((await api.retryFetch(s.url, init, fast)).status, 200);
+      equal(reads, 1, 'the body getter ran');
+      deepEqual((await s.log()).map((r) => [r.method, r.body, r.headers['x-order']]), [
+        ['POST', 'order-1', 'o-1'],
+        ['POST', 'order-1', 'o-1'],
+      ]);
+    },
+  },
+  {
     name: 'contract: every call gets a key of its own, however many calls (40 POSTs, 40 UUID v4 keys)',
     async run({ api, seq }) {
       const s = seq('200');

@@ -217,11 +217,10 @@ impl Client {
         init: &JsValue,
     ) -> Result<Promise, JsValue> {
         let policy = &lean.policy;
-        // `init` is checked for misplaced retry options; a plain one is copied (see `plain_init`).
-        let plain = if init.is_object() {
-            plain_init(init)?
-        } else {
-            None
+        // `init` is checked for misplaced retry options; a plain one is copied (`init_values`).
+        let (copy, lean_init) = match init.is_object() {
+            true => init_values(init)?.map_or((None, false), |(c, lean)| (Some(c), lean)),
+            false => (None, false),
         };
         let started = js_sys::Date::now();
         let lean_policy = lean_policy(policy);
@@ -230,19 +229,23 @@ impl Client {
         // needs, and the request is fixed (the copy) should a retry need one (a URL fetch
         // refuses is told apart from a network error then: see `settled`).
         let plain_get = input.is_string()
-            && (init.is_undefined() || plain.is_some())
+            && (init.is_undefined() || lean_init)
             && policy.headers.is_none()
             && !policy.retry.idempotency_key.may_add_key(true);
         let (sent, request, init) = if lean_policy && plain_get {
-            let init: JsValue = plain.map_or(JsValue::UNDEFINED, JsValue::from);
+            let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
             (global_fetch(input, &init), input.clone(), init)
         } else {
+            // The request is made from the copy: every member of a plain init is read once,
+            // and a string body sent again on a retry is the one the request was made from.
+            let copied: Option<JsValue> = copy.as_ref().map(JsValue::from);
+            let init = copied.as_ref().unwrap_or(init);
             let request = fix_request(input, init)?;
             if let Some(defaults) = &policy.headers {
                 add_default_headers(&request, input, init, defaults)?;
             }
             if !(lean_policy && lean_request(policy, &request)) {
-                let template = Template::new(policy, request, init)?;
+                let template = Template::new(policy, request, init, copied.is_some())?;
                 return Ok(future_to_promise(run(
                     policy.clone(),
                     template,
@@ -285,17 +288,18 @@ impl Client {
 /// `init` is fetch's `RequestInit`: a retry option found there (ours, or another library's
 /// name such as ky's `retry` or `timeout`) would be ignored, so it is a `TypeError` that
 /// points at the third argument (`retryFetch(url, options)` is told apart this way too).
-/// A plain `init` (an object literal or `Object.create(null)`, every own value a primitive,
-/// the method GET or HEAD, no body, not `redirect: 'error'`) is copied, for the lean path to
-/// send and a retry to fix its request from: `Some(copy)`; `None` for any other.
-fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
-    // Every own name, enumerable or not: fetch reads them all (and what an init inherits, so
-    // one with another prototype, a class instance's, is never plain).
+/// An `init` whose prototype is `Object.prototype` or `null` (an object literal,
+/// `Object.create(null)`) is copied, every own value read once: `Some((copy, lean))`, `lean`
+/// when it is the lean path's (every value a primitive, the method GET or HEAD, no body, not
+/// `redirect: 'error'`); `None` for any other (fetch would read what it inherits too).
+fn init_values(init: &JsValue) -> Result<Option<(Object, bool)>, JsValue> {
+    // Every own name, enumerable or not: fetch reads them all.
     let Ok(keys) = js::own_property_names(init) else {
         return Ok(None);
     };
     let copy = Object::new();
-    let mut plain = js::has_plain_prototype(init);
+    let plain = js::has_plain_prototype(init);
+    let mut lean = plain;
     for key in keys.iter() {
         let Some(name) = key.as_string() else {
             continue;
@@ -310,7 +314,8 @@ fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
             continue;
         }
         let value = js_sys::Reflect::get(init, &key)?; // a throwing getter rejects the call
-        plain = !value.is_object()
+        lean = lean
+            && !value.is_object()
             && !value.is_function()
             && match name.as_str() {
                 "method" => value.as_string().is_some_and(|m| !method_can_have_body(&m)),
@@ -320,7 +325,7 @@ fn plain_init(init: &JsValue) -> Result<Option<Object>, JsValue> {
             };
         let _ = js_sys::Reflect::set(&copy, &key, &value);
     }
-    Ok(plain.then_some(copy))
+    Ok(plain.then_some((copy, lean)))
 }
 
 /// Set each of a client's default `headers` that the call did not set itself (in
@@ -404,17 +409,18 @@ fn settled(
     let ended = js_sys::Date::now();
     // A plain GET sent its URL string: the request is made now, and a URL that fetch refuses
     // (nothing was sent) is the platform's TypeError, not a network error to retry.
-    let request: Request = match request.dyn_into::<Request>() {
-        Ok(r) => r,
+    let (request, init_copied) = match request.dyn_into::<Request>() {
+        Ok(r) => (r, false),
+        // The init sent was the copy `start` made (or none).
         Err(url) => match fix_request(&url, &init) {
-            Ok(r) => r,
+            Ok(r) => (r, true),
             Err(e) => return Promise::reject(&e).into(),
         },
     };
     let first = if fulfilled { Ok(value) } else { Err(value) };
     let policy = policy.clone();
     let run = async move {
-        let template = Template::new(&policy, request, &init)?;
+        let template = Template::new(&policy, request, &init, init_copied)?;
         run(policy, template, started, Some((first, ended))).await
     };
     future_to_promise(run).into()
@@ -1381,7 +1387,7 @@ fn poll_init(
 }
 
 /// The `init` of one attempt (`undefined` when the request goes as it is): its signal, the
-/// body bytes, and `X-Retry-Count` / `X-Original-Request-At` on attempts after the first.
+/// body, and `X-Retry-Count` / `X-Original-Request-At` on attempts after the first.
 fn attempt_init(
     t: &Template,
     body: &Body,

@@ -3,9 +3,11 @@
 //! `new Request(input, init)` at the call: the platform's own `TypeError` for a request fetch
 //! can never accept rejects the call before anything is sent, and what the call sends is taken
 //! once (method, URL, headers, body, mode, credentials ...): changing `init` afterwards
-//! changes nothing. The idempotency key is set on that request's headers. The body:
+//! changes nothing; a plain `init` (an object literal) is copied first, each member read
+//! once, and the request made from the copy. The idempotency key is set on that request's
+//! headers. The body:
 //!
-//! - a `string`: sent as it is on every attempt (it cannot change);
+//! - a `string` in a plain `init`: sent as it is on every attempt (it cannot change);
 //! - `ArrayBuffer`, typed arrays, `DataView`, `Blob`, `FormData`, `URLSearchParams`,
 //!   a `Request` input's body: serialised once (`request.arrayBuffer()`, so a `FormData`
 //!   keeps one multipart boundary, the one in the request's `Content-Type`), and every
@@ -67,7 +69,8 @@ pub struct Template {
     pub key: Option<String>,
     /// What the body needs.
     pub body_kind: BodyKind,
-    /// `init.body` when it is a string: sent as it is, never read back from the request.
+    /// `init.body` when it is a string (and `init` the call's own copy, so the value the
+    /// request was made from): sent as it is, never read back from the request.
     text: Option<JsValue>,
 }
 
@@ -110,7 +113,12 @@ fn body_kind(request: &Request, body: &JsValue) -> BodyKind {
 
 impl Template {
     /// The call's request: `request` (already fixed), the key added per `policy`.
-    pub fn new(policy: &Policy, request: Request, init: &JsValue) -> Result<Template, JsValue> {
+    pub fn new(
+        policy: &Policy,
+        request: Request,
+        init: &JsValue,
+        init_copied: bool,
+    ) -> Result<Template, JsValue> {
         // A request fetch can never send (an ftp: URL, a bad port) fails every time: refused
         // here, before anything is sent, rather than retried as a network error.
         let url = request.url();
@@ -163,7 +171,7 @@ impl Template {
         let body = js::get(init, "body");
         Ok(Template {
             body_kind: body_kind(&request, &body),
-            text: body.is_string().then_some(body),
+            text: (init_copied && body.is_string()).then_some(body),
             request,
             idempotent,
             key,
