@@ -209,3 +209,19 @@ export function adaptersTable(rows, frameworks, mode) {
       ...(withBusy ? [`${busy(bare)} → ${busy(wrapped)}`] : []), ratio(again)];
   }));
 }
+
+/** The table of bench/keyed-post.mjs's results: per mode, the ratio to the hand-keyed plain fetch. */
+export function keyedPostTable(res) {
+  const headers = ['contender'];
+  for (const m of res.modes) headers.push(`${m.name}: ratio to plain fetch (IQR)`, `${m.name}: calls/s`, `${m.name}: µs added per call`);
+  return table(headers, res.rows.map((r) => {
+    const cells = [r.name];
+    for (const m of res.modes) {
+      const x = r[m.id];
+      const ref = r.id === 'fetch';
+      cells.push(ref ? '1 (reference)' : `**${x.ratio.toFixed(3)}** (${x.q1.toFixed(2)}–${x.q3.toFixed(2)})`,
+        x.perSecond.toFixed(0), ref ? '0' : `${x.addedUs >= 0 ? '+' : ''}${x.addedUs.toFixed(0)}`);
+    }
+    return cells;
+  }));
+}

@@ -8,7 +8,7 @@ import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  adaptersTable, companionTable, goalsTable, normalizeStorms, overheadTable, ownCostTable, stormFmt, stormHerdTable, stormNotes, stormOutageTable, table,
+  adaptersTable, companionTable, goalsTable, keyedPostTable, normalizeStorms, overheadTable, ownCostTable, stormFmt, stormHerdTable, stormNotes, stormOutageTable, table,
 } from './format.mjs';
 import { coldTable, sizeTables } from './coldstart.mjs';
 
@@ -28,6 +28,7 @@ const missing = (what, how) => `_No results yet: ${what} is missing; run \`${how
 
 const coldstart = readJson('coldstart.json');
 const overhead = readJson('overhead.json');
+const keyedPost = readJson('keyed-post.json');
 const companion = readJson('companion.json');
 const adapters = readJson('adapters.json');
 const storms = readJson('storms.json');
@@ -97,6 +98,22 @@ if (overhead) {
     'Configurations:',
     o.rows.map((r) => `- ${r.name}: \`${r.config}\``).join('\n'));
 } else p(missing('bench/results/overhead.json', 'node bench/overhead.mjs'));
+
+// ---- The keyed POST.
+p('## The keyed POST');
+if (keyedPost) {
+  const k = keyedPost;
+  p(`Measured ${day(k.generatedAt)} by \`bench/keyed-post.mjs\` on ${machine(k)}, in ${k.totalSeconds.toFixed(0)} s.`,
+    'The call retry-fetch exists for, when nothing fails: a POST of a small JSON payment body '
+    + `(\`${k.body}\`) to a \`node:http\` server on 127.0.0.1 in a worker thread that reads it and answers \`200 ok\`. `
+    + 'The reference is plain `fetch` with an `Idempotency-Key` of `crypto.randomUUID()` written by hand; retry-fetch '
+    + 'makes its own key and keeps every default (the default budget and throttle; in Node it follows a POST\'s '
+    + `redirects itself). ${k.rounds} rounds, each contender ${k.requestsPerBatch} calls sequentially and then `
+    + `${k.requestsPerBatch} calls ${k.concurrency} at a time, in a balanced order; the median ratio of each round's `
+    + 'throughput to that round\'s reference (interquartile range of the rounds), the median calls/s and the wall '
+    + 'time added per call. No goal is set for this path; it is measured so that a change to it shows.',
+    keyedPostTable(k));
+} else p(missing('bench/results/keyed-post.json', 'node bench/keyed-post.mjs'));
 
 // ---- Server companion.
 p('## Server companion');

@@ -3,6 +3,7 @@
 # was built). Installs bench/'s own devDependencies when bench/node_modules is missing.
 #   1. overhead: success-path throughput of retry-fetch and its peers vs plain fetch
 #      (bench/overhead.mjs, about 1.5 minutes, the libraries' own cost with fetch stubbed included);
+#      then the keyed POST, retry-fetch's own key vs a hand-keyed plain fetch (bench/keyed-post.mjs);
 #   2. server companion: per-request cost of idempotency(handler, { store }) with MemoryStore,
 #      RedisStore and PostgresStore vs the bare handler (bench/companion.mjs, about 1 minute),
 #      against a throwaway redis-server and PostgreSQL cluster (scripts/services.sh); then the
@@ -37,6 +38,9 @@ mkdir -p bench/results
 
 rf_say "bench: success-path overhead (about 1.5 minutes)"
 node bench/overhead.mjs
+
+rf_say "bench: the keyed POST (about 1 minute)"
+node bench/keyed-post.mjs
 
 # redis and pg are the repository's devDependencies (node_modules/ at the root, from 'make setup').
 [ -d node_modules/redis ] && [ -d node_modules/pg ] \
