@@ -519,6 +519,15 @@ export class PostgresStore {
     this.#runRetentionMs = runRetentionMs;
     const t = quoteTable(table);
     const r = quoteTable(runsTableOf(table));
+    // A run's row: one per run id, the last write wins.
+    const writeRun = `INSERT INTO ${r} (id, key, scope, instance, started_at, ended_at, outcome, detail)
+        VALUES ($1, $2, $3, $4, $5::double precision, $6::double precision, $7, $8)
+        ON CONFLICT (id) DO UPDATE SET key = EXCLUDED.key, scope = EXCLUDED.scope, instance = EXCLUDED.instance,
+          started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail`;
+    // The newest MAX_RUNS_READ runs of the key in parameter `param`, oldest first.
+    const newestRuns = (param) => `SELECT * FROM (SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
+        WHERE key = ${param} ORDER BY started_at DESC, id COLLATE "C" DESC LIMIT ${MAX_RUNS_READ}) newest
+        ORDER BY started_at, id COLLATE "C"`;
     this.#sql = {
       // RETURNING the transaction's id, which complete() checks (one round trip for both).
       insert: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)
@@ -555,23 +564,13 @@ export class PostgresStore {
       // waiting for it would hold a pool client that long.
       cleanup: `DELETE FROM ${t} WHERE (scope, key) IN
         (SELECT scope, key FROM ${t} WHERE expires_at < now() FOR UPDATE SKIP LOCKED)`,
-      // The run history: one row per run id, the last write wins.
-      recordRun: `INSERT INTO ${r} (id, key, scope, instance, started_at, ended_at, outcome, detail)
-        VALUES ($1, $2, $3, $4, $5::double precision, $6::double precision, $7, $8)
-        ON CONFLICT (id) DO UPDATE SET key = EXCLUDED.key, scope = EXCLUDED.scope, instance = EXCLUDED.instance,
-          started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail`,
-      runs: `SELECT * FROM (SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
-        WHERE key = $1 ORDER BY started_at DESC, id COLLATE "C" DESC LIMIT ${MAX_RUNS_READ}) newest
-        ORDER BY started_at, id COLLATE "C"`,
+      // The run history.
+      recordRun: writeRun,
+      runs: newestRuns('$1'),
       // recordRun, and runs of the run's key as they were before it (the SELECT sees the
       // statement's snapshot, without the row the WITH writes).
-      startRun: `WITH started AS (INSERT INTO ${r} (id, key, scope, instance, started_at, ended_at, outcome, detail)
-        VALUES ($1, $2, $3, $4, $5::double precision, $6::double precision, $7, $8)
-        ON CONFLICT (id) DO UPDATE SET key = EXCLUDED.key, scope = EXCLUDED.scope, instance = EXCLUDED.instance,
-          started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, detail = EXCLUDED.detail)
-        SELECT * FROM (SELECT id, key, scope, instance, started_at, ended_at, outcome, detail FROM ${r}
-        WHERE key = $2 ORDER BY started_at DESC, id COLLATE "C" DESC LIMIT ${MAX_RUNS_READ}) newest
-        ORDER BY started_at, id COLLATE "C"`,
+      startRun: `WITH started AS (${writeRun})
+        ${newestRuns('$2')}`,
       // SKIP LOCKED: rows another instance is deleting (or a recordRun is writing) are left to it.
       forgetRuns: `DELETE FROM ${r} WHERE id IN
         (SELECT id FROM ${r} WHERE started_at < $1::double precision FOR UPDATE SKIP LOCKED)`,

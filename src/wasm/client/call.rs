@@ -238,7 +238,7 @@ impl Client {
         } else {
             // The request is made from the copy: every member of a plain init is read once,
             // and a string body sent again on a retry is the one the request was made from.
-            let copied: Option<JsValue> = copy.as_ref().map(JsValue::from);
+            let copied: Option<JsValue> = copy.map(JsValue::from);
             let init = copied.as_ref().unwrap_or(init);
             let request = fix_request(input, init)?;
             if let Some(defaults) = &policy.headers {

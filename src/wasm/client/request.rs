@@ -182,13 +182,13 @@ impl Template {
     pub async fn body(&self, limit: u32) -> Result<Body, JsValue> {
         match self.body_kind {
             BodyKind::None | BodyKind::OneShot => Ok(Body::AsIs),
-            BodyKind::Serialise if self.text.is_some() => {
-                Ok(self.text.clone().map_or(Body::AsIs, Body::Text))
-            }
-            BodyKind::Serialise => {
-                let buffer = JsFuture::from(self.request.array_buffer()?).await?;
-                Ok(Body::Bytes(Uint8Array::new(&buffer)))
-            }
+            BodyKind::Serialise => match &self.text {
+                Some(text) => Ok(Body::Text(text.clone())),
+                None => {
+                    let buffer = JsFuture::from(self.request.array_buffer()?).await?;
+                    Ok(Body::Bytes(Uint8Array::new(&buffer)))
+                }
+            },
             BodyKind::Stream => match self.request.body() {
                 Some(stream) => buffer_stream(stream, limit).await,
                 None => Ok(Body::AsIs),

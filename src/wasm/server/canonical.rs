@@ -197,11 +197,9 @@ fn step(value: JsValue, key: &JsValue, ancestors: &Set, check: bool) -> Result<S
     // An object, a function, a BigInt or a symbol: `toJSON` first (not for a symbol).
     let mut value = value;
     let to_json = if value.is_bigint() {
-        Reflect::get(&boxed(&value), &js::name("toJSON"))?
-    } else if value.is_object() || value.is_function() {
-        Reflect::get(&value, &js::name("toJSON"))?
+        js::get_or_throw(&boxed(&value), "toJSON")?
     } else {
-        JsValue::UNDEFINED
+        js::get_or_throw(&value, "toJSON")? // `undefined` for a symbol
     };
     if let Some(to_json) = to_json.dyn_ref::<Function>() {
         value = to_json.call1(&value, key)?;
@@ -225,7 +223,7 @@ fn step(value: JsValue, key: &JsValue, ancestors: &Set, check: bool) -> Result<S
     }
     if js::is_array(&value)? {
         // LengthOfArrayLike: a proxy's `length` may be anything.
-        let length = Reflect::get(&value, &js::name("length"))?;
+        let length = js::get_or_throw(&value, "length")?;
         let length = to_length(match length.as_f64() {
             Some(n) => n,
             None => to_number(&length)?,
