@@ -125,6 +125,21 @@ export const scenarios = [
         ['POST', 'order-2', 'first'],
       ]);
       equal((await elsewhere.log()).length, 0, 'the URL was taken at the call:');
+
+      // a URL string, and headers (an object, a Headers) changed in place after the call
+      for (const headers of [{ 'X-Order': 'first' }, new Headers({ 'X-Order': 'first' })]) {
+        const c = seq('503,200');
+        const third = api.retryFetch(c.url, { method: 'POST', headers, body: 'order-3' }, fast);
+        if (headers instanceof Headers) headers.set('X-Order', 'changed');
+        else headers['X-Order'] = 'changed';
+        equal((await third).status, 200);
+        const sent = await c.log();
+        deepEqual(sent.map((r) => [r.method, r.body, r.headers['x-order']]), [
+          ['POST', 'order-3', 'first'],
+          ['POST', 'order-3', 'first'],
+        ], `${headers.constructor.name} headers:`);
+        equal(sent[1].headers['idempotency-key'], sent[0].headers['idempotency-key'], 'the retry keeps the key:');
+      }
     },
   },
 

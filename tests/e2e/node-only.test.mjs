@@ -187,6 +187,16 @@ test('a redirect to another origin drops Authorization, Cookie and Proxy-Authori
   }
 });
 
+test("a POST with the caller's redirect: 'manual' gets the redirect itself; nothing is sent to its target", async () => {
+  const target = seq('201');
+  const old = seq(`307+to=${encodeURIComponent(new URL(target.url).pathname + new URL(target.url).search)}`);
+  const res = await api.retryFetch(old.url, { method: 'POST', body: 'pay', redirect: 'manual' }, fast);
+  assert.equal(res.status, 307);
+  assert.equal(res.redirected, false);
+  assert.equal((await old.log()).length, 1);
+  assert.equal((await target.log()).length, 0);
+});
+
 test('a redirect to a URL fetch would not follow (data:, ftp:, a bad port) is an error, never its content', async () => {
   for (const location of ['data:text/plain,{"paid":true}', 'ftp://127.0.0.1/x', 'http://127.0.0.1:6000/x']) {
     const start = await originServer((req, res) => res.writeHead(302, { location }).end());

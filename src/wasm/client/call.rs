@@ -4,9 +4,12 @@
 //! no signal of its own and no guard, and the policy retries no status below 400, the export
 //! sends at once with the global `fetch` and returns `fetch(...).then(onSettled)`, where
 //! `onSettled` is one long-lived closure per policy (a client's defaults, its cached per-call
-//! options; bound to the request per call). A GET or HEAD of a URL string with no `init` or
-//! a plain one is sent as `fetch(url, copy)`, no `Request` made. A response below 400 goes
-//! straight back: no Rust future, no allocation in Rust. Only when
+//! options; bound to the request per call). A URL string with no `init` or a plain one (no
+//! body, or a string one) is sent as `fetch(url, copy)`, no `Request` made: a GET or HEAD as
+//! it is, a request that needs a key of ours (a POST) with the key set on the copy's headers
+//! (and `redirect: 'manual'` where the loop follows redirects itself: a redirect answer goes
+//! to the loop, which follows it). A response below 400 goes straight back: no Rust future,
+//! no allocation in Rust. Only when
 //! the first attempt did not simply succeed does the call become a Rust future
 //! (`future_to_promise`) running [`run`], the loop below, which every other call runs from
 //! the start.
@@ -49,6 +52,7 @@ use crate::core::classify::{
 use crate::core::decide::StopReason;
 use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
 use crate::core::guards::{GuardsLent, Held, Pacer};
+use crate::core::key::header_value;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
 
@@ -218,21 +222,40 @@ impl Client {
     ) -> Result<Promise, JsValue> {
         let policy = &lean.policy;
         // `init` is checked for misplaced retry options; a plain one is copied (`init_values`).
-        let (copy, lean_init) = match init.is_object() {
-            true => init_values(init)?.map_or((None, false), |(c, lean)| (Some(c), lean)),
-            false => (None, false),
+        let plain = match init.is_object() {
+            true => init_values(init)?,
+            false => None,
         };
         let started = js_sys::Date::now();
         let lean_policy = lean_policy(policy);
-        // A GET or HEAD of a URL string with no init, or a plain one (primitives only, no body),
-        // and nothing of ours to add: `fetch(url, copy)` makes the only `Request` the call
-        // needs, and the request is fixed (the copy) should a retry need one (a URL fetch
-        // refuses is told apart from a network error then: see `settled`).
-        let plain_get = input.is_string()
-            && (init.is_undefined() || lean_init)
-            && policy.headers.is_none()
+        // A URL string with no init, or a plain one, and no default headers: the first attempt
+        // is `fetch(url, copy)`, which makes the only `Request` the call needs, and the
+        // request is fixed (the copy) should a retry need one (a URL fetch refuses is told
+        // apart from a network error then: see `settled`).
+        let lean_input = lean_policy && input.is_string() && policy.headers.is_none();
+        let plain_get = lean_input
+            && plain.as_ref().map_or(init.is_undefined(), |c| c.get)
             && !policy.retry.idempotency_key.may_add_key(true);
-        let (sent, request, init) = if lean_policy && plain_get {
+        let keyed = match &plain {
+            Some(c) if lean_input && !plain_get && c.keyed => lean_keyed(policy, c)?,
+            _ => None,
+        };
+        let copy = plain.map(|c| c.copy);
+        let (sent, request, init) = if let Some(manual) = keyed {
+            // A keyed request (its key in the copy's headers): sent, where the runtime lets
+            // us see its redirects, with `redirect: 'manual'`, as the loop sends it; the copy
+            // is restored at once (fetch has read it), so a retry's request follows them.
+            let copy = copy.unwrap_or_else(Object::new);
+            let redirect = manual.then(|| js::get(&copy, "redirect"));
+            if manual {
+                js::set(&copy, "redirect", &JsValue::from_str("manual"));
+            }
+            let sent = global_fetch(input, &copy);
+            if let Some(given) = redirect {
+                js::set(&copy, "redirect", &given); // `undefined` reads as absent
+            }
+            (sent, input.clone(), copy.into())
+        } else if plain_get {
             let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
             (global_fetch(input, &init), input.clone(), init)
         } else {
@@ -285,21 +308,34 @@ impl Client {
     }
 }
 
+/// A plain `init`, copied (every own value read once), and which lean path may send it.
+struct PlainInit {
+    copy: Object,
+    /// The lean GET's: every value a primitive, the method GET or HEAD, no body, not
+    /// `redirect: 'error'`.
+    get: bool,
+    /// The lean keyed send's: every value a primitive but `headers`, no body or a string
+    /// one, not `redirect: 'error'`.
+    keyed: bool,
+    /// `init.method` as given (`None`: not a string, or absent).
+    method: Option<String>,
+}
+
 /// `init` is fetch's `RequestInit`: a retry option found there (ours, or another library's
 /// name such as ky's `retry` or `timeout`) would be ignored, so it is a `TypeError` that
 /// points at the third argument (`retryFetch(url, options)` is told apart this way too).
 /// An `init` whose prototype is `Object.prototype` or `null` (an object literal,
-/// `Object.create(null)`) is copied, every own value read once: `Some((copy, lean))`, `lean`
-/// when it is the lean path's (every value a primitive, the method GET or HEAD, no body, not
-/// `redirect: 'error'`); `None` for any other (fetch would read what it inherits too).
-fn init_values(init: &JsValue) -> Result<Option<(Object, bool)>, JsValue> {
+/// `Object.create(null)`) is copied, every own value read once: `Some`; `None` for any other
+/// (fetch would read what it inherits too).
+fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
     // Every own name, enumerable or not: fetch reads them all.
     let Ok(keys) = js::own_property_names(init) else {
         return Ok(None);
     };
     let copy = Object::new();
     let plain = js::has_plain_prototype(init);
-    let mut lean = plain;
+    let (mut primitive, mut body_none, mut body_ok, mut headers) = (plain, true, true, false);
+    let mut method = None;
     for key in keys.iter() {
         let Some(name) = key.as_string() else {
             continue;
@@ -314,18 +350,72 @@ fn init_values(init: &JsValue) -> Result<Option<(Object, bool)>, JsValue> {
             continue;
         }
         let value = js_sys::Reflect::get(init, &key)?; // a throwing getter rejects the call
-        lean = lean
-            && !value.is_object()
-            && !value.is_function()
-            && match name.as_str() {
-                "method" => value.as_string().is_some_and(|m| !method_can_have_body(&m)),
-                "body" => value.is_undefined() || value.is_null(),
-                "redirect" => value.as_string().as_deref() != Some("error"),
-                _ => true,
-            };
+        match name.as_str() {
+            "method" => {
+                method = value.as_string();
+                primitive &= method.is_some() || value.is_undefined();
+            }
+            "body" => {
+                body_none = value.is_undefined() || value.is_null();
+                body_ok = body_none || value.is_string();
+            }
+            "redirect" => primitive &= value.as_string().as_deref() != Some("error"),
+            "headers" => {
+                headers = !value.is_undefined();
+                primitive &= !value.is_function();
+                let _ = js_sys::Reflect::set(&copy, &key, &value);
+                continue;
+            }
+            _ => {}
+        }
+        primitive &= !value.is_object() && !value.is_function();
         let _ = js_sys::Reflect::set(&copy, &key, &value);
     }
-    Ok(plain.then_some((copy, lean)))
+    if !plain {
+        return Ok(None);
+    }
+    let get = primitive
+        && body_none
+        && method.as_deref().is_none_or(|m| !method_can_have_body(m))
+        && !headers;
+    Ok(Some(PlainInit {
+        copy,
+        get,
+        keyed: primitive && body_ok,
+        method,
+    }))
+}
+
+/// A lean call that needs a key of ours (a POST, or any request under a fixed key) and
+/// carries none of the caller's: the key is set on a `Headers` made from the copy's headers
+/// (now fixed) and put in the copy; `Some(manual)`, `manual` when the first attempt is sent
+/// with `redirect: 'manual'` (`follows_itself`). `None`: the call takes the loop.
+fn lean_keyed(policy: &Policy, plain: &PlainInit) -> Result<Option<bool>, JsValue> {
+    let idempotent = plain
+        .method
+        .as_deref()
+        .is_none_or(crate::core::classify::is_idempotent_method);
+    let p = &policy.retry;
+    if !p.idempotency_key.may_add_key(idempotent) {
+        return Ok(None);
+    }
+    let given = js::get(&plain.copy, "headers");
+    let headers = if given.is_undefined() {
+        Headers::new()?
+    } else {
+        Headers::new_with_str_sequence_sequence(&given)?
+    };
+    // The copy carries the headers as they are now: read once, whichever path sends them.
+    js::set(&plain.copy, "headers", &headers);
+    let header = p.idempotency_header.as_str();
+    // The caller's own key is checked by `Template::new` before anything is sent.
+    if headers.has(header)? {
+        return Ok(None);
+    }
+    let key = super::request::our_key(&p.idempotency_key)?;
+    headers.set(header, &header_value(&key, p.idempotency_key_format))?;
+    let redirect = js::get(&plain.copy, "redirect");
+    Ok(Some(follows_itself(idempotent, &redirect)))
 }
 
 /// Set each of a client's default `headers` that the call did not set itself (in
@@ -386,8 +476,9 @@ fn lean_request(policy: &Policy, request: &Request) -> bool {
         && js::get(request, "redirect").as_string().as_deref() != Some("error")
 }
 
-/// The first attempt of a lean call settled: a response below 400 is the answer; anything
-/// else continues as a Rust future, with that attempt as the first.
+/// The first attempt of a lean call settled: a response below 400 is the answer (but a
+/// redirect it was sent not to follow); anything else continues as a Rust future, with that
+/// attempt as the first.
 fn settled(
     policy: &Rc<Policy>,
     request: JsValue,
@@ -399,31 +490,54 @@ fn settled(
     // The global fetch fulfils with a `Response`: its typed `status` getter (no property name
     // to pass, unlike the loop's duck-typed read of a custom transport's answer). A 202 under
     // `followAccepted` is followed by the loop (one compare more only for a 202).
-    if fulfilled
-        && policy
-            .retry
-            .lean_answer(value.unchecked_ref::<Response>().status())
-    {
+    let status = match fulfilled {
+        true => value.unchecked_ref::<Response>().status(),
+        false => 0,
+    };
+    // Only a keyed lean call (a URL string sent) can have been sent with 'manual'.
+    let manual = (300..400).contains(&status)
+        && request.is_string()
+        && follows_itself(
+            js::get(&init, "method")
+                .as_string()
+                .is_none_or(|m| crate::core::classify::is_idempotent_method(&m)),
+            &js::get(&init, "redirect"),
+        );
+    if fulfilled && !manual && policy.retry.lean_answer(status) {
         return value;
     }
     let ended = js_sys::Date::now();
-    // A plain GET sent its URL string: the request is made now, and a URL that fetch refuses
-    // (nothing was sent) is the platform's TypeError, not a network error to retry.
+    // A URL string was sent: the request is made now (from the copy that was sent, or none),
+    // and a URL that fetch refuses (nothing was sent) is the platform's TypeError, not a
+    // network error to retry.
     let (request, init_copied) = match request.dyn_into::<Request>() {
         Ok(r) => (r, false),
-        // The init sent was the copy `start` made (or none).
         Err(url) => match fix_request(&url, &init) {
             Ok(r) => (r, true),
             Err(e) => return Promise::reject(&e).into(),
         },
     };
-    let first = if fulfilled { Ok(value) } else { Err(value) };
+    let first = First {
+        outcome: if fulfilled { Ok(value) } else { Err(value) },
+        ended,
+        manual,
+    };
     let policy = policy.clone();
     let run = async move {
         let template = Template::new(&policy, request, &init, init_copied)?;
-        run(policy, template, started, Some((first, ended))).await
+        run(policy, template, started, Some(first)).await
     };
     future_to_promise(run).into()
+}
+
+/// The first attempt of a call, sent by the lean path before the loop ran.
+pub struct First {
+    outcome: Result<JsValue, JsValue>,
+    /// When it settled.
+    ended: f64,
+    /// It was sent with `redirect: 'manual'` and answered with a redirect, for the loop to
+    /// follow (`follows_itself`).
+    manual: bool,
 }
 
 /// The shared guards of one call and what it holds of them (`core::guards`): lent to the
@@ -659,7 +773,7 @@ pub async fn run(
     policy: Rc<Policy>,
     t: Template,
     started: f64,
-    first: Option<(Result<JsValue, JsValue>, f64)>,
+    first: Option<First>,
 ) -> Result<JsValue, JsValue> {
     let attempts = std::cell::Cell::new(0);
     let outcome = run_loop(policy.clone(), t, started, first, &attempts).await;
@@ -712,7 +826,7 @@ async fn run_loop(
     policy: Rc<Policy>,
     t: Template,
     started: f64,
-    mut first: Option<(Result<JsValue, JsValue>, f64)>,
+    mut first: Option<First>,
     attempts: &std::cell::Cell<u32>,
 ) -> Result<JsValue, JsValue> {
     let p = &policy.retry;
@@ -739,9 +853,8 @@ async fn run_loop(
         },
     );
     let deadline = || deadline_error(p.deadline_ms.unwrap_or(0.0));
-    let body = if first.is_some() {
-        Body::AsIs
-    } else {
+    // A first attempt the lean path sent had no body, or a string one (`Body::Text`).
+    let body = {
         match t.body_kind {
             // Buffering a stream body waits on the caller's stream: an abort or the deadline
             // ends it (the other bodies are in memory).
@@ -783,12 +896,24 @@ async fn run_loop(
     // Headers `beforeRetry` set, sent on every attempt after it (the key and body stay fixed).
     let mut extra: Option<Headers> = None;
     let mut next = match first.take() {
-        Some((outcome, ended)) => {
+        Some(First {
+            outcome,
+            mut ended,
+            manual,
+        }) => {
             engine.first_sent(started);
+            let (outcome, followed) = match manual {
+                true => {
+                    let followed = follow(outcome, &t, &body, &JsValue::UNDEFINED).await;
+                    ended = js_sys::Date::now();
+                    followed
+                }
+                false => (outcome, false),
+            };
             Next::Outcome {
                 outcome,
                 timed_out: false,
-                followed: false,
+                followed,
                 url: None,
                 sent_at: started,
                 ended,
@@ -952,9 +1077,7 @@ async fn run_loop(
                 // here, so that a failure after a redirect is known as one.
                 let manual = url.is_none()
                     && policy.fetch.is_none()
-                    && !t.idempotent
-                    && follows_redirects(&t.request)
-                    && redirects_visible();
+                    && follows_itself(t.idempotent, &js::get(&t.request, "redirect"));
                 // `redirect: 'error'`: sent with 'manual', so that meeting a redirect is told
                 // apart from a network error (it is a TypeError, never retried).
                 let refuses = url.is_none()
@@ -1194,6 +1317,13 @@ fn follows_redirects(request: &Request) -> bool {
     js::get(request, "redirect")
         .as_string()
         .is_none_or(|r| r == "follow")
+}
+
+/// Does the call follow the redirects of an attempt itself (sending it with `redirect:
+/// 'manual'`)? A non-idempotent request that follows them (`redirect`: 'follow' or absent),
+/// where the runtime lets us see them, so that a failure after a redirect is known as one.
+fn follows_itself(idempotent: bool, redirect: &JsValue) -> bool {
+    !idempotent && redirect.as_string().is_none_or(|r| r == "follow") && redirects_visible()
 }
 
 /// Does the runtime show a `redirect: 'manual'` answer as the redirect it is (Node, Deno,

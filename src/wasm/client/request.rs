@@ -139,15 +139,10 @@ impl Template {
         };
         let (key, add) = match &p.idempotency_key {
             mode if !mode.may_add_key(idempotent) => (existing(), false),
-            KeyMode::Fixed(k) => (Some(k.clone()), true),
-            _ => match existing() {
+            KeyMode::Fixed(_) => (Some(our_key(&p.idempotency_key)?), true),
+            mode => match existing() {
                 Some(k) => (Some(k), false),
-                None => {
-                    let bytes = key_bytes().ok_or_else(|| {
-                        type_error("retryFetch: crypto.getRandomValues is unavailable, so no idempotency key can be made")
-                    })?;
-                    (Some(uuid_v4(bytes)), true)
-                }
+                None => (Some(our_key(mode)?), true),
             },
         };
         if let (true, Some(k)) = (add, &key) {
@@ -195,6 +190,20 @@ impl Template {
             },
         }
     }
+}
+
+/// The key a call adds itself under `mode` (when `mode.may_add_key` says it may): the fixed
+/// one, else a new UUID v4 from the platform's CSPRNG (a `TypeError` when it has none).
+pub fn our_key(mode: &KeyMode) -> Result<String, JsValue> {
+    if let KeyMode::Fixed(k) = mode {
+        return Ok(k.clone());
+    }
+    let bytes = key_bytes().ok_or_else(|| {
+        type_error(
+            "retryFetch: crypto.getRandomValues is unavailable, so no idempotency key can be made",
+        )
+    })?;
+    Ok(uuid_v4(bytes))
 }
 
 /// How many keys' random bytes one `crypto.getRandomValues` call draws: a call costs Node
