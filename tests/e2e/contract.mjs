@@ -965,6 +965,30 @@ export const scenarios = [
       ]);
       const err = await rejects(Promise.resolve().then(() => api.createRetryFetch({ headers: 42 })));
       equal(err?.name, 'TypeError');
+
+      // a keyed POST of a string body: a default Content-Type replaces text/plain; a retry
+      // sends the same headers, key and body
+      const p = seq('503,200');
+      const json = api.createRetryFetch({ ...fast, headers: { 'Content-Type': 'application/json', 'X-Client': 'web' } });
+      equal((await json(p.url, { method: 'POST', body: '{"a":1}', headers: { 'X-Client': 'mine' } })).status, 200);
+      const posts = await p.log();
+      deepEqual(posts.map((r) => [r.method, r.body, r.headers['content-type'], r.headers['x-client']]), [
+        ['POST', '{"a":1}', 'application/json', 'mine'],
+        ['POST', '{"a":1}', 'application/json', 'mine'],
+      ]);
+      match(posts[0].headers['idempotency-key'], UUID_V4);
+      equal(posts[1].headers['idempotency-key'], posts[0].headers['idempotency-key'], 'the retry keeps the key:');
+    },
+  },
+  {
+    name: "contract: a string idempotencyKey replaces a key in the call's headers, on every attempt",
+    async run({ api, seq }) {
+      for (const method of ['POST', 'PUT']) {
+        const s = seq('503,200');
+        const init = { method, body: 'pay', headers: { 'Idempotency-Key': 'from-headers' } };
+        equal((await api.retryFetch(s.url, init, { ...fast, idempotencyKey: 'order-7' })).status, 200);
+        deepEqual((await s.log()).map((r) => r.headers['idempotency-key']), ['order-7', 'order-7'], `${method}:`);
+      }
     },
   },
 

@@ -6,10 +6,10 @@
 //! `onSettled` is one long-lived closure per policy (a client's defaults, its cached per-call
 //! options; bound to the request per call). A URL string with no `init` or a plain one (no
 //! body, or a string one) is sent as `fetch(url, copy)`, no `Request` made: a GET or HEAD as
-//! it is, a request that needs a key of ours (a POST) with the key set on the copy's headers
-//! (and `redirect: 'manual'` where the loop follows redirects itself: a redirect answer goes
-//! to the loop, which follows it). A response below 400 goes straight back: no Rust future,
-//! no allocation in Rust. Only when
+//! it is, any other with its headers, the key of ours and a client's defaults included, on a
+//! `Headers` in the copy (and a POST with `redirect: 'manual'` where the loop follows
+//! redirects itself: a redirect answer goes to the loop, which follows it). A response below
+//! 400 goes straight back: no Rust future, no allocation in Rust. Only when
 //! the first attempt did not simply succeed does the call become a Rust future
 //! (`future_to_promise`) running [`run`], the loop below, which every other call runs from
 //! the start.
@@ -53,6 +53,7 @@ use crate::core::decide::StopReason;
 use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
 use crate::core::guards::{GuardsLent, Held, Pacer};
 use crate::core::key::header_value;
+use crate::core::options::KeyMode;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
 
@@ -228,22 +229,33 @@ impl Client {
         };
         let started = js_sys::Date::now();
         let lean_policy = lean_policy(policy);
-        // A URL string with no init, or a plain one, and no default headers: the first attempt
-        // is `fetch(url, copy)`, which makes the only `Request` the call needs, and the
-        // request is fixed (the copy) should a retry need one (a URL fetch refuses is told
-        // apart from a network error then: see `settled`).
-        let lean_input = lean_policy && input.is_string() && policy.headers.is_none();
+        // A URL string with no init, or a plain one: the first attempt is `fetch(url, copy)`,
+        // which makes the only `Request` the call needs, and the request is fixed (the copy)
+        // should a retry need one (a URL fetch refuses is told apart from a network error
+        // then: see `settled`). A GET or HEAD with nothing of ours to add goes as it is;
+        // any other gets the headers of `lean_headers` in its copy.
+        let lean_input = lean_policy && input.is_string();
         let plain_get = lean_input
+            && policy.headers.is_none()
             && plain.as_ref().map_or(init.is_undefined(), |c| c.get)
             && !policy.retry.idempotency_key.may_add_key(true);
+        let mut plain = plain;
+        if lean_input && !plain_get && plain.is_none() && init.is_undefined() {
+            plain = Some(PlainInit {
+                copy: Object::new(),
+                get: true,
+                keyed: true,
+                method: None,
+            });
+        }
         let keyed = match &plain {
-            Some(c) if lean_input && !plain_get && c.keyed => lean_keyed(policy, c)?,
+            Some(c) if lean_input && !plain_get && c.keyed => lean_headers(policy, c)?,
             _ => None,
         };
         let copy = plain.map(|c| c.copy);
         let (sent, request, init) = if let Some(manual) = keyed {
-            // A keyed request (its key in the copy's headers): sent, where the runtime lets
-            // us see its redirects, with `redirect: 'manual'`, as the loop sends it; the copy
+            // Its headers in the copy: sent, where the runtime lets us see the redirects of a
+            // non-idempotent request, with `redirect: 'manual'`, as the loop sends it; the copy
             // is restored at once (fetch has read it), so a retry's request follows them.
             let copy = copy.unwrap_or_else(Object::new);
             let redirect = manual.then(|| js::get(&copy, "redirect"));
@@ -386,19 +398,17 @@ fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
     }))
 }
 
-/// A lean call that needs a key of ours (a POST, or any request under a fixed key) and
-/// carries none of the caller's: the key is set on a `Headers` made from the copy's headers
-/// (now fixed) and put in the copy; `Some(manual)`, `manual` when the first attempt is sent
-/// with `redirect: 'manual'` (`follows_itself`). `None`: the call takes the loop.
-fn lean_keyed(policy: &Policy, plain: &PlainInit) -> Result<Option<bool>, JsValue> {
+/// A lean call's headers, set on a `Headers` made from the copy's (now fixed) and put in the
+/// copy: the client's default `headers` the call does not set itself, and a key of ours
+/// when one is to be added (a POST, or any request under a fixed key) and the call carries
+/// none. `Some(manual)`, `manual` when the first attempt is sent with `redirect: 'manual'`
+/// (`follows_itself`); `None` when the call takes the loop: a key of the caller's on a
+/// non-idempotent request is checked by `Template::new` before anything is sent.
+fn lean_headers(policy: &Policy, plain: &PlainInit) -> Result<Option<bool>, JsValue> {
     let idempotent = plain
         .method
         .as_deref()
         .is_none_or(crate::core::classify::is_idempotent_method);
-    let p = &policy.retry;
-    if !p.idempotency_key.may_add_key(idempotent) {
-        return Ok(None);
-    }
     let given = js::get(&plain.copy, "headers");
     let headers = if given.is_undefined() {
         Headers::new()?
@@ -407,15 +417,26 @@ fn lean_keyed(policy: &Policy, plain: &PlainInit) -> Result<Option<bool>, JsValu
     };
     // The copy carries the headers as they are now: read once, whichever path sends them.
     js::set(&plain.copy, "headers", &headers);
+    let p = &policy.retry;
     let header = p.idempotency_header.as_str();
-    // The caller's own key is checked by `Template::new` before anything is sent.
-    if headers.has(header)? {
+    // As `Template::new` decides: a fixed key replaces the caller's; else the caller's stays.
+    let fixed = matches!(p.idempotency_key, KeyMode::Fixed(_));
+    let has_key = headers.has(header)?;
+    if has_key && !idempotent && !fixed {
         return Ok(None);
     }
-    let key = super::request::our_key(&p.idempotency_key)?;
-    headers.set(header, &header_value(&key, p.idempotency_key_format))?;
-    let redirect = js::get(&plain.copy, "redirect");
-    Ok(Some(follows_itself(idempotent, &redirect)))
+    if let Some(defaults) = &policy.headers {
+        // The call's own win (a default cannot be the key header: refused with the options).
+        copy_headers(defaults, &headers, Some(&headers))?;
+    }
+    if fixed || (!has_key && p.idempotency_key.may_add_key(idempotent)) {
+        let key = super::request::our_key(&p.idempotency_key)?;
+        headers.set(header, &header_value(&key, p.idempotency_key_format))?;
+    }
+    Ok(Some(follows_itself(
+        idempotent,
+        &js::get(&plain.copy, "redirect"),
+    )))
 }
 
 /// Set each of a client's default `headers` that the call did not set itself (in
