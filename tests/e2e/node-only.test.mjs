@@ -197,6 +197,54 @@ test("a POST with the caller's redirect: 'manual' gets the redirect itself; noth
   assert.equal((await target.log()).length, 0);
 });
 
+test('a redirect value fetch does not take (null, 1, true) on a POST is a TypeError before anything is sent', async () => {
+  for (const redirect of [null, 1, true]) {
+    const s = seq('200');
+    const err = await api.retryFetch(s.url, { method: 'POST', body: 'pay', redirect }, fast).then(
+      (r) => assert.fail(`${redirect}: resolved with ${r.status}`),
+      (e) => e,
+    );
+    assert.equal(err.name, 'TypeError', `${redirect}: ${err}`);
+    assert.equal((await s.log()).length, 0, `${redirect}: sent`);
+  }
+});
+
+test('a wrapper of the global fetch that reads init later, or changes it, changes no attempt of a POST', async () => {
+  const original = globalThis.fetch;
+  try {
+    // read one tick later (as instrumentation that awaits first does): the POST still follows
+    // its 307 itself, and the target dropping the connection is not a reason to send it again
+    const seen = [];
+    globalThis.fetch = async (input, init) => {
+      await null;
+      seen.push(init?.redirect);
+      return original(input, init);
+    };
+    const target = seq('reset');
+    const old = seq(`307+to=${encodeURIComponent(new URL(target.url).pathname + new URL(target.url).search)}`);
+    const err = await api.retryFetch(old.url, { method: 'POST', body: 'pay' }, fast).then(() => assert.fail('expected a rejection'), (e) => e);
+    assert.equal(err.name, 'RetryError');
+    assert.deepEqual(seen, ['manual', 'manual']);
+    assert.equal((await old.log()).length, 1, 'the POST was sent again');
+    assert.equal((await target.log()).length, 1);
+
+    // a header set on the first attempt's init.headers is not carried into the retry
+    let n = 0;
+    globalThis.fetch = (input, init) => {
+      n += 1;
+      if (init?.headers instanceof Headers) init.headers.set('x-trace', `send-${n}`);
+      return original(input, init);
+    };
+    const s = seq('503,200');
+    assert.equal((await api.retryFetch(s.url, { method: 'POST', body: 'pay' }, fast)).status, 200);
+    const sent = await s.log();
+    assert.deepEqual(sent.map((r) => r.headers['x-trace']), ['send-1', undefined]);
+    assert.equal(sent[1].headers['idempotency-key'], sent[0].headers['idempotency-key']);
+  } finally {
+    globalThis.fetch = original;
+  }
+});
+
 test('a redirect to a URL fetch would not follow (data:, ftp:, a bad port) is an error, never its content', async () => {
   for (const location of ['data:text/plain,{"paid":true}', 'ftp://127.0.0.1/x', 'http://127.0.0.1:6000/x']) {
     const start = await originServer((req, res) => res.writeHead(302, { location }).end());

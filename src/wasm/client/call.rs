@@ -254,19 +254,22 @@ impl Client {
         };
         let copy = plain.map(|c| c.copy);
         let (sent, request, init) = if let Some(manual) = keyed {
-            // Its headers in the copy: sent, where the runtime lets us see the redirects of a
-            // non-idempotent request, with `redirect: 'manual'`, as the loop sends it; the copy
-            // is restored at once (fetch has read it), so a retry's request follows them.
+            // Its headers in the copy, sent as an object and headers of fetch's own (a wrapper
+            // of the global fetch may read them later, or change them: the copy a retry's
+            // request is made from stays as the call fixed it); where the runtime lets us see the redirects of
+            // a non-idempotent request, with `redirect: 'manual'`, as the loop sends it.
             let copy = copy.unwrap_or_else(Object::new);
-            let redirect = manual.then(|| js::get(&copy, "redirect"));
+            let send = Object::assign(&Object::new(), &copy);
+            let headers = js::get(&copy, "headers").unchecked_into::<Headers>();
+            js::set(
+                &send,
+                "headers",
+                &Headers::new_with_headers(&headers)?.into(),
+            );
             if manual {
-                js::set(&copy, "redirect", &JsValue::from_str("manual"));
+                js::set(&send, "redirect", &JsValue::from_str("manual"));
             }
-            let sent = global_fetch(input, &copy);
-            if let Some(given) = redirect {
-                js::set(&copy, "redirect", &given); // `undefined` reads as absent
-            }
-            (sent, input.clone(), copy.into())
+            (global_fetch(input, &send), input.clone(), copy.into())
         } else if plain_get {
             let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
             (global_fetch(input, &init), input.clone(), init)
@@ -371,7 +374,12 @@ fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
                 body_none = value.is_undefined() || value.is_null();
                 body_ok = body_none || value.is_string();
             }
-            "redirect" => primitive &= value.as_string().as_deref() != Some("error"),
+            // Not a string: the platform's TypeError, from `new Request` before anything is
+            // sent (the loop's path).
+            "redirect" => {
+                primitive &=
+                    value.is_undefined() || value.as_string().is_some_and(|r| r != "error");
+            }
             "headers" => {
                 headers = !value.is_undefined();
                 primitive &= !value.is_function();
