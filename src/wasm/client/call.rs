@@ -4,7 +4,7 @@
 //! no signal of its own and no guard, and the policy retries no status below 400, the export
 //! sends at once with the global `fetch` and returns `fetch(...).then(onSettled)`, where
 //! `onSettled` is one long-lived closure per policy (a client's defaults, its cached per-call
-//! options; bound to the request per call). A URL string with no `init` or a plain one (no
+//! options; bound to the request per call). A URL string (or `URL`) with no `init` or a plain one (no
 //! body, or a string one) is sent as `fetch(url, copy)`, no `Request` made: a GET or HEAD as
 //! it is, any other with its headers, the key of ours and a client's defaults included, on a
 //! `Headers` in the copy (and a POST with `redirect: 'manual'` where the loop follows
@@ -234,6 +234,16 @@ impl Client {
         // should a retry need one (a URL fetch refuses is told apart from a network error
         // then: see `settled`). A GET or HEAD with nothing of ours to add goes as it is;
         // any other gets the headers of `lean_headers` in its copy.
+        // A `URL` is taken as its `href` now (what fetch and `new Request` read of it).
+        let href;
+        let input =
+            match lean_policy && !input.is_string() && input.is_instance_of::<web_sys::Url>() {
+                true => {
+                    href = js::get(input, "href");
+                    &href
+                }
+                false => input,
+            };
         let lean_input = lean_policy && input.is_string();
         let plain_get = lean_input
             && policy.headers.is_none()
