@@ -53,7 +53,6 @@ use crate::core::decide::StopReason;
 use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
 use crate::core::guards::{GuardsLent, Held, Pacer};
 use crate::core::key::header_value;
-use crate::core::options::KeyMode;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
 
@@ -256,6 +255,8 @@ impl Client {
                 get: true,
                 keyed: true,
                 method: None,
+                headers: JsValue::UNDEFINED,
+                redirect: JsValue::UNDEFINED,
             });
         }
         let keyed = match &plain {
@@ -263,14 +264,13 @@ impl Client {
             _ => None,
         };
         let copy = plain.map(|c| c.copy);
-        let (sent, request, init) = if let Some(manual) = keyed {
+        let (sent, request, init) = if let Some((headers, manual)) = keyed {
             // Its headers in the copy, sent as an object and headers of fetch's own (a wrapper
             // of the global fetch may read them later, or change them: the copy a retry's
             // request is made from stays as the call fixed it); where the runtime lets us see the redirects of
             // a non-idempotent request, with `redirect: 'manual'`, as the loop sends it.
             let copy = copy.unwrap_or_else(Object::new);
             let send = Object::assign(&Object::new(), &copy);
-            let headers = js::get(&copy, "headers").unchecked_into::<Headers>();
             js::set(
                 &send,
                 "headers",
@@ -344,6 +344,9 @@ struct PlainInit {
     keyed: bool,
     /// `init.method` as given (`None`: not a string, or absent).
     method: Option<String>,
+    /// `init.headers` and `init.redirect` as given (`undefined` when absent).
+    headers: JsValue,
+    redirect: JsValue,
 }
 
 /// `init` is fetch's `RequestInit`: a retry option found there (ours, or another library's
@@ -359,8 +362,8 @@ fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
     };
     let copy = Object::new();
     let plain = js::has_plain_prototype(init);
-    let (mut primitive, mut body_none, mut body_ok, mut headers) = (plain, true, true, false);
-    let mut method = None;
+    let (mut primitive, mut body_none, mut body_ok) = (plain, true, true);
+    let (mut method, mut headers, mut redirect) = (None, JsValue::UNDEFINED, JsValue::UNDEFINED);
     for key in keys.iter() {
         let Some(name) = key.as_string() else {
             continue;
@@ -389,11 +392,12 @@ fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
             "redirect" => {
                 primitive &=
                     value.is_undefined() || value.as_string().is_some_and(|r| r != "error");
+                redirect = value.clone();
             }
             "headers" => {
-                headers = !value.is_undefined();
                 primitive &= !value.is_function();
                 let _ = js_sys::Reflect::set(&copy, &key, &value);
+                headers = value;
                 continue;
             }
             _ => {}
@@ -407,54 +411,52 @@ fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
     let get = primitive
         && body_none
         && method.as_deref().is_none_or(|m| !method_can_have_body(m))
-        && !headers;
+        && headers.is_undefined();
     Ok(Some(PlainInit {
         copy,
         get,
         keyed: primitive && body_ok,
         method,
+        headers,
+        redirect,
     }))
 }
 
 /// A lean call's headers, set on a `Headers` made from the copy's (now fixed) and put in the
 /// copy: the client's default `headers` the call does not set itself, and a key of ours
 /// when one is to be added (a POST, or any request under a fixed key) and the call carries
-/// none. `Some(manual)`, `manual` when the first attempt is sent with `redirect: 'manual'`
-/// (`follows_itself`); `None` when the call takes the loop: a key of the caller's on a
+/// none. `Some((headers, manual))`, `manual` when the first attempt is sent with `redirect:
+/// 'manual'` (`follows_itself`); `None` when the call takes the loop: a key of the caller's on a
 /// non-idempotent request is checked by `Template::new` before anything is sent.
-fn lean_headers(policy: &Policy, plain: &PlainInit) -> Result<Option<bool>, JsValue> {
+fn lean_headers(policy: &Policy, plain: &PlainInit) -> Result<Option<(Headers, bool)>, JsValue> {
     let idempotent = plain
         .method
         .as_deref()
         .is_none_or(crate::core::classify::is_idempotent_method);
-    let given = js::get(&plain.copy, "headers");
-    let headers = if given.is_undefined() {
+    let headers = if plain.headers.is_undefined() {
         Headers::new()?
     } else {
-        Headers::new_with_str_sequence_sequence(&given)?
+        Headers::new_with_str_sequence_sequence(&plain.headers)?
     };
     // The copy carries the headers as they are now: read once, whichever path sends them.
     js::set(&plain.copy, "headers", &headers);
     let p = &policy.retry;
-    let header = p.idempotency_header.as_str();
-    // As `Template::new` decides: a fixed key replaces the caller's; else the caller's stays.
-    let fixed = matches!(p.idempotency_key, KeyMode::Fixed(_));
-    let has_key = headers.has(header)?;
-    if has_key && !idempotent && !fixed {
+    let (key, add) = super::request::call_key(p, idempotent, &headers)?;
+    if !add && !idempotent && key.is_some() {
         return Ok(None);
     }
     if let Some(defaults) = &policy.headers {
         // The call's own win (a default cannot be the key header: refused with the options).
         copy_headers(defaults, &headers, Some(&headers))?;
     }
-    if fixed || (!has_key && p.idempotency_key.may_add_key(idempotent)) {
-        let key = super::request::our_key(&p.idempotency_key)?;
-        headers.set(header, &header_value(&key, p.idempotency_key_format))?;
+    if let (true, Some(k)) = (add, &key) {
+        headers.set(
+            &p.idempotency_header,
+            &header_value(k, p.idempotency_key_format),
+        )?;
     }
-    Ok(Some(follows_itself(
-        idempotent,
-        &js::get(&plain.copy, "redirect"),
-    )))
+    let manual = follows_itself(idempotent, &plain.redirect);
+    Ok(Some((headers, manual)))
 }
 
 /// Set each of a client's default `headers` that the call did not set itself (in
@@ -533,7 +535,7 @@ fn settled(
         true => value.unchecked_ref::<Response>().status(),
         false => 0,
     };
-    // Only a keyed lean call (a URL string sent) can have been sent with 'manual'.
+    // Only a lean call with headers (a URL string sent) can have been sent with 'manual'.
     let manual = (300..400).contains(&status)
         && request.is_string()
         && follows_itself(
@@ -893,32 +895,30 @@ async fn run_loop(
     );
     let deadline = || deadline_error(p.deadline_ms.unwrap_or(0.0));
     // A first attempt the lean path sent had no body, or a string one (`Body::Text`).
-    let body = {
-        match t.body_kind {
-            // Buffering a stream body waits on the caller's stream: an abort or the deadline
-            // ends it (the other bodies are in memory).
-            BodyKind::Stream => {
-                let step = pin!(t.body(p.max_buffered_body_bytes));
-                match bounded(
-                    &mut signals,
-                    engine.deadline_left_ms(js_sys::Date::now()),
-                    step,
-                )
-                .await
-                {
-                    Bounded::Done(body) => body?,
-                    Bounded::Aborted(reason) => return Err(reason),
-                    Bounded::TimeUp => {
-                        return Err(retry_error(
-                            StopReason::Deadline.as_str(),
-                            &Array::new(),
-                            &deadline(),
-                        ))
-                    }
+    let body = match t.body_kind {
+        // Buffering a stream body waits on the caller's stream: an abort or the deadline
+        // ends it (the other bodies are in memory).
+        BodyKind::Stream => {
+            let step = pin!(t.body(p.max_buffered_body_bytes));
+            match bounded(
+                &mut signals,
+                engine.deadline_left_ms(js_sys::Date::now()),
+                step,
+            )
+            .await
+            {
+                Bounded::Done(body) => body?,
+                Bounded::Aborted(reason) => return Err(reason),
+                Bounded::TimeUp => {
+                    return Err(retry_error(
+                        StopReason::Deadline.as_str(),
+                        &Array::new(),
+                        &deadline(),
+                    ))
                 }
             }
-            _ => t.body(p.max_buffered_body_bytes).await?,
         }
+        _ => t.body(p.max_buffered_body_bytes).await?,
     };
     if matches!(body, Body::Stream(_)) {
         engine.body_not_replayable();
@@ -1353,16 +1353,19 @@ const MAX_REDIRECTS: u32 = 20;
 
 /// Does `request` follow redirects (`redirect: 'follow'`, the default)?
 fn follows_redirects(request: &Request) -> bool {
-    js::get(request, "redirect")
-        .as_string()
-        .is_none_or(|r| r == "follow")
+    follows(&js::get(request, "redirect"))
+}
+
+/// Does a `redirect` value (`init.redirect`, a request's) follow: 'follow', or absent?
+fn follows(redirect: &JsValue) -> bool {
+    redirect.as_string().is_none_or(|r| r == "follow")
 }
 
 /// Does the call follow the redirects of an attempt itself (sending it with `redirect:
 /// 'manual'`)? A non-idempotent request that follows them (`redirect`: 'follow' or absent),
 /// where the runtime lets us see them, so that a failure after a redirect is known as one.
 fn follows_itself(idempotent: bool, redirect: &JsValue) -> bool {
-    !idempotent && redirect.as_string().is_none_or(|r| r == "follow") && redirects_visible()
+    !idempotent && follows(redirect) && redirects_visible()
 }
 
 /// Does the runtime show a `redirect: 'manual'` answer as the redirect it is (Node, Deno,

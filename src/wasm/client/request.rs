@@ -21,14 +21,14 @@ use js_sys::{Array, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{ReadableStream, ReadableStreamDefaultReader, Request};
+use web_sys::{Headers, ReadableStream, ReadableStreamDefaultReader, Request};
 
 use super::bindings::RequestConstructor;
 use super::policy::Policy;
 use super::signals::ignore_rejection;
 use crate::core::classify::is_idempotent_method;
 use crate::core::key::{header_value, is_valid_key, key_of_header, uuid_v4, KEY_EXPECTED};
-use crate::core::options::KeyMode;
+use crate::core::options::{KeyMode, RetryPolicy};
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
 
@@ -129,22 +129,7 @@ impl Template {
         let p = &policy.retry;
         let header = p.idempotency_header.as_str();
         let headers = request.headers();
-        // A key the caller set: as the header's format carries it (sf-string: unquoted).
-        let existing = || {
-            headers
-                .get(header)
-                .ok()
-                .flatten()
-                .map(|v| key_of_header(&v, p.idempotency_key_format))
-        };
-        let (key, add) = match &p.idempotency_key {
-            mode if !mode.may_add_key(idempotent) => (existing(), false),
-            KeyMode::Fixed(_) => (Some(our_key(&p.idempotency_key)?), true),
-            mode => match existing() {
-                Some(k) => (Some(k), false),
-                None => (Some(our_key(mode)?), true),
-            },
-        };
+        let (key, add) = call_key(p, idempotent, &headers)?;
         if let (true, Some(k)) = (add, &key) {
             headers.set(header, &header_value(k, p.idempotency_key_format))?;
         }
@@ -192,18 +177,36 @@ impl Template {
     }
 }
 
-/// The key a call adds itself under `mode` (when `mode.may_add_key` says it may): the fixed
-/// one, else a new UUID v4 from the platform's CSPRNG (a `TypeError` when it has none).
-pub fn our_key(mode: &KeyMode) -> Result<String, JsValue> {
-    if let KeyMode::Fixed(k) = mode {
-        return Ok(k.clone());
-    }
-    let bytes = key_bytes().ok_or_else(|| {
-        type_error(
-            "retryFetch: crypto.getRandomValues is unavailable, so no idempotency key can be made",
-        )
-    })?;
-    Ok(uuid_v4(bytes))
+/// The key a call's request carries, and whether it is ours to set on `headers` (the
+/// request's, or the lean path's): under a fixed key, that key (it replaces the caller's);
+/// else a key the caller put in the header (as the header's format carries it); else, where
+/// the mode adds one to a request of this method, a new UUID v4 from the platform's CSPRNG (a
+/// `TypeError` when it has none).
+pub fn call_key(
+    p: &RetryPolicy,
+    idempotent: bool,
+    headers: &Headers,
+) -> Result<(Option<String>, bool), JsValue> {
+    let existing = || {
+        headers
+            .get(&p.idempotency_header)
+            .ok()
+            .flatten()
+            .map(|v| key_of_header(&v, p.idempotency_key_format))
+    };
+    Ok(match &p.idempotency_key {
+        mode if !mode.may_add_key(idempotent) => (existing(), false),
+        KeyMode::Fixed(k) => (Some(k.clone()), true),
+        _ => match existing() {
+            Some(k) => (Some(k), false),
+            None => {
+                let bytes = key_bytes().ok_or_else(|| {
+                    type_error("retryFetch: crypto.getRandomValues is unavailable, so no idempotency key can be made")
+                })?;
+                (Some(uuid_v4(bytes)), true)
+            }
+        },
+    })
 }
 
 /// How many keys' random bytes one `crypto.getRandomValues` call draws: a call costs Node
