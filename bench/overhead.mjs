@@ -8,7 +8,9 @@
 // run: plain `fetch(url, init)` (the reference) and the same again (the noise); retry-fetch
 // three ways: `retryFetch(url)` with no options, `retryFetch(url, init, options)` with the
 // options written in the call (a new object per call, parsed per call: the headline row) and
-// `createRetryFetch(options)` made once, then `client(url, init)`; and ky, p-retry, fetch-retry
+// `createRetryFetch(options)` made once, then `client(url, init)`; the per-call options with
+// `timeoutMs` beside plain fetch with a hand-written time limit (an AbortController and a
+// setTimeout cleared when the response arrives); and ky, p-retry, fetch-retry
 // and cockatiel. Every contender but `retryFetch(url)` is configured to retry (9 attempts,
 // base 50 ms, cap 2 s, as in storms.mjs), but no attempt ever fails, so what is measured is the
 // per-call cost of the library on top of Node's fetch. `init` is `{ method: 'GET' }`, given
@@ -99,6 +101,8 @@ async function main() {
   const RETRIES = 8;
   const BASE_MS = 50;
   const CAP_MS = 2_000;
+  // The time limit of the two "with a time limit" rows: it never fires (the server answers at once).
+  const TIMEOUT_MS = 5_000;
   const POLICY = Object.freeze({ maxAttempts: RETRIES + 1, baseDelayMs: BASE_MS, maxDelayMs: CAP_MS });
   // retry-fetch's options in full for the storms' policy: the per-call and client rows. The
   // per-call row writes them as a literal in the call (see below), so each call gets new objects.
@@ -154,6 +158,24 @@ async function main() {
         const client = rf.createRetryFetch(OPTIONS);
         return async (url) => drain(await client(url, { method: 'GET' }));
       },
+    },
+    {
+      id: 'fetch:timeout', name: 'plain fetch with a time limit (AbortController + setTimeout)',
+      config: `const c = new AbortController(); const t = setTimeout(() => c.abort(), ${TIMEOUT_MS}); fetch(url, { method: 'GET', signal: c.signal }), clearTimeout(t) when it settles`,
+      make: () => async (url) => {
+        const c = new AbortController();
+        const t = setTimeout(() => c.abort(), TIMEOUT_MS);
+        let res;
+        try { res = await fetch(url, { method: 'GET', signal: c.signal }); } finally { clearTimeout(t); }
+        return drain(res);
+      },
+    },
+    {
+      id: 'retry-fetch:timeout', name: 'retry-fetch retryFetch(url, init, options), per-call options with timeoutMs', library: 'retry-fetch',
+      config: `retryFetch(url, ${INIT}, ${JSON.stringify({ ...OPTIONS, timeoutMs: TIMEOUT_MS })}), the objects written in the call`,
+      make: () => async (url) => drain(await rf.retryFetch(url, { method: 'GET' }, {
+        maxAttempts: RETRIES + 1, baseDelayMs: BASE_MS, maxDelayMs: CAP_MS, jitter: 'full', retryOnStatus: [503], timeoutMs: TIMEOUT_MS,
+      })),
     },
     {
       id: 'ky', name: `ky ${versionOf('ky')}`, library: 'ky', isKy: true,

@@ -1194,6 +1194,40 @@ export const scenarios = [
       equal((await op.log()).length, 2, 'polls:');
     },
   },
+  {
+    name: 'contract: timeoutMs on a URL call: an attempt slower than it is retried, the caller\'s init is left as it was, and the body of one in time is read whole after it',
+    async run({ api, seq }) {
+      // A GET (no init, and a plain one) and a keyed POST: each first attempt hangs.
+      for (const [label, init] of [['no init', undefined], ['GET', { method: 'GET' }], ['POST', { method: 'POST', body: 'pay' }]]) {
+        const s = seq('hang,200');
+        const reasons = [];
+        const res = await api.retryFetch(s.url, init, { ...fast, timeoutMs: 300, onRetry: (i) => reasons.push(i.reason) });
+        equal(res.status, 200, `${label}:`);
+        deepEqual(reasons, ['timeout'], `${label}: onRetry reasons`);
+        const log = await s.log();
+        equal(log.length, 2, `${label}: attempts`);
+        if (init?.method === 'POST') {
+          match(log[0].headers['idempotency-key'] ?? '', UUID_V4, `${label}: key`);
+          equal(log[1].headers['idempotency-key'], log[0].headers['idempotency-key'], `${label}: the retry's key`);
+          equal(log[1].body, 'pay', `${label}: the retry's body`);
+        }
+        if (init) deepEqual(Object.keys(init), init.body ? ['method', 'body'] : ['method'], `${label}: init was changed`);
+      }
+      // Never in time: a RetryError whose cause is the attempt's TimeoutError.
+      const never = seq('hang');
+      const err = await rejects(api.retryFetch(never.url, { method: 'GET' }, { ...fast, timeoutMs: 100, maxAttempts: 2 }));
+      equal(err?.name, 'RetryError');
+      equal(err.cause?.name, 'TimeoutError');
+      equal(err.attempts.length, 2);
+      // The limit is the attempt's (until its response): a body read past it is read whole.
+      const slow = seq('200+slowbody=20');
+      const res = await api.retryFetch(slow.url, { method: 'GET' }, { ...fast, timeoutMs: 150 });
+      const lines = (await res.text()).trim().split('\n');
+      equal(lines.length, 20, 'chunks read:');
+      match(lines[19], /^chunk 19 of /);
+      equal((await slow.log()).length, 1, 'sent once:');
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

@@ -245,6 +245,34 @@ test('a wrapper of the global fetch that reads init later, or changes it, change
   }
 });
 
+test('timeoutMs on a URL GET: the first attempt is fetch(url, init) with a signal of its own, the timer ends with it', async () => {
+  const original = globalThis.fetch;
+  const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+  try {
+    const seen = [];
+    globalThis.fetch = (input, init) => {
+      seen.push([typeof input, init?.signal instanceof AbortSignal, init?.signal?.aborted]);
+      return original(input, init);
+    };
+    const before = timers();
+    const init = { method: 'GET' };
+    const ok = seq('200');
+    assert.equal((await api.retryFetch(ok.url, init, { ...fast, timeoutMs: 60_000 })).status, 200);
+    assert.deepEqual(seen, [['string', true, false]], 'what the global fetch was given');
+    assert.equal(timers(), before, 'a timeoutMs timer outlived the attempt');
+    assert.deepEqual(init, { method: 'GET' }, 'the caller\'s init');
+    // Timed out: the retry is made from the call's copy, with a signal of its own (not the
+    // one that aborted).
+    seen.length = 0;
+    const hang = seq('hang,200');
+    assert.equal((await api.retryFetch(hang.url, undefined, { ...fast, timeoutMs: 200 })).status, 200);
+    assert.deepEqual(seen, [['string', true, false], ['object', true, false]]);
+    assert.equal(timers(), before, 'a timer outlived the call');
+  } finally {
+    globalThis.fetch = original;
+  }
+});
+
 test('a redirect to a URL fetch would not follow (data:, ftp:, a bad port) is an error, never its content', async () => {
   for (const location of ['data:text/plain,{"paid":true}', 'ftp://127.0.0.1/x', 'http://127.0.0.1:6000/x']) {
     const start = await originServer((req, res) => res.writeHead(302, { location }).end());

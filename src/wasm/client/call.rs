@@ -1,6 +1,6 @@
 //! One `retryFetch` call, performed by Rust.
 //!
-//! The success path is lean: when a call needs no key of ours, no body buffering, no timer,
+//! The success path is lean: when a call needs no key of ours, no body buffering, no deadline,
 //! no signal of its own and no guard, and the policy retries no status below 400, the export
 //! sends at once with the global `fetch` and returns `fetch(...).then(onSettled)`, where
 //! `onSettled` is one long-lived closure per policy (a client's defaults, its cached per-call
@@ -9,7 +9,8 @@
 //! it is, any other with its headers, the key of ours and a client's defaults included, on a
 //! `Headers` in the copy (and a POST with `redirect: 'manual'` where the loop follows
 //! redirects itself: a redirect answer goes to the loop, which follows it). A response below
-//! 400 goes straight back: no Rust future, no allocation in Rust. Only when
+//! 400 goes straight back: no Rust future, no allocation in Rust. A `timeoutMs` on a URL call
+//! adds a signal of ours to what is sent and a timer that aborts it (`FirstTimer`). Only when
 //! the first attempt did not simply succeed does the call become a Rust future
 //! (`future_to_promise`) running [`run`], the loop below, which every other call runs from
 //! the start.
@@ -41,7 +42,7 @@ use super::records::{to_js, AttemptRecord, Js, RetryContext, SettledInfo};
 use super::request::{
     body_value, copy_headers, fix_request, unsendable_url, Body, BodyKind, Template,
 };
-use super::signals::CallSignals;
+use super::signals::{CallSignals, FirstTimer};
 use crate::core::accepted::poll_dropped_headers;
 use crate::core::backoff::Rng;
 use crate::core::budget::Budget;
@@ -86,7 +87,7 @@ impl Lean {
             let own = self.policy.clone();
             Closure::<dyn Fn(JsValue, JsValue, f64, bool, JsValue) -> JsValue>::new(
                 move |request, init, started, fulfilled, value| {
-                    settled(&own, request, init, started, fulfilled, value)
+                    settled(&own, request, init, started, fulfilled, value, false)
                 },
             )
             .into_js_value()
@@ -263,6 +264,20 @@ impl Client {
             Some(c) if lean_input && !plain_get && c.keyed => lean_headers(policy, c)?,
             _ => None,
         };
+        // A time limit (`timeoutMs`) on a lean first attempt: a signal of ours in what is
+        // sent, and a timer; a POST whose redirects the loop follows itself takes the loop,
+        // which bounds every hop.
+        let limit = policy.retry.timeout_ms;
+        let keyed = keyed.filter(|(_, manual)| !manual || limit.is_none());
+        let mut timer = None;
+        let mut timed = |send: &Object| -> Result<(), JsValue> {
+            if let Some(ms) = limit {
+                let t = FirstTimer::start(ms)?;
+                js::set(send, "signal", &t.signal());
+                timer = Some(t);
+            }
+            Ok(())
+        };
         let copy = plain.map(|c| c.copy);
         let (sent, request, init) = if let Some((headers, manual)) = keyed {
             // Its headers in the copy, sent as an object and headers of fetch's own (a wrapper
@@ -279,10 +294,20 @@ impl Client {
             if manual {
                 js::set(&send, "redirect", &JsValue::from_str("manual"));
             }
+            timed(&send)?;
             (global_fetch(input, &send), input.clone(), copy.into())
         } else if plain_get {
             let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
-            (global_fetch(input, &init), input.clone(), init)
+            // The copy stays as the call fixed it (a retry's request is made from it).
+            let send = match limit {
+                Some(_) => {
+                    let send = Object::assign(&Object::new(), init.unchecked_ref());
+                    timed(&send)?;
+                    send.into()
+                }
+                None => init.clone(),
+            };
+            (global_fetch(input, &send), input.clone(), init)
         } else {
             // The request is made from the copy: every member of a plain init is read once,
             // and a string body sent again on a retry is the one the request was made from.
@@ -292,7 +317,7 @@ impl Client {
             if let Some(defaults) = &policy.headers {
                 add_default_headers(&request, input, init, defaults)?;
             }
-            if !(lean_policy && lean_request(policy, &request)) {
+            if !(lean_policy && limit.is_none() && lean_request(policy, &request)) {
                 let template = Template::new(policy, request, init, copied.is_some())?;
                 return Ok(future_to_promise(run(
                     policy.clone(),
@@ -312,7 +337,7 @@ impl Client {
             )
         };
         let sent: Thenable = sent.unchecked_into();
-        Ok(if kept {
+        Ok(if kept && timer.is_none() {
             let f = lean.on_settled();
             let t = JsValue::from_f64(started);
             sent.then_with(
@@ -322,7 +347,14 @@ impl Client {
         } else {
             let policy = policy.clone();
             let once = Closure::once_into_js(move |fulfilled: bool, value: JsValue| {
-                settled(&policy, request, init, started, fulfilled, value)
+                // The time limit ends with the attempt; a rejection after it fired is its
+                // `TimeoutError` (the abort's reason), told to the loop as a timeout.
+                match timer.and_then(FirstTimer::end) {
+                    Some(timeout) if !fulfilled => {
+                        settled(&policy, request, init, started, false, timeout, true)
+                    }
+                    _ => settled(&policy, request, init, started, fulfilled, value, false),
+                }
             })
             .unchecked_into::<Function>();
             sent.then_with(
@@ -491,15 +523,15 @@ fn add_default_headers(
     copy_headers(defaults, &headers, Some(&own))
 }
 
-/// Can a call under `policy` take the lean path (given a lean request)? No guard, no time
-/// limit, no `options.signal`, no custom transport, no status below 400 to retry.
+/// Can a call under `policy` take the lean path (given a lean request)? No guard, no
+/// deadline, no `options.signal`, no custom transport, no status below 400 to retry. A time
+/// limit (`timeoutMs`) is lean for a URL sent as `fetch(url, init)` only (`FirstTimer`).
 fn lean_policy(policy: &Policy) -> bool {
     let p = &policy.retry;
     !policy.has_guards()
         && policy.signal.is_none()
         && policy.on_settled.is_none()
         && policy.fetch.is_none()
-        && p.timeout_ms.is_none()
         && p.deadline_ms.is_none()
         && p.retries_no_status_below_400()
 }
@@ -527,6 +559,7 @@ fn settled(
     started: f64,
     fulfilled: bool,
     value: JsValue,
+    timed_out: bool,
 ) -> JsValue {
     // The global fetch fulfils with a `Response`: its typed `status` getter (no property name
     // to pass, unlike the loop's duck-typed read of a custom transport's answer). A 202 under
@@ -562,6 +595,7 @@ fn settled(
         outcome: if fulfilled { Ok(value) } else { Err(value) },
         ended,
         manual,
+        timed_out,
     };
     let policy = policy.clone();
     let run = async move {
@@ -579,6 +613,8 @@ pub struct First {
     /// It was sent with `redirect: 'manual'` and answered with a redirect, for the loop to
     /// follow (`follows_itself`).
     manual: bool,
+    /// It failed because its time limit (`timeoutMs`) fired.
+    timed_out: bool,
 }
 
 /// The shared guards of one call and what it holds of them (`core::guards`): lent to the
@@ -939,6 +975,7 @@ async fn run_loop(
             outcome,
             mut ended,
             manual,
+            timed_out,
         }) => {
             engine.first_sent(started);
             let (outcome, followed) = match manual {
@@ -951,7 +988,7 @@ async fn run_loop(
             };
             Next::Outcome {
                 outcome,
-                timed_out: false,
+                timed_out,
                 followed,
                 url: None,
                 sent_at: started,
@@ -1110,8 +1147,7 @@ async fn run_loop(
                 limit_ms: limit,
                 retry_headers,
             } => {
-                let timeout = limit.map_or(JsValue::UNDEFINED, timeout_error);
-                let abort = signals.attempt(limit, &timeout)?;
+                let abort = signals.attempt(limit)?;
                 // A non-idempotent request whose redirects the runtime lets us see is followed
                 // here, so that a failure after a redirect is known as one.
                 let manual = url.is_none()
@@ -1185,7 +1221,13 @@ async fn run_loop(
                     },
                     Err(e) => Err(e),
                 };
-                let timed_out = gave_up || abort.timed_out();
+                // The time limit's `TimeoutError`: the reason the attempt's signal aborted with,
+                // or (a transport that ignored it past the grace) a new one.
+                let timeout = match abort.timed_out() {
+                    Some(e) => Some(e),
+                    None => gave_up.then(|| timeout_error(limit.unwrap_or(0.0))),
+                };
+                let timed_out = timeout.is_some();
                 // A poll the deadline cut while in flight: the 202 before it is the answer, as
                 // a wait the deadline ends keeps the last response.
                 if engine.poll_cut(timed_out, outcome.is_err()) && signals.aborted().is_none() {
@@ -1209,9 +1251,9 @@ async fn run_loop(
                     }
                 }
                 drop(abort); // the time limit and the signal links end with the attempt
-                let outcome = match outcome {
-                    Err(_) if timed_out => Err(timeout),
-                    other => other,
+                let outcome = match (outcome, timeout) {
+                    (Err(_), Some(timeout)) => Err(timeout),
+                    (other, _) => other,
                 };
                 Next::Outcome {
                     outcome,

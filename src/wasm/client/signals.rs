@@ -2,7 +2,7 @@
 //! attempt (the caller's signals joined with the attempt's time limit), and waits that an
 //! abort ends at once.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use js_sys::{Array, Function, Promise};
@@ -12,6 +12,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::AbortController;
 
 use super::bindings::{clear_timeout, set_timeout, AbortSignalStatics};
+use super::errors::timeout_error;
 use crate::core::options::MAX_TIMER_MS;
 use crate::wasm::js;
 
@@ -170,12 +171,8 @@ impl CallSignals {
     }
 
     /// The signal of one attempt with time limit `limit_ms`: see [`AttemptAbort`].
-    pub fn attempt(
-        &self,
-        limit_ms: Option<f64>,
-        timeout: &JsValue,
-    ) -> Result<AttemptAbort, JsValue> {
-        AttemptAbort::new(self, limit_ms, timeout)
+    pub fn attempt(&self, limit_ms: Option<f64>) -> Result<AttemptAbort, JsValue> {
+        AttemptAbort::new(self, limit_ms)
     }
 }
 
@@ -207,18 +204,15 @@ pub struct AttemptAbort {
     /// The attempt's signal; `None` when only the request's own signal can abort it (then
     /// the request carries it).
     pub signal: Option<JsValue>,
-    timed_out: Rc<Cell<bool>>,
+    /// The `TimeoutError` the time limit aborted with, made when it fired.
+    timed_out: Rc<RefCell<Option<JsValue>>>,
     timer: Option<(JsValue, Closure<dyn FnMut()>)>,
     _links: Vec<Link>,
 }
 
 impl AttemptAbort {
-    fn new(
-        call: &CallSignals,
-        limit_ms: Option<f64>,
-        timeout: &JsValue,
-    ) -> Result<AttemptAbort, JsValue> {
-        let timed_out = Rc::new(Cell::new(false));
+    fn new(call: &CallSignals, limit_ms: Option<f64>) -> Result<AttemptAbort, JsValue> {
+        let timed_out = Rc::new(RefCell::new(None));
         if limit_ms.is_none() && !call.has_option_signal {
             return Ok(AttemptAbort {
                 signal: None,
@@ -229,10 +223,11 @@ impl AttemptAbort {
         }
         let controller = AbortController::new()?;
         let timer = limit_ms.map(|ms| {
-            let (flag, c, cause) = (timed_out.clone(), controller.clone(), timeout.clone());
+            let (fired, c) = (timed_out.clone(), controller.clone());
             let fire = Closure::<dyn FnMut()>::new(move || {
-                flag.set(true);
+                let cause = timeout_error(ms);
                 c.abort_with_reason(&cause);
+                *fired.borrow_mut() = Some(cause);
             });
             (
                 set_timeout(fire.as_ref().unchecked_ref(), timer_ms(ms)),
@@ -266,9 +261,9 @@ impl AttemptAbort {
         })
     }
 
-    /// Did the time limit fire?
-    pub fn timed_out(&self) -> bool {
-        self.timed_out.get()
+    /// The attempt's `TimeoutError`, if its time limit fired.
+    pub fn timed_out(&self) -> Option<JsValue> {
+        self.timed_out.borrow().clone()
     }
 }
 
@@ -277,5 +272,47 @@ impl Drop for AttemptAbort {
         if let Some((handle, _)) = &self.timer {
             clear_timeout(handle);
         }
+    }
+}
+
+/// The time limit of a lean first attempt (sent by `fetch(url, init)` before the loop ran):
+/// an `AbortController` whose signal the attempt carries, aborted by a timer that calls its
+/// bound `abort`, so no Rust closure is made, and no error either until it fires (an `Error`
+/// costs its stack trace). Ends (the timer cleared) when the attempt settles: the body may be
+/// read past the limit, as in the loop.
+pub struct FirstTimer {
+    controller: AbortController,
+    handle: JsValue,
+    ms: f64,
+}
+
+impl FirstTimer {
+    /// Arm the timer: `timer_ms(ms)`.
+    pub fn start(ms: f64) -> Result<FirstTimer, JsValue> {
+        let controller = AbortController::new()?;
+        let abort: Function = js::get(&controller, "abort")
+            .dyn_into::<Function>()?
+            .bind0(&controller)
+            .unchecked_into();
+        let handle = set_timeout(&abort, timer_ms(ms));
+        Ok(FirstTimer {
+            controller,
+            handle,
+            ms,
+        })
+    }
+
+    /// The signal the attempt is sent with.
+    pub fn signal(&self) -> web_sys::AbortSignal {
+        self.controller.signal()
+    }
+
+    /// The attempt settled: the timer ends; the attempt's `TimeoutError` if it fired.
+    pub fn end(self) -> Option<JsValue> {
+        clear_timeout(&self.handle);
+        self.controller
+            .signal()
+            .aborted()
+            .then(|| timeout_error(self.ms))
     }
 }
