@@ -262,12 +262,49 @@ test('timeoutMs on a URL GET: the first attempt is fetch(url, init) with a signa
     assert.equal(timers(), before, 'a timeoutMs timer outlived the attempt');
     assert.deepEqual(init, { method: 'GET' }, 'the caller\'s init');
     // Timed out: the retry is made from the call's copy, with a signal of its own (not the
-    // one that aborted).
+    // one that aborted), and each attempt's signal aborts with a TimeoutError.
     seen.length = 0;
-    const hang = seq('hang,200');
+    const reasons = [];
+    globalThis.fetch = (input, init) => {
+      seen.push([typeof input, init?.signal instanceof AbortSignal, init?.signal?.aborted]);
+      init?.signal?.addEventListener('abort', () => reasons.push(init.signal.reason?.name));
+      return original(input, init);
+    };
+    const hang = seq('hang,hang,200');
     assert.equal((await api.retryFetch(hang.url, undefined, { ...fast, timeoutMs: 200 })).status, 200);
-    assert.deepEqual(seen, [['string', true, false], ['object', true, false]]);
+    assert.deepEqual(seen, [['string', true, false], ['object', true, false], ['object', true, false]]);
+    assert.deepEqual(reasons, ['TimeoutError', 'TimeoutError']);
     assert.equal(timers(), before, 'a timer outlived the call');
+  } finally {
+    globalThis.fetch = original;
+  }
+});
+
+test('a wrapper of the global fetch that throws synchronously failed like one that rejects: retried, no throw out of the call, no timer left', async () => {
+  const original = globalThis.fetch;
+  const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+  try {
+    for (const [label, init, options] of [
+      ['GET', undefined, fast],
+      ['GET under timeoutMs', { method: 'GET' }, { ...fast, timeoutMs: 60_000 }],
+      ['keyed POST', { method: 'POST', body: 'x' }, fast],
+      ['a Request', undefined, fast],
+    ]) {
+      let calls = 0;
+      globalThis.fetch = (input, i) => {
+        calls += 1;
+        if (calls === 1) throw new TypeError('wrapper threw');
+        return original(input, i);
+      };
+      const before = timers();
+      const s = seq('200');
+      const input = label === 'a Request' ? new Request(s.url) : s.url;
+      let call;
+      assert.doesNotThrow(() => { call = api.retryFetch(input, init, options); }, `${label}: threw out of the call`);
+      assert.equal((await call).status, 200, `${label}:`);
+      assert.equal(calls, 2, `${label}: attempts`);
+      assert.equal(timers(), before, `${label}: a timer outlived the call`);
+    }
   } finally {
     globalThis.fetch = original;
   }

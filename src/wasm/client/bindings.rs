@@ -13,10 +13,10 @@ pub use crate::wasm::js::{clear_timeout, set_timeout};
 
 #[wasm_bindgen]
 extern "C" {
-    /// The global `fetch(input, init)`. A promise-returning Web IDL operation: it never throws,
-    /// a bad call rejects.
-    #[wasm_bindgen(js_name = fetch)]
-    pub fn global_fetch(input: &JsValue, init: &JsValue) -> Promise;
+    /// The global `fetch(input, init)`. The platform's never throws (a promise-returning Web
+    /// IDL operation: a bad call rejects), but a wrapper of it may: bound with `catch`.
+    #[wasm_bindgen(js_name = fetch, catch)]
+    fn global_fetch_or_throw(input: &JsValue, init: &JsValue) -> Result<Promise, JsValue>;
 
     /// The `Request` constructor, bound with `catch` so that the platform's own `TypeError`
     /// for a request fetch can never accept (a relative URL in Node, a GET with a body, an
@@ -41,4 +41,10 @@ extern "C" {
     /// `promise.then(onFulfilled, onRejected)`.
     #[wasm_bindgen(method, js_name = then)]
     pub fn then_with(this: &Thenable, on_fulfilled: &JsValue, on_rejected: &JsValue) -> Promise;
+}
+
+/// The global `fetch(input, init)`; a wrapper of it that throws synchronously failed like one
+/// that rejects (as a custom `fetch` option that throws).
+pub fn global_fetch(input: &JsValue, init: &JsValue) -> Promise {
+    global_fetch_or_throw(input, init).unwrap_or_else(|e| Promise::reject(&e))
 }

@@ -276,29 +276,34 @@ impl Drop for AttemptAbort {
 }
 
 /// The time limit of a lean first attempt (sent by `fetch(url, init)` before the loop ran):
-/// an `AbortController` whose signal the attempt carries, aborted by a timer that calls its
-/// bound `abort`, so no Rust closure is made, and no error either until it fires (an `Error`
-/// costs its stack trace). Ends (the timer cleared) when the attempt settles: the body may be
-/// read past the limit, as in the loop.
+/// an `AbortController` whose signal the attempt carries, aborted by a timer with the
+/// attempt's `TimeoutError`, made when it fires (an `Error` costs its stack trace), as in
+/// [`AttemptAbort`]. Ends (the timer cleared) when the attempt settles, or when dropped: the
+/// body may be read past the limit, as in the loop.
 pub struct FirstTimer {
     controller: AbortController,
     handle: JsValue,
-    ms: f64,
+    fired: Rc<RefCell<Option<JsValue>>>,
+    _fire: Closure<dyn FnMut()>,
 }
 
 impl FirstTimer {
     /// Arm the timer: `timer_ms(ms)`.
     pub fn start(ms: f64) -> Result<FirstTimer, JsValue> {
         let controller = AbortController::new()?;
-        let abort: Function = js::get(&controller, "abort")
-            .dyn_into::<Function>()?
-            .bind0(&controller)
-            .unchecked_into();
-        let handle = set_timeout(&abort, timer_ms(ms));
+        let fired = Rc::new(RefCell::new(None));
+        let (cell, c) = (fired.clone(), controller.clone());
+        let fire = Closure::<dyn FnMut()>::new(move || {
+            let cause = timeout_error(ms);
+            c.abort_with_reason(&cause);
+            *cell.borrow_mut() = Some(cause);
+        });
+        let handle = set_timeout(fire.as_ref().unchecked_ref(), timer_ms(ms));
         Ok(FirstTimer {
             controller,
             handle,
-            ms,
+            fired,
+            _fire: fire,
         })
     }
 
@@ -307,12 +312,14 @@ impl FirstTimer {
         self.controller.signal()
     }
 
-    /// The attempt settled: the timer ends; the attempt's `TimeoutError` if it fired.
+    /// The attempt settled: the timer ends; the `TimeoutError` it aborted with, if it fired.
     pub fn end(self) -> Option<JsValue> {
+        self.fired.borrow().clone()
+    }
+}
+
+impl Drop for FirstTimer {
+    fn drop(&mut self) {
         clear_timeout(&self.handle);
-        self.controller
-            .signal()
-            .aborted()
-            .then(|| timeout_error(self.ms))
     }
 }
