@@ -11,6 +11,19 @@ const seq = useFaultServer('node-only');
 const fast = { baseDelayMs: 5, jitter: 'none' };
 const enc = (s) => new TextEncoder().encode(s);
 
+/** How many timers are active in this process. */
+const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+
+/** Run `body(original)`, which may replace the global fetch: it is restored afterwards. */
+async function withGlobalFetch(body) {
+  const original = globalThis.fetch;
+  try {
+    await body(original);
+  } finally {
+    globalThis.fetch = original;
+  }
+}
+
 test('an async-iterable body is sent once, whole, and not retried: the 503 is returned', async () => {
   // PUT is idempotent and the POST gets a key: only the one-shot body stops the retry
   for (const method of ['PUT', 'POST']) {
@@ -209,106 +222,85 @@ test('a redirect value fetch does not take (null, 1, true) on a POST is a TypeEr
   }
 });
 
-test('a wrapper of the global fetch that reads init later, or changes it, changes no attempt of a POST', async () => {
-  const original = globalThis.fetch;
-  try {
-    // read one tick later (as instrumentation that awaits first does): the POST still follows
-    // its 307 itself, and the target dropping the connection is not a reason to send it again
-    const seen = [];
-    globalThis.fetch = async (input, init) => {
-      await null;
-      seen.push(init?.redirect);
-      return original(input, init);
-    };
-    const target = seq('reset');
-    const old = seq(`307+to=${encodeURIComponent(new URL(target.url).pathname + new URL(target.url).search)}`);
-    const err = await api.retryFetch(old.url, { method: 'POST', body: 'pay' }, fast).then(() => assert.fail('expected a rejection'), (e) => e);
-    assert.equal(err.name, 'RetryError');
-    assert.deepEqual(seen, ['manual', 'manual']);
-    assert.equal((await old.log()).length, 1, 'the POST was sent again');
-    assert.equal((await target.log()).length, 1);
+test('a wrapper of the global fetch that reads init later, or changes it, changes no attempt of a POST', () => withGlobalFetch(async (original) => {
+  // read one tick later (as instrumentation that awaits first does): the POST still follows
+  // its 307 itself, and the target dropping the connection is not a reason to send it again
+  const seen = [];
+  globalThis.fetch = async (input, init) => {
+    await null;
+    seen.push(init?.redirect);
+    return original(input, init);
+  };
+  const target = seq('reset');
+  const old = seq(`307+to=${encodeURIComponent(new URL(target.url).pathname + new URL(target.url).search)}`);
+  const err = await api.retryFetch(old.url, { method: 'POST', body: 'pay' }, fast).then(() => assert.fail('expected a rejection'), (e) => e);
+  assert.equal(err.name, 'RetryError');
+  assert.deepEqual(seen, ['manual', 'manual']);
+  assert.equal((await old.log()).length, 1, 'the POST was sent again');
+  assert.equal((await target.log()).length, 1);
 
-    // a header set on the first attempt's init.headers is not carried into the retry
-    let n = 0;
-    globalThis.fetch = (input, init) => {
-      n += 1;
-      if (init?.headers instanceof Headers) init.headers.set('x-trace', `send-${n}`);
-      return original(input, init);
-    };
-    const s = seq('503,200');
-    assert.equal((await api.retryFetch(s.url, { method: 'POST', body: 'pay' }, fast)).status, 200);
-    const sent = await s.log();
-    assert.deepEqual(sent.map((r) => r.headers['x-trace']), ['send-1', undefined]);
-    assert.equal(sent[1].headers['idempotency-key'], sent[0].headers['idempotency-key']);
-  } finally {
-    globalThis.fetch = original;
-  }
-});
+  // a header set on the first attempt's init.headers is not carried into the retry
+  let n = 0;
+  globalThis.fetch = (input, init) => {
+    n += 1;
+    if (init?.headers instanceof Headers) init.headers.set('x-trace', `send-${n}`);
+    return original(input, init);
+  };
+  const s = seq('503,200');
+  assert.equal((await api.retryFetch(s.url, { method: 'POST', body: 'pay' }, fast)).status, 200);
+  const sent = await s.log();
+  assert.deepEqual(sent.map((r) => r.headers['x-trace']), ['send-1', undefined]);
+  assert.equal(sent[1].headers['idempotency-key'], sent[0].headers['idempotency-key']);
+}));
 
-test('timeoutMs on a URL GET: the first attempt is fetch(url, init) with a signal of its own, the timer ends with it', async () => {
-  const original = globalThis.fetch;
-  const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
-  try {
-    const seen = [];
-    globalThis.fetch = (input, init) => {
-      seen.push([typeof input, init?.signal instanceof AbortSignal, init?.signal?.aborted]);
-      return original(input, init);
+test('timeoutMs on a URL GET: the first attempt is fetch(url, init) with a signal of its own, the timer ends with it', () => withGlobalFetch(async (original) => {
+  const seen = [];
+  const reasons = [];
+  globalThis.fetch = (input, init) => {
+    seen.push([typeof input, init?.signal instanceof AbortSignal, init?.signal?.aborted]);
+    init?.signal?.addEventListener('abort', () => reasons.push(init.signal.reason?.name));
+    return original(input, init);
+  };
+  const before = timers();
+  const init = { method: 'GET' };
+  const ok = seq('200');
+  assert.equal((await api.retryFetch(ok.url, init, { ...fast, timeoutMs: 60_000 })).status, 200);
+  assert.deepEqual(seen, [['string', true, false]], 'what the global fetch was given');
+  assert.equal(timers(), before, 'a timeoutMs timer outlived the attempt');
+  assert.deepEqual(init, { method: 'GET' }, 'the caller\'s init');
+  // Timed out: the retry is made from the call's copy, with a signal of its own (not the
+  // one that aborted), and each attempt's signal aborts with a TimeoutError.
+  seen.length = 0;
+  const hang = seq('hang,hang,200');
+  assert.equal((await api.retryFetch(hang.url, undefined, { ...fast, timeoutMs: 200 })).status, 200);
+  assert.deepEqual(seen, [['string', true, false], ['object', true, false], ['object', true, false]]);
+  assert.deepEqual(reasons, ['TimeoutError', 'TimeoutError']);
+  assert.equal(timers(), before, 'a timer outlived the call');
+}));
+
+test('a wrapper of the global fetch that throws synchronously failed like one that rejects: retried, no throw out of the call, no timer left', () => withGlobalFetch(async (original) => {
+  for (const [label, init, options] of [
+    ['GET', undefined, fast],
+    ['GET under timeoutMs', { method: 'GET' }, { ...fast, timeoutMs: 60_000 }],
+    ['keyed POST', { method: 'POST', body: 'x' }, fast],
+    ['a Request', undefined, fast],
+  ]) {
+    let calls = 0;
+    globalThis.fetch = (input, i) => {
+      calls += 1;
+      if (calls === 1) throw new TypeError('wrapper threw');
+      return original(input, i);
     };
     const before = timers();
-    const init = { method: 'GET' };
-    const ok = seq('200');
-    assert.equal((await api.retryFetch(ok.url, init, { ...fast, timeoutMs: 60_000 })).status, 200);
-    assert.deepEqual(seen, [['string', true, false]], 'what the global fetch was given');
-    assert.equal(timers(), before, 'a timeoutMs timer outlived the attempt');
-    assert.deepEqual(init, { method: 'GET' }, 'the caller\'s init');
-    // Timed out: the retry is made from the call's copy, with a signal of its own (not the
-    // one that aborted), and each attempt's signal aborts with a TimeoutError.
-    seen.length = 0;
-    const reasons = [];
-    globalThis.fetch = (input, init) => {
-      seen.push([typeof input, init?.signal instanceof AbortSignal, init?.signal?.aborted]);
-      init?.signal?.addEventListener('abort', () => reasons.push(init.signal.reason?.name));
-      return original(input, init);
-    };
-    const hang = seq('hang,hang,200');
-    assert.equal((await api.retryFetch(hang.url, undefined, { ...fast, timeoutMs: 200 })).status, 200);
-    assert.deepEqual(seen, [['string', true, false], ['object', true, false], ['object', true, false]]);
-    assert.deepEqual(reasons, ['TimeoutError', 'TimeoutError']);
-    assert.equal(timers(), before, 'a timer outlived the call');
-  } finally {
-    globalThis.fetch = original;
+    const s = seq('200');
+    const input = label === 'a Request' ? new Request(s.url) : s.url;
+    let call;
+    assert.doesNotThrow(() => { call = api.retryFetch(input, init, options); }, `${label}: threw out of the call`);
+    assert.equal((await call).status, 200, `${label}:`);
+    assert.equal(calls, 2, `${label}: attempts`);
+    assert.equal(timers(), before, `${label}: a timer outlived the call`);
   }
-});
-
-test('a wrapper of the global fetch that throws synchronously failed like one that rejects: retried, no throw out of the call, no timer left', async () => {
-  const original = globalThis.fetch;
-  const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
-  try {
-    for (const [label, init, options] of [
-      ['GET', undefined, fast],
-      ['GET under timeoutMs', { method: 'GET' }, { ...fast, timeoutMs: 60_000 }],
-      ['keyed POST', { method: 'POST', body: 'x' }, fast],
-      ['a Request', undefined, fast],
-    ]) {
-      let calls = 0;
-      globalThis.fetch = (input, i) => {
-        calls += 1;
-        if (calls === 1) throw new TypeError('wrapper threw');
-        return original(input, i);
-      };
-      const before = timers();
-      const s = seq('200');
-      const input = label === 'a Request' ? new Request(s.url) : s.url;
-      let call;
-      assert.doesNotThrow(() => { call = api.retryFetch(input, init, options); }, `${label}: threw out of the call`);
-      assert.equal((await call).status, 200, `${label}:`);
-      assert.equal(calls, 2, `${label}: attempts`);
-      assert.equal(timers(), before, `${label}: a timer outlived the call`);
-    }
-  } finally {
-    globalThis.fetch = original;
-  }
-});
+}));
 
 test('a redirect to a URL fetch would not follow (data:, ftp:, a bad port) is an error, never its content', async () => {
   for (const location of ['data:text/plain,{"paid":true}', 'ftp://127.0.0.1/x', 'http://127.0.0.1:6000/x']) {

@@ -269,74 +269,69 @@ impl Client {
         // which bounds every hop.
         let limit = policy.retry.timeout_ms;
         let keyed = keyed.filter(|(_, manual)| !manual || limit.is_none());
-        let mut timer = None;
-        let mut timed = |send: &Object| -> Result<(), JsValue> {
-            if let Some(ms) = limit {
-                let t = FirstTimer::start(ms)?;
-                js::set(send, "signal", &t.signal());
-                timer = Some(t);
-            }
-            Ok(())
-        };
         let copy = plain.map(|c| c.copy);
-        let (sent, request, init) = if let Some((headers, manual)) = keyed {
-            // Its headers in the copy, sent as an object and headers of fetch's own (a wrapper
-            // of the global fetch may read them later, or change them: the copy a retry's
-            // request is made from stays as the call fixed it); where the runtime lets us see the redirects of
-            // a non-idempotent request, with `redirect: 'manual'`, as the loop sends it.
-            let copy = copy.unwrap_or_else(Object::new);
-            let send = Object::assign(&Object::new(), &copy);
-            js::set(
-                &send,
-                "headers",
-                &Headers::new_with_headers(&headers)?.into(),
-            );
-            if manual {
-                js::set(&send, "redirect", &JsValue::from_str("manual"));
-            }
-            timed(&send)?;
-            (global_fetch(input, &send), input.clone(), copy.into())
-        } else if plain_get {
-            let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
-            // The copy stays as the call fixed it (a retry's request is made from it).
-            let send = match limit {
-                Some(_) => {
-                    let send = Object::assign(&Object::new(), init.unchecked_ref());
-                    timed(&send)?;
-                    send.into()
+        // What fetch is given: `request` (the URL, or the `Request` made here) and `send`;
+        // `init` is what a retry's request is made from.
+        let (send, request, init): (JsValue, JsValue, JsValue) =
+            if let Some((headers, manual)) = keyed {
+                // Its headers in the copy, sent as an object and headers of fetch's own (a wrapper
+                // of the global fetch may read them later, or change them: the copy a retry's
+                // request is made from stays as the call fixed it); where the runtime lets us see the redirects of
+                // a non-idempotent request, with `redirect: 'manual'`, as the loop sends it.
+                let copy = copy.unwrap_or_else(Object::new);
+                let send = Object::assign(&Object::new(), &copy);
+                js::set(
+                    &send,
+                    "headers",
+                    &Headers::new_with_headers(&headers)?.into(),
+                );
+                if manual {
+                    js::set(&send, "redirect", &JsValue::from_str("manual"));
                 }
-                None => init.clone(),
+                (send.into(), input.clone(), copy.into())
+            } else if plain_get {
+                let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
+                // Under a time limit, an object of its own gets the signal: the copy stays as the
+                // call fixed it (a retry's request is made from it).
+                let send = match limit {
+                    Some(_) => Object::assign(&Object::new(), init.unchecked_ref()).into(),
+                    None => init.clone(),
+                };
+                (send, input.clone(), init)
+            } else {
+                // The request is made from the copy: every member of a plain init is read once,
+                // and a string body sent again on a retry is the one the request was made from.
+                let copied: Option<JsValue> = copy.map(JsValue::from);
+                let init = copied.as_ref().unwrap_or(init);
+                let request = fix_request(input, init)?;
+                if let Some(defaults) = &policy.headers {
+                    add_default_headers(&request, input, init, defaults)?;
+                }
+                if !(lean_policy && limit.is_none() && lean_request(policy, &request)) {
+                    let template = Template::new(policy, request, init, copied.is_some())?;
+                    return Ok(future_to_promise(run(
+                        policy.clone(),
+                        template,
+                        started,
+                        None,
+                    )));
+                }
+                let signal = request.signal();
+                if signal.aborted() {
+                    return Err(signal.reason());
+                }
+                (JsValue::UNDEFINED, request.into(), JsValue::UNDEFINED)
             };
-            (global_fetch(input, &send), input.clone(), init)
-        } else {
-            // The request is made from the copy: every member of a plain init is read once,
-            // and a string body sent again on a retry is the one the request was made from.
-            let copied: Option<JsValue> = copy.map(JsValue::from);
-            let init = copied.as_ref().unwrap_or(init);
-            let request = fix_request(input, init)?;
-            if let Some(defaults) = &policy.headers {
-                add_default_headers(&request, input, init, defaults)?;
+        // Under a time limit (a URL sent: a `Request` took the loop), the attempt's own signal.
+        let timer = match limit {
+            Some(ms) => {
+                let timer = FirstTimer::start(ms)?;
+                js::set(&send, "signal", &timer.signal());
+                Some(timer)
             }
-            if !(lean_policy && limit.is_none() && lean_request(policy, &request)) {
-                let template = Template::new(policy, request, init, copied.is_some())?;
-                return Ok(future_to_promise(run(
-                    policy.clone(),
-                    template,
-                    started,
-                    None,
-                )));
-            }
-            let signal = request.signal();
-            if signal.aborted() {
-                return Err(signal.reason());
-            }
-            (
-                global_fetch(&request, &JsValue::UNDEFINED),
-                request.into(),
-                JsValue::UNDEFINED,
-            )
+            None => None,
         };
-        let sent: Thenable = sent.unchecked_into();
+        let sent: Thenable = global_fetch(&request, &send).unchecked_into();
         Ok(if kept && timer.is_none() {
             let f = lean.on_settled();
             let t = JsValue::from_f64(started);
@@ -1223,10 +1218,9 @@ async fn run_loop(
                 };
                 // The time limit's `TimeoutError`: the reason the attempt's signal aborted with,
                 // or (a transport that ignored it past the grace) a new one.
-                let timeout = match abort.timed_out() {
-                    Some(e) => Some(e),
-                    None => gave_up.then(|| timeout_error(limit.unwrap_or(0.0))),
-                };
+                let timeout = abort
+                    .timed_out()
+                    .or_else(|| gave_up.then(|| timeout_error(limit.unwrap_or(0.0))));
                 let timed_out = timeout.is_some();
                 // A poll the deadline cut while in flight: the 202 before it is the answer, as
                 // a wait the deadline ends keeps the last response.

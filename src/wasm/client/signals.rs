@@ -204,36 +204,21 @@ pub struct AttemptAbort {
     /// The attempt's signal; `None` when only the request's own signal can abort it (then
     /// the request carries it).
     pub signal: Option<JsValue>,
-    /// The `TimeoutError` the time limit aborted with, made when it fired.
-    timed_out: Rc<RefCell<Option<JsValue>>>,
-    timer: Option<(JsValue, Closure<dyn FnMut()>)>,
+    limit: Option<TimeLimit>,
     _links: Vec<Link>,
 }
 
 impl AttemptAbort {
     fn new(call: &CallSignals, limit_ms: Option<f64>) -> Result<AttemptAbort, JsValue> {
-        let timed_out = Rc::new(RefCell::new(None));
         if limit_ms.is_none() && !call.has_option_signal {
             return Ok(AttemptAbort {
                 signal: None,
-                timed_out,
-                timer: None,
+                limit: None,
                 _links: Vec::new(),
             });
         }
         let controller = AbortController::new()?;
-        let timer = limit_ms.map(|ms| {
-            let (fired, c) = (timed_out.clone(), controller.clone());
-            let fire = Closure::<dyn FnMut()>::new(move || {
-                let cause = timeout_error(ms);
-                c.abort_with_reason(&cause);
-                *fired.borrow_mut() = Some(cause);
-            });
-            (
-                set_timeout(fire.as_ref().unchecked_ref(), timer_ms(ms)),
-                fire,
-            )
-        });
+        let limit = limit_ms.map(|ms| TimeLimit::start(&controller, ms));
         let all: Array = call.list.iter().collect();
         all.push(&controller.signal());
         let mut links = Vec::new();
@@ -255,42 +240,27 @@ impl AttemptAbort {
         };
         Ok(AttemptAbort {
             signal: Some(signal.into()),
-            timed_out,
-            timer,
+            limit,
             _links: links,
         })
     }
 
     /// The attempt's `TimeoutError`, if its time limit fired.
     pub fn timed_out(&self) -> Option<JsValue> {
-        self.timed_out.borrow().clone()
+        self.limit.as_ref().and_then(TimeLimit::fired)
     }
 }
 
-impl Drop for AttemptAbort {
-    fn drop(&mut self) {
-        if let Some((handle, _)) = &self.timer {
-            clear_timeout(handle);
-        }
-    }
-}
-
-/// The time limit of a lean first attempt (sent by `fetch(url, init)` before the loop ran):
-/// an `AbortController` whose signal the attempt carries, aborted by a timer with the
-/// attempt's `TimeoutError`, made when it fires (an `Error` costs its stack trace), as in
-/// [`AttemptAbort`]. Ends (the timer cleared) when the attempt settles, or when dropped: the
-/// body may be read past the limit, as in the loop.
-pub struct FirstTimer {
-    controller: AbortController,
+/// An attempt's time limit: a timer that aborts `controller` with the attempt's
+/// `TimeoutError`, made when it fires (an `Error` costs its stack trace). Cleared when dropped.
+struct TimeLimit {
     handle: JsValue,
     fired: Rc<RefCell<Option<JsValue>>>,
     _fire: Closure<dyn FnMut()>,
 }
 
-impl FirstTimer {
-    /// Arm the timer: `timer_ms(ms)`.
-    pub fn start(ms: f64) -> Result<FirstTimer, JsValue> {
-        let controller = AbortController::new()?;
+impl TimeLimit {
+    fn start(controller: &AbortController, ms: f64) -> TimeLimit {
         let fired = Rc::new(RefCell::new(None));
         let (cell, c) = (fired.clone(), controller.clone());
         let fire = Closure::<dyn FnMut()>::new(move || {
@@ -298,13 +268,40 @@ impl FirstTimer {
             c.abort_with_reason(&cause);
             *cell.borrow_mut() = Some(cause);
         });
-        let handle = set_timeout(fire.as_ref().unchecked_ref(), timer_ms(ms));
-        Ok(FirstTimer {
-            controller,
-            handle,
+        TimeLimit {
+            handle: set_timeout(fire.as_ref().unchecked_ref(), timer_ms(ms)),
             fired,
             _fire: fire,
-        })
+        }
+    }
+
+    /// The `TimeoutError` it aborted with, if it fired.
+    fn fired(&self) -> Option<JsValue> {
+        self.fired.borrow().clone()
+    }
+}
+
+impl Drop for TimeLimit {
+    fn drop(&mut self) {
+        clear_timeout(&self.handle);
+    }
+}
+
+/// The time limit of a lean first attempt (sent by `fetch(url, init)` before the loop ran): an
+/// `AbortController` of its own whose signal the attempt carries, and its [`TimeLimit`]. Ends
+/// when the attempt settles, or when dropped: the body may be read past the limit, as in the
+/// loop.
+pub struct FirstTimer {
+    controller: AbortController,
+    limit: TimeLimit,
+}
+
+impl FirstTimer {
+    /// Arm the timer: `timer_ms(ms)`.
+    pub fn start(ms: f64) -> Result<FirstTimer, JsValue> {
+        let controller = AbortController::new()?;
+        let limit = TimeLimit::start(&controller, ms);
+        Ok(FirstTimer { controller, limit })
     }
 
     /// The signal the attempt is sent with.
@@ -314,12 +311,6 @@ impl FirstTimer {
 
     /// The attempt settled: the timer ends; the `TimeoutError` it aborted with, if it fired.
     pub fn end(self) -> Option<JsValue> {
-        self.fired.borrow().clone()
-    }
-}
-
-impl Drop for FirstTimer {
-    fn drop(&mut self) {
-        clear_timeout(&self.handle);
+        self.limit.fired()
     }
 }
