@@ -176,11 +176,7 @@ impl RetryState {
     /// The time limit of an attempt starting at `now_ms`: `timeoutMs`, shortened to what is
     /// left of `deadlineMs`. `None`: no limit.
     pub fn attempt_time_limit_ms(&self, policy: &RetryPolicy, now_ms: f64) -> Option<f64> {
-        let left = self.deadline_at_ms.map(|end| (end - now_ms).max(0.0));
-        match (policy.timeout_ms, left) {
-            (Some(t), Some(l)) => Some(t.min(l)),
-            (t, l) => t.or(l),
-        }
+        policy.attempt_limit_ms(self.deadline_left_ms(now_ms))
     }
 
     /// What is left of the deadline at `now_ms`, in ms (`None`: no deadline).

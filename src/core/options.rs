@@ -183,6 +183,16 @@ impl RetryPolicy {
         status < 400 && (status != 202 || !self.follow_accepted)
     }
 
+    /// The time limit of an attempt sent with `deadline_left_ms` of `deadlineMs` left (`None`:
+    /// no deadline; a call's first attempt has all of it): `timeoutMs`, shortened to what is
+    /// left. `None`: no limit.
+    pub fn attempt_limit_ms(&self, deadline_left_ms: Option<f64>) -> Option<f64> {
+        match (self.timeout_ms, deadline_left_ms) {
+            (Some(t), Some(l)) => Some(t.min(l)),
+            (t, l) => t.or(l),
+        }
+    }
+
     /// The effective cap on a server-requested wait: `max_retry_after_ms`, or `max_delay_ms`
     /// when that is unset.
     pub fn retry_after_cap_ms(&self) -> f64 {
@@ -528,6 +538,26 @@ pub fn delay_count(v: f64) -> Result<u32, OptionError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempt_limit_is_timeout_shortened_to_the_deadline_left() {
+        let timed = |timeout_ms| RetryPolicy {
+            timeout_ms,
+            ..RetryPolicy::default()
+        };
+        assert_eq!(timed(None).attempt_limit_ms(None), None);
+        assert_eq!(timed(Some(500.0)).attempt_limit_ms(None), Some(500.0));
+        assert_eq!(timed(None).attempt_limit_ms(Some(300.0)), Some(300.0));
+        assert_eq!(
+            timed(Some(500.0)).attempt_limit_ms(Some(300.0)),
+            Some(300.0)
+        );
+        assert_eq!(
+            timed(Some(200.0)).attempt_limit_ms(Some(300.0)),
+            Some(200.0)
+        );
+        assert_eq!(timed(Some(200.0)).attempt_limit_ms(Some(0.0)), Some(0.0));
+    }
 
     #[test]
     fn defaults_match_the_documented_contract() {

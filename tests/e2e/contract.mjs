@@ -1228,6 +1228,45 @@ export const scenarios = [
       equal((await slow.log()).length, 1, 'sent once:');
     },
   },
+  {
+    name: 'contract: deadlineMs on a URL call: a first attempt in flight at the deadline ends the call there, one in time is retried and its body read whole',
+    async run({ api, seq }) {
+      // The deadline cuts the first attempt (a GET, no init and a plain one; a keyed POST):
+      // a RetryError with reason 'deadline', its cause the attempt's TimeoutError, nothing
+      // sent again, the caller's init as it was.
+      for (const [label, init] of [['no init', undefined], ['GET', { method: 'GET' }], ['POST', { method: 'POST', body: 'pay' }]]) {
+        const s = seq('hang,200');
+        const began = Date.now();
+        const err = await rejects(api.retryFetch(s.url, init, { ...fast, deadlineMs: 300 }));
+        const took = Date.now() - began;
+        equal(err?.name, 'RetryError', `${label}:`);
+        equal(err.reason, 'deadline', `${label}: reason`);
+        equal(err.cause?.name, 'TimeoutError', `${label}: cause`);
+        ok(took >= 250 && took < 2_000, `${label}: ended after ${took} ms with deadlineMs 300`);
+        equal((await s.log()).length, 1, `${label}: attempts`);
+        if (init) deepEqual(Object.keys(init), init.body ? ['method', 'body'] : ['method'], `${label}: init was changed`);
+      }
+      // With timeoutMs under it, the first attempt's limit is timeoutMs: retried in time, the
+      // POST with its key and body.
+      for (const [label, init] of [['GET', undefined], ['POST', { method: 'POST', body: 'pay' }]]) {
+        const s = seq('hang,200');
+        const reasons = [];
+        const res = await api.retryFetch(s.url, init, { ...fast, deadlineMs: 5_000, timeoutMs: 200, onRetry: (i) => reasons.push(i.reason) });
+        equal(res.status, 200, `${label}:`);
+        deepEqual(reasons, ['timeout'], `${label}: onRetry reasons`);
+        const log = await s.log();
+        equal(log.length, 2, `${label}: attempts`);
+        if (init) {
+          equal(log[1].headers['idempotency-key'], log[0].headers['idempotency-key'], `${label}: the retry's key`);
+          equal(log[1].body, 'pay', `${label}: the retry's body`);
+        }
+      }
+      // The deadline bounds the call until its response: a body read past it is read whole.
+      const slow = seq('200+slowbody=20');
+      const res = await api.retryFetch(slow.url, undefined, { ...fast, deadlineMs: 150 });
+      equal((await res.text()).trim().split('\n').length, 20, 'chunks read:');
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

@@ -278,6 +278,31 @@ test('timeoutMs on a URL GET: the first attempt is fetch(url, init) with a signa
   assert.equal(timers(), before, 'a timer outlived the call');
 }));
 
+test('deadlineMs on a URL GET: the first attempt is fetch(url, init) with a signal of its own, aborted at the deadline; no timer is left', () => withGlobalFetch(async (original) => {
+  const seen = [];
+  const reasons = [];
+  globalThis.fetch = (input, init) => {
+    seen.push([typeof input, init?.signal instanceof AbortSignal]);
+    init?.signal?.addEventListener('abort', () => reasons.push(init.signal.reason?.name));
+    return original(input, init);
+  };
+  const before = timers();
+  const ok = seq('200');
+  assert.equal((await api.retryFetch(ok.url, undefined, { ...fast, deadlineMs: 60_000 })).status, 200);
+  assert.deepEqual(seen, [['string', true]], 'what the global fetch was given');
+  assert.equal(timers(), before, 'a deadline timer outlived the attempt');
+  seen.length = 0;
+  const hang = seq('hang,200');
+  const err = await api.retryFetch(hang.url, { method: 'GET' }, { ...fast, deadlineMs: 200 }).then(
+    (r) => assert.fail(`resolved with ${r.status}`),
+    (e) => e,
+  );
+  assert.equal(err.reason, 'deadline');
+  assert.deepEqual(seen, [['string', true]], 'sent once');
+  assert.deepEqual(reasons, ['TimeoutError']);
+  assert.equal(timers(), before, 'a timer outlived the call');
+}));
+
 test('a wrapper of the global fetch that throws synchronously failed like one that rejects: retried, no throw out of the call, no timer left', () => withGlobalFetch(async (original) => {
   for (const [label, init, options] of [
     ['GET', undefined, fast],

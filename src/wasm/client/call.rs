@@ -1,7 +1,7 @@
 //! One `retryFetch` call, performed by Rust.
 //!
-//! The success path is lean: when a call needs no key of ours, no body buffering, no deadline,
-//! no signal of its own and no guard, and the policy retries no status below 400, the export
+//! The success path is lean: when a call needs no key of ours, no body buffering, no signal
+//! of its own and no guard, and the policy retries no status below 400, the export
 //! sends at once with the global `fetch` and returns `fetch(...).then(onSettled)`, where
 //! `onSettled` is one long-lived closure per policy (a client's defaults, its cached per-call
 //! options; bound to the request per call). A URL string (or `URL`) with no `init` or a plain one (no
@@ -9,8 +9,9 @@
 //! it is, any other with its headers, the key of ours and a client's defaults included, on a
 //! `Headers` in the copy (and a POST with `redirect: 'manual'` where the loop follows
 //! redirects itself: a redirect answer goes to the loop, which follows it). A response below
-//! 400 goes straight back: no Rust future, no allocation in Rust. A `timeoutMs` on a URL call
-//! adds a signal of ours to what is sent and a timer that aborts it (`FirstTimer`). Only when
+//! 400 goes straight back: no Rust future, no allocation in Rust. A `timeoutMs` or `deadlineMs`
+//! on a URL call adds a signal of ours to what is sent and a timer that aborts it at the first
+//! attempt's time limit (`FirstTimer`). Only when
 //! the first attempt did not simply succeed does the call become a Rust future
 //! (`future_to_promise`) running [`run`], the loop below, which every other call runs from
 //! the start.
@@ -264,10 +265,10 @@ impl Client {
             Some(c) if lean_input && !plain_get && c.keyed => lean_headers(policy, c)?,
             _ => None,
         };
-        // A time limit (`timeoutMs`) on a lean first attempt: a signal of ours in what is
-        // sent, and a timer; a POST whose redirects the loop follows itself takes the loop,
-        // which bounds every hop.
-        let limit = policy.retry.timeout_ms;
+        // A time limit on a lean first attempt (`timeoutMs`, shortened to `deadlineMs`): a
+        // signal of ours in what is sent, and a timer; a POST whose redirects the loop follows
+        // itself takes the loop, which bounds every hop.
+        let limit = policy.retry.attempt_limit_ms(policy.retry.deadline_ms);
         let keyed = keyed.filter(|(_, manual)| !manual || limit.is_none());
         let copy = plain.map(|c| c.copy);
         // What fetch is given: `request` (the URL, or the `Request` made here) and `send`;
@@ -519,15 +520,15 @@ fn add_default_headers(
 }
 
 /// Can a call under `policy` take the lean path (given a lean request)? No guard, no
-/// deadline, no `options.signal`, no custom transport, no status below 400 to retry. A time
-/// limit (`timeoutMs`) is lean for a URL sent as `fetch(url, init)` only (`FirstTimer`).
+/// `options.signal`, no custom transport, no status below 400 to retry. A time limit
+/// (`timeoutMs`, `deadlineMs`) is lean for a URL sent as `fetch(url, init)` only
+/// (`FirstTimer`): the first attempt is all the deadline bounds before the loop runs.
 fn lean_policy(policy: &Policy) -> bool {
     let p = &policy.retry;
     !policy.has_guards()
         && policy.signal.is_none()
         && policy.on_settled.is_none()
         && policy.fetch.is_none()
-        && p.deadline_ms.is_none()
         && p.retries_no_status_below_400()
 }
 
@@ -608,7 +609,7 @@ pub struct First {
     /// It was sent with `redirect: 'manual'` and answered with a redirect, for the loop to
     /// follow (`follows_itself`).
     manual: bool,
-    /// It failed because its time limit (`timeoutMs`) fired.
+    /// It failed because its time limit (`timeoutMs`, shortened to `deadlineMs`) fired.
     timed_out: bool,
 }
 
