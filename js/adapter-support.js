@@ -38,7 +38,9 @@ function deferred() {
  *   companion read, and the companion's own signal) set; or the companion's own Response
  *   when it answered without running the route;
  * - `run.answer(response)` / `run.fail(error)`: the route's answer, or its error (the route
- *   threw); the first call counts;
+ *   threw); the first call counts; the headers of `before` (`[name, value]` pairs set on the
+ *   framework's response before the adapter ran) that the route left as they were are not part
+ *   of its answer (`withoutHeadersBefore`);
  * - `run.passThrough`: after `first()` gave null, whether the companion lets the request
  *   through (no key, or a key on a method it ignores: `ctx.key` is null): it neither stores nor
  *   replays the answer, so the route answers through the framework as without the adapter;
@@ -65,7 +67,7 @@ export function deferredCompanion(options) {
     return state.answer.promise;
   }, options);
 
-  return function start(request) {
+  return function start(request, before = []) {
     const state = { ctx: undefined, request: undefined, held: deferred(), answer: deferred(), settled: false };
     // The companion resolves with a Response; should it ever reject (a bug, or a handler of
     // the user's such as `identity` that throws), the adapter passes the error on.
@@ -85,7 +87,8 @@ export function deferredCompanion(options) {
       answer(response) {
         if (state.settled) return;
         state.settled = true;
-        state.answer.resolve(response);
+        const keyed = state.ctx !== undefined && state.ctx.key !== null;
+        state.answer.resolve(keyed ? withoutHeadersBefore(response, before) : response);
       },
       fail(error) {
         if (state.settled) return;
@@ -132,6 +135,26 @@ export function headerPairs(response) {
     if (name !== 'set-cookie') pairs.push([name, value]);
   }
   return pairs;
+}
+
+/**
+ * `response` without the headers an earlier middleware set on this request (`before`) that the
+ * route left as they were: the companion stores the route's own answer, and a replay gets the
+ * ones its own request's middleware set (a CORS `Access-Control-Allow-Origin` echoing that
+ * request's `Origin`, a request id), as every answer does (`finalHeaders`).
+ */
+export function withoutHeadersBefore(response, before) {
+  const drop = [];
+  for (const [name, value] of before) {
+    const lower = name.toLowerCase();
+    if (lower === 'set-cookie') continue; // never stored
+    const given = Array.isArray(value) ? value.map(String).join(', ') : String(value);
+    if (response.headers.get(lower) === given) drop.push(lower);
+  }
+  if (drop.length === 0) return response;
+  const headers = new Headers(response.headers);
+  for (const name of drop) headers.delete(name);
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
 }
 
 /**

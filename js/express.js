@@ -207,7 +207,7 @@ async function handle(start, req, res, next) {
   const before = currentHeaders(res);
   const sendThrough = { writeHead: res.writeHead, end: res.end };
   const { request, streamed } = fetchRequest(req);
-  const run = start(request);
+  const run = start(request, before);
   let early;
   try {
     early = await run.first();

@@ -115,7 +115,7 @@ export async function idempotency(fastify, options) {
     if (request.is404) return; // no route: Fastify's 404, nothing to protect
     if (request.routeOptions?.config?.idempotency === false) return; // the route opted out
     const before = Object.entries(reply.getHeaders());
-    const run = start(fetchRequest(request));
+    const run = start(fetchRequest(request), before);
     const early = await run.first();
     if (early !== null) return sendOwn(request, reply, early, before);
     request.idempotency = run.ctx;

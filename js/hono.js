@@ -77,7 +77,7 @@ export function idempotency(options) {
       }
     }
     const before = headersBefore(c);
-    const run = start(new Request(raw.url, init));
+    const run = start(new Request(raw.url, init), before);
     const early = await run.first();
     if (early !== null) {
       replaceResponse(c, withHeaders(early, before));

@@ -65,6 +65,13 @@ const DEFAULT_RUN_RETENTION_MS = 604_800_000;
 const RETENTION_EXPECTED = `an integer number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`;
 /** The most runs of one key that runs() returns: the newest (by started_at, then id). */
 const MAX_RUNS_READ = 1000;
+/**
+ * How long release() waits for its ROLLBACK before it ends the transaction by terminating the
+ * connection's backend: a statement the handler left running (blocked on a lock, a query it
+ * never awaited) would hold the ROLLBACK, and the key's row with it, behind it for as long as
+ * it runs.
+ */
+const ROLLBACK_WAIT_MS = 250;
 /** Where the INSERT's result is in the results of the claim's one query (#claimSql). */
 const CLAIM_INSERT = 4;
 /** SQLSTATE lock_not_available: lock_timeout ran out (another live transaction holds the key). */
@@ -1071,9 +1078,35 @@ COMMIT`;
     this.#held.delete(token);
     entry.closed = true; // ctx.tx refuses to be used from now on (a companion that never called closeTransaction())
     // A connection that cannot roll back is destroyed, which rolls the transaction back too.
-    const sound = await this.#rollback(entry);
+    let timer;
+    const late = new Promise((resolve) => (timer = setTimeout(resolve, ROLLBACK_WAIT_MS, 'late')));
+    const sound = await Promise.race([this.#rollback(entry), late]);
+    clearTimeout(timer);
+    if (sound === 'late' || (sound === false && entry.lost === undefined)) {
+      // Queued behind a statement still running (or refused by a client that does not queue
+      // one behind another): its backend is terminated (PostgreSQL rolls the transaction back
+      // and frees the key's row at once), and the client destroyed.
+      await this.#terminate(entry);
+      this.#giveBack(entry, entry.lost ?? new Error('PostgresStore: the ROLLBACK did not complete (behind a statement the handler left running); its connection was terminated'));
+      return true;
+    }
     this.#giveBack(entry, sound ? undefined : (entry.lost ?? new Error('ROLLBACK failed')));
     return true;
+  }
+
+  /**
+   * Terminate the backend of `entry`'s connection (`pg_terminate_backend`, through the pool:
+   * allowed for a backend of the pool's own role), which ends its transaction whatever it
+   * runs. A client with no `processID` (not a pg `Client`) is only destroyed by the caller.
+   */
+  async #terminate(entry) {
+    const pid = entry.client.processID;
+    if (!Number.isSafeInteger(pid)) return;
+    try {
+      await this.#pool.query('SELECT pg_terminate_backend($1)', [pid]);
+    } catch {
+      // The pool cannot reach the server either: destroying the client is all that is left.
+    }
   }
 
   /**

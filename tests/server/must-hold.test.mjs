@@ -65,6 +65,7 @@ async function postgresSetup() {
   await pool.query(`CREATE TABLE "${charges}" (id serial PRIMARY KEY, run int NOT NULL)`);
   return {
     store,
+    table: charges,
     insert: (tx, run) => tx.query(`INSERT INTO "${charges}" (run) VALUES ($1)`, [run]),
     rows: async () => (await pool.query(`SELECT run FROM "${charges}" ORDER BY id`)).rows.map((r) => r.run),
   };
@@ -194,6 +195,33 @@ t('1. handlerTimeoutMs with PostgresStore: the stopped handler\'s ctx.tx writes 
   assert.deepEqual(await rows(), [2], 'the retry committed once');
 });
 
+t('1. handlerTimeoutMs with PostgresStore: a handler stuck in a ctx.tx statement (blocked on a lock) is given up on, its transaction ended and the key freed', { skip: pgSkip }, async () => {
+  const { store, insert, rows, table } = await postgresSetup();
+  const blocker = await pool.connect();
+  try {
+    await blocker.query(`BEGIN; LOCK TABLE "${table}" IN ACCESS EXCLUSIVE MODE`);
+    let runs = 0;
+    const h = idempotency(async (request, ctx) => {
+      const run = ++runs;
+      await insert(ctx.tx, run); // run 1 waits for the blocker's lock, ignoring its signal
+      return Response.json({ run }, { status: 201 });
+    }, { store, identity: false, handlerTimeoutMs: 100, lockTimeoutMs: 1000, onError: () => {} });
+    const key = newKey();
+    const started = Date.now();
+    const first = await Promise.race([h(keyed(key)), sleep(8_000).then(() => assert.fail('no answer within 8 s'))]);
+    await problemOf(first, 503, 'idempotency-handler-timeout', { retryAfter: true });
+    assert.ok(Date.now() - started < 5_000, `answered after ${Date.now() - started} ms`);
+    await blocker.query('ROLLBACK');
+    const retried = await Promise.race([h(keyed(key)), sleep(8_000).then(() => assert.fail('the retry: no answer within 8 s'))]);
+    assert.equal(retried.status, 201, 'the key was freed: the retry ran');
+    assert.deepEqual(await retried.json(), { run: 2 });
+    assert.deepEqual(await rows(), [2], 'the stuck run wrote nothing; the retry committed once');
+  } finally {
+    await blocker.query('ROLLBACK').catch(() => {});
+    blocker.release();
+  }
+});
+
 t('1. handlerTimeoutMs: a handler that ignores its aborted signal and finishes within lockTimeoutMs has its answer stored', async () => {
   const seen = [];
   let runs = 0;
@@ -212,6 +240,39 @@ t('1. handlerTimeoutMs: a handler that ignores its aborted signal and finishes w
   assert.equal(again.headers.get('idempotent-replayed'), 'true', 'its answer was stored');
   assert.deepEqual(await again.json(), { run: 1 });
   assert.equal(runs, 1);
+});
+
+t('1. handlerTimeoutMs bounds the reading of the answer\'s body too: a body that ends at the abort frees the key at once; one that never ends is given up on lockTimeoutMs later', async () => {
+  const spy = spyStore(new MemoryStore());
+  let runs = 0;
+  const h = idempotency(async (request) => {
+    const run = ++runs;
+    if (run === 3) return Response.json({ run }, { status: 201 });
+    // The answer comes at once; its body sends a chunk and then waits: on the signal
+    // (run 1), or for ever (run 2).
+    return new Response(new ReadableStream({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('partial'));
+        if (run === 1) request.signal.addEventListener('abort', () => controller.error(request.signal.reason), { once: true });
+      },
+    }), { status: 200 });
+  }, { store: spy.store, identity: false, handlerTimeoutMs: 100, lockTimeoutMs: 1000, onError: () => {} });
+  const within = (promise, ms) => Promise.race([promise, sleep(ms).then(() => assert.fail(`no answer within ${ms} ms`))]);
+  const key = newKey();
+  let started = Date.now();
+  await problemOf(await within(h(keyed(key)), 5_000), 503, 'idempotency-handler-timeout', { retryAfter: true });
+  assert.ok(Date.now() - started < 900, `the body that ended at the abort: answered after ${Date.now() - started} ms`);
+  assert.equal(spy.calls.filter(([m]) => m === 'release').length, 1, 'the key released');
+  started = Date.now();
+  await problemOf(await within(h(keyed(key)), 5_000), 503, 'idempotency-handler-timeout', { retryAfter: true });
+  const took = Date.now() - started;
+  assert.ok(took >= 1_000 && took < 3_000, `the body that never ends: answered after ${took} ms (handlerTimeoutMs 100 + lockTimeoutMs 1000)`);
+  assert.equal(spy.calls.filter(([m]) => m === 'complete').length, 0, 'nothing stored');
+  // Its lock is no longer renewed: once it lapses the retry runs the handler again.
+  await sleep(300);
+  const retried = await within(h(keyed(key)), 5_000);
+  assert.equal(retried.status, 201);
+  assert.deepEqual(await retried.json(), { run: 3 });
 });
 
 t('1. MemoryStore: a holder whose event loop was blocked past its lease keeps the key: the waiting duplicate gets its answer, the handler runs once', async () => {

@@ -7,6 +7,7 @@ use js_sys::Uint8Array;
 use wasm_bindgen::prelude::*;
 use web_sys::{Headers, Response, ResponseInit};
 
+use super::flow::Limit;
 use super::incoming::NodeSource;
 use super::runs::error_text;
 use super::store::StoredResponse;
@@ -175,19 +176,27 @@ pub struct Answer {
 }
 
 /// Read `response` whole into an [`Answer`]; `node`: the request `toNodeHandler` handed over,
-/// for which the live response is what it writes ([`node_answer`]).
+/// for which the live response is what it writes ([`node_answer`]). Under `handlerTimeoutMs`
+/// (`limit`, with its grace) the body is read within what is left of the handler's limit:
+/// `Ok(None)` when it still has not ended then (a body that never ends is a handler that hangs).
 pub async fn read_answer(
     response: &Response,
     node: Option<&NodeSource>,
-) -> Result<Answer, JsValue> {
+    limit: Option<(&Limit<'_>, f64)>,
+) -> Result<Option<Answer>, JsValue> {
     // The handler's Response is read through its own properties (an instance's getter may
     // shadow the prototype's, and throw): every read is bound with `catch`, and a failure is
     // the handler's, as a throw would be.
     let target: &JsValue = response.as_ref();
-    let read =
-        wasm_bindgen_futures::JsFuture::from(js::promise_of(response.array_buffer()?.as_ref()));
-    let body =
-        js::bytes_of(&read.await?).map_err(|e| unusable("its arrayBuffer()", &message(&e)))?;
+    let read = js::promise_of(response.array_buffer()?.as_ref());
+    let buffer = match limit {
+        None => wasm_bindgen_futures::JsFuture::from(read).await?,
+        Some((limit, grace_ms)) => match limit.bound(&read, grace_ms).await {
+            Some(outcome) => outcome?,
+            None => return Ok(None),
+        },
+    };
+    let body = js::bytes_of(&buffer).map_err(|e| unusable("its arrayBuffer()", &message(&e)))?;
     let bytes = body.to_vec();
     let given = js::get_or_throw(target, "headers")?;
     let source = match given.dyn_into::<Headers>() {
@@ -254,12 +263,12 @@ pub async fn read_answer(
             body: BASE64.encode(&bytes),
         }
     };
-    Ok(Answer {
+    Ok(Some(Answer {
         stored,
         has_retry_after,
         too_large,
         live,
-    })
+    }))
 }
 
 /// The `TypeError` for a handler's Response that cannot be read: `what` ("its status") and

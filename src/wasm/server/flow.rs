@@ -299,12 +299,43 @@ pub enum Ran {
     Abandoned,
 }
 
-/// The handler's time limit: abort `controller` with a `TimeoutError` after `ms`.
+/// The handler's time limit: abort `controller` with a `TimeoutError` `ms` after `from_ms`.
 pub struct Limit<'a> {
     /// `handlerTimeoutMs`.
     pub ms: f64,
     /// The controller of the handler's `request.signal`.
     pub controller: &'a web_sys::AbortController,
+    /// When the handler was called (`Date.now()`).
+    pub from_ms: f64,
+}
+
+impl Limit<'_> {
+    /// `promise`'s outcome within the limit: once it is reached the handler's signal aborts
+    /// (a `TimeoutError`), and `grace_ms` after it `None` when `promise` is still pending.
+    /// What the handler does, and the reading of its answer's body, share one limit.
+    pub async fn bound(
+        &self,
+        promise: &Promise,
+        grace_ms: f64,
+    ) -> Option<Result<JsValue, JsValue>> {
+        let abort_at = self.from_ms + self.ms;
+        let left = abort_at - js_sys::Date::now();
+        if left > 0.0 {
+            if let Some(outcome) = within(promise, left).await {
+                return Some(outcome);
+            }
+        }
+        if !self.controller.signal().aborted() {
+            let reason = web_sys::DomException::new_with_message_and_name(
+                "the handler ran longer than handlerTimeoutMs",
+                "TimeoutError",
+            )
+            .map(JsValue::from)
+            .unwrap_or(JsValue::UNDEFINED);
+            self.controller.abort_with_reason(&reason);
+        }
+        within(promise, abort_at + grace_ms - js_sys::Date::now()).await
+    }
 }
 
 /// What [`run_holding`] calls: `f(input, ctx)`, `ctx` made from `route` and `signal` (see
@@ -354,14 +385,14 @@ pub fn renew_while_held(c: &Common, k: &Keyed) -> Renewal {
 /// Returns how it ended, the context (was `tx` used?) and the renewal (was the lock lost?),
 /// which stops renewing when dropped. With a `limit`, the handler's signal is aborted after
 /// `limit.ms`, and a handler that still has not settled `lockTimeoutMs` later is
-/// [`Ran::Abandoned`]. Once it has settled (or is abandoned), the store's transaction is
+/// [`Ran::Abandoned`] ([`Limit::bound`]). Once it has settled (or is abandoned), the store's transaction is
 /// closed to it (`closeTransaction`): `ctx.tx` throws from then on.
 pub async fn run_holding(
     c: &Common,
     k: &Keyed,
     call: Invocation<'_>,
     caller: &Caller,
-    limit: Option<Limit<'_>>,
+    limit: Option<&Limit<'_>>,
 ) -> (Ran, Context, Renewal) {
     let Invocation {
         f,
@@ -383,19 +414,7 @@ pub async fn run_holding(
             let promise = js::promise_of(&v);
             match limit {
                 None => Some(JsFuture::from(promise).await),
-                Some(limit) => match within(&promise, limit.ms).await {
-                    Some(outcome) => Some(outcome),
-                    None => {
-                        let reason = web_sys::DomException::new_with_message_and_name(
-                            "the handler ran longer than handlerTimeoutMs",
-                            "TimeoutError",
-                        )
-                        .map(JsValue::from)
-                        .unwrap_or(JsValue::UNDEFINED);
-                        limit.controller.abort_with_reason(&reason);
-                        within(&promise, c.limits.lock_timeout_ms).await
-                    }
-                },
+                Some(limit) => limit.bound(&promise, c.limits.lock_timeout_ms).await,
             }
         }
     };

@@ -25,7 +25,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Request, Response};
 
 use super::answers::{
-    accepted_record, as_response, from_stored, problem, problem_record, read_answer,
+    accepted_record, as_response, from_stored, problem, problem_record, read_answer, Answer,
 };
 use super::context::Caller;
 use super::flow::{
@@ -252,6 +252,16 @@ fn unavailable(s: &HttpSettings, error: &JsValue, operation: &str) -> Result<JsV
 }
 
 /// Holding the key: run the handler, then store its answer or free the key.
+/// How a keyed handler ended, its answer read.
+enum Answered {
+    /// It answered, and its answer was read whole.
+    Answer(Answer),
+    /// It threw, or its answer cannot be read (or its body failed).
+    Failed(JsValue),
+    /// It (or its answer's body) was still pending `lockTimeoutMs` after its signal aborted.
+    Abandoned,
+}
+
 async fn process(
     s: &HttpSettings,
     k: &Keyed,
@@ -299,7 +309,11 @@ async fn process(
         .limits
         .handler_timeout_ms
         .zip(controller.as_ref())
-        .map(|(ms, controller)| Limit { ms, controller });
+        .map(|(ms, controller)| Limit {
+            ms,
+            controller,
+            from_ms: js_sys::Date::now(),
+        });
     let signal = request.signal();
     let call = Invocation {
         f: handler,
@@ -307,54 +321,72 @@ async fn process(
         route,
         signal: &signal,
     };
-    let (ran, ctx, renewal) = run_holding(c, k, call, caller, limit).await;
-    let aborted = controller.as_ref().is_some_and(|c| c.signal().aborted());
+    let (ran, ctx, renewal) = run_holding(c, k, call, caller, limit.as_ref()).await;
     let node = match req {
         Incoming::Node(source) => Some(source),
         Incoming::Web(_) => None,
     };
-    let failure = match ran {
+    // Its answer's body is read within the handler's limit, with the same grace: one that
+    // never ends holds the key no longer than a handler that hangs.
+    let answered = match ran {
         Ran::Resolved(value) => match as_response(value.clone()).await {
-            Err(error) => error, // its body failed
-            Ok(Some(response)) => match read_answer(&response, node).await {
-                Ok(answer) => {
-                    let storable = !answer.too_large;
-                    match ending(
-                        answer.stored.status,
-                        answer.has_retry_after,
-                        c.store.transactional,
-                        ctx.used_tx(),
-                        storable,
-                        aborted,
-                    ) {
-                        // A failure the companion's abort led to (a framework's error handler
-                        // answering the abort's throw): ended as that throw, below.
-                        Ending::Stopped => controller
-                            .as_ref()
-                            .map(|c| c.signal().reason())
-                            .unwrap_or(JsValue::UNDEFINED),
-                        Ending::Free => {
-                            // "Not processed", or rolled back: the key is freed so that the
-                            // client's retry runs it.
-                            drop(renewal);
-                            log.end_before_freeing(c, freed(c, &ctx), None).await;
-                            free_key(c, k).await;
-                            if !storable {
-                                return problem(500, "idempotency-answer-too-large", "The answer was too large to be stored",
+            Err(error) => Answered::Failed(error), // its body failed
+            Ok(Some(response)) => {
+                let bound = limit.as_ref().map(|l| (l, c.limits.lock_timeout_ms));
+                match read_answer(&response, node, bound).await {
+                    Ok(Some(answer)) => Answered::Answer(answer),
+                    Ok(None) => Answered::Abandoned,
+                    Err(error) => Answered::Failed(error), // its body failed
+                }
+            }
+            Ok(None) => Answered::Failed(type_error(&format!(
+                "idempotency: the handler must resolve with a Response; got {}",
+                describe(&value)
+            ))),
+        },
+        Ran::Threw(error) => Answered::Failed(error),
+        Ran::Abandoned => Answered::Abandoned,
+    };
+    let aborted = controller.as_ref().is_some_and(|c| c.signal().aborted());
+    let failure = match answered {
+        Answered::Answer(answer) => {
+            let storable = !answer.too_large;
+            match ending(
+                answer.stored.status,
+                answer.has_retry_after,
+                c.store.transactional,
+                ctx.used_tx(),
+                storable,
+                aborted,
+            ) {
+                // A failure the companion's abort led to (a framework's error handler
+                // answering the abort's throw): ended as that throw, below.
+                Ending::Stopped => controller
+                    .as_ref()
+                    .map(|c| c.signal().reason())
+                    .unwrap_or(JsValue::UNDEFINED),
+                Ending::Free => {
+                    // "Not processed", or rolled back: the key is freed so that the
+                    // client's retry runs it.
+                    drop(renewal);
+                    log.end_before_freeing(c, freed(c, &ctx), None).await;
+                    free_key(c, k).await;
+                    if !storable {
+                        return problem(500, "idempotency-answer-too-large", "The answer was too large to be stored",
                                     &format!("The answer (over 32 MiB) could not be stored for replay, so the handler's writes through ctx.tx were rolled back and nothing is kept for this {header}."), false).map(JsValue::from);
-                            }
-                            return Ok(answer.live);
-                        }
-                        Ending::Store => {
-                            let stored = store_answer(c, k, &answer.stored, renewal.lost()).await;
-                            log.end_later(
-                                match stored {
-                                    Stored::Kept => Outcome::Stored,
-                                    Stored::Failed | Stored::LockLost => Outcome::NotStored,
-                                },
-                                None,
-                            );
-                            return match stored {
+                    }
+                    return Ok(answer.live);
+                }
+                Ending::Store => {
+                    let stored = store_answer(c, k, &answer.stored, renewal.lost()).await;
+                    log.end_later(
+                        match stored {
+                            Stored::Kept => Outcome::Stored,
+                            Stored::Failed | Stored::LockLost => Outcome::NotStored,
+                        },
+                        None,
+                    );
+                    return match stored {
                                 Stored::Kept => Ok(answer.live),
                                 // With a transactional store nothing was committed, the handler's
                                 // ctx.tx writes neither: the handler's answer would be a lie. Say so.
@@ -364,19 +396,13 @@ async fn process(
                                 // The effect happened; the answer is the truth even if it is not stored.
                                 Stored::Failed | Stored::LockLost => Ok(answer.live),
                             };
-                        }
-                    }
                 }
-                Err(error) => error, // its body failed
-            },
-            Ok(None) => type_error(&format!(
-                "idempotency: the handler must resolve with a Response; got {}",
-                describe(&value)
-            )),
-        },
-        Ran::Threw(error) => error,
-        Ran::Abandoned => {
-            // A handler that ignores its aborted signal is treated as one that hung: with a
+            }
+        }
+        Answered::Failed(error) => error,
+        Answered::Abandoned => {
+            // A handler that ignores its aborted signal (or an answer whose body does not end)
+            // is treated as one that hung: with a
             // transactional store its transaction is rolled back now; otherwise its lock is
             // no longer renewed and lapses after lockTimeoutMs (the time it has to finish),
             // then the retry runs it.
@@ -389,7 +415,7 @@ async fn process(
                 log.end_later(Outcome::Freed, None);
                 (c.limits.lock_timeout_ms / 1000.0).ceil()
             };
-            c.reporter.handler_error(&js_sys::Error::new("idempotency: the handler ran past handlerTimeoutMs and did not stop when its signal was aborted").into());
+            c.reporter.handler_error(&js_sys::Error::new("idempotency: the handler (or its answer's body) ran past handlerTimeoutMs and did not stop when its signal was aborted").into());
             let stored = problem_record(503, "idempotency-handler-timeout", "The request took too long",
                 &format!("The handler did not finish within its time limit and was stopped; nothing is stored for this {header}. Retry later with the same key."), false)?;
             let response = from_stored(&stored, false)?;

@@ -9,7 +9,7 @@ import { gzipSync } from 'node:zlib';
 import express from 'express';
 import connect from 'connect';
 import { idempotency } from 'retry-fetch/express';
-import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertUncodedReplay } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertUncodedReplay, assertPerRequestHeadersReplayed } from './support.mjs';
 
 /** Serve `handler` (an Express app, a Connect app) on 127.0.0.1:0. */
 async function listen(handler) {
@@ -413,3 +413,21 @@ async function startConnect({ options, route }) {
 
 adapterScenarios('Express', startExpress);
 adapterScenarios('Connect', startConnect);
+
+test('Express: a replay carries the headers its own request\'s middleware set (CORS origin, request id), and the route\'s own', async () => {
+  const app = quietApp();
+  app.use((req, res, next) => {
+    res.setHeader('Access-Control-Allow-Origin', req.headers.origin);
+    res.setHeader('X-Request-Id', req.headers['x-request-id']);
+    next();
+  });
+  app.use(express.json());
+  app.use(idempotency(NO_SCOPE));
+  app.post('/pay', (req, res) => res.set('X-Route', 'paid').status(201).json({ ok: true }));
+  const server = await listen(app);
+  try {
+    await assertPerRequestHeadersReplayed(server.url, '/pay');
+  } finally {
+    await server.close();
+  }
+});

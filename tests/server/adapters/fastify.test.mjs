@@ -8,7 +8,7 @@ import { Readable } from 'node:stream';
 import Fastify from 'fastify';
 import { idempotency } from 'retry-fetch/fastify';
 import defaultExport from 'retry-fetch/fastify';
-import { adapterScenarios, post, snapshot, pay, upload, streamProbe } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertPerRequestHeadersReplayed } from './support.mjs';
 
 /** Start `app` on 127.0.0.1:0. */
 async function listen(app) {
@@ -292,3 +292,19 @@ async function startFastify({ options, route }) {
 }
 
 adapterScenarios('Fastify', startFastify);
+
+test('Fastify: a replay carries the headers its own request\'s hooks set (CORS origin, request id), and the route\'s own', async () => {
+  const app = Fastify();
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('access-control-allow-origin', request.headers.origin);
+    reply.header('x-request-id', request.headers['x-request-id']);
+  });
+  await app.register(defaultExport, NO_SCOPE);
+  app.post('/pay', async (request, reply) => reply.header('x-route', 'paid').code(201).send({ ok: true }));
+  const server = await listen(app);
+  try {
+    await assertPerRequestHeadersReplayed(server.url, '/pay');
+  } finally {
+    await server.close();
+  }
+});

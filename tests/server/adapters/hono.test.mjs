@@ -11,7 +11,7 @@ import { compress } from 'hono/compress';
 import { HTTPException } from 'hono/http-exception';
 import { serve } from '@hono/node-server';
 import { idempotency } from 'retry-fetch/hono';
-import { adapterScenarios, post, snapshot, pay, upload, assertUncodedReplay } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, assertUncodedReplay, assertPerRequestHeadersReplayed } from './support.mjs';
 
 /** Serve `app` with @hono/node-server on 127.0.0.1:0. */
 async function listen(app) {
@@ -271,3 +271,20 @@ async function startHono({ options, route }) {
 }
 
 adapterScenarios('Hono', startHono);
+
+test('Hono: a replay carries the headers its own request\'s middleware set (CORS origin, request id), and the route\'s own', async () => {
+  const app = new Hono();
+  app.use('*', async (c, next) => {
+    c.header('Access-Control-Allow-Origin', c.req.header('origin'));
+    c.header('X-Request-Id', c.req.header('x-request-id'));
+    await next();
+  });
+  app.use('/pay', idempotency(NO_SCOPE));
+  app.post('/pay', (c) => c.json({ ok: true }, 201, { 'X-Route': 'paid' }));
+  const server = await listen(app);
+  try {
+    await assertPerRequestHeadersReplayed(server.url, '/pay');
+  } finally {
+    await server.close();
+  }
+});

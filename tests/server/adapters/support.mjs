@@ -339,3 +339,24 @@ export function adapterScenarios(name, start) {
     assert.equal(await checkedOut(), 0, 'every pool client is back');
   });
 }
+
+/**
+ * Headers an earlier middleware sets per request (a CORS origin echoed from `Origin`, a request
+ * id from `X-Request-Id`) are this request's on a replay, not the first request's; a header
+ * the route set (`X-Route`) is replayed. `url + path` is a keyed POST route behind such a
+ * middleware that sets `X-Route: paid`.
+ */
+export async function assertPerRequestHeadersReplayed(url, path) {
+  const key = crypto.randomUUID();
+  const send = (origin, id) => post(url, path, { key, body: { amount: 1 }, headers: { Origin: origin, 'X-Request-Id': id } });
+  const first = await send('https://a.example', 'req-1');
+  assert.equal(first.status, 201);
+  assert.equal(first.headers.get('access-control-allow-origin'), 'https://a.example');
+  assert.equal(first.headers.get('x-request-id'), 'req-1');
+  assert.equal(first.headers.get('x-route'), 'paid');
+  const replay = await send('https://b.example', 'req-2');
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  assert.equal(replay.headers.get('access-control-allow-origin'), 'https://b.example', 'the replay\'s own origin');
+  assert.equal(replay.headers.get('x-request-id'), 'req-2', 'the replay\'s own request id');
+  assert.equal(replay.headers.get('x-route'), 'paid', 'the route\'s header, replayed');
+}
