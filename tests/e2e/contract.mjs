@@ -1229,6 +1229,31 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: a key in the call\'s headers option is the caller\'s key on every path: sent on every attempt, never replaced by one of ours',
+    async run({ api, seq }) {
+      const headers = { 'Idempotency-Key': 'order-42-pay' };
+      const request = (url) => new Request(url, { method: 'POST', body: 'pay' });
+      for (const [label, input, init, options] of [
+        ['POST, string body', null, { method: 'POST', body: 'pay' }, {}],
+        ['POST, no body', null, { method: 'POST' }, {}],
+        ['POST, bytes body', null, { method: 'POST', body: new TextEncoder().encode('pay') }, {}],
+        ['POST, string body, timeoutMs', null, { method: 'POST', body: 'pay' }, { timeoutMs: 5_000 }],
+        ['a Request', request, undefined, {}],
+        ['POST, idempotencyKey: false', null, { method: 'POST', body: 'pay' }, { idempotencyKey: false }],
+      ]) {
+        const s = seq('503,200');
+        const res = await api.retryFetch(input ? input(s.url) : s.url, init, { ...fast, ...options, headers });
+        equal(res.status, 200, `${label}: retried as a keyed request`);
+        deepEqual((await s.log()).map((r) => r.headers['idempotency-key']), ['order-42-pay', 'order-42-pay'], `${label}: keys sent`);
+      }
+      // Through a client: its per-call options likewise.
+      const client = api.createRetryFetch(fast);
+      const s = seq('503,200');
+      equal((await client(s.url, { method: 'POST', body: 'pay' }, { headers })).status, 200);
+      deepEqual((await s.log()).map((r) => r.headers['idempotency-key']), ['order-42-pay', 'order-42-pay'], 'client: keys sent');
+    },
+  },
+  {
     name: 'contract: deadlineMs on a URL call: a first attempt in flight at the deadline ends the call there, one in time is retried and its body read whole',
     async run({ api, seq }) {
       // The deadline cuts the first attempt (a GET, no init and a plain one; a keyed POST):

@@ -9,6 +9,9 @@ import { useFaultServer } from './runner.mjs';
 
 const seq = useFaultServer('node-only');
 const fast = { baseDelayMs: 5, jitter: 'none' };
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+/** A stream body that sends one byte and never ends. */
+const stalled = () => new ReadableStream({ start(c) { c.enqueue(new Uint8Array([1])); } });
 const enc = (s) => new TextEncoder().encode(s);
 
 /** How many timers are active in this process. */
@@ -302,6 +305,54 @@ test('deadlineMs on a URL GET: the first attempt is fetch(url, init) with a sign
   assert.deepEqual(reasons, ['TimeoutError']);
   assert.equal(timers(), before, 'a timer outlived the call');
 }));
+
+test('timeoutMs bounds the buffering of a stream body too: a stream that stalls ends the call (a RetryError, its cause a TimeoutError), nothing sent', async () => {
+  for (const [label, input] of [['init.body', (url) => url], ['a Request', (url) => new Request(url, { method: 'PUT', body: stalled(), duplex: 'half' })]]) {
+    const s = seq('200');
+    const url = input(s.url);
+    const began = Date.now();
+    const call = typeof url === 'string'
+      ? api.retryFetch(url, { method: 'PUT', body: stalled(), duplex: 'half' }, { ...fast, timeoutMs: 200 })
+      : api.retryFetch(url, undefined, { ...fast, timeoutMs: 200 });
+    const err = await Promise.race([call.then((r) => assert.fail(`${label}: resolved with ${r.status}`), (e) => e), sleep(5_000).then(() => assert.fail(`${label}: still pending after 5 s`))]);
+    assert.equal(err.name, 'RetryError', `${label}: ${err}`);
+    assert.equal(err.reason, 'body-not-replayable', `${label}: reason`);
+    assert.equal(err.cause?.name, 'TimeoutError', `${label}: cause`);
+    assert.ok(Date.now() - began < 2_000, `${label}: ended after ${Date.now() - began} ms`);
+    assert.equal((await s.log()).length, 0, `${label}: nothing was sent`);
+  }
+});
+
+test('a guard read from inside a call\'s step (a response whose headers.get reads it) is a TypeError there, never a panic: later calls and the guard work', async () => {
+  for (const which of ['breaker', 'budget', 'throttle']) {
+    const guard = which === 'breaker' ? new api.CircuitBreaker() : which === 'budget' ? new api.RetryBudget() : new api.AdaptiveThrottle();
+    const s = seq('503+ra=0,200');
+    const peek = () => (which === 'breaker' ? guard.state(s.url) : which === 'budget' ? guard.tokens(s.url) : guard.rate(s.url));
+    const seen = [];
+    const peeking = async (input, init) => {
+      const response = await fetch(input, init);
+      const get = response.headers.get.bind(response.headers);
+      Object.defineProperty(response.headers, 'get', {
+        value: (name) => {
+          try {
+            peek();
+            seen.push('read');
+          } catch (error) {
+            seen.push(error.name);
+          }
+          return get(name);
+        },
+      });
+      return response;
+    };
+    const res = await api.retryFetch(s.url, undefined, { ...fast, fetch: peeking, [which]: guard });
+    assert.equal(res.status, 200, which);
+    assert.ok(seen.length > 0 && seen.every((x) => x === 'read' || x === 'TypeError'), `${which}: ${seen}`);
+    assert.doesNotThrow(peek, `${which}: the guard after the call`);
+    const after = seq('200');
+    assert.equal((await api.retryFetch(after.url, undefined, { [which]: guard })).status, 200, `${which}: a later call`);
+  }
+});
 
 test('a wrapper of the global fetch that throws synchronously failed like one that rejects: retried, no throw out of the call, no timer left', () => withGlobalFetch(async (original) => {
   for (const [label, init, options] of [

@@ -468,14 +468,15 @@ fn lean_headers(policy: &Policy, plain: &PlainInit) -> Result<Option<(Headers, b
     };
     // The copy carries the headers as they are now: read once, whichever path sends them.
     js::set(&plain.copy, "headers", &headers);
+    if let Some(defaults) = &policy.headers {
+        // The call's own win. A client's defaults cannot hold the key header (refused with
+        // the options); the call's `headers` option can: the caller's key, as in `init`.
+        copy_headers(defaults, &headers, Some(&headers))?;
+    }
     let p = &policy.retry;
     let (key, add) = super::request::call_key(p, idempotent, &headers)?;
     if !add && !idempotent && key.is_some() {
         return Ok(None);
-    }
-    if let Some(defaults) = &policy.headers {
-        // The call's own win (a default cannot be the key header: refused with the options).
-        copy_headers(defaults, &headers, Some(&headers))?;
     }
     if let (true, Some(k)) = (add, &key) {
         headers.set(
@@ -928,24 +929,28 @@ async fn run_loop(
     let deadline = || deadline_error(p.deadline_ms.unwrap_or(0.0));
     // A first attempt the lean path sent had no body, or a string one (`Body::Text`).
     let body = match t.body_kind {
-        // Buffering a stream body waits on the caller's stream: an abort or the deadline
-        // ends it (the other bodies are in memory).
+        // Buffering a stream body waits on the caller's stream, as part of the first attempt:
+        // an abort, the deadline or the first attempt's time limit ends it (the other bodies
+        // are in memory). What was read of the stream cannot be sent again.
         BodyKind::Stream => {
             let step = pin!(t.body(p.max_buffered_body_bytes));
-            match bounded(
-                &mut signals,
-                engine.deadline_left_ms(js_sys::Date::now()),
-                step,
-            )
-            .await
-            {
+            let left = engine.deadline_left_ms(js_sys::Date::now());
+            let limit = p.attempt_limit_ms(left);
+            match bounded(&mut signals, limit, step).await {
                 Bounded::Done(body) => body?,
                 Bounded::Aborted(reason) => return Err(reason),
-                Bounded::TimeUp => {
+                Bounded::TimeUp if limit == left => {
                     return Err(retry_error(
                         StopReason::Deadline.as_str(),
                         &Array::new(),
                         &deadline(),
+                    ))
+                }
+                Bounded::TimeUp => {
+                    return Err(retry_error(
+                        StopReason::BodyNotReplayable.as_str(),
+                        &Array::new(),
+                        &timeout_error(limit.unwrap_or(0.0)),
                     ))
                 }
             }

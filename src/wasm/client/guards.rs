@@ -262,12 +262,15 @@ fn settings<const N: usize>(
 /// A guard class's handle: its registry id (what an option that names the guard is looked up
 /// by, `__retryFetchGuard`), the shared state, and its removal from the registry when freed.
 macro_rules! guard_handle {
-    ($(#[$doc:meta])* $handle:ident, $class:ident, $inner:ty) => {
+    ($(#[$doc:meta])* $handle:ident, $class:ident, $inner:ty, $config:ty) => {
         $(#[$doc])*
         #[wasm_bindgen(js_name = $class, skip_typescript)]
         pub struct $handle {
             id: f64,
             inner: $inner,
+            /// Its settings as given (read by its getters without borrowing `inner`).
+            #[allow(dead_code)]
+            config: $config,
         }
 
         #[wasm_bindgen(js_class = $class)]
@@ -290,7 +293,7 @@ macro_rules! guard_handle {
 guard_handle!(
     /// `new RetryBudget({ maxTokens = 10, tokenRatio = 0.1, refillPerSecond = 0.5 })`: gRPC
     /// retryThrottling per origin, a call's own failures not counted against it.
-    RetryBudgetHandle, RetryBudget, Rc<RefCell<RetryBudget>>
+    RetryBudgetHandle, RetryBudget, Rc<RefCell<RetryBudget>>, BudgetConfig
 );
 
 #[wasm_bindgen(js_class = RetryBudget)]
@@ -320,38 +323,42 @@ impl RetryBudgetHandle {
         })?;
         let inner = Rc::new(RefCell::new(RetryBudget::new(config)));
         let id = register(Guard::Budget(inner.clone()));
-        Ok(RetryBudgetHandle { id, inner })
+        Ok(RetryBudgetHandle { id, inner, config })
     }
 
     /// The token count of the origin of `url` (full, `maxTokens`, when never seen).
     pub fn tokens(&self, url: JsValue) -> Result<f64, JsValue> {
         let origin = url_argument("RetryBudget.tokens", &url)?;
-        Ok(self.inner.borrow().tokens(&origin, js_sys::Date::now()))
+        let budget = self
+            .inner
+            .try_borrow()
+            .map_err(|_| in_use("RetryBudget.tokens"))?;
+        Ok(budget.tokens(&origin, js_sys::Date::now()))
     }
 
     /// `refillPerSecond`.
     #[wasm_bindgen(getter, js_name = refillPerSecond)]
     pub fn refill_per_second(&self) -> f64 {
-        self.inner.borrow().config().refill_per_sec
+        self.config.refill_per_sec
     }
 
     /// `maxTokens`.
     #[wasm_bindgen(getter, js_name = maxTokens)]
     pub fn max_tokens(&self) -> f64 {
-        self.inner.borrow().config().max_tokens
+        self.config.max_tokens
     }
 
     /// `tokenRatio`.
     #[wasm_bindgen(getter, js_name = tokenRatio)]
     pub fn token_ratio(&self) -> f64 {
-        self.inner.borrow().config().token_ratio
+        self.config.token_ratio
     }
 }
 
 guard_handle!(
     /// `new AdaptiveThrottle({ initialRate = 200, rampMs = 200, beta = 0.7, scale = 0.4,
     /// minRate = 0.5, maxWaitMs = 10000 })`: an adaptive send rate per origin.
-    AdaptiveThrottleHandle, AdaptiveThrottle, Rc<RefCell<AdaptiveThrottle>>
+    AdaptiveThrottleHandle, AdaptiveThrottle, Rc<RefCell<AdaptiveThrottle>>, ()
 );
 
 #[wasm_bindgen(js_class = AdaptiveThrottle)]
@@ -394,14 +401,30 @@ impl AdaptiveThrottleHandle {
         })?;
         let inner = Rc::new(RefCell::new(AdaptiveThrottle::new(config)));
         let id = register(Guard::Throttle(inner.clone()));
-        Ok(AdaptiveThrottleHandle { id, inner })
+        Ok(AdaptiveThrottleHandle {
+            id,
+            inner,
+            config: (),
+        })
     }
 
     /// The current send rate (req/s) for the origin of `url`; `undefined` if never seen.
     pub fn rate(&self, url: JsValue) -> Result<Option<f64>, JsValue> {
         let origin = url_argument("AdaptiveThrottle.rate", &url)?;
-        Ok(self.inner.borrow_mut().rate(&origin, js_sys::Date::now()))
+        let mut throttle =
+            (self.inner.try_borrow_mut()).map_err(|_| in_use("AdaptiveThrottle.rate"))?;
+        Ok(throttle.rate(&origin, js_sys::Date::now()))
     }
+}
+
+/// The `TypeError` of a guard's method (`what`) called while a call holds the guard: from
+/// JavaScript the call runs while it decides its next step (a `Response` whose `headers.get`
+/// reads the guard). Never a panic, which would end the instance.
+#[cold]
+fn in_use(what: &str) -> JsValue {
+    let mut msg = String::from(what);
+    msg.push_str(": the guard is in use by a call deciding its next step (this was called from inside that step, e.g. from a response's headers.get)");
+    type_error(&msg)
 }
 
 fn integer_u32(v: f64) -> u32 {
@@ -415,7 +438,7 @@ fn integer_u32(v: f64) -> u32 {
 guard_handle!(
     /// `new CircuitBreaker({ failureThreshold = 5, openMs = 10000, halfOpenMaxCalls = 1,
     /// onStateChange })`: a circuit breaker per origin.
-    CircuitBreakerHandle, CircuitBreaker, Rc<BreakerShared>
+    CircuitBreakerHandle, CircuitBreaker, Rc<BreakerShared>, ()
 );
 
 #[wasm_bindgen(js_class = CircuitBreaker)]
@@ -448,17 +471,19 @@ impl CircuitBreakerHandle {
             on_state_change,
         });
         let id = register(Guard::Breaker(inner.clone()));
-        Ok(CircuitBreakerHandle { id, inner })
+        Ok(CircuitBreakerHandle {
+            id,
+            inner,
+            config: (),
+        })
     }
 
     /// `'closed'`, `'open'` or `'half-open'` for the origin of `url`.
     pub fn state(&self, url: JsValue) -> Result<String, JsValue> {
         let origin = url_argument("CircuitBreaker.state", &url)?;
-        let s: BreakerState = self
-            .inner
-            .state
-            .borrow()
-            .state(&origin, js_sys::Date::now());
+        let breaker =
+            (self.inner.state.try_borrow()).map_err(|_| in_use("CircuitBreaker.state"))?;
+        let s: BreakerState = breaker.state(&origin, js_sys::Date::now());
         Ok(s.as_str().to_string())
     }
 }
