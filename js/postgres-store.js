@@ -491,7 +491,7 @@ export class PostgresStore {
   #lockWaitMs;
   #runRetentionMs;
   #lastRunCleanup = 0;
-  #held = new Map(); // token -> { key, client, txid, lost, returned, closed, onError, guarded }: the open transactions of this store
+  #held = new Map(); // token -> { key, client, txid, pid, lost, returned, closed, onError, guarded }: the open transactions of this store
   #lastCleanup = 0;
   #secret = cachedSecret(() => this.#readSecret());
 
@@ -536,20 +536,21 @@ export class PostgresStore {
         WHERE key = ${param} ORDER BY started_at DESC, id COLLATE "C" DESC LIMIT ${MAX_RUNS_READ}) newest
         ORDER BY started_at, id COLLATE "C"`;
     this.#sql = {
-      // RETURNING the transaction's id, which complete() checks (one round trip for both).
+      // RETURNING the transaction's id, which complete() checks (one round trip for both), and
+      // its backend's pid, which release() may have to terminate.
       insert: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)
         VALUES ($1, $2, $3, 'null'::jsonb, now(), now() + $4::double precision * interval '1 millisecond')
-        ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()::text AS txid`,
+        ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()::text AS txid, pg_backend_pid() AS pid`,
       // The same INSERT with its values as literals, in two parts (#claimSql).
       insertInto: `INSERT INTO ${t} (scope, key, fingerprint, response, completed_at, expires_at)`,
-      onConflict: 'ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()::text AS txid',
+      onConflict: 'ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()::text AS txid, pg_backend_pid() AS pid',
       // completed_at as ms since the epoch: a float8 is a JS number whatever type parsers the
       // application set for timestamptz.
       select: `SELECT fingerprint, response, (extract(epoch FROM completed_at) * 1000)::double precision AS completed_ms,
         expires_at > now() AS live FROM ${t} WHERE scope = $1 AND key = $2`,
       takeOver: `UPDATE ${t} SET fingerprint = $3, response = 'null'::jsonb, completed_at = now(),
         expires_at = now() + $4::double precision * interval '1 millisecond'
-        WHERE scope = $1 AND key = $2 AND expires_at <= now() RETURNING txid_current()::text AS txid`,
+        WHERE scope = $1 AND key = $2 AND expires_at <= now() RETURNING txid_current()::text AS txid, pg_backend_pid() AS pid`,
       // clock_timestamp(), not now(): now() is when the transaction (the handler) began.
       // Only in the transaction acquire() opened: one that was ended through ctx.tx (a COMMIT
       // or ROLLBACK past the guard) has another id, or none (then this UPDATE runs on its own).
@@ -798,7 +799,7 @@ ${this.#holderSettings(ms)}`;
     if (typeof client?.release !== 'function') {
       throw new TypeError('PostgresStore: pool.connect() did not give a pool client (one with release()); pass a pg Pool, not a Client');
     }
-    const entry = { key, client, txid: undefined, lost: undefined, returned: false, closed: false, onError: undefined, guarded: undefined };
+    const entry = { key, client, txid: undefined, pid: undefined, lost: undefined, returned: false, closed: false, onError: undefined, guarded: undefined };
     // A checked-out pg client has no 'error' listener of the pool's: without one, a connection
     // that fails between two statements (killed, timed out) would crash the process.
     entry.onError = (error) => {
@@ -844,6 +845,7 @@ ${this.#holderSettings(ms)}`;
         }
         if (inserted.rowCount === 1) {
           entry.txid = inserted.rows[0].txid;
+          entry.pid = inserted.rows[0].pid;
           holding = true;
           break;
         }
@@ -863,6 +865,7 @@ ${this.#holderSettings(ms)}`;
         const taken = await client.query(this.#sql.takeOver, params);
         if (taken.rowCount === 1) {
           entry.txid = taken.rows[0].txid;
+          entry.pid = taken.rows[0].pid;
           holding = true;
         }
       }
@@ -1084,10 +1087,12 @@ COMMIT`;
     clearTimeout(timer);
     if (sound === 'late' || (sound === false && entry.lost === undefined)) {
       // Queued behind a statement still running (or refused by a client that does not queue
-      // one behind another): its backend is terminated (PostgreSQL rolls the transaction back
-      // and frees the key's row at once), and the client destroyed.
-      await this.#terminate(entry);
+      // one behind another): the client is destroyed first (its slot in the pool is free
+      // again: with every connection held by a key, the pool has one for what follows), then
+      // its backend, still running that statement, is terminated: PostgreSQL rolls the
+      // transaction back and frees the key's row at once.
       this.#giveBack(entry, entry.lost ?? new Error('PostgresStore: the ROLLBACK did not complete (behind a statement the handler left running); its connection was terminated'));
+      await this.#terminate(entry);
       return true;
     }
     this.#giveBack(entry, sound ? undefined : (entry.lost ?? new Error('ROLLBACK failed')));
@@ -1095,12 +1100,12 @@ COMMIT`;
   }
 
   /**
-   * Terminate the backend of `entry`'s connection (`pg_terminate_backend`, through the pool:
-   * allowed for a backend of the pool's own role), which ends its transaction whatever it
-   * runs. A client with no `processID` (not a pg `Client`) is only destroyed by the caller.
+   * Terminate the backend that holds `entry`'s transaction (`pg_terminate_backend` of the pid
+   * its claim returned, through the pool: allowed for a backend of the pool's own role), which
+   * ends the transaction whatever it runs.
    */
   async #terminate(entry) {
-    const pid = entry.client.processID;
+    const pid = entry.pid;
     if (!Number.isSafeInteger(pid)) return;
     try {
       await this.#pool.query('SELECT pg_terminate_backend($1)', [pid]);

@@ -10,8 +10,8 @@ import { useFaultServer } from './runner.mjs';
 const seq = useFaultServer('node-only');
 const fast = { baseDelayMs: 5, jitter: 'none' };
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-/** A stream body that sends one byte and never ends. */
-const stalled = () => new ReadableStream({ start(c) { c.enqueue(new Uint8Array([1])); } });
+/** A stream body that sends one byte and never ends; `cancelled` gets its cancel reason. */
+const stalled = (cancelled = []) => new ReadableStream({ start(c) { c.enqueue(new Uint8Array([1])); }, cancel(reason) { cancelled.push(reason); } });
 const enc = (s) => new TextEncoder().encode(s);
 
 /** How many timers are active in this process. */
@@ -306,13 +306,14 @@ test('deadlineMs on a URL GET: the first attempt is fetch(url, init) with a sign
   assert.equal(timers(), before, 'a timer outlived the call');
 }));
 
-test('timeoutMs bounds the buffering of a stream body too: a stream that stalls ends the call (a RetryError, its cause a TimeoutError), nothing sent', async () => {
-  for (const [label, input] of [['init.body', (url) => url], ['a Request', (url) => new Request(url, { method: 'PUT', body: stalled(), duplex: 'half' })]]) {
+test('timeoutMs bounds the buffering of a stream body too: a stream that stalls ends the call (a RetryError, its cause a TimeoutError), nothing sent, the stream cancelled', async () => {
+  for (const [label, input] of [['init.body', (url) => url], ['a Request', (url, cancelled) => new Request(url, { method: 'PUT', body: stalled(cancelled), duplex: 'half' })]]) {
     const s = seq('200');
-    const url = input(s.url);
+    const cancelled = [];
+    const url = input(s.url, cancelled);
     const began = Date.now();
     const call = typeof url === 'string'
-      ? api.retryFetch(url, { method: 'PUT', body: stalled(), duplex: 'half' }, { ...fast, timeoutMs: 200 })
+      ? api.retryFetch(url, { method: 'PUT', body: stalled(cancelled), duplex: 'half' }, { ...fast, timeoutMs: 200 })
       : api.retryFetch(url, undefined, { ...fast, timeoutMs: 200 });
     const err = await Promise.race([call.then((r) => assert.fail(`${label}: resolved with ${r.status}`), (e) => e), sleep(5_000).then(() => assert.fail(`${label}: still pending after 5 s`))]);
     assert.equal(err.name, 'RetryError', `${label}: ${err}`);
@@ -320,6 +321,8 @@ test('timeoutMs bounds the buffering of a stream body too: a stream that stalls 
     assert.equal(err.cause?.name, 'TimeoutError', `${label}: cause`);
     assert.ok(Date.now() - began < 2_000, `${label}: ended after ${Date.now() - began} ms`);
     assert.equal((await s.log()).length, 0, `${label}: nothing was sent`);
+    await sleep(50);
+    assert.equal(cancelled.length, 1, `${label}: the caller's stream was cancelled`);
   }
 });
 

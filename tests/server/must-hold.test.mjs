@@ -59,12 +59,14 @@ function tableName(kind) {
 
 /** A migrated PostgresStore on a table of its own, and a `charges` table for ctx.tx writes. */
 async function postgresSetup() {
-  const store = new PostgresStore({ pool, table: tableName('idem') });
+  const idem = tableName('idem');
+  const store = new PostgresStore({ pool, table: idem });
   await store.migrate();
   const charges = tableName('charges');
   await pool.query(`CREATE TABLE "${charges}" (id serial PRIMARY KEY, run int NOT NULL)`);
   return {
     store,
+    idem,
     table: charges,
     insert: (tx, run) => tx.query(`INSERT INTO "${charges}" (run) VALUES ($1)`, [run]),
     rows: async () => (await pool.query(`SELECT run FROM "${charges}" ORDER BY id`)).rows.map((r) => r.run),
@@ -195,8 +197,12 @@ t('1. handlerTimeoutMs with PostgresStore: the stopped handler\'s ctx.tx writes 
   assert.deepEqual(await rows(), [2], 'the retry committed once');
 });
 
-t('1. handlerTimeoutMs with PostgresStore: a handler stuck in a ctx.tx statement (blocked on a lock) is given up on, its transaction ended and the key freed', { skip: pgSkip }, async () => {
-  const { store, insert, rows, table } = await postgresSetup();
+t('1. handlerTimeoutMs with PostgresStore: a handler stuck in a ctx.tx statement (blocked on a lock) is given up on, its transaction ended and the key freed, with every connection of the pool held', { skip: pgSkip }, async () => {
+  const { idem, insert, rows, table } = await postgresSetup();
+  // A pool of one: the stuck key holds its only connection.
+  const one = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
+  one.on('error', () => {});
+  const store = new PostgresStore({ pool: one, table: idem });
   const blocker = await pool.connect();
   try {
     await blocker.query(`BEGIN; LOCK TABLE "${table}" IN ACCESS EXCLUSIVE MODE`);
@@ -219,7 +225,17 @@ t('1. handlerTimeoutMs with PostgresStore: a handler stuck in a ctx.tx statement
   } finally {
     await blocker.query('ROLLBACK').catch(() => {});
     blocker.release();
+    await one.end();
   }
+});
+
+t('1. handlerTimeoutMs bounds the body of a response-like answer (a Response of another fetch implementation) as well', async () => {
+  const h = idempotency(async () => ({ status: 200, statusText: '', headers: new Headers(), arrayBuffer: () => new Promise(() => {}) }),
+    { identity: false, handlerTimeoutMs: 100, lockTimeoutMs: 1000, onError: () => {} });
+  const started = Date.now();
+  const first = await Promise.race([h(keyed(newKey())), sleep(5_000).then(() => assert.fail('no answer within 5 s'))]);
+  await problemOf(first, 503, 'idempotency-handler-timeout', { retryAfter: true });
+  assert.ok(Date.now() - started >= 1_000, `answered after ${Date.now() - started} ms: handlerTimeoutMs 100 + lockTimeoutMs 1000`);
 });
 
 t('1. handlerTimeoutMs: a handler that ignores its aborted signal and finishes within lockTimeoutMs has its answer stored', async () => {

@@ -246,7 +246,13 @@ async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsVal
     let probe: ReadableStream = branches.get(0).unchecked_into();
     let whole: ReadableStream = branches.get(1).unchecked_into();
     let reader: ReadableStreamDefaultReader = probe.get_reader().unchecked_into();
-    match js::read_limited(&reader, f64::from(limit)).await? {
+    let mut reading = Unfinished {
+        reader: reader.clone(),
+        whole: Some(whole.clone()),
+    };
+    let read = js::read_limited(&reader, f64::from(limit)).await?;
+    reading.whole = None;
+    match read {
         js::Limited::Bytes(bytes) => {
             ignore_rejection(&whole.cancel());
             Ok(Body::Bytes(bytes))
@@ -255,6 +261,23 @@ async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsVal
         js::Limited::NotBytes => Err(type_error(
             "retryFetch: a ReadableStream body must yield Uint8Array chunks",
         )),
+    }
+}
+
+/// A stream body being buffered: dropped before the reading ended (a time limit, the deadline
+/// or an abort ended the call, or the stream failed), both branches of its `tee` are cancelled,
+/// which cancels the caller's stream: nothing is left locked and open.
+struct Unfinished {
+    reader: ReadableStreamDefaultReader,
+    whole: Option<ReadableStream>,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(whole) = self.whole.take() {
+            ignore_rejection(&self.reader.cancel());
+            ignore_rejection(&whole.cancel());
+        }
     }
 }
 

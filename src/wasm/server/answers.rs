@@ -189,12 +189,8 @@ pub async fn read_answer(
     // the handler's, as a throw would be.
     let target: &JsValue = response.as_ref();
     let read = js::promise_of(response.array_buffer()?.as_ref());
-    let buffer = match limit {
-        None => wasm_bindgen_futures::JsFuture::from(read).await?,
-        Some((limit, grace_ms)) => match limit.bound(&read, grace_ms).await {
-            Some(outcome) => outcome?,
-            None => return Ok(None),
-        },
+    let Some(buffer) = body_within(read, limit).await? else {
+        return Ok(None);
     };
     let body = js::bytes_of(&buffer).map_err(|e| unusable("its arrayBuffer()", &message(&e)))?;
     let bytes = body.to_vec();
@@ -303,12 +299,38 @@ fn node_answer(
     source.answer(status, status_text, headers, &body)
 }
 
+/// What a handler resolved with, as [`as_response`] takes it.
+pub enum Handed {
+    /// A `Response`: of this realm, or rebuilt from a response-like one.
+    Response(Response),
+    /// Not a response.
+    Other,
+    /// A response-like one whose body had not ended when the handler's limit (and its grace)
+    /// did.
+    Pending,
+}
+
+/// The body of an answer being read (`read`), within the handler's limit when there is one
+/// (`limit`, with its grace): `Ok(None)` when it still has not ended then.
+async fn body_within(
+    read: js_sys::Promise,
+    limit: Option<(&Limit<'_>, f64)>,
+) -> Result<Option<JsValue>, JsValue> {
+    match limit {
+        None => wasm_bindgen_futures::JsFuture::from(read).await.map(Some),
+        Some((limit, grace_ms)) => limit.bound(&read, grace_ms).await.transpose(),
+    }
+}
+
 /// A handler's result as a `Response`: a `Response` of this realm as it is; a response-like
 /// object (a `Response` of another fetch implementation: `status`, `headers`, `arrayBuffer()`)
-/// read and rebuilt as one; anything else `None`.
-pub async fn as_response(value: JsValue) -> Result<Option<Response>, JsValue> {
+/// read (within `limit`, as [`read_answer`] reads) and rebuilt as one; anything else `Other`.
+pub async fn as_response(
+    value: JsValue,
+    limit: Option<(&Limit<'_>, f64)>,
+) -> Result<Handed, JsValue> {
     let value = match value.dyn_into::<Response>() {
-        Ok(response) => return Ok(Some(response)),
+        Ok(response) => return Ok(Handed::Response(response)),
         Err(value) => value,
     };
     let status = js::get(&value, "status").as_f64();
@@ -316,15 +338,17 @@ pub async fn as_response(value: JsValue) -> Result<Option<Response>, JsValue> {
         .dyn_into::<js_sys::Function>()
         .ok();
     let (Some(status), Some(read)) = (status, read) else {
-        return Ok(None);
+        return Ok(Handed::Other);
     };
     if !js::get(&value, "headers").is_object()
         || !(200.0..=599.0).contains(&status)
         || status.fract() != 0.0
     {
-        return Ok(None);
+        return Ok(Handed::Other);
     }
-    let buffer = wasm_bindgen_futures::JsFuture::from(js::promise_of(&read.call0(&value)?)).await?;
+    let Some(buffer) = body_within(js::promise_of(&read.call0(&value)?), limit).await? else {
+        return Ok(Handed::Pending);
+    };
     let bytes = js::bytes_of(&buffer)
         .map_err(|e| unusable("its arrayBuffer()", &message(&e)))?
         .to_vec();
@@ -333,7 +357,7 @@ pub async fn as_response(value: JsValue) -> Result<Option<Response>, JsValue> {
     let status_text = js::get(&value, "statusText")
         .as_string()
         .unwrap_or_default();
-    response(status as u16, &status_text, &headers, &bytes).map(Some)
+    response(status as u16, &status_text, &headers, &bytes).map(Handed::Response)
 }
 
 /// A stored response of a value (`idempotent`): status 200, the value's JSON as the body.

@@ -25,7 +25,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Request, Response};
 
 use super::answers::{
-    accepted_record, as_response, from_stored, problem, problem_record, read_answer, Answer,
+    accepted_record, as_response, from_stored, problem, problem_record, read_answer, Answer, Handed,
 };
 use super::context::Caller;
 use super::flow::{
@@ -251,7 +251,6 @@ fn unavailable(s: &HttpSettings, error: &JsValue, operation: &str) -> Result<JsV
         &format!("The request was not processed and nothing was stored; retry later with the same {header}."), true)?.into())
 }
 
-/// Holding the key: run the handler, then store its answer or free the key.
 /// How a keyed handler ended, its answer read.
 enum Answered {
     /// It answered, and its answer was read whole.
@@ -262,6 +261,7 @@ enum Answered {
     Abandoned,
 }
 
+/// Holding the key: run the handler, then store its answer or free the key.
 async fn process(
     s: &HttpSettings,
     k: &Keyed,
@@ -328,18 +328,17 @@ async fn process(
     };
     // Its answer's body is read within the handler's limit, with the same grace: one that
     // never ends holds the key no longer than a handler that hangs.
+    let bound = limit.as_ref().map(|l| (l, c.limits.lock_timeout_ms));
     let answered = match ran {
-        Ran::Resolved(value) => match as_response(value.clone()).await {
+        Ran::Resolved(value) => match as_response(value.clone(), bound).await {
             Err(error) => Answered::Failed(error), // its body failed
-            Ok(Some(response)) => {
-                let bound = limit.as_ref().map(|l| (l, c.limits.lock_timeout_ms));
-                match read_answer(&response, node, bound).await {
-                    Ok(Some(answer)) => Answered::Answer(answer),
-                    Ok(None) => Answered::Abandoned,
-                    Err(error) => Answered::Failed(error), // its body failed
-                }
-            }
-            Ok(None) => Answered::Failed(type_error(&format!(
+            Ok(Handed::Response(response)) => match read_answer(&response, node, bound).await {
+                Ok(Some(answer)) => Answered::Answer(answer),
+                Ok(None) => Answered::Abandoned,
+                Err(error) => Answered::Failed(error), // its body failed
+            },
+            Ok(Handed::Pending) => Answered::Abandoned,
+            Ok(Handed::Other) => Answered::Failed(type_error(&format!(
                 "idempotency: the handler must resolve with a Response; got {}",
                 describe(&value)
             ))),
