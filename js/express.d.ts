@@ -52,6 +52,9 @@
  */
 import type { IdempotencyContext, IdempotencyOptions, NodeIncomingMessage, NodeServerResponse } from './server.js';
 
+/** The options of `idempotency()` but `acceptAfterMs`, which the adapter refuses (a 202 sent ahead of the route would leave its answer nowhere to go). */
+export type AdapterOptions<Tx = unknown> = Omit<IdempotencyOptions<Tx>, 'acceptAfterMs'>;
+
 export type { IdempotencyContext, IdempotencyOptions } from './server.js';
 
 /** `next` of Express and Connect: called with no argument to go on, with an error to fail. */
@@ -73,7 +76,7 @@ export type IdempotencyMiddleware = (req: NodeIncomingMessage, res: NodeServerRe
  *   see `IdempotencyOptions`. @default {} (a `MemoryStore`; keys required on POST and PATCH)
  * @throws TypeError when an option is invalid or unknown (naming it).
  */
-export function idempotency<Tx = unknown>(options?: IdempotencyOptions<Tx>): IdempotencyMiddleware;
+export function idempotency<Tx = unknown>(options?: AdapterOptions<Tx>): IdempotencyMiddleware;
 
 declare global {
   // Express's types (`@types/express`) let packages add to their Request through this

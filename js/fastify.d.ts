@@ -51,6 +51,9 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { IdempotencyContext, IdempotencyOptions } from './server.js';
 
+/** The options of `idempotency()` but `acceptAfterMs`, which the adapter refuses (a 202 sent ahead of the route would leave its answer nowhere to go). */
+export type AdapterOptions<Tx = unknown> = Omit<IdempotencyOptions<Tx>, 'acceptAfterMs'>;
+
 export type { IdempotencyContext, IdempotencyOptions } from './server.js';
 
 /**
@@ -64,7 +67,7 @@ export type { IdempotencyContext, IdempotencyOptions } from './server.js';
  * `logSerializers`) are left out of them. An invalid or unknown option fails the
  * registration with a TypeError naming it.
  */
-export declare const idempotency: FastifyPluginAsync<IdempotencyOptions>;
+export declare const idempotency: FastifyPluginAsync<AdapterOptions>;
 export default idempotency;
 
 declare module 'fastify' {

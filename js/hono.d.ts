@@ -43,6 +43,9 @@
 import type { MiddlewareHandler } from 'hono';
 import type { IdempotencyContext, IdempotencyOptions } from './server.js';
 
+/** The options of `idempotency()` but `acceptAfterMs`, which the adapter refuses (a 202 sent ahead of the route would leave its answer nowhere to go). */
+export type AdapterOptions<Tx = unknown> = Omit<IdempotencyOptions<Tx>, 'acceptAfterMs'>;
+
 export type { IdempotencyContext, IdempotencyOptions } from './server.js';
 
 /** The variables the middleware sets, for `new Hono<IdempotencyEnv<Tx>>()` (a typed `tx`). */
@@ -62,7 +65,7 @@ export interface IdempotencyEnv<Tx = unknown> {
  *   see `IdempotencyOptions`. @default {} (a `MemoryStore`; keys required on POST and PATCH)
  * @throws TypeError when an option is invalid or unknown (naming it).
  */
-export function idempotency<Tx = unknown>(options?: IdempotencyOptions<Tx>): MiddlewareHandler<IdempotencyEnv<Tx>>;
+export function idempotency<Tx = unknown>(options?: AdapterOptions<Tx>): MiddlewareHandler<IdempotencyEnv<Tx>>;
 
 declare module 'hono' {
   interface ContextVariableMap {

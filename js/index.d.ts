@@ -47,7 +47,7 @@ export interface SettledInfo {
 }
 
 /** Headers `beforeRetry` may return: a `Headers`, an object, or `[name, value]` pairs. */
-export type RetryHeaders = Headers | Record<string, string> | Array<[string, string]>;
+export type RetryHeaders = Headers | Record<string, string> | ReadonlyArray<readonly [string, string] | readonly string[]>;
 
 /** What `onRetry` (before each wait) and `beforeRetry` (before each retry is sent) are given. */
 export interface RetryInfo {
@@ -91,7 +91,7 @@ export interface RetryOptions {
    * list only, so with `[503]` or `[]` it is final (put 409 in the list to keep retrying it).
    * @default [408, 429, 500, 502, 503, 504]
    */
-  retryOnStatus?: number[] | undefined;
+  retryOnStatus?: readonly number[] | undefined;
   /** Retry network errors (subject to the safe-to-retry matrix). @default true */
   retryOnNetworkError?: boolean | undefined;
   /** Retry per-attempt timeouts (subject to the safe-to-retry matrix). @default true */

@@ -144,6 +144,7 @@ pub const BAD_PORTS: [u16; 81] = [
 /// assert_eq!(unfetchable("https://example.com/"), None);
 /// assert_eq!(unfetchable("http://[::1]:8080/x"), None);
 /// assert!(unfetchable("ftp://example.com/").is_some());
+/// assert!(unfetchable("about:blank").is_some());
 /// assert!(unfetchable("http://127.0.0.1:6000/").is_some());
 /// assert!(unfetchable("http://user:6000@example.com/").is_none());
 /// ```
@@ -151,7 +152,7 @@ pub fn unfetchable(url: &str) -> Option<&'static str> {
     let (scheme, rest) = url.split_once(':')?;
     match scheme.to_ascii_lowercase().as_str() {
         "http" | "https" => {}
-        "data" | "blob" | "about" => return None,
+        "data" | "blob" => return None,
         _ => return Some("fetch cannot send a request with this URL scheme"),
     }
     let authority = rest.strip_prefix("//")?;

@@ -878,6 +878,7 @@ export const scenarios = [
     name: "contract: requests fetch can never send (ftp:, a bad port, redirect: 'error' meeting a redirect) are TypeErrors, never retried",
     async run({ api, seq }) {
       await refusedBeforeSending(api, 'ftp://example.com/file', undefined, 'an ftp: URL');
+      await refusedBeforeSending(api, 'about:blank', undefined, 'an about: URL');
       await refusedBeforeSending(api, 'http://127.0.0.1:6000/', undefined, 'port 6000');
       const target = seq('200');
       const s = seq(`303+to=${redirectTo(target)}`);
@@ -1251,6 +1252,31 @@ export const scenarios = [
       const s = seq('503,200');
       equal((await client(s.url, { method: 'POST', body: 'pay' }, { headers })).status, 200);
       deepEqual((await s.log()).map((r) => r.headers['idempotency-key']), ['order-42-pay', 'order-42-pay'], 'client: keys sent');
+    },
+  },
+  {
+    name: 'contract: every attempt keeps the referrer policy the call fixed; a no-cors POST, whose key the platform may drop, is never sent twice without one',
+    async run({ api, seq }) {
+      // A retry's init (a signal, a body) must not reset the referrer policy to the default.
+      for (const [label, init, options] of [
+        ['GET under timeoutMs', { referrerPolicy: 'no-referrer' }, { timeoutMs: 5_000 }],
+        ['POST, string body', { method: 'POST', body: 'pay', referrerPolicy: 'no-referrer' }, {}],
+        ['POST, bytes body', { method: 'POST', body: new TextEncoder().encode('pay'), referrerPolicy: 'no-referrer' }, {}],
+      ]) {
+        const s = seq('503,200');
+        equal((await api.retryFetch(s.url, init, { ...fast, ...options })).status, 200, `${label}:`);
+        deepEqual((await s.log()).map((r) => r.headers.referer ?? null), [null, null], `${label}: Referer sent`);
+      }
+      const r = seq('503,200');
+      const request = new Request(r.url, { method: 'POST', body: 'pay', referrerPolicy: 'no-referrer' });
+      equal((await api.retryFetch(request, undefined, fast)).status, 200, 'a Request:');
+      deepEqual((await r.log()).map((x) => x.headers.referer ?? null), [null, null], 'a Request: Referer sent');
+      // no-cors keeps only CORS-safelisted headers (in a browser): then no key, no resend.
+      const n = seq('reset,200');
+      await api.retryFetch(n.url, { method: 'POST', body: 'pay', mode: 'no-cors' }, fast).catch(() => {});
+      const log = await n.log();
+      const keys = log.map((x) => x.headers['idempotency-key']);
+      ok(log.length === 1 || (keys[0] !== undefined && keys.every((k) => k === keys[0])), `no-cors: sent ${log.length} times, keys ${JSON.stringify(keys)}`);
     },
   },
   {

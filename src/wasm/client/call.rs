@@ -1591,13 +1591,23 @@ fn poll_init(
     js::set(&fields, "method", &JsValue::from_str("GET"));
     js::set(&fields, "headers", &headers);
     js::set(&fields, "credentials", &js::get(&t.request, "credentials"));
+    keep_referrer(&fields, &t.request);
     let request = fix_request(&JsValue::from_str(url), &fields)?;
     let init = Object::new();
+    keep_referrer(&init, &t.request);
     match signal {
         Some(s) => js::set(&init, "signal", s),
         None => js::set(&init, "signal", &t.request.signal()),
     }
     Ok((request.into(), init.into()))
+}
+
+/// `fetch(request, init)` with an `init` of any member resets the request's `referrer` and
+/// `referrerPolicy` (the Fetch Standard's `Request` constructor): `init` carries the ones the
+/// call fixed, so that no attempt sends a `Referer` the caller's policy withheld.
+fn keep_referrer(init: &Object, request: &Request) {
+    js::set(init, "referrer", &js::get(request, "referrer"));
+    js::set(init, "referrerPolicy", &js::get(request, "referrerPolicy"));
 }
 
 /// The `init` of one attempt (`undefined` when the request goes as it is): its signal, the
@@ -1621,6 +1631,7 @@ fn attempt_init(
         return Ok(JsValue::UNDEFINED);
     }
     let init = Object::new();
+    keep_referrer(&init, &t.request);
     if manual_redirects {
         js::set(&init, "redirect", &JsValue::from_str("manual"));
     }

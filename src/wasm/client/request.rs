@@ -133,6 +133,9 @@ impl Template {
         if let (true, Some(k)) = (add, &key) {
             headers.set(header, &header_value(k, p.idempotency_key_format))?;
         }
+        // Headers that drop it (a `mode: 'no-cors'` request keeps only CORS-safelisted ones)
+        // send no key: the request is held to the rule of one without.
+        let key = key.filter(|_| headers.has(header).unwrap_or(false));
         // A key the caller put in the header decides, as ours does, that a non-idempotent
         // request is safe to retry: it is held to the same rule (an empty or blank value, or
         // 300 characters, must not make a POST look safe).

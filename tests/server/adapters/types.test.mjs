@@ -31,6 +31,10 @@ http.createServer((req, res) => mw(req, res, (error) => {
 }));
 // @ts-expect-error an unknown option
 expressIdempotency({ lockTimeout: 5 });
+// @ts-expect-error acceptAfterMs: the adapters refuse it (the route answers through the framework)
+expressIdempotency({ acceptAfterMs: 2_000 });
+// @ts-expect-error acceptAfterMs, likewise
+honoIdempotency({ acceptAfterMs: 2_000 });
 // Express's Request is augmented (a global namespace that exists without @types/express too).
 const seen: Express.Request['idempotency'] = undefined;
 
