@@ -259,3 +259,28 @@ pub async fn read_limited(
     }
     Ok(Limited::Bytes(out))
 }
+
+#[cfg(feature = "server")]
+/// A JS string's bytes for hashing: its UTF-8 when it is well-formed UTF-16; else WTF-8, where
+/// a lone surrogate takes the three bytes UTF-8 would give its code point. A lossy conversion
+/// would turn every lone surrogate into U+FFFD, and two different strings into one.
+pub fn wtf8(value: &js_sys::JsString) -> Vec<u8> {
+    if value.is_valid_utf16() {
+        return String::from(value).into_bytes();
+    }
+    let mut out = Vec::with_capacity(value.length() as usize * 3);
+    for unit in char::decode_utf16(value.iter()) {
+        match unit {
+            Ok(c) => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            Err(lone) => {
+                let u = lone.unpaired_surrogate();
+                out.extend_from_slice(&[
+                    0xE0 | (u >> 12) as u8,
+                    0x80 | ((u >> 6) & 0x3F) as u8,
+                    0x80 | (u & 0x3F) as u8,
+                ]);
+            }
+        }
+    }
+    out
+}

@@ -155,3 +155,22 @@ test('keyFor: a payment server killed with SIGKILL after the charge and restarte
     await new Promise((resolve) => provider.close(resolve));
   }
 });
+
+test('identities and keyFor names that differ only in a lone surrogate stay apart (never one scope, never one key)', async () => {
+  const store = new MemoryStore();
+  let runs = 0;
+  const h = idempotency(async (request, ctx) => {
+    runs++;
+    return Response.json({ user: request.headers.get('x-user'), a: ctx.keyFor('pay-\ud800'), b: ctx.keyFor('pay-\udbff'), c: ctx.keyFor('pay-\ufffd') });
+  }, { store, identity: (request) => JSON.parse(request.headers.get('x-user')) });
+  const call = (user) => h(new Request('http://localhost/pay', { method: 'POST', headers: { 'Idempotency-Key': 'same-key', 'x-user': user }, body: '' }));
+  const a = await call('"user-\\ud800"');
+  const b = await call('"user-\\udbff"');
+  assert.equal(b.headers.get('idempotent-replayed'), null, 'the second caller got the first one\'s answer');
+  assert.equal(runs, 2);
+  const keys = await a.json();
+  assert.equal(new Set([keys.a, keys.b, keys.c]).size, 3, `keyFor: ${JSON.stringify(keys)}`);
+  // A well-formed identity hashes as before (its UTF-8): the same scope as an equal header-derived one.
+  const again = await call('"user-\\ud800"');
+  assert.equal(again.headers.get('idempotent-replayed'), 'true');
+});

@@ -580,3 +580,41 @@ CREATE INDEX IF NOT EXISTS "idempotency_keys_runs_started_at_idx" ON "idempotenc
     assert.throws(() => new PostgresStore({ pool: fakePool, maxRunRecords: 5 }), { name: 'TypeError', message: /^PostgresStore: unknown option "maxRunRecords"/ });
   });
 });
+
+test('a failure the store could not keep is recorded not-stored, and its 500 says it was not stored (a handler, a job)', async () => {
+  class FlakyStore extends MemoryStore {
+    down = false;
+    async complete(...args) {
+      if (this.down) throw new Error('store down at complete');
+      return super.complete(...args);
+    }
+  }
+  const { idempotency, idempotent } = await import('retry-fetch/server');
+  const store = new FlakyStore();
+  let runs = 0;
+  const h = idempotency(async () => {
+    runs++;
+    store.down = runs === 1;
+    throw new Error('boom');
+  }, { store, identity: false, lockTimeoutMs: 1000, onError: () => {}, onStoreError: () => {} });
+  const request = () => new Request('http://localhost/pay', { method: 'POST', headers: { 'Idempotency-Key': 'k-not-stored' }, body: '' });
+  const first = await h(request());
+  assert.equal(first.status, 500);
+  assert.match((await first.json()).detail, /could not be stored/);
+  store.down = false;
+  await h(request());
+  await sleep(50);
+  assert.deepEqual((await store.runs('k-not-stored')).map((r) => r.outcome), ['not-stored', 'failed']);
+  let jobRuns = 0;
+  const job = idempotent(async () => {
+    jobRuns++;
+    store.down = jobRuns === 1;
+    throw new Error('job boom');
+  }, { store, key: (m) => m.id, lockTimeoutMs: 1000, onStoreError: () => {} });
+  for (let i = 0; i < 2; i++) {
+    await job({ id: 'j-not-stored' }).catch(() => {});
+    store.down = false;
+  }
+  await sleep(50);
+  assert.deepEqual((await store.runs('j-not-stored')).map((r) => r.outcome), ['not-stored', 'failed']);
+});

@@ -53,21 +53,21 @@ pub fn fingerprint(method: &str, path_and_query: &str, body: &[u8]) -> String {
 /// ```
 /// use retry_fetch::core::idempotency::store_key;
 /// assert_eq!(store_key(b"s", None, "k1"), "-:k1");
-/// let alice = store_key(b"secret-1", Some("alice"), "k1");
+/// let alice = store_key(b"secret-1", Some("alice".as_bytes()), "k1");
 /// assert_eq!(alice.len(), 64 + 3);
-/// assert_ne!(alice, store_key(b"secret-2", Some("alice"), "k1"));
+/// assert_ne!(alice, store_key(b"secret-2", Some("alice".as_bytes()), "k1"));
 /// ```
-pub fn store_key(secret: &[u8], identity: Option<&str>, key: &str) -> String {
+pub fn store_key(secret: &[u8], identity: Option<&[u8]>, key: &str) -> String {
     match identity {
         Some(id) if !id.is_empty() => {
             use hmac::{Mac, SimpleHmac};
             // HMAC accepts a key of any length: new_from_slice cannot fail.
             let mut out = match SimpleHmac::<Sha256>::new_from_slice(secret) {
                 Ok(mut mac) => {
-                    mac.update(id.as_bytes());
+                    mac.update(id);
                     hex(&mac.finalize().into_bytes())
                 }
-                Err(_) => sha256_hex(id.as_bytes()),
+                Err(_) => sha256_hex(id),
             };
             out.push(':');
             out.push_str(key);
@@ -148,16 +148,16 @@ pub fn scope(v: &str) -> Result<&str, OptionError> {
 /// ```
 /// use retry_fetch::core::idempotency::key_for_base;
 /// assert_eq!(key_for_base(None, "k1"), "-:k1");
-/// let alice = key_for_base(Some("alice"), "k1");
+/// let alice = key_for_base(Some("alice".as_bytes()), "k1");
 /// assert_eq!(alice.len(), 64 + 3);
-/// assert_ne!(alice, key_for_base(Some("bob"), "k1"));
+/// assert_ne!(alice, key_for_base(Some("bob".as_bytes()), "k1"));
 /// ```
-pub fn key_for_base(identity: Option<&str>, key: &str) -> String {
+pub fn key_for_base(identity: Option<&[u8]>, key: &str) -> String {
     match identity {
         Some(id) if !id.is_empty() => {
             let mut h = Sha256::new();
             h.update(b"retry-fetch keyFor scope\0");
-            h.update(id.as_bytes());
+            h.update(id);
             let mut out = hex(&h.finalize());
             out.push(':');
             out.push_str(key);
@@ -176,19 +176,19 @@ pub fn key_for_base(identity: Option<&str>, key: &str) -> String {
 ///
 /// ```
 /// use retry_fetch::core::idempotency::derived_key;
-/// let a = derived_key("-:k1", "charge");
+/// let a = derived_key("-:k1", b"charge");
 /// assert_eq!(a.len(), 36);
-/// assert_eq!(a, derived_key("-:k1", "charge"));
-/// assert_ne!(a, derived_key("-:k1", "refund"));
-/// assert_ne!(a, derived_key("-:k2", "charge"));
+/// assert_eq!(a, derived_key("-:k1", b"charge"));
+/// assert_ne!(a, derived_key("-:k1", b"refund"));
+/// assert_ne!(a, derived_key("-:k2", b"charge"));
 /// assert_eq!(&a[14..15], "8");
 /// ```
-pub fn derived_key(base: &str, name: &str) -> String {
+pub fn derived_key(base: &str, name: &[u8]) -> String {
     let mut h = Sha256::new();
     h.update(b"retry-fetch keyFor\0");
     h.update(base.as_bytes());
     h.update([0]);
-    h.update(name.as_bytes());
+    h.update(name);
     let digest = h.finalize();
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest[..16]);

@@ -190,17 +190,21 @@ fn store_keys_are_scoped_and_unambiguous() {
     let s = b"0123456789abcdef";
     assert_eq!(store_key(s, None, "k"), "-:k");
     assert_eq!(
-        store_key(s, Some(""), "k"),
+        store_key(s, Some("".as_bytes()), "k"),
         "-:k",
         "an empty identity is no identity"
     );
-    let alice = store_key(s, Some("alice"), "k");
-    let bob = store_key(s, Some("bob"), "k");
+    let alice = store_key(s, Some("alice".as_bytes()), "k");
+    let bob = store_key(s, Some("bob".as_bytes()), "k");
     assert_ne!(alice, bob);
     assert_ne!(alice, store_key(s, None, "k"));
     // HMAC-SHA-256 (RFC 4231 test case 2: key "Jefe").
     assert_eq!(
-        store_key(b"Jefe", Some("what do ya want for nothing?"), "k"),
+        store_key(
+            b"Jefe",
+            Some("what do ya want for nothing?".as_bytes()),
+            "k"
+        ),
         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843:k"
     );
     assert!(
@@ -214,13 +218,13 @@ fn store_keys_are_scoped_and_unambiguous() {
     );
     assert_ne!(
         alice,
-        store_key(b"another secret!!", Some("alice"), "k"),
+        store_key(b"another secret!!", Some("alice".as_bytes()), "k"),
         "the secret keys the hash"
     );
     // identity "a:b" + key "c" vs identity "a" + key "b:c"
     assert_ne!(
-        store_key(s, Some("a:b"), "c"),
-        store_key(s, Some("a"), "b:c")
+        store_key(s, Some("a:b".as_bytes()), "c"),
+        store_key(s, Some("a".as_bytes()), "b:c")
     );
     // An anonymous key that looks like a scoped one still differs (prefix `-:`).
     assert_ne!(store_key(s, None, &alice), alice);
@@ -486,8 +490,8 @@ fn default_scope_from_credentials() {
 
 #[test]
 fn derived_keys_are_stable_uuids() {
-    let k = derived_key("-:k1", "charge");
-    assert_eq!(k, derived_key("-:k1", "charge"));
+    let k = derived_key("-:k1", b"charge");
+    assert_eq!(k, derived_key("-:k1", b"charge"));
     assert!(k
         .bytes()
         .enumerate()
@@ -497,13 +501,13 @@ fn derived_keys_are_stable_uuids() {
             c.is_ascii_hexdigit() && !c.is_ascii_uppercase()
         }));
     assert!(matches!(&k[19..20], "8" | "9" | "a" | "b"));
-    assert_ne!(derived_key("-:k1", "a"), derived_key("-:k1", "b"));
+    assert_ne!(derived_key("-:k1", b"a"), derived_key("-:k1", b"b"));
     assert_ne!(
-        derived_key(&key_for_base(Some("alice"), "k1"), "a"),
-        derived_key(&key_for_base(Some("bob"), "k1"), "a")
+        derived_key(&key_for_base(Some("alice".as_bytes()), "k1"), b"a"),
+        derived_key(&key_for_base(Some("bob".as_bytes()), "k1"), b"a")
     );
     // The NUL separator: ("-:k1", "2x") and ("-:k12", "x") differ.
-    assert_ne!(derived_key("-:k1", "2x"), derived_key("-:k12", "x"));
+    assert_ne!(derived_key("-:k1", b"2x"), derived_key("-:k12", b"x"));
 }
 
 #[test]
@@ -511,16 +515,16 @@ fn derived_keys_do_not_depend_on_the_secret() {
     // The base is made of the identity and the key alone: two stores with different secrets
     // (a restart with a new MemoryStore, a RedisStore that lost its secret) give one base,
     // though their store keys differ.
-    let base = key_for_base(Some("authorization:Bearer t1"), "k1");
+    let base = key_for_base(Some("authorization:Bearer t1".as_bytes()), "k1");
     assert_ne!(
         store_key(
             b"secret of one process",
-            Some("authorization:Bearer t1"),
+            Some("authorization:Bearer t1".as_bytes()),
             "k1"
         ),
         store_key(
             b"secret of the next one",
-            Some("authorization:Bearer t1"),
+            Some("authorization:Bearer t1".as_bytes()),
             "k1"
         )
     );
@@ -534,9 +538,15 @@ fn derived_keys_do_not_depend_on_the_secret() {
     // The identity is hashed, never part of the base in clear.
     assert!(!base.contains("Bearer"));
     // Scopes stay apart: another identity, no identity, an empty one (none).
-    assert_ne!(base, key_for_base(Some("authorization:Bearer t2"), "k1"));
+    assert_ne!(
+        base,
+        key_for_base(Some("authorization:Bearer t2".as_bytes()), "k1")
+    );
     assert_ne!(base, key_for_base(None, "k1"));
-    assert_eq!(key_for_base(Some(""), "k1"), key_for_base(None, "k1"));
+    assert_eq!(
+        key_for_base(Some("".as_bytes()), "k1"),
+        key_for_base(None, "k1")
+    );
     assert_eq!(key_for_base(None, "k1"), store_key(b"any", None, "k1"));
     // An unscoped base is never a scoped one, whatever the key.
     assert_ne!(key_for_base(None, &base), base);
@@ -650,13 +660,13 @@ mod properties {
         /// for the same inputs.
         #[test]
         fn derived_keys_are_uuids(store_key in ".{0,300}", name in ".{1,50}") {
-            let k = derived_key(&store_key, &name);
+            let k = derived_key(&store_key, name.as_bytes());
             prop_assert_eq!(k.len(), 36);
             prop_assert_eq!(&k[14..15], "8");
             prop_assert!(matches!(&k[19..20], "8" | "9" | "a" | "b"));
             let shaped = k.bytes().enumerate().all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { c == b'-' } else { c.is_ascii_digit() || (b'a'..=b'f').contains(&c) });
             prop_assert!(shaped);
-            prop_assert_eq!(k.clone(), derived_key(&store_key, &name));
+            prop_assert_eq!(k.clone(), derived_key(&store_key, name.as_bytes()));
             // A derived key is itself a valid idempotency key for the next service down.
             prop_assert!(validate_key(&k).is_ok());
         }

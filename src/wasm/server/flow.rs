@@ -43,7 +43,7 @@ impl Keyed {
     pub async fn new(
         c: &Common,
         key: String,
-        identity: Option<&str>,
+        identity: Option<&[u8]>,
         fingerprint: String,
     ) -> Result<Keyed, JsValue> {
         let identity = identity.filter(|i| !i.is_empty());
@@ -200,8 +200,8 @@ thread_local! {
             let Some(base) = base.as_string() else {
                 return Err(type_error("ctx.keyFor: this request has no idempotency key"));
             };
-            match name.as_string().filter(|n| !n.is_empty()) {
-                Some(name) => Ok(idem::derived_key(&base, &name).into()),
+            match name.dyn_ref::<js_sys::JsString>().filter(|n| n.length() > 0) {
+                Some(name) => Ok(idem::derived_key(&base, &js::wtf8(name)).into()),
                 None => Err(type_error(
                     "ctx.keyFor(name): name must be a non-empty string (e.g. 'charge')",
                 )),

@@ -457,10 +457,15 @@ async fn process(
                 &detail,
                 false,
             )?;
-            // Whether or not the store kept it, this request's answer is the 500.
-            store_answer(c, k, &stored, lost).await;
-            log.end_later(Outcome::Failed, error_detail);
-            from_stored(&stored, false).map(JsValue::from)
+            // Whether or not the store kept it, this request's answer is a 500; one the store
+            // did not keep says so (the history too: not stored, so not replayed).
+            if let Stored::Kept = store_answer(c, k, &stored, lost).await {
+                log.end_later(Outcome::Failed, error_detail);
+                return from_stored(&stored, false).map(JsValue::from);
+            }
+            log.end_later(Outcome::NotStored, error_detail);
+            problem(500, "idempotency-handler-failed", "The request failed",
+                &format!("The handler failed after it started and may have had effects, and this answer could not be stored for this {header} (the store failed, or the lock was lost). Check the operation's state before trying again."), false).map(JsValue::from)
         }
     }
 }
@@ -501,13 +506,15 @@ async fn is_required(
 /// What the warning about a keyed request without a recognised credential says.
 const UNSCOPED_WARNING: &str = "retry-fetch/server: idempotency: a keyed request carried no credential the default identity recognises (Authorization, X-API-Key, Api-Key, X-Auth-Token, X-Access-Token, X-Session-Token, or a session or token cookie), so its key is not scoped to a caller: two callers who send the same key get one stored answer. Set the \"identity\" option to the authenticated caller (identity: (request) => userId), or identity: false if keys are shared on purpose. (Shown once.)";
 
-/// The identity that scopes the key (the `identity` option; by default the credentials).
+/// The identity that scopes the key (the `identity` option; by default the credentials), as
+/// the bytes it is hashed from: UTF-8, or WTF-8 for a string with a lone surrogate
+/// ([`js::wtf8`]), so two identities are never taken for one.
 async fn identity(
     s: &HttpSettings,
     headers: &HeaderReader,
     req: &mut Incoming,
     caller: &Caller,
-) -> Result<Option<String>, JsValue> {
+) -> Result<Option<Vec<u8>>, JsValue> {
     match &s.identity {
         Identity::Unscoped => Ok(None),
         Identity::Credentials => {
@@ -515,7 +522,7 @@ async fn identity(
             if found.is_none() && !s.warned_unscoped.replace(true) {
                 let _ = super::settings::console_warn(UNSCOPED_WARNING);
             }
-            Ok(found)
+            Ok(found.map(String::into_bytes))
         }
         Identity::Ask(f) => {
             let request = req.request()?;
@@ -523,12 +530,14 @@ async fn identity(
             if v.is_undefined() || v.is_null() {
                 return Ok(None);
             }
-            v.as_string().map(Some).ok_or_else(|| {
-                type_error(&format!(
+            v.dyn_ref::<js_sys::JsString>()
+                .map(|v| Some(js::wtf8(v)))
+                .ok_or_else(|| {
+                    type_error(&format!(
                     "idempotency: option \"identity\" returned {}; expected a string or undefined",
                     describe(&v)
                 ))
-            })
+                })
         }
     }
 }

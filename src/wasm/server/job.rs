@@ -60,7 +60,7 @@ pub async fn run(
     let k = Keyed::new(
         c,
         key,
-        s.scope.as_deref(),
+        s.scope.as_deref().map(str::as_bytes),
         idem::fingerprint("JOB", "", body.as_bytes()),
     )
     .await?;
@@ -189,8 +189,11 @@ pub async fn run(
                     free_key(c, &k).await;
                 }
                 AfterThrow::StoreFailure => {
-                    store_failure(c, &k, &error, lost).await;
-                    log.end_later(Outcome::Failed, error_text(&error));
+                    let outcome = match store_failure(c, &k, &error, lost).await {
+                        Stored::Kept => Outcome::Failed,
+                        Stored::Failed | Stored::LockLost => Outcome::NotStored,
+                    };
+                    log.end_later(outcome, error_text(&error));
                 }
             }
             Err(error)
@@ -238,8 +241,10 @@ async fn dead_letter(
         }
     }
     let message = format!("idempotent: the job was dead-lettered after {failed} failed runs (maxRuns {max}) and is not run again");
-    // Stored as a failed run is: every later delivery gets 'previous-run-failed' with it.
-    store_failure(
+    // Stored as a failed run is: every later delivery gets 'previous-run-failed' with it. A
+    // store that fails to keep it leaves the key to a later delivery, which hands it to
+    // onDeadLetter again: the history says "not stored", not "dead-lettered".
+    let stored = store_failure(
         c,
         k,
         &idempotency_error("previous-run-failed", &message),
@@ -248,7 +253,13 @@ async fn dead_letter(
     .await;
     drop(renewal);
     runs::tell(&c.reporter, event::DEAD_LETTERED, log.record());
-    log.end_later(Outcome::DeadLettered, Some(message.clone()));
+    match stored {
+        Stored::Kept => log.end_later(Outcome::DeadLettered, Some(message.clone())),
+        Stored::Failed | Stored::LockLost => log.end_later(
+            Outcome::NotStored,
+            Some(format!("{message}; the dead letter could not be stored, so a later delivery hands it to onDeadLetter again")),
+        ),
+    }
     let mut msg = String::from(
         "idempotent: the run with this key failed after it started and is not run again: ",
     );
