@@ -173,4 +173,12 @@ test('identities and keyFor names that differ only in a lone surrogate stay apar
   // A well-formed identity hashes as before (its UTF-8): the same scope as an equal header-derived one.
   const again = await call('"user-\\ud800"');
   assert.equal(again.headers.get('idempotent-replayed'), 'true');
+  // A job's scope likewise.
+  const jobStore = new MemoryStore();
+  const ran = [];
+  for (const scope of ['tenant\ud800', 'tenant\udbff', 'tenant\ufffd']) {
+    const job = idempotent(async () => ran.push(scope), { store: jobStore, scope, key: () => 'same-message' });
+    await job({});
+  }
+  assert.equal(ran.length, 3, 'three scopes, three runs');
 });

@@ -465,7 +465,7 @@ async fn process(
             }
             log.end_later(Outcome::NotStored, error_detail);
             problem(500, "idempotency-handler-failed", "The request failed",
-                &format!("The handler failed after it started and may have had effects, and this answer could not be stored for this {header} (the store failed, or the lock was lost). Check the operation's state before trying again."), false).map(JsValue::from)
+                &format!("The handler failed after it started and may have had effects, and this answer could not be stored for this {header} (the store failed, or the lock was lost): a retry with the same key runs the handler again once the key's lock lapses. Check the operation's state before trying again."), false).map(JsValue::from)
         }
     }
 }

@@ -60,7 +60,7 @@ pub async fn run(
     let k = Keyed::new(
         c,
         key,
-        s.scope.as_deref().map(str::as_bytes),
+        s.scope.as_deref(),
         idem::fingerprint("JOB", "", body.as_bytes()),
     )
     .await?;
@@ -165,7 +165,11 @@ pub async fn run(
                 }
                 Err(error) => {
                     let stored = store_failure(c, &k, &error, lost).await;
-                    log.end_later(Outcome::Failed, error_text(&error));
+                    let outcome = match stored {
+                        Stored::Kept => Outcome::Failed,
+                        Stored::Failed | Stored::LockLost => Outcome::NotStored,
+                    };
+                    log.end_later(outcome, error_text(&error));
                     match stored {
                         Stored::Failed | Stored::LockLost if c.store.transactional => {
                             Err(not_committed())
@@ -243,7 +247,7 @@ async fn dead_letter(
     let message = format!("idempotent: the job was dead-lettered after {failed} failed runs (maxRuns {max}) and is not run again");
     // Stored as a failed run is: every later delivery gets 'previous-run-failed' with it. A
     // store that fails to keep it leaves the key to a later delivery, which hands it to
-    // onDeadLetter again: the history says "not stored", not "dead-lettered".
+    // onDeadLetter again: the run's record says so (a hand-off, not a failed run of fn).
     let stored = store_failure(
         c,
         k,
@@ -253,13 +257,11 @@ async fn dead_letter(
     .await;
     drop(renewal);
     runs::tell(&c.reporter, event::DEAD_LETTERED, log.record());
-    match stored {
-        Stored::Kept => log.end_later(Outcome::DeadLettered, Some(message.clone())),
-        Stored::Failed | Stored::LockLost => log.end_later(
-            Outcome::NotStored,
-            Some(format!("{message}; the dead letter could not be stored, so a later delivery hands it to onDeadLetter again")),
-        ),
-    }
+    let detail = match stored {
+        Stored::Kept => message.clone(),
+        Stored::Failed | Stored::LockLost => format!("{message}; the dead letter could not be stored, so a later delivery hands it to onDeadLetter again"),
+    };
+    log.end_later(Outcome::DeadLettered, Some(detail));
     let mut msg = String::from(
         "idempotent: the run with this key failed after it started and is not run again: ",
     );

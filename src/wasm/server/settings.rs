@@ -194,8 +194,9 @@ pub struct JobSettings {
     pub common: Common,
     /// `key`: `(input) => string`. Required.
     pub key: Function,
-    /// `scope`: scopes the keys (a queue's or a tenant's name). Default none.
-    pub scope: Option<String>,
+    /// `scope`: scopes the keys (a queue's or a tenant's name), as the bytes it is hashed
+    /// from (WTF-8). Default none.
+    pub scope: Option<Vec<u8>>,
     /// `maxRuns`: a job whose runs failed (or whose holder crashed) this many times is not run
     /// again. Default none: no limit.
     pub max_runs: Option<u32>,
@@ -235,7 +236,8 @@ struct RawOptions {
     on_error: JsValue,
     #[serde(with = "serde_wasm_bindgen::preserve")]
     key: JsValue,
-    scope: Option<String>,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    scope: JsValue,
 }
 
 /// Read `options` for `api` (`idempotency` or `idempotent`), whose option names are `known`.
@@ -397,11 +399,16 @@ pub fn read_job(options: &JsValue) -> Result<JobSettings, JsValue> {
         .clone()
         .dyn_into::<Function>()
         .map_err(|v| invalid_option(api, OptionError::new("key", expected("key")), &v))?;
-    let scope = match raw.scope {
-        None => None,
-        Some(s) => {
-            idem::scope(&s).map_err(|e| invalid_option(api, e, &s.as_str().into()))?;
-            Some(s)
+    // Hashed from its WTF-8 bytes, as an identity is: two scopes are never taken for one.
+    let scope = match raw.scope.dyn_ref::<js_sys::JsString>() {
+        _ if raw.scope.is_undefined() || raw.scope.is_null() => None,
+        Some(s) if s.length() > 0 => Some(crate::wasm::js::wtf8(s)),
+        _ => {
+            return Err(invalid_option(
+                api,
+                OptionError::new("scope", idem::SCOPE_EXPECTED),
+                &raw.scope,
+            ))
         }
     };
     check_secret(api, &common, scope.is_some())?;
