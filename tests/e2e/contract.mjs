@@ -1280,6 +1280,37 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: beforeRetry cannot change what the call fixed: the key, the headers that say what the body is, the retry headers ours',
+    async run({ api, seq }) {
+      for (const [label, headers, options] of [
+        ['Content-Type', { 'Content-Type': 'text/csv' }, {}],
+        ['Content-Encoding', { 'Content-Encoding': 'gzip' }, {}],
+        ['X-Retry-Count under retryHeaders', { 'X-Retry-Count': '99' }, { retryHeaders: true }],
+      ]) {
+        const s = seq('503,200');
+        const err = await rejects(api.retryFetch(s.url, { method: 'POST', body: '{"a":1}', headers: { 'Content-Type': 'application/json' } }, { ...fast, ...options, beforeRetry: () => headers }));
+        equal(err?.name, 'TypeError', `${label}:`);
+        match(err.message, new RegExp(label.split(' ')[0], 'i'), `${label}: the message names it`);
+        equal((await s.log()).length, 1, `${label}: nothing more was sent`);
+      }
+      // Without retryHeaders, X-Retry-Count is the caller's to set.
+      const s = seq('503,200');
+      equal((await api.retryFetch(s.url, undefined, { ...fast, beforeRetry: () => ({ 'X-Retry-Count': '7' }) })).status, 200);
+      deepEqual((await s.log()).map((r) => r.headers['x-retry-count'] ?? null), [null, '7']);
+    },
+  },
+  {
+    name: 'contract: followAccepted: a blank Operation-Location names nothing, and Location is polled',
+    async run({ api, seq }) {
+      const done = seq('200');
+      const s = seq(`202+ra=0+opl=%20+to=${redirectTo(done)},202`);
+      const res = await api.retryFetch(s.url, undefined, { ...fast, followAccepted: true, deadlineMs: 2_000 });
+      equal(res.status, 200);
+      equal((await s.log()).length, 1, 'the 202 URL was not polled');
+      equal((await done.log()).length, 1, 'Location was polled');
+    },
+  },
+  {
     name: 'contract: deadlineMs on a URL call: a first attempt in flight at the deadline ends the call there, one in time is retried and its body read whole',
     async run({ api, seq }) {
       // The deadline cuts the first attempt (a GET, no init and a plain one; a keyed POST):

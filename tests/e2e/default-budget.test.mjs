@@ -217,3 +217,20 @@ test("budget: 'own' given per call is a TypeError (it is a client's default), no
   }
   assert.equal(sent, 0);
 });
+
+test('onSettled\'s attempts are the attempts sent: none the default budget refused (counted as made) is among them', async () => {
+  const s = await server(() => 503);
+  try {
+    for (let call = 1; call <= 3; call++) await retryFetch(s.url, undefined, { ...fast, maxAttempts: 10 });
+    const before = s.seen();
+    let settled;
+    const res = await retryFetch(s.url, undefined, { ...fast, maxAttempts: 4, onSettled: (info) => (settled = info) });
+    assert.equal(res.status, 503);
+    const sent = s.seen() - before;
+    assert.ok(sent < 4, `the budget refused none of its retries (sent ${sent})`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(settled?.attempts, sent, 'onSettled attempts');
+  } finally {
+    await s.close();
+  }
+});

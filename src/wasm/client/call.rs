@@ -1097,8 +1097,10 @@ async fn run_loop(
                         .or_else(|| url.clone())
                         .unwrap_or_else(|| t.request.url())
                 };
+                // A blank URL header names nothing (resolved, it would be the request's own URL).
                 let resolve = |name: &str| {
                     read(name)
+                        .filter(|v| !v.trim().is_empty())
                         .and_then(|v| web_sys::Url::new_with_base(&v, &base()).ok())
                         .map(|u| u.href())
                 };
@@ -1140,7 +1142,8 @@ async fn run_loop(
                 step
             }
         };
-        attempts.set(engine.attempts());
+        // Attempts sent (the records), not the ones a budget's refusal counted as made.
+        attempts.set(history.length());
         next = match step {
             Step::Send {
                 attempt,
@@ -1340,7 +1343,9 @@ async fn run_loop(
                             Some(h) => h,
                             None => Headers::new()?,
                         };
-                        if let Err(e) = set_headers(&headers, &changed, &p.idempotency_header) {
+                        if let Err(e) =
+                            set_headers(&headers, &changed, &p.idempotency_header, p.retry_headers)
+                        {
                             return abandon(newest.response.as_ref(), e);
                         }
                         extra = Some(headers);
@@ -1377,15 +1382,35 @@ async fn run_loop(
 }
 
 /// Add the headers `beforeRetry` returned (a `Headers`, an object or a list of pairs) to
-/// `extra`. Its own key header cannot be changed: the key is what makes the retry safe.
-fn set_headers(extra: &Headers, given: &JsValue, key_header: &str) -> Result<(), JsValue> {
+/// `extra`. What the call fixed cannot be changed: the key header (the key is what makes the
+/// retry safe), the headers that say what the body is (`Content-Type`, `Content-Encoding`,
+/// `Content-Language`, `Content-Length`: the bytes are the call's), and, under `retryHeaders`,
+/// the retry headers ours (`X-Retry-Count`, `X-Original-Request-At`).
+fn set_headers(
+    extra: &Headers,
+    given: &JsValue,
+    key_header: &str,
+    retry_headers: bool,
+) -> Result<(), JsValue> {
     let given = Headers::new_with_str_sequence_sequence(given)
         .map_err(|_| type_error("retryFetch: beforeRetry must return headers (a Headers, an object or [name, value] pairs) or undefined"))?;
-    if given.has(key_header)? {
-        let mut msg = String::from("retryFetch: beforeRetry cannot change the ");
-        msg.push_str(key_header);
-        msg.push_str(" header: the same key on every attempt is what makes the retry safe");
-        return Err(type_error(&msg));
+    let ours = [
+        key_header,
+        "content-type",
+        "content-encoding",
+        "content-language",
+        "content-length",
+        "x-retry-count",
+        "x-original-request-at",
+    ];
+    let refused = if retry_headers { &ours[..] } else { &ours[..5] };
+    for name in refused {
+        if given.has(name)? {
+            let mut msg = String::from("retryFetch: beforeRetry cannot change the ");
+            msg.push_str(name);
+            msg.push_str(" header: the call fixed it (the same key on every attempt is what makes the retry safe, the body and what it is are the call's, and so are the retry headers)");
+            return Err(type_error(&msg));
+        }
     }
     copy_headers(&given, extra, None)
 }
