@@ -357,17 +357,6 @@ test('a guard read from inside a call\'s step (a response whose headers.get read
   }
 });
 
-test('a guard method given a URL no call could have (relative, in Node) is a TypeError, never the state of nothing', () => {
-  for (const [label, read] of [
-    ['RetryBudget.tokens', (url) => new api.RetryBudget().tokens(url)],
-    ['CircuitBreaker.state', (url) => new api.CircuitBreaker().state(url)],
-    ['AdaptiveThrottle.rate', (url) => new api.AdaptiveThrottle().rate(url)],
-  ]) {
-    assert.throws(() => read('not a url'), { name: 'TypeError', message: new RegExp(`^${label.replace('.', '\\.')}: the argument url must be an absolute URL`) }, label);
-    assert.doesNotThrow(() => read('https://a.example/x'), label);
-  }
-});
-
 test('a wrapper of the global fetch that throws synchronously failed like one that rejects: retried, no throw out of the call, no timer left', () => withGlobalFetch(async (original) => {
   for (const [label, init, options] of [
     ['GET', undefined, fast],

@@ -199,32 +199,25 @@ pub fn origin_of(url: &str) -> String {
     }
 }
 
-/// The `url` argument of a guard method (`budget.tokens(url)`): a string or a `URL`, as the
-/// origin a call to it would have (a relative URL resolved as `fetch` resolves it: against
-/// the page in a browser); a `TypeError` naming the method for anything else, or a URL no
-/// call could have (a relative one in Node).
+/// The `url` argument of a guard method (`budget.tokens(url)`): a string or a `URL`, as its
+/// origin; a `TypeError` naming the method otherwise.
 fn url_argument(method: &str, url: &JsValue) -> Result<String, JsValue> {
-    let (origin, what) = if let Some(s) = url.as_string() {
-        let origin = web_sys::Url::new(&s)
-            .map(|u| u.origin())
-            .or_else(|_| web_sys::Request::new_with_str(&s).map(|r| origin_of(&r.url())));
-        (
-            origin.ok(),
-            "an absolute URL (or, in a browser, one relative to the page)",
-        )
+    let text = if let Some(s) = url.as_string() {
+        Some(s)
     } else if url.is_instance_of::<web_sys::Url>() {
-        (Some(url.unchecked_ref::<web_sys::Url>().origin()), "")
+        Some(url.unchecked_ref::<web_sys::Url>().href())
     } else {
-        (None, "a string or a URL")
+        None
     };
-    origin.ok_or_else(|| {
-        let mut msg = String::from(method);
-        msg.push_str(": the argument url must be ");
-        msg.push_str(what);
-        msg.push_str("; got ");
-        msg.push_str(&describe(url));
-        type_error(&msg)
-    })
+    match text {
+        Some(s) => Ok(origin_of(&s)),
+        None => {
+            let mut msg = String::from(method);
+            msg.push_str(": the argument url must be a string or a URL; got ");
+            msg.push_str(&describe(url));
+            Err(type_error(&msg))
+        }
+    }
 }
 
 /// The `TypeError` for a guard's invalid setting, with the value that was given.
