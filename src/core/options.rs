@@ -399,6 +399,9 @@ pub fn is_forbidden_request_header(name: &str) -> bool {
         || FORBIDDEN_REQUEST_HEADERS.contains(&lower.as_str())
 }
 
+/// The retry headers (`retryHeaders`): `X-Retry-Count` and `X-Original-Request-At`.
+pub const RETRY_HEADERS: [&str; 2] = ["x-retry-count", "x-original-request-at"];
+
 /// Request headers that already mean something else (besides the `Content-*` and `If-*`
 /// families): a value a request carries there would be taken for the caller's key, so none
 /// of them can be `idempotencyHeader`. The last two are the retry headers (`retryHeaders`).
@@ -410,8 +413,8 @@ pub const HEADERS_WITH_A_MEANING: [&str; 9] = [
     "cache-control",
     "pragma",
     "range",
-    "x-retry-count",
-    "x-original-request-at",
+    RETRY_HEADERS[0],
+    RETRY_HEADERS[1],
 ];
 
 /// Does `name` already mean something in a request (`Content-*`, `If-*`, or one of

@@ -261,15 +261,16 @@ impl Client {
                 redirect: JsValue::UNDEFINED,
             });
         }
-        let keyed = match &plain {
-            Some(c) if lean_input && !plain_get && c.keyed => lean_headers(policy, c)?,
-            _ => None,
-        };
         // A time limit on a lean first attempt (`timeoutMs`, shortened to `deadlineMs`): a
         // signal of ours in what is sent, and a timer; a POST whose redirects the loop follows
-        // itself takes the loop, which bounds every hop.
+        // itself takes the loop, which bounds every hop (`lean_headers`).
         let limit = policy.retry.attempt_limit_ms(policy.retry.deadline_ms);
-        let keyed = keyed.filter(|(_, manual)| !manual || limit.is_none());
+        let keyed = match &plain {
+            Some(c) if lean_input && !plain_get && c.keyed => {
+                lean_headers(policy, c, limit.is_some())?
+            }
+            _ => None,
+        };
         let copy = plain.map(|c| c.copy);
         // What fetch is given: `request` (the URL, or the `Request` made here) and `send`;
         // `init` is what a retry's request is made from.
@@ -455,12 +456,21 @@ fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
 /// when one is to be added (a POST, or any request under a fixed key) and the call carries
 /// none. `Some((headers, manual))`, `manual` when the first attempt is sent with `redirect:
 /// 'manual'` (`follows_itself`); `None` when the call takes the loop: a key of the caller's on a
-/// non-idempotent request is checked by `Template::new` before anything is sent.
-fn lean_headers(policy: &Policy, plain: &PlainInit) -> Result<Option<(Headers, bool)>, JsValue> {
+/// non-idempotent request is checked by `Template::new` before anything is sent, and a request
+/// sent with 'manual' under a time limit (`limited`) has every redirect hop bounded there.
+fn lean_headers(
+    policy: &Policy,
+    plain: &PlainInit,
+    limited: bool,
+) -> Result<Option<(Headers, bool)>, JsValue> {
     let idempotent = plain
         .method
         .as_deref()
         .is_none_or(crate::core::classify::is_idempotent_method);
+    let manual = follows_itself(idempotent, &plain.redirect);
+    if manual && limited {
+        return Ok(None);
+    }
     let headers = if plain.headers.is_undefined() {
         Headers::new()?
     } else {
@@ -484,7 +494,6 @@ fn lean_headers(policy: &Policy, plain: &PlainInit) -> Result<Option<(Headers, b
             &header_value(k, p.idempotency_key_format),
         )?;
     }
-    let manual = follows_itself(idempotent, &plain.redirect);
     Ok(Some((headers, manual)))
 }
 
@@ -1394,14 +1403,15 @@ fn set_headers(
 ) -> Result<(), JsValue> {
     let given = Headers::new_with_str_sequence_sequence(given)
         .map_err(|_| type_error("retryFetch: beforeRetry must return headers (a Headers, an object or [name, value] pairs) or undefined"))?;
+    let [count, original_at] = crate::core::options::RETRY_HEADERS;
     let ours = [
         key_header,
         "content-type",
         "content-encoding",
         "content-language",
         "content-length",
-        "x-retry-count",
-        "x-original-request-at",
+        count,
+        original_at,
     ];
     let refused = if retry_headers { &ours[..] } else { &ours[..5] };
     for name in refused {

@@ -262,15 +262,13 @@ fn settings<const N: usize>(
 /// A guard class's handle: its registry id (what an option that names the guard is looked up
 /// by, `__retryFetchGuard`), the shared state, and its removal from the registry when freed.
 macro_rules! guard_handle {
-    ($(#[$doc:meta])* $handle:ident, $class:ident, $inner:ty, $config:ty) => {
+    ($(#[$doc:meta])* $handle:ident, $class:ident, $inner:ty $(, $(#[$fdoc:meta])* $field:ident: $fty:ty)*) => {
         $(#[$doc])*
         #[wasm_bindgen(js_name = $class, skip_typescript)]
         pub struct $handle {
             id: f64,
             inner: $inner,
-            /// Its settings as given (read by its getters without borrowing `inner`).
-            #[allow(dead_code)]
-            config: $config,
+            $($(#[$fdoc])* $field: $fty,)*
         }
 
         #[wasm_bindgen(js_class = $class)]
@@ -293,7 +291,9 @@ macro_rules! guard_handle {
 guard_handle!(
     /// `new RetryBudget({ maxTokens = 10, tokenRatio = 0.1, refillPerSecond = 0.5 })`: gRPC
     /// retryThrottling per origin, a call's own failures not counted against it.
-    RetryBudgetHandle, RetryBudget, Rc<RefCell<RetryBudget>>, BudgetConfig
+    RetryBudgetHandle, RetryBudget, Rc<RefCell<RetryBudget>>,
+    /// Its settings (read by its getters without borrowing `inner`).
+    config: BudgetConfig
 );
 
 #[wasm_bindgen(js_class = RetryBudget)]
@@ -358,7 +358,7 @@ impl RetryBudgetHandle {
 guard_handle!(
     /// `new AdaptiveThrottle({ initialRate = 200, rampMs = 200, beta = 0.7, scale = 0.4,
     /// minRate = 0.5, maxWaitMs = 10000 })`: an adaptive send rate per origin.
-    AdaptiveThrottleHandle, AdaptiveThrottle, Rc<RefCell<AdaptiveThrottle>>, ()
+    AdaptiveThrottleHandle, AdaptiveThrottle, Rc<RefCell<AdaptiveThrottle>>
 );
 
 #[wasm_bindgen(js_class = AdaptiveThrottle)]
@@ -401,11 +401,7 @@ impl AdaptiveThrottleHandle {
         })?;
         let inner = Rc::new(RefCell::new(AdaptiveThrottle::new(config)));
         let id = register(Guard::Throttle(inner.clone()));
-        Ok(AdaptiveThrottleHandle {
-            id,
-            inner,
-            config: (),
-        })
+        Ok(AdaptiveThrottleHandle { id, inner })
     }
 
     /// The current send rate (req/s) for the origin of `url`; `undefined` if never seen.
@@ -438,7 +434,7 @@ fn integer_u32(v: f64) -> u32 {
 guard_handle!(
     /// `new CircuitBreaker({ failureThreshold = 5, openMs = 10000, halfOpenMaxCalls = 1,
     /// onStateChange })`: a circuit breaker per origin.
-    CircuitBreakerHandle, CircuitBreaker, Rc<BreakerShared>, ()
+    CircuitBreakerHandle, CircuitBreaker, Rc<BreakerShared>
 );
 
 #[wasm_bindgen(js_class = CircuitBreaker)]
@@ -471,11 +467,7 @@ impl CircuitBreakerHandle {
             on_state_change,
         });
         let id = register(Guard::Breaker(inner.clone()));
-        Ok(CircuitBreakerHandle {
-            id,
-            inner,
-            config: (),
-        })
+        Ok(CircuitBreakerHandle { id, inner })
     }
 
     /// `'closed'`, `'open'` or `'half-open'` for the origin of `url`.

@@ -18,6 +18,7 @@ use super::store::{
 use crate::core::idempotency::{self as idem, Action};
 use crate::core::key::uuid_v4;
 use crate::core::options::MAX_TIMER_MS;
+use crate::core::runs::Outcome;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
 
@@ -435,6 +436,17 @@ pub enum Stored {
     LockLost,
     /// The store failed (reported). With a transactional store nothing was committed.
     Failed,
+}
+
+impl Stored {
+    /// How the run that stored it ended: `kept` (stored, or a failure stored) when the store
+    /// kept it, else not stored.
+    pub fn outcome(&self, kept: Outcome) -> Outcome {
+        match self {
+            Stored::Kept => kept,
+            Stored::LockLost | Stored::Failed => Outcome::NotStored,
+        }
+    }
 }
 
 /// Store `response` as `k`'s answer.

@@ -378,13 +378,7 @@ async fn process(
                 }
                 Ending::Store => {
                     let stored = store_answer(c, k, &answer.stored, renewal.lost()).await;
-                    log.end_later(
-                        match stored {
-                            Stored::Kept => Outcome::Stored,
-                            Stored::Failed | Stored::LockLost => Outcome::NotStored,
-                        },
-                        None,
-                    );
+                    log.end_later(stored.outcome(Outcome::Stored), None);
                     return match stored {
                                 Stored::Kept => Ok(answer.live),
                                 // With a transactional store nothing was committed, the handler's
@@ -459,11 +453,13 @@ async fn process(
             )?;
             // Whether or not the store kept it, this request's answer is a 500; one the store
             // did not keep says so (the history too: not stored, so not replayed).
-            if let Stored::Kept = store_answer(c, k, &stored, lost).await {
-                log.end_later(Outcome::Failed, error_detail);
+            let outcome = store_answer(c, k, &stored, lost)
+                .await
+                .outcome(Outcome::Failed);
+            log.end_later(outcome, error_detail);
+            if outcome == Outcome::Failed {
                 return from_stored(&stored, false).map(JsValue::from);
             }
-            log.end_later(Outcome::NotStored, error_detail);
             problem(500, "idempotency-handler-failed", "The request failed",
                 &format!("The handler failed after it started and may have had effects, and this answer could not be stored for this {header} (the store failed, or the lock was lost): a retry with the same key runs the handler again once the key's lock lapses. Check the operation's state before trying again."), false).map(JsValue::from)
         }

@@ -131,13 +131,7 @@ pub async fn run(
                     let stored =
                         store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost)
                             .await;
-                    log.end_later(
-                        match stored {
-                            Stored::Kept => Outcome::Stored,
-                            Stored::Failed | Stored::LockLost => Outcome::NotStored,
-                        },
-                        None,
-                    );
+                    log.end_later(stored.outcome(Outcome::Stored), None);
                     match stored {
                         // The first call returns what a repeat returns: the result's JSON, parsed
                         // (a Date is its string, NaN null, as on every replay).
@@ -165,11 +159,7 @@ pub async fn run(
                 }
                 Err(error) => {
                     let stored = store_failure(c, &k, &error, lost).await;
-                    let outcome = match stored {
-                        Stored::Kept => Outcome::Failed,
-                        Stored::Failed | Stored::LockLost => Outcome::NotStored,
-                    };
-                    log.end_later(outcome, error_text(&error));
+                    log.end_later(stored.outcome(Outcome::Failed), error_text(&error));
                     match stored {
                         Stored::Failed | Stored::LockLost if c.store.transactional => {
                             Err(not_committed())
@@ -193,11 +183,8 @@ pub async fn run(
                     free_key(c, &k).await;
                 }
                 AfterThrow::StoreFailure => {
-                    let outcome = match store_failure(c, &k, &error, lost).await {
-                        Stored::Kept => Outcome::Failed,
-                        Stored::Failed | Stored::LockLost => Outcome::NotStored,
-                    };
-                    log.end_later(outcome, error_text(&error));
+                    let stored = store_failure(c, &k, &error, lost).await;
+                    log.end_later(stored.outcome(Outcome::Failed), error_text(&error));
                 }
             }
             Err(error)
