@@ -15,7 +15,7 @@ use super::accepted::{poll_failed, Accepted, AcceptedAnswer, Follow};
 use super::backoff::Rng;
 use super::budget::Verdict;
 use super::classify::{is_transient, Outcome, RetryReason};
-use super::decide::{AttemptOutcome, Decision, RetryState, StopReason};
+use super::decide::{AttemptOutcome, Decision, RetryState, Stop, StopReason};
 use super::options::RetryPolicy;
 use super::retry_after::server_delay_ms;
 
@@ -255,13 +255,15 @@ impl CallEngine {
         self.facts.replayable = false;
     }
 
-    /// The lean path already sent the first attempt at `sent_at_ms` (no guard to ask).
-    pub fn first_sent(&mut self, sent_at_ms: f64) {
+    /// The lean path already sent the first attempt at `sent_at_ms` (no guard to ask), with
+    /// the first attempt's time limit ([`RetryPolicy::attempt_limit_ms`] of the whole deadline).
+    pub fn first_sent(&mut self, policy: &RetryPolicy, sent_at_ms: f64) {
         self.state.start_attempt();
+        let limit_ms = policy.attempt_limit_ms(policy.deadline_ms);
         self.in_flight = InFlight {
             poll: false,
             sent_at: sent_at_ms,
-            deadline_limited: false,
+            deadline_limited: limit_ms.is_some() && limit_ms == policy.deadline_ms,
         };
     }
 
@@ -454,6 +456,15 @@ impl CallEngine {
             redirected: settled.redirected,
         };
         let step = match self.state.decide(policy, report, now_ms, rng) {
+            // The deadline, not `maxAttempts`, ended an attempt its time limit cut.
+            Decision::Stop(Stop::AttemptsExhausted(_))
+                if outcome == Outcome::Timeout && self.in_flight.deadline_limited =>
+            {
+                Step::Finish {
+                    reason: StopReason::Deadline,
+                    cause: Cause::AttemptError,
+                }
+            }
             Decision::Stop(stop) => Step::Finish {
                 reason: stop.reason(),
                 cause: Cause::AttemptError,
@@ -910,6 +921,37 @@ mod tests {
             }
         );
         assert_eq!(attempts, 3);
+    }
+
+    #[test]
+    fn an_attempt_the_deadline_cut_ends_the_call_for_the_deadline_even_as_the_last() {
+        // `maxAttempts: 1`: the only attempt's limit is the deadline (no `timeoutMs`), or
+        // `timeoutMs` under it; sent by the loop, or by the lean path.
+        for (timeout_ms, reason) in [
+            (None, StopReason::Deadline),
+            (Some(100.0), StopReason::Attempts),
+        ] {
+            let p = RetryPolicy {
+                max_attempts: 1,
+                deadline_ms: Some(300.0),
+                timeout_ms,
+                ..policy()
+            };
+            let finish = Step::Finish {
+                reason,
+                cause: Cause::AttemptError,
+            };
+            let mut g = Fake::default();
+            let mut e = CallEngine::new(&p, 0.0, GET);
+            assert!(matches!(e.next_attempt(&p, &mut g, 0.0), Step::Send { .. }));
+            let ended = timeout_ms.unwrap_or(299.0);
+            let (_, step) = e.settled(&p, outcome(Outcome::Timeout), &mut g, ended, &mut Half);
+            assert_eq!(step, finish, "loop, timeoutMs {timeout_ms:?}");
+            let mut e = CallEngine::new(&p, 0.0, GET);
+            e.first_sent(&p, 0.0);
+            let (_, step) = e.settled(&p, outcome(Outcome::Timeout), &mut g, ended, &mut Half);
+            assert_eq!(step, finish, "lean, timeoutMs {timeout_ms:?}");
+        }
     }
 
     #[test]

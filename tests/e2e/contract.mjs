@@ -1285,6 +1285,7 @@ export const scenarios = [
       for (const [label, headers, options] of [
         ['Content-Type', { 'Content-Type': 'text/csv' }, {}],
         ['Content-Encoding', { 'Content-Encoding': 'gzip' }, {}],
+        ['Content-Location', { 'Content-Location': '/elsewhere' }, {}],
         ['X-Retry-Count under retryHeaders', { 'X-Retry-Count': '99' }, { retryHeaders: true }],
       ]) {
         const s = seq('503,200');
@@ -1327,6 +1328,13 @@ export const scenarios = [
         ok(took >= 250 && took < 2_000, `${label}: ended after ${took} ms with deadlineMs 300`);
         equal((await s.log()).length, 1, `${label}: attempts`);
         if (init) deepEqual(Object.keys(init), init.body ? ['method', 'body'] : ['method'], `${label}: init was changed`);
+      }
+      // The deadline ends the call even when the attempt it cut was the last one allowed (a
+      // URL call and a Request input).
+      for (const [label, input] of [['URL', (u) => u], ['Request', (u) => new Request(u)]]) {
+        const s = seq('hang,200');
+        const err = await rejects(api.retryFetch(input(s.url), undefined, { ...fast, maxAttempts: 1, deadlineMs: 300 }));
+        equal(err?.reason, 'deadline', `${label}, maxAttempts 1: reason`);
       }
       // With timeoutMs under it, the first attempt's limit is timeoutMs: retried in time, the
       // POST with its key and body.

@@ -987,7 +987,7 @@ async fn run_loop(
             manual,
             timed_out,
         }) => {
-            engine.first_sent(started);
+            engine.first_sent(p, started);
             let (outcome, followed) = match manual {
                 true => {
                     let followed = follow(outcome, &t, &body, &JsValue::UNDEFINED).await;
@@ -1392,8 +1392,8 @@ async fn run_loop(
 
 /// Add the headers `beforeRetry` returned (a `Headers`, an object or a list of pairs) to
 /// `extra`. What the call fixed cannot be changed: the key header (the key is what makes the
-/// retry safe), the headers that say what the body is (`Content-Type`, `Content-Encoding`,
-/// `Content-Language`, `Content-Length`: the bytes are the call's), and, under `retryHeaders`,
+/// retry safe), the request-body headers (`Content-Type`, `Content-Encoding` and the rest of
+/// [`REQUEST_BODY_HEADERS`]: the bytes are the call's), and, under `retryHeaders`,
 /// the retry headers ours (`X-Retry-Count`, `X-Original-Request-At`).
 fn set_headers(
     extra: &Headers,
@@ -1403,17 +1403,14 @@ fn set_headers(
 ) -> Result<(), JsValue> {
     let given = Headers::new_with_str_sequence_sequence(given)
         .map_err(|_| type_error("retryFetch: beforeRetry must return headers (a Headers, an object or [name, value] pairs) or undefined"))?;
-    let [count, original_at] = crate::core::options::RETRY_HEADERS;
-    let ours = [
-        key_header,
-        "content-type",
-        "content-encoding",
-        "content-language",
-        "content-length",
-        count,
-        original_at,
-    ];
-    let refused = if retry_headers { &ours[..] } else { &ours[..5] };
+    let retry = if retry_headers {
+        &crate::core::options::RETRY_HEADERS[..]
+    } else {
+        &[]
+    };
+    let refused = core::iter::once(key_header)
+        .chain(REQUEST_BODY_HEADERS)
+        .chain(retry.iter().copied());
     for name in refused {
         if given.has(name)? {
             let mut msg = String::from("retryFetch: beforeRetry cannot change the ");
