@@ -356,7 +356,14 @@ impl CallEngine {
     /// Did the deadline cut a poll in flight (it `timed_out` and `failed`)? Then the 202
     /// before it is the call's answer.
     pub fn poll_cut(&self, timed_out: bool, failed: bool) -> bool {
-        self.in_flight.poll && self.in_flight.deadline_limited && timed_out && failed
+        self.keeps_previous_answer() && timed_out && failed
+    }
+
+    /// May the answer before the attempt in flight still be the call's answer? Only for a
+    /// poll the deadline may cut ([`CallEngine::poll_cut`]); any other attempt replaces it,
+    /// so the shell frees it (cancels its body) as the attempt is sent.
+    pub fn keeps_previous_answer(&self) -> bool {
+        self.in_flight.poll && self.in_flight.deadline_limited
     }
 
     /// The attempt settled at `now_ms`: count it (`true`: it goes in the attempt history),

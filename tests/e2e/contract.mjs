@@ -1301,6 +1301,22 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: a retried answer\'s body is cancelled as the retry is sent, not after it answers (its connection is free for the retry)',
+    async run({ api, seq }) {
+      // The 503's body streams for 20 s; the retry is answered once that body is closed (or
+      // after 3 s, saying it was still open). A browser opens six connections per origin: six
+      // such calls kept open would leave none for their retries.
+      for (const [label, init] of [['GET', undefined], ['POST', { method: 'POST', body: 'pay' }]]) {
+        const s = seq('503+slowbody=1000,200+afterclose=3000');
+        const res = await api.retryFetch(s.url, init, fast);
+        equal(res.status, 200, `${label}:`);
+        const log = await s.log();
+        equal(log.length, 2, `${label}: attempts`);
+        equal(log[1].earlierOpen, 0, `${label}: the 503's body was still open when its retry was answered`);
+      }
+    },
+  },
+  {
     name: 'contract: followAccepted: a blank Operation-Location names nothing, and Location is polled',
     async run({ api, seq }) {
       const done = seq('200');

@@ -25,6 +25,9 @@
 //   +slowbody=<ms>       send the status and headers at once, then a text/plain body in 20
 //                        chunks, one every <ms> (the first at once), so a client can abort
 //                        while it reads the body
+//   +afterclose=<ms>     before answering, wait (at most <ms>) until the slow bodies of this
+//                        scenario's earlier hits are closed (ended, or cut by the client); the
+//                        log's `earlierOpen` says how many were still open when it answered
 //
 // CORS is open (any origin, any header, every header exposed) so browser pages on another
 // port can use it. OPTIONS preflights are answered and not counted.
@@ -56,6 +59,7 @@ export function parseStep(text) {
     else if (key === 'to') step.headers.Location = value;
     else if (key === 'opl') step.headers['Operation-Location'] = value;
     else if (key === 'slowbody') step.slowBodyMs = Number(value);
+    else if (key === 'afterclose') step.afterCloseMs = Number(value);
   }
   return step;
 }
@@ -63,6 +67,7 @@ export function parseStep(text) {
 export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
   const hits = new Map(); // id -> count
   const logs = new Map(); // id -> [{ hit, method, headers, body, at }]
+  const openBodies = new Map(); // id -> Set of promises, each settled when a slow body closes
   const sockets = new Set();
 
   // Connection: close on every answer: a browser silently resends a request whose reused
@@ -93,6 +98,7 @@ export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
     if (url.pathname === '/reset' && req.method === 'POST') {
       hits.clear();
       logs.clear();
+      openBodies.clear();
       res.writeHead(204, cors).end();
       return;
     }
@@ -121,6 +127,11 @@ export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
     const step = parseStep(steps[Math.min(hit, steps.length) - 1]);
 
     if (step.delayMs) await new Promise((r) => setTimeout(r, step.delayMs));
+    if (step.afterCloseMs !== undefined) {
+      const open = [...(openBodies.get(id) ?? [])];
+      await Promise.race([Promise.all(open), new Promise((r) => setTimeout(r, step.afterCloseMs))]);
+      logs.get(id)[hit - 1].earlierOpen = openBodies.get(id)?.size ?? 0;
+    }
     if (step.what === 'reset') {
       req.socket.destroy();
       return;
@@ -146,7 +157,15 @@ export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
           res.end();
         }
       }, step.slowBodyMs);
-      res.on('close', () => clearInterval(timer)); // the client went away: stop writing
+      let closed;
+      const bodies = openBodies.get(id) ?? openBodies.set(id, new Set()).get(id);
+      const open = new Promise((resolve) => (closed = resolve));
+      bodies.add(open);
+      res.on('close', () => {
+        clearInterval(timer); // the client went away: stop writing
+        bodies.delete(open);
+        closed();
+      });
       return;
     }
     res.writeHead(status, headers).end(JSON.stringify({ id, hit, status }));

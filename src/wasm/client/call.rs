@@ -1197,6 +1197,15 @@ async fn run_loop(
                         (t.request.as_ref(), init)
                     }
                 };
+                // The answer before this attempt is replaced by it: its body is cancelled now,
+                // not when this attempt answers, so that its connection is free for this one (a
+                // browser opens six per origin: a retried 503 whose body still streams would
+                // hold one through the retry, and six such calls would wait on each other).
+                if !engine.keeps_previous_answer() {
+                    if let Some(r) = newest.response.take() {
+                        discard(&r);
+                    }
+                }
                 let sent_at = js_sys::Date::now();
                 let sent = match &policy.fetch {
                     None => Ok(global_fetch(input, &init)),
