@@ -88,7 +88,6 @@ pub fn bytes_of(buffer: &JsValue) -> Result<js_sys::Uint8Array, JsValue> {
 /// `new Promise((resolve) => resolve(value))`. Awaiting a caller's promise itself calls its own
 /// `then`, and `Promise.resolve(value)` reads its `constructor`: either may throw, and would
 /// unwind through the wasm. Here they run in a promise job, and a throw is the rejection.
-#[cfg(feature = "server")]
 pub fn promise_of(value: &JsValue) -> js_sys::Promise {
     js_sys::Promise::new(&mut |resolve, _| {
         let _ = resolve.call1(&JsValue::UNDEFINED, value);

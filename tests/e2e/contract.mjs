@@ -936,7 +936,14 @@ export const scenarios = [
       equal((await api.retryFetch(seq('200').url, undefined, { ...fast, onSettled })).status, 200);
       equal((await api.retryFetch(seq('503,503,200').url, undefined, { ...fast, onSettled })).status, 200);
       await rejects(api.retryFetch(seq('reset').url, undefined, { ...fast, maxAttempts: 2, onSettled: async (info) => { onSettled(info); throw new Error('ignored'); } }));
-      deepEqual(seen, [[1, 200], [3, 200], [2, 'RetryError']]);
+      // An abort ends the attempt in flight: it was sent, so it counts (the first, sent
+      // straight to fetch; a retry).
+      for (const steps of ['hang', '503,hang']) {
+        const controller = new AbortController();
+        setTimeout(() => controller.abort(new Error('stop')), 300);
+        await rejects(api.retryFetch(seq(steps).url, undefined, { ...fast, signal: controller.signal, onSettled }));
+      }
+      deepEqual(seen, [[1, 200], [3, 200], [2, 'RetryError'], [1, 'Error'], [2, 'Error']]);
     },
   },
   {
@@ -1313,6 +1320,50 @@ export const scenarios = [
         const log = await s.log();
         equal(log.length, 2, `${label}: attempts`);
         equal(log[1].earlierOpen, 0, `${label}: the 503's body was still open when its retry was answered`);
+      }
+    },
+  },
+  {
+    name: 'contract: a hook or transport whose promise throws when read (a constructor getter) fails like one that rejects',
+    async run({ api, seq }) {
+      const throwing = (value) => {
+        const p = Promise.resolve(value);
+        Object.defineProperty(p, 'constructor', { get() { throw new Error('read'); } });
+        return p;
+      };
+      for (const hook of ['shouldRetry', 'onRetry', 'beforeRetry']) {
+        const s = seq('503,200');
+        const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, [hook]: () => throwing(hook === 'shouldRetry' ? true : undefined) }));
+        equal(err?.message, 'read', `${hook}:`);
+        equal((await s.log()).length, 1, `${hook}: nothing more was sent`);
+      }
+      const s = seq('200');
+      const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, maxAttempts: 1, fetch: (input, init) => throwing(fetch(input, init)) }));
+      equal(err?.cause?.message, 'read', 'fetch: the attempt failed with it');
+      equal((await api.retryFetch(seq('200').url)).status, 200, 'a later call');
+    },
+  },
+  {
+    name: 'contract: a custom fetch that ignores the attempt\'s signal: an answer it gives after the call gave up has its body cancelled',
+    async run({ api, seq }) {
+      // The answer comes 300 ms after the send, its body streaming for 20 s; the call gave up
+      // at 100 ms (an abort, timeoutMs, deadlineMs). A later request is answered once that
+      // body is closed (or after 3 s, saying it was still open).
+      for (const label of ['abort', 'timeoutMs', 'deadlineMs']) {
+        const s = seq('200+delay=300+slowbody=1000,200+afterclose=3000');
+        const controller = new AbortController();
+        const options = { ...fast, maxAttempts: 1, fetch: (request) => fetch(request) };
+        if (label === 'abort') {
+          options.signal = controller.signal;
+          setTimeout(() => controller.abort(new Error('stop')), 100);
+        } else {
+          options[label] = 100;
+        }
+        await rejects(api.retryFetch(s.url, undefined, options));
+        await sleep(400);
+        equal((await fetch(s.url)).status, 200, `${label}:`);
+        const log = await s.log();
+        equal(log[1]?.earlierOpen, 0, `${label}: the late answer's body was still open`);
       }
     },
   },

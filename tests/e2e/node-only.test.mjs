@@ -495,3 +495,56 @@ test('a hook that throws (or gives what it must not) ends the call and closes th
     await new Promise((resolve) => server.close(resolve));
   }
 });
+
+test("an abort after shouldRetry saw a response is no unhandled rejection: the clone it was given is cancelled with the response, never alone", { timeout: 30_000 }, async () => {
+  // Node's fetch, whose signal aborts after one branch of a cloned body was cancelled, cancels
+  // the other and rethrows what that gives: an unhandled rejection, which ends the process.
+  const unhandled = [];
+  const collect = (reason) => unhandled.push(reason?.message ?? String(reason));
+  process.on('unhandledRejection', collect);
+  try {
+    // Aborted during onRetry, the backoff wait and beforeRetry (the signal in the options or
+    // in init): the call rejects with the reason.
+    for (const where of ['onRetry', 'wait', 'beforeRetry']) {
+      for (const via of ['options', 'init']) {
+        const controller = new AbortController();
+        const abort = () => controller.abort(new Error(`stop in ${where}`));
+        const options = { baseDelayMs: where === 'wait' ? 2_000 : 5, jitter: 'none', shouldRetry: () => true };
+        if (via === 'options') options.signal = controller.signal;
+        if (where === 'onRetry') options.onRetry = abort;
+        if (where === 'beforeRetry') options.beforeRetry = abort;
+        if (where === 'wait') setTimeout(abort, 200);
+        const s = seq('503,200');
+        const err = await api.retryFetch(s.url, via === 'init' ? { signal: controller.signal } : undefined, options).then(() => null, (e) => e);
+        assert.equal(err?.message, `stop in ${where}`, `${where}, ${via}`);
+      }
+    }
+    // The response shouldRetry vetoed is the answer; the caller aborts before reading it.
+    const controller = new AbortController();
+    const res = await api.retryFetch(seq('503').url, undefined, { signal: controller.signal, shouldRetry: () => false });
+    assert.equal(res.status, 503);
+    controller.abort(new Error('cleanup'));
+    await sleep(200);
+    assert.deepEqual(unhandled, [], 'unhandled rejections');
+  } finally {
+    process.off('unhandledRejection', collect);
+  }
+});
+
+test("a Request input's signal still ends the call after a garbage collection (the input is held for the call)", { timeout: 30_000 }, async () => {
+  // Node's fetch links a Request's copy to the input's signal only while the input lives: a
+  // caller who lets the input go would lose the abort during a wait.
+  assert.equal(typeof globalThis.gc, 'function', 'run with --expose-gc');
+  for (const method of ['GET', 'POST']) {
+    const s = seq('503');
+    const controller = new AbortController();
+    const init = { method, signal: controller.signal, ...(method === 'POST' ? { body: 'pay' } : {}) };
+    const call = api.retryFetch(new Request(s.url, init), undefined, { baseDelayMs: 400, jitter: 'none' }).then(() => null, (e) => e);
+    await sleep(150); // the first attempt was answered; the call waits
+    globalThis.gc();
+    controller.abort(new Error('stop'));
+    const err = await Promise.race([call, sleep(3_000).then(() => 'still pending')]);
+    assert.equal(err?.message, 'stop', `${method}: ${err}`);
+    assert.equal(s.log().length, 1, `${method}: sent after the abort`);
+  }
+});

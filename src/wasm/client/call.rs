@@ -310,7 +310,8 @@ impl Client {
                     add_default_headers(&request, input, init, defaults)?;
                 }
                 if !(lean_policy && limit.is_none() && lean_request(policy, &request)) {
-                    let template = Template::new(policy, request, init, copied.is_some())?;
+                    let template =
+                        Template::new(policy, request, init, copied.is_some())?.holding(input);
                     return Ok(future_to_promise(run(
                         policy.clone(),
                         template,
@@ -322,7 +323,9 @@ impl Client {
                 if signal.aborted() {
                     return Err(signal.reason());
                 }
-                (JsValue::UNDEFINED, request.into(), JsValue::UNDEFINED)
+                // The input rides where a URL's init would, held until the attempt settles
+                // (and then by the loop, if it runs): see `Template::holding`.
+                (JsValue::UNDEFINED, request.into(), input.clone())
             };
         // Under a time limit (a URL sent: a `Request` took the loop), the attempt's own signal.
         let timer = match limit {
@@ -561,7 +564,7 @@ fn lean_request(policy: &Policy, request: &Request) -> bool {
 fn settled(
     policy: &Rc<Policy>,
     request: JsValue,
-    init: JsValue,
+    mut init: JsValue,
     started: f64,
     fulfilled: bool,
     value: JsValue,
@@ -590,10 +593,11 @@ fn settled(
     // A URL string was sent: the request is made now (from the copy that was sent, or none),
     // and a URL that fetch refuses (nothing was sent) is the platform's TypeError, not a
     // network error to retry.
-    let (request, init_copied) = match request.dyn_into::<Request>() {
-        Ok(r) => (r, false),
+    // A `Request` input was sent as the copy made from it, and `init` is that input.
+    let (request, init_copied, input) = match request.dyn_into::<Request>() {
+        Ok(r) => (r, false, core::mem::replace(&mut init, JsValue::UNDEFINED)),
         Err(url) => match fix_request(&url, &init) {
-            Ok(r) => (r, true),
+            Ok(r) => (r, true, url),
             Err(e) => return Promise::reject(&e).into(),
         },
     };
@@ -605,7 +609,7 @@ fn settled(
     };
     let policy = policy.clone();
     let run = async move {
-        let template = Template::new(&policy, request, &init, init_copied)?;
+        let template = Template::new(&policy, request, &init, init_copied)?.holding(&input);
         run(policy, template, started, Some(first)).await
     };
     future_to_promise(run).into()
@@ -735,22 +739,21 @@ fn discard(response: &JsValue) {
     }
 }
 
-/// Cancel the clone of `response` that `shouldRetry` was `offered`, unless it is the response
-/// itself (a response that could not be cloned is offered as it is). Not awaited: a clone's (a
-/// tee branch's) cancel settles only once the other branch is done with.
-fn discard_offered(offered: Option<&JsValue>, response: Option<&JsValue>) {
-    if let Some(clone) = offered {
-        if !response.is_some_and(|r| JsValue::eq(clone, r)) {
-            discard(clone);
-        }
+/// When `promise` fulfils, discard the response it gives: an answer that comes after the call
+/// gave up on it. A rejection is ignored.
+fn discard_when_fulfilled(promise: &Promise) {
+    thread_local! {
+        /// `(response) => discard(response)`, made once.
+        static DISCARD_LATE: Closure<dyn FnMut(JsValue)> = Closure::new(|r: JsValue| discard(&r));
     }
+    DISCARD_LATE.with(|f| js::ignore_rejection(&promise.then(f)));
 }
 
 /// Start cancelling `response`'s body: the promise of the cancel, if it has a body.
 fn cancel_body(response: &JsValue) -> Option<Promise> {
     let body = js::get(response, "body");
     let cancel = js::get(&body, "cancel").dyn_into::<Function>().ok()?;
-    cancel.call0(&body).ok().map(|p| Promise::resolve(&p))
+    cancel.call0(&body).ok().map(|p| js::promise_of(&p))
 }
 
 /// Is `value` a `Response`, or one of another fetch implementation (a number `status`, and
@@ -797,13 +800,10 @@ fn retry_context(
 async fn wait_keeping(
     signals: &mut CallSignals,
     delay: f64,
-    response: Option<&JsValue>,
+    newest: &mut Newest,
 ) -> Result<(), JsValue> {
     if let Err(reason) = signals.sleep(delay).await {
-        if let Some(r) = response {
-            discard(r);
-        }
-        return Err(reason);
+        return newest.abandon(reason).map(drop);
     }
     Ok(())
 }
@@ -812,7 +812,7 @@ async fn wait_keeping(
 /// the call's error).
 async fn call_hook(hook: &Function, ctx: &JsValue) -> Result<JsValue, JsValue> {
     let v = hook.call1(&JsValue::UNDEFINED, ctx)?;
-    JsFuture::from(Promise::resolve(&v)).await
+    JsFuture::from(js::promise_of(&v)).await
 }
 
 /// How a step bounded by the call's signals and a time limit ended.
@@ -893,14 +893,34 @@ enum Next {
     },
 }
 
-/// What the loop knows of the newest attempt: its response (kept until the next attempt's
-/// outcome: if the call stops before that, it is the answer), or its error.
+/// What the loop knows of the newest attempt: its response (kept until the next attempt is
+/// sent: if the call stops before that, it is the answer), or its error.
 #[derive(Default)]
 struct Newest {
     response: Option<JsValue>,
+    /// The clone of `response` that `shouldRetry` was given: cancelled with `response`, never
+    /// alone. (Node's fetch, whose signal aborts after one branch of a cloned body was
+    /// cancelled, cancels the other and rethrows the result: an unhandled rejection. A clone
+    /// merely dropped when `response` is the answer costs only memory.)
+    offered: Option<JsValue>,
     status: Option<u16>,
     error: JsValue,
     record: Option<Object>,
+}
+
+impl Newest {
+    /// Cancel the kept response's body (and its clone's): the call will not hand it out.
+    fn discard(&mut self) {
+        for r in [self.response.take(), self.offered.take()].iter().flatten() {
+            discard(r);
+        }
+    }
+
+    /// [`Newest::discard`], and `reason` is the call's error.
+    fn abandon(&mut self, reason: JsValue) -> Result<JsValue, JsValue> {
+        self.discard();
+        Err(reason)
+    }
 }
 
 /// The loop of [`run`]: performs the steps of the call's engine (`core::engine`), which
@@ -1012,10 +1032,7 @@ async fn run_loop(
     macro_rules! stop_if_aborted {
         () => {
             if let Some(reason) = signals.aborted() {
-                if let Some(r) = &newest.response {
-                    discard(r);
-                }
-                return Err(reason);
+                return newest.abandon(reason);
             }
         };
     }
@@ -1027,10 +1044,10 @@ async fn run_loop(
     }
     // A hook's value, bounded by the call's signals and deadline: a promise that never settles
     // cannot hold the call. A throw, a rejection or an abort ends the call, and the newest
-    // response and `$offered` (the clone `shouldRetry` was given) are cancelled, so their
-    // connection is not kept open.
+    // response (and the clone `shouldRetry` was given) are cancelled, so their connection is
+    // not kept open. When the deadline ends the hook, the newest response is the answer.
     macro_rules! run_hook {
-        ($hook:expr, $ctx:expr, $offered:expr) => {{
+        ($hook:expr, $ctx:expr) => {{
             let step = pin!(call_hook($hook, &$ctx));
             let ended = match bounded(
                 &mut signals,
@@ -1045,15 +1062,10 @@ async fn run_loop(
             };
             match ended {
                 Ok(v) => v,
-                Err(failed) => {
-                    discard_offered($offered, newest.response.as_ref());
-                    match failed {
-                        Some(e) => return abandon(newest.response.as_ref(), e),
-                        None => {
-                            next = Next::Step(engine.hook_timed_out());
-                            continue;
-                        }
-                    }
+                Err(Some(e)) => return newest.abandon(e),
+                Err(None) => {
+                    next = Next::Step(engine.hook_timed_out());
+                    continue;
                 }
             }
         }};
@@ -1073,6 +1085,10 @@ async fn run_loop(
                 if let Some(reason) = signals.aborted() {
                     if let Ok(response) = &outcome {
                         discard(response);
+                    }
+                    // The attempt the abort ended was sent (a poll only counts once it fails).
+                    if url.is_none() {
+                        attempts.set(history.length() + 1);
                     }
                     return Err(reason);
                 }
@@ -1145,6 +1161,7 @@ async fn run_loop(
                         _ => None,
                     },
                     response,
+                    offered: None,
                     error,
                     record: Some(record),
                 };
@@ -1202,9 +1219,7 @@ async fn run_loop(
                 // browser opens six per origin: a retried 503 whose body still streams would
                 // hold one through the retry, and six such calls would wait on each other).
                 if !engine.keeps_previous_answer() {
-                    if let Some(r) = newest.response.take() {
-                        discard(&r);
-                    }
+                    newest.discard();
                 }
                 let sent_at = js_sys::Date::now();
                 let sent = match &policy.fetch {
@@ -1212,7 +1227,7 @@ async fn run_loop(
                     // A transport that throws synchronously failed like one that rejects.
                     Some(f) => f
                         .call2(&JsValue::UNDEFINED, input, &init)
-                        .map(|v| Promise::resolve(&v)),
+                        .map(|v| js::promise_of(&v)),
                 };
                 // The attempt is bounded too, a little after its own time limit: a transport
                 // that ignores its signal cannot hold the call past an abort or the deadline.
@@ -1230,15 +1245,22 @@ async fn run_loop(
                     Ok(p) => match bounded(
                         &mut signals,
                         limit.map(|ms| ms + TRANSPORT_GRACE_MS),
-                        pin!(JsFuture::from(p)),
+                        pin!(JsFuture::from(p.clone())),
                     )
                     .await
                     {
                         Bounded::Done(outcome) => outcome,
-                        Bounded::Aborted(reason) => Err(reason),
-                        Bounded::TimeUp => {
-                            gave_up = true;
-                            Err(JsValue::UNDEFINED)
+                        given_up => {
+                            // What it resolves with later is not the call's: its body is
+                            // cancelled when it comes, so its connection is freed.
+                            discard_when_fulfilled(&p);
+                            match given_up {
+                                Bounded::Aborted(reason) => Err(reason),
+                                _ => {
+                                    gave_up = true;
+                                    Err(JsValue::UNDEFINED)
+                                }
+                            }
                         }
                     },
                     Err(e) => Err(e),
@@ -1256,9 +1278,7 @@ async fn run_loop(
                         return Ok(before.clone());
                     }
                 }
-                if let Some(r) = newest.response.take() {
-                    discard(&r);
-                }
+                newest.discard();
                 if let (true, Ok(r)) = (refuses, &outcome) {
                     let status = js::get(r, "status").as_f64().unwrap_or(0.0);
                     let opaque =
@@ -1286,7 +1306,7 @@ async fn run_loop(
                 }
             }
             Step::WaitTurn(ms) => {
-                wait_keeping(&mut signals, ms, newest.response.as_ref()).await?;
+                wait_keeping(&mut signals, ms, &mut newest).await?;
                 Next::Step(guards.lend(|g| engine.turn_waited(p, g, js_sys::Date::now())))
             }
             Step::AskHooks {
@@ -1298,7 +1318,7 @@ async fn run_loop(
                 let mut retry = true;
                 if let Some(hook) = &policy.should_retry {
                     // A clone, so that a hook that reads the body leaves the response the call
-                    // may still return readable.
+                    // may still return readable (one that cannot be cloned is offered as is).
                     let offered = newest.response.as_ref().map(clone_response);
                     let ctx = retry_context(
                         attempt,
@@ -1308,21 +1328,21 @@ async fn run_loop(
                         &newest,
                         key.as_deref(),
                     );
-                    let verdict = run_hook!(hook, ctx, offered.as_ref());
-                    discard_offered(offered.as_ref(), newest.response.as_ref());
+                    newest.offered =
+                        offered.filter(|c| !newest.response.as_ref().is_some_and(|r| c == r));
+                    let verdict = run_hook!(hook, ctx);
                     retry = match verdict.as_bool() {
                         Some(b) => b,
                         None => {
-                            return abandon(
-                                newest.response.as_ref(),
-                                type_error("retryFetch: shouldRetry must return true or false (or a promise of one)"),
-                            )
+                            return newest.abandon(type_error(
+                                "retryFetch: shouldRetry must return true or false (or a promise of one)",
+                            ))
                         }
                     };
                 }
                 if let (true, Some(hook)) = (retry, &policy.on_retry) {
                     let ctx = retry_context(attempt, delay, reason, None, &newest, key.as_deref());
-                    run_hook!(hook, ctx, None::<&JsValue>);
+                    run_hook!(hook, ctx);
                 }
                 Next::Step(engine.hooks_done(retry, js_sys::Date::now()))
             }
@@ -1332,7 +1352,7 @@ async fn run_loop(
                 }
                 // The response is kept through the wait: if the deadline passes meanwhile (a
                 // late timer), it is the answer, and nothing more is sent.
-                wait_keeping(&mut signals, ms, newest.response.as_ref()).await?;
+                wait_keeping(&mut signals, ms, &mut newest).await?;
                 stop_if_aborted!();
                 Next::Step(
                     guards
@@ -1355,7 +1375,7 @@ async fn run_loop(
                         &newest,
                         key.as_deref(),
                     );
-                    let changed = run_hook!(hook, ctx, None::<&JsValue>);
+                    let changed = run_hook!(hook, ctx);
                     if !changed.is_undefined() && !changed.is_null() {
                         let headers = match extra.take() {
                             Some(h) => h,
@@ -1364,7 +1384,7 @@ async fn run_loop(
                         if let Err(e) =
                             set_headers(&headers, &changed, &p.idempotency_header, p.retry_headers)
                         {
-                            return abandon(newest.response.as_ref(), e);
+                            return newest.abandon(e);
                         }
                         extra = Some(headers);
                     }
@@ -1597,15 +1617,6 @@ fn own_value(target: &JsValue, key: &str, value: &JsValue) {
 /// How much later than its own time limit an attempt is given up on when its transport
 /// ignores the attempt's signal (one that honours it has settled by then).
 const TRANSPORT_GRACE_MS: f64 = 25.0;
-
-/// The call was aborted while `response` was pending a decision: it is discarded, and the
-/// abort's reason is the call's error.
-fn abandon(response: Option<&JsValue>, reason: JsValue) -> Result<JsValue, JsValue> {
-    if let Some(r) = response {
-        discard(r);
-    }
-    Err(reason)
-}
 
 /// A `GET` poll of `url` after a `202 Accepted`, as a transport is called for any attempt,
 /// `(request, init)`: a `Request` with the call's headers (and those `beforeRetry` set) but

@@ -72,6 +72,19 @@ pub struct Template {
     /// `init.body` when it is a string (and `init` the call's own copy, so the value the
     /// request was made from): sent as it is, never read back from the request.
     text: Option<JsValue>,
+    /// The call's input, held for the call ([`Template::holding`]).
+    _input: JsValue,
+}
+
+impl Template {
+    /// Hold the call's `input` until the call ends. The request's signal follows a `Request`
+    /// input's, and Node's fetch keeps that link only while the input lives: an input the
+    /// caller let go (`retryFetch(new Request(url, { signal }))`) would be collected during a
+    /// wait, and its abort would no longer end the call.
+    pub fn holding(mut self, input: &JsValue) -> Template {
+        self._input = input.clone();
+        self
+    }
 }
 
 /// The `TypeError` for a URL fetch can never send (`why`: from `core::classify`), before
@@ -158,6 +171,7 @@ impl Template {
             request,
             idempotent,
             key,
+            _input: JsValue::UNDEFINED,
         })
     }
 
