@@ -78,6 +78,40 @@ async function eventually(fn, what) {
   }
 }
 
+test('RedisStore, acceptAfterMs: an instance whose clock runs ahead of the holder\'s by more than the lock answers a repeat 202 at once, not after waiting', { skip: redisSkip }, async () => {
+  const prefix = `lw:${newKey()}:`;
+  const release = deferred();
+  let runs = 0;
+  const handler = async () => {
+    runs++;
+    await release.promise;
+    return Response.json({ charged: 42 }, { status: 201 });
+  };
+  // The holder renews every 2 s (a third of the lock): one process shares one clock, so until
+  // then its lock, written by the real clock, reads as expired on the skewed one.
+  const options = { identity: false, acceptAfterMs: 150, lockTimeoutMs: 6000 };
+  const a = await serve(idempotency(handler, { ...options, store: new RedisStore({ client: await redisClient(), prefix }) }));
+  const b = await serve(idempotency(handler, { ...options, store: new RedisStore({ client: await redisClient(), prefix }) }));
+  const realNow = Date.now;
+  try {
+    const key = newKey();
+    assert.equal((await send(a.url, { key })).status, 202);
+    // B's clock 7 s ahead: A's live lock (its Redis TTL runs) reads as expired there.
+    Date.now = () => realNow() + 7_000;
+    const t = performance.now();
+    const repeat = await send(b.url, { key });
+    Date.now = realNow;
+    assert.equal(repeat.status, 202);
+    assert.ok(performance.now() - t < 1_000, `the repeat waited ${Math.round(performance.now() - t)} ms`);
+    assert.equal(runs, 1, 'the handler ran again');
+  } finally {
+    Date.now = realNow;
+    release.resolve();
+    await a.close();
+    await b.close();
+  }
+});
+
 for (const [name, skip, make] of STORES) {
   test(`${name}: acceptAfterMs answers 202 while the handler runs on; repeats get 202 at once, then the stored answer, on any instance`, { skip }, async () => {
     const { store, shared } = await make();

@@ -313,6 +313,36 @@ t('1. MemoryStore: a holder whose event loop was blocked past its lease keeps th
   assert.deepEqual(await Promise.all(answers.map((a) => a.json())), [{ run: 1 }, { run: 1 }]);
 });
 
+for (const kind of ['MemoryStore', 'RedisStore']) {
+  t(`1. ${kind}: a holder blocked past its lease as its last step (no renewal ran since) stores its answer: the duplicate gets it, the handler runs once, no lock is left`, { skip: kind === 'RedisStore' && redisSkip }, async () => {
+    const store = kind === 'MemoryStore' ? new MemoryStore() : new RedisStore({ client: redis, prefix: `mh-${crypto.randomUUID()}:` });
+    let runs = 0;
+    const errors = [];
+    const h = idempotency(async () => {
+      const run = ++runs;
+      await sleep(300);
+      if (run === 1) {
+        const until = performance.now() + 1_300; // past the 1000 ms lease, then straight to the answer
+        while (performance.now() < until);
+      }
+      return Response.json({ run }, { status: 201 });
+    }, { store, identity: false, lockTimeoutMs: 1000, waitTimeoutMs: 5000, onError: (e) => errors.push(e.message) });
+    const key = newKey();
+    const first = h(keyed(key));
+    await sleep(30);
+    const duplicate = h(keyed(key));
+    const answers = await Promise.all([first, duplicate]);
+    assert.deepEqual(await Promise.all(answers.map((a) => a.json())), [{ run: 1 }, { run: 1 }]);
+    assert.equal(runs, 1, 'the handler ran again');
+    // A late renewal tick must not take the key again after the run stored its answer.
+    await sleep(500);
+    const again = await h(keyed(key));
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await again.json(), { run: 1 });
+    assert.deepEqual(errors, []);
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. A body read before the companion is a server setup error, answered, never a crash.
 

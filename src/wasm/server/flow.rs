@@ -165,6 +165,8 @@ pub async fn claim(
             }
             Action::Mismatch => return Ok(Claim::Mismatch),
             // The holder died: take its lock over (compare-and-swap on its token) and process.
+            // A lock that could not be taken over is someone's (a store whose locks expire on
+            // their own: our clock ran ahead of the holder's): in progress, as below.
             Action::LockExpired => {
                 if c.store
                     .reclaim(&k.store_key, record.token(), &lock, o.lock_timeout_ms)
@@ -172,6 +174,9 @@ pub async fn claim(
                     .map_err(|e| ClaimError::Store(e, "reclaim"))?
                 {
                     return Ok(Claim::Held);
+                }
+                if rejects(o) || o.accept_after_ms.is_some() {
+                    return Ok(Claim::Busy);
                 }
             }
             Action::Process => continue, // a store that answered with an absent record: ask again
@@ -451,6 +456,11 @@ impl Stored {
 
 /// Store `response` as `k`'s answer.
 /// `renewal_lost`: a renewal was refused while the handler ran.
+///
+/// A lease that lapsed in the store while the run went on (the event loop or the store was held
+/// past `lockTimeoutMs`, so the renewal came too late), with no renewal refused, is taken again
+/// if nobody took the key meanwhile, as the renewal would have, and the answer stored: the run
+/// is the key's only one. Not with a transactional store, whose lock is the run's transaction.
 pub async fn store_answer(
     c: &Common,
     k: &Keyed,
@@ -458,27 +468,51 @@ pub async fn store_answer(
     renewal_lost: bool,
 ) -> Stored {
     let record = completed_record(&k.fingerprint, response);
-    match c
-        .store
-        .complete(&k.store_key, &k.token, &record, c.limits.ttl_ms)
-        .await
-    {
-        Ok(true) => Stored::Kept,
-        Ok(false) => {
-            let why = if renewal_lost {
-                "the lock was lost before the response could be stored: a renewal was refused (the store lost the lock, or another request took it over)"
-            } else {
-                "the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs with a store that cannot renew?)"
-            };
-            c.reporter
-                .store_error(&js_sys::Error::new(why).into(), "complete");
-            Stored::LockLost
+    let mut may_take_again = !renewal_lost && !c.store.transactional;
+    let why = loop {
+        match c
+            .store
+            .complete(&k.store_key, &k.token, &record, c.limits.ttl_ms)
+            .await
+        {
+            Ok(true) => return Stored::Kept,
+            Ok(false) if may_take_again => {
+                may_take_again = false;
+                let lock = lock_record(
+                    &k.token,
+                    &k.fingerprint,
+                    js_sys::Date::now() + c.limits.lock_timeout_ms,
+                );
+                match c
+                    .store
+                    .acquire(&k.store_key, &lock, &k.token, c.limits.lock_timeout_ms)
+                    .await
+                {
+                    Ok(None) => continue,
+                    // Taken again by this run's own late renewal meanwhile.
+                    Ok(Some(found))
+                        if StoredRecord::read(&found).is_ok_and(|r| r.token() == &*k.token) =>
+                    {
+                        continue
+                    }
+                    Ok(Some(_)) => break "the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key",
+                    Err(e) => {
+                        c.reporter.store_error(&e, "acquire");
+                        return Stored::Failed;
+                    }
+                }
+            }
+            Ok(false) if renewal_lost => break "the lock was lost before the response could be stored: a renewal was refused (the store lost the lock, or another request took it over)",
+            Ok(false) => break "the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)",
+            Err(e) => {
+                c.reporter.store_error(&e, "complete");
+                return Stored::Failed;
+            }
         }
-        Err(e) => {
-            c.reporter.store_error(&e, "complete");
-            Stored::Failed
-        }
-    }
+    };
+    c.reporter
+        .store_error(&js_sys::Error::new(why).into(), "complete");
+    Stored::LockLost
 }
 
 /// Free `k` (with a transactional store: roll back what the handler wrote through `ctx.tx`).

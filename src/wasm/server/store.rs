@@ -664,8 +664,13 @@ fn tick(id: u64) {
             Ok(true) => r.leased_at.set(now),
             // The lease lapsed before this renewal could run (the event loop was blocked):
             // the key is taken again if nobody took it meanwhile, which is all a renewal does.
-            // Not with a transactional store, whose lock lives in the handler's transaction.
-            Ok(false) if !r.store.transactional => {
+            // Not with a transactional store, whose lock lives in the handler's transaction,
+            // nor once the run has ended (its renewal dropped meanwhile): that would leave a
+            // lock nobody holds.
+            Ok(false)
+                if !r.store.transactional
+                    && RENEWALS.with(|all| all.borrow().0.contains_key(&id)) =>
+            {
                 match r.store.acquire(&r.key, &lock, &r.token, r.lock_ms).await {
                     Ok(None) => r.leased_at.set(now),
                     Ok(Some(_)) => r.lost.set(true),
