@@ -28,6 +28,13 @@ import {
 /** This request's run through the companion. */
 const RUN = Symbol('retry-fetch idempotency run');
 
+/**
+ * In a route's config: the registration of the plugin that handles the route, the innermost
+ * of those whose context holds it (each registration's onRoute marks the routes declared after
+ * it; a child context's runs after its parents').
+ */
+const OWNER = Symbol('retry-fetch idempotency registration');
+
 /** Fastify's own register options, not the companion's. */
 const REGISTER_OPTIONS = ['prefix', 'logLevel', 'logSerializers'];
 
@@ -108,12 +115,23 @@ export async function idempotency(fastify, options) {
     for (const name of REGISTER_OPTIONS) delete companionOptions[name];
   }
   const start = deferredCompanion(companionOptions);
+  const registration = Symbol('registration');
 
   if (!fastify.hasRequestDecorator('idempotency')) fastify.decorateRequest('idempotency', null);
+
+  // Registered again in a child context (another store, a stricter maxBodyBytes), the plugin
+  // handles the child's routes with the child's options: one run a request, never two (two
+  // would each hold the key, and the outer one's would never be answered).
+  fastify.addHook('onRoute', (route) => {
+    route.config = { ...route.config, [OWNER]: registration };
+  });
 
   fastify.addHook('preHandler', async (request, reply) => {
     if (request.is404) return; // no route: Fastify's 404, nothing to protect
     if (request.routeOptions?.config?.idempotency === false) return; // the route opted out
+    // Another registration's route; one declared before any registration is the first's.
+    const owner = request.routeOptions?.config?.[OWNER];
+    if (owner === undefined ? request[RUN] !== undefined : owner !== registration) return;
     const before = Object.entries(reply.getHeaders());
     const run = start(fetchRequest(request), before);
     const early = await run.first();

@@ -308,3 +308,35 @@ test('Fastify: a replay carries the headers its own request\'s hooks set (CORS o
     await server.close();
   }
 });
+
+test('Fastify: registered again in a child context, the plugin handles the child\'s routes with the child\'s options, once: a repeat replays, never a key stuck in progress', async () => {
+  const app = Fastify();
+  let runs = 0;
+  const route = async (request, reply) => reply.code(201).send({ run: ++runs });
+  app.post('/early', route); // declared before any registration: the app's registration has it
+  await app.register(idempotency, { ...NO_SCOPE, lockTimeoutMs: 1000, waitTimeoutMs: 500 });
+  app.post('/root', route);
+  await app.register(async (child) => {
+    await child.register(idempotency, { ...NO_SCOPE, lockTimeoutMs: 1000, waitTimeoutMs: 500, maxBodyBytes: 100 });
+    child.post('/child', route);
+  });
+  const server = await listen(app);
+  try {
+    const big = { note: 'x'.repeat(200) };
+    for (const [path, body] of [['/early', big], ['/root', big], ['/child', { a: 1 }]]) {
+      const key = crypto.randomUUID();
+      const before = runs;
+      const first = await post(server.url, path, { key, body });
+      assert.equal(first.status, 201, `${path}: ${await first.clone().text()}`);
+      const repeat = await post(server.url, path, { key, body });
+      assert.equal(repeat.status, 201, `${path}: the repeat (${await repeat.clone().text()})`);
+      assert.equal(repeat.headers.get('idempotent-replayed'), 'true', `${path}: replayed`);
+      assert.deepEqual(await repeat.json(), await first.json(), path);
+      assert.equal(runs, before + 1, `${path}: runs`);
+    }
+    // The child's maxBodyBytes holds for its routes only.
+    assert.equal((await post(server.url, '/child', { key: crypto.randomUUID(), body: big })).status, 413);
+  } finally {
+    await server.close();
+  }
+});
