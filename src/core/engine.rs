@@ -284,26 +284,43 @@ impl CallEngine {
         }
         if !self.next_is_poll {
             if let Err(wait) = guards.admit(now_ms) {
-                return if self.recorded == 0 {
-                    Step::CircuitOpen(wait)
-                } else {
-                    Step::Finish {
-                        reason: StopReason::CircuitOpen,
-                        cause: Cause::CircuitOpen(wait),
-                    }
-                };
+                return self.circuit_open(wait);
             }
         }
-        self.turn_waited(policy, guards, now_ms)
+        self.turn(policy, guards, now_ms)
     }
 
-    /// The throttle's turn (again, after [`Step::WaitTurn`]), then the send.
+    /// The step for a circuit that is open (a probe may go in `wait_ms`): before any attempt
+    /// the call's error is the `CircuitOpenError`, after one the call stops with its outcome.
+    fn circuit_open(&self, wait_ms: f64) -> Step {
+        if self.recorded == 0 {
+            Step::CircuitOpen(wait_ms)
+        } else {
+            Step::Finish {
+                reason: StopReason::CircuitOpen,
+                cause: Cause::CircuitOpen(wait_ms),
+            }
+        }
+    }
+
+    /// After [`Step::WaitTurn`]: a circuit that opened during the wait sends nothing; else the
+    /// throttle's turn again, then the send.
     pub fn turn_waited(
         &mut self,
         policy: &RetryPolicy,
         guards: &mut dyn CallGuards,
         now_ms: f64,
     ) -> Step {
+        if !self.next_is_poll && guards.open_at(now_ms) {
+            if let Err(wait) = guards.admit(now_ms) {
+                return self.circuit_open(wait);
+            }
+        }
+        self.turn(policy, guards, now_ms)
+    }
+
+    /// The throttle's turn, then the send.
+    fn turn(&mut self, policy: &RetryPolicy, guards: &mut dyn CallGuards, now_ms: f64) -> Step {
         let poll = self.next_is_poll;
         if !poll {
             let attempt = self.state.attempts() + 1;
@@ -856,6 +873,34 @@ mod tests {
                 cause: Cause::Nothing
             }
         );
+    }
+
+    #[test]
+    fn a_circuit_that_opens_during_a_throttle_wait_sends_nothing() {
+        let p = policy();
+        // Admitted while closed, then a wait for the throttle's turn; meanwhile the circuit
+        // opened (other calls failed): the call ends with the circuit, nothing sent.
+        let mut g = Fake {
+            turns: vec![Turn::Wait(500.0)],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(500.0));
+        g.open_at = true;
+        g.open_for = Some(4_000.0);
+        assert_eq!(e.turn_waited(&p, &mut g, 500.0), Step::CircuitOpen(4_000.0));
+        assert!(g.sent.is_empty());
+        // Still closed after the wait: the turn, then the send.
+        let mut g = Fake {
+            turns: vec![Turn::Wait(500.0)],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(500.0));
+        assert!(matches!(
+            e.turn_waited(&p, &mut g, 500.0),
+            Step::Send { attempt: 1, .. }
+        ));
     }
 
     /// Sends and settles attempts with `outcomes` in turn, hooks saying yes, until the call

@@ -1368,6 +1368,19 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: a breaker and a throttle together: a call that waited its turn while the circuit opened sends nothing',
+    async run({ api, seq }) {
+      const breaker = new api.CircuitBreaker({ failureThreshold: 1, openMs: 60_000 });
+      // Two requests a second: the second and third calls wait for their turn.
+      const throttle = new api.AdaptiveThrottle({ initialRate: 2, minRate: 0.5, rampMs: 100_000 });
+      const s = seq('503');
+      const options = { breaker, throttle, maxAttempts: 1 };
+      const results = await Promise.all([0, 1, 2].map(() => api.retryFetch(s.url, undefined, options).then((r) => r.status, (e) => e.name)));
+      deepEqual(results, [503, 'CircuitOpenError', 'CircuitOpenError']);
+      equal((await s.log()).length, 1, 'requests sent once the circuit was open');
+    },
+  },
+  {
     name: 'contract: followAccepted: a blank Operation-Location names nothing, and Location is polled',
     async run({ api, seq }) {
       const done = seq('200');
