@@ -376,6 +376,12 @@ impl CallEngine {
         self.keeps_previous_answer() && timed_out && failed
     }
 
+    /// Is the attempt in flight a poll (after a `202`: of the URL it named, or a repeat of the
+    /// request)? A poll is no attempt unless it fails.
+    pub fn in_flight_is_poll(&self) -> bool {
+        self.in_flight.poll
+    }
+
     /// May the answer before the attempt in flight still be the call's answer? Only for a
     /// poll the deadline may cut ([`CallEngine::poll_cut`]); any other attempt replaces it,
     /// so the shell frees it (cancels its body) as the attempt is sent.

@@ -943,7 +943,11 @@ export const scenarios = [
         setTimeout(() => controller.abort(new Error('stop')), 300);
         await rejects(api.retryFetch(seq(steps).url, undefined, { ...fast, signal: controller.signal, onSettled }));
       }
-      deepEqual(seen, [[1, 200], [3, 200], [2, 'RetryError'], [1, 'Error'], [2, 'Error']]);
+      // A repeat of a 202 (no URL named) that the abort ended was a poll, not an attempt.
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(new Error('stop')), 300);
+      await rejects(api.retryFetch(seq('202+ra=0,hang').url, { method: 'POST', body: 'pay' }, { ...fast, followAccepted: true, signal: controller.signal, onSettled }));
+      deepEqual(seen, [[1, 200], [3, 200], [2, 'RetryError'], [1, 'Error'], [2, 'Error'], [1, 'Error']]);
     },
   },
   {

@@ -116,7 +116,8 @@ impl RetryRatio {
             return true;
         };
         let c = self.decayed(c, now_ms);
-        // Own retries decay too; at most what is counted is taken off.
+        // The call's own retries are taken off undecayed (the counts are decayed): a call
+        // whose retries are old is judged a little more leniently; never below zero.
         let others = (c.sent - own_sent).max(0.0);
         others < self.config.ratio * c.accepted + self.config.floor
     }

@@ -894,7 +894,8 @@ enum Next {
 }
 
 /// What the loop knows of the newest attempt: its response (kept until the next attempt is
-/// sent: if the call stops before that, it is the answer), or its error.
+/// sent, or answers if it is a poll the deadline may cut: if the call stops before that, it is
+/// the answer), or its error.
 #[derive(Default)]
 struct Newest {
     response: Option<JsValue>,
@@ -1087,7 +1088,7 @@ async fn run_loop(
                         discard(response);
                     }
                     // The attempt the abort ended was sent (a poll only counts once it fails).
-                    if url.is_none() {
+                    if !engine.in_flight_is_poll() {
                         attempts.set(history.length() + 1);
                     }
                     return Err(reason);

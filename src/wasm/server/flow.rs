@@ -469,6 +469,8 @@ pub async fn store_answer(
 ) -> Stored {
     let record = completed_record(&k.fingerprint, response);
     let mut may_take_again = !renewal_lost && !c.store.transactional;
+    // A lock this run took again and then could not complete is not left behind.
+    let mut taken_again = false;
     let why = loop {
         match c
             .store
@@ -488,12 +490,12 @@ pub async fn store_answer(
                     .acquire(&k.store_key, &lock, &k.token, c.limits.lock_timeout_ms)
                     .await
                 {
-                    Ok(None) => continue,
+                    Ok(None) => taken_again = true,
                     // Taken again by this run's own late renewal meanwhile.
                     Ok(Some(found))
                         if StoredRecord::read(&found).is_ok_and(|r| r.token() == &*k.token) =>
                     {
-                        continue
+                        taken_again = true
                     }
                     Ok(Some(_)) => break "the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key",
                     Err(e) => {
@@ -506,12 +508,18 @@ pub async fn store_answer(
             Ok(false) => break "the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)",
             Err(e) => {
                 c.reporter.store_error(&e, "complete");
+                if taken_again {
+                    free_key(c, k).await;
+                }
                 return Stored::Failed;
             }
         }
     };
     c.reporter
         .store_error(&js_sys::Error::new(why).into(), "complete");
+    if taken_again {
+        free_key(c, k).await;
+    }
     Stored::LockLost
 }
 
