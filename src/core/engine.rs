@@ -215,6 +215,9 @@ pub struct CallEngine {
     facts: CallFacts,
     accepted: Option<Accepted>,
     next_is_poll: bool,
+    /// The URL a 202 named is on another origin than the call's request
+    /// ([`CallEngine::polls_elsewhere`]).
+    polls_elsewhere: bool,
     in_flight: InFlight,
     recorded: u32,
     pending: Option<Pending>,
@@ -228,6 +231,7 @@ impl CallEngine {
             facts,
             accepted: None,
             next_is_poll: false,
+            polls_elsewhere: false,
             in_flight: InFlight {
                 poll: false,
                 sent_at: started_ms,
@@ -283,7 +287,7 @@ impl CallEngine {
             };
         }
         if !self.next_is_poll {
-            if let Err(wait) = guards.admit(now_ms) {
+            if let Some(Err(wait)) = self.guards_of(guards).map(|g| g.admit(now_ms)) {
                 return self.circuit_open(wait);
             }
         }
@@ -311,9 +315,11 @@ impl CallEngine {
         guards: &mut dyn CallGuards,
         now_ms: f64,
     ) -> Step {
-        if !self.next_is_poll && guards.open_at(now_ms) {
-            if let Err(wait) = guards.admit(now_ms) {
-                return self.circuit_open(wait);
+        if let Some(g) = self.guards_of(guards).filter(|_| !self.next_is_poll) {
+            if g.open_at(now_ms) {
+                if let Err(wait) = g.admit(now_ms) {
+                    return self.circuit_open(wait);
+                }
             }
         }
         self.turn(policy, guards, now_ms)
@@ -322,9 +328,10 @@ impl CallEngine {
     /// The throttle's turn, then the send.
     fn turn(&mut self, policy: &RetryPolicy, guards: &mut dyn CallGuards, now_ms: f64) -> Step {
         let poll = self.next_is_poll;
-        if !poll {
+        let mut guards = self.guards_of(guards).filter(|_| !poll);
+        if let Some(g) = guards.as_deref_mut() {
             let attempt = self.state.attempts() + 1;
-            match guards.turn(attempt, self.state.deadline_left_ms(now_ms), now_ms) {
+            match g.turn(attempt, self.state.deadline_left_ms(now_ms), now_ms) {
                 Turn::Now => {}
                 Turn::Wait(ms) => return Step::WaitTurn(ms),
                 Turn::Stop(reason) => {
@@ -343,8 +350,8 @@ impl CallEngine {
         } else {
             self.state.start_attempt()
         };
-        if !poll {
-            guards.sent(attempt, now_ms);
+        if let Some(g) = guards {
+            g.sent(attempt, now_ms);
         }
         let limit_ms = self
             .state
@@ -368,6 +375,24 @@ impl CallEngine {
     /// The URL the sends go to once a 202 named one.
     fn poll_url(&self) -> Option<&str> {
         self.accepted.as_ref().and_then(Accepted::poll_url)
+    }
+
+    /// The URL the sends go to once a 202 named one (`None`: the call's own request).
+    pub fn poll_target(&self) -> Option<&str> {
+        self.poll_url()
+    }
+
+    /// Whether [`CallEngine::poll_target`] is on another origin than the call's request (the
+    /// shell knows origins). Each guard keeps its state per origin, and the call's guards are
+    /// its request's origin's: a poll there, and its retries, ask and tell them nothing.
+    pub fn polls_elsewhere(&mut self, elsewhere: bool) {
+        self.polls_elsewhere = elsewhere;
+    }
+
+    /// The guards the send to come (or just settled) deals with: none for another origin's
+    /// poll URL.
+    fn guards_of<'g>(&self, guards: &'g mut dyn CallGuards) -> Option<&'g mut dyn CallGuards> {
+        (!(self.polls_elsewhere && self.poll_url().is_some())).then_some(guards)
     }
 
     /// Did the deadline cut a poll in flight (it `timed_out` and `failed`)? Then the 202
@@ -400,6 +425,7 @@ impl CallEngine {
         rng: &mut R,
     ) -> (bool, Step) {
         let outcome = settled.outcome;
+        let mut guards = self.guards_of(guards);
         // What was sent: a `GET` of the poll URL (idempotent, no key) or the call's request.
         let target = self.poll_url().is_some();
         let idempotent = target || self.facts.idempotent;
@@ -413,7 +439,9 @@ impl CallEngine {
         }
         if counted {
             self.recorded += 1;
-            guards.settled(
+        }
+        if let (true, Some(g)) = (counted, guards.as_deref_mut()) {
+            g.settled(
                 outcome,
                 is_transient(policy, outcome),
                 // A failed poll was not sent as a retry: not an accepted retry either.
@@ -482,7 +510,9 @@ impl CallEngine {
             has_key,
             server_delay_ms,
             replayable,
-            budget_allows_retry: guards.budget(now_ms) != Verdict::Stop,
+            budget_allows_retry: guards
+                .as_deref()
+                .is_none_or(|g| g.budget(now_ms) != Verdict::Stop),
             redirected: settled.redirected,
         };
         let step = match self.state.decide(policy, report, now_ms, rng) {
@@ -500,7 +530,11 @@ impl CallEngine {
                 cause: Cause::AttemptError,
             },
             // A breaker still open when the wait ends: stop now, with this outcome.
-            Decision::Retry { delay_ms, .. } if guards.open_at(now_ms + delay_ms as f64) => {
+            Decision::Retry { delay_ms, .. }
+                if guards
+                    .as_deref()
+                    .is_some_and(|g| g.open_at(now_ms + delay_ms as f64)) =>
+            {
                 Step::Finish {
                     reason: StopReason::CircuitOpen,
                     cause: Cause::AttemptError,
@@ -592,7 +626,10 @@ impl CallEngine {
         let Some(p) = self.pending else {
             return self.next_attempt(policy, guards, now_ms);
         };
-        if guards.budget(now_ms) == Verdict::Skip {
+        if self
+            .guards_of(guards)
+            .is_some_and(|g| g.budget(now_ms) == Verdict::Skip)
+        {
             self.state.start_attempt();
             return match self.state.decide(policy, p.report, now_ms, rng) {
                 Decision::Retry { delay_ms, .. }
@@ -955,6 +992,20 @@ mod tests {
             url_header: &none,
         }
     }
+
+    /// A `202 Accepted` whose URL headers are `url_header`'s.
+    fn accepted<'a>(url_header: &'a dyn Fn(&str) -> Option<String>) -> Settled<'a> {
+        Settled {
+            url_header,
+            ..status(202)
+        }
+    }
+
+    const KEYED_POST: CallFacts = CallFacts {
+        idempotent: false,
+        has_key: true,
+        replayable: true,
+    };
 
     const POST: CallFacts = CallFacts {
         idempotent: false,
@@ -1367,15 +1418,7 @@ mod tests {
         };
         let loc = |name: &str| (name == "location").then(|| "https://api.example/op/1".to_string());
         let mut g = Fake::default();
-        let mut e = CallEngine::new(
-            &p,
-            0.0,
-            CallFacts {
-                idempotent: false,
-                has_key: true,
-                replayable: true,
-            },
-        );
+        let mut e = CallEngine::new(&p, 0.0, KEYED_POST);
         e.next_attempt(&p, &mut g, 0.0);
         let s = Settled {
             outcome: Outcome::Status(202),
@@ -1437,6 +1480,56 @@ mod tests {
     }
 
     #[test]
+    fn polls_on_another_origin_ask_and_tell_no_guard() {
+        let p = RetryPolicy {
+            follow_accepted: true,
+            ..policy()
+        };
+        let loc =
+            |name: &str| (name == "location").then(|| "https://status.example/op/1".to_string());
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, KEYED_POST);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, accepted(&loc), &mut g, 0.0, &mut Half);
+        assert_eq!(e.poll_target(), Some("https://status.example/op/1"));
+        e.polls_elsewhere(true);
+        assert_eq!(g.settled.len(), 1, "the 202 is the request origin's");
+        assert!(matches!(
+            e.waited(&p, WaitKind::Poll, &mut g, 100.0, &mut Half),
+            Step::Send { url: Some(_), .. }
+        ));
+        // The poll fails (503): counted as an attempt, but not by the guards; the request
+        // origin's open circuit and empty budget do not stop its retry either.
+        g.open_for = Some(5_000.0);
+        g.open_at = true;
+        g.budget = vec![Verdict::Stop];
+        let (counted, step) = e.settled(&p, status(503), &mut g, 100.0, &mut Half);
+        assert!(counted);
+        assert_eq!(
+            g.settled.len(),
+            1,
+            "the poll's failure was told to the guards"
+        );
+        let step = match step {
+            Step::AskHooks { .. } => e.hooks_done(true, 100.0),
+            other => panic!("{other:?}"),
+        };
+        let Step::Wait { ms, kind } = step else {
+            panic!("{step:?}")
+        };
+        let step = match e.waited(&p, kind, &mut g, 100.0 + ms, &mut Half) {
+            Step::BeforeRetry { .. } => e.next_attempt(&p, &mut g, 100.0 + ms),
+            other => other,
+        };
+        assert!(matches!(step, Step::Send { url: Some(_), .. }), "{step:?}");
+        assert_eq!(
+            g.sent,
+            vec![1],
+            "a retry of the poll was sent as the guards' attempt"
+        );
+    }
+
+    #[test]
     fn a_poll_cut_by_the_deadline_keeps_the_202() {
         let p = RetryPolicy {
             follow_accepted: true,
@@ -1444,15 +1537,7 @@ mod tests {
             ..policy()
         };
         let mut g = Fake::default();
-        let mut e = CallEngine::new(
-            &p,
-            0.0,
-            CallFacts {
-                idempotent: false,
-                has_key: true,
-                replayable: true,
-            },
-        );
+        let mut e = CallEngine::new(&p, 0.0, KEYED_POST);
         e.next_attempt(&p, &mut g, 0.0);
         e.settled(&p, status(202), &mut g, 0.0, &mut Half);
         e.waited(&p, WaitKind::Poll, &mut g, 100.0, &mut Half);

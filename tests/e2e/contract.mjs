@@ -1321,9 +1321,10 @@ export const scenarios = [
         const s = seq('503+slowbody=1000,200+afterclose=3000');
         const res = await api.retryFetch(s.url, init, fast);
         equal(res.status, 200, `${label}:`);
+        // (A browser may send the retry twice at the network level: every later hit counts.)
         const log = await s.log();
-        equal(log.length, 2, `${label}: attempts`);
-        equal(log[1].earlierOpen, 0, `${label}: the 503's body was still open when its retry was answered`);
+        ok(log.length >= 2, `${label}: ${log.length} attempts`);
+        deepEqual(log.slice(1).map((hit) => hit.earlierOpen), log.slice(1).map(() => 0), `${label}: the 503's body was still open when its retry was answered`);
       }
     },
   },
@@ -1382,6 +1383,19 @@ export const scenarios = [
       const results = await Promise.all([0, 1, 2].map(() => api.retryFetch(s.url, undefined, options).then((r) => r.status, (e) => e.name)));
       deepEqual(results, [503, 'CircuitOpenError', 'CircuitOpenError']);
       equal((await s.log()).length, 1, 'requests sent once the circuit was open');
+    },
+  },
+  {
+    name: 'contract: followAccepted: a status URL on another origin: its failing polls are not the request origin\'s (its breaker stays closed)',
+    async run({ api, seq }) {
+      const breaker = new api.CircuitBreaker({ failureThreshold: 2, openMs: 60_000 });
+      const monitor = seq('503');
+      const elsewhere = monitor.url.replace('127.0.0.1', 'localhost'); // the same server, another origin
+      const s = seq(`202+ra=0+to=${encodeURIComponent(elsewhere)}`);
+      const res = await api.retryFetch(s.url, { method: 'POST', body: 'pay' }, { ...fast, followAccepted: true, breaker, maxAttempts: 4 });
+      equal(res.status, 503, 'the monitor\'s last answer');
+      ok((await monitor.log()).length >= 2, 'the monitor was polled and the failed polls retried');
+      equal(breaker.state(s.url), 'closed', 'the request\'s origin');
     },
   },
   {

@@ -313,6 +313,18 @@ t('1. MemoryStore: a holder whose event loop was blocked past its lease keeps th
   assert.deepEqual(await Promise.all(answers.map((a) => a.json())), [{ run: 1 }, { run: 1 }]);
 });
 
+/**
+ * A keyed request to `h`, and 30 ms later its duplicate: both answers' JSON, once both came.
+ * The key they used is `key`.
+ */
+async function holderAndDuplicate(h, key = newKey()) {
+  const first = h(keyed(key));
+  await sleep(30);
+  const duplicate = h(keyed(key));
+  const answers = await Promise.all([first, duplicate]);
+  return Promise.all(answers.map((a) => a.json()));
+}
+
 for (const kind of ['MemoryStore', 'RedisStore']) {
   t(`1. ${kind}: a holder blocked past its lease as its last step (no renewal ran since) stores its answer: the duplicate gets it, the handler runs once, no lock is left`, { skip: kind === 'RedisStore' && redisSkip }, async () => {
     const store = kind === 'MemoryStore' ? new MemoryStore() : new RedisStore({ client: redis, prefix: `mh-${crypto.randomUUID()}:` });
@@ -327,14 +339,10 @@ for (const kind of ['MemoryStore', 'RedisStore']) {
       }
       return Response.json({ run }, { status: 201 });
     }, { store, identity: false, lockTimeoutMs: 1000, waitTimeoutMs: 5000, pollMs: 1000, onError: (e) => errors.push(e.message), onStoreError: (e) => errors.push(e.message) });
+    // The duplicate polls once a second (pollMs), away from the block's edges: a poll on its
+    // way as the block starts is the next test's case.
     const key = newKey();
-    const first = h(keyed(key));
-    await sleep(30);
-    // The duplicate polls every second (pollMs), so no poll of its is on its way to the store
-    // as the block starts: one that was would land after the lease lapsed and take the key.
-    const duplicate = h(keyed(key));
-    const answers = await Promise.all([first, duplicate]);
-    assert.deepEqual(await Promise.all(answers.map((a) => a.json())), [{ run: 1 }, { run: 1 }]);
+    assert.deepEqual(await holderAndDuplicate(h, key), [{ run: 1 }, { run: 1 }]);
     assert.equal(runs, 1, 'the handler ran again');
     // A late renewal tick must not take the key again after the run stored its answer.
     await sleep(500);
@@ -344,6 +352,46 @@ for (const kind of ['MemoryStore', 'RedisStore']) {
     assert.deepEqual(errors, []);
   });
 }
+
+t('1. a duplicate whose acquire was sent before the holder\'s event loop blocked, and landed after the lease lapsed, hands the key back: the handler runs once', async () => {
+  const inner = new MemoryStore();
+  let holderToken;
+  let blocking = false;
+  let unblocked;
+  const after = new Promise((resolve) => (unblocked = resolve));
+  // The duplicate's acquire sent while the holder is about to block reaches the store only
+  // after the block (as a store's answer on the network would).
+  const store = new Proxy(inner, {
+    get(target, prop) {
+      if (prop === 'acquire') {
+        return async (key, lock, ms) => {
+          holderToken ??= lock.token;
+          if (lock.token !== holderToken && blocking) await after;
+          return target.acquire(key, lock, ms);
+        };
+      }
+      const value = Reflect.get(target, prop, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  let runs = 0;
+  const errors = [];
+  const h = idempotency(async () => {
+    const run = ++runs;
+    if (run === 1) {
+      await sleep(300);
+      blocking = true; // from here the duplicate's polls are held back
+      await sleep(60); // one of them is now on its way
+      const until = performance.now() + 1_300; // past the 1000 ms lease
+      while (performance.now() < until);
+      unblocked();
+    }
+    return Response.json({ run }, { status: 201 });
+  }, { store, identity: false, lockTimeoutMs: 1000, waitTimeoutMs: 5000, onError: (e) => errors.push(e.message), onStoreError: (e) => errors.push(e.message) });
+  assert.deepEqual(await holderAndDuplicate(h), [{ run: 1 }, { run: 1 }]);
+  assert.equal(runs, 1, 'the handler ran again');
+  assert.deepEqual(errors, []);
+});
 
 // ---------------------------------------------------------------------------------------------
 // 2. A body read before the companion is a server setup error, answered, never a crash.

@@ -1139,6 +1139,12 @@ async fn run_loop(
                 let now = js_sys::Date::now();
                 let (counted, step) =
                     guards.lend(|g| engine.settled(p, settled, g, now, &mut MathRandom));
+                // A URL a 202 named on another origin: its polls are not the guards' (theirs
+                // is the request's origin).
+                if let Some(target) = engine.poll_target() {
+                    let elsewhere = origin_of(target) != guards.origin.get();
+                    engine.polls_elsewhere(elsewhere);
+                }
                 let record: Object = to_js(&AttemptRecord {
                     attempt: engine.attempts(),
                     started_at: sent_at,

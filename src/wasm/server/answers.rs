@@ -113,7 +113,7 @@ fn null_body(status: u16) -> bool {
     matches!(status, 101 | 103 | 204 | 205 | 304)
 }
 
-/// A `Response` with `bytes` as its body and `headers`.
+/// A `Response` with `bytes` as its body (none when there are none) and `headers`.
 fn response(
     status: u16,
     status_text: &str,
@@ -126,7 +126,9 @@ fn response(
         init.set_status_text(status_text);
     }
     init.set_headers(headers);
-    if null_body(status) {
+    // No bytes: no body, as the handler's `new Response(null)` (a framework adds no
+    // `Content-Type` for it, as it would for an empty stream).
+    if null_body(status) || bytes.is_empty() {
         return Response::new_with_opt_buffer_source_and_init(None, &init);
     }
     let body = Uint8Array::from(bytes);

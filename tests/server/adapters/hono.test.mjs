@@ -288,3 +288,31 @@ test('Hono: a replay carries the headers its own request\'s middleware set (CORS
     await server.close();
   }
 });
+
+test('Hono: a bodiless answer (c.body(null)) stays bodiless through the adapter: no Content-Type added, first or replayed', async () => {
+  const app = new Hono();
+  let runs = 0;
+  app.post('/ack', idempotency({ identity: false }), (c) => {
+    runs++;
+    return c.body(null, 200);
+  });
+  const bare = new Hono();
+  bare.post('/ack', (c) => c.body(null, 200));
+  const [server, plain] = [await listen(app), await listen(bare)];
+  try {
+    const expected = (await post(plain.url, '/ack', { key: crypto.randomUUID(), body: {} })).headers.get('content-type');
+    const key = crypto.randomUUID();
+    const first = await post(server.url, '/ack', { key, body: {} });
+    const repeat = await post(server.url, '/ack', { key, body: {} });
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    for (const [label, res] of [['first', first], ['replay', repeat]]) {
+      assert.equal(res.status, 200, label);
+      assert.equal(res.headers.get('content-type'), expected, `${label}: as bare Hono`);
+      assert.equal(await res.text(), '', label);
+    }
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+    await plain.close();
+  }
+});
