@@ -150,19 +150,15 @@ pub async fn claim(
                     Some((token, fingerprint)) if !c.store.transactional => {
                         // Sent before the event loop blocked, the acquire landed after the
                         // lease of a live holder here lapsed because of it: the key is still
-                        // that holder's. It is handed back (the lock rewritten with its token,
-                        // or freed by a store that cannot renew), and waited for.
-                        let now = js_sys::Date::now();
-                        let theirs = lock_record(&token, &fingerprint, now + o.lock_timeout_ms);
-                        let handed = c.store.renews()
-                            && c.store
-                                .renew(&k.store_key, &k.token, &theirs, o.lock_timeout_ms)
-                                .await
-                                .unwrap_or(false);
-                        if !handed {
-                            free_key(c, k).await;
-                        }
-                        theirs.js()
+                        // that holder's. It is freed for the holder to take again (its answer's
+                        // `store_answer`, or its renewal, does), and waited for.
+                        free_key(c, k).await;
+                        lock_record(
+                            &token,
+                            &fingerprint,
+                            js_sys::Date::now() + o.lock_timeout_ms,
+                        )
+                        .js()
                     }
                     _ => return Ok(Claim::Held),
                 },

@@ -503,11 +503,6 @@ impl Store {
         Ok(v.is_truthy())
     }
 
-    /// Does the store have `renew` (which rewrites its lock record)?
-    pub fn renews(&self) -> bool {
-        js::get(&self.object, "renew").is_function()
-    }
-
     /// `complete(key, token, record, ttlMs)`.
     pub async fn complete(
         &self,
@@ -678,7 +673,7 @@ fn tick(id: u64) {
             {
                 match r.store.acquire(&r.key, &lock, &r.token, r.lock_ms).await {
                     Ok(None) => r.leased_at.set(now),
-                    // Handed back by a duplicate whose acquire landed after the lapse.
+                    // Taken again meanwhile by this run's own answer (`store_answer`).
                     Ok(Some(found))
                         if StoredRecord::read(&found).is_ok_and(|f| f.token() == &*r.token) =>
                     {
