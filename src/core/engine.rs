@@ -263,12 +263,23 @@ impl CallEngine {
     /// the first attempt's time limit ([`RetryPolicy::attempt_limit_ms`] of the whole deadline).
     pub fn first_sent(&mut self, policy: &RetryPolicy, sent_at_ms: f64) {
         self.state.start_attempt();
-        let limit_ms = policy.attempt_limit_ms(policy.deadline_ms);
+        self.sent_now(policy, false, sent_at_ms);
+    }
+
+    /// An attempt (or a poll) is sent at `now_ms`: it is the one in flight. Its time limit
+    /// (`None`: none): `timeoutMs`, shortened to what is left of the deadline.
+    fn sent_now(&mut self, policy: &RetryPolicy, poll: bool, now_ms: f64) -> Option<f64> {
+        let limit_ms = self
+            .state
+            .attempt_time_limit_ms(policy, now_ms)
+            .map(|ms| ms.max(0.0));
         self.in_flight = InFlight {
-            poll: false,
-            sent_at: sent_at_ms,
-            deadline_limited: limit_ms.is_some() && limit_ms == policy.deadline_ms,
+            poll,
+            sent_at: now_ms,
+            // The limit is what is left of the deadline (not `timeoutMs`).
+            deadline_limited: limit_ms.is_some() && limit_ms == self.state.deadline_left_ms(now_ms),
         };
+        limit_ms
     }
 
     /// Before the next attempt: nothing is sent once the deadline has passed (counted from
@@ -353,16 +364,7 @@ impl CallEngine {
         if let Some(g) = guards {
             g.sent(attempt, now_ms);
         }
-        let limit_ms = self
-            .state
-            .attempt_time_limit_ms(policy, now_ms)
-            .map(|ms| ms.max(0.0));
-        self.in_flight = InFlight {
-            poll,
-            sent_at: now_ms,
-            // The limit is what is left of the deadline (not `timeoutMs`).
-            deadline_limited: limit_ms.is_some() && limit_ms == self.state.deadline_left_ms(now_ms),
-        };
+        let limit_ms = self.sent_now(policy, poll, now_ms);
         let url = self.poll_url().map(String::from);
         Step::Send {
             attempt,
@@ -372,17 +374,12 @@ impl CallEngine {
         }
     }
 
-    /// The URL the sends go to once a 202 named one.
-    fn poll_url(&self) -> Option<&str> {
+    /// The URL the sends go to once a 202 named one (`None`: the call's own request).
+    pub fn poll_url(&self) -> Option<&str> {
         self.accepted.as_ref().and_then(Accepted::poll_url)
     }
 
-    /// The URL the sends go to once a 202 named one (`None`: the call's own request).
-    pub fn poll_target(&self) -> Option<&str> {
-        self.poll_url()
-    }
-
-    /// Whether [`CallEngine::poll_target`] is on another origin than the call's request (the
+    /// Whether [`CallEngine::poll_url`] is on another origin than the call's request (the
     /// shell knows origins). Each guard keeps its state per origin, and the call's guards are
     /// its request's origin's: a poll there, and its retries, ask and tell them nothing.
     pub fn polls_elsewhere(&mut self, elsewhere: bool) {
@@ -891,15 +888,22 @@ mod tests {
         );
     }
 
+    /// A GET whose first attempt waits `ms` for the throttle's turn (a turn then, when asked
+    /// again).
+    fn waiting_for_turn(p: &RetryPolicy, ms: f64) -> (Fake, CallEngine) {
+        let mut g = Fake {
+            turns: vec![Turn::Wait(ms)],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(p, 0.0, GET);
+        assert_eq!(e.next_attempt(p, &mut g, 0.0), Step::WaitTurn(ms));
+        (g, e)
+    }
+
     #[test]
     fn the_throttle_paces_and_may_refuse() {
         let p = policy();
-        let mut g = Fake {
-            turns: vec![Turn::Wait(30.0), Turn::Now],
-            ..Fake::default()
-        };
-        let mut e = CallEngine::new(&p, 0.0, GET);
-        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(30.0));
+        let (mut g, mut e) = waiting_for_turn(&p, 30.0);
         assert!(matches!(
             e.turn_waited(&p, &mut g, 30.0),
             Step::Send { attempt: 1, .. }
@@ -923,23 +927,13 @@ mod tests {
         let p = policy();
         // Admitted while closed, then a wait for the throttle's turn; meanwhile the circuit
         // opened (other calls failed): the call ends with the circuit, nothing sent.
-        let mut g = Fake {
-            turns: vec![Turn::Wait(500.0)],
-            ..Fake::default()
-        };
-        let mut e = CallEngine::new(&p, 0.0, GET);
-        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(500.0));
+        let (mut g, mut e) = waiting_for_turn(&p, 500.0);
         g.open_at = true;
         g.open_for = Some(4_000.0);
         assert_eq!(e.turn_waited(&p, &mut g, 500.0), Step::CircuitOpen(4_000.0));
         assert!(g.sent.is_empty());
         // Still closed after the wait: the turn, then the send.
-        let mut g = Fake {
-            turns: vec![Turn::Wait(500.0)],
-            ..Fake::default()
-        };
-        let mut e = CallEngine::new(&p, 0.0, GET);
-        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(500.0));
+        let (mut g, mut e) = waiting_for_turn(&p, 500.0);
         assert!(matches!(
             e.turn_waited(&p, &mut g, 500.0),
             Step::Send { attempt: 1, .. }
@@ -1491,7 +1485,7 @@ mod tests {
         let mut e = CallEngine::new(&p, 0.0, KEYED_POST);
         e.next_attempt(&p, &mut g, 0.0);
         e.settled(&p, accepted(&loc), &mut g, 0.0, &mut Half);
-        assert_eq!(e.poll_target(), Some("https://status.example/op/1"));
+        assert_eq!(e.poll_url(), Some("https://status.example/op/1"));
         e.polls_elsewhere(true);
         assert_eq!(g.settled.len(), 1, "the 202 is the request origin's");
         assert!(matches!(

@@ -310,8 +310,7 @@ impl Client {
                     add_default_headers(&request, input, init, defaults)?;
                 }
                 if !(lean_policy && limit.is_none() && lean_request(policy, &request)) {
-                    let template =
-                        Template::new(policy, request, init, copied.is_some())?.holding(input);
+                    let template = Template::new(policy, request, input, init, copied.is_some())?;
                     return Ok(future_to_promise(run(
                         policy.clone(),
                         template,
@@ -324,7 +323,7 @@ impl Client {
                     return Err(signal.reason());
                 }
                 // The input rides where a URL's init would, held until the attempt settles
-                // (and then by the loop, if it runs): see `Template::holding`.
+                // (and then by the loop's `Template`, if it runs).
                 (JsValue::UNDEFINED, request.into(), input.clone())
             };
         // Under a time limit (a URL sent: a `Request` took the loop), the attempt's own signal.
@@ -609,7 +608,7 @@ fn settled(
     };
     let policy = policy.clone();
     let run = async move {
-        let template = Template::new(&policy, request, &init, init_copied)?.holding(&input);
+        let template = Template::new(&policy, request, &input, &init, init_copied)?;
         run(policy, template, started, Some(first)).await
     };
     future_to_promise(run).into()
@@ -1141,7 +1140,7 @@ async fn run_loop(
                     guards.lend(|g| engine.settled(p, settled, g, now, &mut MathRandom));
                 // A URL a 202 named on another origin: its polls are not the guards' (theirs
                 // is the request's origin).
-                if let Some(target) = engine.poll_target() {
+                if let Some(target) = engine.poll_url() {
                     let elsewhere = origin_of(target) != guards.origin.get();
                     engine.polls_elsewhere(elsewhere);
                 }

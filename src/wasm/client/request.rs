@@ -72,19 +72,11 @@ pub struct Template {
     /// `init.body` when it is a string (and `init` the call's own copy, so the value the
     /// request was made from): sent as it is, never read back from the request.
     text: Option<JsValue>,
-    /// The call's input, held for the call ([`Template::holding`]).
-    _input: JsValue,
-}
-
-impl Template {
-    /// Hold the call's `input` until the call ends. The request's signal follows a `Request`
+    /// The call's input, held until the call ends. The request's signal follows a `Request`
     /// input's, and Node's fetch keeps that link only while the input lives: an input the
     /// caller let go (`retryFetch(new Request(url, { signal }))`) would be collected during a
     /// wait, and its abort would no longer end the call.
-    pub fn holding(mut self, input: &JsValue) -> Template {
-        self._input = input.clone();
-        self
-    }
+    _input: JsValue,
 }
 
 /// The `TypeError` for a URL fetch can never send (`why`: from `core::classify`), before
@@ -125,10 +117,12 @@ fn body_kind(request: &Request, body: &JsValue) -> BodyKind {
 }
 
 impl Template {
-    /// The call's request: `request` (already fixed), the key added per `policy`.
+    /// The call's request: `request` (already fixed from `input` and `init`), the key added
+    /// per `policy`.
     pub fn new(
         policy: &Policy,
         request: Request,
+        input: &JsValue,
         init: &JsValue,
         init_copied: bool,
     ) -> Result<Template, JsValue> {
@@ -171,7 +165,7 @@ impl Template {
             request,
             idempotent,
             key,
-            _input: JsValue::UNDEFINED,
+            _input: input.clone(),
         })
     }
 

@@ -495,24 +495,18 @@ pub async fn store_answer(
             Ok(true) => return Stored::Kept,
             Ok(false) if may_take_again => {
                 may_take_again = false;
-                let lock = lock_record(
-                    &k.token,
-                    &k.fingerprint,
-                    js_sys::Date::now() + c.limits.lock_timeout_ms,
-                );
                 match c
                     .store
-                    .acquire(&k.store_key, &lock, &k.token, c.limits.lock_timeout_ms)
+                    .take_again(
+                        &k.store_key,
+                        &k.token,
+                        &k.fingerprint,
+                        c.limits.lock_timeout_ms,
+                    )
                     .await
                 {
-                    Ok(None) => taken_again = true,
-                    // Taken again by this run's own late renewal meanwhile.
-                    Ok(Some(found))
-                        if StoredRecord::read(&found).is_ok_and(|r| r.token() == &*k.token) =>
-                    {
-                        taken_again = true
-                    }
-                    Ok(Some(_)) => break "the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key",
+                    Ok(true) => taken_again = true,
+                    Ok(false) => break "the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key",
                     Err(e) => {
                         c.reporter.store_error(&e, "acquire");
                         return Stored::Failed;

@@ -503,6 +503,24 @@ impl Store {
         Ok(v.is_truthy())
     }
 
+    /// Take `key` again for the holder `token` whose lease lapsed in the store while it ran
+    /// (an event loop or a store held past the lease), with a fresh lock of `lock_ms`: `true`
+    /// when nobody else took it meanwhile (it was free, or is this holder's lock again, taken
+    /// by its renewal or its answer), `false` when another request holds it.
+    pub async fn take_again(
+        &self,
+        key: &str,
+        token: &str,
+        fingerprint: &str,
+        lock_ms: f64,
+    ) -> Result<bool, JsValue> {
+        let lock = lock_record(token, fingerprint, js_sys::Date::now() + lock_ms);
+        Ok(match self.acquire(key, &lock, token, lock_ms).await? {
+            None => true,
+            Some(found) => StoredRecord::read(&found).is_ok_and(|r| r.token() == token),
+        })
+    }
+
     /// `complete(key, token, record, ttlMs)`.
     pub async fn complete(
         &self,
@@ -671,15 +689,13 @@ fn tick(id: u64) {
                 if !r.store.transactional
                     && RENEWALS.with(|all| all.borrow().0.contains_key(&id)) =>
             {
-                match r.store.acquire(&r.key, &lock, &r.token, r.lock_ms).await {
-                    Ok(None) => r.leased_at.set(now),
-                    // Taken again meanwhile by this run's own answer (`store_answer`).
-                    Ok(Some(found))
-                        if StoredRecord::read(&found).is_ok_and(|f| f.token() == &*r.token) =>
-                    {
-                        r.leased_at.set(now)
-                    }
-                    Ok(Some(_)) => r.lost.set(true),
+                match r
+                    .store
+                    .take_again(&r.key, &r.token, &r.fingerprint, r.lock_ms)
+                    .await
+                {
+                    Ok(true) => r.leased_at.set(now),
+                    Ok(false) => r.lost.set(true),
                     Err(error) => {
                         r.lost.set(true);
                         r.reporter.store_error(&error, "renew");
