@@ -125,7 +125,7 @@ for stage in "${stages[@]}"; do
       stop_redis
       ;;
     package)
-      rf_say "package: npm pack, installed fresh: Node ESM, Node CommonJS, server entry, <script type=module>, manual entry, service worker, Web Worker, Vite build"
+      rf_say "package: npm pack, installed fresh: Node ESM, Node CommonJS, server entry, <script type=module>, manual entry, service worker, Web Worker, Vite build, Cloudflare Worker (wrangler, workerd)"
       node_tests package --test tests/package/
       ;;
     browser)

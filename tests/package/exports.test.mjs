@@ -45,6 +45,9 @@ test('every client entry exports the wasm\'s public exports and the error classe
   assert.deepEqual(sorted(Object.keys(require(join(PKG, 'index.cjs')))), expected, 'index.cjs');
   // The browser entry awaits a fetch of the .wasm at load: read from its source.
   assert.deepEqual(sorted(sourceExports('index.browser.js')), expected, 'index.browser.js');
+  // The Cloudflare Workers entry imports the .wasm as a module, which only a Workers bundler
+  // resolves: read from its source too.
+  assert.deepEqual(sorted(sourceExports('index.workerd.js')), expected, 'index.workerd.js');
   const manual = await import(pathToFileURL(join(PKG, 'manual.js')).href);
   assert.deepEqual(sorted(Object.keys(manual).filter((n) => n !== 'init')), expected, 'manual.js (besides init)');
 });
