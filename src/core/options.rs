@@ -276,6 +276,25 @@ pub fn guard_setting_expected(option: &str) -> &'static str {
     }
 }
 
+/// The guard setting that bounds `option` (`tokenRatio` and `refillPerSecond` are at most
+/// `maxTokens`, `minRate` at most `initialRate`), and what that setting must be: when the
+/// caller gave the bounding one and left `option` at its default, the `TypeError` names the
+/// one the caller gave (`new RetryBudget({ maxTokens: 0.05 })` is about `maxTokens`).
+pub fn guard_setting_bound(option: &str) -> Option<(&'static str, &'static str)> {
+    match option {
+        "tokenRatio" => Some((
+            "maxTokens",
+            "a number > 0 and <= 1000000, and >= tokenRatio",
+        )),
+        "refillPerSecond" => Some((
+            "maxTokens",
+            "a number > 0 and <= 1000000, and >= refillPerSecond",
+        )),
+        "minRate" => Some(("initialRate", "a number of requests per second >= minRate")),
+        _ => None,
+    }
+}
+
 fn is_integer(v: f64) -> bool {
     v.is_finite() && v.fract() == 0.0
 }

@@ -38,6 +38,24 @@ fn guard_constructors_reject_bad_settings_with_type_errors_naming_them() {
             new_budget(opts("tokenRatio: 0")),
             r#"RetryBudget: invalid option "tokenRatio": got 0; expected a number > 0 and <= maxTokens"#,
         ),
+        // A bound broken by the setting given, not by the default it bounds: the given one
+        // is named.
+        (
+            new_budget(opts("maxTokens: 0.05")),
+            r#"RetryBudget: invalid option "maxTokens": got 0.05; expected a number > 0 and <= 1000000, and >= tokenRatio"#,
+        ),
+        (
+            new_budget(opts("maxTokens: 0.3")),
+            r#"RetryBudget: invalid option "maxTokens": got 0.3; expected a number > 0 and <= 1000000, and >= refillPerSecond"#,
+        ),
+        (
+            new_throttle(opts("initialRate: 0.3")),
+            r#"AdaptiveThrottle: invalid option "initialRate": got 0.3; expected a number of requests per second >= minRate"#,
+        ),
+        (
+            new_throttle(opts("initialRate: 0.3, minRate: 0.4")),
+            r#"AdaptiveThrottle: invalid option "minRate": got 0.4; expected a number of requests per second > 0 and <= initialRate"#,
+        ),
         (
             new_budget(js("[]")),
             "RetryBudget: invalid options: got an array; expected an object or undefined",

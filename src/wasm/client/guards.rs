@@ -21,7 +21,7 @@ use super::errors::option_error;
 use super::records::{to_js, StateChange};
 use crate::core::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use crate::core::budget::{BudgetConfig, RetryBudget, RetryRatio, RetryRatioConfig};
-use crate::core::options::{guard_setting_expected, OptionError};
+use crate::core::options::{guard_setting_bound, guard_setting_expected, OptionError};
 use crate::core::throttle::{AdaptiveThrottle, DefaultThrottle, ThrottleConfig};
 use crate::wasm::errors::{describe, invalid_option, type_error};
 use crate::wasm::js;
@@ -225,6 +225,18 @@ fn setting_error(class: &str, e: OptionError, value: f64) -> JsValue {
     invalid_option(class, e, &JsValue::from_f64(value))
 }
 
+/// The setting a guard's `TypeError` names for `e`: the one `e` names, or, when the caller
+/// left that one at its default (`given` says which were given), the given setting whose value
+/// bounds it.
+fn blamed(e: OptionError, given: impl Fn(&str) -> bool) -> OptionError {
+    match guard_setting_bound(e.option) {
+        Some((bound, expected)) if !given(e.option) && given(bound) => {
+            OptionError::new(bound, expected)
+        }
+        _ => e,
+    }
+}
+
 /// The settings given to a guard's constructor (`class` names it in the errors): the numbers,
 /// in the order of `numbers` (`None` when not given), and `onStateChange` when `listener`
 /// (`null` is none). An unknown name, a value of the wrong type and `null` for a number are
@@ -314,6 +326,11 @@ impl RetryBudgetHandle {
             refill_per_sec: refill.unwrap_or(d.refill_per_sec),
         };
         let config = config.validate().map_err(|e| {
+            let e = blamed(e, |name| match name {
+                "maxTokens" => max_tokens.is_some(),
+                "tokenRatio" => token_ratio.is_some(),
+                _ => refill.is_some(),
+            });
             let v = match e.option {
                 "maxTokens" => config.max_tokens,
                 "tokenRatio" => config.token_ratio,
@@ -389,6 +406,10 @@ impl AdaptiveThrottleHandle {
             max_wait_ms: max_wait_ms.unwrap_or(d.max_wait_ms),
         };
         let config = config.validate().map_err(|e| {
+            let e = blamed(e, |name| match name {
+                "initialRate" => initial_rate.is_some(),
+                _ => min_rate.is_some(),
+            });
             let v = match e.option {
                 "initialRate" => config.initial_rate,
                 "rampMs" => config.ramp_ms,
