@@ -226,13 +226,11 @@ fn setting_error(class: &str, e: OptionError, value: f64) -> JsValue {
 }
 
 /// The setting a guard's `TypeError` names for `e`: the one `e` names, or, when the caller
-/// left that one at its default (`given` says which were given), the given setting whose value
-/// bounds it.
-fn blamed(e: OptionError, given: impl Fn(&str) -> bool) -> OptionError {
+/// left that one at its default (`given`: it was given), the setting whose value bounds it,
+/// which the caller gave (two defaults never conflict).
+fn blamed(e: OptionError, given: bool) -> OptionError {
     match guard_setting_bound(e.option) {
-        Some((bound, expected)) if !given(e.option) && given(bound) => {
-            OptionError::new(bound, expected)
-        }
+        Some((bound, expected)) if !given => OptionError::new(bound, expected),
         _ => e,
     }
 }
@@ -326,11 +324,11 @@ impl RetryBudgetHandle {
             refill_per_sec: refill.unwrap_or(d.refill_per_sec),
         };
         let config = config.validate().map_err(|e| {
-            let e = blamed(e, |name| match name {
-                "maxTokens" => max_tokens.is_some(),
+            let given = match e.option {
                 "tokenRatio" => token_ratio.is_some(),
                 _ => refill.is_some(),
-            });
+            };
+            let e = blamed(e, given);
             let v = match e.option {
                 "maxTokens" => config.max_tokens,
                 "tokenRatio" => config.token_ratio,
@@ -406,10 +404,7 @@ impl AdaptiveThrottleHandle {
             max_wait_ms: max_wait_ms.unwrap_or(d.max_wait_ms),
         };
         let config = config.validate().map_err(|e| {
-            let e = blamed(e, |name| match name {
-                "initialRate" => initial_rate.is_some(),
-                _ => min_rate.is_some(),
-            });
+            let e = blamed(e, min_rate.is_some());
             let v = match e.option {
                 "initialRate" => config.initial_rate,
                 "rampMs" => config.ramp_ms,
