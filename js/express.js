@@ -124,7 +124,7 @@ function capture(res, done) {
       if (released && !abandoned) return originals.write.apply(this, arguments);
       if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
       if (!ended && !abandoned) {
-        if (head === null) wrappers.writeHead.call(this, res.statusCode);
+        if (head === null) res.writeHead(res.statusCode);
         const bytes = chunkBytes(chunk, encoding);
         if (bytes !== null && bytes.byteLength > 0) chunks.push(Buffer.from(bytes));
       }
@@ -141,7 +141,7 @@ function capture(res, done) {
       }
       if (!ended) {
         if (chunk !== undefined && chunk !== null) wrappers.write.call(this, chunk, encoding);
-        else if (head === null) wrappers.writeHead.call(this, res.statusCode);
+        else if (head === null) res.writeHead(res.statusCode);
         ended = true;
         let response;
         try {
@@ -184,6 +184,10 @@ function capture(res, done) {
   Object.defineProperty(res, 'headersSent', { configurable: true, get: () => (released ? Boolean(res._header) : head !== null) });
   return {
     originals,
+    /** Did the route end its answer (`end()`)? */
+    get ended() {
+      return ended;
+    },
     release() {
       if (released) return;
       released = true;
@@ -243,6 +247,16 @@ async function handle(start, req, res, next) {
   const captured = capture(res, (response, error) => {
     if (response) withoutEncoding(response).then(run.answer, run.fail);
     else run.fail(error);
+  });
+  // The connection closed before the route ended its answer, closed by this server (the
+  // client neither ended nor reset it): the answer was given up, as Express's error handler
+  // gives it up for a route that throws after `writeHead`, or a route's own `res.destroy()`.
+  // The route failed after it started: the companion's rule for a throw (its 500, stored).
+  // A client that goes away leaves the route running, and its answer is still stored.
+  res.once('close', () => {
+    const socket = req.socket;
+    if (captured.ended || !socket || socket.readableEnded || socket.errored) return;
+    run.fail(new Error('retry-fetch/express: the connection was closed by the server before the route ended its answer'));
   });
   try {
     next();

@@ -104,6 +104,11 @@ export function lingerAfterEarlyAnswer(req, res) {
     timer.unref?.();
     req.once?.('end', () => clearTimeout(timer));
     req.once?.('close', () => clearTimeout(timer));
+    // Whoever read the body before stops reading it: a web stream of it (`Readable.toWeb`)
+    // nobody reads pauses `req` again at each chunk, which would stall the upload (and the
+    // connection) until the timer cuts it.
+    req.removeAllListeners?.('data');
+    req.on?.('data', () => {});
     req.resume?.();
   });
 }

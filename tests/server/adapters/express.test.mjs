@@ -295,6 +295,119 @@ test('Express: the answer is lost on the way (connection cut as it is written): 
   }
 });
 
+test('Express: a route that gives its answer up (throws after writeHead, res.destroy()) has its failure stored at once; a client that goes away still gets the route\'s answer stored', async () => {
+  const app = quietApp();
+  const runs = { throws: 0, destroys: 0, slow: 0 };
+  const options = { ...NO_SCOPE, lockTimeoutMs: 1500 };
+  app.post('/throws', express.json(), idempotency(options), (req, res) => {
+    runs.throws++;
+    res.writeHead(200, { 'Content-Type': 'text/plain' });
+    throw new Error('failed after writeHead'); // Express's error handler destroys the socket
+  });
+  app.post('/destroys', express.json(), idempotency(options), (req, res) => {
+    runs.destroys++;
+    res.destroy();
+  });
+  let slowEnded;
+  const slowDone = new Promise((resolve) => (slowEnded = resolve));
+  app.post('/slow', express.json(), idempotency(options), (req, res) => {
+    runs.slow++;
+    setTimeout(() => {
+      res.status(201).json({ paid: true });
+      slowEnded();
+    }, 300);
+  });
+  const server = await listen(app);
+  const quiet = console.error;
+  console.error = () => {}; // the companion's onError and Express's own log of the throw
+  try {
+    for (const path of ['/throws', '/destroys']) {
+      const key = crypto.randomUUID();
+      await assert.rejects(post(server.url, path, { key, body: {} }), path);
+      // The repeat is answered at once with the stored failure: not a wait of waitTimeoutMs
+      // ending in a 409, for as long as the process lives.
+      const started = Date.now();
+      const repeat = await post(server.url, path, { key, body: {} });
+      assert.equal(repeat.status, 500, path);
+      assert.equal((await repeat.json()).code, 'idempotency-handler-failed', path);
+      assert.ok(Date.now() - started < 1000, `${path}: answered without waiting for the lock`);
+    }
+    assert.deepEqual({ throws: runs.throws, destroys: runs.destroys }, { throws: 1, destroys: 1 });
+    // The client gives up while the route works: the route's answer is still stored.
+    const key = crypto.randomUUID();
+    const gone = new AbortController();
+    setTimeout(() => gone.abort(), 50);
+    await assert.rejects(fetch(`${server.url}/slow`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body: '{}', signal: gone.signal }));
+    await slowDone;
+    const repeat = await post(server.url, '/slow', { key, body: {} });
+    assert.equal(repeat.status, 201);
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs.slow, 1);
+  } finally {
+    console.error = quiet;
+    await server.close();
+  }
+});
+
+test('Express: a middleware after the adapter that sets headers as the head is written (on-headers: response-time, express-session) sets them on res.send()\'s answer too', async () => {
+  const app = quietApp();
+  // What on-headers does: wrap res.writeHead, which node:http calls for an implicit head.
+  const stamp = (req, res, next) => {
+    const writeHead = res.writeHead;
+    res.writeHead = function () {
+      this.setHeader('X-Response-Time', '1ms');
+      return writeHead.apply(this, arguments);
+    };
+    next();
+  };
+  app.post('/send', express.json(), idempotency(NO_SCOPE), stamp, (req, res) => res.status(201).send('ok'));
+  app.post('/write', express.json(), idempotency(NO_SCOPE), stamp, (req, res) => {
+    res.statusCode = 201;
+    res.write('o');
+    res.end('k');
+  });
+  const server = await listen(app);
+  try {
+    for (const path of ['/send', '/write']) {
+      const key = crypto.randomUUID();
+      const first = await post(server.url, path, { key, body: {} });
+      assert.equal(first.status, 201, path);
+      assert.equal(first.headers.get('x-response-time'), '1ms', path);
+      assert.equal(await first.text(), 'ok', path);
+      const repeat = await post(server.url, path, { key, body: {} });
+      assert.equal(repeat.headers.get('idempotent-replayed'), 'true', path);
+      assert.equal(repeat.headers.get('x-response-time'), '1ms', path);
+    }
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: after a 413 the keep-alive connection serves the next request (the rest of the upload is read and dropped)', async () => {
+  const app = quietApp();
+  app.post('/', idempotency({ ...NO_SCOPE, maxBodyBytes: 1024 }), (req, res) => res.send('ran'));
+  const server = await listen(app);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const send = (body) =>
+    new Promise((resolve, reject) => {
+      const req = http.request(`${server.url}/`, { method: 'POST', agent, headers: { 'Content-Length': body.length, 'Idempotency-Key': crypto.randomUUID() } }, (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks).toString(), reused: req.reusedSocket }));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+  try {
+    assert.equal((await send(Buffer.alloc(200 << 10))).status, 413);
+    const next = await send(Buffer.from('x'));
+    assert.deepEqual(next, { status: 200, body: 'ran', reused: true });
+  } finally {
+    agent.destroy();
+    await server.close();
+  }
+});
+
 test('Express: a route stopped by handlerTimeoutMs whose rejection reaches an error handler gets a 503 with Retry-After, not a stored 500; the retry runs it', async () => {
   const app = quietApp();
   let runs = 0;
