@@ -44,6 +44,21 @@ function headersBefore(c) {
   return pairs;
 }
 
+/** `headers` without the ones that describe a body's encoding (a new one sets its own). */
+function withoutBodyType(headers) {
+  const copy = new Headers(headers);
+  copy.delete('content-type');
+  copy.delete('content-length');
+  return copy;
+}
+
+/** The form Hono kept, as a body: URL-encoded again if it came so (and holds no file), else multipart. */
+async function formBody(c, raw) {
+  const form = await c.req.bodyCache.formData;
+  const urlEncoded = /^\s*application\/x-www-form-urlencoded/i.test(raw.headers.get('content-type') ?? '');
+  return urlEncoded && [...form.values()].every((v) => typeof v === 'string') ? new URLSearchParams(form) : form;
+}
+
 /** Replaces `c.res` by `response` as it is (Hono would merge the old response's headers into it). */
 function replaceResponse(c, response) {
   c.res = undefined;
@@ -62,12 +77,13 @@ export function idempotency(options) {
     const method = raw.method;
     const init = { method, headers: raw.headers };
     let streamed = false;
+    let form = false;
     if (methodHasBody(method)) {
       if (bodyRead(c)) {
         // A validator read it: Hono gives its bytes again (JSON it parsed as its text), or,
         // when it kept only the FormData, a stable form of its entries.
         const cache = c.req.bodyCache;
-        const form = cache.arrayBuffer === undefined && cache.formData !== undefined;
+        form = cache.arrayBuffer === undefined && cache.formData !== undefined;
         init.body = new Uint8Array(form ? await formBytes(await cache.formData) : await c.req.arrayBuffer());
       } else if (raw.body !== null) {
         // Read by the companion, at most maxBodyBytes (a longer one is its 413).
@@ -85,7 +101,12 @@ export function idempotency(options) {
     }
     try {
       const request = run.request;
-      if (methodHasBody(method) && (streamed || init.body !== undefined)) {
+      if (form) {
+        // Hono kept only the FormData (the fingerprint's stable form is not a body): the
+        // route's raw request carries the form encoded anew, with that encoding's Content-Type,
+        // as Hono's cloneRawRequest gives it.
+        c.req.raw = new Request(request, { headers: withoutBodyType(request.headers), body: await formBody(c, raw) });
+      } else if (methodHasBody(method) && (streamed || init.body !== undefined)) {
         // The route reads the bytes the companion read, through c.req (json(), text()...) or
         // c.req.raw: a Request over them with the companion's signal (not aborted when the
         // client goes away).

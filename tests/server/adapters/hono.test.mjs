@@ -142,6 +142,31 @@ test('Hono: after a middleware that read c.req.formData() (Hono keeps only the F
   }
 });
 
+test('Hono: after a middleware that read c.req.formData(), the route\'s c.req.raw carries the form (multipart with its file, or URL-encoded), not the fingerprint', async () => {
+  const app = new Hono();
+  const readForm = async (c, next) => {
+    await c.req.formData();
+    await next();
+  };
+  app.post('/raw', readForm, idempotency(NO_SCOPE), async (c) => {
+    const type = c.req.raw.headers.get('content-type');
+    const form = await c.req.raw.formData();
+    const file = form.get('file');
+    return c.json({ multipart: type.startsWith('multipart/form-data; boundary='), note: form.get('note'), file: typeof file === 'string' ? file : await file.text() }, 201);
+  });
+  const server = await listen(app);
+  try {
+    const multipart = await upload(`${server.url}/raw`, crypto.randomUUID(), 'FILE A');
+    assert.equal(multipart.status, 201);
+    assert.deepEqual(await multipart.json(), { multipart: true, note: 'invoice', file: 'FILE A' });
+    const urlEncoded = await post(server.url, '/raw', { key: crypto.randomUUID(), body: 'note=invoice&file=10', type: 'application/x-www-form-urlencoded' });
+    assert.equal(urlEncoded.status, 201);
+    assert.deepEqual(await urlEncoded.json(), { multipart: false, note: 'invoice', file: '10' });
+  } finally {
+    await server.close();
+  }
+});
+
 test('Hono: a throw gets app.onError\'s answer (a 500, a domain error mapped to 402), stored and replayed, as Express does; an HTTPException 404 too; cors headers are on every answer', async () => {
   const app = new Hono();
   const told = [];
