@@ -24,8 +24,16 @@ export interface RetryContext {
   delayMs: number;
   /** Why the attempt failed. */
   reason: RetryReason;
-  /** The response, when the failure was a retryable status. */
+  /**
+   * A clone of the response, when the failure was a retryable status: reading its body leaves
+   * the response the call may return readable.
+   */
   response?: Response;
+  /**
+   * The failed response's headers (its `Retry-After`, a request id), when there was a
+   * response: the same as `onRetry`'s `info.headers`.
+   */
+  headers?: Headers;
   /** The response status, when there was a response. */
   status?: number;
   /** The error, when the failure was a network error or a timeout. */
@@ -46,18 +54,26 @@ export interface SettledInfo {
   error?: unknown;
 }
 
-/** Headers `beforeRetry` may return: a `Headers`, an object, or `[name, value]` pairs. */
+/**
+ * Headers (the `headers` option, or what `beforeRetry` returns): a `Headers`, an object of
+ * strings, or `[name, value]` pairs. Each pair must be exactly two strings: another length is
+ * a `TypeError` when the call runs (the type also takes `string[][]`, as Node's `HeadersInit`
+ * does, so that a list built at run time type-checks).
+ */
 export type RetryHeaders = Headers | Record<string, string> | ReadonlyArray<readonly [string, string] | readonly string[]>;
 
 /** What `onRetry` (before each wait) and `beforeRetry` (before each retry is sent) are given. */
 export interface RetryInfo {
-  /** The attempt that just failed (1-based). */
+  /**
+   * 1-based: for `onRetry`, the attempt that just failed; for `beforeRetry`, the attempt about
+   * to be sent (the retry of the one that failed).
+   */
   attempt: number;
-  /** The wait before the next attempt, in ms. */
+  /** The wait before the retry, in ms (for `beforeRetry`, the wait that just ended). */
   delayMs: number;
-  /** Why the attempt failed. */
+  /** Why the failed attempt failed. */
   reason: RetryReason;
-  /** The response status, when there was a response. */
+  /** The failed attempt's response status, when there was a response. */
   status?: number;
   /** The failed response's headers (its `Retry-After`, a request id), when there was one. */
   headers?: Headers;
@@ -104,7 +120,11 @@ export interface RetryOptions {
   signal?: AbortSignal | null | undefined;
   /** Let `Retry-After` (or `RateLimit-Reset` / `RateLimit`) replace the computed delay. @default true */
   respectRetryAfter?: boolean | undefined;
-  /** Longest server-requested wait accepted, in ms; a longer one returns the response at once. @default maxDelayMs */
+  /**
+   * Longest server-requested wait accepted, in ms (a finite number >= 0; a negative one is a
+   * `TypeError`); a longer one returns the response at once. `null`: back to `maxDelayMs`.
+   * @default maxDelayMs
+   */
   maxRetryAfterMs?: number | null | undefined;
   /** `'auto'`: a fresh UUID v4 key on non-idempotent requests; a string: this key; `false`: none. @default 'auto' */
   idempotencyKey?: 'auto' | string | false | undefined;
@@ -147,9 +167,11 @@ export interface RetryOptions {
    */
   onSettled?: ((info: SettledInfo) => void | Promise<void>) | null | undefined;
   /**
-   * Headers every call sends unless its own request has them (the call's win): mostly a
-   * `createRetryFetch` default (ky's `create({ headers })`); `extend` merges over them, and
-   * `null` clears them. @default undefined (none)
+   * Headers sent on every attempt unless the request has them itself (`init.headers`, or a
+   * `Request` input's: those win). Given per call, they merge over the client's defaults (the
+   * call's option wins for a name both set); in a client's defaults (ky's
+   * `create({ headers })`) they go on every call, and `extend` merges over them. `null`
+   * drops the client's. The key's header is refused in a client's defaults. @default undefined (none)
    */
   headers?: RetryHeaders | null | undefined;
   /** The transport. @default globalThis.fetch */
@@ -204,8 +226,11 @@ export class RetryBudget {
   constructor(options?: RetryBudgetOptions);
   /** The token count for the origin of `url` (a URL string or a `URL`). */
   tokens(url: string | URL): number;
+  /** The `maxTokens` it was made with (10 when not given). */
   readonly maxTokens: number;
+  /** The `tokenRatio` it was made with (0.1 when not given). */
   readonly tokenRatio: number;
+  /** The `refillPerSecond` it was made with (0.5 when not given). */
   readonly refillPerSecond: number;
   /** Release the wasm memory now (otherwise it is released when garbage-collected). */
   free(): void;
@@ -231,7 +256,11 @@ export interface AdaptiveThrottleOptions {
   scale?: number | undefined;
   /** The lowest send rate, requests per second. @default 0.5 */
   minRate?: number | undefined;
-  /** The longest an attempt waits for its turn, in ms; one that would wait longer is not sent and the call rejects with a RetryError (reason 'throttled'). @default 10000 */
+  /**
+   * The longest an attempt waits for its turn, in ms; one that would wait longer is not sent:
+   * the call returns the last response, or, when it has none (a first attempt, or one after a
+   * network error or a timeout), rejects with a RetryError (reason 'throttled'). @default 10000
+   */
   maxWaitMs?: number | undefined;
 }
 
@@ -299,7 +328,13 @@ export interface AttemptRecord {
   delayMs?: number;
 }
 
-/** Why a call that ended on an error stopped. */
+/**
+ * Why a call stopped without a response to resolve with: `RetryError.reason` (and so the
+ * `reason` of `onSettled`'s `error`), the only place a reason is seen. A call that stops with a
+ * response in hand resolves with it, whatever stopped it, and says no reason: so
+ * `'retry-after'` (the server asked for a wait longer than `maxRetryAfterMs`), which only a
+ * response can ask, is never a `RetryError`'s reason (the call resolves with that response).
+ */
 export type StopReason =
   | 'attempts'
   | 'deadline'
@@ -312,16 +347,25 @@ export type StopReason =
   | 'circuit-open'
   | 'throttled';
 
-/** The error a call rejects with when it ends on a network error or a timeout. */
+/**
+ * The error a call rejects with when it ends with no response to resolve with: its last
+ * attempt failed without one (a network error, a timeout), or no attempt was sent (an
+ * `AdaptiveThrottle` refused the first one, the deadline passed first, a stream body could not
+ * be read in time).
+ */
 export declare class RetryError extends Error {
   /** Made by the package only (a call rejects with one); exported for `instanceof`. */
   private constructor();
   name: 'RetryError';
   /** Why it stopped. */
   reason: StopReason;
-  /** One record per attempt. */
+  /** One record per attempt sent (empty when none was). */
   attempts: AttemptRecord[];
-  /** The last error. */
+  /**
+   * The last attempt's error; or the deadline's `TimeoutError` when the deadline passed before
+   * the next attempt, a `CircuitOpenError` when the circuit was open for it, the `TimeoutError`
+   * of a stream body that could not be read in time; `undefined` for `'throttled'`.
+   */
   cause: unknown;
   /**
    * The idempotency key the attempts carried, when the request had one: try the operation

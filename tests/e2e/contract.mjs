@@ -1454,6 +1454,72 @@ export const scenarios = [
       const res = await api.retryFetch(slow.url, undefined, { ...fast, deadlineMs: 150 });
       equal((await res.text()).trim().split('\n').length, 20, 'chunks read:');
     },
+  },  {
+    name: 'contract: an attempt the deadline cut has the deadline\'s TimeoutError ("the deadline (deadlineMs N) passed"), one timeoutMs cut the attempt\'s',
+    async run({ api, seq }) {
+      const deadline = /^retryFetch: the deadline \(deadlineMs 300\) passed$/;
+      // Only deadlineMs: the first attempt (sent straight to fetch, or through the loop) and a
+      // retry in flight at the deadline; and under a timeoutMs longer than what is left.
+      for (const [label, steps, input, init, options] of [
+        ['GET of a URL', 'hang', (u) => u, undefined, {}],
+        ['keyed POST', 'hang', (u) => u, { method: 'POST', body: 'pay' }, {}],
+        ['Request input', 'hang', (u) => new Request(u), undefined, {}],
+        ['a retry', '503,hang', (u) => u, undefined, {}],
+        ['timeoutMs longer than the deadline', 'hang', (u) => u, undefined, { timeoutMs: 60_000 }],
+      ]) {
+        const s = seq(steps);
+        const err = await rejects(api.retryFetch(input(s.url), init, { ...fast, deadlineMs: 300, ...options }), `${label}: resolved`);
+        equal(err?.name, 'RetryError', `${label}:`);
+        equal(err.reason, 'deadline', `${label}: reason`);
+        equal(err.cause?.name, 'TimeoutError', `${label}: cause`);
+        match(err.cause.message, deadline, `${label}: cause`);
+        equal(err.attempts.at(-1)?.error, err.cause, `${label}: the last attempt's error`);
+      }
+      // A transport given the attempt's signal sees the same reason; one that ignores it is
+      // given up on, with the deadline's error too.
+      const reasons = [];
+      const honours = (request, init) => new Promise((_, reject) => {
+        init.signal.addEventListener('abort', () => (reasons.push(init.signal.reason), reject(init.signal.reason)));
+      });
+      for (const [label, transport] of [['a transport that honours its signal', honours], ['a transport that ignores it', () => new Promise(() => {})]]) {
+        const err = await rejects(api.retryFetch(seq('200').url, undefined, { ...fast, deadlineMs: 300, fetch: transport }), `${label}: resolved`);
+        equal(err?.reason, 'deadline', `${label}: reason`);
+        match(err.cause?.message, deadline, `${label}: cause`);
+      }
+      equal(reasons.length, 1, 'aborted once:');
+      match(reasons[0]?.message, deadline, 'the signal\'s reason:');
+      // timeoutMs shorter than what is left of the deadline: the attempt's own limit.
+      const s = seq('hang');
+      const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, maxAttempts: 1, timeoutMs: 100, deadlineMs: 60_000 }));
+      equal(err?.reason, 'attempts');
+      equal(err.cause?.message, 'retryFetch: the attempt timed out after 100 ms');
+    },
+  },
+  {
+    name: 'contract: option TypeErrors name the function called: createRetryFetch, client.extend, retryFetch',
+    async run({ api }) {
+      const client = api.createRetryFetch({ maxAttempts: 2 });
+      for (const [options, expected] of [
+        [{ jiter: 'none' }, /^client\.extend: unknown option "jiter" \(did you mean "jitter"\?\)$/],
+        [{ maxAttempts: 0 }, /^client\.extend: invalid option "maxAttempts": got 0; expected an integer from 1 to 100$/],
+        [{ retryOnStatus: [503, '504'] }, /^client\.extend: invalid option "retryOnStatus": item \[1\] is "504"; expected /],
+        [{ breaker: {} }, /^client\.extend: invalid option "breaker": got \[object Object\]; expected a CircuitBreaker$/],
+        [[], /^client\.extend: invalid options: got an array; expected an object or undefined$/],
+        [{ idempotencyKey: 'order-1' }, /^client\.extend: a fixed "idempotencyKey" in a client's defaults would be sent by every call of the client/],
+      ]) {
+        const e = throws(() => client.extend(options), `extend(${JSON.stringify(options)}) was accepted`);
+        equal(e?.name, 'TypeError');
+        match(e.message, expected);
+      }
+      // An extend of an extend says the same.
+      const e = throws(() => client.extend({}).extend({ factor: 0 }));
+      match(e?.message, /^client\.extend: invalid option "factor": got 0; /);
+      const shared = throws(() => api.createRetryFetch({ idempotencyKey: 'order-1' }));
+      match(shared?.message, /^createRetryFetch: a fixed "idempotencyKey" in a client's defaults/);
+      // A client made by extend: its calls' options are a call's.
+      const call = await rejects(client.extend({})('http://127.0.0.1:9/never', undefined, { maxAttempts: 0 }));
+      match(call?.message, /^retryFetch: invalid option "maxAttempts": got 0; /);
+    },
   },
 ];
 

@@ -246,3 +246,21 @@ export function describeFailure(e: unknown): string {
 }
 // @ts-expect-error: the classes are made by the package only
 new RetryErrorClass();
+
+// shouldRetry's context carries the failed response's headers; a budget's settings are
+// read-only getters; the headers option takes the runtime's forms.
+export async function contextHeadersAndBudgetSettings(): Promise<void> {
+  await retryFetch('/', undefined, {
+    shouldRetry: (ctx: RetryContext) => ctx.headers?.get('retry-after') !== '120',
+    beforeRetry: (info: RetryInfo) => (info.attempt > 2 ? { 'X-Retry-Of': String(info.attempt - 1) } : undefined),
+    headers: [['X-Client', 'web']],
+  });
+  await retryFetch('/', undefined, { headers: { 'X-Client': 'web' }, beforeRetry: null, onSettled: null });
+  // @ts-expect-error: ctx.headers is a Headers, not a record
+  await retryFetch('/', undefined, { shouldRetry: (ctx: RetryContext) => ctx.headers?.['retry-after'] === '1' });
+  const budget = new RetryBudget({ maxTokens: 4 });
+  const settings: [number, number, number] = [budget.maxTokens, budget.tokenRatio, budget.refillPerSecond];
+  void settings;
+  // @ts-expect-error: the settings are read-only
+  budget.maxTokens = 5;
+}

@@ -36,14 +36,14 @@ use wasm_bindgen_futures::{future_to_promise, JsFuture};
 use web_sys::{Headers, Request, Response};
 
 use super::bindings::{global_fetch, Thenable};
-use super::errors::{circuit_open_error, deadline_error, retry_error, timeout_error};
+use super::errors::{circuit_open_error, retry_error, timeout_error};
 use super::guards::{origin_of, BreakerShared};
 use super::policy::Policy;
 use super::records::{to_js, AttemptRecord, Js, RetryContext, SettledInfo};
 use super::request::{
     body_value, copy_headers, fix_request, unsendable_url, Body, BodyKind, Template,
 };
-use super::signals::{CallSignals, FirstTimer};
+use super::signals::{deadline_cut, CallSignals, FirstTimer};
 use crate::core::accepted::poll_dropped_headers;
 use crate::core::backoff::Rng;
 use crate::core::budget::Budget;
@@ -182,7 +182,7 @@ impl Client {
     /// call), else read now (and cached when every value compares by value); and whether it
     /// is kept (cached) beyond this call.
     fn per_call(&self, options: &JsValue) -> Result<(Rc<Lean>, bool), JsValue> {
-        let values = super::policy::own_values(options)?;
+        let values = super::policy::own_values(super::policy::CALL, options)?;
         // Not borrowed while comparing: a proxy's trap may run a call of this client.
         let cached = self.cache.borrow().clone();
         if let Some(hit) = cached.filter(|c| {
@@ -194,9 +194,9 @@ impl Client {
         }) {
             return Ok((hit.lean.clone(), true));
         }
-        let given = super::policy::named(&values)?;
+        let given = super::policy::named(super::policy::CALL, &values)?;
         super::refuse_per_call_own_budget(&given)?;
-        let policy = super::policy::apply(&given, self.policy())?;
+        let policy = super::policy::apply(super::policy::CALL, &given, self.policy())?;
         super::refuse_default_header_as_key(&policy, self.policy())?;
         let lean = Rc::new(Lean::new(Rc::new(policy)));
         let seen: Option<Vec<(JsValue, Seen)>> = values
@@ -329,7 +329,7 @@ impl Client {
         // Under a time limit (a URL sent: a `Request` took the loop), the attempt's own signal.
         let timer = match limit {
             Some(ms) => {
-                let timer = FirstTimer::start(ms)?;
+                let timer = FirstTimer::start(ms, &policy.retry)?;
                 js::set(&send, "signal", &timer.signal());
                 Some(timer)
             }
@@ -955,7 +955,7 @@ async fn run_loop(
             replayable: t.body_kind != BodyKind::OneShot,
         },
     );
-    let deadline = || deadline_error(p.deadline_ms.unwrap_or(0.0));
+    let deadline = || timeout_error(0.0, Some(p.deadline_ms.unwrap_or(0.0)));
     // A first attempt the lean path sent had no body, or a string one (`Body::Text`).
     let body = match t.body_kind {
         // Buffering a stream body waits on the caller's stream, as part of the first attempt:
@@ -979,7 +979,7 @@ async fn run_loop(
                     return Err(retry_error(
                         StopReason::BodyNotReplayable.as_str(),
                         &Array::new(),
-                        &timeout_error(limit.unwrap_or(0.0)),
+                        &timeout_error(limit.unwrap_or(0.0), None),
                     ))
                 }
             }
@@ -1183,7 +1183,7 @@ async fn run_loop(
                 limit_ms: limit,
                 retry_headers,
             } => {
-                let abort = signals.attempt(limit)?;
+                let abort = signals.attempt(limit, p)?;
                 // A non-idempotent request whose redirects the runtime lets us see is followed
                 // here, so that a failure after a redirect is known as one.
                 let manual = url.is_none()
@@ -1273,9 +1273,12 @@ async fn run_loop(
                 };
                 // The time limit's `TimeoutError`: the reason the attempt's signal aborted with,
                 // or (a transport that ignored it past the grace) a new one.
-                let timeout = abort
-                    .timed_out()
-                    .or_else(|| gave_up.then(|| timeout_error(limit.unwrap_or(0.0))));
+                let timeout = abort.timed_out().or_else(|| {
+                    gave_up.then(|| {
+                        let ms = limit.unwrap_or(0.0);
+                        timeout_error(ms, deadline_cut(p, ms))
+                    })
+                });
                 let timed_out = timeout.is_some();
                 // A poll the deadline cut while in flight: the 202 before it is the answer, as
                 // a wait the deadline ends keeps the last response.

@@ -9,12 +9,12 @@ use crate::core::options::OptionError;
 use crate::wasm::errors::invalid_option;
 use crate::wasm::js;
 
-/// The `TypeError` for an invalid option:
+/// The `TypeError` for an invalid option of `api`, the function called:
 /// `retryFetch: invalid option "maxAttempts": got 0; expected an integer from 1 to 100`.
 #[cold]
 #[inline(never)]
-pub fn option_error(err: OptionError, value: &JsValue) -> JsValue {
-    invalid_option("retryFetch", err, value)
+pub fn option_error(api: &str, err: OptionError, value: &JsValue) -> JsValue {
+    invalid_option(api, err, value)
 }
 
 /// `n` (a whole, non-negative number of ms or attempts) in decimal.
@@ -62,23 +62,20 @@ fn named_error(name: &str, message: &str) -> js_sys::Error {
     e
 }
 
-/// The `TimeoutError` of an attempt that ran out of time after `ms`.
+/// The `TimeoutError` of an attempt whose time limit, `ms`, fired: the deadline's when the
+/// limit was what was left of `deadline` (`Some(deadlineMs)`: "the deadline (deadlineMs N)
+/// passed", also the cause of a call the deadline ended between attempts), else the
+/// attempt's own ("the attempt timed out after N ms").
 #[cold]
 #[inline(never)]
-pub fn timeout_error(ms: f64) -> JsValue {
-    let mut msg = String::from("retryFetch: the attempt timed out after ");
+pub fn timeout_error(ms: f64, deadline: Option<f64>) -> JsValue {
+    let (before, ms, after) = match deadline {
+        Some(d) => ("retryFetch: the deadline (deadlineMs ", d, ") passed"),
+        None => ("retryFetch: the attempt timed out after ", ms, " ms"),
+    };
+    let mut msg = String::from(before);
     msg.push_str(&int(ms.ceil()));
-    msg.push_str(" ms");
-    named_error("TimeoutError", &msg).into()
-}
-
-/// The `TimeoutError` of a call whose `deadlineMs` passed.
-#[cold]
-#[inline(never)]
-pub fn deadline_error(ms: f64) -> JsValue {
-    let mut msg = String::from("retryFetch: the deadline (deadlineMs ");
-    msg.push_str(&int(ms.ceil()));
-    msg.push_str(") passed");
+    msg.push_str(after);
     named_error("TimeoutError", &msg).into()
 }
 

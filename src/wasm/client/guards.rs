@@ -17,7 +17,7 @@ use js_sys::Function;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::errors::option_error;
+use super::policy::Refused;
 use super::records::{to_js, StateChange};
 use crate::core::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use crate::core::budget::{BudgetConfig, RetryBudget, RetryRatio, RetryRatioConfig};
@@ -112,25 +112,22 @@ fn unregister(id: f64) {
 }
 
 /// The guard behind `value`, the value of option `option` (`budget`, `throttle`, `breaker`).
-/// A freed guard, a guard of another copy of the package, and anything else are `TypeError`s
-/// that say which.
-pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
-    let expected = match option {
-        "budget" => super::policy::BUDGET_EXPECTED,
-        "throttle" => super::policy::THROTTLE_EXPECTED,
-        _ => "a CircuitBreaker",
-    };
+/// A freed guard, a guard of another copy of the package, and anything else are refused
+/// (the caller's `TypeError` says which).
+pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, Refused> {
     let bad = |what: &str| {
-        let mut msg = String::from("retryFetch: invalid option \"");
-        msg.push_str(option);
-        msg.push_str("\": got ");
+        let mut msg = String::from("got ");
         msg.push_str(what);
         msg.push_str("; expected ");
-        msg.push_str(expected);
-        type_error(&msg)
+        msg.push_str(match option {
+            "budget" => super::policy::BUDGET_EXPECTED,
+            "throttle" => super::policy::THROTTLE_EXPECTED,
+            _ => "a CircuitBreaker",
+        });
+        Refused::Message(msg)
     };
     if !value.is_object() {
-        return Err(option_error(OptionError::new(option, expected), value));
+        return Err(Refused::Value);
     }
     let class = js::get(&js::get(value, "constructor"), "name")
         .as_string()
@@ -144,10 +141,10 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, JsValue> {
             what.push_str(" that was freed (free() was called on it)");
             return Err(bad(&what));
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(Refused::Js(e)),
     };
     let Some(id) = id.as_f64() else {
-        return Err(option_error(OptionError::new(option, expected), value));
+        return Err(Refused::Value);
     };
     let found = REGISTRY.with(|r| {
         r.borrow()

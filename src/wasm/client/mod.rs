@@ -57,14 +57,17 @@ pub fn retry_fetch(input: JsValue, init: JsValue, options: JsValue) -> Promise {
 #[wasm_bindgen(js_name = createRetryFetch, skip_typescript)]
 pub fn create_retry_fetch(defaults: JsValue) -> Result<JsValue, JsValue> {
     let base = DEFAULT.with(|c| c.policy().clone());
-    client_function(Rc::new(policy::read(&defaults, &base)?))
+    // Its option errors say `retryFetch:`, as a call's do.
+    let policy = policy::read(policy::CALL, &defaults, &base)?;
+    client_function("createRetryFetch", Rc::new(policy))
 }
 
 /// A key is one operation's: a client's defaults that would send one key with every call
 /// (a fixed `idempotencyKey`, or the key's header in `headers`) are a `TypeError`, as every
 /// payment made through the client would share it and a server that honours keys would
-/// answer them all with the first one's result. The key is given per call instead.
-fn refuse_shared_key(policy: &Policy) -> Result<(), JsValue> {
+/// answer them all with the first one's result. The key is given per call instead. `api` is
+/// the function called (`createRetryFetch`, `client.extend`).
+fn refuse_shared_key(api: &str, policy: &Policy) -> Result<(), JsValue> {
     let header = policy.retry.idempotency_header.as_str();
     let fixed = matches!(policy.retry.idempotency_key, KeyMode::Fixed(_));
     let in_headers = policy
@@ -74,7 +77,8 @@ fn refuse_shared_key(policy: &Policy) -> Result<(), JsValue> {
     if !fixed && !in_headers {
         return Ok(());
     }
-    let mut msg = String::from("createRetryFetch: ");
+    let mut msg = String::from(api);
+    msg.push_str(": ");
     if fixed {
         msg.push_str("a fixed \"idempotencyKey\"");
     } else {
@@ -121,9 +125,13 @@ pub(super) fn refuse_per_call_own_budget(given: &[(&'static str, JsValue)]) -> R
     }
 }
 
-/// The function of a client with `policy` as its defaults, and its `extend`.
-fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
-    refuse_shared_key(&policy)?;
+/// What a client's `extend(options)` errors start with.
+const EXTEND: &str = "client.extend";
+
+/// The function of a client with `policy` as its defaults, and its `extend`; `api` (the
+/// function that made it: `createRetryFetch`, `client.extend`) starts its `TypeError`s.
+fn client_function(api: &str, policy: Rc<Policy>) -> Result<JsValue, JsValue> {
+    refuse_shared_key(api, &policy)?;
     let client = Client::new(policy.clone());
     let f = Closure::<dyn Fn(JsValue, JsValue, JsValue) -> Promise>::new(
         move |input: JsValue, init: JsValue, options: JsValue| client.call(&input, &init, &options),
@@ -131,7 +139,7 @@ fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
     .into_js_value();
     let extend =
         Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |options: JsValue| {
-            client_function(Rc::new(policy::read(&options, &policy)?))
+            client_function(EXTEND, Rc::new(policy::read(EXTEND, &options, &policy)?))
         });
     crate::wasm::js::set(&f, "extend", &extend.into_js_value());
     Ok(f)
@@ -141,7 +149,8 @@ fn client_function(policy: Rc<Policy>) -> Result<JsValue, JsValue> {
 /// wait, without any server `Retry-After`. With a `seed` the jitter is reproducible.
 #[wasm_bindgen(js_name = backoffDelays, skip_typescript)]
 pub fn backoff_delays(options: JsValue, count: JsValue, seed: JsValue) -> Result<Array, JsValue> {
-    let policy = policy::read(&options, &Policy::default())?.retry;
+    // Its option errors say `retryFetch:`, as a call's do.
+    let policy = policy::read(policy::CALL, &options, &Policy::default())?.retry;
     let count = policy::read_count(&count)?;
     let mut seeded;
     let mut math = call::MathRandom;

@@ -115,38 +115,61 @@ fn expected(option: &str) -> &'static str {
     }
 }
 
-/// The `TypeError` for option `name` given `value`, which its type or range does not allow.
-#[cold]
-#[inline(never)]
-fn bad(name: &'static str, value: &JsValue) -> JsValue {
-    option_error(OptionError::new(name, expected(name)), value)
+/// Why [`set`] refused a value; [`apply`] makes it the `TypeError` of the function called.
+pub enum Refused {
+    /// Its type or range: "invalid option "<name>": got <value>; expected <what the option
+    /// allows>".
+    Value,
+    /// The core's check (its option and what it allows).
+    Option(OptionError),
+    /// A message of its own, after "<function>: invalid option "<name>": ".
+    Message(String),
+    /// An error passed on as it is (a throwing getter's or iterator's).
+    Js(JsValue),
 }
 
-/// `value` as a number, or the option's `TypeError`.
-fn number(name: &'static str, value: &JsValue) -> Result<f64, JsValue> {
-    value.as_f64().ok_or_else(|| bad(name, value))
+impl From<JsValue> for Refused {
+    fn from(e: JsValue) -> Refused {
+        Refused::Js(e)
+    }
 }
 
-/// `value` as `true` or `false`, or the option's `TypeError`.
-fn boolean(name: &'static str, value: &JsValue) -> Result<bool, JsValue> {
-    value.as_bool().ok_or_else(|| bad(name, value))
+impl From<OptionError> for Refused {
+    fn from(e: OptionError) -> Refused {
+        Refused::Option(e)
+    }
 }
 
-/// `value` as a string, or the option's `TypeError`.
-fn text(name: &'static str, value: &JsValue) -> Result<String, JsValue> {
-    value.as_string().ok_or_else(|| bad(name, value))
+impl Refused {
+    /// The `TypeError` of `api` (the function called) for option `name` given `value`.
+    #[cold]
+    #[inline(never)]
+    fn error(self, api: &str, name: &'static str, value: &JsValue) -> JsValue {
+        match self {
+            Refused::Value => option_error(api, OptionError::new(name, expected(name)), value),
+            Refused::Option(e) => option_error(api, e, value),
+            Refused::Message(m) => {
+                let mut msg = String::from(api);
+                msg.push_str(": invalid option \"");
+                msg.push_str(name);
+                msg.push_str("\": ");
+                msg.push_str(&m);
+                type_error(&msg)
+            }
+            Refused::Js(e) => e,
+        }
+    }
 }
 
 /// `retryOnStatus`: an array of at most 500 statuses; an error names the first bad item.
-fn statuses(value: &JsValue) -> Result<Vec<u16>, JsValue> {
+fn statuses(value: &JsValue) -> Result<Vec<u16>, Refused> {
     let too_many = |len: u32| {
-        let mut msg = String::from("retryFetch: invalid option \"retryOnStatus\": ");
-        msg.push_str(&len.to_string());
+        let mut msg = len.to_string();
         msg.push_str(" items; expected at most 500 (there are 500 HTTP statuses, 100 to 599)");
-        type_error(&msg)
+        Refused::Message(msg)
     };
     let Some(len) = js::array_length(value)? else {
-        return Err(bad("retryOnStatus", value));
+        return Err(Refused::Value);
     };
     if len > 500.0 {
         return Err(too_many(len.min(f64::from(u32::MAX)) as u32));
@@ -163,190 +186,205 @@ fn statuses(value: &JsValue) -> Result<Vec<u16>, JsValue> {
         match item.as_f64().map(validate::status_code) {
             Some(Ok(status)) => out.push(status),
             _ => {
-                let mut msg = String::from("retryFetch: invalid option \"retryOnStatus\": item [");
+                let mut msg = String::from("item [");
                 msg.push_str(&i.to_string());
                 msg.push_str("] is ");
                 msg.push_str(&describe(&item));
                 msg.push_str("; expected ");
                 msg.push_str(validate::STATUSES_EXPECTED);
-                return Err(type_error(&msg));
+                return Err(Refused::Message(msg));
             }
         }
     }
     Ok(out)
 }
 
-/// Read `options` over `base`: a new policy, or a `TypeError` naming the bad option.
-pub fn read(options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
-    apply(&named(&own_values(options)?)?, base)
+/// What a call's option errors start with (`retryFetch: invalid option ...`), and those of
+/// `createRetryFetch` and `backoffDelays`, which read options as a call does.
+pub const CALL: &str = "retryFetch";
+
+/// Read `options` over `base`: a new policy, or a `TypeError` of `api` (the function called:
+/// [`CALL`], `client.extend`) naming the bad option.
+pub fn read(api: &str, options: &JsValue, base: &Policy) -> Result<Policy, JsValue> {
+    apply(api, &named(api, &own_values(api, options)?)?, base)
 }
 
-/// The own values of `options` (`crate::wasm::read_options::own_values`), names not checked.
-pub fn own_values(options: &JsValue) -> Result<Vec<(JsValue, JsValue)>, JsValue> {
-    crate::wasm::read_options::own_values("retryFetch", options)
+/// The own values of `options` (`crate::wasm::read_options::own_values`), names not checked;
+/// `api` (the function called) starts its errors.
+pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)>, JsValue> {
+    crate::wasm::read_options::own_values(api, options)
 }
 
-/// [`own_values`] by their names: an unknown name is a `TypeError`.
-pub fn named(values: &[(JsValue, JsValue)]) -> Result<Vec<(&'static str, JsValue)>, JsValue> {
-    crate::wasm::read_options::named("retryFetch", values, &RETRY_OPTION_NAMES)
+/// [`own_values`] by their names: an unknown name is a `TypeError` of `api`.
+pub fn named(
+    api: &str,
+    values: &[(JsValue, JsValue)],
+) -> Result<Vec<(&'static str, JsValue)>, JsValue> {
+    crate::wasm::read_options::named(api, values, &RETRY_OPTION_NAMES)
 }
 
-/// The options `given` over `base`: a new policy, or a `TypeError` naming the bad option.
-/// Each value is converted by its name (the one table of the client's options).
-pub fn apply(given: &[(&'static str, JsValue)], base: &Policy) -> Result<Policy, JsValue> {
+/// The options `given` over `base`: a new policy, or a `TypeError` of `api` (the function
+/// called) naming the bad option.
+pub fn apply(
+    api: &str,
+    given: &[(&'static str, JsValue)],
+    base: &Policy,
+) -> Result<Policy, JsValue> {
     let mut out = base.clone();
     for (name, v) in given {
-        let (name, v) = (*name, v.clone());
-        let p = &mut out.retry;
-        let invalid = |e: OptionError| option_error(e, &v);
-        if v.is_null() {
-            // `null` clears the options that can be "none" (e.g. to override a
-            // `createRetryFetch` default); for any other option it is an invalid value.
-            match name {
-                "timeoutMs" => p.timeout_ms = None,
-                "deadlineMs" => p.deadline_ms = None,
-                "maxRetryAfterMs" => p.max_retry_after_ms = None,
-                "signal" => {
-                    out.signal = None;
-                    out.default_signals.clear();
-                }
-                "shouldRetry" => out.should_retry = None,
-                "onRetry" => out.on_retry = None,
-                "beforeRetry" => out.before_retry = None,
-                "onSettled" => out.on_settled = None,
-                "headers" => out.headers = None,
-                "fetch" => out.fetch = None,
-                "budget" => {
-                    out.budget = None;
-                    out.default_budget = true;
-                    out.own_budget = None;
-                }
-                "throttle" => {
-                    out.throttle = None;
-                    out.default_throttle = true;
-                }
-                "breaker" => out.breaker = None,
-                _ => return Err(bad(name, &v)),
-            }
-            continue;
-        }
-        match name {
-            "maxAttempts" => {
-                p.max_attempts = validate::max_attempts(number(name, &v)?).map_err(invalid)?
-            }
-            "baseDelayMs" | "maxDelayMs" | "maxRetryAfterMs" => {
-                let ms = validate::non_negative_ms(name, number(name, &v)?).map_err(invalid)?;
-                match name {
-                    "baseDelayMs" => p.base_delay_ms = ms,
-                    "maxDelayMs" => p.max_delay_ms = ms,
-                    _ => p.max_retry_after_ms = Some(ms),
-                }
-            }
-            "timeoutMs" | "deadlineMs" => {
-                let ms = validate::positive_ms(name, number(name, &v)?).map_err(invalid)?;
-                match name {
-                    "timeoutMs" => p.timeout_ms = Some(ms),
-                    _ => p.deadline_ms = Some(ms),
-                }
-            }
-            "factor" => p.factor = validate::factor(number(name, &v)?).map_err(invalid)?,
-            "jitter" => p.jitter = validate::jitter(&text(name, &v)?).map_err(invalid)?,
-            "retryOnStatus" => {
-                p.retry_on_status = statuses(&v)?;
-                p.retry_keyed_conflict = false; // the caller's list is the whole list
-            }
-            "retryOnNetworkError" => p.retry_on_network_error = boolean(name, &v)?,
-            "retryOnTimeout" => p.retry_on_timeout = boolean(name, &v)?,
-            "respectRetryAfter" => p.respect_retry_after = boolean(name, &v)?,
-            "retryHeaders" => p.retry_headers = boolean(name, &v)?,
-            "followAccepted" => p.follow_accepted = boolean(name, &v)?,
-            "idempotencyKey" => {
-                p.idempotency_key = match (v.as_bool(), v.as_string()) {
-                    (Some(false), _) => KeyMode::Off,
-                    (_, Some(s)) => validate::key_mode(&s).map_err(invalid)?,
-                    _ => return Err(bad(name, &v)),
-                }
-            }
-            "idempotencyHeader" => {
-                p.idempotency_header = validate::header_name(&text(name, &v)?).map_err(invalid)?
-            }
-            "idempotencyKeyFormat" => {
-                p.idempotency_key_format =
-                    validate::key_format(&text(name, &v)?).map_err(invalid)?
-            }
-            "maxBufferedBodyBytes" => {
-                p.max_buffered_body_bytes =
-                    validate::body_limit(number(name, &v)?).map_err(invalid)?
-            }
-            "signal" => {
-                if !is_abort_signal(&v) {
-                    return Err(bad(name, &v));
-                }
-                // A client's default signal still cancels the call (ky, and init.signal,
-                // combine too).
-                out.default_signals.extend(out.signal.take());
-                out.signal = Some(v);
-            }
-            "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => {
-                let f = Some(v.dyn_into::<Function>().map_err(|v| bad(name, &v))?);
-                match name {
-                    "shouldRetry" => out.should_retry = f,
-                    "onRetry" => out.on_retry = f,
-                    "beforeRetry" => out.before_retry = f,
-                    "onSettled" => out.on_settled = f,
-                    _ => out.fetch = f,
-                }
-            }
-            "headers" => {
-                // Over the client's own: the later default wins for a name both set.
-                let given = web_sys::Headers::new_with_str_sequence_sequence(&v)
-                    .map_err(|_| bad(name, &v))?;
-                let merged = match &out.headers {
-                    Some(h) => web_sys::Headers::new_with_headers(h)?,
-                    None => web_sys::Headers::new()?,
-                };
-                super::request::copy_headers(&given, &merged, None)?;
-                out.headers = Some(merged);
-            }
-            "budget" => {
-                if v.as_bool() == Some(false) {
-                    out.budget = None;
-                    out.default_budget = false;
-                    out.own_budget = None;
-                } else if v.as_string().as_deref() == Some("own") {
-                    // One noisy poller's failures cannot switch off a critical client's retries.
-                    out.budget = None;
-                    out.default_budget = true;
-                    out.own_budget =
-                        Some(Rc::new(RefCell::new(crate::core::budget::RetryRatio::new(
-                            crate::core::budget::RetryRatioConfig::default(),
-                        ))));
-                } else if let Guard::Budget(b) = lookup(name, &v)? {
-                    out.budget = Some(b);
-                    out.default_budget = false;
-                    out.own_budget = None;
-                } else {
-                    return Err(bad(name, &v));
-                }
-            }
-            "throttle" if v.as_bool() == Some(false) => {
-                out.throttle = None;
-                out.default_throttle = false;
-            }
-            "throttle" => match lookup(name, &v)? {
-                Guard::Throttle(t) => {
-                    out.throttle = Some(t);
-                    out.default_throttle = false;
-                }
-                _ => return Err(bad(name, &v)),
-            },
-            _ => match lookup(name, &v)? {
-                Guard::Breaker(b) => out.breaker = Some(b),
-                _ => return Err(bad(name, &v)),
-            },
-        }
+        set(&mut out, name, v.clone()).map_err(|r| r.error(api, name, v))?;
     }
     Ok(out)
+}
+
+/// Option `name` set to `v` in `out`: each value is converted by its name (the one table of
+/// the client's options), or refused.
+fn set(out: &mut Policy, name: &'static str, v: JsValue) -> Result<(), Refused> {
+    let p = &mut out.retry;
+    if v.is_null() {
+        // `null` clears the options that can be "none" (e.g. to override a
+        // `createRetryFetch` default); for any other option it is an invalid value.
+        match name {
+            "timeoutMs" => p.timeout_ms = None,
+            "deadlineMs" => p.deadline_ms = None,
+            "maxRetryAfterMs" => p.max_retry_after_ms = None,
+            "signal" => {
+                out.signal = None;
+                out.default_signals.clear();
+            }
+            "shouldRetry" => out.should_retry = None,
+            "onRetry" => out.on_retry = None,
+            "beforeRetry" => out.before_retry = None,
+            "onSettled" => out.on_settled = None,
+            "headers" => out.headers = None,
+            "fetch" => out.fetch = None,
+            "budget" => {
+                out.budget = None;
+                out.default_budget = true;
+                out.own_budget = None;
+            }
+            "throttle" => {
+                out.throttle = None;
+                out.default_throttle = true;
+            }
+            "breaker" => out.breaker = None,
+            _ => return Err(Refused::Value),
+        }
+        return Ok(());
+    }
+    match name {
+        "maxAttempts" => {
+            p.max_attempts = validate::max_attempts(v.as_f64().ok_or(Refused::Value)?)?
+        }
+        "baseDelayMs" | "maxDelayMs" | "maxRetryAfterMs" => {
+            let ms = validate::non_negative_ms(name, v.as_f64().ok_or(Refused::Value)?)?;
+            match name {
+                "baseDelayMs" => p.base_delay_ms = ms,
+                "maxDelayMs" => p.max_delay_ms = ms,
+                _ => p.max_retry_after_ms = Some(ms),
+            }
+        }
+        "timeoutMs" | "deadlineMs" => {
+            let ms = validate::positive_ms(name, v.as_f64().ok_or(Refused::Value)?)?;
+            match name {
+                "timeoutMs" => p.timeout_ms = Some(ms),
+                _ => p.deadline_ms = Some(ms),
+            }
+        }
+        "factor" => p.factor = validate::factor(v.as_f64().ok_or(Refused::Value)?)?,
+        "jitter" => p.jitter = validate::jitter(&v.as_string().ok_or(Refused::Value)?)?,
+        "retryOnStatus" => {
+            p.retry_on_status = statuses(&v)?;
+            p.retry_keyed_conflict = false; // the caller's list is the whole list
+        }
+        "retryOnNetworkError" => p.retry_on_network_error = v.as_bool().ok_or(Refused::Value)?,
+        "retryOnTimeout" => p.retry_on_timeout = v.as_bool().ok_or(Refused::Value)?,
+        "respectRetryAfter" => p.respect_retry_after = v.as_bool().ok_or(Refused::Value)?,
+        "retryHeaders" => p.retry_headers = v.as_bool().ok_or(Refused::Value)?,
+        "followAccepted" => p.follow_accepted = v.as_bool().ok_or(Refused::Value)?,
+        "idempotencyKey" => {
+            p.idempotency_key = match (v.as_bool(), v.as_string()) {
+                (Some(false), _) => KeyMode::Off,
+                (_, Some(s)) => validate::key_mode(&s)?,
+                _ => return Err(Refused::Value),
+            }
+        }
+        "idempotencyHeader" => {
+            p.idempotency_header = validate::header_name(&v.as_string().ok_or(Refused::Value)?)?
+        }
+        "idempotencyKeyFormat" => {
+            p.idempotency_key_format = validate::key_format(&v.as_string().ok_or(Refused::Value)?)?
+        }
+        "maxBufferedBodyBytes" => {
+            p.max_buffered_body_bytes = validate::body_limit(v.as_f64().ok_or(Refused::Value)?)?
+        }
+        "signal" => {
+            if !is_abort_signal(&v) {
+                return Err(Refused::Value);
+            }
+            // A client's default signal still cancels the call (ky, and init.signal,
+            // combine too).
+            out.default_signals.extend(out.signal.take());
+            out.signal = Some(v);
+        }
+        "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => {
+            let f = Some(v.dyn_into::<Function>().map_err(|_| Refused::Value)?);
+            match name {
+                "shouldRetry" => out.should_retry = f,
+                "onRetry" => out.on_retry = f,
+                "beforeRetry" => out.before_retry = f,
+                "onSettled" => out.on_settled = f,
+                _ => out.fetch = f,
+            }
+        }
+        "headers" => {
+            // Over the client's own: the later default wins for a name both set.
+            let given =
+                web_sys::Headers::new_with_str_sequence_sequence(&v).map_err(|_| Refused::Value)?;
+            let merged = match &out.headers {
+                Some(h) => web_sys::Headers::new_with_headers(h)?,
+                None => web_sys::Headers::new()?,
+            };
+            super::request::copy_headers(&given, &merged, None)?;
+            out.headers = Some(merged);
+        }
+        "budget" => {
+            if v.as_bool() == Some(false) {
+                out.budget = None;
+                out.default_budget = false;
+                out.own_budget = None;
+            } else if v.as_string().as_deref() == Some("own") {
+                // One noisy poller's failures cannot switch off a critical client's retries.
+                out.budget = None;
+                out.default_budget = true;
+                out.own_budget = Some(Rc::new(RefCell::new(crate::core::budget::RetryRatio::new(
+                    crate::core::budget::RetryRatioConfig::default(),
+                ))));
+            } else if let Guard::Budget(b) = lookup(name, &v)? {
+                out.budget = Some(b);
+                out.default_budget = false;
+                out.own_budget = None;
+            } else {
+                return Err(Refused::Value);
+            }
+        }
+        "throttle" if v.as_bool() == Some(false) => {
+            out.throttle = None;
+            out.default_throttle = false;
+        }
+        "throttle" => match lookup(name, &v)? {
+            Guard::Throttle(t) => {
+                out.throttle = Some(t);
+                out.default_throttle = false;
+            }
+            _ => return Err(Refused::Value),
+        },
+        _ => match lookup(name, &v)? {
+            Guard::Breaker(b) => out.breaker = Some(b),
+            _ => return Err(Refused::Value),
+        },
+    }
+    Ok(())
 }
 
 /// Is `v` an AbortSignal (duck-typed, so signals from another realm or a polyfill work)?
@@ -361,8 +399,8 @@ pub fn read_count(v: &JsValue) -> Result<u32, JsValue> {
     let expected = "an integer from 0 to 10000";
     let n = v
         .as_f64()
-        .ok_or_else(|| option_error(OptionError::new("count", expected), v))?;
-    validate::delay_count(n).map_err(|e| option_error(e, v))
+        .ok_or_else(|| option_error(CALL, OptionError::new("count", expected), v))?;
+    validate::delay_count(n).map_err(|e| option_error(CALL, e, v))
 }
 
 /// The optional `seed` argument of `backoffDelays`: a finite number, or `undefined`.
@@ -372,6 +410,10 @@ pub fn read_seed(v: &JsValue) -> Result<Option<u64>, JsValue> {
     }
     match v.as_f64() {
         Some(n) if n.is_finite() => Ok(Some(n.to_bits())),
-        _ => Err(option_error(OptionError::new("seed", "a finite number"), v)),
+        _ => Err(option_error(
+            CALL,
+            OptionError::new("seed", "a finite number"),
+            v,
+        )),
     }
 }

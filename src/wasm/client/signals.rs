@@ -13,8 +13,15 @@ use web_sys::AbortController;
 
 use super::bindings::{clear_timeout, set_timeout, AbortSignalStatics};
 use super::errors::timeout_error;
-use crate::core::options::MAX_TIMER_MS;
+use crate::core::options::{RetryPolicy, MAX_TIMER_MS};
 use crate::wasm::js;
+
+/// The `deadlineMs` to name when an attempt's time limit, `limit_ms`, fires: `Some` when the
+/// limit is what was left of the deadline rather than `timeoutMs` (then the attempt's
+/// `TimeoutError` says the deadline passed), `None` when it is `timeoutMs`.
+pub fn deadline_cut(p: &RetryPolicy, limit_ms: f64) -> Option<f64> {
+    p.deadline_ms.filter(|_| p.timeout_ms != Some(limit_ms))
+}
 
 /// A delay as `setTimeout` takes it: `0..=2147483647` ms (longer ones would fire at once).
 pub fn timer_ms(ms: f64) -> f64 {
@@ -170,9 +177,14 @@ impl CallSignals {
         }
     }
 
-    /// The signal of one attempt with time limit `limit_ms`: see [`AttemptAbort`].
-    pub fn attempt(&self, limit_ms: Option<f64>) -> Result<AttemptAbort, JsValue> {
-        AttemptAbort::new(self, limit_ms)
+    /// The signal of one attempt with time limit `limit_ms` under `policy`: see
+    /// [`AttemptAbort`].
+    pub fn attempt(
+        &self,
+        limit_ms: Option<f64>,
+        policy: &RetryPolicy,
+    ) -> Result<AttemptAbort, JsValue> {
+        AttemptAbort::new(self, limit_ms, policy)
     }
 }
 
@@ -209,7 +221,11 @@ pub struct AttemptAbort {
 }
 
 impl AttemptAbort {
-    fn new(call: &CallSignals, limit_ms: Option<f64>) -> Result<AttemptAbort, JsValue> {
+    fn new(
+        call: &CallSignals,
+        limit_ms: Option<f64>,
+        policy: &RetryPolicy,
+    ) -> Result<AttemptAbort, JsValue> {
         if limit_ms.is_none() && !call.has_option_signal {
             return Ok(AttemptAbort {
                 signal: None,
@@ -218,7 +234,7 @@ impl AttemptAbort {
             });
         }
         let controller = AbortController::new()?;
-        let limit = limit_ms.map(|ms| TimeLimit::start(&controller, ms));
+        let limit = limit_ms.map(|ms| TimeLimit::start(&controller, ms, policy));
         let all: Array = call.list.iter().collect();
         all.push(&controller.signal());
         let mut links = Vec::new();
@@ -252,7 +268,9 @@ impl AttemptAbort {
 }
 
 /// An attempt's time limit: a timer that aborts `controller` with the attempt's
-/// `TimeoutError`, made when it fires (an `Error` costs its stack trace). Cleared when dropped.
+/// `TimeoutError`, made when it fires (an `Error` costs its stack trace): the deadline's when
+/// the limit is what was left of it ([`deadline_cut`]), else `timeoutMs`'s. Cleared when
+/// dropped.
 struct TimeLimit {
     handle: JsValue,
     fired: Rc<RefCell<Option<JsValue>>>,
@@ -260,11 +278,12 @@ struct TimeLimit {
 }
 
 impl TimeLimit {
-    fn start(controller: &AbortController, ms: f64) -> TimeLimit {
+    fn start(controller: &AbortController, ms: f64, policy: &RetryPolicy) -> TimeLimit {
+        let deadline = deadline_cut(policy, ms);
         let fired = Rc::new(RefCell::new(None));
         let (cell, c) = (fired.clone(), controller.clone());
         let fire = Closure::<dyn FnMut()>::new(move || {
-            let cause = timeout_error(ms);
+            let cause = timeout_error(ms, deadline);
             c.abort_with_reason(&cause);
             *cell.borrow_mut() = Some(cause);
         });
@@ -297,10 +316,10 @@ pub struct FirstTimer {
 }
 
 impl FirstTimer {
-    /// Arm the timer: `timer_ms(ms)`.
-    pub fn start(ms: f64) -> Result<FirstTimer, JsValue> {
+    /// Arm the timer: `timer_ms(ms)`, the first attempt's limit under `policy`.
+    pub fn start(ms: f64, policy: &RetryPolicy) -> Result<FirstTimer, JsValue> {
         let controller = AbortController::new()?;
-        let limit = TimeLimit::start(&controller, ms);
+        let limit = TimeLimit::start(&controller, ms, policy);
         Ok(FirstTimer { controller, limit })
     }
 
