@@ -364,7 +364,8 @@ export declare class RetryError extends Error {
   /**
    * The last attempt's error; or the deadline's `TimeoutError` when the deadline passed before
    * the next attempt, a `CircuitOpenError` when the circuit was open for it, the `TimeoutError`
-   * of a stream body that could not be read in time; `undefined` for `'throttled'`.
+   * of a stream body that could not be read in time; `undefined` when an AdaptiveThrottle
+   * refused the first attempt.
    */
   cause: unknown;
   /**

@@ -346,8 +346,12 @@ impl CallEngine {
                 Turn::Now => {}
                 Turn::Wait(ms) => return Step::WaitTurn(ms),
                 Turn::Stop(reason) => {
+                    // Refused a retry: the failure it would have retried is the cause, as when
+                    // attempts run out; refused the first attempt: nothing failed.
                     let cause = if reason == StopReason::Deadline {
                         Cause::Deadline
+                    } else if self.state.attempts() > 0 {
+                        Cause::AttemptError
                     } else {
                         Cause::Nothing
                     };
@@ -918,6 +922,30 @@ mod tests {
             Step::Finish {
                 reason: StopReason::Throttled,
                 cause: Cause::Nothing
+            }
+        );
+    }
+
+    #[test]
+    fn a_refused_retry_ends_with_the_failure_it_would_have_retried() {
+        let p = policy();
+        let mut g = Fake {
+            turns: vec![Turn::Now, Turn::Stop(StopReason::Throttled)],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        let step = e
+            .settled(&p, outcome(Outcome::NetworkError), &mut g, 10.0, &mut Half)
+            .1;
+        assert!(matches!(step, Step::AskHooks { .. }), "{step:?}");
+        e.hooks_done(true, 10.0);
+        e.waited(&p, WaitKind::Backoff, &mut g, 1_000.0, &mut Half);
+        assert_eq!(
+            e.next_attempt(&p, &mut g, 1_000.0),
+            Step::Finish {
+                reason: StopReason::Throttled,
+                cause: Cause::AttemptError
             }
         );
     }

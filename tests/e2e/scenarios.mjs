@@ -866,6 +866,20 @@ export const scenarios = [
     },
   },
   {
+    name: 'adaptive throttle: a retry it refuses ends with the failure that retry was for as the cause',
+    async run({ api, seq }) {
+      const throttle = new api.AdaptiveThrottle({ initialRate: 1, minRate: 0.5, rampMs: 60_000, maxWaitMs: 200 });
+      const s = seq('reset,200');
+      const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, throttle }));
+      equal(err.name, 'RetryError');
+      equal(err.reason, 'throttled');
+      equal(err.attempts.length, 1);
+      ok(err.cause instanceof Error, `cause: ${err.cause}`);
+      equal(err.cause, err.attempts[0].error);
+      equal((await s.log()).length, 1);
+    },
+  },
+  {
     name: 'guards: invalid guard options are TypeErrors naming the option',
     async run({ api, seq }) {
       const s = seq('200');
