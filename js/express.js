@@ -80,6 +80,9 @@ async function send(req, res, response, before, { writeHead, end }) {
   else end.call(res, Buffer.from(body.buffer, body.byteOffset, body.byteLength));
 }
 
+/** The socket errors that say the client closed the connection (a reset, a broken pipe). */
+const PEER_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED']);
+
 const WRAPPED = ['writeHead', 'write', 'end', 'flushHeaders', 'setHeader', 'appendHeader', 'removeHeader'];
 
 /**
@@ -252,10 +255,18 @@ async function handle(start, req, res, next) {
   // client neither ended nor reset it): the answer was given up, as Express's error handler
   // gives it up for a route that throws after `writeHead`, or a route's own `res.destroy()`.
   // The route failed after it started: the companion's rule for a throw (its 500, stored).
-  // A client that goes away leaves the route running, and its answer is still stored.
+  // A client that goes away leaves the route running, and its answer is still stored; so
+  // does the server's inactivity timeout (`server.setTimeout`) closing it under a slow route.
+  let timedOut = false;
+  const onTimeout = () => (timedOut = true);
+  req.socket?.once('timeout', onTimeout);
   res.once('close', () => {
     const socket = req.socket;
-    if (captured.ended || !socket || socket.readableEnded || socket.errored) return;
+    socket?.off('timeout', onTimeout);
+    // The client ended the connection, or reset it (an error of the peer's on the socket, not
+    // one the route destroyed `res` with: `pipeline(source, res)` whose source failed).
+    const clientLeft = socket?.readableEnded || (!res.errored && PEER_ERRORS.has(socket?.errored?.code));
+    if (captured.ended || !socket || clientLeft || timedOut) return;
     run.fail(new Error('retry-fetch/express: the connection was closed by the server before the route ended its answer'));
   });
   try {

@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { gzipSync } from 'node:zlib';
+import { pipeline, Readable } from 'node:stream';
 import express from 'express';
 import connect from 'connect';
 import { idempotency } from 'retry-fetch/express';
@@ -295,9 +296,9 @@ test('Express: the answer is lost on the way (connection cut as it is written): 
   }
 });
 
-test('Express: a route that gives its answer up (throws after writeHead, res.destroy()) has its failure stored at once; a client that goes away still gets the route\'s answer stored', async () => {
+test('Express: a route that gives its answer up (throws after writeHead, res.destroy(), a failed pipeline) has its failure stored at once; a client that goes away still gets the route\'s answer stored', async () => {
   const app = quietApp();
-  const runs = { throws: 0, destroys: 0, slow: 0 };
+  const runs = { throws: 0, destroys: 0, pipes: 0, slow: 0 };
   const options = { ...NO_SCOPE, lockTimeoutMs: 1500 };
   app.post('/throws', express.json(), idempotency(options), (req, res) => {
     runs.throws++;
@@ -307,6 +308,11 @@ test('Express: a route that gives its answer up (throws after writeHead, res.des
   app.post('/destroys', express.json(), idempotency(options), (req, res) => {
     runs.destroys++;
     res.destroy();
+  });
+  // pipeline() destroys res with the error of a source that failed.
+  app.post('/pipes', express.json(), idempotency(options), (req, res) => {
+    runs.pipes++;
+    pipeline(new Readable({ read() { this.destroy(new Error('the source failed')); } }), res, () => {});
   });
   let slowEnded;
   const slowDone = new Promise((resolve) => (slowEnded = resolve));
@@ -321,7 +327,7 @@ test('Express: a route that gives its answer up (throws after writeHead, res.des
   const quiet = console.error;
   console.error = () => {}; // the companion's onError and Express's own log of the throw
   try {
-    for (const path of ['/throws', '/destroys']) {
+    for (const path of ['/throws', '/destroys', '/pipes']) {
       const key = crypto.randomUUID();
       await assert.rejects(post(server.url, path, { key, body: {} }), path);
       // The repeat is answered at once with the stored failure: not a wait of waitTimeoutMs
@@ -332,7 +338,7 @@ test('Express: a route that gives its answer up (throws after writeHead, res.des
       assert.equal((await repeat.json()).code, 'idempotency-handler-failed', path);
       assert.ok(Date.now() - started < 1000, `${path}: answered without waiting for the lock`);
     }
-    assert.deepEqual({ throws: runs.throws, destroys: runs.destroys }, { throws: 1, destroys: 1 });
+    assert.deepEqual({ throws: runs.throws, destroys: runs.destroys, pipes: runs.pipes }, { throws: 1, destroys: 1, pipes: 1 });
     // The client gives up while the route works: the route's answer is still stored.
     const key = crypto.randomUUID();
     const gone = new AbortController();
@@ -346,6 +352,25 @@ test('Express: a route that gives its answer up (throws after writeHead, res.des
   } finally {
     console.error = quiet;
     await server.close();
+  }
+  // The server's inactivity timeout closes the connection under the slow route: the route
+  // goes on, and its answer is stored as when the client goes away.
+  const timed = http.createServer(app);
+  timed.setTimeout(100);
+  await new Promise((resolve) => timed.listen(0, '127.0.0.1', resolve));
+  try {
+    const url = `http://127.0.0.1:${timed.address().port}`;
+    const key = crypto.randomUUID();
+    const done = new Promise((resolve) => (slowEnded = resolve));
+    await assert.rejects(post(url, '/slow', { key, body: {} }));
+    await done;
+    const repeat = await post(url, '/slow', { key, body: {} });
+    assert.equal(repeat.status, 201);
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs.slow, 2);
+  } finally {
+    timed.closeAllConnections();
+    await new Promise((resolve) => timed.close(resolve));
   }
 });
 
