@@ -106,6 +106,36 @@ export function deferredCompanion(options) {
   };
 }
 
+/** The socket errors that say the client closed the connection (a reset, a broken pipe). */
+const PEER_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED']);
+
+/**
+ * Calls `giveUp()` when the node:http response `res` of `req` closes before `answered()`, and
+ * this server closed it: the answer was given up (Express's error handler does so for a route
+ * that throws after `writeHead`; a route's `res.destroy()`, or a `pipeline(source, res)` whose
+ * source failed). A client that goes away (it ends or resets the connection) leaves the route
+ * running, and so does the server's inactivity timeout (`server.setTimeout`) closing it
+ * under a slow route: their answers are still stored. With `always`, any close before
+ * `answered()` gives up (a route that answers around the framework, whose answer is not seen).
+ */
+export function onGivenUp(req, res, answered, giveUp, always = () => false) {
+  let timedOut = false;
+  const onTimeout = () => (timedOut = true);
+  const socket = req.socket;
+  socket?.once('timeout', onTimeout);
+  res.once('close', () => {
+    socket?.off('timeout', onTimeout);
+    if (answered()) return;
+    if (!always()) {
+      // The client ended the connection, or reset it (an error of the peer's on the socket, not
+      // one `res` was destroyed with).
+      const clientLeft = !socket || socket.readableEnded || (!res.errored && PEER_ERRORS.has(socket.errored?.code));
+      if (clientLeft || timedOut) return;
+    }
+    giveUp();
+  });
+}
+
 /** The statuses whose Response has no body (the Fetch API refuses one). */
 const NULL_BODY = new Set([101, 103, 204, 205, 304]);
 

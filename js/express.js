@@ -21,6 +21,7 @@ import {
   isMultipart,
   partialMultipart,
   takenBodyRequest,
+  onGivenUp,
 } from './adapter-support.js';
 
 /** Was the request's body read by a body parser before this middleware? */
@@ -79,9 +80,6 @@ async function send(req, res, response, before, { writeHead, end }) {
   if (req.method === 'HEAD' || body.byteLength === 0) end.call(res);
   else end.call(res, Buffer.from(body.buffer, body.byteOffset, body.byteLength));
 }
-
-/** The socket errors that say the client closed the connection (a reset, a broken pipe). */
-const PEER_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED']);
 
 const WRAPPED = ['writeHead', 'write', 'end', 'flushHeaders', 'setHeader', 'appendHeader', 'removeHeader'];
 
@@ -251,24 +249,10 @@ async function handle(start, req, res, next) {
     if (response) withoutEncoding(response).then(run.answer, run.fail);
     else run.fail(error);
   });
-  // The connection closed before the route ended its answer, closed by this server (the
-  // client neither ended nor reset it): the answer was given up, as Express's error handler
-  // gives it up for a route that throws after `writeHead`, or a route's own `res.destroy()`.
-  // The route failed after it started: the companion's rule for a throw (its 500, stored).
-  // A client that goes away leaves the route running, and its answer is still stored; so
-  // does the server's inactivity timeout (`server.setTimeout`) closing it under a slow route.
-  let timedOut = false;
-  const onTimeout = () => (timedOut = true);
-  req.socket?.once('timeout', onTimeout);
-  res.once('close', () => {
-    const socket = req.socket;
-    socket?.off('timeout', onTimeout);
-    // The client ended the connection, or reset it (an error of the peer's on the socket, not
-    // one the route destroyed `res` with: `pipeline(source, res)` whose source failed).
-    const clientLeft = socket?.readableEnded || (!res.errored && PEER_ERRORS.has(socket?.errored?.code));
-    if (captured.ended || !socket || clientLeft || timedOut) return;
-    run.fail(new Error('retry-fetch/express: the connection was closed by the server before the route ended its answer'));
-  });
+  // A route that gives its answer up has failed after it started: the companion's rule for
+  // a throw (its 500, stored).
+  onGivenUp(req, res, () => captured.ended, () =>
+    run.fail(new Error('retry-fetch/express: the connection was closed by the server before the route ended its answer')));
   try {
     next();
   } catch (error) {

@@ -23,6 +23,7 @@ import {
   rereadableBody,
   partialMultipart,
   takenBodyRequest,
+  onGivenUp,
 } from './adapter-support.js';
 
 /** This request's run through the companion. */
@@ -145,6 +146,11 @@ export async function idempotency(fastify, options) {
     }
     const entry = { run, before, sent: false };
     request[RUN] = entry;
+    // A reply closed before Fastify sent an answer (onSend), by this server (the route gave
+    // it up: `reply.raw.destroy()`, the socket destroyed) or at all once the route hijacked
+    // it (its answer is not seen): the route failed after it started (a 500, stored).
+    onGivenUp(request.raw, reply.raw, () => entry.sent || run.settled, () =>
+      run.fail(new Error('retry-fetch/fastify: the reply was closed before Fastify sent an answer')), () => reply.sent);
     // The companion answers before the route did when it gives up on it (a route that ignores
     // its handlerTimeoutMs abort): that answer is sent now, not when the route ends.
     run.result

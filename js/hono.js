@@ -122,14 +122,25 @@ export function idempotency(options) {
       replaceResponse(c, withHeaders(await run.result, before));
       return;
     }
+    let unanswered = false;
     next().then(
       // For a route that threw, what app.onError answered, as Express's adapter gets it. An
-      // answer the companion lets through is left as it is (a stream, its coding).
-      () => (run.passThrough ? run.answer(c.res) : withoutEncoding(c.res).then(run.answer, run.fail)),
+      // answer the companion lets through is left as it is (a stream, its coding). A route
+      // that gave no Response (Hono: "Context is not finalized") failed: not its default 200.
+      () => {
+        if (!c.finalized) {
+          unanswered = true;
+          if (run.passThrough) return run.answer(new Response(null));
+          return run.fail(new Error('retry-fetch/hono: the route returned no Response (Hono: the context is not finalized)'));
+        }
+        return run.passThrough ? run.answer(c.res) : withoutEncoding(c.res).then(run.answer, run.fail);
+      },
       (error) => run.fail(error), // not an Error (Hono's onError only takes those): thrown through
     );
     // The route's answer as the companion gives it back, or the companion's own when it gives
-    // up on the route first (one that ignores its handlerTimeoutMs abort): sent at once.
-    replaceResponse(c, withHeaders(await run.result, before));
+    // up on the route first (one that ignores its handlerTimeoutMs abort): sent at once. A
+    // request let through whose route gave no Response is left to Hono, as without the adapter.
+    const final = await run.result;
+    if (!(unanswered && run.passThrough)) replaceResponse(c, withHeaders(final, before));
   };
 }

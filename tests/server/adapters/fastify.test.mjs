@@ -170,6 +170,60 @@ test('Fastify: a multipart body left unparsed (as @fastify/multipart leaves it) 
   }
 });
 
+test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then destroyed) has its failure stored at once; a client that goes away still gets the route\'s answer stored', async () => {
+  const app = Fastify();
+  await app.register(idempotency, { ...NO_SCOPE, lockTimeoutMs: 1500 });
+  const runs = { destroy: 0, hijack: 0, slow: 0 };
+  app.post('/destroy', async (request, reply) => {
+    runs.destroy++;
+    reply.raw.destroy();
+    return reply;
+  });
+  app.post('/hijack', async (request, reply) => {
+    runs.hijack++;
+    reply.hijack();
+    reply.raw.destroy();
+  });
+  let slowEnded;
+  app.post('/slow', async (request, reply) => {
+    runs.slow++;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    slowEnded?.();
+    return reply.code(201).send({ paid: true });
+  });
+  const server = await listen(app);
+  const quiet = console.error;
+  console.error = () => {}; // the companion's onError
+  try {
+    for (const path of ['/destroy', '/hijack']) {
+      const key = crypto.randomUUID();
+      await assert.rejects(post(server.url, path, { key, body: {} }), path);
+      // The repeat is answered at once with the stored failure: not a wait ending in a 409,
+      // for as long as the process lives.
+      const started = Date.now();
+      const repeat = await post(server.url, path, { key, body: {} });
+      assert.equal(repeat.status, 500, path);
+      assert.equal((await repeat.json()).code, 'idempotency-handler-failed', path);
+      assert.ok(Date.now() - started < 1000, `${path}: answered without waiting for the lock`);
+    }
+    assert.deepEqual({ destroy: runs.destroy, hijack: runs.hijack }, { destroy: 1, hijack: 1 });
+    const key = crypto.randomUUID();
+    const done = new Promise((resolve) => (slowEnded = resolve));
+    const gone = new AbortController();
+    setTimeout(() => gone.abort(), 50);
+    await assert.rejects(fetch(`${server.url}/slow`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body: '{}', signal: gone.signal }));
+    await done;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const repeat = await post(server.url, '/slow', { key, body: {} });
+    assert.equal(repeat.status, 201);
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs.slow, 1);
+  } finally {
+    console.error = quiet;
+    await server.close();
+  }
+});
+
 test('Fastify: headers of onRequest hooks are on every answer; a route can opt out; a GET and an unknown route go through', async () => {
   const app = Fastify();
   app.addHook('onRequest', async (request, reply) => {

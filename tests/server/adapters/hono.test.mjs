@@ -241,6 +241,33 @@ test('Hono: a throw gets app.onError\'s answer (a 500, a domain error mapped to 
   }
 });
 
+test('Hono: a route that returns no Response failed (a 500, stored), not Hono\'s default 200; let through without a key, Hono answers as without the adapter', async () => {
+  const app = new Hono();
+  let runs = 0;
+  app.post('/forgot', idempotency({ ...NO_SCOPE, required: false }), async (c) => {
+    runs++;
+    await c.req.json(); // ...and no `return c.json(...)`
+  });
+  const quiet = console.error;
+  console.error = () => {}; // the companion's onError, Hono's log of its own error
+  try {
+    const request = (key) => new Request('http://x/forgot', { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) }, body: '{"a":1}' });
+    const first = await app.fetch(request('k1'));
+    assert.equal(first.status, 500);
+    assert.equal((await first.json()).code, 'idempotency-handler-failed');
+    const repeat = await app.fetch(request('k1'));
+    assert.equal(repeat.status, 500);
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs, 1);
+    // No key: Hono's own answer for a context never finalized (its 500).
+    const bare = await app.fetch(request());
+    assert.equal(bare.status, 500);
+    assert.equal(await bare.text(), 'Internal Server Error');
+  } finally {
+    console.error = quiet;
+  }
+});
+
 test('Hono: compress() after the adapter: the answer is stored as identity bytes, so a replay to a client that asked for no coding gets none; a GET without a key keeps its coding', async () => {
   const app = new Hono();
   const big = { data: 'x'.repeat(2000) };
