@@ -8,6 +8,7 @@
 // itself: it hands the adapter the `ctx` (the key is held now) and returns a promise that the
 // adapter settles with the route's answer once the framework's route has run. If the
 // companion answers first (a replay, 400, 409, 413, 422, 503...), the route does not run.
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { promisify } from 'node:util';
 import zlib from 'node:zlib';
 import { idempotency } from './server.js';
@@ -106,34 +107,46 @@ export function deferredCompanion(options) {
   };
 }
 
-/** The socket errors that say the client closed the connection (a reset, a broken pipe). */
-const PEER_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED']);
+/** The route run whose code is running now (its `watchGiveUp` record), for `socket.destroy`. */
+const routeContext = new AsyncLocalStorage();
+/** Marks a socket whose `destroy` tells `watchGiveUp` who called it. */
+const WATCHED = Symbol('retry-fetch watched socket');
 
 /**
- * Calls `giveUp()` when the node:http response `res` of `req` closes before `answered()`, and
- * this server closed it: the answer was given up (Express's error handler does so for a route
- * that throws after `writeHead`; a route's `res.destroy()`, or a `pipeline(source, res)` whose
- * source failed). A client that goes away (it ends or resets the connection) leaves the route
- * running, and so does the server's inactivity timeout (`server.setTimeout`) closing it
- * under a slow route: their answers are still stored. With `always`, any close before
- * `answered()` gives up (a route that answers around the framework, whose answer is not seen).
+ * Watches the node:http response `res` of `req` for the route giving its answer up before
+ * `answered()`: `res.destroy()` (the route's, or a `pipeline(source, res)` whose source
+ * failed), or the connection destroyed by the route's own code (Express's error handler does
+ * so for a route that throws after `writeHead`); or, once `aroundFramework()` (the route
+ * answers around the framework, unseen), any close. Then `giveUp()` is called at the close.
+ * Anything else that closes the connection (the client going away, a timeout, the server
+ * shutting down, another request on the same connection) leaves the route running, and its
+ * answer is stored. Returns `inRoute(fn)`, which runs the route's code, `fn`, as this route's.
  */
-export function onGivenUp(req, res, answered, giveUp, always = () => false) {
-  let timedOut = false;
-  const onTimeout = () => (timedOut = true);
-  const socket = req.socket;
-  socket?.once('timeout', onTimeout);
+export function watchGiveUp(req, res, answered, giveUp, aroundFramework = () => false) {
+  const watch = { socket: req.socket, answered, givenUp: false };
+  const ownDestroy = Object.hasOwn(res, 'destroy');
+  const destroy = res.destroy;
+  res.destroy = function () {
+    if (!answered()) watch.givenUp = true;
+    return destroy.apply(this, arguments);
+  };
+  // HTTP/2's compat `req.socket` is the whole session's: a stream's close says nothing of it.
+  const socket = req.httpVersionMajor === 2 ? undefined : req.socket;
+  if (socket && !socket[WATCHED]) {
+    socket[WATCHED] = true;
+    const socketDestroy = socket.destroy;
+    socket.destroy = function () {
+      const route = routeContext.getStore();
+      if (route?.socket === this && !route.answered()) route.givenUp = true;
+      return socketDestroy.apply(this, arguments);
+    };
+  }
   res.once('close', () => {
-    socket?.off('timeout', onTimeout);
-    if (answered()) return;
-    if (!always()) {
-      // The client ended the connection, or reset it (an error of the peer's on the socket, not
-      // one `res` was destroyed with).
-      const clientLeft = !socket || socket.readableEnded || (!res.errored && PEER_ERRORS.has(socket.errored?.code));
-      if (clientLeft || timedOut) return;
-    }
-    giveUp();
+    if (ownDestroy) res.destroy = destroy;
+    else delete res.destroy;
+    if (!answered() && (watch.givenUp || aroundFramework())) giveUp();
   });
+  return (fn) => routeContext.run(watch, fn);
 }
 
 /** The statuses whose Response has no body (the Fetch API refuses one). */

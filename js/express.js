@@ -21,7 +21,7 @@ import {
   isMultipart,
   partialMultipart,
   takenBodyRequest,
-  onGivenUp,
+  watchGiveUp,
 } from './adapter-support.js';
 
 /** Was the request's body read by a body parser before this middleware? */
@@ -62,14 +62,14 @@ function currentHeaders(res) {
  * Writes the companion's `response` to `res` (with the headers set before the adapter ran,
  * `before`), through `writeHead`/`end` as they were before the adapter wrapped them.
  */
-async function send(req, res, response, before, { writeHead, end }) {
+async function send(req, res, response, before, { writeHead, end }, early = false) {
   const body = await bodyBytes(response);
   if (res.destroyed || res.writableEnded) return;
   for (const name of res.getHeaderNames()) res.removeHeader(name);
   for (const [name, value] of finalHeaders(before, response)) res.setHeader(name, value);
   // An answer given before the request body was read to its end (a 413, an early refusal):
   // the rest of the upload is read and dropped, for a short while at most (node-request.js).
-  if (req.complete === false) lingerAfterEarlyAnswer(req, res);
+  if (req.complete === false) lingerAfterEarlyAnswer(req, res, early);
   res.statusCode = response.status;
   if (typeof response.statusText === 'string' && response.statusText !== '') {
     res.statusMessage = response.statusText;
@@ -221,7 +221,7 @@ async function handle(start, req, res, next) {
     return;
   }
   if (early !== null) {
-    await send(req, res, early, before, sendThrough);
+    await send(req, res, early, before, sendThrough, true); // the route did not run
     return;
   }
   try {
@@ -251,10 +251,10 @@ async function handle(start, req, res, next) {
   });
   // A route that gives its answer up has failed after it started: the companion's rule for
   // a throw (its 500, stored).
-  onGivenUp(req, res, () => captured.ended, () =>
-    run.fail(new Error('retry-fetch/express: the connection was closed by the server before the route ended its answer')));
+  const inRoute = watchGiveUp(req, res, () => captured.ended, () =>
+    run.fail(new Error('retry-fetch/express: the route gave its answer up (the response or its connection destroyed)')));
   try {
-    next();
+    inRoute(next);
   } catch (error) {
     run.fail(error); // Connect calls the route synchronously and catches; Express 5 too
   }

@@ -23,7 +23,7 @@ import {
   rereadableBody,
   partialMultipart,
   takenBodyRequest,
-  onGivenUp,
+  watchGiveUp,
 } from './adapter-support.js';
 
 /** This request's run through the companion. */
@@ -144,13 +144,18 @@ export async function idempotency(fastify, options) {
       run.answer(new Response(null));
       return;
     }
-    const entry = { run, before, sent: false };
+    const entry = { run, before, sent: false, hijacked: false };
     request[RUN] = entry;
-    // A reply closed before Fastify sent an answer (onSend), by this server (the route gave
-    // it up: `reply.raw.destroy()`, the socket destroyed) or at all once the route hijacked
-    // it (its answer is not seen): the route failed after it started (a 500, stored).
-    onGivenUp(request.raw, reply.raw, () => entry.sent || run.settled, () =>
-      run.fail(new Error('retry-fetch/fastify: the reply was closed before Fastify sent an answer')), () => reply.sent);
+    // A reply the route gives up before Fastify sent an answer (onSend): `reply.raw.destroy()`;
+    // or, once the route hijacked it (its answer is not seen), any close: the route failed
+    // after it started (a 500, stored).
+    const hijack = reply.hijack;
+    reply.hijack = function () {
+      entry.hijacked = true;
+      return hijack.apply(this, arguments);
+    };
+    watchGiveUp(request.raw, reply.raw, () => entry.sent || run.settled, () =>
+      run.fail(new Error('retry-fetch/fastify: the reply was closed before Fastify sent an answer')), () => entry.hijacked);
     // The companion answers before the route did when it gives up on it (a route that ignores
     // its handlerTimeoutMs abort): that answer is sent now, not when the route ends.
     run.result
@@ -192,7 +197,9 @@ export async function idempotency(fastify, options) {
   // the companion must not wait for an answer that will not come.
   fastify.addHook('onResponse', async (request) => {
     const entry = request[RUN];
-    if (entry !== undefined && !entry.early && !entry.run.settled) {
+    // (A reply that wrote nothing finished without onSend: an HTTP/2 stream its client
+    // cancelled; the route goes on, and its answer is still stored.)
+    if (entry !== undefined && !entry.early && !entry.run.settled && (entry.hijacked || request.raw.httpVersionMajor !== 2 || reply.raw.headersSent)) {
       entry.run.fail(new Error('retry-fetch/fastify: the route answered without Fastify\'s onSend (reply.hijack()); its answer was not seen'));
     }
   });

@@ -96,19 +96,23 @@ const LINGER_MS = 2000;
  * is cut (the connection destroyed). The answer must not carry `Connection: close`: Node then
  * destroys the socket as soon as the answer is written, with the upload still arriving, and
  * a socket closed with unread data sends a reset, which throws away the answer the client
- * has not read yet: it would see EPIPE or ECONNRESET instead of the 413.
+ * has not read yet: it would see EPIPE or ECONNRESET instead of the 413. `dropReaders`: no
+ * reader of the body is still wanted (an adapter's answer before the route ran), so the ones
+ * attached are removed; otherwise a handler that answered early may still be reading.
  */
-export function lingerAfterEarlyAnswer(req, res) {
+export function lingerAfterEarlyAnswer(req, res, dropReaders = false) {
   res.once('finish', () => {
     const timer = setTimeout(() => req.destroy?.(), LINGER_MS);
     timer.unref?.();
     req.once?.('end', () => clearTimeout(timer));
     req.once?.('close', () => clearTimeout(timer));
-    // Whoever read the body before stops reading it: a web stream of it (`Readable.toWeb`)
-    // nobody reads pauses `req` again at each chunk, which would stall the upload (and the
-    // connection) until the timer cuts it.
-    req.removeAllListeners?.('data');
-    req.on?.('data', () => {});
+    if (dropReaders) {
+      // The reader that stopped (a web stream of the body, `Readable.toWeb`, that nobody reads
+      // any more) would pause `req` again at each chunk, stalling the upload (and the
+      // connection) until the timer cuts it.
+      req.removeAllListeners?.('data');
+      req.on?.('data', () => {});
+    }
     req.resume?.();
   });
 }

@@ -193,3 +193,60 @@ test('Express adapter: bodies that differ only inside a "__proto__" member have 
     await close();
   }
 });
+
+test('Express: the server shutting down (closeAllConnections) under a slow route is not the route giving up: its answer is stored for the retry on another instance', async () => {
+  const store = new MemoryStore(); // shared, as a RedisStore or PostgresStore is
+  let paid = 0;
+  const route = (delay) => (req, res) => setTimeout(() => res.status(201).json({ paid: ++paid }), delay);
+  const app = express();
+  app.post('/pay', express.json(), expressIdempotency({ identity: false, store }), route(300));
+  const server = http.createServer(app);
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const key = newKey();
+  const headers = { 'Content-Type': 'application/json', 'Idempotency-Key': key };
+  const first = fetch(`http://127.0.0.1:${server.address().port}/pay`, { method: 'POST', headers, body: '{}' });
+  setTimeout(() => {
+    server.close();
+    server.closeAllConnections();
+  }, 100);
+  await assert.rejects(first);
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  assert.equal(paid, 1);
+  const other = express();
+  other.post('/pay', express.json(), expressIdempotency({ identity: false, store }), route(0));
+  const instance = await listen(other);
+  try {
+    const retry = await fetch(`${instance.url}/pay`, { method: 'POST', headers, body: '{}' });
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await retry.json(), { paid: 1 });
+  } finally {
+    await instance.close();
+  }
+});
+
+test('toNodeHandler: a handler that answers before the upload ended and reads on gets the whole body', async () => {
+  let read;
+  const body = new Promise((resolve) => (read = resolve));
+  const server = await listen(toNodeHandler(async (request) => {
+    request.text().then((text) => read(text.length), (error) => read(error));
+    return new Response('accepted', { status: 202 });
+  }));
+  try {
+    const { port } = new URL(server.url);
+    const status = await new Promise((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port, method: 'POST', headers: { 'Content-Length': 3000 } }, (res) => {
+        res.resume();
+        resolve(res.statusCode);
+      });
+      req.on('error', reject);
+      req.write('a'.repeat(1000));
+      setTimeout(() => req.write('b'.repeat(1000)), 150);
+      setTimeout(() => req.end('c'.repeat(1000)), 300);
+    });
+    assert.equal(status, 202);
+    assert.equal(await body, 3000);
+  } finally {
+    await server.close();
+  }
+});

@@ -5,6 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
+import http2 from 'node:http2';
 import Fastify from 'fastify';
 import { idempotency } from 'retry-fetch/fastify';
 import defaultExport from 'retry-fetch/fastify';
@@ -221,6 +222,51 @@ test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then de
   } finally {
     console.error = quiet;
     await server.close();
+  }
+});
+
+test('Fastify over HTTP/2: a stream the client cancels while the route works leaves the route running; its answer is stored for the retry', async () => {
+  const app = Fastify({ http2: true });
+  await app.register(idempotency, NO_SCOPE);
+  let runs = 0;
+  let ended;
+  const done = new Promise((resolve) => (ended = resolve));
+  app.post('/pay', async (request, reply) => {
+    runs++;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    ended();
+    return reply.code(201).send({ paid: runs });
+  });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const client = http2.connect(`http://127.0.0.1:${app.server.address().port}`);
+  const send = (key, cancelAfterMs) =>
+    new Promise((resolve, reject) => {
+      const req = client.request({ ':method': 'POST', ':path': '/pay', 'content-type': 'application/json', 'idempotency-key': key });
+      req.end('{"amount":1}');
+      const answer = { status: undefined, headers: undefined, body: '' };
+      req.on('response', (headers) => {
+        answer.status = headers[':status'];
+        answer.headers = headers;
+      });
+      req.setEncoding('utf8');
+      req.on('data', (chunk) => (answer.body += chunk));
+      req.on('close', () => resolve(answer));
+      req.on('error', reject);
+      if (cancelAfterMs !== undefined) setTimeout(() => req.close(http2.constants.NGHTTP2_CANCEL), cancelAfterMs);
+    });
+  try {
+    const key = crypto.randomUUID();
+    assert.equal((await send(key, 50)).status, undefined); // cancelled before any answer
+    await done;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const retry = await send(key);
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers['idempotent-replayed'], 'true');
+    assert.deepEqual(JSON.parse(retry.body), { paid: 1 });
+    assert.equal(runs, 1);
+  } finally {
+    client.close();
+    await app.close();
   }
 });
 
