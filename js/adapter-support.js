@@ -117,34 +117,51 @@ const WATCHED = Symbol('retry-fetch watched socket');
  * `answered()`: `res.destroy()` (the route's, or a `pipeline(source, res)` whose source
  * failed), or the connection destroyed by the route's own code (Express's error handler does
  * so for a route that throws after `writeHead`); or, once `aroundFramework()` (the route
- * answers around the framework, unseen), any close. Then `giveUp()` is called at the close.
- * Anything else that closes the connection (the client going away, a timeout, the server
- * shutting down, another request on the same connection) leaves the route running, and its
- * answer is stored. Returns `inRoute(fn)`, which runs the route's code, `fn`, as this route's.
+ * answers around the framework, unseen), any close. `giveUp()` is called at the close, or at
+ * the give-up when the connection had closed before (the client left, then the route gave
+ * up). "The route's own code" is what runs from it, its timers and promises included. Anything
+ * else that closes the connection (the client going away, a timeout, the server shutting
+ * down, another request on the same connection) leaves the route running, and its answer is
+ * stored. Returns `inRoute(fn)`, which runs the route's code, `fn`, as this route's.
  */
 export function watchGiveUp(req, res, answered, giveUp, aroundFramework = () => false) {
-  const watch = { socket: req.socket, answered, givenUp: false };
-  const ownDestroy = Object.hasOwn(res, 'destroy');
+  let closed = false;
+  let givenUp = false;
+  const watch = {
+    socket: req.socket,
+    /** The route gave its answer up (unless it had answered). */
+    gaveUp() {
+      if (answered() || givenUp) return;
+      givenUp = true;
+      if (closed) giveUp();
+    },
+  };
   const destroy = res.destroy;
   res.destroy = function () {
-    if (!answered()) watch.givenUp = true;
+    watch.gaveUp();
     return destroy.apply(this, arguments);
   };
   // HTTP/2's compat `req.socket` is the whole session's: a stream's close says nothing of it.
   const socket = req.httpVersionMajor === 2 ? undefined : req.socket;
   if (socket && !socket[WATCHED]) {
     socket[WATCHED] = true;
+    // A socket's inactivity timeout destroys it from where its timer was set, maybe the
+    // route's code (`req.setTimeout(ms)`): not the route giving up.
+    let timingOut = false;
+    socket.prependListener('timeout', () => {
+      timingOut = true;
+      process.nextTick(() => (timingOut = false));
+    });
     const socketDestroy = socket.destroy;
     socket.destroy = function () {
       const route = routeContext.getStore();
-      if (route?.socket === this && !route.answered()) route.givenUp = true;
+      if (route?.socket === this && !timingOut) route.gaveUp();
       return socketDestroy.apply(this, arguments);
     };
   }
   res.once('close', () => {
-    if (ownDestroy) res.destroy = destroy;
-    else delete res.destroy;
-    if (!answered() && (watch.givenUp || aroundFramework())) giveUp();
+    closed = true;
+    if (!answered() && (givenUp || aroundFramework())) giveUp();
   });
   return (fn) => routeContext.run(watch, fn);
 }

@@ -353,6 +353,57 @@ test('Express: a route that gives its answer up (throws after writeHead, res.des
     console.error = quiet;
     await server.close();
   }
+  // The client goes away, then the route gives up (a throw after writeHead, once it sees the
+  // client gone): its failure is stored then, not a key locked for ever.
+  const later = express();
+  let gaveUp;
+  const failed = new Promise((resolve) => (gaveUp = resolve));
+  later.post('/late', express.json(), idempotency(options), async (req, res) => {
+    await new Promise((resolve) => res.once('close', resolve));
+    res.writeHead(200);
+    setImmediate(gaveUp);
+    throw new Error('gave up after the client left');
+  });
+  const laterServer = await listen(later);
+  console.error = () => {};
+  try {
+    const key = crypto.randomUUID();
+    const gone = new AbortController();
+    setTimeout(() => gone.abort(), 50);
+    await assert.rejects(fetch(`${laterServer.url}/late`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body: '{}', signal: gone.signal }));
+    await failed;
+    const started = Date.now();
+    const repeat = await post(laterServer.url, '/late', { key, body: {} });
+    assert.equal(repeat.status, 500);
+    assert.equal((await repeat.json()).code, 'idempotency-handler-failed');
+    assert.ok(Date.now() - started < 1000, 'answered without waiting for the lock');
+  } finally {
+    console.error = quiet;
+    await laterServer.close();
+  }
+  // A timeout the route set on its own request (req.setTimeout) closes the connection from the
+  // route's timer: still a timeout, not the route giving up; its answer is stored.
+  const own = express();
+  let ownEnded;
+  own.post('/slow', express.json(), idempotency(options), (req, res) => {
+    req.setTimeout(100);
+    setTimeout(() => {
+      res.status(201).json({ paid: true });
+      ownEnded();
+    }, 300);
+  });
+  const ownServer = await listen(own);
+  try {
+    const key = crypto.randomUUID();
+    const done = new Promise((resolve) => (ownEnded = resolve));
+    await assert.rejects(post(ownServer.url, '/slow', { key, body: {} }));
+    await done;
+    const repeat = await post(ownServer.url, '/slow', { key, body: {} });
+    assert.equal(repeat.status, 201);
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+  } finally {
+    await ownServer.close();
+  }
   // The server's inactivity timeout closes the connection under the slow route: the route
   // goes on, and its answer is stored as when the client goes away.
   const timed = http.createServer(app);

@@ -171,10 +171,10 @@ test('Fastify: a multipart body left unparsed (as @fastify/multipart leaves it) 
   }
 });
 
-test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then destroyed) has its failure stored at once; a client that goes away still gets the route\'s answer stored', async () => {
+test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then destroyed, its socket destroyed) has its failure stored at once; a client that goes away still gets the route\'s answer stored', async () => {
   const app = Fastify();
   await app.register(idempotency, { ...NO_SCOPE, lockTimeoutMs: 1500 });
-  const runs = { destroy: 0, hijack: 0, slow: 0 };
+  const runs = { destroy: 0, hijack: 0, socket: 0, slow: 0 };
   app.post('/destroy', async (request, reply) => {
     runs.destroy++;
     reply.raw.destroy();
@@ -184,6 +184,11 @@ test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then de
     runs.hijack++;
     reply.hijack();
     reply.raw.destroy();
+  });
+  app.post('/socket', async (request) => {
+    runs.socket++;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    request.raw.socket.destroy();
   });
   let slowEnded;
   app.post('/slow', async (request, reply) => {
@@ -196,7 +201,7 @@ test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then de
   const quiet = console.error;
   console.error = () => {}; // the companion's onError
   try {
-    for (const path of ['/destroy', '/hijack']) {
+    for (const path of ['/destroy', '/hijack', '/socket']) {
       const key = crypto.randomUUID();
       await assert.rejects(post(server.url, path, { key, body: {} }), path);
       // The repeat is answered at once with the stored failure: not a wait ending in a 409,
@@ -207,7 +212,7 @@ test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then de
       assert.equal((await repeat.json()).code, 'idempotency-handler-failed', path);
       assert.ok(Date.now() - started < 1000, `${path}: answered without waiting for the lock`);
     }
-    assert.deepEqual({ destroy: runs.destroy, hijack: runs.hijack }, { destroy: 1, hijack: 1 });
+    assert.deepEqual({ destroy: runs.destroy, hijack: runs.hijack, socket: runs.socket }, { destroy: 1, hijack: 1, socket: 1 });
     const key = crypto.randomUUID();
     const done = new Promise((resolve) => (slowEnded = resolve));
     const gone = new AbortController();
@@ -237,11 +242,16 @@ test('Fastify over HTTP/2: a stream the client cancels while the route works lea
     ended();
     return reply.code(201).send({ paid: runs });
   });
+  // An answer written to reply.raw, around Fastify: unseen, so its key keeps a 500.
+  app.post('/raw', async (request, reply) => {
+    reply.raw.writeHead(201, { 'content-type': 'text/plain' });
+    reply.raw.end('paid');
+  });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const client = http2.connect(`http://127.0.0.1:${app.server.address().port}`);
-  const send = (key, cancelAfterMs) =>
+  const send = (key, cancelAfterMs, path = '/pay') =>
     new Promise((resolve, reject) => {
-      const req = client.request({ ':method': 'POST', ':path': '/pay', 'content-type': 'application/json', 'idempotency-key': key });
+      const req = client.request({ ':method': 'POST', ':path': path, 'content-type': 'application/json', 'idempotency-key': key });
       req.end('{"amount":1}');
       const answer = { status: undefined, headers: undefined, body: '' };
       req.on('response', (headers) => {
@@ -264,6 +274,13 @@ test('Fastify over HTTP/2: a stream the client cancels while the route works lea
     assert.equal(retry.headers['idempotent-replayed'], 'true');
     assert.deepEqual(JSON.parse(retry.body), { paid: 1 });
     assert.equal(runs, 1);
+    const rawKey = crypto.randomUUID();
+    assert.equal((await send(rawKey, undefined, '/raw')).status, 201);
+    const started = Date.now();
+    const rawRepeat = await send(rawKey, undefined, '/raw');
+    assert.equal(rawRepeat.status, 500);
+    assert.equal(JSON.parse(rawRepeat.body).code, 'idempotency-handler-failed');
+    assert.ok(Date.now() - started < 1000, 'answered without waiting for the lock');
   } finally {
     client.close();
     await app.close();
