@@ -8,7 +8,6 @@
 // itself: it hands the adapter the `ctx` (the key is held now) and returns a promise that the
 // adapter settles with the route's answer once the framework's route has run. If the
 // companion answers first (a replay, 400, 409, 413, 422, 503...), the route does not run.
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { promisify } from 'node:util';
 import zlib from 'node:zlib';
 import { idempotency } from './server.js';
@@ -107,55 +106,53 @@ export function deferredCompanion(options) {
   };
 }
 
-/** The route run whose code is running now (its `watchGiveUp` record), for `socket.destroy`. */
-const routeContext = new AsyncLocalStorage();
-/** Marks a socket whose `destroy` tells `watchGiveUp` who called it. */
+/** Marks a socket whose `destroy` is watched by `watchGiveUp`. */
 const WATCHED = Symbol('retry-fetch watched socket');
+/** On a socket: the give-up of the response whose `headersSent` was read as true this tick. */
+const ASKED = Symbol('retry-fetch headersSent read');
+/** The socket errors that say the client closed the connection (a reset, a broken pipe). */
+const PEER_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED']);
 
 /**
  * Watches the node:http response `res` of `req` for the route giving its answer up before
  * `answered()`: `res.destroy()` (the route's, or a `pipeline(source, res)` whose source
- * failed), or the connection destroyed by the route's own code (Express's error handler does
- * so for a route that throws after `writeHead`); or, once `aroundFramework()` (the route
- * answers around the framework, unseen), any close. `giveUp()` is called at the close, or at
- * the give-up when the connection had closed before (the client left, then the route gave
- * up). "The route's own code" is what runs from it, its timers and promises included. Anything
- * else that closes the connection (the client going away, a timeout, the server shutting
- * down, another request on the same connection) leaves the route running, and its answer is
- * stored. Returns `inRoute(fn)`, which runs the route's code, `fn`, as this route's.
+ * failed), or the connection destroyed right after `headersSent()` told that the head was
+ * written (what Express's error handler does for a route that throws after `writeHead`: it
+ * cannot answer any more); or, once `aroundFramework()` (the route answers around the
+ * framework, unseen), any close. `giveUp()` is called at the close, or at the give-up when the
+ * connection had closed before (the client left, then the route gave up). Nothing else that
+ * closes the connection (the client going away, a timeout, the server shutting down, another
+ * request on the same connection) counts: the route goes on, and its answer is stored.
+ * (Knowing which code destroyed a connection would take an AsyncLocalStorage, which in Node 20
+ * makes every promise of the process about three times slower once it is used.)
  */
 export function watchGiveUp(req, res, answered, giveUp, aroundFramework = () => false) {
   let closed = false;
   let givenUp = false;
-  const watch = {
-    socket: req.socket,
-    /** The route gave its answer up (unless it had answered). */
-    gaveUp() {
-      if (answered() || givenUp) return;
-      givenUp = true;
-      if (closed) giveUp();
-    },
+  const gaveUp = () => {
+    if (answered() || givenUp) return;
+    givenUp = true;
+    if (closed) giveUp();
   };
   const destroy = res.destroy;
   res.destroy = function () {
-    watch.gaveUp();
+    gaveUp();
     return destroy.apply(this, arguments);
   };
   // HTTP/2's compat `req.socket` is the whole session's: a stream's close says nothing of it.
   const socket = req.httpVersionMajor === 2 ? undefined : req.socket;
   if (socket && !socket[WATCHED]) {
     socket[WATCHED] = true;
-    // A socket's inactivity timeout destroys it from where its timer was set, maybe the
-    // route's code (`req.setTimeout(ms)`): not the route giving up.
+    // A socket's inactivity timeout destroys it, maybe right after a `headersSent` read.
     let timingOut = false;
     socket.prependListener('timeout', () => {
       timingOut = true;
       process.nextTick(() => (timingOut = false));
     });
     const socketDestroy = socket.destroy;
-    socket.destroy = function () {
-      const route = routeContext.getStore();
-      if (route?.socket === this && !timingOut) route.gaveUp();
+    socket.destroy = function (error) {
+      const asked = this[ASKED];
+      if (asked !== undefined && !timingOut && !PEER_ERRORS.has(error?.code)) asked();
       return socketDestroy.apply(this, arguments);
     };
   }
@@ -163,7 +160,16 @@ export function watchGiveUp(req, res, answered, giveUp, aroundFramework = () => 
     closed = true;
     if (!answered() && (givenUp || aroundFramework())) giveUp();
   });
-  return (fn) => routeContext.run(watch, fn);
+  return {
+    /** `res.headersSent` was read as true: a destroy of the connection in the same tick gives up. */
+    headersSentRead() {
+      if (socket === undefined) return;
+      socket[ASKED] = gaveUp;
+      queueMicrotask(() => {
+        if (socket[ASKED] === gaveUp) socket[ASKED] = undefined;
+      });
+    },
+  };
 }
 
 /** The statuses whose Response has no body (the Fetch API refuses one). */

@@ -85,10 +85,11 @@ const WRAPPED = ['writeHead', 'write', 'end', 'flushHeaders', 'setHeader', 'appe
 
 /**
  * Buffers what the route writes to `res` (status, headers, body) instead of sending it, and
- * calls `done(response)` with it once the route ends the response. `release()` puts `res`'s
- * methods back; `originals` are the ones to send the final answer through.
+ * calls `done(response)` with it once the route ends the response (`headersSentRead()` is told
+ * when `res.headersSent` is read as true). `release()` puts `res`'s methods back; `originals`
+ * are the ones to send the final answer through.
  */
-function capture(res, done) {
+function capture(res, done, headersSentRead) {
   const originals = {};
   const own = {};
   for (const name of WRAPPED) {
@@ -182,7 +183,14 @@ function capture(res, done) {
   };
   for (const name of WRAPPED) res[name] = wrappers[name];
   // What the route and later middleware see: the headers are "sent" once it wrote them.
-  Object.defineProperty(res, 'headersSent', { configurable: true, get: () => (released ? Boolean(res._header) : head !== null) });
+  Object.defineProperty(res, 'headersSent', {
+    configurable: true,
+    get() {
+      if (released) return Boolean(res._header);
+      if (head !== null) headersSentRead();
+      return head !== null;
+    },
+  });
   return {
     originals,
     /** Did the route end its answer (`end()`)? */
@@ -245,16 +253,17 @@ async function handle(start, req, res, next) {
     next();
     return;
   }
-  const captured = capture(res, (response, error) => {
-    if (response) withoutEncoding(response).then(run.answer, run.fail);
-    else run.fail(error);
-  });
   // A route that gives its answer up has failed after it started: the companion's rule for
   // a throw (its 500, stored).
-  const inRoute = watchGiveUp(req, res, () => captured.ended, () =>
+  let captured;
+  const watch = watchGiveUp(req, res, () => captured.ended, () =>
     run.fail(new Error('retry-fetch/express: the route gave its answer up (the response or its connection destroyed)')));
+  captured = capture(res, (response, error) => {
+    if (response) withoutEncoding(response).then(run.answer, run.fail);
+    else run.fail(error);
+  }, watch.headersSentRead);
   try {
-    inRoute(next);
+    next();
   } catch (error) {
     run.fail(error); // Connect calls the route synchronously and catches; Express 5 too
   }

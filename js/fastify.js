@@ -125,15 +125,6 @@ export async function idempotency(fastify, options) {
   // would each hold the key, and the outer one's would never be answered).
   fastify.addHook('onRoute', (route) => {
     route.config = { ...route.config, [OWNER]: registration };
-    // The route's code runs as its request's run (watchGiveUp): a connection it destroys is
-    // its answer given up.
-    const handler = route.handler;
-    if (typeof handler === 'function') {
-      route.handler = function (request, reply) {
-        const inRoute = request[RUN]?.inRoute;
-        return inRoute === undefined ? handler.call(this, request, reply) : inRoute(() => handler.call(this, request, reply));
-      };
-    }
   });
 
   fastify.addHook('preHandler', async (request, reply) => {
@@ -163,7 +154,7 @@ export async function idempotency(fastify, options) {
       entry.hijacked = true;
       return hijack.apply(this, arguments);
     };
-    entry.inRoute = watchGiveUp(request.raw, reply.raw, () => entry.sent || run.settled, () =>
+    watchGiveUp(request.raw, reply.raw, () => entry.sent || run.settled, () =>
       run.fail(new Error('retry-fetch/fastify: the reply was closed before Fastify sent an answer')), () => entry.hijacked);
     // The companion answers before the route did when it gives up on it (a route that ignores
     // its handlerTimeoutMs abort): that answer is sent now, not when the route ends.

@@ -171,10 +171,10 @@ test('Fastify: a multipart body left unparsed (as @fastify/multipart leaves it) 
   }
 });
 
-test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then destroyed, its socket destroyed) has its failure stored at once; a client that goes away still gets the route\'s answer stored', async () => {
+test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then destroyed) has its failure stored at once; a client that goes away still gets the route\'s answer stored', async () => {
   const app = Fastify();
   await app.register(idempotency, { ...NO_SCOPE, lockTimeoutMs: 1500 });
-  const runs = { destroy: 0, hijack: 0, socket: 0, slow: 0 };
+  const runs = { destroy: 0, hijack: 0, slow: 0 };
   app.post('/destroy', async (request, reply) => {
     runs.destroy++;
     reply.raw.destroy();
@@ -184,11 +184,6 @@ test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then de
     runs.hijack++;
     reply.hijack();
     reply.raw.destroy();
-  });
-  app.post('/socket', async (request) => {
-    runs.socket++;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-    request.raw.socket.destroy();
   });
   let slowEnded;
   app.post('/slow', async (request, reply) => {
@@ -201,7 +196,7 @@ test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then de
   const quiet = console.error;
   console.error = () => {}; // the companion's onError
   try {
-    for (const path of ['/destroy', '/hijack', '/socket']) {
+    for (const path of ['/destroy', '/hijack']) {
       const key = crypto.randomUUID();
       await assert.rejects(post(server.url, path, { key, body: {} }), path);
       // The repeat is answered at once with the stored failure: not a wait ending in a 409,
@@ -212,7 +207,7 @@ test('Fastify: a reply the route gives up (reply.raw.destroy(), hijacked then de
       assert.equal((await repeat.json()).code, 'idempotency-handler-failed', path);
       assert.ok(Date.now() - started < 1000, `${path}: answered without waiting for the lock`);
     }
-    assert.deepEqual({ destroy: runs.destroy, hijack: runs.hijack, socket: runs.socket }, { destroy: 1, hijack: 1, socket: 1 });
+    assert.deepEqual({ destroy: runs.destroy, hijack: runs.hijack }, { destroy: 1, hijack: 1 });
     const key = crypto.randomUUID();
     const done = new Promise((resolve) => (slowEnded = resolve));
     const gone = new AbortController();
