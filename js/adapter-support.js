@@ -127,7 +127,8 @@ const PEER_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED']);
  * makes every promise of the process about three times slower once it is used.)
  */
 export function watchGiveUp(req, res, answered, giveUp, aroundFramework = () => false) {
-  let closed = false;
+  // Closed already: the client left while a middleware before the adapter ran.
+  let closed = res.closed === true || res.destroyed === true;
   let givenUp = false;
   const gaveUp = () => {
     if (answered() || givenUp) return;

@@ -364,6 +364,12 @@ test('Express: a route that gives its answer up (throws after writeHead, res.des
     setImmediate(gaveUp);
     throw new Error('gave up after the client left');
   });
+  // The client left while a middleware before the adapter still ran: the same.
+  later.post('/early', express.json(), (req, res, next) => setTimeout(next, 150), idempotency(options), (req, res) => {
+    res.writeHead(200);
+    setImmediate(gaveUp);
+    throw new Error('gave up after the client left');
+  });
   const laterServer = await listen(later);
   console.error = () => {};
   try {
@@ -377,6 +383,17 @@ test('Express: a route that gives its answer up (throws after writeHead, res.des
     assert.equal(repeat.status, 500);
     assert.equal((await repeat.json()).code, 'idempotency-handler-failed');
     assert.ok(Date.now() - started < 1000, 'answered without waiting for the lock');
+    const earlyKey = crypto.randomUUID();
+    const earlyFailed = new Promise((resolve) => (gaveUp = resolve));
+    const left = new AbortController();
+    setTimeout(() => left.abort(), 30);
+    await assert.rejects(fetch(`${laterServer.url}/early`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': earlyKey }, body: '{}', signal: left.signal }));
+    await earlyFailed;
+    const earlyStarted = Date.now();
+    const earlyRepeat = await post(laterServer.url, '/early', { key: earlyKey, body: {} });
+    assert.equal(earlyRepeat.status, 500);
+    assert.equal((await earlyRepeat.json()).code, 'idempotency-handler-failed');
+    assert.ok(Date.now() - earlyStarted < 1000, 'answered without waiting for the lock');
   } finally {
     console.error = quiet;
     await laterServer.close();
