@@ -146,16 +146,18 @@ export async function idempotency(fastify, options) {
     }
     const entry = { run, before, sent: false, hijacked: false };
     request[RUN] = entry;
-    // A reply the route gives up before Fastify sent an answer (onSend): `reply.raw.destroy()`;
-    // or, once the route hijacked it (its answer is not seen), any close: the route failed
-    // after it started (a 500, stored).
+    // A reply closed without Fastify's answer (onSend) failed after it started (a 500,
+    // stored): the route gave it up (`reply.raw.destroy()`), or answered around Fastify, unseen
+    // (it hijacked the reply, or wrote to `reply.raw`). One that wrote nothing and was not
+    // hijacked is an HTTP/2 stream its client cancelled: the route goes on, its answer stored.
     const hijack = reply.hijack;
     reply.hijack = function () {
       entry.hijacked = true;
       return hijack.apply(this, arguments);
     };
-    watchGiveUp(request.raw, reply.raw, () => entry.sent || run.settled, () =>
-      run.fail(new Error('retry-fetch/fastify: the reply was closed before Fastify sent an answer')), () => entry.hijacked);
+    watchGiveUp(request.raw, reply.raw, () => entry.sent || run.settled || request[RUN] !== entry, () =>
+      run.fail(new Error('retry-fetch/fastify: the reply was closed without Fastify\'s answer (destroyed, hijacked, or written to reply.raw); its answer was not seen')),
+      () => entry.hijacked || reply.raw.headersSent);
     // The companion answers before the route did when it gives up on it (a route that ignores
     // its handlerTimeoutMs abort): that answer is sent now, not when the route ends.
     run.result
@@ -191,17 +193,6 @@ export async function idempotency(fastify, options) {
       }
     }
     return setFinal(reply, await run.result, before);
-  });
-
-  // A reply that never went through onSend (the route hijacked it and wrote to reply.raw):
-  // the companion must not wait for an answer that will not come.
-  fastify.addHook('onResponse', async (request, reply) => {
-    const entry = request[RUN];
-    // (A reply that wrote nothing finished without onSend: an HTTP/2 stream its client
-    // cancelled; the route goes on, and its answer is still stored.)
-    if (entry !== undefined && !entry.early && !entry.run.settled && (entry.hijacked || request.raw.httpVersionMajor !== 2 || reply.raw.headersSent)) {
-      entry.run.fail(new Error('retry-fetch/fastify: the route answered without Fastify\'s onSend (reply.hijack()); its answer was not seen'));
-    }
   });
 }
 

@@ -52,9 +52,8 @@ function withoutBodyType(headers) {
   return copy;
 }
 
-/** The form Hono kept, as a body: URL-encoded again if it came so (and holds no file), else multipart. */
-async function formBody(c, raw) {
-  const form = await c.req.bodyCache.formData;
+/** `form`, the FormData Hono kept, as a body: URL-encoded again if it came so (and holds no file), else multipart. */
+function formBody(form, raw) {
   const urlEncoded = /^\s*application\/x-www-form-urlencoded/i.test(raw.headers.get('content-type') ?? '');
   return urlEncoded && [...form.values()].every((v) => typeof v === 'string') ? new URLSearchParams(form) : form;
 }
@@ -77,14 +76,14 @@ export function idempotency(options) {
     const method = raw.method;
     const init = { method, headers: raw.headers };
     let streamed = false;
-    let form = false;
+    let form = null; // the FormData, when Hono kept only that
     if (methodHasBody(method)) {
       if (bodyRead(c)) {
         // A validator read it: Hono gives its bytes again (JSON it parsed as its text), or,
         // when it kept only the FormData, a stable form of its entries.
         const cache = c.req.bodyCache;
-        form = cache.arrayBuffer === undefined && cache.formData !== undefined;
-        init.body = new Uint8Array(form ? await formBytes(await cache.formData) : await c.req.arrayBuffer());
+        if (cache.arrayBuffer === undefined && cache.formData !== undefined) form = await cache.formData;
+        init.body = new Uint8Array(form !== null ? await formBytes(form) : await c.req.arrayBuffer());
       } else if (raw.body !== null) {
         // Read by the companion, at most maxBodyBytes (a longer one is its 413).
         init.body = raw.body;
@@ -101,11 +100,11 @@ export function idempotency(options) {
     }
     try {
       const request = run.request;
-      if (form) {
+      if (form !== null) {
         // Hono kept only the FormData (the fingerprint's stable form is not a body): the
         // route's raw request carries the form encoded anew, with that encoding's Content-Type,
         // as Hono's cloneRawRequest gives it.
-        c.req.raw = new Request(request, { headers: withoutBodyType(request.headers), body: await formBody(c, raw) });
+        c.req.raw = new Request(request, { headers: withoutBodyType(request.headers), body: formBody(form, raw) });
       } else if (methodHasBody(method) && (streamed || init.body !== undefined)) {
         // The route reads the bytes the companion read, through c.req (json(), text()...) or
         // c.req.raw: a Request over them with the companion's signal (not aborted when the
