@@ -81,6 +81,8 @@ node scripts/inline-catch.mjs "$out/cjs/retry_fetch.js"
 echo '{ "type": "commonjs" }' > "$out/cjs/package.json"
 
 build_wasm retry_fetch_server --no-default-features --features server
+# Its imports that may throw catch inline too (about 30 such calls per keyed request).
+node scripts/inline-catch.mjs "$out/retry_fetch_server.js"
 
 cp js/*.js js/*.cjs js/*.d.ts "$out/"
 cp js/index.d.ts "$out/index.d.cts"

@@ -1,4 +1,5 @@
-// scripts/inline-catch.mjs (run by the package build on the client glue, ESM and CommonJS):
+// scripts/inline-catch.mjs (run by the package build on the client glue, ESM and CommonJS, and
+// on the server build's glue):
 // wasm-bindgen's `handleError(function (...) {...}, arguments)` wrappers become inline
 // try/catch blocks that store the exception as handleError did; a glue of another shape fails
 // the build and changes nothing. The shipped glue has no handleError left, and a call into JS
@@ -64,8 +65,8 @@ test('a glue of another shape fails and is left as it was', () => {
   }
 });
 
-test('the shipped glue has no handleError left, and a throwing getter still rejects the call (ESM and CommonJS)', async () => {
-  for (const file of ['retry_fetch.js', 'cjs/retry_fetch.js']) {
+test('the shipped glue has no handleError left, and a throwing getter still rejects the call (ESM, CommonJS and the server)', async () => {
+  for (const file of ['retry_fetch.js', 'cjs/retry_fetch.js', 'retry_fetch_server.js']) {
     assert.ok(!readFileSync(join(PKG, file), 'utf8').includes('arguments)'), `${file}: a handleError wrapper is left`);
   }
   const boom = new Error('from a getter');
@@ -74,4 +75,6 @@ test('the shipped glue has no handleError left, and a throwing getter still reje
   await assert.rejects(esm.retryFetch('http://127.0.0.1:9/', init), (e) => e === boom);
   const cjs = createRequire(import.meta.url)(join(PKG, 'index.cjs'));
   await assert.rejects(cjs.retryFetch('http://127.0.0.1:9/', init), (e) => e === boom);
+  const server = await import(join(PKG, 'server.js'));
+  assert.throws(() => server.idempotency(async () => new Response('ok'), { get store() { throw boom; } }), (e) => e === boom);
 });
