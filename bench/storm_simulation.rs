@@ -1132,10 +1132,9 @@ mod storm {
     #[derive(Clone, Debug)]
     struct Call {
         engine: CallEngine,
+        /// What it holds of the guards (the engine joins the pacer's count of calls retrying
+        /// at its first failed attempt; it leaves when the call ends).
         held: Held,
-        /// It entered its retry loop (its first attempt was not simply served), as the shell's
-        /// `run_loop` does: the pacer was told (`join`), and is told when it ends (`leave`).
-        joined: bool,
         /// The status of its newest answer (what the call returns when it ends).
         status: Option<u16>,
         /// When its attempt in flight was sent (for the trace).
@@ -1233,10 +1232,7 @@ mod storm {
                     Step::BeforeRetry { .. } => engine.next_attempt(policy, &mut guards, now),
                     Step::Finish { reason, .. } => {
                         guards.release(now);
-                        if self.calls[c].joined {
-                            lend(&mut self.shared[self.client[c]], &mut self.calls[c].held)
-                                .leave(now);
-                        }
+                        guards.leave(now);
                         let served = self.calls[c].status == Some(200);
                         if self.trace && !served {
                             eprintln!("{at:8.2} a call ends unserved: {}", reason.as_str());
@@ -1246,10 +1242,7 @@ mod storm {
                     }
                     Step::CircuitOpen(_) => {
                         guards.release(now);
-                        if self.calls[c].joined {
-                            lend(&mut self.shared[self.client[c]], &mut self.calls[c].held)
-                                .leave(now);
-                        }
+                        guards.leave(now);
                         if self.trace {
                             eprintln!("{at:8.2} a call ends unsent: the circuit is open");
                         }
@@ -1300,16 +1293,10 @@ mod storm {
                 engine,
                 held,
                 sent_at,
-                joined,
                 ..
             } = &mut self.calls[c];
             let sent_at = *sent_at;
             let mut guards = lend(&mut self.shared[self.client[c]], held);
-            if !ok && !*joined {
-                // The shell's lean path ends here and the call's loop starts.
-                *joined = true;
-                guards.join(now);
-            }
             let settled = Settled {
                 outcome: Outcome::Status(status),
                 redirected: false,
@@ -1426,7 +1413,6 @@ mod storm {
         let call = |start: f64| Call {
             engine: CallEngine::new(&policy, start, get),
             held: Held::default(),
-            joined: false,
             status: None,
             sent_at: start,
         };

@@ -189,9 +189,9 @@ export interface RetryOptions {
   /**
    * A shared adaptive send rate per origin: every attempt waits for its turn. Without one, the
    * default throttle (shared by every call of this copy of the package) paces the retries of a
-   * herd only: from an origin's 429 or 503 while at least 10 calls to it are retrying, until
-   * none is (first attempts and a lone call are never paced); `false` turns it off; `null`
-   * restores it.
+   * herd only: from an origin's 429 or 503 while at least 10 calls to it are retrying (a call
+   * is, from its first failed attempt until it ends), until none is (first attempts and a lone
+   * call are never paced); `false` turns it off; `null` restores it.
    * @default the default throttle
    */
   throttle?: AdaptiveThrottle | false | null | undefined;

@@ -80,8 +80,8 @@ pub trait CallGuards {
     /// The call ended (however): give back what it holds (a half-open probe slot, a turn it
     /// still waits for).
     fn release(&mut self, now_ms: f64);
-    /// The call entered its retry loop (a pacer may count the calls retrying together).
-    /// Default: nothing.
+    /// The call is retrying: an attempt of it failed (a pacer may count the calls retrying
+    /// together). Joined once; default: nothing.
     fn join(&mut self, _now_ms: f64) {}
     /// The call that [`CallGuards::join`]ed ended. Default: nothing.
     fn leave(&mut self, _now_ms: f64) {}
@@ -442,6 +442,12 @@ impl CallEngine {
             self.recorded += 1;
         }
         if let (true, Some(g)) = (counted, guards.as_deref_mut()) {
+            // A call counts as retrying from its first failed attempt (before that answer is
+            // told to the pacer, which may be what starts its pacing), wherever it was sent
+            // from: the lean path or the loop.
+            if !matches!(outcome, Outcome::Status(s) if s < 400) {
+                g.join(now_ms);
+            }
             g.settled(
                 outcome,
                 is_transient(policy, outcome),
@@ -676,6 +682,8 @@ mod tests {
         open_at: bool,
         sent: Vec<u32>,
         settled: Vec<(Outcome, bool, u32)>,
+        /// How many attempts had settled when the call joined, each time it did.
+        joins: Vec<usize>,
     }
 
     impl CallGuards for Fake {
@@ -702,6 +710,9 @@ mod tests {
             self.open_at
         }
         fn release(&mut self, _now: f64) {}
+        fn join(&mut self, _now: f64) {
+            self.joins.push(self.settled.len());
+        }
     }
 
     fn policy() -> RetryPolicy {
@@ -784,6 +795,55 @@ mod tests {
         assert_eq!(g.sent, vec![1, 2]);
         assert_eq!(g.settled.len(), 2);
         assert!(g.settled[0].1 && !g.settled[1].1, "503 transient, 200 not");
+    }
+
+    #[test]
+    fn a_call_joins_the_calls_retrying_at_its_first_failed_attempt_before_it_is_told() {
+        let p = policy();
+        // Sent by the loop from its first attempt (a signal, a stream body...): a success
+        // never counts it as retrying.
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(200), &mut g, 10.0, &mut Half);
+        assert!(g.joins.is_empty(), "{:?}", g.joins);
+        // A 503: joined as its answer is recorded (the pacer sees the herd it is part of),
+        // and once only, however many attempts fail after it.
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(503), &mut g, 10.0, &mut Half);
+        assert_eq!(g.joins, vec![0]);
+        e.hooks_done(true, 10.0);
+        e.waited(&p, WaitKind::Backoff, &mut g, 110.0, &mut Half);
+        e.next_attempt(&p, &mut g, 110.0);
+        e.settled(&p, status(503), &mut g, 120.0, &mut Half);
+        assert_eq!(g.settled.len(), 2);
+        assert_eq!(
+            g.joins,
+            vec![0, 1],
+            "the engine asks; GuardsLent joins once"
+        );
+    }
+
+    #[test]
+    fn a_lean_first_attempt_that_failed_joins_as_the_loop_takes_it() {
+        let p = policy();
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.first_sent(&p, 0.0);
+        e.settled(&p, status(429), &mut g, 5.0, &mut Half);
+        assert_eq!(g.joins, vec![0]);
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.first_sent(&p, 0.0);
+        // A network error is a failure too.
+        let error = Settled {
+            outcome: Outcome::NetworkError,
+            ..status(0)
+        };
+        e.settled(&p, error, &mut g, 5.0, &mut Half);
+        assert_eq!(g.joins, vec![0]);
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub struct Held {
     pub slot: Option<Option<u32>>,
     /// The throttle ticket it waits with, and since when.
     pub ticket: Option<(u64, f64)>,
+    /// It is counted among the calls to its origin that are retrying ([`Pacer::joined`]),
+    /// until it ends ([`CallGuards::leave`]).
+    pub joined: bool,
     /// The breaker's transitions its steps caused, for the listener (`onStateChange`), told
     /// once the step is over ([`Held::take_transitions`]).
     transitions: Vec<Transition>,
@@ -189,14 +192,16 @@ impl CallGuards for GuardsLent<'_> {
     }
 
     fn join(&mut self, now_ms: f64) {
-        if let Some(t) = self.pacer.as_deref_mut() {
+        if let (Some(t), false) = (self.pacer.as_deref_mut(), self.held.joined) {
             t.joined(self.origin, now_ms);
+            self.held.joined = true;
         }
     }
 
     fn leave(&mut self, now_ms: f64) {
-        if let Some(t) = self.pacer.as_deref_mut() {
+        if let (Some(t), true) = (self.pacer.as_deref_mut(), self.held.joined) {
             t.left(self.origin, now_ms);
+            self.held.joined = false;
         }
     }
 
@@ -218,6 +223,32 @@ mod tests {
     use crate::core::throttle::ThrottleConfig;
 
     const O: &str = "https://api.example:443";
+
+    #[test]
+    fn a_call_is_counted_retrying_once_from_its_join_and_only_then_leaves() {
+        use crate::core::throttle::DefaultThrottle;
+        fn lend<'a>(throttle: &'a mut DefaultThrottle, held: &'a mut Held) -> GuardsLent<'a> {
+            GuardsLent {
+                origin: O,
+                budget: None,
+                pacer: Some(throttle),
+                breaker: None,
+                held,
+            }
+        }
+        let mut throttle = DefaultThrottle::default();
+        let (mut joined, mut never) = (Held::default(), Held::default());
+        lend(&mut throttle, &mut joined).join(0.0);
+        lend(&mut throttle, &mut joined).join(1.0);
+        // A call that never failed ends: it was not counted, so it takes nothing away.
+        lend(&mut throttle, &mut never).leave(2.0);
+        assert!(joined.joined && !never.joined);
+        assert_eq!(throttle.retrying(O), 1, "joined twice, counted once");
+        lend(&mut throttle, &mut joined).leave(3.0);
+        lend(&mut throttle, &mut joined).leave(4.0);
+        assert_eq!(throttle.retrying(O), 0);
+        assert!(!joined.joined);
+    }
 
     #[test]
     fn a_probe_slot_and_a_ticket_are_given_back_on_release() {

@@ -510,11 +510,12 @@ pub const HERD_CALLS: u32 = 10;
 /// answers 429 or 503 while at least [`HERD_CALLS`] calls to it are retrying together, as an
 /// [`AdaptiveThrottle`] with the default settings paces it (slow start from `initial_rate` at
 /// that moment, the rate the origin takes found from there), until no call to it is retrying
-/// any more. A lone call's retries are never paced.
+/// any more. A call is retrying from its first failed attempt (the engine joins it then),
+/// so calls in flight that have not failed are no herd. A lone call's retries are never paced.
 #[derive(Clone, Debug, Default)]
 pub struct DefaultThrottle {
     paced: AdaptiveThrottle,
-    /// Calls retrying (in their loop) per origin.
+    /// Calls retrying per origin: from their first failed attempt until they end.
     retrying: OriginMap<u32>,
 }
 

@@ -92,6 +92,56 @@ test('a lone request answered 429 waits its Retry-After and the window above it,
   }
 });
 
+test('calls in flight that never failed are no herd: a lone call\'s retries beside them are not paced', async () => {
+  // 12 slow calls carry a signal in their options (they take the retry loop from their first
+  // attempt) and are answered 200 after 4 s. Meanwhile 30 lone calls, one after another, are
+  // each refused once (503) and retried after 1 ms. A call counts as retrying from its first
+  // failed attempt: the slow ones never failed, so no 503 here meets 10 calls retrying and
+  // nothing is paced (counted from the start, they made every 503 start or cut the pacing,
+  // and the lone retries waited up to seconds for a turn).
+  let flaky = 0;
+  let refusedAt = 0;
+  const gaps = [];
+  const s = http.createServer((req, res) => {
+    req.resume();
+    if (req.url === '/slow') {
+      setTimeout(() => { res.writeHead(200); res.end('slow'); }, 4000);
+      return;
+    }
+    flaky += 1;
+    if (flaky % 2 === 1) {
+      refusedAt = performance.now();
+      res.writeHead(503);
+      res.end('busy');
+      return;
+    }
+    gaps.push(performance.now() - refusedAt);
+    res.writeHead(200);
+    res.end('ok');
+  });
+  s.keepAliveTimeout = 60_000;
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${s.address().port}`;
+  const stop = new AbortController();
+  const slow = Array.from({ length: 12 }, () => retryFetch(`${base}/slow`, undefined, { signal: stop.signal }).then(drain, () => 'aborted'));
+  try {
+    await sleep(100);
+    for (let i = 0; i < 30; i += 1) {
+      await sleep(40);
+      const status = await retryFetch(`${base}/flaky`, undefined, { baseDelayMs: 1, jitter: 'none' }).then(drain);
+      assert.equal(status, 200);
+    }
+    assert.equal(gaps.length, 30);
+    const longest = Math.max(...gaps);
+    assert.ok(longest < 300, `a retry came ${longest.toFixed(0)} ms after its 503 (gaps: ${gaps.map((g) => g.toFixed(0)).join(' ')})`);
+  } finally {
+    stop.abort();
+    await Promise.all(slow);
+    s.closeAllConnections();
+    await new Promise((resolve) => s.close(resolve));
+  }
+});
+
 test('a herd refused by an overloaded server is paced: fewer requests than with throttle: false, all served', async () => {
   // 150 calls at once against a token bucket of 200 req/s holding 10: most of the first wave
   // is refused. Both herds run together, each against its own server.

@@ -718,8 +718,7 @@ impl Guards {
 
 impl Drop for Guards {
     fn drop(&mut self) {
-        let holds = self.held.slot.is_some() || self.held.ticket.is_some();
-        if holds || self.throttle.is_some() {
+        if self.held.slot.is_some() || self.held.ticket.is_some() || self.held.joined {
             self.lend(|g| {
                 let now = js_sys::Date::now();
                 g.release(now);
@@ -942,9 +941,6 @@ async fn run_loop(
         return Err(reason);
     }
     let mut guards = Guards::new(&policy, &t.request);
-    if guards.throttle.is_some() {
-        guards.lend(|g| g.join(js_sys::Date::now()));
-    }
     let key = t.key.clone();
     let mut engine = CallEngine::new(
         p,
