@@ -59,6 +59,12 @@ pub fn is_pushback(status: u16) -> bool {
 pub trait CallGuards {
     /// May the next attempt go? `Err(ms until a probe may)` when the circuit is open.
     fn admit(&mut self, now_ms: f64) -> Result<(), f64>;
+    /// [`CallGuards::admit`] again after a wait, giving back first what the call was admitted
+    /// with: the circuit may have opened, or gone half-open (a new round whose probes are
+    /// counted), since. Default: `admit`.
+    fn readmit(&mut self, now_ms: f64) -> Result<(), f64> {
+        self.admit(now_ms)
+    }
     /// The throttle's answer for the next attempt's turn (`attempt`: its number, 1 for the
     /// first).
     fn turn(&mut self, attempt: u32, deadline_left_ms: Option<f64>, now_ms: f64) -> Turn;
@@ -318,7 +324,8 @@ impl CallEngine {
         }
     }
 
-    /// After [`Step::WaitTurn`]: a circuit that opened during the wait sends nothing; else the
+    /// After [`Step::WaitTurn`]: the breaker is asked again (a circuit that opened during the
+    /// wait sends nothing; one that went half-open sends only its probes), then the
     /// throttle's turn again, then the send.
     pub fn turn_waited(
         &mut self,
@@ -327,10 +334,8 @@ impl CallEngine {
         now_ms: f64,
     ) -> Step {
         if let Some(g) = self.guards_of(guards).filter(|_| !self.next_is_poll) {
-            if g.open_at(now_ms) {
-                if let Err(wait) = g.admit(now_ms) {
-                    return self.circuit_open(wait);
-                }
+            if let Err(wait) = g.readmit(now_ms) {
+                return self.circuit_open(wait);
             }
         }
         self.turn(policy, guards, now_ms)
@@ -637,11 +642,18 @@ impl CallEngine {
             .guards_of(guards)
             .is_some_and(|g| g.budget(now_ms) == Verdict::Skip)
         {
-            self.state.start_attempt();
+            let skipped = self.state.start_attempt();
             return match self.state.decide(policy, p.report, now_ms, rng) {
                 Decision::Retry { delay_ms, .. }
                     if self.state.wait_fits(now_ms, delay_ms as f64) =>
                 {
+                    // The retry that goes after this wait is the one after the skipped
+                    // attempt, and the wait before it counts every backoff since the failure.
+                    self.pending = Some(Pending {
+                        attempt: skipped,
+                        delay_ms: p.delay_ms + delay_ms as f64,
+                        ..p
+                    });
                     Step::Wait {
                         ms: delay_ms as f64,
                         kind: WaitKind::Skip,
@@ -1026,6 +1038,54 @@ mod tests {
             e.turn_waited(&p, &mut g, 500.0),
             Step::Send { attempt: 1, .. }
         ));
+    }
+
+    #[test]
+    fn a_throttle_wait_that_ends_in_a_half_open_round_sends_only_its_probes() {
+        use crate::core::breaker::{BreakerConfig, CircuitBreaker};
+        use crate::core::guards::{GuardsLent, Held};
+        use crate::core::throttle::{AdaptiveThrottle, ThrottleConfig};
+        const O: &str = "http://127.0.0.1:8080";
+        let p = policy();
+        let mut breaker = CircuitBreaker::new(BreakerConfig {
+            failure_threshold: 1,
+            open_ms: 300.0,
+            half_open_max_calls: 1,
+        });
+        let mut throttle = AdaptiveThrottle::new(ThrottleConfig::default());
+        // Another call's failure opens the circuit at 10 ms: half-open from 310 ms.
+        let mut other = Held::default();
+        let mut g = GuardsLent {
+            origin: O,
+            budget: None,
+            pacer: None,
+            breaker: Some(&mut breaker),
+            held: &mut other,
+        };
+        assert_eq!(g.admit(0.0), Ok(()));
+        g.settled(Outcome::Status(503), true, 1, 0.0, 10.0);
+        // Two calls admitted while it was closed waited for their throttle turns until 400 ms:
+        // one probe goes, the other is refused (a half-open round of one probe).
+        let steps: Vec<Step> = (0..2)
+            .map(|_| {
+                let mut held = Held::default();
+                held.slot = Some(None);
+                let mut e = CallEngine::new(&p, 0.0, GET);
+                let mut g = GuardsLent {
+                    origin: O,
+                    budget: None,
+                    pacer: Some(&mut throttle),
+                    breaker: Some(&mut breaker),
+                    held: &mut held,
+                };
+                e.turn_waited(&p, &mut g, 400.0)
+            })
+            .collect();
+        assert!(
+            matches!(steps[0], Step::Send { attempt: 1, .. }),
+            "{steps:?}"
+        );
+        assert!(matches!(steps[1], Step::CircuitOpen(_)), "{steps:?}");
     }
 
     /// Sends and settles attempts with `outcomes` in turn, hooks saying yes, until the call
@@ -1489,6 +1549,48 @@ mod tests {
                 cause: Cause::AttemptError
             }
         );
+    }
+
+    #[test]
+    fn the_retry_after_a_skip_is_told_with_its_own_number_and_the_whole_wait() {
+        let p = RetryPolicy {
+            max_attempts: 5,
+            ..policy()
+        };
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(503), &mut g, 0.0, &mut Half);
+        assert_eq!(
+            e.hooks_done(true, 0.0),
+            Step::Wait {
+                ms: 100.0,
+                kind: WaitKind::Backoff
+            }
+        );
+        // The budget skips attempt 2 after the first wait: another backoff (200 ms).
+        g.budget = vec![Verdict::Skip];
+        assert_eq!(
+            e.waited(&p, WaitKind::Backoff, &mut g, 100.0, &mut Half),
+            Step::Wait {
+                ms: 200.0,
+                kind: WaitKind::Skip
+            }
+        );
+        // Then it allows: the retry about to go is attempt 3, after 300 ms of waiting.
+        g.budget.clear();
+        assert_eq!(
+            e.waited(&p, WaitKind::Skip, &mut g, 300.0, &mut Half),
+            Step::BeforeRetry {
+                attempt: 3,
+                delay_ms: 300.0,
+                reason: RetryReason::Status
+            }
+        );
+        assert!(matches!(
+            e.next_attempt(&p, &mut g, 300.0),
+            Step::Send { attempt: 3, .. }
+        ));
     }
 
     #[test]

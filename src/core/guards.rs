@@ -110,6 +110,13 @@ impl CallGuards for GuardsLent<'_> {
         }
     }
 
+    fn readmit(&mut self, now_ms: f64) -> Result<(), f64> {
+        if let (Some(b), Some(probe)) = (self.breaker.as_deref_mut(), self.held.slot.take()) {
+            b.release(self.origin, probe);
+        }
+        self.admit(now_ms)
+    }
+
     fn turn(&mut self, attempt: u32, deadline_left_ms: Option<f64>, now_ms: f64) -> Turn {
         let Some(t) = self.pacer.as_deref_mut() else {
             return Turn::Now;

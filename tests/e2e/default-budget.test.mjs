@@ -234,3 +234,53 @@ test('onSettled\'s attempts are the attempts sent: none the default budget refus
     await s.close();
   }
 });
+
+test('the retry sent after the budget skipped some is told as itself: beforeRetry, its record and X-Retry-Count agree, delayMs the whole wait', async () => {
+  // Other calls' unaccepted retries fill the budget's floor, then every request is cut (a
+  // network error). The call's first retries are skipped (counted as made, nothing sent)
+  // until the budget decays enough; the retry that then goes is told with its own number and
+  // the wait since the failure, everywhere.
+  let fill = true;
+  const sent = [];
+  const s = http.createServer((req, res) => {
+    req.resume();
+    if (fill) {
+      res.writeHead(503);
+      res.end();
+      return;
+    }
+    sent.push({ at: performance.now(), retryCount: req.headers['x-retry-count'] });
+    req.socket.destroy();
+  });
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${s.address().port}/`;
+  try {
+    await Promise.all(Array.from({ length: 25 }, () =>
+      retryFetch(url, undefined, { throttle: false, maxAttempts: 2, baseDelayMs: 0 }).then((r) => r.arrayBuffer())));
+    fill = false;
+    const told = [];
+    const error = await retryFetch(url, undefined, {
+      throttle: false, maxAttempts: 4, baseDelayMs: 100, jitter: 'none', retryHeaders: true,
+      beforeRetry: (info) => { told.push(info); },
+    }).then(() => assert.fail('resolved'), (e) => e);
+    assert.equal(error.name, 'RetryError');
+    const records = error.attempts;
+    assert.ok(records.length >= 2, `sent ${records.length} attempt(s): ${JSON.stringify(records)}`);
+    assert.ok(records[1].attempt > 2, `no retry was skipped (records ${records.map((r) => r.attempt)})`);
+    assert.equal(told.length, records.length - 1);
+    told.forEach((info, i) => {
+      const record = records[i + 1];
+      assert.equal(info.attempt, record.attempt, 'beforeRetry and the record');
+      assert.equal(Number(sent[i + 1].retryCount), record.attempt - 1, 'X-Retry-Count');
+      assert.equal(info.delayMs, records[i].delayMs, 'beforeRetry.delayMs, the wait that followed the attempt before');
+      // jitter: 'none': 100, then 200 and 400 for the skipped ones, as many as were skipped.
+      const waits = Array.from({ length: record.attempt - records[i].attempt }, (_, k) => 100 * 2 ** (records[i].attempt - 1 + k));
+      assert.equal(info.delayMs, waits.reduce((a, b) => a + b, 0), `the waits ${waits}`);
+      const gap = sent[i + 1].at - sent[i].at;
+      assert.ok(gap >= info.delayMs - 5, `sent ${gap.toFixed(0)} ms after the attempt before, told ${info.delayMs}`);
+    });
+  } finally {
+    s.closeAllConnections();
+    await new Promise((resolve) => s.close(resolve));
+  }
+});

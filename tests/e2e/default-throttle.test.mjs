@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { retryFetch, createRetryFetch, AdaptiveThrottle } from 'retry-fetch';
+import { retryFetch, createRetryFetch, AdaptiveThrottle, CircuitBreaker } from 'retry-fetch';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 /**
@@ -226,5 +226,29 @@ test('default options after healthy traffic meet a herd as a fresh module does',
     assert.ok(warmHerd <= 1.25 * fresh.seen() + 20, `requests: ${warmHerd} after healthy traffic, ${fresh.seen()} fresh`);
   } finally {
     await Promise.all([s.close(), fresh.close()]);
+  }
+});
+
+test('a call that waited for its throttle turn is sent only as the breaker allows: into a half-open circuit as its probe, or not at all', async () => {
+  // 8 calls of one attempt each to an origin that always answers 503, through a throttle of
+  // about 4 sends a second: the first failure opens the circuit (openMs 300, one probe per
+  // half-open round) while the others still wait for their turns. Each that goes later must
+  // be a half-open round's probe, whose failure opens the circuit again; the rest end with a
+  // CircuitOpenError, nothing sent.
+  const s = await server(() => 503);
+  const events = [];
+  const breaker = new CircuitBreaker({ failureThreshold: 1, openMs: 300, halfOpenMaxCalls: 1, onStateChange: (e) => events.push(`${e.from}->${e.to}`) });
+  const throttle = new AdaptiveThrottle({ initialRate: 4, rampMs: 100_000 });
+  try {
+    const results = await Promise.all(Array.from({ length: 8 }, () =>
+      retryFetch(s.url, undefined, { breaker, throttle, maxAttempts: 1 }).then((r) => drain(r), (e) => e.name)));
+    const probes = events.filter((e) => e === 'open->half-open').length;
+    assert.ok(events[0] === 'closed->open', events.join(' '));
+    assert.equal(s.seen(), 1 + probes, `sent ${s.seen()} with ${probes} half-open round(s): ${events.join(' ')}; ${results.join(' ')}`);
+    assert.equal(events.filter((e) => e === 'half-open->open').length, probes, events.join(' '));
+    assert.equal(results.filter((r) => r === 503).length, s.seen());
+    assert.equal(results.filter((r) => r === 'CircuitOpenError').length, 8 - s.seen());
+  } finally {
+    await s.close();
   }
 });

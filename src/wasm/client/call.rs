@@ -1352,8 +1352,17 @@ async fn run_loop(
                 Next::Step(engine.hooks_done(retry, js_sys::Date::now()))
             }
             Step::Wait { ms, kind } => {
-                if let (WaitKind::Backoff, Some(record)) = (kind, &newest.record) {
-                    js::set(record, "delayMs", &JsValue::from_f64(ms));
+                // The wait that followed the attempt: its backoff, and the backoffs of the
+                // retries the budget skipped after it.
+                if let Some(record) = &newest.record {
+                    let before = match kind {
+                        WaitKind::Backoff => Some(0.0),
+                        WaitKind::Skip => js::get(record, "delayMs").as_f64(),
+                        _ => None,
+                    };
+                    if let Some(before) = before {
+                        js::set(record, "delayMs", &JsValue::from_f64(before + ms));
+                    }
                 }
                 // The response is kept through the wait: if the deadline passes meanwhile (a
                 // late timer), it is the answer, and nothing more is sent.
