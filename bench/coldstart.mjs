@@ -19,7 +19,7 @@
 // The kinds are interleaved (import, wasm, ky, ..., import, wasm, ...), one process at a time;
 // one unrecorded process of each kind runs first (file cache). Median and p90 per kind.
 //
-// Size: the files a browser loads for the client entry (index.browser.js, retry_fetch.js,
+// Size: the files a browser loads for the client entry (index.browser.js, load-wasm.js, retry_fetch.js,
 // retry_fetch_bg.wasm; the package's JS is minified by its build), raw and
 // gzip -9 (zlib level 9, each file compressed on its own, as a server would send them), and
 // the same for each peer: its main entry file alone and the whole module graph that entry
@@ -42,7 +42,7 @@ const RESULTS = path.join(BENCH, 'results/coldstart.json');
 const RUNS = positiveInt(process.env.COLDSTART_RUNS, 15);
 const GOALS = Object.freeze({ importMs: 8, gzipBytes: 40_000, gzipGoalBytes: 32_000 });
 const PEERS = ['ky', 'p-retry', 'fetch-retry', 'cockatiel'];
-const CLIENT_FILES = ['retry_fetch_bg.wasm', 'retry_fetch.js', 'index.browser.js'];
+const CLIENT_FILES = ['retry_fetch_bg.wasm', 'retry_fetch.js', 'index.browser.js', 'load-wasm.js'];
 
 // ---------------------------------------------------------------------------------------------
 // Cold start. Each child is `node --input-type=module -e CODE` run in bench/, so bare specifiers

@@ -66,7 +66,7 @@ if (allGoals.length) {
 p('## Size');
 if (coldstart) {
   p(`Measured ${day(coldstart.generatedAt)} by \`bench/coldstart.mjs\` on ${machine(coldstart)} (the sizes do not depend on `
-    + 'the machine). What a browser loads for the client entry (`index.browser.js` → `retry_fetch.js` → `retry_fetch_bg.wasm`), raw and '
+    + 'the machine). What a browser loads for the client entry (`index.browser.js` → `load-wasm.js`, `retry_fetch.js` → `retry_fetch_bg.wasm`), raw and '
     + 'gzip -9 (Node\'s zlib at level 9, each file compressed on its own, as a server sends them). The peers: '
     + 'their main entry file alone, and every module that entry loads (relative imports and dependencies followed '
     + 'statically; as published: no bundling, tree-shaking or minification), per file and concatenated (roughly '

@@ -1,9 +1,10 @@
 // Browser and worker entry (an ES module, no bundler needed): fetch and instantiate the wasm
 // once, with top-level await, before the exports can be used. Everything else is the wasm's.
-import init, { setErrorClasses } from './retry_fetch.js';
+import { setErrorClasses } from './retry_fetch.js';
+import { loadWasm } from './load-wasm.js';
 import { RetryError, CircuitOpenError } from './errors.js';
 
-await init({ module_or_path: new URL('./retry_fetch_bg.wasm', import.meta.url) });
+await loadWasm(new URL('./retry_fetch_bg.wasm', import.meta.url));
 
 setErrorClasses(RetryError, CircuitOpenError);
 

@@ -2,7 +2,8 @@
 // that want to choose when and from where the .wasm is loaded: call `await init()` once
 // (e.g. in the service worker's `install` event or before the first call), then use the API.
 // This file only loads the wasm: until it is loaded, every export says to call init().
-import initWasm, * as wasm from './retry_fetch.js';
+import * as wasm from './retry_fetch.js';
+import { loadWasm } from './load-wasm.js';
 import { RetryError, CircuitOpenError } from './errors.js';
 
 export { RetryError, CircuitOpenError };
@@ -16,7 +17,7 @@ let loaded = false;
  * so a later `init()` can try again.
  */
 export function init(wasmSource) {
-  ready ??= initWasm({ module_or_path: wasmSource ?? new URL('./retry_fetch_bg.wasm', import.meta.url) })
+  ready ??= loadWasm(wasmSource ?? new URL('./retry_fetch_bg.wasm', import.meta.url))
     .then(() => {
       // Throws for a module that lacks this package's exports: then it is not kept either.
       wasm.setErrorClasses(RetryError, CircuitOpenError);

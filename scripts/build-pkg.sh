@@ -109,7 +109,7 @@ echo "$inputs $(pkg_hash)" > "$stamp"
 
 wasm="$out/retry_fetch_bg.wasm"
 raw=$(stat -c %s "$wasm"); gz=$(gzip -9c "$wasm" | wc -c)
-glue=$(cat "$out/retry_fetch.js" "$out/index.browser.js" | gzip -9c | wc -c)
+glue=$(cat "$out/retry_fetch.js" "$out/index.browser.js" "$out/load-wasm.js" | gzip -9c | wc -c)
 rf_say "pkg/ built: retry_fetch_bg.wasm ${raw} bytes raw, ${gz} bytes gzip; JS glue ${glue} bytes gzip; client entry $((gz + glue)) bytes gzip"
 swasm="$out/retry_fetch_server_bg.wasm"
 sraw=$(stat -c %s "$swasm"); sgz=$(gzip -9c "$swasm" | wc -c)

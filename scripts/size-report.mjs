@@ -276,7 +276,7 @@ const sections = [
 ].filter(Boolean);
 const wasm = { file: strippedPath ?? `${namedPath} (stripped in memory)`, raw: strippedBuf.length, gzip: totalGzip };
 
-const glueFiles = SERVER ? [] : ['pkg/retry_fetch.js', 'pkg/index.browser.js'].filter((f) => existsSync(join(ROOT, f)));
+const glueFiles = SERVER ? [] : ['pkg/retry_fetch.js', 'pkg/index.browser.js', 'pkg/load-wasm.js'].filter((f) => existsSync(join(ROOT, f)));
 const glue = glueFiles.map((f) => { const b = readFileSync(join(ROOT, f)); return { file: f, raw: b.length, gzip: gzip9(b) }; });
 const glueGzip = glue.reduce((a, g) => a + g.gzip, 0);
 const largest = [...funcs].sort((a, b) => b.body.length - a.body.length).slice(0, flag('--all') ? Infinity : 15)

@@ -223,6 +223,20 @@ pub enum Limited {
     NotBytes,
 }
 
+/// Is `value` a `Uint8Array` of any realm (an iframe's, a `vm` context's as Jest runs
+/// tests in: `instanceof` sees only this realm's)? The internal slot `ArrayBuffer.isView`
+/// reads, and the type name its tag gives, cannot be lent by a plain object.
+pub fn is_bytes(value: &JsValue) -> bool {
+    value.is_instance_of::<js_sys::Uint8Array>()
+        || (js_sys::ArrayBuffer::is_view(value) && has_tag(value, "[object Uint8Array]"))
+}
+
+/// Is `Object.prototype.toString.call(value)` `tag` (a throw: no)? Tells a built-in object
+/// of another realm apart, where `instanceof` cannot.
+pub fn has_tag(value: &JsValue, tag: &str) -> bool {
+    object_tag(value).is_ok_and(|t| t == tag)
+}
+
 /// Read `reader` to its end, keeping at most `limit` bytes: the request body the client
 /// buffers for replay and the one the server companion fingerprints are read by this.
 pub async fn read_limited(
@@ -237,17 +251,20 @@ pub async fn read_limited(
             break;
         }
         let chunk = get(&step, "value");
-        let Some(bytes) = chunk.dyn_ref::<js_sys::Uint8Array>() else {
+        if !is_bytes(&chunk) {
             ignore_rejection(&reader.cancel());
             return Ok(Limited::NotBytes);
-        };
+        }
+        // A copy of ours (the stream's owner may reuse its chunk), made by this realm's
+        // constructor, which copies a `Uint8Array` of any realm.
+        let bytes = js_sys::Uint8Array::new(&chunk);
         size += f64::from(bytes.length());
         if size > limit {
             // Not awaited: a tee branch's cancel settles only once the other branch is done.
             ignore_rejection(&reader.cancel());
             return Ok(Limited::TooLong);
         }
-        chunks.push(&bytes.slice(0, bytes.length()));
+        chunks.push(&bytes);
     }
     let out = js_sys::Uint8Array::new_with_length(size as u32);
     let mut at = 0;

@@ -548,3 +548,36 @@ test("a Request input's signal still ends the call after a garbage collection (t
     assert.equal(s.log().length, 1, `${method}: sent after the abort`);
   }
 });
+
+test('run in a vm context (as Jest runs tests), a Request or a stream body of the outer realm is buffered and replayed', async () => {
+  // jest-environment-node runs code in a vm context: its Uint8Array and ReadableStream are its
+  // own, while fetch, Request and the streams fetch makes come from Node's realm. The CommonJS
+  // glue is run in such a context; a body's chunks (and a stream given as the body) are of the
+  // outer realm, where `instanceof` says no.
+  const { createContext, runInContext } = await import('node:vm');
+  const { readFileSync } = await import('node:fs');
+  const { createRequire } = await import('node:module');
+  const glue = new URL('./node_modules/retry-fetch/cjs/retry_fetch.js', import.meta.url);
+  const context = createContext({
+    fetch, Request, Response, Headers, AbortController, AbortSignal, URL, FormData, Blob, TextEncoder, TextDecoder,
+    setTimeout, clearTimeout, queueMicrotask, crypto, console, WebAssembly, FinalizationRegistry, WeakRef,
+    require: createRequire(glue), __dirname: new URL('.', glue).pathname,
+  });
+  context.module = { exports: {} };
+  context.exports = context.module.exports;
+  runInContext(`${readFileSync(glue, 'utf8')}\n;globalThis.RF = module.exports;`, context);
+  const RF = context.RF;
+  RF.setErrorClasses(class RetryError extends Error {}, class CircuitOpenError extends Error {});
+  assert.notEqual(runInContext('Uint8Array', context), Uint8Array, 'the context has a realm of its own');
+
+  const a = seq('503,200');
+  const res = await RF.retryFetch(new Request(a.url, { method: 'POST', body: 'from the outer realm' }), undefined, fast);
+  assert.equal(res.status, 200);
+  assert.deepEqual(a.log().map((r) => Buffer.from(r.bodyBase64, 'base64').toString()), ['from the outer realm', 'from the outer realm']);
+
+  const b = seq('503,200');
+  const stream = new ReadableStream({ start(c) { c.enqueue(new TextEncoder().encode('a stream, ')); c.enqueue(new TextEncoder().encode('twice')); c.close(); } });
+  const res2 = await RF.retryFetch(b.url, { method: 'POST', body: stream, duplex: 'half' }, fast);
+  assert.equal(res2.status, 200);
+  assert.deepEqual(b.log().map((r) => Buffer.from(r.bodyBase64, 'base64').toString()), ['a stream, twice', 'a stream, twice']);
+});

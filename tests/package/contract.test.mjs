@@ -150,3 +150,33 @@ test('retry-fetch/manual: a failed init() is not cached; init(the .wasm bytes) t
   assert.equal(out.status, 200);
   assert.equal(s.log().length, 2, 'retryFetch then works (503, then 200)');
 });
+
+test('retry-fetch/manual and the main entry used together in Node: one instance, and what either made keeps working', async () => {
+  // init() is started, then the main entry instantiates the wasm synchronously on first use
+  // (a guard, a client) before init() settles: init() must keep that instance, not replace it
+  // (every guard and client made on a replaced instance would read freed memory).
+  const a = seq('503,200');
+  const b = seq('503,200');
+  const out = await child(`
+    import { readFileSync } from 'node:fs';
+    import { createRequire } from 'node:module';
+    import * as main from 'retry-fetch';
+    import * as manual from 'retry-fetch/manual';
+    const wasm = createRequire(process.cwd() + '/consumer.cjs').resolve('retry-fetch/retry_fetch_bg.wasm');
+    const settle = (p) => Promise.resolve().then(() => p).then((res) => res.status, (e) => e?.name + ': ' + e?.message);
+    const loading = manual.init(readFileSync(wasm));
+    const budget = new main.RetryBudget({ maxTokens: 7 });
+    const client = main.createRetryFetch({ maxAttempts: 2, baseDelayMs: 1 });
+    await loading;
+    const out = {};
+    try { out.tokens = budget.tokens(${JSON.stringify(a.url)}); } catch (e) { out.tokens = e?.name + ': ' + e?.message; }
+    out.client = await settle(client(${JSON.stringify(a.url)}));
+    // One instance: a guard of the main entry is one of manual's too.
+    out.shared = await settle(manual.retryFetch(${JSON.stringify(b.url)}, undefined, { baseDelayMs: 1, budget }));
+    console.log(JSON.stringify(out));`);
+  assert.equal(out.tokens, 7, JSON.stringify(out));
+  assert.equal(out.client, 200, JSON.stringify(out));
+  assert.equal(out.shared, 200, JSON.stringify(out));
+  assert.equal(a.log().length, 2);
+  assert.equal(b.log().length, 2);
+});

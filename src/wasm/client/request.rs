@@ -102,7 +102,12 @@ fn body_kind(request: &Request, body: &JsValue) -> BodyKind {
     if request.body().is_none() {
         return BodyKind::None;
     }
-    if body.is_undefined() || body.is_instance_of::<ReadableStream>() {
+    // A stream of another realm (an iframe's, a `vm` context's) is one too: the request's own
+    // body (this realm's) is what is read.
+    if body.is_undefined()
+        || body.is_instance_of::<ReadableStream>()
+        || js::has_tag(body, "[object ReadableStream]")
+    {
         BodyKind::Stream
     } else if body.is_object()
         && !body.is_instance_of::<web_sys::Blob>()
