@@ -737,6 +737,7 @@ fn simulate(policy: &RetryPolicy, call: &Call) -> Result<Vec<Decision>, TestCase
             replayable: call.replayable,
             budget_allows_retry: true,
             redirected: false,
+            server_refuses: false,
         };
         let verdict = classify(policy, outcome, call.idempotent, call.has_key);
         let decision = state.decide(policy, report, now, &mut rng);
@@ -1014,6 +1015,7 @@ fn headers_to_decision_end_to_end() {
         replayable: true,
         budget_allows_retry: true,
         redirected: false,
+        server_refuses: false,
     };
     assert_eq!(
         state.decide(&policy, post, now, &mut Half),
@@ -1131,6 +1133,7 @@ fn validated_options_drive_a_deterministic_schedule() {
             replayable: true,
             budget_allows_retry: true,
             redirected: false,
+            server_refuses: false,
         };
         match state.decide(&policy, o, now, &mut Half) {
             Decision::Retry {
@@ -1169,6 +1172,7 @@ fn deadline_limits_the_attempt_and_the_wait() {
         replayable: true,
         budget_allows_retry: true,
         redirected: false,
+        server_refuses: false,
     };
     // Attempt 1 times out at 10_800; wait 500 ends at 11_300 < 12_000.
     assert!(matches!(

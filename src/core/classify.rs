@@ -74,6 +74,26 @@ fn status_says_not_processed(status: u16) -> bool {
     status == 408 || status == 429
 }
 
+/// The response headers by which a server says whether a request may be sent again:
+/// `X-Should-Retry` (OpenAI's, Anthropic's and other APIs') and `Stripe-Should-Retry`
+/// (Stripe's).
+pub const SHOULD_RETRY_HEADERS: [&str; 2] = ["x-should-retry", "stripe-should-retry"];
+
+/// Does a failed answer's `X-Should-Retry` (or `Stripe-Should-Retry`) value say not to retry?
+/// Only `false` (any case, surrounding spaces ignored) does: the server knows the request
+/// must not be sent again (it may have taken effect), and a veto can only send less. `true`
+/// changes nothing: which statuses are retried is the caller's `retryOnStatus`, and whether a
+/// retry is safe the method's and the key's.
+///
+/// ```
+/// use retry_fetch::core::classify::server_refuses_retry;
+/// assert!(server_refuses_retry(Some(" False ")));
+/// assert!(!server_refuses_retry(Some("true")) && !server_refuses_retry(Some("no")) && !server_refuses_retry(None));
+/// ```
+pub fn server_refuses_retry(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
+}
+
 /// Is `outcome` a transient failure (a status in `retryOnStatus`, a network error, a
 /// timeout), whatever the method? This is what the retry budget and the circuit breaker count
 /// as a failure.

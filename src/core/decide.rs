@@ -150,6 +150,9 @@ pub struct AttemptOutcome {
     /// request it is final: the redirect says the server processed the request (a POST
     /// answered 303 and followed to a GET), so the request is never sent again.
     pub redirected: bool,
+    /// The server said not to retry (`X-Should-Retry: false`, see
+    /// [`super::classify::server_refuses_retry`]): the response is final.
+    pub server_refuses: bool,
 }
 
 impl RetryState {
@@ -205,7 +208,7 @@ impl RetryState {
         now_ms: f64,
         rng: &mut R,
     ) -> Decision {
-        if report.redirected && !report.idempotent {
+        if (report.redirected && !report.idempotent) || report.server_refuses {
             return Decision::Stop(Stop::Final);
         }
         let reason = match classify(policy, report.outcome, report.idempotent, report.has_key) {
@@ -274,6 +277,7 @@ mod tests {
             replayable: true,
             budget_allows_retry: true,
             redirected: false,
+            server_refuses: false,
         }
     }
 
@@ -336,6 +340,7 @@ mod tests {
             replayable: true,
             budget_allows_retry: true,
             redirected: false,
+            server_refuses: false,
         };
         assert_eq!(
             run(&policy(), &[o]),

@@ -14,7 +14,9 @@
 use super::accepted::{poll_failed, Accepted, AcceptedAnswer, Follow};
 use super::backoff::Rng;
 use super::budget::Verdict;
-use super::classify::{is_transient, Outcome, RetryReason};
+use super::classify::{
+    is_transient, server_refuses_retry, Outcome, RetryReason, SHOULD_RETRY_HEADERS,
+};
 use super::decide::{AttemptOutcome, Decision, RetryState, Stop, StopReason};
 use super::options::RetryPolicy;
 use super::retry_after::server_delay_ms;
@@ -516,6 +518,7 @@ impl CallEngine {
         } else {
             None
         };
+        let failed = matches!(outcome, Outcome::Status(s) if s >= 400);
         let report = AttemptOutcome {
             outcome,
             idempotent,
@@ -526,6 +529,10 @@ impl CallEngine {
                 .as_deref()
                 .is_none_or(|g| g.budget(now_ms) != Verdict::Stop),
             redirected: settled.redirected,
+            server_refuses: failed
+                && SHOULD_RETRY_HEADERS
+                    .iter()
+                    .any(|name| server_refuses_retry((settled.header)(name).as_deref())),
         };
         let step = match self.state.decide(policy, report, now_ms, rng) {
             // The deadline, not `maxAttempts`, ended an attempt its time limit cut.
@@ -1339,12 +1346,15 @@ mod tests {
                 cause: Cause::AttemptError
             }
         );
-        // respectRetryAfter: false: the backoff, and the header is never read.
+        // respectRetryAfter: false: the backoff, and the wait's headers are never read.
         let ignoring = RetryPolicy {
             respect_retry_after: false,
             ..policy()
         };
-        let never = |n: &str| -> Option<String> { panic!("read {n}") };
+        let never = |n: &str| -> Option<String> {
+            assert!(SHOULD_RETRY_HEADERS.contains(&n), "read {n}");
+            None
+        };
         let mut e = CallEngine::new(&ignoring, 0.0, GET);
         e.next_attempt(&ignoring, &mut g, 0.0);
         let s = Settled {
@@ -1549,6 +1559,55 @@ mod tests {
                 cause: Cause::AttemptError
             }
         );
+    }
+
+    #[test]
+    fn a_failure_the_server_says_not_to_retry_is_the_answer() {
+        let p = policy();
+        for (name, value) in [
+            ("x-should-retry", "false"),
+            ("stripe-should-retry", " FALSE "),
+        ] {
+            let says = |n: &str| (n == name).then(|| value.to_string());
+            let mut g = Fake::default();
+            let mut e = CallEngine::new(&p, 0.0, KEYED_POST);
+            e.next_attempt(&p, &mut g, 0.0);
+            let s = Settled {
+                outcome: Outcome::Status(503),
+                redirected: false,
+                header: &says,
+                url_header: &none,
+            };
+            assert_eq!(
+                e.settled(&p, s, &mut g, 10.0, &mut Half).1,
+                Step::Finish {
+                    reason: StopReason::NotRetryable,
+                    cause: Cause::AttemptError
+                },
+                "{name}: {value}"
+            );
+            // Still a transient failure to the guards (the origin is failing).
+            assert_eq!(g.settled, vec![(Outcome::Status(503), true, 1)]);
+        }
+        // `true` changes nothing: a 400 is not retried, a 503 is.
+        let yes = |n: &str| (n == "x-should-retry").then(|| "true".to_string());
+        for (status, retried) in [(400, false), (503, true)] {
+            let mut g = Fake::default();
+            let mut e = CallEngine::new(&p, 0.0, GET);
+            e.next_attempt(&p, &mut g, 0.0);
+            let s = Settled {
+                outcome: Outcome::Status(status),
+                redirected: false,
+                header: &yes,
+                url_header: &none,
+            };
+            let step = e.settled(&p, s, &mut g, 10.0, &mut Half).1;
+            assert_eq!(
+                matches!(step, Step::AskHooks { .. }),
+                retried,
+                "{status}: {step:?}"
+            );
+        }
     }
 
     #[test]

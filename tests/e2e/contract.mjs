@@ -614,6 +614,23 @@ export const scenarios = [
     },
   },
   {
+    name: "contract: a failure whose server says X-Should-Retry: false (or Stripe-Should-Retry) is the answer, not retried; 'true' changes nothing",
+    async run({ api, seq }) {
+      const a = seq('503+sr=false,200');
+      equal((await api.retryFetch(a.url, { method: 'POST', body: 'pay' }, fast)).status, 503);
+      equal((await a.log()).length, 1, 'X-Should-Retry: false:');
+      const b = seq('500+ssr=False,200');
+      equal((await api.retryFetch(b.url, undefined, fast)).status, 500);
+      equal((await b.log()).length, 1, 'Stripe-Should-Retry: False:');
+      const c = seq('503+sr=true,200');
+      equal((await api.retryFetch(c.url, undefined, fast)).status, 200);
+      equal((await c.log()).length, 2, 'a 503 with true is retried as any:');
+      const d = seq('400+sr=true,200');
+      equal((await api.retryFetch(d.url, undefined, fast)).status, 400);
+      equal((await d.log()).length, 1, 'a 400 with true is not:');
+    },
+  },
+  {
     name: 'contract: respectRetryAfter: false uses the computed delay, not Retry-After',
     async run({ api, seq }) {
       const s = seq('429+ra=1,200');

@@ -600,6 +600,7 @@ test('a failure the store could not keep is recorded not-stored, and its 500 say
   const request = () => new Request('http://localhost/pay', { method: 'POST', headers: { 'Idempotency-Key': 'k-not-stored' }, body: '' });
   const first = await h(request());
   assert.equal(first.status, 500);
+  assert.equal(first.headers.get('x-should-retry'), 'false', 'a client is told not to retry it');
   assert.match((await first.json()).detail, /could not be stored/);
   store.down = false;
   await h(request());

@@ -17,6 +17,7 @@
 //   +raw=<text>          Retry-After: <text> as is (URL-encoded)
 //   +rlr=<s>             RateLimit-Reset: <s>
 //   +rl=<s>              RateLimit: "default";r=0;t=<s>
+//   +sr=<v>              X-Should-Retry: <v>; +ssr=<v>: Stripe-Should-Retry: <v>
 //   +delay=<ms>          wait <ms> before answering
 //   +to=<url>            Location: <url> (URL-encoded; e.g. `303+to=<path of another seq>`,
 //                        a redirect that fetch follows; a relative URL resolves against this one)
@@ -55,6 +56,8 @@ export function parseStep(text) {
     else if (key === 'raw') step.headers['Retry-After'] = value;
     else if (key === 'rlr') step.headers['RateLimit-Reset'] = value;
     else if (key === 'rl') step.headers.RateLimit = `"default";r=0;t=${value}`;
+    else if (key === 'sr') step.headers['X-Should-Retry'] = value;
+    else if (key === 'ssr') step.headers['Stripe-Should-Retry'] = value;
     else if (key === 'delay') step.delayMs = Number(value);
     else if (key === 'to') step.headers.Location = value;
     else if (key === 'opl') step.headers['Operation-Location'] = value;

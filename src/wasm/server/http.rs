@@ -460,8 +460,12 @@ async fn process(
             if outcome == Outcome::Failed {
                 return from_stored(&stored, false).map(JsValue::from);
             }
-            problem(500, "idempotency-handler-failed", "The request failed",
-                &format!("The handler failed after it started and may have had effects, and this answer could not be stored for this {header} (the store failed, or the lock was lost): a retry with the same key runs the handler again once the key's lock lapses. Check the operation's state before trying again."), false).map(JsValue::from)
+            let response = problem(500, "idempotency-handler-failed", "The request failed",
+                &format!("The handler failed after it started and may have had effects, and this answer could not be stored for this {header} (the store failed, or the lock was lost): a retry with the same key runs the handler again once the key's lock lapses. Check the operation's state before trying again."), false)?;
+            // Nothing protects a retry from running the handler again: a client that honours
+            // `X-Should-Retry` (retryFetch, Stripe's and OpenAI's SDKs) returns this answer.
+            response.headers().set("x-should-retry", "false")?;
+            Ok(response.into())
         }
     }
 }
