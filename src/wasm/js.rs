@@ -62,13 +62,17 @@ extern "C" {
     /// function, is the `Err`), to be read without anything of the caller's running again.
     #[wasm_bindgen(js_name = structuredClone, catch)]
     pub fn data_copy(value: &JsValue) -> Result<JsValue, JsValue>;
+}
 
+#[wasm_bindgen]
+extern "C" {
     /// The `Uint8Array` constructor, bound with `catch`.
     #[wasm_bindgen(js_name = Uint8Array)]
     type ByteView;
-    /// `new Uint8Array(buffer)`, which throws for a detached buffer or an invalid length.
+    /// `new Uint8Array(source)`: a view of an `ArrayBuffer`, or a copy of a typed array (of any
+    /// realm); throws for a detached buffer, or a length it cannot allocate.
     #[wasm_bindgen(constructor, catch, js_class = "Uint8Array")]
-    fn new(buffer: &JsValue) -> Result<ByteView, JsValue>;
+    fn new(source: &JsValue) -> Result<ByteView, JsValue>;
 }
 
 /// `new Uint8Array(buffer)` over `buffer`, an object a caller's code gave (an `ArrayBuffer`);
@@ -255,15 +259,29 @@ pub async fn read_limited(
             ignore_rejection(&reader.cancel());
             return Ok(Limited::NotBytes);
         }
-        // A copy of ours (the stream's owner may reuse its chunk), made by this realm's
-        // constructor, which copies a `Uint8Array` of any realm.
-        let bytes = js_sys::Uint8Array::new(&chunk);
-        size += f64::from(bytes.length());
+        // Measured before it is copied: a chunk past the limit is never copied.
+        let length = get(&chunk, "byteLength").as_f64().unwrap_or(0.0);
+        size += length;
         if size > limit {
             // Not awaited: a tee branch's cancel settles only once the other branch is done.
             ignore_rejection(&reader.cancel());
             return Ok(Limited::TooLong);
         }
+        // A copy of ours (the stream's owner may reuse its chunk), made by this realm's
+        // constructor, which copies a `Uint8Array` of any realm; a detached one is the `Err`.
+        // A copy of another length was no `Uint8Array` (a wider typed array under its tag).
+        let copied = ByteView::new(&chunk).map(JsCast::unchecked_into::<js_sys::Uint8Array>);
+        let bytes = match copied {
+            Ok(bytes) if f64::from(bytes.length()) == length => bytes,
+            Ok(_) => {
+                ignore_rejection(&reader.cancel());
+                return Ok(Limited::NotBytes);
+            }
+            Err(e) => {
+                ignore_rejection(&reader.cancel());
+                return Err(e);
+            }
+        };
         chunks.push(&bytes);
     }
     let out = js_sys::Uint8Array::new_with_length(size as u32);

@@ -581,3 +581,34 @@ test('run in a vm context (as Jest runs tests), a Request or a stream body of th
   assert.equal(res2.status, 200);
   assert.deepEqual(b.log().map((r) => Buffer.from(r.bodyBase64, 'base64').toString()), ['a stream, twice', 'a stream, twice']);
 });
+
+test('a stream body chunk detached before it is read rejects the call (nothing sent); a wider typed array under a Uint8Array tag is refused', async () => {
+  // The chunk's buffer is transferred after it was queued: copying it throws, and the call must
+  // reject with that error, not throw through the wasm (an uncaught exception, a call that never
+  // settles).
+  const s = seq('200');
+  const detached = () => {
+    const chunk = new Uint8Array([1, 2, 3]);
+    return new ReadableStream({ start(c) { c.enqueue(chunk); structuredClone(chunk.buffer, { transfer: [chunk.buffer] }); c.close(); } });
+  };
+  const uncaught = [];
+  const onUncaught = (e) => uncaught.push(e);
+  process.on('uncaughtException', onUncaught);
+  try {
+    const settled = await Promise.race([
+      api.retryFetch(s.url, { method: 'PUT', body: detached(), duplex: 'half' }, fast).then(() => 'resolved', (e) => e),
+      new Promise((resolve) => setTimeout(() => resolve('never settled'), 3000)),
+    ]);
+    assert.equal(settled?.name, 'TypeError', String(settled));
+    assert.deepEqual(uncaught, []);
+    // A Uint16Array that says it is a Uint8Array: its bytes are not what a copy by items gives.
+    const wide = new Uint16Array([0x0102, 0x0304]);
+    Object.defineProperty(wide, Symbol.toStringTag, { value: 'Uint8Array' });
+    const faked = new ReadableStream({ start(c) { c.enqueue(wide); c.close(); } });
+    const refused = await api.retryFetch(s.url, { method: 'PUT', body: faked, duplex: 'half' }, fast).then(() => 'resolved', (e) => e);
+    assert.match(String(refused?.message), /Uint8Array chunks/);
+    assert.equal(s.log().length, 0, 'nothing was sent');
+  } finally {
+    process.off('uncaughtException', onUncaught);
+  }
+});
