@@ -9,7 +9,12 @@ import { initSync } from './retry_fetch.js';
 /** Instantiate the .wasm from `source` (a URL, a `Request`, a `Response`, the bytes or a compiled `WebAssembly.Module`, or a promise of one), unless this glue already has an instance. */
 export async function loadWasm(source) {
   if (instantiated()) return;
-  initSync({ module: await compile(await source) });
+  const module = await compile(await source);
+  // Another module would be kept as the glue's instance, and no later init() could replace it.
+  if (!WebAssembly.Module.exports(module).some((e) => e.name === 'setErrorClasses')) {
+    throw new TypeError("retry-fetch: this .wasm is not retry-fetch's client (retry_fetch_bg.wasm)");
+  }
+  initSync({ module });
 }
 
 /** Has this glue an instance already? initSync hands back the one it has before it reads its module, and throws for none without one. */

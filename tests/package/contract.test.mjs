@@ -137,6 +137,13 @@ test('retry-fetch/manual: a failed init() is not cached; init(the .wasm bytes) t
       out.bad = 'rejected';
     }
     try {
+      // A valid module, but not this package's: refused, and not kept as the instance either.
+      await manual.init(new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0]));
+      out.other = 'resolved';
+    } catch (e) {
+      out.other = 'rejected: ' + e?.name;
+    }
+    try {
       await manual.init(readFileSync(wasm));
       out.good = 'resolved';
       const res = await manual.retryFetch(${JSON.stringify(s.url)}, undefined, { baseDelayMs: 5, jitter: 'none' });
@@ -146,6 +153,7 @@ test('retry-fetch/manual: a failed init() is not cached; init(the .wasm bytes) t
     }
     console.log(JSON.stringify(out));`);
   assert.equal(out.bad, 'rejected', 'init() with bytes that are not a module rejects');
+  assert.equal(out.other, 'rejected: TypeError', 'init() with another module rejects');
   assert.equal(out.good, 'resolved', 'a later init() with the real bytes succeeds');
   assert.equal(out.status, 200);
   assert.equal(s.log().length, 2, 'retryFetch then works (503, then 200)');
