@@ -315,7 +315,11 @@ export function initPayments(lib) {
   async function pay({ retryPending = false } = {}) {
     if (busy) return;
     const v = readForm();
-    const payment = retryPending && pending ? pending : { key: null, amount: v.amount, last4: v.last4 };
+    // The same order (same amount, same card) not yet confirmed is paid again with its key:
+    // the main button too, so a second press can never charge it twice. A changed form is a
+    // new payment, with a new key.
+    const same = pending && pending.amount === v.amount && pending.last4 === v.last4;
+    const payment = (retryPending || same) && pending ? pending : { key: null, amount: v.amount, last4: v.last4 };
     if (payment.amount === null) return;
     busy = true;
     renderButton(v);

@@ -237,6 +237,21 @@ test('every answer lost: "not confirmed" although charged once; the same key lat
   assert.equal(charge.id, view.charges[0].id);
 }));
 
+test('not confirmed although charged, then the main Pay button: the same order is paid with the same key, charged once', () => withPage(openDemo(), async (page) => {
+  await configure(page, { fault: 'drop', count: 5, maxAttempts: 2, baseDelayMs: 20 });
+  await pressPay(page, 'failure');
+  const first = await entries(page);
+  const key = first[0].key;
+  assert.equal((await ledger()).count, 1, 'the first attempt was charged');
+
+  await page.click('[data-testid="fault-none"]');
+  await pressPay(page, 'success');
+  const second = await entries(page);
+  assert.deepEqual(second.map((r) => [r.key, r.status, r.replayed]), [[key, 201, true]], 'not a new key, not a new charge');
+  await assertChargedOnce(page, key, { requests: 3 });
+  assert.equal((await ledger()).count, 1);
+}));
+
 test('screenshot: a few payments through faults, every one charged once', () => withPage(openDemo({ width: 1360, height: 900 }), async (page) => {
   await page.fill('[data-testid="pay-card"]', '4242424242424242');
   assert.equal(await page.inputValue('[data-testid="pay-card"]'), '4242 4242 4242 4242');

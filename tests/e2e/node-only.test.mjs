@@ -612,3 +612,65 @@ test('a stream body chunk detached before it is read rejects the call (nothing s
     process.off('uncaughtException', onUncaught);
   }
 });
+
+test('shouldRetry that aborts the call: a throw after it rejects with the throw and leaves no unhandled rejection; a veto after it rejects with the abort', async () => {
+  const unhandled = [];
+  const onUnhandled = (reason) => unhandled.push(reason);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    const a = seq('503,200');
+    const stop = new AbortController();
+    const thrown = await api.retryFetch(a.url, undefined, {
+      ...fast, signal: stop.signal,
+      shouldRetry: () => { stop.abort(new Error('user cancelled')); throw new Error('hook failed'); },
+    }).then(() => 'resolved', (e) => e);
+    assert.equal(thrown?.message, 'hook failed');
+    for (const verdict of [false, true]) {
+      const b = seq('503,200');
+      const cancel = new AbortController();
+      const ended = await api.retryFetch(b.url, undefined, {
+        ...fast, signal: cancel.signal,
+        shouldRetry: () => { cancel.abort(new Error('user cancelled')); return verdict; },
+      }).then((res) => `resolved ${res.status}`, (e) => e);
+      assert.equal(ended?.message, 'user cancelled', `shouldRetry -> ${verdict}: ${ended}`);
+      assert.equal(b.log().length, 1, 'nothing sent after the abort');
+    }
+    await new Promise((r) => setTimeout(r, 100)); // unhandled rejections are reported after a tick
+    assert.deepEqual(unhandled.map(String), []);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+  }
+});
+
+test("onSettled counts the attempt a redirect: 'error' request was answered with a redirect", async () => {
+  const target = seq('200');
+  for (const [steps, sent] of [[`302+to=${encodeURIComponent(target.url)}`, 1], [`503,302+to=${encodeURIComponent(target.url)}`, 2]]) {
+    const s = seq(steps);
+    let settled;
+    const error = await api.retryFetch(s.url, { redirect: 'error' }, { ...fast, onSettled: (info) => (settled = info) }).then(() => 'resolved', (e) => e);
+    assert.equal(error?.name, 'TypeError', String(error));
+    await new Promise((r) => setTimeout(r, 10));
+    assert.equal(s.log().length, sent);
+    assert.equal(settled?.attempts, sent, `${steps}: onSettled ${JSON.stringify(settled)}`);
+  }
+  assert.equal(target.log().length, 0, 'the redirect was not followed');
+});
+
+test('headers (per call, a client\'s, what beforeRetry returns) must be strings: a number, undefined or null is a TypeError, nothing sent', async () => {
+  const s = seq('503,200');
+  for (const headers of [{ 'x-a': 5 }, { Authorization: undefined }, [['x-a', null]], [['x-a', 6]]]) {
+    const perCall = await api.retryFetch(s.url, undefined, { ...fast, headers }).then(() => 'resolved', (e) => e);
+    assert.equal(perCall?.name, 'TypeError', `${JSON.stringify(headers)}: ${perCall}`);
+    assert.match(perCall.message, /headers/);
+    assert.throws(() => api.createRetryFetch({ headers }), TypeError, JSON.stringify(headers));
+  }
+  assert.equal(s.log().length, 0, 'nothing was sent');
+  const returned = await api.retryFetch(s.url, undefined, { ...fast, beforeRetry: () => ({ 'x-token': undefined }) }).then(() => 'resolved', (e) => e);
+  assert.equal(returned?.name, 'TypeError', String(returned));
+  assert.equal(s.log().length, 1, 'the retry was not sent');
+  // Strings, a Headers and pairs still work.
+  const ok = seq('503,200');
+  const res = await api.retryFetch(ok.url, undefined, { ...fast, headers: [['x-a', '1']], beforeRetry: () => new Headers({ 'x-b': '2' }) });
+  assert.equal(res.status, 200);
+  assert.deepEqual(ok.log().map((r) => [r.headers['x-a'], r.headers['x-b']]), [['1', undefined], ['1', '2']]);
+});

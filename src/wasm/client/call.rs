@@ -1056,10 +1056,20 @@ async fn run_loop(
                 Bounded::Done(Err(e)) | Bounded::Aborted(e) => Err(Some(e)),
                 Bounded::TimeUp => Err(None),
             };
-            match ended {
-                Ok(v) => v,
-                Err(Some(e)) => return newest.abandon(e),
-                Err(None) => {
+            // The call's signal aborted while the hook ran (the hook's own doing, or another's):
+            // Node's fetch has cancelled the response's branch of the body the clone shares,
+            // and cancelling the clone now would complete that cancel, which it rethrows (an
+            // unhandled rejection). The clone is dropped instead, and the call ends with the
+            // abort (or the hook's throw): a response whose body was cancelled is no answer.
+            let aborted = signals.aborted();
+            if aborted.is_some() {
+                newest.offered = None;
+            }
+            match (ended, aborted) {
+                (Ok(_), Some(reason)) => return newest.abandon(reason),
+                (Ok(v), None) => v,
+                (Err(Some(e)), _) => return newest.abandon(e),
+                (Err(None), _) => {
                     next = Next::Step(engine.hook_timed_out());
                     continue;
                 }
@@ -1293,6 +1303,8 @@ async fn run_loop(
                             && header(r, "location").is_some())
                     {
                         discard(r);
+                        // The attempt was sent (and answered): `onSettled` counts it.
+                        attempts.set(history.length() + 1);
                         return Err(type_error("retryFetch: the request has redirect: 'error' and the server answered with a redirect"));
                     }
                 }
@@ -1444,8 +1456,8 @@ fn set_headers(
     key_header: &str,
     retry_headers: bool,
 ) -> Result<(), JsValue> {
-    let given = Headers::new_with_str_sequence_sequence(given)
-        .map_err(|_| type_error("retryFetch: beforeRetry must return headers (a Headers, an object or [name, value] pairs) or undefined"))?;
+    let given = super::request::strict_headers(given)
+        .ok_or_else(|| type_error("retryFetch: beforeRetry must return headers (a Headers, an object of strings or [name, value] pairs of strings) or undefined"))?;
     let retry = if retry_headers {
         &crate::core::options::RETRY_HEADERS[..]
     } else {

@@ -350,8 +350,7 @@ fn set(out: &mut Policy, name: &'static str, v: JsValue) -> Result<(), Refused> 
         }
         "headers" => {
             // Over the client's own: the later default wins for a name both set.
-            let given =
-                web_sys::Headers::new_with_str_sequence_sequence(&v).map_err(|_| Refused::Value)?;
+            let given = super::request::strict_headers(&v).ok_or(Refused::Value)?;
             let merged = match &out.headers {
                 Some(h) => web_sys::Headers::new_with_headers(h)?,
                 None => web_sys::Headers::new()?,

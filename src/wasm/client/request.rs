@@ -297,6 +297,36 @@ impl Drop for Unfinished {
     }
 }
 
+/// Headers given as an option (`headers`, or what `beforeRetry` returns): a `Headers` (of any
+/// realm), an object of strings or a list of `[name, value]` pairs of strings; `None` for
+/// anything else. A value that is not a string is refused, where `new Headers` would send its
+/// text (`Authorization: undefined` for a token not set); a getter or a proxy trap runs once.
+pub fn strict_headers(value: &JsValue) -> Option<Headers> {
+    if value.is_instance_of::<Headers>() || js::has_tag(value, "[object Headers]") {
+        return Headers::new_with_headers(value.unchecked_ref()).ok();
+    }
+    if !value.is_object() || value.is_function() {
+        return None;
+    }
+    let out = Headers::new().ok()?;
+    if js::is_array(value).ok()? {
+        for entry in js::array_copy(value).ok()?.iter() {
+            let pair = js::array_copy(&entry).ok()?;
+            if pair.length() != 2 {
+                return None;
+            }
+            out.append(&pair.get(0).as_string()?, &pair.get(1).as_string()?)
+                .ok()?;
+        }
+    } else {
+        for name in js::object_keys(value).ok()?.iter() {
+            let given = js_sys::Reflect::get(value, &name).ok()?;
+            out.append(&name.as_string()?, &given.as_string()?).ok()?;
+        }
+    }
+    Some(out)
+}
+
 /// Set every header of `from` (a `Headers`) on `to`, but those `skip` has. One helper for the
 /// client's default headers, `beforeRetry`'s and an attempt's.
 pub fn copy_headers(
