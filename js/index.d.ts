@@ -105,6 +105,8 @@ export interface RetryOptions {
    * Status codes worth retrying (subject to the safe-to-retry matrix). A list given here is
    * the whole list: a 409 of a request with an idempotency key is retried under the default
    * list only, so with `[503]` or `[]` it is final (put 409 in the list to keep retrying it).
+   * A failed answer whose server says `X-Should-Retry: false` (or `Stripe-Should-Retry:
+   * false`) is never retried, whatever its status.
    * @default [408, 429, 500, 502, 503, 504]
    */
   retryOnStatus?: readonly number[] | undefined;
