@@ -19,7 +19,7 @@ let loaded = false;
 export function init(wasmSource) {
   ready ??= loadWasm(wasmSource ?? new URL('./retry_fetch_bg.wasm', import.meta.url))
     .then(() => {
-      // Throws for a module that lacks this package's exports: then it is not kept either.
+      // (loadWasm has refused a module without this package's exports before instantiating it.)
       wasm.setErrorClasses(RetryError, CircuitOpenError);
       loaded = true;
     })

@@ -505,10 +505,10 @@ impl CallEngine {
                 ),
             };
         }
-        // The server's wait is read for failures only (a 3xx's `Retry-After` is not a request
-        // to wait before a retry).
-        let asks = policy.respect_retry_after && matches!(outcome, Outcome::Status(s) if s >= 400);
-        let server_delay_ms = if asks {
+        // What the server says of a retry (its wait, its veto) is read for failures only (a
+        // 3xx's `Retry-After` is not a request to wait before a retry).
+        let failed = matches!(outcome, Outcome::Status(s) if s >= 400);
+        let server_delay_ms = if failed && policy.respect_retry_after {
             server_delay_ms(
                 (settled.header)("retry-after").as_deref(),
                 (settled.header)("ratelimit-reset").as_deref(),
@@ -518,7 +518,6 @@ impl CallEngine {
         } else {
             None
         };
-        let failed = matches!(outcome, Outcome::Status(s) if s >= 400);
         let report = AttemptOutcome {
             outcome,
             idempotent,

@@ -111,9 +111,7 @@ impl CallGuards for GuardsLent<'_> {
     }
 
     fn readmit(&mut self, now_ms: f64) -> Result<(), f64> {
-        if let (Some(b), Some(probe)) = (self.breaker.as_deref_mut(), self.held.slot.take()) {
-            b.release(self.origin, probe);
-        }
+        self.give_back_slot();
         self.admit(now_ms)
     }
 
@@ -213,11 +211,19 @@ impl CallGuards for GuardsLent<'_> {
     }
 
     fn release(&mut self, now_ms: f64) {
-        if let (Some(b), Some(probe)) = (self.breaker.as_deref_mut(), self.held.slot.take()) {
-            b.release(self.origin, probe);
-        }
+        self.give_back_slot();
         if let (Some(t), Some((ticket, _))) = (self.pacer.as_deref_mut(), self.held.ticket.take()) {
             t.abandon(self.origin, ticket, now_ms);
+        }
+    }
+}
+
+impl GuardsLent<'_> {
+    /// Give back the breaker slot the call was admitted with (a half-open probe's is counted
+    /// free again), if it holds one.
+    fn give_back_slot(&mut self) {
+        if let (Some(b), Some(probe)) = (self.breaker.as_deref_mut(), self.held.slot.take()) {
+            b.release(self.origin, probe);
         }
     }
 }

@@ -305,7 +305,7 @@ pub fn strict_headers(value: &JsValue) -> Option<Headers> {
     if value.is_instance_of::<Headers>() || js::has_tag(value, "[object Headers]") {
         return Headers::new_with_headers(value.unchecked_ref()).ok();
     }
-    if !value.is_object() || value.is_function() {
+    if !value.is_object() {
         return None;
     }
     let out = Headers::new().ok()?;
