@@ -20,10 +20,21 @@ export function nodeRequestHeaders(req, names) {
   return headers;
 }
 
-/** The absolute URL of a node:http request whose target is `target` (its original URL). */
+/**
+ * The absolute URL of a node:http request whose target is `target` (its original URL). A
+ * target in absolute form (`POST http://host/pay HTTP/1.1`, as a proxy sends it; a server must
+ * accept it) is that URL, its authority taken over the Host header's.
+ */
 export function nodeRequestUrl(req, target) {
   const proto = req.socket?.encrypted ? 'https' : 'http';
   const path = typeof target === 'string' && target !== '' ? target : '/';
+  if (/^https?:\/\//i.test(path)) {
+    try {
+      return new URL(path);
+    } catch {
+      // not a URL after all: read as a path below
+    }
+  }
   // Joined as text: `new URL('//a/b', base)` would read a target starting with `//` as a host.
   const full = path.startsWith('/') ? path : `/${path}`;
   try {

@@ -40,6 +40,39 @@ test('a request target starting with // is a path, not another host: a second pa
   }
 });
 
+test('a request target in absolute form (as a proxy sends it) is its URL: the handler sees its path, and a retry in origin form replays it', async () => {
+  let runs = 0;
+  const handler = idempotency(async (request) => {
+    runs++;
+    return Response.json({ path: new URL(request.url).pathname, query: new URL(request.url).search }, { status: 201 });
+  }, { store: new MemoryStore(), identity: false });
+  const server = http.createServer(toNodeHandler(handler));
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  const raw = (target, key) => new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: target, headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' } }, (res) => {
+      let body = '';
+      res.on('data', (c) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    });
+    req.on('error', reject);
+    req.end('{}');
+  });
+  try {
+    const key = newKey();
+    const first = await raw(`http://127.0.0.1:${port}/pay?order=7`, key);
+    assert.equal(first.status, 201);
+    assert.deepEqual(JSON.parse(first.body), { path: '/pay', query: '?order=7' });
+    const again = await raw('/pay?order=7', key);
+    assert.equal(again.status, 201, 'the same resource in origin form is a repeat, not a 422');
+    assert.deepEqual(JSON.parse(again.body), { path: '/pay', query: '?order=7' });
+    assert.equal(runs, 1);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
 test('a handler resolving with a response of another fetch implementation (not instanceof Response) is stored and replayed', async () => {
   let runs = 0;
   const foreign = () => ({
