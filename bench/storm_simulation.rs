@@ -1271,7 +1271,7 @@ mod storm {
             let mut guards = lend(&mut self.shared[self.client[c]], held);
             let step = match then {
                 Then::Start => engine.next_attempt(policy, &mut guards, now),
-                Then::Turn => engine.turn_waited(policy, &mut guards, now),
+                Then::Turn => engine.turn_waited(policy, &mut guards, now, &mut self.rng),
                 Then::Waited(kind) => engine.waited(policy, kind, &mut guards, now, &mut self.rng),
             };
             self.perform(c, step, at, now);

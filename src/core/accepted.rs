@@ -28,7 +28,8 @@
 
 use super::backoff::{clamp_ms, Backoff, Rng};
 use super::classify::{
-    classify, unfetchable, Outcome, Verdict, CROSS_ORIGIN_DROPPED_HEADERS, REQUEST_BODY_HEADERS,
+    classify, has_credentials, redirect_refused, Outcome, Verdict, CROSS_ORIGIN_DROPPED_HEADERS,
+    REQUEST_BODY_HEADERS,
 };
 use super::decide::RetryState;
 use super::options::RetryPolicy;
@@ -94,9 +95,13 @@ pub struct Accepted {
     poll_url: Option<String>,
 }
 
-/// Is `url` one fetch can send to (a poll URL of another scheme, or a bad port, is ignored)?
+/// Is `url` one a poll can go to: an `http:` or `https:` URL fetch sends to (not a bad port),
+/// with no user name or password in it (a `Request` of such a URL cannot be made)? Any other
+/// (`data:`, `ftp:`, a bad port, `https://user:pass@host/`) names nothing: the 202 is followed
+/// as if it had no such header, never with a made-up answer or an error after the request
+/// was sent.
 fn pollable(url: &Option<&str>) -> bool {
-    url.is_some_and(|u| !u.is_empty() && unfetchable(u).is_none())
+    url.is_some_and(|u| redirect_refused(u).is_none() && !has_credentials(u))
 }
 
 impl Accepted {
@@ -282,6 +287,10 @@ mod tests {
             Some(""),
             Some("ftp://api.example/op"),
             Some("http://api.example:6000/op"),
+            Some("data:application/json,{\"status\":\"succeeded\"}"),
+            Some("blob:https://api.example/5d4c"),
+            Some("https://user:pass@api.example/op"),
+            Some("https://token@api.example/op?a=b@c"),
         ] {
             let mut a = Accepted::new(&p);
             let answer = AcceptedAnswer {

@@ -184,6 +184,11 @@ impl CircuitBreaker {
         let b = self.origin(origin);
         let mut transition = None;
         if b.state == BreakerState::Open {
+            // The clock went back since the circuit opened (the wall clock was set back): the
+            // open period counts from now, not from a time that is again hours ahead.
+            if now_ms < b.opened_at_ms {
+                b.opened_at_ms = now_ms;
+            }
             let reopen_at = b.opened_at_ms + config.open_ms;
             if now_ms < reopen_at {
                 return (
@@ -307,6 +312,24 @@ mod tests {
                 retry_after_ms: 9_950.0
             }
         );
+    }
+
+    #[test]
+    fn a_clock_set_back_keeps_the_circuit_open_for_open_ms_from_then_only() {
+        let mut b = breaker();
+        fail(&mut b, 5, 1_000_000.0);
+        // Set back ten minutes: open for `open_ms` (10 s) from now, not for ten minutes more.
+        assert_eq!(
+            b.admit(O, 400_000.0).0,
+            Admission::Rejected {
+                retry_after_ms: 10_000.0
+            }
+        );
+        assert!(matches!(
+            b.admit(O, 410_000.0).0,
+            Admission::Allowed { probe: Some(_) }
+        ));
+        assert_eq!(b.state(O, 410_000.0), HalfOpen);
     }
 
     #[test]

@@ -235,6 +235,26 @@ pub fn redirect_refused(url: &str) -> Option<&'static str> {
     unfetchable(url)
 }
 
+/// Does the absolute `url` carry a user name or password (`https://user:pass@host/`)? A
+/// `Request` of such a URL cannot be made (the Fetch Standard), so a URL a server names (a
+/// 202's poll URL) that has them names nothing fetch can send.
+///
+/// ```
+/// use retry_fetch::core::classify::has_credentials;
+/// assert!(has_credentials("https://user:pass@api.example/op"));
+/// assert!(has_credentials("http://token@api.example/"));
+/// assert!(!has_credentials("https://api.example/op?by=a@b#c@d"));
+/// ```
+pub fn has_credentials(url: &str) -> bool {
+    let rest = url
+        .split_once(':')
+        .and_then(|(_, rest)| rest.strip_prefix("//"));
+    rest.unwrap_or("")
+        .bytes()
+        .take_while(|b| !matches!(b, b'/' | b'?' | b'#'))
+        .any(|b| b == b'@')
+}
+
 /// The Fetch Standard's request-body header names: not sent when a redirect turns a request
 /// into a `GET` without a body, nor by a poll after a 202.
 pub const REQUEST_BODY_HEADERS: [&str; 5] = [

@@ -327,17 +327,27 @@ impl CallEngine {
     }
 
     /// After [`Step::WaitTurn`]: the breaker is asked again (a circuit that opened during the
-    /// wait sends nothing; one that went half-open sends only its probes), then the
+    /// wait sends nothing; one that went half-open sends only its probes), and the budget
+    /// again for a retry (the retries queued for turns were all allowed before any of them
+    /// was sent and counted: each asks again when it may go, and one the budget no longer
+    /// allows gives its turn back and is skipped or stopped as after a backoff), then the
     /// throttle's turn again, then the send.
-    pub fn turn_waited(
+    pub fn turn_waited<R: Rng + ?Sized>(
         &mut self,
         policy: &RetryPolicy,
         guards: &mut dyn CallGuards,
         now_ms: f64,
+        rng: &mut R,
     ) -> Step {
         if let Some(g) = self.guards_of(guards).filter(|_| !self.next_is_poll) {
             if let Err(wait) = g.readmit(now_ms) {
                 return self.circuit_open(wait);
+            }
+            if self.state.attempts() > 0 {
+                if let Some(step) = self.budget_refuses(policy, g, now_ms, rng) {
+                    g.release(now_ms);
+                    return step;
+                }
             }
         }
         self.turn(policy, guards, now_ms)
@@ -615,10 +625,11 @@ impl CallEngine {
     }
 
     /// A wait of `kind` ended at `now_ms`. After a poll's wait, the poll; after a backoff, the
-    /// deadline again, then the budget: the default budget may skip the retry (nothing is
-    /// sent, but the attempt counts as made; the call waits another backoff and asks again;
-    /// when the policy stops meanwhile, `maxAttempts` made among them, the last answer is the
-    /// result, `'budget'`).
+    /// deadline again, then the budget again (others' retries during the wait may have spent
+    /// it): a `RetryBudget` that no longer allows the retry ends the call (`'budget'`, with
+    /// the last answer); the default budget skips it (nothing is sent, the attempt counts as
+    /// made, the call waits another backoff and asks again; when the policy stops meanwhile,
+    /// `maxAttempts` made among them, the last answer is the result, `'budget'`).
     pub fn waited<R: Rng + ?Sized>(
         &mut self,
         policy: &RetryPolicy,
@@ -630,6 +641,39 @@ impl CallEngine {
         if kind == WaitKind::Poll {
             return self.next_attempt(policy, guards, now_ms);
         }
+        if self.state.deadline_passed(now_ms) {
+            return Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::AttemptError,
+            };
+        }
+        let Some(p) = self.pending else {
+            return self.next_attempt(policy, guards, now_ms);
+        };
+        if let Some(step) = self
+            .guards_of(guards)
+            .and_then(|g| self.budget_refuses(policy, g, now_ms, rng))
+        {
+            return step;
+        }
+        Step::BeforeRetry {
+            attempt: p.attempt + 1,
+            delay_ms: p.delay_ms,
+            reason: p.reason,
+        }
+    }
+
+    /// The budget asked again before the pending retry goes (after its backoff, and after a
+    /// wait for a throttle turn): `None` when it allows it, else the step of a refusal, as
+    /// [`CallEngine::waited`] says.
+    fn budget_refuses<R: Rng + ?Sized>(
+        &mut self,
+        policy: &RetryPolicy,
+        guards: &mut dyn CallGuards,
+        now_ms: f64,
+        rng: &mut R,
+    ) -> Option<Step> {
+        let p = self.pending?;
         let deadline = Step::Finish {
             reason: StopReason::Deadline,
             cause: Cause::AttemptError,
@@ -638,41 +682,32 @@ impl CallEngine {
             reason: StopReason::Budget,
             cause: Cause::AttemptError,
         };
-        if self.state.deadline_passed(now_ms) {
-            return deadline;
-        }
-        let Some(p) = self.pending else {
-            return self.next_attempt(policy, guards, now_ms);
-        };
-        if self
-            .guards_of(guards)
-            .is_some_and(|g| g.budget(now_ms) == Verdict::Skip)
-        {
-            let skipped = self.state.start_attempt();
-            return match self.state.decide(policy, p.report, now_ms, rng) {
-                Decision::Retry { delay_ms, .. }
-                    if self.state.wait_fits(now_ms, delay_ms as f64) =>
-                {
-                    // The retry that goes after this wait is the one after the skipped
-                    // attempt, and the wait before it counts every backoff since the failure.
-                    self.pending = Some(Pending {
-                        attempt: skipped,
-                        delay_ms: p.delay_ms + delay_ms as f64,
-                        ..p
-                    });
-                    Step::Wait {
-                        ms: delay_ms as f64,
-                        kind: WaitKind::Skip,
+        match guards.budget(now_ms) {
+            Verdict::Allow => None,
+            Verdict::Stop => Some(budget),
+            Verdict::Skip => {
+                let skipped = self.state.start_attempt();
+                Some(match self.state.decide(policy, p.report, now_ms, rng) {
+                    Decision::Retry { delay_ms, .. }
+                        if self.state.wait_fits(now_ms, delay_ms as f64) =>
+                    {
+                        // The retry that goes after this wait is the one after the skipped
+                        // attempt, and the wait before it counts every backoff since the
+                        // failure.
+                        self.pending = Some(Pending {
+                            attempt: skipped,
+                            delay_ms: p.delay_ms + delay_ms as f64,
+                            ..p
+                        });
+                        Step::Wait {
+                            ms: delay_ms as f64,
+                            kind: WaitKind::Skip,
+                        }
                     }
-                }
-                Decision::Retry { .. } => deadline,
-                Decision::Stop(_) => budget,
-            };
-        }
-        Step::BeforeRetry {
-            attempt: p.attempt + 1,
-            delay_ms: p.delay_ms,
-            reason: p.reason,
+                    Decision::Retry { .. } => deadline,
+                    Decision::Stop(_) => budget,
+                })
+            }
         }
     }
 }
@@ -702,6 +737,8 @@ mod tests {
         settled: Vec<(Outcome, bool, u32)>,
         /// How many attempts had settled when the call joined, each time it did.
         joins: Vec<usize>,
+        /// How many times what the call holds was given back.
+        released: u32,
     }
 
     impl CallGuards for Fake {
@@ -727,7 +764,9 @@ mod tests {
         fn open_at(&self, _at: f64) -> bool {
             self.open_at
         }
-        fn release(&mut self, _now: f64) {}
+        fn release(&mut self, _now: f64) {
+            self.released += 1;
+        }
         fn join(&mut self, _now: f64) {
             self.joins.push(self.settled.len());
         }
@@ -987,7 +1026,7 @@ mod tests {
         let p = policy();
         let (mut g, mut e) = waiting_for_turn(&p, 30.0);
         assert!(matches!(
-            e.turn_waited(&p, &mut g, 30.0),
+            e.turn_waited(&p, &mut g, 30.0, &mut Half),
             Step::Send { attempt: 1, .. }
         ));
         let mut g = Fake {
@@ -1036,12 +1075,15 @@ mod tests {
         let (mut g, mut e) = waiting_for_turn(&p, 500.0);
         g.open_at = true;
         g.open_for = Some(4_000.0);
-        assert_eq!(e.turn_waited(&p, &mut g, 500.0), Step::CircuitOpen(4_000.0));
+        assert_eq!(
+            e.turn_waited(&p, &mut g, 500.0, &mut Half),
+            Step::CircuitOpen(4_000.0)
+        );
         assert!(g.sent.is_empty());
         // Still closed after the wait: the turn, then the send.
         let (mut g, mut e) = waiting_for_turn(&p, 500.0);
         assert!(matches!(
-            e.turn_waited(&p, &mut g, 500.0),
+            e.turn_waited(&p, &mut g, 500.0, &mut Half),
             Step::Send { attempt: 1, .. }
         ));
     }
@@ -1084,7 +1126,7 @@ mod tests {
                     breaker: Some(&mut breaker),
                     held: &mut held,
                 };
-                e.turn_waited(&p, &mut g, 400.0)
+                e.turn_waited(&p, &mut g, 400.0, &mut Half)
             })
             .collect();
         assert!(
@@ -1560,6 +1602,88 @@ mod tests {
         );
     }
 
+    /// A GET whose first attempt failed with a 503 and whose retry is to go at 100 ms (its
+    /// backoff waited, the budget allowing it then).
+    fn retry_due(p: &RetryPolicy, g: &mut Fake) -> CallEngine {
+        let mut e = CallEngine::new(p, 0.0, GET);
+        e.next_attempt(p, g, 0.0);
+        assert!(matches!(
+            e.settled(p, status(503), g, 0.0, &mut Half).1,
+            Step::AskHooks { .. }
+        ));
+        e.hooks_done(true, 0.0);
+        assert!(matches!(
+            e.waited(p, WaitKind::Backoff, g, 100.0, &mut Half),
+            Step::BeforeRetry { attempt: 2, .. }
+        ));
+        e
+    }
+
+    #[test]
+    fn a_retry_that_waited_for_a_throttle_turn_asks_the_budget_again() {
+        let p = policy();
+        for verdict in [Verdict::Skip, Verdict::Stop] {
+            let mut g = Fake::default();
+            let mut e = retry_due(&p, &mut g);
+            g.turns = vec![Turn::Wait(50.0)];
+            assert_eq!(e.next_attempt(&p, &mut g, 100.0), Step::WaitTurn(50.0));
+            // The retries queued with it went first and spent the budget.
+            g.budget = vec![verdict];
+            let step = e.turn_waited(&p, &mut g, 150.0, &mut Half);
+            assert_eq!(g.sent, vec![1], "{verdict:?}: the retry was sent");
+            assert_eq!(g.released, 1, "{verdict:?}: its turn is given back");
+            match verdict {
+                Verdict::Skip => assert!(
+                    matches!(
+                        step,
+                        Step::Wait {
+                            kind: WaitKind::Skip,
+                            ..
+                        }
+                    ),
+                    "{step:?}"
+                ),
+                _ => assert_eq!(
+                    step,
+                    Step::Finish {
+                        reason: StopReason::Budget,
+                        cause: Cause::AttemptError
+                    }
+                ),
+            }
+        }
+        // Allowed still: the turn, then the send.
+        let mut g = Fake::default();
+        let mut e = retry_due(&p, &mut g);
+        g.turns = vec![Turn::Wait(50.0)];
+        e.next_attempt(&p, &mut g, 100.0);
+        assert!(matches!(
+            e.turn_waited(&p, &mut g, 150.0, &mut Half),
+            Step::Send { attempt: 2, .. }
+        ));
+        assert_eq!(g.released, 0);
+    }
+
+    #[test]
+    fn a_token_budget_spent_during_the_backoff_stops_the_retry() {
+        let p = policy();
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(503), &mut g, 0.0, &mut Half);
+        e.hooks_done(true, 0.0);
+        // Other calls' failures spent it while this call waited.
+        g.budget = vec![Verdict::Stop];
+        assert_eq!(
+            e.waited(&p, WaitKind::Backoff, &mut g, 100.0, &mut Half),
+            Step::Finish {
+                reason: StopReason::Budget,
+                cause: Cause::AttemptError
+            }
+        );
+        assert_eq!(g.sent, vec![1]);
+    }
+
     #[test]
     fn a_failure_the_server_says_not_to_retry_is_the_answer() {
         let p = policy();
@@ -1715,7 +1839,7 @@ mod tests {
         // A poll that fails is an attempt.
         let mut e2 = e.clone();
         e2.next_is_poll = true;
-        e2.turn_waited(&p, &mut g, 500.0);
+        e2.turn_waited(&p, &mut g, 500.0, &mut Half);
         let (counted, _) = e2.settled(&p, status(503), &mut g, 510.0, &mut Half);
         assert!(counted);
         assert_eq!(e2.attempts(), 2);

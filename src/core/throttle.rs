@@ -198,6 +198,9 @@ struct OriginThrottle {
     /// The smoothed time from a send to its served answer, ms (0 before the first).
     srtt_ms: f64,
     sends: RateMeter,
+    /// When a caller last had to wait for its turn (demand above the fill rate, though at a
+    /// given moment none may be queued: one caller sending one call after another).
+    last_wait_ms: f64,
     /// The next ticket to be served, and the next to be issued (FIFO turns).
     head: u64,
     tail: u64,
@@ -224,6 +227,7 @@ impl OriginThrottle {
             last_decrease_ms: f64::NEG_INFINITY,
             srtt_ms: 0.0,
             sends: RateMeter::default(),
+            last_wait_ms: f64::NEG_INFINITY,
             head: 0,
             tail: 0,
             abandoned: Vec::new(),
@@ -240,6 +244,13 @@ impl OriginThrottle {
     /// Callers are queued for turns (demand is above the fill rate).
     fn waiting(&self) -> bool {
         self.tail > self.head + self.abandoned.len() as u64
+    }
+
+    /// Demand is above the fill rate: callers are queued, or one had to wait within the time
+    /// of two turns (a caller sending one call after another, which is not queued when it
+    /// asks again; not longer, so that a herd's queue emptying is not taken for demand).
+    fn wanted(&self, now_ms: f64) -> bool {
+        self.waiting() || now_ms - self.last_wait_ms < 2_000.0 / self.fill_rate
     }
 
     /// Time (ms) until `needed` more tokens have accumulated: at the fill rate, or along the
@@ -284,10 +295,12 @@ impl OriginThrottle {
             let grown = self.slow_rate
                 * 2f64.powi(whole as i32)
                 * ((doublings - whole) * std::f64::consts::LN_2).exp();
-            // It grows while callers wait for turns; otherwise the rate was not what limited
-            // the sends, and it stays at the rate measured (at least `initial_rate`), so
-            // healthy traffic does not bank a rate the herd that follows would meet unpaced.
-            let limit = if self.waiting() {
+            // It grows while callers wait for turns (or one just did: a caller sending one
+            // call after another is never queued when it asks); otherwise the
+            // rate was not what limited the sends, and it stays at the rate measured (at
+            // least `initial_rate`), so healthy traffic does not bank a rate the herd that
+            // follows would meet unpaced.
+            let limit = if self.wanted(now_ms) {
                 f64::INFINITY
             } else {
                 self.served_rate = self.sends.rate(now_ms);
@@ -403,6 +416,7 @@ impl AdaptiveThrottle {
             o.skip_abandoned();
             return Ok(());
         }
+        o.last_wait_ms = now_ms;
         let mut wait = o.time_for_tokens(&config, ahead + 1.0 - o.tokens);
         let probe_at = o.last_decrease_ms + PROBE_AFTER_RAMPS * config.ramp_ms;
         if o.backed_off && probe_at > now_ms {
@@ -859,6 +873,26 @@ mod tests {
         }
         // at a flat 200 req/s this would take 1 s
         assert!(now < 450.0, "200 turns took {now} ms");
+    }
+
+    #[test]
+    fn slow_start_serves_one_caller_sending_one_after_another_faster_than_the_initial_rate() {
+        // One caller, each call 0.5 ms after the last one's turn (2,000 a second if unpaced),
+        // never two waiting at once: its waits are the demand slow start grows for.
+        let mut t = throttle();
+        let mut now = 0.0;
+        let mut sent = 0;
+        while now < 2_000.0 {
+            let ticket = t.enqueue(O, now);
+            while let Err(wait) = t.poll(O, ticket, now) {
+                now += wait;
+            }
+            t.on_send(O, now);
+            sent += 1;
+            now += 0.5;
+        }
+        // at a flat 200 req/s this would be 400
+        assert!(sent > 1_500, "{sent} turns in 2 s");
     }
 
     #[test]

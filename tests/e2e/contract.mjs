@@ -1081,6 +1081,29 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: followAccepted: a poll URL fetch cannot send (data:, ftp:, one with a user and password) names nothing: a keyed POST is repeated, a GET gets its 202',
+    async run({ api, seq }) {
+      const other = seq('200');
+      const withCredentials = new URL(other.url);
+      withCredentials.username = 'user';
+      withCredentials.password = 'pass';
+      for (const named of ['data:application/json,{"status":"succeeded","charged":true}', 'ftp://127.0.0.1/op', withCredentials.href]) {
+        const opl = encodeURIComponent(named);
+        const post = seq(`202+ra=0+opl=${opl},202+ra=0+to=${opl},201`);
+        const res = await api.retryFetch(post.url, { method: 'POST', body: 'pay' }, { ...fast, followAccepted: true });
+        equal(res.status, 201, `${named}: the POST's own answer:`);
+        const log = await post.log();
+        deepEqual(log.map((r) => r.method), ['POST', 'POST', 'POST'], `${named}:`);
+        const keys = log.map((r) => r.headers['idempotency-key']);
+        deepEqual(keys, [keys[0], keys[0], keys[0]], `${named}: one key:`);
+        const get = seq(`202+opl=${opl}`);
+        equal((await api.retryFetch(get.url, undefined, { ...fast, followAccepted: true })).status, 202, `${named}: a GET:`);
+        equal((await get.log()).length, 1, `${named}: a GET:`);
+      }
+      equal((await other.log()).length, 0, 'the URL with a user and password was polled:');
+    },
+  },
+  {
     name: 'contract: followAccepted is off by default: a 202 is returned after one request',
     async run({ api, seq }) {
       const op = seq('200');

@@ -173,6 +173,26 @@ test('a total outage with default options (the budget and the throttle): at most
   }
 });
 
+test('a total outage: retries queued for throttle turns ask the budget again, so about 20 go in all and no call is held past its backoffs', async () => {
+  // Backoffs long enough for the herd to queue behind the default throttle: each retry passed
+  // the budget before any of those queued with it was sent and counted.
+  const s = await server(() => 503);
+  try {
+    const durations = [];
+    const results = await Promise.all(Array.from({ length: 200 }, () => retryFetch(s.url, undefined, {
+      baseDelayMs: 20, maxDelayMs: 200, jitter: 'none', maxAttempts: 9, onSettled: (info) => durations.push(info.durationMs),
+    })));
+    assert.ok(results.every((r) => r.status === 503));
+    const retries = s.seen() - 200;
+    // The floor is 20 unaccepted retries; a call's own earlier retries do not count against it.
+    assert.ok(retries <= 30, `${retries} retries sent`);
+    // Each call's own schedule: 20 + 40 + 80 + 160 + 200 · 4 = 1,100 ms of backoff.
+    assert.ok(Math.max(...durations) < 4_000, `the longest call took ${Math.max(...durations)} ms`);
+  } finally {
+    await s.close();
+  }
+});
+
 /** `calls` calls through `call`, started evenly `gapMs` apart; resolves with their statuses. */
 async function paced(calls, gapMs, call) {
   const t0 = performance.now();

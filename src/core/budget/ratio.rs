@@ -68,13 +68,24 @@ impl RetryRatio {
         }
     }
 
-    /// `count` decayed to `now_ms`.
+    /// `count` decayed to `now_ms`. A time a little before the count's (another call's
+    /// reading of the clock) decays nothing; one more than a window before it is the clock
+    /// set back, by an unknown time: the count is forgotten (else it would not decay until
+    /// the clock is past its time again, and retries would stay refused that long).
     fn decayed(&self, count: RatioCount, now_ms: f64) -> RatioCount {
-        let f = (-((now_ms - count.at_ms).max(0.0)) / self.config.window_ms).exp();
+        let set_back = now_ms < count.at_ms - self.config.window_ms;
+        let f = match set_back {
+            true => 0.0,
+            false => (-((now_ms - count.at_ms).max(0.0)) / self.config.window_ms).exp(),
+        };
         RatioCount {
             sent: count.sent * f,
             accepted: count.accepted * f,
-            at_ms: now_ms.max(count.at_ms),
+            at_ms: if set_back {
+                now_ms
+            } else {
+                now_ms.max(count.at_ms)
+            },
         }
     }
 
@@ -212,5 +223,28 @@ mod ratio_tests {
         assert!(r.allows_retry(O, 0.0, 10_000.0), "40 · e^-1 = 14.7");
         // A clock that goes back does not grow the counts.
         assert!(!r.allows_retry(O, 0.0, -1_000.0));
+    }
+
+    #[test]
+    fn a_clock_set_back_by_more_than_a_window_forgets_the_counts() {
+        let mut r = RetryRatio::new(RetryRatioConfig::default());
+        for _ in 0..40 {
+            r.record_retry_sent(O, 1_000_000.0);
+        }
+        assert!(!r.allows_retry(O, 0.0, 1_000_000.0));
+        // Set back ten minutes: not refused until the clock is past 1_000_000 again.
+        assert!(r.allows_retry(O, 0.0, 400_000.0));
+        r.record_retry_sent(O, 400_000.0);
+        assert!(
+            r.allows_retry(O, 0.0, 400_001.0),
+            "counted from now: 1 sent"
+        );
+        for _ in 0..25 {
+            r.record_retry_sent(O, 400_001.0);
+        }
+        assert!(
+            !r.allows_retry(O, 0.0, 400_002.0),
+            "and refused again past the floor"
+        );
     }
 }

@@ -1324,7 +1324,9 @@ async fn run_loop(
             }
             Step::WaitTurn(ms) => {
                 wait_keeping(&mut signals, ms, &mut newest).await?;
-                Next::Step(guards.lend(|g| engine.turn_waited(p, g, js_sys::Date::now())))
+                Next::Step(
+                    guards.lend(|g| engine.turn_waited(p, g, js_sys::Date::now(), &mut MathRandom)),
+                )
             }
             Step::AskHooks {
                 attempt,
