@@ -5,6 +5,8 @@ import { $, STOP_TEXT, createTimeline, drawSchedule, el, fmtMs, statusLine, tok,
 
 const MAX_BARS = 16;
 const LEDGER_POLL_MS = 1000;
+/** Where a payment not confirmed is kept across reloads (this tab's sessionStorage). */
+const PENDING_STORAGE = 'retry-fetch-demo:pending-payment';
 
 const euros = (cents) => `€${(cents / 100).toLocaleString('en-IE', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
 
@@ -52,10 +54,33 @@ export function initPayments(lib) {
   let seed = 42;
   let runDelays = [];
   let busy = false;
-  let pending = null; // { key, amount, last4 } of a payment that could not be confirmed
+  // The payment that could not be confirmed ({ key, amount, last4 }), kept in this tab's
+  // sessionStorage: paying the same order again after a reload sends its key, so it cannot
+  // be charged twice.
+  let pending = loadPending();
   let latestKey = null; // the key of the last payment, highlighted in the ledger
   let ledgerSignature = '';
   let order = 1042;
+
+  function loadPending() {
+    try {
+      const p = JSON.parse(sessionStorage.getItem(PENDING_STORAGE) ?? 'null');
+      const valid = p && typeof p.key === 'string' && Number.isInteger(p.amount) && typeof p.last4 === 'string';
+      return valid ? { key: p.key, amount: p.amount, last4: p.last4 } : null;
+    } catch {
+      return null; // storage off (a private window's policy), or not ours: nothing kept
+    }
+  }
+
+  function keepPending(payment) {
+    pending = payment;
+    try {
+      if (payment?.key) sessionStorage.setItem(PENDING_STORAGE, JSON.stringify(payment));
+      else sessionStorage.removeItem(PENDING_STORAGE);
+    } catch {
+      // storage off: kept for this page only
+    }
+  }
 
   // ----------------------------------------------------------------------------------------
   // Form state
@@ -358,7 +383,7 @@ export function initPayments(lib) {
       const tries = `${rows.length} attempt${rows.length === 1 ? '' : 's'}`;
       const elapsed = fmtMs(performance.now() - t0);
       if (res.status === 201 && data?.chargeId) {
-        pending = null;
+        keepPending(null);
         const replayed = res.headers.get('Idempotent-Replayed') === 'true';
         setStatus('success', `${statusLine(res.status, res.statusText)} · ${tries} · ${elapsed}`);
         const view = await refreshLedger();
@@ -382,12 +407,12 @@ export function initPayments(lib) {
         setStatus('failure', `${statusLine(res.status, res.statusText)} · ${tries} · ${elapsed}`);
         const retryable = res.status >= 500 || res.status === 429 || res.status === 408;
         if (retryable) {
-          pending = { ...payment, key };
+          keepPending({ ...payment, key });
           setReceipt('failure', 'Payment not confirmed', `The server still answered ${res.status} after ${tries}. Nothing is lost: trying again sends the same Idempotency-Key, so you cannot be charged twice.`);
           els.again.hidden = false;
           timeline.addNote('failed', `Returned the last response (${res.status})`, 'retryFetch resolves with the last response when it stops retrying: check res.ok.');
         } else {
-          pending = null;
+          keepPending(null);
           setReceipt('failure', 'Payment declined', `${statusLine(res.status, res.statusText)}${message}`);
           timeline.addNote('failed', `${res.status} is not retried`, 'A 4xx answer is final: retrying it would not help.');
         }
@@ -399,7 +424,7 @@ export function initPayments(lib) {
       latestKey = key;
       rows.at(-1)?.final('bad');
       if (lib.isRetryError(e)) {
-        pending = { ...payment, key };
+        keepPending({ ...payment, key });
         const n = e.attempts.length;
         setStatus('failure', `Failed · ${STOP_TEXT[e.reason] ?? e.reason} · ${n} attempt${n === 1 ? '' : 's'} · ${elapsed}`);
         setReceipt('failure', 'Payment not confirmed', `We could not reach the payment server (${n} attempt${n === 1 ? '' : 's'}). You may or may not have been charged: trying again sends the same Idempotency-Key, so it cannot charge twice.`);
@@ -454,6 +479,8 @@ export function initPayments(lib) {
     if (document.visibilityState === 'visible' && !els.form.closest('[hidden]')) refreshLedger();
   }, LEDGER_POLL_MS);
 
+  // A payment not confirmed before a reload can be tried again, with its key.
+  els.again.hidden = pending === null;
   refresh();
   return {
     /** Loads the server's state (faults, ledger); resolves when the tab is usable. */

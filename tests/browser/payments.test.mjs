@@ -252,6 +252,28 @@ test('not confirmed although charged, then the main Pay button: the same order i
   assert.equal((await ledger()).count, 1);
 }));
 
+test('not confirmed although charged, then a reload and Pay: the same order is paid with the same key, charged once', () => withPage(openDemo(), async (page) => {
+  await configure(page, { fault: 'drop', count: 5, maxAttempts: 2, baseDelayMs: 20 });
+  await pressPay(page, 'failure');
+  const key = (await entries(page))[0].key;
+  assert.equal((await ledger()).count, 1, 'the first attempt was charged');
+
+  await page.reload();
+  await page.waitForSelector('[data-testid="pay-again"]:not([hidden])');
+  await configure(page, { fault: 'none' });
+  await pressPay(page, 'success');
+  const second = await entries(page);
+  assert.deepEqual(second.map((r) => [r.key, r.status, r.replayed]), [[key, 201, true]], 'not a new key, not a new charge');
+  assert.equal((await ledger()).count, 1);
+  // Confirmed: the next order is a new payment, with a new key, after a reload too.
+  await page.reload();
+  assert.equal(await page.isHidden('[data-testid="pay-again"]'), true);
+  await pressPay(page, 'success');
+  const third = await entries(page);
+  assert.notEqual(third[0].key, key);
+  assert.equal((await ledger()).count, 2);
+}));
+
 test('screenshot: a few payments through faults, every one charged once', () => withPage(openDemo({ width: 1360, height: 900 }), async (page) => {
   await page.fill('[data-testid="pay-card"]', '4242424242424242');
   assert.equal(await page.inputValue('[data-testid="pay-card"]'), '4242 4242 4242 4242');
