@@ -13,7 +13,7 @@ const GUARDS = ['RetryBudget', 'AdaptiveThrottle', 'CircuitBreaker'];
 const CHECK = `
 function __rfLive(self, className, member) {
     if (__rfMadeBy.get(self) !== className) {
-        throw new TypeError(className + '.prototype.' + member + ' called on an object that is not a ' + className);
+        throw new TypeError(className + '.prototype.' + member + ' called on an object that is not ' + (/^[AEIOU]/.test(className) ? 'an ' : 'a ') + className);
     }
     if (!self.__wbg_ptr) throw freedGuardError(className, member);
     return self.__wbg_ptr;

@@ -412,6 +412,28 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: a guard option that is no guard of this copy is a TypeError of the option naming what was given',
+    async run({ api, seq }) {
+      const s = seq('200');
+      const cases = [
+        ['breaker', Object.create(api.CircuitBreaker.prototype), /got an object with the prototype of CircuitBreaker, not made by new CircuitBreaker\(\); expected a CircuitBreaker/],
+        ['budget', Object.create(api.RetryBudget.prototype), /got an object with the prototype of RetryBudget, not made by new RetryBudget\(\); expected a RetryBudget/],
+        ['throttle', Object.create(api.AdaptiveThrottle.prototype), /got an object with the prototype of AdaptiveThrottle, not made by new AdaptiveThrottle\(\); expected an AdaptiveThrottle/],
+        ['budget', { __retryFetchGuard: 1 }, /got \[object Object\]; expected a RetryBudget/],
+      ];
+      for (const [option, value, message] of cases) {
+        const err = await rejects(api.retryFetch(s.url, undefined, { [option]: value }), `${option}: accepted`);
+        equal(err.name, 'TypeError', `${option}: ${err.message}:`);
+        ok(err.message.startsWith(`retryFetch: invalid option "${option}": `), err.message);
+        match(err.message, message, `${option}:`);
+      }
+      let thrown;
+      try { Object.create(api.AdaptiveThrottle.prototype).rate(s.url); } catch (e) { thrown = e; }
+      match(String(thrown?.message), /called on an object that is not an AdaptiveThrottle/);
+      equal((await s.log()).length, 0, 'nothing was sent:');
+    },
+  },
+  {
     name: 'contract: guard methods given a bad argument throw TypeErrors naming it',
     async run({ api, seq }) {
       const s = seq('200');

@@ -111,6 +111,9 @@ fn unregister(id: f64) {
     REGISTRY.with(|r| r.borrow_mut().retain(|(i, _)| *i != id));
 }
 
+/// The names of the guard classes (what `lookup` tells apart: freed, of another copy).
+const GUARD_CLASSES: [&str; 3] = ["RetryBudget", "AdaptiveThrottle", "CircuitBreaker"];
+
 /// The guard behind `value`, the value of option `option` (`budget`, `throttle`, `breaker`).
 /// A freed guard, a guard of another copy of the package, and anything else are refused
 /// (the caller's `TypeError` says which).
@@ -132,16 +135,29 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, Refused> {
     let class = js::get(&js::get(value, "constructor"), "name")
         .as_string()
         .unwrap_or_default();
+    // Only an object named as one of our classes is told apart further when it is no guard
+    // of this copy; anything else is refused as the value it is.
+    let ours = GUARD_CLASSES.contains(&class.as_str());
     let id = match js_sys::Reflect::get(value, &JsValue::from_str("__retryFetchGuard")) {
         Ok(id) => id,
-        // wasm-bindgen's getter throws on a freed object (its pointer is 0)
-        Err(_) if js::get(value, "__wbg_ptr").as_f64() == Some(0.0) => {
+        // wasm-bindgen's getter throws on a freed object (its pointer is 0), and on one that
+        // has the class's prototype but was not made by its constructor (no pointer at all)
+        Err(e) => {
             let mut what = String::from(article(&class));
             what.push_str(&class);
-            what.push_str(" that was freed (free() was called on it)");
+            match js::get(value, "__wbg_ptr").as_f64() {
+                Some(0.0) => what.push_str(" that was freed (free() was called on it)"),
+                None if ours => {
+                    what = String::from("an object with the prototype of ");
+                    what.push_str(&class);
+                    what.push_str(", not made by new ");
+                    what.push_str(&class);
+                    what.push_str("()");
+                }
+                _ => return Err(Refused::Js(e)),
+            }
             return Err(bad(&what));
         }
-        Err(e) => return Err(Refused::Js(e)),
     };
     let Some(id) = id.as_f64() else {
         return Err(Refused::Value);
@@ -154,12 +170,22 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, Refused> {
     });
     match found {
         Some(g) => Ok(g),
+        None if !ours => Err(Refused::Value),
         None => {
             let mut what = String::from(article(&class));
             what.push_str(&class);
             what.push_str(" from another copy of retry-fetch (each copy, e.g. the ES module and the CommonJS build, keeps its own guards)");
             Err(bad(&what))
         }
+    }
+}
+
+/// `"an "` before a name that starts with a vowel (`an AdaptiveThrottle`), else `"a "`.
+fn article(name: &str) -> &'static str {
+    if name.starts_with(['A', 'E', 'I', 'O', 'U', 'a', 'e', 'i', 'o', 'u']) {
+        "an "
+    } else {
+        "a "
     }
 }
 
@@ -176,15 +202,6 @@ pub fn freed_guard_error(class: &str, member: &str) -> JsValue {
     msg.push_str(class);
     msg.push_str(" was freed (free() was called on it); make a new one");
     type_error(&msg)
-}
-
-/// `"an "` before a name that starts with a vowel (`an AdaptiveThrottle`), else `"a "`.
-fn article(name: &str) -> &'static str {
-    if name.starts_with(['A', 'E', 'I', 'O', 'U', 'a', 'e', 'i', 'o', 'u']) {
-        "an "
-    } else {
-        "a "
-    }
 }
 
 /// The origin (`scheme://host:port`) of a URL string, as `URL.origin` gives it; the string
