@@ -52,6 +52,11 @@ export interface SettledInfo {
   response?: Response;
   /** What the call rejected with, if it did. */
   error?: unknown;
+  /**
+   * The idempotency key the call's attempts carried (ours or yours), when they carried one:
+   * to send again, with the same key, a call whose response body could not be read.
+   */
+  idempotencyKey?: string;
 }
 
 /**

@@ -28,7 +28,8 @@ export function nodeRequestHeaders(req, names) {
 export function nodeRequestUrl(req, target) {
   const proto = req.socket?.encrypted ? 'https' : 'http';
   const path = typeof target === 'string' && target !== '' ? target : '/';
-  if (/^https?:\/\//i.test(path)) {
+  // A host after `//` (`http:///pay` has none: a URL parser would make `pay` the host).
+  if (/^https?:\/\/[^/?#\\]/i.test(path)) {
     try {
       return new URL(path);
     } catch {

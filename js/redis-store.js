@@ -53,11 +53,18 @@ return out
 `;
 
 function parseRecord(value, key) {
+  let record;
   try {
-    return JSON.parse(typeof value === 'string' ? value : String(value));
+    record = JSON.parse(typeof value === 'string' ? value : String(value));
   } catch {
+    record = undefined;
+  }
+  // Only an object is a record: `null` would read as "the lock is taken" (the key's holder
+  // would run again).
+  if (typeof record !== 'object' || record === null || Array.isArray(record)) {
     throw new TypeError(`RedisStore: the value at ${JSON.stringify(key)} is not a JSON idempotency record`);
   }
+  return record;
 }
 
 /**

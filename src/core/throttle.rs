@@ -247,10 +247,12 @@ impl OriginThrottle {
     }
 
     /// Demand is above the fill rate: callers are queued, or one had to wait within the time
-    /// of two turns (a caller sending one call after another, which is not queued when it
-    /// asks again; not longer, so that a herd's queue emptying is not taken for demand).
-    fn wanted(&self, now_ms: f64) -> bool {
-        self.waiting() || now_ms - self.last_wait_ms < 2_000.0 / self.fill_rate
+    /// of two turns, and within `ramp_ms` (a caller sending one call after another, which is
+    /// not queued when it asks again; not longer, so that a herd's queue emptying, or a slow
+    /// caller's last wait, is not taken for demand).
+    fn wanted(&self, config: &ThrottleConfig, now_ms: f64) -> bool {
+        self.waiting()
+            || now_ms - self.last_wait_ms < (2_000.0 / self.fill_rate).min(config.ramp_ms)
     }
 
     /// Time (ms) until `needed` more tokens have accumulated: at the fill rate, or along the
@@ -300,7 +302,7 @@ impl OriginThrottle {
             // rate was not what limited the sends, and it stays at the rate measured (at
             // least `initial_rate`), so healthy traffic does not bank a rate the herd that
             // follows would meet unpaced.
-            let limit = if self.wanted(now_ms) {
+            let limit = if self.wanted(config, now_ms) {
                 f64::INFINITY
             } else {
                 self.served_rate = self.sends.rate(now_ms);
@@ -893,6 +895,30 @@ mod tests {
         }
         // at a flat 200 req/s this would be 400
         assert!(sent > 1_500, "{sent} turns in 2 s");
+    }
+
+    #[test]
+    fn a_slow_callers_last_wait_is_no_demand_once_ramp_ms_passed() {
+        // A caller at 1 req/s whose second call comes a little early and waits for its turn.
+        let mut waited = 0;
+        for second_call in (500..1_000).step_by(50) {
+            let mut t = AdaptiveThrottle::new(ThrottleConfig {
+                initial_rate: 1.0,
+                ..ThrottleConfig::default()
+            });
+            let first_turn = turn(&mut t, 0.0);
+            t.on_send(O, first_turn);
+            let asked = f64::from(second_call);
+            let now = turn(&mut t, asked);
+            t.on_send(O, now);
+            waited += usize::from(now > asked);
+            // Idle since: reading the rate grows nothing, and reads the same twice.
+            let first = t.rate(O, now + 1_500.0).unwrap();
+            let second = t.rate(O, now + 1_500.0).unwrap();
+            assert_eq!(first, second, "second call at {second_call} ms");
+            assert!(first < 2.0, "{first}");
+        }
+        assert!(waited > 0);
     }
 
     #[test]

@@ -990,6 +990,25 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: onSettled gives the key the attempts carried, so a call whose body could not be read can be sent again with it',
+    async run({ api, seq }) {
+      const infos = [];
+      const onSettled = (info) => infos.push(info);
+      const post = seq('503,201');
+      equal((await api.retryFetch(post.url, { method: 'POST', body: 'pay' }, { ...fast, onSettled })).status, 201);
+      const sent = (await post.log()).map((r) => r.headers['idempotency-key']);
+      match(infos[0].idempotencyKey, UUID_V4);
+      deepEqual(sent, [infos[0].idempotencyKey, infos[0].idempotencyKey]);
+      // The caller's key, and a call that rejected.
+      await rejects(api.retryFetch(seq('reset').url, { method: 'POST', body: 'pay', headers: { 'Idempotency-Key': 'order-7' } }, { ...fast, maxAttempts: 1, onSettled }));
+      equal(infos[1].idempotencyKey, 'order-7');
+      equal(infos[1].error?.idempotencyKey, 'order-7');
+      // A GET carries none.
+      await api.retryFetch(seq('200').url, undefined, { onSettled });
+      equal('idempotencyKey' in infos[2], false);
+    },
+  },
+  {
     name: "contract: shouldRetry may read ctx.response's body; the response the call returns stays readable",
     async run({ api, seq }) {
       const s = seq('503');

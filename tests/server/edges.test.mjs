@@ -67,6 +67,12 @@ test('a request target in absolute form (as a proxy sends it) is its URL: the ha
     assert.equal(again.status, 201, 'the same resource in origin form is a repeat, not a 422');
     assert.deepEqual(JSON.parse(again.body), { path: '/pay', query: '?order=7' });
     assert.equal(runs, 1);
+    // No host after `//`: not read as a URL whose host is the path's first segment (both
+    // would then be `POST /`, one the replay of the other).
+    const empty = newKey();
+    assert.equal((await raw('http:///pay', empty)).status, 201);
+    assert.equal((await raw('http:///refund', empty)).status, 422, 'another path under the same key');
+    assert.equal(runs, 2);
   } finally {
     server.closeAllConnections();
     await new Promise((resolve) => server.close(resolve));

@@ -422,6 +422,30 @@ test('a store that returns a malformed record: a 503 problem (Retry-After: 1), o
   assert.equal(await replay.text(), 'hi');
 });
 
+test('a store whose acquire() gives undefined (a forgotten return) is failing, not granting the lock: 503, the repeat does not run', async () => {
+  const rows = new Map();
+  const store = {
+    acquire(key, lock) {
+      if (!rows.has(key)) {
+        rows.set(key, lock);
+        return null;
+      }
+      // the record of the key, not returned
+    },
+    reclaim: () => false,
+    complete(key, token, record) { rows.set(key, record); return true; },
+    release(key) { rows.delete(key); return true; },
+  };
+  const told = [];
+  let runs = 0;
+  const h = idempotency(async () => (runs++, new Response('charged', { status: 201 })), { store, identity: false, history: false, onStoreError: (error, operation) => told.push([operation, error.message]) });
+  const key = newKey();
+  assert.equal((await h(post(key))).status, 201);
+  await problemOf(await h(post(key)), 503, 'idempotency-store-unavailable', { retryAfter: true });
+  assert.equal(runs, 1, 'the repeat ran the handler again');
+  assert.deepEqual(told, [['acquire', "idempotency: the store returned a malformed record (acquire() must give null when the lock is taken, or the key's record): undefined"]]);
+});
+
 test('a store whose record or promise throws when read: a 503 problem, onStoreError is told, the process goes on', async () => {
   const badThen = () => {
     const promise = Promise.resolve(null);

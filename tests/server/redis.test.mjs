@@ -150,6 +150,14 @@ if (skip) {
       name: 'TypeError',
       message: /not a JSON idempotency record/,
     });
+    // JSON that is no record, `null` above all (it would read as "the lock is taken"), is one.
+    for (const [i, value] of ['null', '5', '"in-progress"', '[]'].entries()) {
+      await client.set(`${p}-:json-${i}`, value);
+      await assert.rejects(store.acquire(`-:json-${i}`, { state: 'in-progress', token: 't', fingerprint: 'f', lockExpiresAt: 0 }, 1000), {
+        name: 'TypeError',
+        message: /not a JSON idempotency record/,
+      }, value);
+    }
     const told = [];
     let runs = 0;
     const handler = idempotency(async () => (runs++, new Response('ran')), { store, onStoreError: (e, op) => told.push([op, e.name]) });

@@ -857,6 +857,7 @@ pub async fn run(
     first: Option<First>,
 ) -> Result<JsValue, JsValue> {
     let attempts = std::cell::Cell::new(0);
+    let key = policy.on_settled.as_ref().and(t.key.clone());
     let outcome = run_loop(policy.clone(), t, started, first, &attempts).await;
     // onSettled: how the call ended and how many attempts it took, whatever the outcome.
     if let Some(hook) = &policy.on_settled {
@@ -870,6 +871,11 @@ pub async fn run(
             response,
             error,
         });
+        // The key its attempts carried: to send again, with it, a call that resolved but
+        // whose body could not be read.
+        if let Some(k) = &key {
+            js::set(&info, "idempotencyKey", &JsValue::from_str(k));
+        }
         js::call_detached(hook, &[&info]);
     }
     outcome

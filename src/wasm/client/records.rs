@@ -46,7 +46,7 @@ pub struct RetryContext<'a> {
 }
 
 /// `onSettled`'s info: how many attempts the call sent, how long it took, and its answer or
-/// error.
+/// error (the loop adds `idempotencyKey`, the key the attempts carried, when they had one).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SettledInfo {

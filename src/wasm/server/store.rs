@@ -430,14 +430,22 @@ impl Store {
                 let v = self
                     .call("acquire", &[&key.into(), &lock.js(), &lock_ms.into()])
                     .await?;
-                if v.is_null() || v.is_undefined() {
+                if v.is_null() {
                     return Ok(None);
                 }
                 // A copy of ours, read without the store's getters or traps running again.
                 js::data_copy(&v)?
             }
         };
-        Ok((!v.is_null() && !v.is_undefined()).then_some(v))
+        // Only `null` grants the lock: `undefined` (a store that forgot a `return`) would run
+        // every repeat of a key again. It is a store failure: nothing runs.
+        if v.is_undefined() {
+            return Err(malformed(
+                &v,
+                "acquire() must give null when the lock is taken, or the key's record",
+            ));
+        }
+        Ok((!v.is_null()).then_some(v))
     }
 
     /// `method(key, token, record, ms)` (`renew`, `complete`), through its text twin where it
