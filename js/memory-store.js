@@ -159,6 +159,9 @@ export class MemoryStore {
         if (locks >= this.#maxEntries) {
           throw new Error(`MemoryStore: full: ${locks} requests in progress (maxEntries ${this.#maxEntries})`);
         }
+        if (bytes > this.#maxBytes) {
+          throw new Error(`MemoryStore: a lock of ${bytes} bytes does not fit in maxBytes ${this.#maxBytes}: maxBytes must hold at least one request in progress`);
+        }
         if (this.#bytes - this.#answerBytes + bytes > this.#maxBytes) {
           throw new Error(`MemoryStore: full: ${locks} requests in progress (maxBytes ${this.#maxBytes})`);
         }

@@ -493,3 +493,12 @@ t('20,000 random operations agree with a plain model of the rules (bounds, evict
     else delete performance.now;
   }
 });
+
+test('MemoryStore: a maxBytes no lock fits in says so, not that the store is full of requests', async () => {
+  const store = new MemoryStore({ maxBytes: 50 });
+  const lock = { state: 'in-progress', token: 'a-token-of-the-lock', fingerprint: 'f'.repeat(64), lockExpiresAt: Date.now() + 1000 };
+  await assert.rejects(async () => store.acquire('-:k', lock, 1000), {
+    message: /^MemoryStore: a lock of \d+ bytes does not fit in maxBytes 50: maxBytes must hold at least one request in progress$/,
+  });
+  assert.equal(store.size, 0);
+});
