@@ -6,7 +6,7 @@ import { $, STOP_TEXT, createTimeline, drawSchedule, el, fmtMs, statusLine, tok,
 const MAX_BARS = 16;
 const LEDGER_POLL_MS = 1000;
 /** Where a payment not confirmed is kept across reloads (this tab's sessionStorage). */
-const PENDING_STORAGE = 'retry-fetch-demo:pending-payment';
+const PENDING_STORAGE = 'retry-fetch-demo:unconfirmed-payments';
 
 const euros = (cents) => `€${(cents / 100).toLocaleString('en-IE', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
 
@@ -54,32 +54,55 @@ export function initPayments(lib) {
   let seed = 42;
   let runDelays = [];
   let busy = false;
-  // The payment that could not be confirmed ({ key, amount, last4 }), kept in this tab's
-  // sessionStorage: paying the same order again after a reload sends its key, so it cannot
-  // be charged twice.
-  let pending = loadPending();
+  // The payments that could not be confirmed, by order (amount and card): { key, amount,
+  // last4 }, kept in this tab's sessionStorage. Paying the same order again, after a reload
+  // or after other payments, sends its key, so it cannot be charged twice. `pending` is the
+  // last of them ("Try again").
+  const orderOf = (p) => `${p.amount}/${p.last4}`;
+  const unconfirmed = loadUnconfirmed();
+  let pending = Object.values(unconfirmed).at(-1) ?? null;
   let latestKey = null; // the key of the last payment, highlighted in the ledger
   let ledgerSignature = '';
   let order = 1042;
 
-  function loadPending() {
+  function loadUnconfirmed() {
+    const kept = {};
     try {
-      const p = JSON.parse(sessionStorage.getItem(PENDING_STORAGE) ?? 'null');
-      const valid = p && typeof p.key === 'string' && Number.isInteger(p.amount) && typeof p.last4 === 'string';
-      return valid ? { key: p.key, amount: p.amount, last4: p.last4 } : null;
+      const all = JSON.parse(sessionStorage.getItem(PENDING_STORAGE) ?? '[]');
+      for (const p of Array.isArray(all) ? all : []) {
+        const valid = p && typeof p.key === 'string' && Number.isInteger(p.amount) && typeof p.last4 === 'string';
+        if (valid) kept[orderOf(p)] = { key: p.key, amount: p.amount, last4: p.last4 };
+      }
     } catch {
-      return null; // storage off (a private window's policy), or not ours: nothing kept
+      // storage off (a private window's policy), or not ours: nothing kept
     }
+    return kept;
   }
 
-  function keepPending(payment) {
-    pending = payment;
+  function saveUnconfirmed() {
     try {
-      if (payment?.key) sessionStorage.setItem(PENDING_STORAGE, JSON.stringify(payment));
+      const all = Object.values(unconfirmed);
+      if (all.length > 0) sessionStorage.setItem(PENDING_STORAGE, JSON.stringify(all));
       else sessionStorage.removeItem(PENDING_STORAGE);
     } catch {
       // storage off: kept for this page only
     }
+  }
+
+  /** `payment` (sent with `key`) was not confirmed: paid again, it sends that key. */
+  function notConfirmed(payment, key) {
+    if (!key) return;
+    pending = { ...payment, key };
+    delete unconfirmed[orderOf(pending)]; // the newest last
+    unconfirmed[orderOf(pending)] = pending;
+    saveUnconfirmed();
+  }
+
+  /** `payment`, sent with `key`, got its final answer (charged, or declined). */
+  function settled(payment, key) {
+    if (unconfirmed[orderOf(payment)]?.key === key) delete unconfirmed[orderOf(payment)];
+    if (pending?.key === key) pending = Object.values(unconfirmed).at(-1) ?? null;
+    saveUnconfirmed();
   }
 
   // ----------------------------------------------------------------------------------------
@@ -343,8 +366,7 @@ export function initPayments(lib) {
     // The same order (same amount, same card) not yet confirmed is paid again with its key:
     // the main button too, so a second press can never charge it twice. A changed form is a
     // new payment, with a new key.
-    const same = pending && pending.amount === v.amount && pending.last4 === v.last4;
-    const payment = (retryPending || same) && pending ? pending : { key: null, amount: v.amount, last4: v.last4 };
+    const payment = (retryPending && pending) || unconfirmed[orderOf(v)] || { key: null, amount: v.amount, last4: v.last4 };
     if (payment.amount === null) return;
     busy = true;
     renderButton(v);
@@ -383,7 +405,7 @@ export function initPayments(lib) {
       const tries = `${rows.length} attempt${rows.length === 1 ? '' : 's'}`;
       const elapsed = fmtMs(performance.now() - t0);
       if (res.status === 201 && data?.chargeId) {
-        keepPending(null);
+        settled(payment, key);
         const replayed = res.headers.get('Idempotent-Replayed') === 'true';
         setStatus('success', `${statusLine(res.status, res.statusText)} · ${tries} · ${elapsed}`);
         const view = await refreshLedger();
@@ -405,14 +427,15 @@ export function initPayments(lib) {
         const reason = data?.error ?? data?.detail ?? data?.title;
         const message = reason ? `: ${reason}` : '';
         setStatus('failure', `${statusLine(res.status, res.statusText)} · ${tries} · ${elapsed}`);
-        const retryable = res.status >= 500 || res.status === 429 || res.status === 408;
+        // A success whose body could not be read is not a confirmation either.
+        const retryable = res.ok || res.status >= 500 || res.status === 429 || res.status === 408;
         if (retryable) {
-          keepPending({ ...payment, key });
+          notConfirmed(payment, key);
           setReceipt('failure', 'Payment not confirmed', `The server still answered ${res.status} after ${tries}. Nothing is lost: trying again sends the same Idempotency-Key, so you cannot be charged twice.`);
           els.again.hidden = false;
           timeline.addNote('failed', `Returned the last response (${res.status})`, 'retryFetch resolves with the last response when it stops retrying: check res.ok.');
         } else {
-          keepPending(null);
+          settled(payment, key);
           setReceipt('failure', 'Payment declined', `${statusLine(res.status, res.statusText)}${message}`);
           timeline.addNote('failed', `${res.status} is not retried`, 'A 4xx answer is final: retrying it would not help.');
         }
@@ -424,7 +447,7 @@ export function initPayments(lib) {
       latestKey = key;
       rows.at(-1)?.final('bad');
       if (lib.isRetryError(e)) {
-        keepPending({ ...payment, key });
+        notConfirmed(payment, key);
         const n = e.attempts.length;
         setStatus('failure', `Failed · ${STOP_TEXT[e.reason] ?? e.reason} · ${n} attempt${n === 1 ? '' : 's'} · ${elapsed}`);
         setReceipt('failure', 'Payment not confirmed', `We could not reach the payment server (${n} attempt${n === 1 ? '' : 's'}). You may or may not have been charged: trying again sends the same Idempotency-Key, so it cannot charge twice.`);

@@ -274,6 +274,29 @@ test('not confirmed although charged, then a reload and Pay: the same order is p
   assert.equal((await ledger()).count, 2);
 }));
 
+test('an order not confirmed keeps its key while other orders are paid, across a reload: paid again, it is charged once', () => withPage(openDemo(), async (page) => {
+  await configure(page, { fault: 'drop', count: 5, maxAttempts: 2, baseDelayMs: 20 });
+  const amount = await page.inputValue('[data-testid="pay-amount"]');
+  await pressPay(page, 'failure');
+  const key = (await entries(page))[0].key;
+  assert.equal((await ledger()).count, 1, 'the first attempt was charged');
+
+  await page.reload();
+  await configure(page, { fault: 'none' });
+  await page.fill('[data-testid="pay-amount"]', '50.00');
+  await pressPay(page, 'success');
+  const other = (await entries(page))[0].key;
+  assert.notEqual(other, key, 'another order, another key');
+
+  await page.fill('[data-testid="pay-amount"]', amount);
+  await pressPay(page, 'success');
+  const again = await entries(page);
+  assert.deepEqual(again.map((r) => [r.key, r.status, r.replayed]), [[key, 201, true]], 'the first order with its own key');
+  const view = await ledger();
+  assert.equal(view.count, 2, 'each order charged once');
+  assert.deepEqual(view.duplicates, []);
+}));
+
 test('screenshot: a few payments through faults, every one charged once', () => withPage(openDemo({ width: 1360, height: 900 }), async (page) => {
   await page.fill('[data-testid="pay-card"]', '4242424242424242');
   assert.equal(await page.inputValue('[data-testid="pay-card"]'), '4242 4242 4242 4242');

@@ -420,6 +420,8 @@ export const scenarios = [
         ['budget', Object.create(api.RetryBudget.prototype), /got an object with the prototype of RetryBudget, not made by new RetryBudget\(\); expected a RetryBudget/],
         ['throttle', Object.create(api.AdaptiveThrottle.prototype), /got an object with the prototype of AdaptiveThrottle, not made by new AdaptiveThrottle\(\); expected an AdaptiveThrottle/],
         ['budget', { __retryFetchGuard: 1 }, /got \[object Object\]; expected a RetryBudget/],
+        ['breaker', new Proxy(new api.CircuitBreaker(), {}), /got an object that is no guard made by new CircuitBreaker\(\) of this copy \(reading its guard id threw: /],
+        ['budget', Object.create(new api.RetryBudget()), /got an object that is no guard made by new RetryBudget\(\) of this copy/],
       ];
       for (const [option, value, message] of cases) {
         const err = await rejects(api.retryFetch(s.url, undefined, { [option]: value }), `${option}: accepted`);
@@ -1003,9 +1005,14 @@ export const scenarios = [
       await rejects(api.retryFetch(seq('reset').url, { method: 'POST', body: 'pay', headers: { 'Idempotency-Key': 'order-7' } }, { ...fast, maxAttempts: 1, onSettled }));
       equal(infos[1].idempotencyKey, 'order-7');
       equal(infos[1].error?.idempotencyKey, 'order-7');
-      // A GET carries none.
+      // A GET carries none; nor does a POST that sent nothing.
       await api.retryFetch(seq('200').url, undefined, { onSettled });
       equal('idempotencyKey' in infos[2], false);
+      const aborted = new AbortController();
+      aborted.abort(new Error('stop'));
+      await rejects(api.retryFetch(seq('200').url, { method: 'POST', body: 'pay' }, { ...fast, signal: aborted.signal, onSettled }));
+      equal(infos[3].attempts, 0);
+      equal('idempotencyKey' in infos[3], false);
     },
   },
   {

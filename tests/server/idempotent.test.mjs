@@ -429,3 +429,22 @@ test('idempotent, PostgresStore: when the commit fails, the call does not resolv
   assert.ok(outcome.error, `the call resolved with ${JSON.stringify(outcome.value)} though nothing was committed`);
   isIdempotencyError(outcome.error, 'not-committed');
 });
+
+test('a store whose runs() gives no list (a forgotten return) is told failing through onStoreError, as one that throws', async () => {
+  for (const gives of [undefined, null, 'r1']) {
+    const inner = new MemoryStore();
+    for (const id of ['r1', 'r2']) await inner.recordRun({ id, key: 'j2', scope: '-', instance: 'x', startedAt: id === 'r1' ? 1 : 2, endedAt: 3, outcome: 'rolled-back' });
+    const store = {
+      acquire: (...a) => inner.acquire(...a), reclaim: (...a) => inner.reclaim(...a), renew: (...a) => inner.renew(...a),
+      complete: (...a) => inner.complete(...a), release: (...a) => inner.release(...a), recordRun: (...a) => inner.recordRun(...a),
+      secret: () => inner.secret(),
+      async runs() { return gives; },
+    };
+    const errors = [];
+    const job = idempotent(async () => 'ok', { store, key: (x) => x.id, maxRuns: 2, onStoreError: (e, operation) => errors.push([operation, e.message]) });
+    assert.equal(await job({ id: 'j2' }), 'ok');
+    assert.equal(errors.length, 1, String(gives));
+    assert.equal(errors[0][0], 'runs');
+    assert.match(errors[0][1], /runs\(\) gave .*, not an array of run records; this run counts no earlier runs of the key \(maxRuns\)$/);
+  }
+});

@@ -873,7 +873,7 @@ pub async fn run(
         });
         // The key its attempts carried: to send again, with it, a call that resolved but
         // whose body could not be read.
-        if let Some(k) = &key {
+        if let Some(k) = key.as_ref().filter(|_| attempts.get() > 0) {
             js::set(&info, "idempotencyKey", &JsValue::from_str(k));
         }
         js::call_detached(hook, &[&info]);

@@ -154,7 +154,15 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, Refused> {
                     what.push_str(&class);
                     what.push_str("()");
                 }
-                _ => return Err(Refused::Js(e)),
+                // a Proxy of a guard, an object made from a guard or a subclass's prototype,
+                // a getter of its own that throws: no guard of this copy all the same
+                _ => {
+                    what = String::from("an object that is no guard made by new ");
+                    what.push_str(&class);
+                    what.push_str("() of this copy (reading its guard id threw: ");
+                    what.push_str(&js::get(&e, "message").as_string().unwrap_or_default());
+                    what.push(')');
+                }
             }
             return Err(bad(&what));
         }

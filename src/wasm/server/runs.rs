@@ -186,7 +186,16 @@ async fn begin(
         }
     }
     let found = match store.runs(&run.key).await {
-        Ok(v) => v,
+        Ok(v) if matches!(js::array_length(&v), Ok(Some(_))) => v,
+        // Not a list (a store that forgot a `return`): no earlier runs are known, and the
+        // store is told failing, as when `runs()` throws, rather than "none" in silence.
+        Ok(v) => {
+            let mut message = String::from("idempotency: the store's runs() gave ");
+            message.push_str(&crate::wasm::errors::describe(&v));
+            message.push_str(", not an array of run records; this run counts no earlier runs of the key (maxRuns)");
+            reporter.store_error(&crate::wasm::errors::type_error(&message), "runs");
+            JsValue::UNDEFINED
+        }
         Err(e) => {
             reporter.store_error(&e, "runs");
             JsValue::UNDEFINED
