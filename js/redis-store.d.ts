@@ -87,7 +87,7 @@ export class RedisStore implements IdempotencyStore {
   recordRun(run: RunRecord): Promise<void>;
   /**
    * See `IdempotencyStore.runs`: the stream's entries (`XRANGE - +`, in a Lua script), the last
-   * one of each `id`, oldest `startedAt` first (then by `id`): at most 100.
+   * one of each `id`, oldest `startedAt` first (then by `id`): the stream keeps the last 1000.
    */
   runs(key: string): Promise<RunRecord[]>;
   /**

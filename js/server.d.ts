@@ -265,10 +265,11 @@ export interface IdempotentOptions<Input, Tx = unknown> {
    * Called once when a job reaches `maxRuns`, before the failure is stored: move the job to
    * your own queue or table. If it throws or rejects, nothing is stored and the delivery
    * rejects with its error: the next delivery tries again (so it is at least once: make it
-   * idempotent on `record.key`). Needs `maxRuns` (a `TypeError` without it).
+   * idempotent on `record.key`). Needs `maxRuns` (a `TypeError` without it). What it returns
+   * (or its promise resolves to) is ignored: `(record) => redis.xAdd(...)` is fine.
    * @default none
    */
-  onDeadLetter?: (record: DeadLetter<Input>) => void | Promise<void>;
+  onDeadLetter?: (record: DeadLetter<Input>) => unknown;
   /** See `IdempotencyOptions.history`. @default true */
   history?: boolean;
   /** See `IdempotencyOptions.onEvent`; jobs also tell `'dead-lettered'`. @default none */

@@ -159,6 +159,10 @@ const jobOptions: IdempotentOptions<Message> = {
   history: true,
   onEvent: (event) => console.log(event.type),
 };
+// README's dead-letter hook: one that resolves to a value (a stream entry's id) is fine.
+const toDeadLetterStream = async (record: DeadLetter<Message>): Promise<string> => `${record.key}-0`;
+const deadLettered = idempotent(async (message: Message) => message.id, { ...jobOptions, onDeadLetter: toDeadLetterStream });
+void deadLettered;
 const count = idempotent((message: Message) => message.orderId.length, jobOptions);
 const counted: Promise<number> = count({ id: 'm-2', orderId: 'o-2' });
 void counted;
