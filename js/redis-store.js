@@ -57,7 +57,7 @@ function parseRecord(value, key) {
   try {
     record = JSON.parse(typeof value === 'string' ? value : String(value));
   } catch {
-    record = undefined;
+    // not JSON: refused below
   }
   // Only an object is a record: `null` would read as "the lock is taken" (the key's holder
   // would run again).

@@ -175,8 +175,7 @@ pub fn unfetchable(url: &str) -> Option<&'static str> {
         "data" | "blob" => return None,
         _ => return Some("fetch cannot send a request with this URL scheme"),
     }
-    let authority = rest.strip_prefix("//")?;
-    let authority = authority.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority(rest)?;
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let port = match host_port.rsplit_once(':') {
         Some((host, port))
@@ -246,13 +245,18 @@ pub fn redirect_refused(url: &str) -> Option<&'static str> {
 /// assert!(!has_credentials("https://api.example/op?by=a@b#c@d"));
 /// ```
 pub fn has_credentials(url: &str) -> bool {
-    let rest = url
-        .split_once(':')
-        .and_then(|(_, rest)| rest.strip_prefix("//"));
-    rest.unwrap_or("")
-        .bytes()
-        .take_while(|b| !matches!(b, b'/' | b'?' | b'#'))
-        .any(|b| b == b'@')
+    url.split_once(':')
+        .and_then(|(_, rest)| authority(rest))
+        .is_some_and(|a| a.contains('@'))
+}
+
+/// The authority (user info, host and port) of what follows a URL's scheme and its `:`
+/// (`//user@host:port/path`), or `None` when it has none.
+fn authority(after_scheme: &str) -> Option<&str> {
+    after_scheme
+        .strip_prefix("//")?
+        .split(['/', '?', '#'])
+        .next()
 }
 
 /// The Fetch Standard's request-body header names: not sent when a redirect turns a request

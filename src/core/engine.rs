@@ -343,11 +343,9 @@ impl CallEngine {
             if let Err(wait) = g.readmit(now_ms) {
                 return self.circuit_open(wait);
             }
-            if self.state.attempts() > 0 {
-                if let Some(step) = self.budget_refuses(policy, g, now_ms, rng) {
-                    g.release(now_ms);
-                    return step;
-                }
+            if let Some(step) = self.budget_refuses(policy, g, now_ms, rng) {
+                g.release(now_ms);
+                return step;
             }
         }
         self.turn(policy, guards, now_ms)
@@ -664,8 +662,8 @@ impl CallEngine {
     }
 
     /// The budget asked again before the pending retry goes (after its backoff, and after a
-    /// wait for a throttle turn): `None` when it allows it, else the step of a refusal, as
-    /// [`CallEngine::waited`] says.
+    /// wait for a throttle turn): `None` when it allows it (or no retry is pending: a first
+    /// attempt asks no budget), else the step of a refusal, as [`CallEngine::waited`] says.
     fn budget_refuses<R: Rng + ?Sized>(
         &mut self,
         policy: &RetryPolicy,
@@ -674,17 +672,13 @@ impl CallEngine {
         rng: &mut R,
     ) -> Option<Step> {
         let p = self.pending?;
-        let deadline = Step::Finish {
-            reason: StopReason::Deadline,
-            cause: Cause::AttemptError,
-        };
-        let budget = Step::Finish {
-            reason: StopReason::Budget,
+        let finish = |reason| Step::Finish {
+            reason,
             cause: Cause::AttemptError,
         };
         match guards.budget(now_ms) {
             Verdict::Allow => None,
-            Verdict::Stop => Some(budget),
+            Verdict::Stop => Some(finish(StopReason::Budget)),
             Verdict::Skip => {
                 let skipped = self.state.start_attempt();
                 Some(match self.state.decide(policy, p.report, now_ms, rng) {
@@ -704,8 +698,8 @@ impl CallEngine {
                             kind: WaitKind::Skip,
                         }
                     }
-                    Decision::Retry { .. } => deadline,
-                    Decision::Stop(_) => budget,
+                    Decision::Retry { .. } => finish(StopReason::Deadline),
+                    Decision::Stop(_) => finish(StopReason::Budget),
                 })
             }
         }

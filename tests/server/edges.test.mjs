@@ -7,16 +7,14 @@ import express from 'express';
 import { idempotency as expressIdempotency } from 'retry-fetch/express';
 import { withServer, listen, newKey } from './support.mjs';
 
-test('a request target starting with // is a path, not another host: a second path under the same key is a 422', async () => {
-  let runs = 0;
-  const handler = idempotency(async (request) => {
-    runs++;
-    return Response.json({ path: new URL(request.url).pathname, host: new URL(request.url).hostname });
-  });
+/**
+ * `handler` behind toNodeHandler on a port of its own, and `raw(target, key)`: a keyed POST of
+ * `{}` to the request target as written (fetch would normalise it).
+ */
+async function rawTargets(handler) {
   const server = http.createServer(toNodeHandler(handler));
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address();
-  // A raw request: fetch would normalise the target.
   const raw = (target, key) => new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: target, headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' } }, (res) => {
       let body = '';
@@ -26,6 +24,20 @@ test('a request target starting with // is a path, not another host: a second pa
     req.on('error', reject);
     req.end('{}');
   });
+  const close = async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  };
+  return { port, raw, close };
+}
+
+test('a request target starting with // is a path, not another host: a second path under the same key is a 422', async () => {
+  let runs = 0;
+  const handler = idempotency(async (request) => {
+    runs++;
+    return Response.json({ path: new URL(request.url).pathname, host: new URL(request.url).hostname });
+  });
+  const { raw, close } = await rawTargets(handler);
   try {
     const key = newKey();
     const first = await raw('//payments/charge', key);
@@ -35,8 +47,7 @@ test('a request target starting with // is a path, not another host: a second pa
     assert.equal(other.status, 422, 'another path under the same key');
     assert.equal(runs, 1);
   } finally {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
+    await close();
   }
 });
 
@@ -46,18 +57,7 @@ test('a request target in absolute form (as a proxy sends it) is its URL: the ha
     runs++;
     return Response.json({ path: new URL(request.url).pathname, query: new URL(request.url).search }, { status: 201 });
   }, { store: new MemoryStore(), identity: false });
-  const server = http.createServer(toNodeHandler(handler));
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address();
-  const raw = (target, key) => new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: target, headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' } }, (res) => {
-      let body = '';
-      res.on('data', (c) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode, body }));
-    });
-    req.on('error', reject);
-    req.end('{}');
-  });
+  const { port, raw, close } = await rawTargets(handler);
   try {
     const key = newKey();
     const first = await raw(`http://127.0.0.1:${port}/pay?order=7`, key);
@@ -74,8 +74,7 @@ test('a request target in absolute form (as a proxy sends it) is its URL: the ha
     assert.equal((await raw('http:///refund', empty)).status, 422, 'another path under the same key');
     assert.equal(runs, 2);
   } finally {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
+    await close();
   }
 });
 

@@ -73,19 +73,18 @@ impl RetryRatio {
     /// set back, by an unknown time: the count is forgotten (else it would not decay until
     /// the clock is past its time again, and retries would stay refused that long).
     fn decayed(&self, count: RatioCount, now_ms: f64) -> RatioCount {
-        let set_back = now_ms < count.at_ms - self.config.window_ms;
-        let f = match set_back {
-            true => 0.0,
-            false => (-((now_ms - count.at_ms).max(0.0)) / self.config.window_ms).exp(),
-        };
+        if now_ms < count.at_ms - self.config.window_ms {
+            return RatioCount {
+                sent: 0.0,
+                accepted: 0.0,
+                at_ms: now_ms,
+            };
+        }
+        let f = (-((now_ms - count.at_ms).max(0.0)) / self.config.window_ms).exp();
         RatioCount {
             sent: count.sent * f,
             accepted: count.accepted * f,
-            at_ms: if set_back {
-                now_ms
-            } else {
-                now_ms.max(count.at_ms)
-            },
+            at_ms: now_ms.max(count.at_ms),
         }
     }
 

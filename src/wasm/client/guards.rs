@@ -143,12 +143,15 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, Refused> {
         // wasm-bindgen's getter throws on a freed object (its pointer is 0), and on one that
         // has the class's prototype but was not made by its constructor (no pointer at all)
         Err(e) => {
-            let mut what = String::from(article(&class));
-            what.push_str(&class);
+            let mut what = String::new();
             match js::get(value, "__wbg_ptr").as_f64() {
-                Some(0.0) => what.push_str(" that was freed (free() was called on it)"),
+                Some(0.0) => {
+                    what.push_str(article(&class));
+                    what.push_str(&class);
+                    what.push_str(" that was freed (free() was called on it)");
+                }
                 None if ours => {
-                    what = String::from("an object with the prototype of ");
+                    what.push_str("an object with the prototype of ");
                     what.push_str(&class);
                     what.push_str(", not made by new ");
                     what.push_str(&class);
@@ -157,7 +160,7 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, Refused> {
                 // a Proxy of a guard, an object made from a guard or a subclass's prototype,
                 // a getter of its own that throws: no guard of this copy all the same
                 _ => {
-                    what = String::from("an object that is no guard made by new ");
+                    what.push_str("an object that is no guard made by new ");
                     what.push_str(&class);
                     what.push_str("() of this copy (reading its guard id threw: ");
                     what.push_str(&js::get(&e, "message").as_string().unwrap_or_default());
