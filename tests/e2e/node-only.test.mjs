@@ -674,3 +674,78 @@ test('headers (per call, a client\'s, what beforeRetry returns) must be strings:
   assert.equal(res.status, 200);
   assert.deepEqual(ok.log().map((r) => [r.headers['x-a'], r.headers['x-b']]), [['1', undefined], ['1', '2']]);
 });
+
+test('a mock of the global fetch that resolves with no Response, or returns one without a promise: every call settles, the instance lives on', () => withGlobalFetch(async (original) => {
+  const s = seq('200');
+  const shapes = [
+    ['resolves undefined', async () => undefined, 'reject'],
+    ['resolves null', async () => null, 'reject'],
+    ['resolves { status: 200 }', async () => ({ status: 200 }), 'reject'],
+    ['returns undefined', () => undefined, 'reject'],
+    ['returns a Response', () => new Response('sync'), 'sync'],
+    ['returns a thenable', () => ({ then: (ok) => ok(new Response('thenable')) }), 'thenable'],
+  ];
+  for (const [label, mock, expected] of shapes) {
+    globalThis.fetch = mock;
+    for (const [path, options] of [['lean', { maxAttempts: 1 }], ['loop', { maxAttempts: 1, onSettled() {} }]]) {
+      // Enough calls that an exception unwinding through the wasm (which leaks its stack) would
+      // have used the stack up.
+      for (let i = 0; i < (path === 'lean' ? 1200 : 50); i++) {
+        let call;
+        assert.doesNotThrow(() => { call = api.retryFetch(s.url, undefined, options); }, `${label}, ${path}: threw out of the call`);
+        const outcome = await call.then((r) => r, (e) => e);
+        if (expected === 'reject') {
+          assert.equal(outcome?.name, 'TypeError', `${label}, ${path}: ${outcome}`);
+          assert.match(outcome.message, /not a Response/, `${label}, ${path}`);
+        } else {
+          assert.equal(await outcome.text(), expected, `${label}, ${path}`);
+        }
+      }
+    }
+  }
+  globalThis.fetch = original;
+  assert.equal((await api.retryFetch(s.url)).status, 200, 'a call with the real fetch back');
+}));
+
+test('a lean GET with an init: what a wrapper of fetch changes in the init it was given is not sent on the retry', () => withGlobalFetch(async (original) => {
+  let calls = 0;
+  globalThis.fetch = (input, init) => {
+    calls += 1;
+    if (calls === 1 && init && typeof init === 'object') {
+      init.method = 'DELETE';
+      init.headers = { 'x-first-only': 'yes' };
+    }
+    return original(input, init);
+  };
+  const s = seq('503,200');
+  assert.equal((await api.retryFetch(s.url, { method: 'GET', cache: 'no-store' }, fast)).status, 200);
+  const sent = await s.log();
+  assert.deepEqual(sent.map((r) => [r.method, r.headers['x-first-only']]), [['DELETE', 'yes'], ['GET', undefined]]);
+}));
+
+test('a bodiless POST Request with no key of ours follows its redirects as a keyed POST does: a failure after one is not retried, a redirect to ftp: is our TypeError', async () => {
+  const start = await originServer((req, res) => {
+    if (req.url === '/pay') return res.writeHead(302, { location: '/result' }).end();
+    if (req.url === '/pay-ftp') return res.writeHead(302, { location: 'ftp://127.0.0.1/x' }).end();
+    req.socket.destroy();
+  });
+  try {
+    class Init { constructor(o) { Object.assign(this, o); } }
+    for (const [label, args] of [
+      ['a Request', (path) => [new Request(start.url + path, { method: 'POST' }), undefined]],
+      ['a URL with a class-instance init', (path) => [start.url + path, new Init({ method: 'POST' })]],
+    ]) {
+      start.seen.length = 0;
+      const err = await api.retryFetch(...args('/pay'), { ...fast, idempotencyKey: false }).then(() => assert.fail('resolved'), (e) => e);
+      assert.equal(err.name, 'RetryError', `${label}: ${err}`);
+      assert.equal(err.reason, 'not-retryable', `${label}: the failure came after a redirect`);
+      assert.deepEqual(start.seen.map((r) => r.url), ['/pay', '/result'], `${label}: sent once`);
+      const ftp = await api.retryFetch(...args('/pay-ftp'), { ...fast, idempotencyKey: false }).then(() => assert.fail('resolved'), (e) => e);
+      const cause = api.isRetryError(ftp) ? ftp.cause : ftp;
+      assert.equal(cause?.name, 'TypeError', `${label}: ${ftp}`);
+      assert.match(cause.message, /retryFetch/, `${label}: our TypeError, not fetch's`);
+    }
+  } finally {
+    await start.close();
+  }
+});

@@ -43,8 +43,14 @@ extern "C" {
     pub fn then_with(this: &Thenable, on_fulfilled: &JsValue, on_rejected: &JsValue) -> Promise;
 }
 
-/// The global `fetch(input, init)`; a wrapper of it that throws synchronously failed like one
-/// that rejects (as a custom `fetch` option that throws).
+/// The global `fetch(input, init)`, as a promise of ours to await: a wrapper or mock of it
+/// that throws synchronously failed like one that rejects (as a custom `fetch` option that
+/// throws), and one that returns a value or a thenable rather than a promise settles as
+/// [`crate::wasm::js::promise_of`] makes it.
 pub fn global_fetch(input: &JsValue, init: &JsValue) -> Promise {
-    global_fetch_or_throw(input, init).unwrap_or_else(|e| Promise::reject(&e))
+    match global_fetch_or_throw(input, init) {
+        Ok(sent) if sent.is_instance_of::<Promise>() => sent,
+        Ok(other) => crate::wasm::js::promise_of(&other),
+        Err(e) => Promise::reject(&e),
+    }
 }

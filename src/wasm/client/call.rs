@@ -293,11 +293,12 @@ impl Client {
                 (send.into(), input.clone(), copy.into())
             } else if plain_get {
                 let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
-                // Under a time limit, an object of its own gets the signal: the copy stays as the
-                // call fixed it (a retry's request is made from it).
-                let send = match limit {
-                    Some(_) => Object::assign(&Object::new(), init.unchecked_ref()).into(),
-                    None => init.clone(),
+                // What is sent is an object of its own (which gets the signal under a time limit):
+                // the copy stays as the call fixed it, whatever a wrapper of fetch changes in what
+                // it was given (a retry's request is made from the copy).
+                let send = match limit.is_none() && init.is_undefined() {
+                    true => JsValue::UNDEFINED,
+                    false => Object::assign(&Object::new(), init.unchecked_ref()).into(),
                 };
                 (send, input.clone(), init)
             } else {
@@ -545,16 +546,18 @@ fn lean_policy(policy: &Policy) -> bool {
 }
 
 /// Is `request` lean: no body, no key of ours to add, no key of the caller's on a
-/// non-idempotent request (checked before anything is sent, by `Template::new`), and not
+/// non-idempotent request (checked before anything is sent, by `Template::new`), not
 /// `redirect: 'error'` (which the loop sends with 'manual', to tell a redirect from a network
-/// error)?
+/// error), and not a request whose redirects the loop follows itself (`follows_itself`)?
 fn lean_request(policy: &Policy, request: &Request) -> bool {
     let idempotent = crate::core::classify::is_idempotent_method(&request.method());
     let header = policy.retry.idempotency_header.as_str();
+    let redirect = js::get(request, "redirect");
     request.body().is_none()
         && !policy.retry.idempotency_key.may_add_key(idempotent)
         && (idempotent || !request.headers().has(header).unwrap_or(true))
-        && js::get(request, "redirect").as_string().as_deref() != Some("error")
+        && redirect.as_string().as_deref() != Some("error")
+        && !follows_itself(idempotent, &redirect)
 }
 
 /// The first attempt of a lean call settled: a response below 400 is the answer (but a
@@ -570,14 +573,16 @@ fn settled(
     timed_out: bool,
 ) -> JsValue {
     // The global fetch fulfils with a `Response`: its typed `status` getter (no property name
-    // to pass, unlike the loop's duck-typed read of a custom transport's answer). A 202 under
-    // `followAccepted` is followed by the loop (one compare more only for a 202).
-    let status = match fulfilled {
-        true => value.unchecked_ref::<Response>().status(),
-        false => 0,
+    // to pass, unlike the loop's duck-typed read of a custom transport's answer). Anything else
+    // a wrapper or mock of it gave (`undefined`, `{ status: 200 }`, another implementation's
+    // response) is the loop's to judge, as its answers are. A 202 under `followAccepted` is
+    // followed by the loop (one compare more only for a 202).
+    let status = match value.dyn_ref::<Response>() {
+        Some(response) if fulfilled => Some(response.status()),
+        _ => None,
     };
     // Only a lean call with headers (a URL string sent) can have been sent with 'manual'.
-    let manual = (300..400).contains(&status)
+    let manual = status.is_some_and(|s| (300..400).contains(&s))
         && request.is_string()
         && follows_itself(
             js::get(&init, "method")
@@ -585,7 +590,7 @@ fn settled(
                 .is_none_or(|m| crate::core::classify::is_idempotent_method(&m)),
             &js::get(&init, "redirect"),
         );
-    if fulfilled && !manual && policy.retry.lean_answer(status) {
+    if status.is_some_and(|s| !manual && policy.retry.lean_answer(s)) {
         return value;
     }
     let ended = js_sys::Date::now();
