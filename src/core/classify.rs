@@ -169,17 +169,19 @@ pub const BAD_PORTS: [u16; 81] = [
 /// assert!(unfetchable("http://user:6000@example.com/").is_none());
 /// ```
 pub fn unfetchable(url: &str) -> Option<&'static str> {
-    let (scheme, rest) = url.split_once(':')?;
+    let (scheme, rest) = cut(url, b':', false)?;
     match scheme.to_ascii_lowercase().as_str() {
         "http" | "https" => {}
         "data" | "blob" => return None,
         _ => return Some("fetch cannot send a request with this URL scheme"),
     }
     let authority = authority(rest)?;
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let port = match host_port.rsplit_once(':') {
+    let host_port = cut(authority, b'@', true).map_or(authority, |(_, h)| h);
+    let port = match cut(host_port, b':', true) {
         Some((host, port))
-            if !port.contains(']') && (!host.starts_with('[') || host.ends_with(']')) =>
+            if !has_byte(port, b']')
+                && (host.as_bytes().first() != Some(&b'[')
+                    || host.as_bytes().last() == Some(&b']')) =>
         {
             port
         }
@@ -191,6 +193,23 @@ pub fn unfetchable(url: &str) -> Option<&'static str> {
         }
         _ => None,
     }
+}
+
+/// `s` split around its first (`last`: its last) `byte`, an ASCII one, which neither part
+/// keeps. A byte loop: `str::split_once` with a `char` pulls in core's `memchr`.
+pub(crate) fn cut(s: &str, byte: u8, last: bool) -> Option<(&str, &str)> {
+    let mut bytes = s.as_bytes().iter();
+    let at = if last {
+        bytes.rposition(|b| *b == byte)
+    } else {
+        bytes.position(|b| *b == byte)
+    }?;
+    Some((s.get(..at)?, s.get(at + 1..)?))
+}
+
+/// Does `s` contain `byte` (an ASCII one)? A byte loop, as [`cut`].
+fn has_byte(s: &str, byte: u8) -> bool {
+    s.bytes().any(|b| b == byte)
 }
 
 /// Is `status` one a response can have: a whole number from 100 to 999 (three digits, as
@@ -227,7 +246,7 @@ pub fn method_can_have_body(method: &str) -> bool {
 /// assert!(redirect_refused("http://127.0.0.1:6000/").is_some());
 /// ```
 pub fn redirect_refused(url: &str) -> Option<&'static str> {
-    let scheme = url.split_once(':').map_or("", |(s, _)| s);
+    let scheme = cut(url, b':', false).map_or("", |(s, _)| s);
     if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
         return Some("fetch follows a redirect only to an http: or https: URL");
     }
@@ -245,18 +264,20 @@ pub fn redirect_refused(url: &str) -> Option<&'static str> {
 /// assert!(!has_credentials("https://api.example/op?by=a@b#c@d"));
 /// ```
 pub fn has_credentials(url: &str) -> bool {
-    url.split_once(':')
+    cut(url, b':', false)
         .and_then(|(_, rest)| authority(rest))
-        .is_some_and(|a| a.contains('@'))
+        .is_some_and(|a| has_byte(a, b'@'))
 }
 
 /// The authority (user info, host and port) of what follows a URL's scheme and its `:`
 /// (`//user@host:port/path`), or `None` when it has none.
 fn authority(after_scheme: &str) -> Option<&str> {
-    after_scheme
-        .strip_prefix("//")?
-        .split(['/', '?', '#'])
-        .next()
+    let rest = after_scheme.strip_prefix("//")?;
+    let end = rest
+        .bytes()
+        .position(|b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    rest.get(..end)
 }
 
 /// The Fetch Standard's request-body header names: not sent when a redirect turns a request

@@ -236,27 +236,6 @@ pub const HEADER_NAME_EXPECTED: &str = "an HTTP header name (letters, digits and
 /// What `maxBufferedBodyBytes` must be.
 pub const BUFFERED_BYTES_EXPECTED: &str = "an integer number of bytes from 0 to 2147483647";
 
-/// What each retry option allows, by its JavaScript name, for the `TypeError` of a bad value
-/// (a guard option's is the shell's: it names a class).
-pub fn expected(option: &str) -> &'static str {
-    match option {
-        "maxAttempts" => MAX_ATTEMPTS_EXPECTED,
-        "baseDelayMs" | "maxDelayMs" | "maxRetryAfterMs" => NON_NEGATIVE_MS_EXPECTED,
-        "factor" => FACTOR_EXPECTED,
-        "jitter" => JITTER_EXPECTED,
-        "retryOnStatus" => STATUSES_EXPECTED,
-        "timeoutMs" | "deadlineMs" => POSITIVE_MS_EXPECTED,
-        "idempotencyKey" => KEY_MODE_EXPECTED,
-        "idempotencyHeader" => HEADER_NAME_EXPECTED,
-        "idempotencyKeyFormat" => KEY_FORMAT_EXPECTED,
-        "maxBufferedBodyBytes" => BUFFERED_BYTES_EXPECTED,
-        "signal" => "an AbortSignal",
-        "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => "a function",
-        "headers" => "headers: a Headers, an object of strings or [name, value] pairs",
-        _ => "true or false",
-    }
-}
-
 /// What each setting of a guard's constructor allows (`new RetryBudget({ maxTokens })`,
 /// `AdaptiveThrottle`, `CircuitBreaker`), for its `TypeError`: the guards' `validate` and
 /// the shell's type errors both say this.
@@ -449,7 +428,27 @@ pub fn has_a_meaning(name: &str) -> bool {
 /// (not a forbidden request-header name such as `content-length` or `host`) and that means
 /// nothing else in a request (not `content-type`, `authorization`, ...: see [`has_a_meaning`]).
 pub fn header_name(value: &str) -> Result<String, OptionError> {
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    // `matches!`, not `<[u8]>::contains`, which pulls in core's `memchr`.
+    let token = |b: u8| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            )
+    };
     if !value.is_empty()
         && value.bytes().all(token)
         && !is_forbidden_request_header(value)

@@ -11,27 +11,34 @@
 /// The most origins one guard keeps state for: 256.
 pub const MAX_ORIGINS: usize = 256;
 
-/// Per-origin state, most recently used last.
+/// Per-origin state, most recently used last: the origins and their states at the same
+/// index, in two lists, so that finding an origin and moving its name are one (non-generic)
+/// piece of code for every kind of state.
 #[derive(Clone, Debug)]
 pub struct OriginMap<T> {
-    entries: Vec<(String, T)>,
+    origins: Vec<String>,
+    states: Vec<T>,
 }
 
 impl<T> Default for OriginMap<T> {
     fn default() -> Self {
         OriginMap {
-            entries: Vec::new(),
+            origins: Vec::new(),
+            states: Vec::new(),
         }
     }
+}
+
+/// Where `origin` is in `origins`.
+#[inline(never)]
+fn find(origins: &[String], origin: &str) -> Option<usize> {
+    origins.iter().position(|o| o == origin)
 }
 
 impl<T> OriginMap<T> {
     /// The state of `origin`, if any.
     pub fn get(&self, origin: &str) -> Option<&T> {
-        self.entries
-            .iter()
-            .find(|(o, _)| o == origin)
-            .map(|(_, t)| t)
+        self.states.get(find(&self.origins, origin)?)
     }
 
     /// The state of `origin`, created with `make` when absent (making room, if needed, by
@@ -43,47 +50,50 @@ impl<T> OriginMap<T> {
         make: impl FnOnce() -> T,
         at_rest: impl Fn(&T) -> bool,
     ) -> &mut T {
-        match self.entries.iter().position(|(o, _)| o == origin) {
+        match find(&self.origins, origin) {
             Some(i) => {
-                let last = self.entries.len() - 1;
-                if i != last {
-                    let entry = self.entries.remove(i);
-                    self.entries.push(entry);
+                if i + 1 != self.states.len() {
+                    let name = self.origins.remove(i);
+                    self.origins.push(name);
+                    let state = self.states.remove(i);
+                    self.states.push(state);
                 }
             }
             None => {
-                if self.entries.len() >= MAX_ORIGINS {
-                    let oldest_at_rest = self.entries.iter().position(|(_, t)| at_rest(t));
-                    self.entries.remove(oldest_at_rest.unwrap_or(0));
+                if self.states.len() >= MAX_ORIGINS {
+                    let oldest_at_rest = self.states.iter().position(at_rest).unwrap_or(0);
+                    self.origins.remove(oldest_at_rest);
+                    self.states.remove(oldest_at_rest);
                 }
-                self.entries.push((origin.to_string(), make()));
+                self.origins.push(origin.to_string());
+                self.states.push(make());
             }
         }
-        let last = self.entries.len() - 1;
-        &mut self.entries[last].1
+        let last = self.states.len() - 1;
+        &mut self.states[last]
     }
 
     /// The state of `origin` for update, if any (not reordered).
     pub fn get_mut(&mut self, origin: &str) -> Option<&mut T> {
-        self.entries
-            .iter_mut()
-            .find(|(o, _)| o == origin)
-            .map(|(_, t)| t)
+        self.states.get_mut(find(&self.origins, origin)?)
     }
 
     /// Drop the state of `origin`, if any.
     pub fn remove(&mut self, origin: &str) {
-        self.entries.retain(|(o, _)| o != origin);
+        if let Some(i) = find(&self.origins, origin) {
+            self.origins.remove(i);
+            self.states.remove(i);
+        }
     }
 
     /// How many origins have state.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.states.len()
     }
 
     /// True when no origin has state.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.states.is_empty()
     }
 }
 

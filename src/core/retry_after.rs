@@ -17,13 +17,31 @@
 /// Seconds at or above which `RateLimit-Reset` is read as a Unix time.
 const UNIX_TIME_THRESHOLD_S: u64 = 1_000_000_000;
 
+/// `s` without its leading and trailing bytes that `space` matches (ASCII ones: a byte of a
+/// multi-byte character never does).
+fn trim(mut s: &[u8], space: fn(u8) -> bool) -> &[u8] {
+    while let [first, rest @ ..] = s {
+        if !space(*first) {
+            break;
+        }
+        s = rest;
+    }
+    while let [rest @ .., last] = s {
+        if !space(*last) {
+            break;
+        }
+        s = rest;
+    }
+    s
+}
+
 /// Parse RFC 9110 delta-seconds (`1*DIGIT`, surrounding whitespace allowed), saturating.
 fn delta_seconds(value: &str) -> Option<u64> {
-    let v = value.trim_matches(|c| c == ' ' || c == '\t');
-    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+    let v = trim(value.as_bytes(), |b| b == b' ' || b == b'\t');
+    if v.is_empty() || !v.iter().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some(v.bytes().fold(0u64, |acc, b| {
+    Some(v.iter().fold(0u64, |acc, b| {
         acc.saturating_mul(10).saturating_add(u64::from(b - b'0'))
     }))
 }
@@ -101,9 +119,7 @@ pub fn parse_http_date_ms(value: &str) -> Option<f64> {
     if !value.is_ascii() {
         return None;
     }
-    let s = value
-        .trim_matches(|c| matches!(c, '\t'..='\r' | ' '))
-        .as_bytes();
+    let s = trim(value.as_bytes(), |b| matches!(b, b'\t'..=b'\r' | b' '));
     // (weekday, day, month, year, `HH:MM:SS`); slice patterns, so no index can be out of range
     let (wday, day, mon, year, hms) = match *s {
         // IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`
@@ -219,7 +235,7 @@ fn quota<'a>(pieces: impl Iterator<Item = &'a str>) -> (Option<u64>, Option<u64>
     let mut remaining = None;
     let mut reset = None;
     for piece in pieces {
-        let Some((key, val)) = piece.split_once('=') else {
+        let Some((key, val)) = super::classify::cut(piece, b'=', false) else {
             continue;
         };
         match key.trim() {

@@ -65,7 +65,7 @@ pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)
         {
             let kind = tag
                 .strip_prefix("[object ")
-                .and_then(|t| t.strip_suffix(']'));
+                .and_then(|t| t.strip_suffix("]"));
             let mut got = String::from("a ");
             got.push_str(kind.unwrap_or("built-in object"));
             return Err(invalid_options(api, &got));
@@ -146,7 +146,12 @@ pub fn unknown_option(api: &str, name: &str, known: &[&str]) -> JsValue {
         }
         None => {
             msg.push_str("; the options are ");
-            msg.push_str(&known.join(", "));
+            for (i, k) in known.iter().enumerate() {
+                if i > 0 {
+                    msg.push_str(", ");
+                }
+                msg.push_str(k);
+            }
         }
     }
     type_error(&msg)

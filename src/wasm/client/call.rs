@@ -199,10 +199,16 @@ impl Client {
         let policy = super::policy::apply(super::policy::CALL, &given, self.policy())?;
         super::refuse_default_header_as_key(&policy, self.policy())?;
         let lean = Rc::new(Lean::new(Rc::new(policy)));
-        let seen: Option<Vec<(JsValue, Seen)>> = values
-            .iter()
-            .map(|(key, v)| Seen::of(v).map(|s| (key.clone(), s)))
-            .collect();
+        let mut seen = Some(Vec::with_capacity(values.len()));
+        for (key, v) in &values {
+            match (Seen::of(v), seen.as_mut()) {
+                (Some(s), Some(list)) => list.push((key.clone(), s)),
+                _ => {
+                    seen = None;
+                    break;
+                }
+            }
+        }
         let kept = seen.is_some();
         if let Some(given) = seen {
             *self.cache.borrow_mut() = Some(Rc::new(Cached {
@@ -1745,7 +1751,7 @@ fn attempt_init(
     if first_at.is_some() || changed {
         let headers = Headers::new_with_headers(&t.request.headers())?;
         if let Some(at) = first_at {
-            headers.set("X-Retry-Count", &(attempt - 1).to_string())?;
+            headers.set("X-Retry-Count", &super::errors::int(f64::from(attempt - 1)))?;
             headers.set("X-Original-Request-At", at)?;
         }
         if let Some(extra) = extra {

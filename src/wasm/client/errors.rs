@@ -19,11 +19,25 @@ pub fn option_error(api: &str, err: OptionError, value: &JsValue) -> JsValue {
 
 /// `n` (a whole, non-negative number of ms or attempts) in decimal.
 pub fn int(n: f64) -> String {
-    if n.is_finite() && n >= 0.0 {
-        (n as u64).to_string()
-    } else {
-        "0".into()
+    let mut out = String::new();
+    push_decimal(
+        &mut out,
+        if n.is_finite() && n >= 0.0 {
+            n as u64
+        } else {
+            0
+        },
+    );
+    out
+}
+
+/// `n` in decimal after `out` (what `to_string` writes, without `core::fmt`'s integer
+/// formatting and its `Formatter`).
+pub fn push_decimal(out: &mut String, n: u64) {
+    if n >= 10 {
+        push_decimal(out, n / 10);
     }
+    out.push(char::from(b'0' + (n % 10) as u8));
 }
 
 thread_local! {

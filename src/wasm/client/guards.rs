@@ -65,7 +65,14 @@ pub enum Guard {
 thread_local! {
     /// The default retry budget (`core::budget::RetryRatio`): every call and client of this
     /// copy of the package that does not choose a budget shares it, per origin.
-    static DEFAULT_BUDGET: Rc<RefCell<RetryRatio>> = Rc::new(RefCell::new(RetryRatio::new(RetryRatioConfig::default())));
+    static DEFAULT_BUDGET: Rc<RefCell<RetryRatio>> = new_ratio();
+}
+
+/// A new default retry budget (`core::budget::RetryRatio`): the one of this module instance,
+/// or a `createRetryFetch` client's own (`budget: 'own'`).
+#[inline(never)]
+pub fn new_ratio() -> Rc<RefCell<RetryRatio>> {
+    Rc::new(RefCell::new(RetryRatio::new(RetryRatioConfig::default())))
 }
 
 /// The default retry budget of this module instance.
@@ -193,7 +200,9 @@ pub fn lookup(option: &'static str, value: &JsValue) -> Result<Guard, Refused> {
 
 /// `"an "` before a name that starts with a vowel (`an AdaptiveThrottle`), else `"a "`.
 fn article(name: &str) -> &'static str {
-    if name.starts_with(['A', 'E', 'I', 'O', 'U', 'a', 'e', 'i', 'o', 'u']) {
+    if let Some(b'A' | b'E' | b'I' | b'O' | b'U' | b'a' | b'e' | b'i' | b'o' | b'u') =
+        name.as_bytes().first()
+    {
         "an "
     } else {
         "a "
@@ -245,11 +254,6 @@ fn url_argument(method: &str, url: &JsValue) -> Result<String, JsValue> {
     }
 }
 
-/// The `TypeError` for a guard's invalid setting, with the value that was given.
-fn setting_error(class: &str, e: OptionError, value: f64) -> JsValue {
-    invalid_option(class, e, &JsValue::from_f64(value))
-}
-
 /// The setting a guard's `TypeError` names for `e`: the one `e` names, or, when the caller
 /// left that one at its default (`given`: it was given), the setting whose value bounds it,
 /// which the caller gave (two defaults never conflict).
@@ -260,24 +264,22 @@ fn blamed(e: OptionError, given: bool) -> OptionError {
     }
 }
 
-/// The settings given to a guard's constructor (`class` names it in the errors): the numbers,
-/// in the order of `numbers` (`None` when not given), and `onStateChange` when `listener`
-/// (`null` is none). An unknown name, a value of the wrong type and `null` for a number are
-/// `TypeError`s naming the setting (the core's text says what it allows).
-#[allow(clippy::type_complexity)]
-fn settings<const N: usize>(
+/// The settings a guard's constructor was given (`class` names it in the errors): `values`
+/// holds the defaults of the numbers named first in `known` (in that order) and gets each one
+/// given; the bits of the result's `u32` say which were given (bit `i`: `known[i]`), and its
+/// function is `onStateChange` (the name after the numbers, when in `known`; `null` is none).
+/// An unknown name, a value of the wrong type and `null` for a number are `TypeError`s naming
+/// the setting (the core's text says what it allows). Shared by the three constructors.
+#[inline(never)]
+fn settings(
     class: &str,
     options: &JsValue,
-    numbers: [&'static str; N],
-    listener: bool,
-) -> Result<([Option<f64>; N], Option<Function>), JsValue> {
-    let mut known = numbers.to_vec();
-    if listener {
-        known.push("onStateChange");
-    }
-    let mut out = [None; N];
+    known: &[&'static str],
+    values: &mut [f64],
+) -> Result<(u32, Option<Function>), JsValue> {
+    let mut given_bits = 0;
     let mut on_state_change = None;
-    for (name, v) in given(class, options, &known)? {
+    for (name, v) in given(class, options, known)? {
         let bad = |v: &JsValue| {
             invalid_option(
                 class,
@@ -285,13 +287,36 @@ fn settings<const N: usize>(
                 v,
             )
         };
-        match numbers.iter().position(|n| *n == name) {
-            Some(i) => out[i] = Some(v.as_f64().ok_or_else(|| bad(&v))?),
+        let at = known.iter().position(|n| *n == name).unwrap_or(0);
+        match values.get_mut(at) {
+            Some(slot) => {
+                *slot = v.as_f64().ok_or_else(|| bad(&v))?;
+                given_bits |= 1 << at;
+            }
             None if v.is_null() => on_state_change = None,
             None => on_state_change = Some(v.dyn_into::<Function>().map_err(|v| bad(&v))?),
         }
     }
-    Ok((out, on_state_change))
+    Ok((given_bits, on_state_change))
+}
+
+/// The `TypeError` for a guard's invalid setting `e` (its `validate`'s), over the settings of
+/// [`settings`]: names them as `known`, `given` which were given, `values` the ones used. When
+/// the caller left `e`'s setting at its default, the one bounding it is named ([`blamed`]);
+/// the error shows the value of the setting it names.
+#[cold]
+#[inline(never)]
+fn settings_error(
+    class: &str,
+    e: OptionError,
+    known: &[&'static str],
+    given: u32,
+    values: &[f64],
+) -> JsValue {
+    let at = |option: &str| known.iter().position(|n| *n == option).unwrap_or(0);
+    let e = blamed(e, given & (1 << at(e.option)) != 0);
+    let value = values.get(at(e.option)).copied().unwrap_or(f64::NAN);
+    invalid_option(class, e, &JsValue::from_f64(value))
 }
 
 /// A guard class's handle: its registry id (what an option that names the guard is looked up
@@ -336,31 +361,18 @@ impl RetryBudgetHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create a full budget.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<RetryBudgetHandle, JsValue> {
-        let ([max_tokens, token_ratio, refill], _) = settings(
-            "RetryBudget",
-            &options,
-            ["maxTokens", "tokenRatio", "refillPerSecond"],
-            false,
-        )?;
+        const KNOWN: [&str; 3] = ["maxTokens", "tokenRatio", "refillPerSecond"];
         let d = BudgetConfig::default();
+        let mut values = [d.max_tokens, d.token_ratio, d.refill_per_sec];
+        let (given, _) = settings("RetryBudget", &options, &KNOWN, &mut values)?;
+        let [max_tokens, token_ratio, refill_per_sec] = values;
         let config = BudgetConfig {
-            max_tokens: max_tokens.unwrap_or(d.max_tokens),
-            token_ratio: token_ratio.unwrap_or(d.token_ratio),
-            refill_per_sec: refill.unwrap_or(d.refill_per_sec),
-        };
-        let config = config.validate().map_err(|e| {
-            let given = match e.option {
-                "tokenRatio" => token_ratio.is_some(),
-                _ => refill.is_some(),
-            };
-            let e = blamed(e, given);
-            let v = match e.option {
-                "maxTokens" => config.max_tokens,
-                "tokenRatio" => config.token_ratio,
-                _ => config.refill_per_sec,
-            };
-            setting_error("RetryBudget", e, v)
-        })?;
+            max_tokens,
+            token_ratio,
+            refill_per_sec,
+        }
+        .validate()
+        .map_err(|e| settings_error("RetryBudget", e, &KNOWN, given, &values))?;
         let inner = Rc::new(RefCell::new(RetryBudget::new(config)));
         let id = register(Guard::Budget(inner.clone()));
         Ok(RetryBudgetHandle { id, inner, config })
@@ -406,40 +418,35 @@ impl AdaptiveThrottleHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create the throttle.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<AdaptiveThrottleHandle, JsValue> {
-        let ([initial_rate, ramp_ms, beta, scale, min_rate, max_wait_ms], _) = settings(
-            "AdaptiveThrottle",
-            &options,
-            [
-                "initialRate",
-                "rampMs",
-                "beta",
-                "scale",
-                "minRate",
-                "maxWaitMs",
-            ],
-            false,
-        )?;
+        const KNOWN: [&str; 6] = [
+            "initialRate",
+            "rampMs",
+            "beta",
+            "scale",
+            "minRate",
+            "maxWaitMs",
+        ];
         let d = ThrottleConfig::default();
+        let mut values = [
+            d.initial_rate,
+            d.ramp_ms,
+            d.beta,
+            d.scale,
+            d.min_rate,
+            d.max_wait_ms,
+        ];
+        let (given, _) = settings("AdaptiveThrottle", &options, &KNOWN, &mut values)?;
+        let [initial_rate, ramp_ms, beta, scale, min_rate, max_wait_ms] = values;
         let config = ThrottleConfig {
-            initial_rate: initial_rate.unwrap_or(d.initial_rate),
-            ramp_ms: ramp_ms.unwrap_or(d.ramp_ms),
-            beta: beta.unwrap_or(d.beta),
-            scale: scale.unwrap_or(d.scale),
-            min_rate: min_rate.unwrap_or(d.min_rate),
-            max_wait_ms: max_wait_ms.unwrap_or(d.max_wait_ms),
-        };
-        let config = config.validate().map_err(|e| {
-            let e = blamed(e, min_rate.is_some());
-            let v = match e.option {
-                "initialRate" => config.initial_rate,
-                "rampMs" => config.ramp_ms,
-                "beta" => config.beta,
-                "scale" => config.scale,
-                "maxWaitMs" => config.max_wait_ms,
-                _ => config.min_rate,
-            };
-            setting_error("AdaptiveThrottle", e, v)
-        })?;
+            initial_rate,
+            ramp_ms,
+            beta,
+            scale,
+            min_rate,
+            max_wait_ms,
+        }
+        .validate()
+        .map_err(|e| settings_error("AdaptiveThrottle", e, &KNOWN, given, &values))?;
         let inner = Rc::new(RefCell::new(AdaptiveThrottle::new(config)));
         let id = register(Guard::Throttle(inner.clone()));
         Ok(AdaptiveThrottleHandle { id, inner })
@@ -483,26 +490,27 @@ impl CircuitBreakerHandle {
     /// Validate `options` (a `TypeError` names a bad or unknown one) and create the breaker.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<CircuitBreakerHandle, JsValue> {
-        let ([failure_threshold, open_ms, half_open_max_calls], on_state_change) = settings(
-            "CircuitBreaker",
-            &options,
-            ["failureThreshold", "openMs", "halfOpenMaxCalls"],
-            true,
-        )?;
+        const KNOWN: [&str; 4] = [
+            "failureThreshold",
+            "openMs",
+            "halfOpenMaxCalls",
+            "onStateChange",
+        ];
         let d = BreakerConfig::default();
+        let mut values = [
+            f64::from(d.failure_threshold),
+            d.open_ms,
+            f64::from(d.half_open_max_calls),
+        ];
+        let (given, on_state_change) = settings("CircuitBreaker", &options, &KNOWN, &mut values)?;
+        let [failure_threshold, open_ms, half_open_max_calls] = values;
         let config = BreakerConfig {
-            failure_threshold: failure_threshold.map_or(d.failure_threshold, integer_u32),
-            open_ms: open_ms.unwrap_or(d.open_ms),
-            half_open_max_calls: half_open_max_calls.map_or(d.half_open_max_calls, integer_u32),
-        };
-        let config = config.validate().map_err(|e| {
-            let v = match e.option {
-                "failureThreshold" => failure_threshold,
-                "openMs" => open_ms,
-                _ => half_open_max_calls,
-            };
-            setting_error("CircuitBreaker", e, v.unwrap_or(f64::NAN))
-        })?;
+            failure_threshold: integer_u32(failure_threshold),
+            open_ms,
+            half_open_max_calls: integer_u32(half_open_max_calls),
+        }
+        .validate()
+        .map_err(|e| settings_error("CircuitBreaker", e, &KNOWN, given, &values))?;
         let inner = Rc::new(BreakerShared {
             state: RefCell::new(CircuitBreaker::new(config)),
             on_state_change,
@@ -512,11 +520,13 @@ impl CircuitBreakerHandle {
     }
 
     /// `'closed'`, `'open'` or `'half-open'` for the origin of `url`.
-    pub fn state(&self, url: JsValue) -> Result<String, JsValue> {
+    pub fn state(&self, url: JsValue) -> Result<JsValue, JsValue> {
         let origin = url_argument("CircuitBreaker.state", &url)?;
         let breaker =
             (self.inner.state.try_borrow()).map_err(|_| in_use("CircuitBreaker.state"))?;
         let s: BreakerState = breaker.state(&origin, js_sys::Date::now());
-        Ok(s.as_str().to_string())
+        // A JS string made from the name (a returned `String` is copied out through a boxed
+        // slice of its own).
+        Ok(JsValue::from_str(s.as_str()))
     }
 }

@@ -26,9 +26,8 @@ use std::rc::Rc;
 
 use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen::JsCast;
 
-use crate::core::backoff::{delays, Rng, SplitMix64};
+use crate::core::backoff::{Backoff, Rng, SplitMix64};
 use crate::core::options::KeyMode;
 use crate::wasm::errors::type_error;
 pub use call::Client;
@@ -149,8 +148,11 @@ fn client_function(api: &str, policy: Rc<Policy>) -> Result<JsValue, JsValue> {
 /// wait, without any server `Retry-After`. With a `seed` the jitter is reproducible.
 #[wasm_bindgen(js_name = backoffDelays, skip_typescript)]
 pub fn backoff_delays(options: JsValue, count: JsValue, seed: JsValue) -> Result<Array, JsValue> {
-    // Its option errors say `retryFetch:`, as a call's do.
-    let policy = policy::read(policy::CALL, &options, &Policy::default())?.retry;
+    // Its option errors say `retryFetch:`, as a call's do. Read over the built-in defaults
+    // (the default client's), kept whole until the end (a part moved out drops the rest
+    // field by field).
+    let base = DEFAULT.with(|c| c.policy().clone());
+    let policy = policy::read(policy::CALL, &options, &base)?;
     let count = policy::read_count(&count)?;
     let mut seeded;
     let mut math = call::MathRandom;
@@ -161,11 +163,13 @@ pub fn backoff_delays(options: JsValue, count: JsValue, seed: JsValue) -> Result
         }
         None => &mut math,
     };
-    let ms: Vec<f64> = delays(&policy, count, rng)
-        .into_iter()
-        .map(|d| d as f64)
-        .collect();
-    Ok(records::to_js(&ms).unchecked_into())
+    // Each delay pushed as it is drawn: no list of ours, nor serde's for it.
+    let out = Array::new();
+    let mut backoff = Backoff::new(&policy.retry);
+    for _ in 0..count {
+        out.push(&JsValue::from_f64(backoff.next_delay(rng) as f64));
+    }
+    Ok(out)
 }
 
 /// `isRetryError(error)`: is `error` a `RetryError` (by name, so it works across realms and

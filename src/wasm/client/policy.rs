@@ -3,10 +3,11 @@
 //! 1. The options given (`crate::wasm::read_options`, shared with the guards and the server
 //!    half): only the own enumerable keys, each getter run once; an unknown name is a
 //!    `TypeError` naming the closest known one.
-//! 2. [`apply`]: each value converted by its name in one table, validated by the core
-//!    (`crate::core::options`) over the base policy (the built-in defaults or a
-//!    `createRetryFetch` client's): an invalid one is a `TypeError` naming the option, the
-//!    value and what is allowed, raised before anything is sent.
+//! 2. [`apply`]: each value converted by its option (an [`Opt`], found once by its name) in
+//!    one table, validated by the core (`crate::core::options`) over the base policy (the
+//!    built-in defaults or a `createRetryFetch` client's): an invalid one is a `TypeError`
+//!    naming the option, the value and what is allowed ([`expected`]), raised before anything
+//!    is sent.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -15,7 +16,7 @@ use js_sys::Function;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::errors::option_error;
+use super::errors::{option_error, push_decimal};
 use super::guards::{lookup, BreakerShared, Guard};
 use crate::core::budget::RetryBudget;
 use crate::core::options::{
@@ -106,22 +107,35 @@ pub const THROTTLE_EXPECTED: &str = "an AdaptiveThrottle, or false (no throttle)
 
 /// What each option allows, for the `TypeError` of a value of the wrong type: the core's
 /// text, and the guards' here (they name a class).
-fn expected(option: &str) -> &'static str {
-    match option {
-        "budget" => BUDGET_EXPECTED,
-        "throttle" => THROTTLE_EXPECTED,
-        "breaker" => "a CircuitBreaker",
-        other => validate::expected(other),
+fn expected(opt: Opt) -> &'static str {
+    use Opt::*;
+    match opt {
+        MaxAttempts => validate::MAX_ATTEMPTS_EXPECTED,
+        BaseDelayMs | MaxDelayMs | MaxRetryAfterMs => validate::NON_NEGATIVE_MS_EXPECTED,
+        Factor => validate::FACTOR_EXPECTED,
+        Jitter => validate::JITTER_EXPECTED,
+        RetryOnStatus => validate::STATUSES_EXPECTED,
+        TimeoutMs | DeadlineMs => validate::POSITIVE_MS_EXPECTED,
+        IdempotencyKey => validate::KEY_MODE_EXPECTED,
+        IdempotencyHeader => validate::HEADER_NAME_EXPECTED,
+        IdempotencyKeyFormat => validate::KEY_FORMAT_EXPECTED,
+        MaxBufferedBodyBytes => validate::BUFFERED_BYTES_EXPECTED,
+        Signal => "an AbortSignal",
+        ShouldRetry | OnRetry | BeforeRetry | OnSettled | Fetch => "a function",
+        Headers => "headers: a Headers, an object of strings or [name, value] pairs",
+        RetryOnNetworkError | RetryOnTimeout | RespectRetryAfter | RetryHeaders
+        | FollowAccepted => "true or false",
+        Budget => BUDGET_EXPECTED,
+        Throttle => THROTTLE_EXPECTED,
+        Breaker => "a CircuitBreaker",
     }
 }
 
 /// Why [`set`] refused a value; [`apply`] makes it the `TypeError` of the function called.
 pub enum Refused {
-    /// Its type or range: "invalid option "<name>": got <value>; expected <what the option
-    /// allows>".
+    /// Its type or range (the core's check too): "invalid option "<name>": got <value>;
+    /// expected <what the option allows>".
     Value,
-    /// The core's check (its option and what it allows).
-    Option(OptionError),
     /// A message of its own, after "<function>: invalid option "<name>": ".
     Message(String),
     /// An error passed on as it is (a throwing getter's or iterator's).
@@ -134,9 +148,12 @@ impl From<JsValue> for Refused {
     }
 }
 
+/// The core's check refused the value: its error names the option given and says what
+/// [`expected`] says of it, which the `TypeError` is made of (carrying it costs code at each
+/// check).
 impl From<OptionError> for Refused {
-    fn from(e: OptionError) -> Refused {
-        Refused::Option(e)
+    fn from(_: OptionError) -> Refused {
+        Refused::Value
     }
 }
 
@@ -144,10 +161,9 @@ impl Refused {
     /// The `TypeError` of `api` (the function called) for option `name` given `value`.
     #[cold]
     #[inline(never)]
-    fn error(self, api: &str, name: &'static str, value: &JsValue) -> JsValue {
+    fn error(self, api: &str, opt: Opt, name: &'static str, value: &JsValue) -> JsValue {
         match self {
-            Refused::Value => option_error(api, OptionError::new(name, expected(name)), value),
-            Refused::Option(e) => option_error(api, e, value),
+            Refused::Value => option_error(api, OptionError::new(name, expected(opt)), value),
             Refused::Message(m) => {
                 let mut msg = String::from(api);
                 msg.push_str(": invalid option \"");
@@ -161,11 +177,10 @@ impl Refused {
     }
 }
 
-/// `value` as a number, or refused. (These three are inlined: as calls, the build is 55 bytes
-/// of gzip larger.)
-#[inline(always)]
-fn number(value: &JsValue) -> Result<f64, Refused> {
-    value.as_f64().ok_or(Refused::Value)
+/// `value` as a number for the core's check, which refuses anything else as it refuses `NaN`
+/// (every number option's check does: the same `TypeError`, naming the value given).
+fn number(value: &JsValue) -> f64 {
+    value.as_f64().unwrap_or(f64::NAN)
 }
 
 /// `value` as `true` or `false`, or refused.
@@ -174,16 +189,17 @@ fn boolean(value: &JsValue) -> Result<bool, Refused> {
     value.as_bool().ok_or(Refused::Value)
 }
 
-/// `value` as a string, or refused.
-#[inline(always)]
-fn text(value: &JsValue) -> Result<String, Refused> {
-    value.as_string().ok_or(Refused::Value)
+/// `value` as a string for the core's check, which refuses anything else as it refuses `""`
+/// (every string option's check does: the same `TypeError`, naming the value given).
+fn text(value: &JsValue) -> String {
+    value.as_string().unwrap_or_default()
 }
 
 /// `retryOnStatus`: an array of at most 500 statuses; an error names the first bad item.
 fn statuses(value: &JsValue) -> Result<Vec<u16>, Refused> {
     let too_many = |len: u32| {
-        let mut msg = len.to_string();
+        let mut msg = String::new();
+        push_decimal(&mut msg, len.into());
         msg.push_str(" items; expected at most 500 (there are 500 HTTP statuses, 100 to 599)");
         Refused::Message(msg)
     };
@@ -206,7 +222,7 @@ fn statuses(value: &JsValue) -> Result<Vec<u16>, Refused> {
             Some(Ok(status)) => out.push(status),
             _ => {
                 let mut msg = String::from("item [");
-                msg.push_str(&i.to_string());
+                push_decimal(&mut msg, i.into());
                 msg.push_str("] is ");
                 msg.push_str(&describe(&item));
                 msg.push_str("; expected ");
@@ -251,85 +267,183 @@ pub fn apply(
 ) -> Result<Policy, JsValue> {
     let mut out = base.clone();
     for (name, v) in given {
-        set(&mut out, name, v.clone()).map_err(|r| r.error(api, name, v))?;
+        // `name` is one of `RETRY_OPTION_NAMES` (read by `named`): never the fallback.
+        let opt = RETRY_OPTION_NAMES
+            .iter()
+            .position(|n| n == name)
+            .and_then(|i| OPTIONS.get(i))
+            .map_or(Opt::Breaker, |o| *o);
+        set(&mut out, opt, name, v.clone()).map_err(|r| r.error(api, opt, name, v))?;
     }
     Ok(out)
 }
 
-/// Option `name` set to `v` in `out`: each value is converted by its name (the one table of
-/// the client's options), or refused.
-fn set(out: &mut Policy, name: &'static str, v: JsValue) -> Result<(), Refused> {
+/// The client's options, in the order of `RETRY_OPTION_NAMES` ([`OPTIONS`]): [`set`] converts
+/// each value by this, found once by its name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opt {
+    MaxAttempts,
+    BaseDelayMs,
+    Factor,
+    MaxDelayMs,
+    Jitter,
+    RetryOnStatus,
+    RetryOnNetworkError,
+    RetryOnTimeout,
+    TimeoutMs,
+    DeadlineMs,
+    RespectRetryAfter,
+    MaxRetryAfterMs,
+    IdempotencyKey,
+    IdempotencyHeader,
+    IdempotencyKeyFormat,
+    RetryHeaders,
+    MaxBufferedBodyBytes,
+    FollowAccepted,
+    Signal,
+    ShouldRetry,
+    OnRetry,
+    BeforeRetry,
+    OnSettled,
+    Headers,
+    Fetch,
+    Budget,
+    Throttle,
+    Breaker,
+}
+
+/// Each option of `RETRY_OPTION_NAMES`, at its index there (checked when compiled: a list in
+/// another order does not build).
+const OPTIONS: [Opt; RETRY_OPTION_NAMES.len()] = {
+    use Opt::*;
+    let named = [
+        ("maxAttempts", MaxAttempts),
+        ("baseDelayMs", BaseDelayMs),
+        ("factor", Factor),
+        ("maxDelayMs", MaxDelayMs),
+        ("jitter", Jitter),
+        ("retryOnStatus", RetryOnStatus),
+        ("retryOnNetworkError", RetryOnNetworkError),
+        ("retryOnTimeout", RetryOnTimeout),
+        ("timeoutMs", TimeoutMs),
+        ("deadlineMs", DeadlineMs),
+        ("respectRetryAfter", RespectRetryAfter),
+        ("maxRetryAfterMs", MaxRetryAfterMs),
+        ("idempotencyKey", IdempotencyKey),
+        ("idempotencyHeader", IdempotencyHeader),
+        ("idempotencyKeyFormat", IdempotencyKeyFormat),
+        ("retryHeaders", RetryHeaders),
+        ("maxBufferedBodyBytes", MaxBufferedBodyBytes),
+        ("followAccepted", FollowAccepted),
+        ("signal", Signal),
+        ("shouldRetry", ShouldRetry),
+        ("onRetry", OnRetry),
+        ("beforeRetry", BeforeRetry),
+        ("onSettled", OnSettled),
+        ("headers", Headers),
+        ("fetch", Fetch),
+        ("budget", Budget),
+        ("throttle", Throttle),
+        ("breaker", Breaker),
+    ];
+    let mut out = [MaxAttempts; RETRY_OPTION_NAMES.len()];
+    let mut i = 0;
+    while i < out.len() {
+        assert!(same(named[i].0, RETRY_OPTION_NAMES[i]));
+        out[i] = named[i].1;
+        i += 1;
+    }
+    out
+};
+
+/// `a == b`, when compiled ([`OPTIONS`]).
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut i = 0;
+    while i < a.len() && i < b.len() && a[i] == b[i] {
+        i += 1;
+    }
+    i == a.len() && i == b.len()
+}
+
+/// Option `opt` (named `name`) set to `v` in `out`: each value is converted by its option
+/// (the one table of the client's options), or refused.
+fn set(out: &mut Policy, opt: Opt, name: &'static str, v: JsValue) -> Result<(), Refused> {
+    use Opt::*;
     let p = &mut out.retry;
     if v.is_null() {
         // `null` clears the options that can be "none" (e.g. to override a
         // `createRetryFetch` default); for any other option it is an invalid value.
-        match name {
-            "timeoutMs" => p.timeout_ms = None,
-            "deadlineMs" => p.deadline_ms = None,
-            "maxRetryAfterMs" => p.max_retry_after_ms = None,
-            "signal" => {
+        match opt {
+            TimeoutMs => p.timeout_ms = None,
+            DeadlineMs => p.deadline_ms = None,
+            MaxRetryAfterMs => p.max_retry_after_ms = None,
+            Signal => {
                 out.signal = None;
                 out.default_signals.clear();
             }
-            "shouldRetry" => out.should_retry = None,
-            "onRetry" => out.on_retry = None,
-            "beforeRetry" => out.before_retry = None,
-            "onSettled" => out.on_settled = None,
-            "headers" => out.headers = None,
-            "fetch" => out.fetch = None,
-            "budget" => {
+            ShouldRetry | OnRetry | BeforeRetry | OnSettled | Fetch => *hook(out, opt) = None,
+            Headers => out.headers = None,
+            Budget => {
                 out.budget = None;
                 out.default_budget = true;
                 out.own_budget = None;
             }
-            "throttle" => {
+            Throttle => {
                 out.throttle = None;
                 out.default_throttle = true;
             }
-            "breaker" => out.breaker = None,
+            Breaker => out.breaker = None,
             _ => return Err(Refused::Value),
         }
         return Ok(());
     }
-    match name {
-        "maxAttempts" => p.max_attempts = validate::max_attempts(number(&v)?)?,
-        "baseDelayMs" | "maxDelayMs" | "maxRetryAfterMs" => {
-            let ms = validate::non_negative_ms(name, number(&v)?)?;
-            match name {
-                "baseDelayMs" => p.base_delay_ms = ms,
-                "maxDelayMs" => p.max_delay_ms = ms,
-                _ => p.max_retry_after_ms = Some(ms),
+    match opt {
+        MaxAttempts | BaseDelayMs | Factor | MaxDelayMs | TimeoutMs | DeadlineMs
+        | MaxRetryAfterMs | MaxBufferedBodyBytes => {
+            let n = number(&v);
+            match opt {
+                MaxAttempts => p.max_attempts = validate::max_attempts(n)?,
+                BaseDelayMs => p.base_delay_ms = validate::non_negative_ms(name, n)?,
+                MaxDelayMs => p.max_delay_ms = validate::non_negative_ms(name, n)?,
+                MaxRetryAfterMs => p.max_retry_after_ms = Some(validate::non_negative_ms(name, n)?),
+                TimeoutMs => p.timeout_ms = Some(validate::positive_ms(name, n)?),
+                DeadlineMs => p.deadline_ms = Some(validate::positive_ms(name, n)?),
+                Factor => p.factor = validate::factor(n)?,
+                _ => p.max_buffered_body_bytes = validate::body_limit(n)?,
             }
         }
-        "timeoutMs" | "deadlineMs" => {
-            let ms = validate::positive_ms(name, number(&v)?)?;
-            match name {
-                "timeoutMs" => p.timeout_ms = Some(ms),
-                _ => p.deadline_ms = Some(ms),
+        RetryOnNetworkError | RetryOnTimeout | RespectRetryAfter | RetryHeaders
+        | FollowAccepted => {
+            let b = boolean(&v)?;
+            *match opt {
+                RetryOnNetworkError => &mut p.retry_on_network_error,
+                RetryOnTimeout => &mut p.retry_on_timeout,
+                RespectRetryAfter => &mut p.respect_retry_after,
+                RetryHeaders => &mut p.retry_headers,
+                _ => &mut p.follow_accepted,
+            } = b;
+        }
+        Jitter | IdempotencyHeader | IdempotencyKeyFormat => {
+            let s = text(&v);
+            match opt {
+                Jitter => p.jitter = validate::jitter(&s)?,
+                IdempotencyHeader => p.idempotency_header = validate::header_name(&s)?,
+                _ => p.idempotency_key_format = validate::key_format(&s)?,
             }
         }
-        "factor" => p.factor = validate::factor(number(&v)?)?,
-        "jitter" => p.jitter = validate::jitter(&text(&v)?)?,
-        "retryOnStatus" => {
+        RetryOnStatus => {
             p.retry_on_status = statuses(&v)?;
             p.retry_keyed_conflict = false; // the caller's list is the whole list
         }
-        "retryOnNetworkError" => p.retry_on_network_error = boolean(&v)?,
-        "retryOnTimeout" => p.retry_on_timeout = boolean(&v)?,
-        "respectRetryAfter" => p.respect_retry_after = boolean(&v)?,
-        "retryHeaders" => p.retry_headers = boolean(&v)?,
-        "followAccepted" => p.follow_accepted = boolean(&v)?,
-        "idempotencyKey" => {
+        IdempotencyKey => {
             p.idempotency_key = match (v.as_bool(), v.as_string()) {
                 (Some(false), _) => KeyMode::Off,
                 (_, Some(s)) => validate::key_mode(&s)?,
                 _ => return Err(Refused::Value),
             }
         }
-        "idempotencyHeader" => p.idempotency_header = validate::header_name(&text(&v)?)?,
-        "idempotencyKeyFormat" => p.idempotency_key_format = validate::key_format(&text(&v)?)?,
-        "maxBufferedBodyBytes" => p.max_buffered_body_bytes = validate::body_limit(number(&v)?)?,
-        "signal" => {
+        Signal => {
             if !is_abort_signal(&v) {
                 return Err(Refused::Value);
             }
@@ -338,17 +452,11 @@ fn set(out: &mut Policy, name: &'static str, v: JsValue) -> Result<(), Refused> 
             out.default_signals.extend(out.signal.take());
             out.signal = Some(v);
         }
-        "shouldRetry" | "onRetry" | "beforeRetry" | "onSettled" | "fetch" => {
-            let f = Some(v.dyn_into::<Function>().map_err(|_| Refused::Value)?);
-            match name {
-                "shouldRetry" => out.should_retry = f,
-                "onRetry" => out.on_retry = f,
-                "beforeRetry" => out.before_retry = f,
-                "onSettled" => out.on_settled = f,
-                _ => out.fetch = f,
-            }
+        ShouldRetry | OnRetry | BeforeRetry | OnSettled | Fetch => {
+            let f = v.dyn_into::<Function>().map_err(|_| Refused::Value)?;
+            *hook(out, opt) = Some(f);
         }
-        "headers" => {
+        Headers => {
             // Over the client's own: the later default wins for a name both set.
             let given = super::request::strict_headers(&v).ok_or(Refused::Value)?;
             let merged = match &out.headers {
@@ -358,43 +466,50 @@ fn set(out: &mut Policy, name: &'static str, v: JsValue) -> Result<(), Refused> 
             super::request::copy_headers(&given, &merged, None)?;
             out.headers = Some(merged);
         }
-        "budget" => {
-            if v.as_bool() == Some(false) {
+        // `false`: none, not even the default one.
+        Budget | Throttle if v.as_bool() == Some(false) => match opt {
+            Budget => {
                 out.budget = None;
                 out.default_budget = false;
                 out.own_budget = None;
-            } else if v.as_string().as_deref() == Some("own") {
-                // One noisy poller's failures cannot switch off a critical client's retries.
-                out.budget = None;
-                out.default_budget = true;
-                out.own_budget = Some(Rc::new(RefCell::new(crate::core::budget::RetryRatio::new(
-                    crate::core::budget::RetryRatioConfig::default(),
-                ))));
-            } else if let Guard::Budget(b) = lookup(name, &v)? {
+            }
+            _ => {
+                out.throttle = None;
+                out.default_throttle = false;
+            }
+        },
+        Budget if v.as_string().as_deref() == Some("own") => {
+            // One noisy poller's failures cannot switch off a critical client's retries.
+            out.budget = None;
+            out.default_budget = true;
+            out.own_budget = Some(super::guards::new_ratio());
+        }
+        Budget | Throttle | Breaker => match (opt, lookup(name, &v)?) {
+            (Budget, Guard::Budget(b)) => {
                 out.budget = Some(b);
                 out.default_budget = false;
                 out.own_budget = None;
-            } else {
-                return Err(Refused::Value);
             }
-        }
-        "throttle" if v.as_bool() == Some(false) => {
-            out.throttle = None;
-            out.default_throttle = false;
-        }
-        "throttle" => match lookup(name, &v)? {
-            Guard::Throttle(t) => {
+            (Throttle, Guard::Throttle(t)) => {
                 out.throttle = Some(t);
                 out.default_throttle = false;
             }
-            _ => return Err(Refused::Value),
-        },
-        _ => match lookup(name, &v)? {
-            Guard::Breaker(b) => out.breaker = Some(b),
+            (Breaker, Guard::Breaker(b)) => out.breaker = Some(b),
             _ => return Err(Refused::Value),
         },
     }
     Ok(())
+}
+
+/// The hook of `out` that `opt` (one of the function options) sets.
+fn hook(out: &mut Policy, opt: Opt) -> &mut Option<Function> {
+    match opt {
+        Opt::ShouldRetry => &mut out.should_retry,
+        Opt::OnRetry => &mut out.on_retry,
+        Opt::BeforeRetry => &mut out.before_retry,
+        Opt::OnSettled => &mut out.on_settled,
+        _ => &mut out.fetch,
+    }
 }
 
 /// Is `v` an AbortSignal (duck-typed, so signals from another realm or a polyfill work)?
@@ -406,11 +521,8 @@ pub fn is_abort_signal(v: &JsValue) -> bool {
 
 /// The `count` argument of `backoffDelays`.
 pub fn read_count(v: &JsValue) -> Result<u32, JsValue> {
-    let expected = "an integer from 0 to 10000";
-    let n = v
-        .as_f64()
-        .ok_or_else(|| option_error(CALL, OptionError::new("count", expected), v))?;
-    validate::delay_count(n).map_err(|e| option_error(CALL, e, v))
+    // Not a number: refused as `NaN` is, with the same text.
+    validate::delay_count(v.as_f64().unwrap_or(f64::NAN)).map_err(|e| option_error(CALL, e, v))
 }
 
 /// The optional `seed` argument of `backoffDelays`: a finite number, or `undefined`.

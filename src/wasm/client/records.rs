@@ -1,7 +1,8 @@
 //! What crosses back to JavaScript as plain objects, serialized by serde-wasm-bindgen: the
 //! context the hooks get (`shouldRetry`, `onRetry`, `beforeRetry`), `onSettled`'s info, each
-//! attempt's record (`RetryError.attempts`), a breaker's state change, and the list
-//! `backoffDelays` returns. A JavaScript value inside one (a response, an error, headers) is
+//! attempt's record (`RetryError.attempts`) and a breaker's state change (the list
+//! `backoffDelays` returns is pushed into a JS array as it is drawn). A JavaScript value inside
+//! one (a response, an error, headers) is
 //! carried as it is (`serde_wasm_bindgen::preserve`). An optional field that is `None` is
 //! absent from the object, not `undefined`.
 
