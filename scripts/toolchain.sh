@@ -42,7 +42,7 @@ RF_SIZE_RUSTFLAGS="${RF_SIZE_RUSTFLAGS} -Ctarget-feature=-reference-types,-multi
 # assumption holds for Rust's wasm32: the linker puts the stack first, below the data at 1 MiB,
 # so the lowest kilobyte is reached only by a stack about to overflow.
 RF_WASM_OPT_FLAGS=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
-  --enable-mutable-globals --low-memory-unused -Oz -Oz)
+  --enable-mutable-globals --low-memory-unused -ocimfs 20 -Oz -Oz)
 
 rf_say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 rf_die() { printf '\033[31mERROR: %s\033[0m\n' "$*" >&2; exit 1; }

@@ -48,7 +48,7 @@ use crate::core::accepted::poll_dropped_headers;
 use crate::core::backoff::Rng;
 use crate::core::budget::Budget;
 use crate::core::classify::{
-    is_response_status, method_can_have_body, redirect_refused, Outcome,
+    is_response_status, method_can_have_body, redirect_refused, Outcome, RetryReason,
     CROSS_ORIGIN_DROPPED_HEADERS, REQUEST_BODY_HEADERS,
 };
 use crate::core::decide::StopReason;
@@ -617,12 +617,13 @@ fn settled(
         manual,
         timed_out,
     };
-    let policy = policy.clone();
-    let run = async move {
-        let template = Template::new(&policy, request, &input, &init, init_copied)?;
-        run(policy, template, started, Some(first)).await
-    };
-    future_to_promise(run).into()
+    // One future type for every call the loop runs (this one and `Client::start`'s).
+    match Template::new(policy, request, &input, &init, init_copied) {
+        Ok(template) => {
+            future_to_promise(run(policy.clone(), template, started, Some(first))).into()
+        }
+        Err(e) => Promise::reject(&e).into(),
+    }
 }
 
 /// The first attempt of a call, sent by the lean path before the loop ran.
@@ -697,8 +698,9 @@ impl Guards {
 
     /// Lend the shared guards (and what the call holds) to `step`, then tell the breaker's
     /// listener about the transitions the step caused, once nothing is borrowed any more (a
-    /// listener may call `breaker.state(url)`).
-    fn lend<R>(&mut self, step: impl FnOnce(&mut dyn CallGuards) -> R) -> R {
+    /// listener may call `breaker.state(url)`). The engine's next step, as `step` says (not
+    /// generic: one copy for every step of the engine).
+    fn lend(&mut self, step: &mut dyn FnMut(&mut dyn CallGuards) -> Step) -> Step {
         let has_guard = self.budget.is_some() || self.throttle.is_some() || self.breaker.is_some();
         // The origin is parsed (a `URL`, a call into JS) only when a guard needs it.
         let origin = if has_guard { self.origin.get() } else { "" };
@@ -730,10 +732,12 @@ impl Guards {
 impl Drop for Guards {
     fn drop(&mut self) {
         if self.held.slot.is_some() || self.held.ticket.is_some() || self.held.joined {
-            self.lend(|g| {
+            self.lend(&mut |g| {
                 let now = js_sys::Date::now();
                 g.release(now);
                 g.leave(now);
+                // No step follows: the call is over.
+                Step::WaitTurn(0.0)
             });
         }
     }
@@ -802,19 +806,6 @@ fn retry_context(
         error: newest.status.is_none().then(|| Js(newest.error.clone())),
         idempotency_key: key,
     })
-}
-
-/// Wait `delay` ms keeping the last response (it is the answer if the call ends during the
-/// wait); an abort discards it and is the call's error.
-async fn wait_keeping(
-    signals: &mut CallSignals,
-    delay: f64,
-    newest: &mut Newest,
-) -> Result<(), JsValue> {
-    if let Err(reason) = signals.sleep(delay).await {
-        return newest.abandon(reason).map(drop);
-    }
-    Ok(())
 }
 
 /// Call a hook and await what it returns (a promise is awaited; a throw or a rejection is
@@ -892,11 +883,29 @@ pub async fn run(
     outcome
 }
 
-/// What the loop has in hand: the engine's next step, or the outcome of an attempt it sent.
-enum Next {
-    /// The first attempt (no step yet).
-    Begin,
+/// What the loop has in hand: the engine's next step, a wait or a hook to run, or the
+/// outcome of an attempt it sent.
+enum Next<'a> {
+    /// The next attempt ([`CallEngine::next_attempt`]): the first (no step yet), or a retry
+    /// after `beforeRetry`.
+    Attempt,
     Step(Step),
+    /// Wait `ms` keeping the newest response, then the engine's step after it:
+    /// [`CallEngine::waited`] after a wait of `kind`, [`CallEngine::turn_waited`] after the
+    /// throttle's turn (no kind). One place awaits every wait.
+    Wait {
+        ms: f64,
+        kind: Option<WaitKind>,
+    },
+    /// Run `hook` (`which` it is) for the retry of [`Step::AskHooks`] or
+    /// [`Step::BeforeRetry`]: one place awaits every hook.
+    Hook {
+        hook: &'a Function,
+        which: Hook,
+        attempt: u32,
+        delay_ms: f64,
+        reason: RetryReason,
+    },
     Outcome {
         outcome: Result<JsValue, JsValue>,
         timed_out: bool,
@@ -906,6 +915,16 @@ enum Next {
         sent_at: f64,
         ended: f64,
     },
+}
+
+/// Which hook [`Next::Hook`] runs: `shouldRetry` (then `onRetry`, told of a retry only) for
+/// [`Step::AskHooks`], `beforeRetry` for [`Step::BeforeRetry`].
+#[derive(Clone, Copy)]
+#[allow(clippy::enum_variant_names)] // the hooks' own names
+enum Hook {
+    ShouldRetry,
+    OnRetry,
+    BeforeRetry,
 }
 
 /// What the loop knows of the newest attempt: its response (kept until the next attempt is
@@ -970,12 +989,12 @@ async fn run_loop(
     );
     let deadline = || timeout_error(0.0, Some(p.deadline_ms.unwrap_or(0.0)));
     // A first attempt the lean path sent had no body, or a string one (`Body::Text`).
+    let step = pin!(t.body(p.max_buffered_body_bytes));
     let body = match t.body_kind {
         // Buffering a stream body waits on the caller's stream, as part of the first attempt:
         // an abort, the deadline or the first attempt's time limit ends it (the other bodies
         // are in memory). What was read of the stream cannot be sent again.
         BodyKind::Stream => {
-            let step = pin!(t.body(p.max_buffered_body_bytes));
             let left = engine.deadline_left_ms(js_sys::Date::now());
             let limit = p.attempt_limit_ms(left);
             match bounded(&mut signals, limit, step).await {
@@ -997,7 +1016,7 @@ async fn run_loop(
                 }
             }
         }
-        _ => t.body(p.max_buffered_body_bytes).await?,
+        _ => step.await?,
     };
     if matches!(body, Body::Stream(_)) {
         engine.body_not_replayable();
@@ -1038,7 +1057,7 @@ async fn run_loop(
                 ended,
             }
         }
-        None => Next::Begin,
+        None => Next::Attempt,
     };
     // Before an attempt (and at the start): an abort ends the call, else the engine's checks.
     // An aborted signal ends the call here (the response it kept is discarded).
@@ -1049,54 +1068,135 @@ async fn run_loop(
             }
         };
     }
-    macro_rules! next_attempt {
-        () => {{
-            stop_if_aborted!();
-            guards.lend(|g| engine.next_attempt(p, g, js_sys::Date::now()))
-        }};
-    }
-    // A hook's value, bounded by the call's signals and deadline: a promise that never settles
-    // cannot hold the call. A throw, a rejection or an abort ends the call, and the newest
-    // response (and the clone `shouldRetry` was given) are cancelled, so their connection is
-    // not kept open. When the deadline ends the hook, the newest response is the answer.
-    macro_rules! run_hook {
-        ($hook:expr, $ctx:expr) => {{
-            let step = pin!(call_hook($hook, &$ctx));
-            let ended = match bounded(
-                &mut signals,
-                engine.deadline_left_ms(js_sys::Date::now()),
-                step,
-            )
-            .await
-            {
-                Bounded::Done(Ok(v)) => Ok(v),
-                Bounded::Done(Err(e)) | Bounded::Aborted(e) => Err(Some(e)),
-                Bounded::TimeUp => Err(None),
-            };
-            // The call's signal aborted while the hook ran (the hook's own doing, or another's):
-            // Node's fetch has cancelled the response's branch of the body the clone shares,
-            // and cancelling the clone now would complete that cancel, which it rethrows (an
-            // unhandled rejection). The clone is dropped instead, and the call ends with the
-            // abort (or the hook's throw): a response whose body was cancelled is no answer.
-            let aborted = signals.aborted();
-            if aborted.is_some() {
-                newest.offered = None;
-            }
-            match (ended, aborted) {
-                (Ok(_), Some(reason)) => return newest.abandon(reason),
-                (Ok(v), None) => v,
-                (Err(Some(e)), _) => return newest.abandon(e),
-                (Err(None), _) => {
-                    next = Next::Step(engine.hook_timed_out());
-                    continue;
-                }
-            }
-        }};
-    }
     loop {
         let step = match next {
-            Next::Begin => next_attempt!(),
+            Next::Attempt => {
+                stop_if_aborted!();
+                guards.lend(&mut |g| engine.next_attempt(p, g, js_sys::Date::now()))
+            }
             Next::Step(step) => step,
+            Next::Wait { ms, kind } => {
+                // The response is kept through the wait: if the deadline passes meanwhile (a
+                // late timer), it is the answer, and nothing more is sent.
+                if let Err(reason) = signals.sleep(ms).await {
+                    // An abort discards it and is the call's error.
+                    return newest.abandon(reason);
+                }
+                match kind {
+                    None => guards.lend(&mut |g| {
+                        engine.turn_waited(p, g, js_sys::Date::now(), &mut MathRandom)
+                    }),
+                    Some(kind) => {
+                        stop_if_aborted!();
+                        guards.lend(&mut |g| {
+                            engine.waited(p, kind, g, js_sys::Date::now(), &mut MathRandom)
+                        })
+                    }
+                }
+            }
+            Next::Hook {
+                hook,
+                which,
+                attempt,
+                delay_ms: delay,
+                reason,
+            } => {
+                // A clone for `shouldRetry`, so that a hook that reads the body leaves the
+                // response the call may still return readable (one that cannot be cloned is
+                // offered as is).
+                let offered = match which {
+                    Hook::ShouldRetry => newest.response.as_ref().map(clone_response),
+                    _ => None,
+                };
+                let ctx = retry_context(
+                    attempt,
+                    delay,
+                    reason.as_str(),
+                    offered.as_ref(),
+                    &newest,
+                    key.as_deref(),
+                );
+                // Kept for `shouldRetry` only (with no response there is no clone, and none kept).
+                if offered.is_some() {
+                    newest.offered =
+                        offered.filter(|c| !newest.response.as_ref().is_some_and(|r| c == r));
+                }
+                // The hook's value, bounded by the call's signals and deadline: a promise that
+                // never settles cannot hold the call. A throw, a rejection or an abort ends the
+                // call, and the newest response (and the clone `shouldRetry` was given) are
+                // cancelled, so their connection is not kept open. When the deadline ends the
+                // hook, the newest response is the answer.
+                let step = pin!(call_hook(hook, &ctx));
+                let limit = engine.deadline_left_ms(js_sys::Date::now());
+                let ended = match bounded(&mut signals, limit, step).await {
+                    Bounded::Done(Ok(v)) => Ok(v),
+                    Bounded::Done(Err(e)) | Bounded::Aborted(e) => Err(Some(e)),
+                    Bounded::TimeUp => Err(None),
+                };
+                // The call's signal aborted while the hook ran (the hook's own doing, or
+                // another's): Node's fetch has cancelled the response's branch of the body the
+                // clone shares, and cancelling the clone now would complete that cancel, which
+                // it rethrows (an unhandled rejection). The clone is dropped instead, and the
+                // call ends with the abort (or the hook's throw): a response whose body was
+                // cancelled is no answer.
+                let aborted = signals.aborted();
+                if aborted.is_some() {
+                    newest.offered = None;
+                }
+                let value = match (ended, aborted) {
+                    (Ok(_), Some(reason)) => return newest.abandon(reason),
+                    (Ok(v), None) => v,
+                    (Err(Some(e)), _) => return newest.abandon(e),
+                    (Err(None), _) => {
+                        next = Next::Step(engine.hook_timed_out());
+                        continue;
+                    }
+                };
+                match which {
+                    Hook::ShouldRetry => {
+                        let Some(retry) = value.as_bool() else {
+                            return newest.abandon(type_error(
+                                "retryFetch: shouldRetry must return true or false (or a promise of one)",
+                            ));
+                        };
+                        // onRetry is told of a retry only.
+                        if let (true, Some(hook)) = (retry, &policy.on_retry) {
+                            next = Next::Hook {
+                                hook,
+                                which: Hook::OnRetry,
+                                attempt,
+                                delay_ms: delay,
+                                reason,
+                            };
+                            continue;
+                        }
+                        engine.hooks_done(retry, js_sys::Date::now())
+                    }
+                    Hook::OnRetry => engine.hooks_done(true, js_sys::Date::now()),
+                    // beforeRetry: the retry is about to be sent; it may give headers to set on
+                    // it (a refreshed token, a new signature). The key and the body stay as they
+                    // are.
+                    Hook::BeforeRetry => {
+                        if !value.is_undefined() && !value.is_null() {
+                            let headers = match extra.take() {
+                                Some(h) => h,
+                                None => Headers::new()?,
+                            };
+                            if let Err(e) = set_headers(
+                                &headers,
+                                &value,
+                                &p.idempotency_header,
+                                p.retry_headers,
+                            ) {
+                                return newest.abandon(e);
+                            }
+                            extra = Some(headers);
+                        }
+                        next = Next::Attempt;
+                        continue;
+                    }
+                }
+            }
             Next::Outcome {
                 outcome,
                 timed_out,
@@ -1152,15 +1252,19 @@ async fn run_loop(
                         .and_then(|v| web_sys::Url::new_with_base(&v, &base()).ok())
                         .map(|u| u.href())
                 };
-                let settled = Settled {
-                    outcome: outcome_kind,
-                    redirected,
-                    header: &read,
-                    url_header: &resolve,
-                };
                 let now = js_sys::Date::now();
-                let (counted, step) =
-                    guards.lend(|g| engine.settled(p, settled, g, now, &mut MathRandom));
+                let mut counted = false;
+                let step = guards.lend(&mut |g| {
+                    let settled = Settled {
+                        outcome: outcome_kind,
+                        redirected,
+                        header: &read,
+                        url_header: &resolve,
+                    };
+                    let (c, step) = engine.settled(p, settled, g, now, &mut MathRandom);
+                    counted = c;
+                    step
+                });
                 // A URL a 202 named on another origin: its polls are not the guards' (theirs
                 // is the request's origin).
                 if let Some(target) = engine.poll_url() {
@@ -1261,15 +1365,8 @@ async fn run_loop(
                 // The attempt is bounded too, a little after its own time limit: a transport
                 // that ignores its signal cannot hold the call past an abort or the deadline.
                 let mut gave_up = false;
-                let mut followed = false;
                 let outcome = match sent {
                     // The platform's fetch honours the attempt's signal.
-                    Ok(p) if manual => {
-                        let (outcome, hops) =
-                            follow(JsFuture::from(p).await, &t, &body, &init).await;
-                        followed = hops;
-                        outcome
-                    }
                     Ok(p) if policy.fetch.is_none() => JsFuture::from(p).await,
                     Ok(p) => match bounded(
                         &mut signals,
@@ -1293,6 +1390,11 @@ async fn run_loop(
                         }
                     },
                     Err(e) => Err(e),
+                };
+                // Only the platform's fetch is sent with 'manual' for the call to follow.
+                let (outcome, followed) = match manual {
+                    true => follow(outcome, &t, &body, &init).await,
+                    false => (outcome, false),
                 };
                 // The time limit's `TimeoutError`: the reason the attempt's signal aborted with,
                 // or (a transport that ignored it past the grace) a new one.
@@ -1339,48 +1441,27 @@ async fn run_loop(
                     ended: js_sys::Date::now(),
                 }
             }
-            Step::WaitTurn(ms) => {
-                wait_keeping(&mut signals, ms, &mut newest).await?;
-                Next::Step(
-                    guards.lend(|g| engine.turn_waited(p, g, js_sys::Date::now(), &mut MathRandom)),
-                )
-            }
+            Step::WaitTurn(ms) => Next::Wait { ms, kind: None },
             Step::AskHooks {
                 attempt,
-                delay_ms: delay,
+                delay_ms,
                 reason,
             } => {
-                let reason = reason.as_str();
-                let mut retry = true;
-                if let Some(hook) = &policy.should_retry {
-                    // A clone, so that a hook that reads the body leaves the response the call
-                    // may still return readable (one that cannot be cloned is offered as is).
-                    let offered = newest.response.as_ref().map(clone_response);
-                    let ctx = retry_context(
+                let hook = match (&policy.should_retry, &policy.on_retry) {
+                    (Some(hook), _) => Some((hook, Hook::ShouldRetry)),
+                    (None, Some(hook)) => Some((hook, Hook::OnRetry)),
+                    (None, None) => None,
+                };
+                match hook {
+                    Some((hook, which)) => Next::Hook {
+                        hook,
+                        which,
                         attempt,
-                        delay,
+                        delay_ms,
                         reason,
-                        offered.as_ref(),
-                        &newest,
-                        key.as_deref(),
-                    );
-                    newest.offered =
-                        offered.filter(|c| !newest.response.as_ref().is_some_and(|r| c == r));
-                    let verdict = run_hook!(hook, ctx);
-                    retry = match verdict.as_bool() {
-                        Some(b) => b,
-                        None => {
-                            return newest.abandon(type_error(
-                                "retryFetch: shouldRetry must return true or false (or a promise of one)",
-                            ))
-                        }
-                    };
+                    },
+                    None => Next::Step(engine.hooks_done(true, js_sys::Date::now())),
                 }
-                if let (true, Some(hook)) = (retry, &policy.on_retry) {
-                    let ctx = retry_context(attempt, delay, reason, None, &newest, key.as_deref());
-                    run_hook!(hook, ctx);
-                }
-                Next::Step(engine.hooks_done(retry, js_sys::Date::now()))
             }
             Step::Wait { ms, kind } => {
                 // The wait that followed the attempt: its backoff, and the backoffs of the
@@ -1395,47 +1476,25 @@ async fn run_loop(
                         js::set(record, "delayMs", &JsValue::from_f64(before + ms));
                     }
                 }
-                // The response is kept through the wait: if the deadline passes meanwhile (a
-                // late timer), it is the answer, and nothing more is sent.
-                wait_keeping(&mut signals, ms, &mut newest).await?;
-                stop_if_aborted!();
-                Next::Step(
-                    guards
-                        .lend(|g| engine.waited(p, kind, g, js_sys::Date::now(), &mut MathRandom)),
-                )
+                Next::Wait {
+                    ms,
+                    kind: Some(kind),
+                }
             }
             Step::BeforeRetry {
                 attempt,
-                delay_ms: delay,
+                delay_ms,
                 reason,
-            } => {
-                // beforeRetry: the retry is about to be sent; it may give headers to set on it
-                // (a refreshed token, a new signature). The key and the body stay as they are.
-                if let Some(hook) = &policy.before_retry {
-                    let ctx = retry_context(
-                        attempt,
-                        delay,
-                        reason.as_str(),
-                        None,
-                        &newest,
-                        key.as_deref(),
-                    );
-                    let changed = run_hook!(hook, ctx);
-                    if !changed.is_undefined() && !changed.is_null() {
-                        let headers = match extra.take() {
-                            Some(h) => h,
-                            None => Headers::new()?,
-                        };
-                        if let Err(e) =
-                            set_headers(&headers, &changed, &p.idempotency_header, p.retry_headers)
-                        {
-                            return newest.abandon(e);
-                        }
-                        extra = Some(headers);
-                    }
-                }
-                Next::Step(next_attempt!())
-            }
+            } => match &policy.before_retry {
+                Some(hook) => Next::Hook {
+                    hook,
+                    which: Hook::BeforeRetry,
+                    attempt,
+                    delay_ms,
+                    reason,
+                },
+                None => Next::Attempt,
+            },
             Step::Finish { reason, cause } => {
                 return match newest.response {
                     Some(r) => Ok(r),
