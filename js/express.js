@@ -3,7 +3,6 @@
 // builds a fetch Request of the node:http request, runs the route as the companion's handler
 // (adapter-support.js) and writes the companion's Response back. Only node:http's own API is
 // used on `req` and `res` (no Express helpers), so plain Connect works too.
-import { Readable } from 'node:stream';
 import { canonicalBody } from './server-wasm.js';
 import {
   deferredCompanion,
@@ -18,7 +17,6 @@ import {
   methodHasBody,
   declaresBody,
   rereadableBody,
-  isMultipart,
   partialMultipart,
   takenBodyRequest,
   watchGiveUp,
@@ -43,9 +41,10 @@ function fetchRequest(req) {
       // A parser consumed the bytes: the fingerprint is of what it made of them.
       init.body = canonicalBody(req.body);
     } else if (declaresBody(req)) {
-      // Read by the companion, at most maxBodyBytes (a longer one is its 413); an upload is
-      // left in `req` for the upload parser after this middleware (multer).
-      init.body = isMultipart(req.headers['content-type']) ? rereadableBody(req) : Readable.toWeb(req);
+      // Read by the companion, at most maxBodyBytes (a longer one is its 413, and the rest of
+      // the upload is read and dropped), and left in `req` for what reads it after this
+      // middleware: an upload parser (multer), a route that reads the stream, a proxy.
+      init.body = rereadableBody(req);
       init.duplex = 'half';
       streamed = true;
     }
@@ -234,11 +233,10 @@ async function handle(start, req, res, next) {
   }
   try {
     if (streamed) {
-      // The route reads the bytes the companion read as req.body (a body parser after this
-      // middleware finds the stream consumed and leaves them; an upload parser reads the
-      // upload again from req).
+      // The bytes the companion read are req.body, and still in req's stream: a body parser
+      // after this middleware (an upload parser too) reads and parses them from there, as it
+      // would without the adapter, and a route may read the stream itself.
       req.body = Buffer.from(await run.request.arrayBuffer());
-      req._body = true;
     }
     req.idempotency = run.ctx;
   } catch (error) {

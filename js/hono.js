@@ -2,7 +2,7 @@
 // documentation: hono.d.ts. A thin layer over `idempotency()` of server.js: it builds a fetch
 // Request of `c.req`, runs the rest of the chain (`next()`) as the companion's handler
 // (adapter-support.js) and sets `c.res` to the companion's Response.
-import { deferredCompanion, finalHeaders, methodHasBody, withoutEncoding } from './adapter-support.js';
+import { deferredCompanion, finalHeaders, lingerAfterEarlyAnswer, methodHasBody, withoutEncoding } from './adapter-support.js';
 
 /** Whether a middleware or validator before this one read the body (Hono keeps what it read). */
 function bodyRead(c) {
@@ -34,13 +34,24 @@ function withHeaders(response, before) {
   return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
 }
 
-/** The headers set on `c` before this middleware ran (by one before it: CORS, a session...). */
+/**
+ * The headers set on `c` before this middleware ran (by one before it: CORS, a session...).
+ * Reading `c.res` makes Hono create its response, whose headers it would then copy over the
+ * Response the route returns (its `Set-Cookie` replaced): the response is dropped again, as if
+ * never read (the headers set with `c.header()` stay for the route's `c.json()` and the rest;
+ * every answer gets these through `finalHeaders`).
+ */
 function headersBefore(c) {
   const pairs = [];
+  const finalized = c.finalized;
   const headers = c.res.headers;
   const cookies = headers.getSetCookie?.() ?? [];
   if (cookies.length > 0) pairs.push(['set-cookie', cookies]);
   for (const [name, value] of headers) if (name !== 'set-cookie') pairs.push([name, value]);
+  if (!finalized) {
+    c.res = undefined;
+    c.finalized = false;
+  }
   return pairs;
 }
 
@@ -56,6 +67,19 @@ function withoutBodyType(headers) {
 function formBody(form, raw) {
   const urlEncoded = /^\s*application\/x-www-form-urlencoded/i.test(raw.headers.get('content-type') ?? '');
   return urlEncoded && [...form.values()].every((v) => typeof v === 'string') ? new URLSearchParams(form) : form;
+}
+
+/**
+ * An answer before the route ran (a 413) with the upload not read to its end, on
+ * `@hono/node-server` (`c.env` has the node:http request and response): the rest is read and
+ * dropped once the answer is out, as toNodeHandler does. The body stream the companion gave up
+ * had started a reader of its own on the request, which pauses it at each chunk: left so, the
+ * upload stalls and the server resets the connection, failing the client's next request on it.
+ */
+function dropUpload(c) {
+  const incoming = c.env?.incoming;
+  const outgoing = c.env?.outgoing;
+  if (incoming?.readableEnded === false && typeof outgoing?.once === 'function') lingerAfterEarlyAnswer(incoming, outgoing, true);
 }
 
 /** Replaces `c.res` by `response` as it is (Hono would merge the old response's headers into it). */
@@ -95,6 +119,7 @@ export function idempotency(options) {
     const run = start(new Request(raw.url, init), before);
     const early = await run.first();
     if (early !== null) {
+      if (streamed) dropUpload(c);
       replaceResponse(c, withHeaders(early, before));
       return;
     }

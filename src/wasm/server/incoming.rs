@@ -192,6 +192,15 @@ impl Incoming {
             .get("content-length")?
             .and_then(|v| v.trim().parse::<f64>().ok());
         if declared.is_some_and(|n| n > limit) {
+            // Not read: a `Request`'s stream is cancelled before the answer (a server that made
+            // it on first use, as `@hono/node-server` does, then drops the rest of the upload
+            // and keeps the connection; left alone, it resets the connection); toNodeHandler's
+            // request reads and drops it after the answer. A cancel that fails changes nothing.
+            if let Incoming::Web(req) = self {
+                if let Some(stream) = req.body().filter(|b| !b.locked()) {
+                    let _ = JsFuture::from(stream.cancel()).await;
+                }
+            }
             return Ok(None);
         }
         match self {

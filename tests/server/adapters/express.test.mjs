@@ -97,12 +97,12 @@ test('Express: after express.urlencoded(), express.text() and express.raw() too 
   }
 });
 
-test('Express: no parser before it: the companion reads the raw body (413 over maxBodyBytes), req.body is the Buffer, a parser after it leaves it', async () => {
+test('Express: no parser before it: the companion reads the raw body (413 over maxBodyBytes) and leaves it in req: a parser after it parses it as without the adapter', async () => {
   const app = quietApp();
   let runs = 0;
   app.post('/raw', idempotency({ ...NO_SCOPE, maxBodyBytes: 64 }), express.json(), (req, res) => {
     runs++;
-    res.status(201).json({ isBuffer: Buffer.isBuffer(req.body), text: Buffer.isBuffer(req.body) ? req.body.toString('utf8') : null });
+    res.status(201).json({ body: req.body });
   });
   const server = await listen(app);
   try {
@@ -110,7 +110,7 @@ test('Express: no parser before it: the companion reads the raw body (413 over m
     const first = await post(server.url, '/raw', { key, body: '{"amount":4200}' });
     assert.equal(first.status, 201);
     const a = await snapshot(first);
-    assert.deepEqual(JSON.parse(a.body), { isBuffer: true, text: '{"amount":4200}' });
+    assert.deepEqual(JSON.parse(a.body), { body: { amount: 4200 } });
     const repeat = await post(server.url, '/raw', { key, body: '{"amount":4200}' });
     assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await snapshot(repeat), a);
@@ -119,6 +119,34 @@ test('Express: no parser before it: the companion reads the raw body (413 over m
     const big = await post(server.url, '/raw', { key: crypto.randomUUID(), body: JSON.stringify({ pad: 'x'.repeat(200) }) });
     assert.equal(big.status, 413);
     assert.equal((await big.json()).code, 'idempotency-body-too-large');
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Express: no parser at all: req.body is the Buffer the companion read, and a route that reads req as a stream gets the same bytes (the answer stored is of the whole body)', async () => {
+  const app = quietApp();
+  app.use(idempotency(NO_SCOPE));
+  let runs = 0;
+  app.post('/import', async (req, res) => {
+    runs++;
+    const fromBody = Buffer.isBuffer(req.body) ? req.body.toString('utf8') : null;
+    const chunks = [];
+    for await (const chunk of req) chunks.push(chunk);
+    res.status(201).json({ fromBody, fromStream: Buffer.concat(chunks).toString('utf8') });
+  });
+  const server = await listen(app);
+  try {
+    const body = 'id,amount\n1,100\n2,250\n';
+    const key = crypto.randomUUID();
+    const first = await post(server.url, '/import', { key, body, type: 'text/csv' });
+    assert.equal(first.status, 201);
+    const a = await snapshot(first);
+    assert.deepEqual(JSON.parse(a.body), { fromBody: body, fromStream: body });
+    const repeat = await post(server.url, '/import', { key, body, type: 'text/csv' });
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await snapshot(repeat), a);
     assert.equal(runs, 1);
   } finally {
     await server.close();
@@ -479,22 +507,30 @@ test('Express: a middleware after the adapter that sets headers as the head is w
 test('Express: after a 413 the keep-alive connection serves the next request (the rest of the upload is read and dropped)', async () => {
   const app = quietApp();
   app.post('/', idempotency({ ...NO_SCOPE, maxBodyBytes: 1024 }), (req, res) => res.send('ran'));
+  app.post('/default-limit', idempotency(NO_SCOPE), (req, res) => res.send('ran'));
   const server = await listen(app);
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  const send = (body) =>
+  const send = (body, chunked = false, path = '/') =>
     new Promise((resolve, reject) => {
-      const req = http.request(`${server.url}/`, { method: 'POST', agent, headers: { 'Content-Length': body.length, 'Idempotency-Key': crypto.randomUUID() } }, (res) => {
+      const length = chunked ? {} : { 'Content-Length': body.length };
+      const req = http.request(`${server.url}${path}`, { method: 'POST', agent, timeout: 10_000, headers: { ...length, 'Idempotency-Key': crypto.randomUUID() } }, (res) => {
         const chunks = [];
         res.on('data', (c) => chunks.push(c));
         res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks).toString(), reused: req.reusedSocket }));
       });
       req.on('error', reject);
-      req.end(body);
+      req.on('timeout', () => req.destroy(new Error('no answer: the connection stalled')));
+      if (chunked) req.write(body.subarray(0, body.length >> 1));
+      req.end(chunked ? body.subarray(body.length >> 1) : body);
     });
   try {
     assert.equal((await send(Buffer.alloc(200 << 10))).status, 413);
     const next = await send(Buffer.from('x'));
     assert.deepEqual(next, { status: 200, body: 'ran', reused: true });
+    // an upload with no Content-Length (chunked), over the default limit (1 MiB, found once
+    // that much was read): read and dropped too
+    assert.equal((await send(Buffer.alloc(1_200_000), true, '/default-limit')).status, 413);
+    assert.deepEqual(await send(Buffer.from('x')), { status: 200, body: 'ran', reused: true });
   } finally {
     agent.destroy();
     await server.close();

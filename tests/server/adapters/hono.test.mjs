@@ -4,6 +4,7 @@
 // middleware (cors), and the shared scenarios against PostgreSQL (support.mjs).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { Hono } from 'hono';
 import { validator } from 'hono/validator';
 import { cors } from 'hono/cors';
@@ -309,6 +310,61 @@ test('Hono: a body over maxBodyBytes is the companion\'s 413, the route does not
   } finally {
     await server.close();
   }
+});
+
+test('Hono: after a 413 for a declared length, the keep-alive connection serves the next request (the upload is dropped, not reset)', async () => {
+  const app = new Hono();
+  app.post('/payments', idempotency({ ...NO_SCOPE, maxBodyBytes: 1024 }), (c) => c.text('ran', 201));
+  const server = await listen(app);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const send = (body) =>
+    new Promise((resolve) => {
+      const req = http.request(`${server.url}/payments`, { method: 'POST', agent, timeout: 10_000, headers: { 'Content-Length': body.length, 'Content-Type': 'application/octet-stream', 'Idempotency-Key': crypto.randomUUID() } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve({ status: res.statusCode, reused: req.reusedSocket }));
+      });
+      req.on('error', (error) => resolve({ error: error.code ?? error.message }));
+      req.on('timeout', () => req.destroy(new Error('no answer: the connection stalled')));
+      req.end(body);
+    });
+  try {
+    assert.equal((await send(Buffer.alloc(1_200_000, 1))).status, 413);
+    assert.deepEqual(await send(Buffer.from('abc')), { status: 201, reused: true });
+  } finally {
+    agent.destroy();
+    await server.close();
+  }
+});
+
+test('Hono: headers a middleware before the adapter set with c.header() do not replace the route\'s own Response headers (Set-Cookie, Vary), first answer, replay, or a request let through', async () => {
+  const app = new Hono();
+  app.use('*', async (c, next) => {
+    c.header('Vary', 'Origin');
+    c.header('Set-Cookie', 'sess=abc');
+    c.header('X-Request-Id', 'r-1');
+    await next();
+  });
+  app.use('*', idempotency(NO_SCOPE));
+  const route = () => {
+    const headers = new Headers({ 'Content-Type': 'application/json', Vary: 'Origin, Accept' });
+    headers.append('Set-Cookie', 'receipt=r1; Path=/');
+    return new Response('{"ok":true}', { status: 201, headers });
+  };
+  app.post('/pay', route);
+  app.get('/pay', route);
+  const init = { method: 'POST', headers: { 'Idempotency-Key': crypto.randomUUID(), 'Content-Type': 'application/json' }, body: '{}' };
+  const first = await app.request('/pay', init);
+  assert.equal(first.status, 201);
+  assert.deepEqual(first.headers.getSetCookie(), ['receipt=r1; Path=/'], 'the route\'s cookie, as without the adapter');
+  assert.equal(first.headers.get('vary'), 'Origin, Accept');
+  assert.equal(first.headers.get('x-request-id'), 'r-1', 'a header only the middleware set is kept');
+  const replay = await app.request('/pay', init);
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  assert.equal(replay.headers.get('vary'), 'Origin, Accept');
+  assert.equal(replay.headers.get('x-request-id'), 'r-1');
+  const through = await app.request('/pay');
+  assert.deepEqual(through.headers.getSetCookie(), ['receipt=r1; Path=/']);
+  assert.equal(through.headers.get('vary'), 'Origin, Accept');
 });
 
 /** Hono 4: a validator, the middleware, the route; a throw goes to app.onError. */
