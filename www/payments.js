@@ -457,6 +457,8 @@ export function initPayments(lib) {
       } else {
         setStatus('error', `Not sent · ${e?.name ?? 'Error'}`);
         setReceipt('error', 'Payment not sent', String(e?.message ?? e));
+        // An order still not confirmed from before keeps its key: it can be tried again.
+        els.again.hidden = pending === null;
         timeline.addNote('failed', e?.name ?? 'Error', String(e?.message ?? e));
       }
       await refreshLedger();

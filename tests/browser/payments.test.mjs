@@ -218,6 +218,23 @@ test('not confirmed, then "Try again" with the same key: still one charge', () =
   await assertChargedOnce(page, first[0].key, { requests: 3 });
 }));
 
+test('not confirmed, then an error before anything is sent: "Try again" stays, and its key still pays once', () => withPage(openDemo(), async (page) => {
+  await configure(page, { fault: '503', count: 5, maxAttempts: 2, baseDelayMs: 20 });
+  await pressPay(page, 'failure');
+  const [first] = await entries(page);
+  // The next press fails before retryFetch sends anything (the demo's fault setting gets an
+  // answer it cannot read).
+  await page.route('**/api/faults', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: 'not json' }));
+  await pressPay(page, 'error', 'pay-again');
+  assert.ok(await page.isVisible('[data-testid="pay-again"]'), 'the order not confirmed can still be tried again');
+  await page.unroute('**/api/faults');
+  await page.click('[data-testid="fault-none"]');
+  await pressPay(page, 'success', 'pay-again');
+  const [again] = await entries(page);
+  assert.equal(again.key, first.key, 'the key of the press that was not confirmed');
+  await assertChargedOnce(page, first.key, { requests: 3 });
+}));
+
 test('every answer lost: "not confirmed" although charged once; the same key later gets that charge', () => withPage(openDemo(), async (page) => {
   await configure(page, { fault: 'drop', count: 5, maxAttempts: 3, baseDelayMs: 20 });
   await pressPay(page, 'failure');
