@@ -47,3 +47,26 @@ for (const scenario of scenarios) {
     if (pageErrors.length) throw new Error(`page errors: ${pageErrors.join('; ')}`);
   });
 }
+
+test('chromium: a page whose globals look like Node or Deno (an element id="Deno", a process shim) still lets the browser follow a POST\'s redirects', async () => {
+  const shimmed = await browser.newPage();
+  const errors = [];
+  shimmed.on('pageerror', (e) => errors.push(String(e)));
+  try {
+    await shimmed.addInitScript(() => {
+      window.process = { versions: { node: '20.11.1', electron: '30.0.0' }, env: {} };
+      document.addEventListener('DOMContentLoaded', () => {
+        const dino = document.createElement('div');
+        dino.id = 'Deno';
+        document.body.append(dino);
+      });
+    });
+    await shimmed.goto(`${files.url}/tests/browser/harness.html`);
+    await shimmed.waitForSelector('body[data-ready="true"]', { state: 'attached', timeout: 15000 });
+    const result = await shimmed.evaluate(([name, url]) => window.runScenario(name, url), ['contract: a POST answered 307 or 308 reaches the target once, with its body, and succeeds', origin.url]);
+    if (!result.ok) throw new Error(result.message);
+    if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);
+  } finally {
+    await shimmed.close();
+  }
+});

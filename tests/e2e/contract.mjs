@@ -1609,6 +1609,50 @@ export const scenarios = [
       match(call?.message, /^retryFetch: invalid option "maxAttempts": got 0; /);
     },
   },
+  {
+    name: "contract: a Request input's own headers win over a client's defaults, a Request of another realm (an iframe's) too",
+    async run({ api, seq, env }) {
+      const client = api.createRetryFetch({ headers: { Authorization: 'Bearer default', 'X-Client': 'c' } });
+      const realms = [['this realm', globalThis]];
+      let frame = null;
+      if (env === 'browser') {
+        frame = document.createElement('iframe');
+        document.body.append(frame);
+        realms.push(['an iframe', frame.contentWindow]);
+      }
+      try {
+        for (const [label, realm] of realms) {
+          const s = seq('503,200');
+          const input = new realm.Request(s.url, { headers: { Authorization: 'Bearer user' } });
+          equal((await client(input, undefined, fast)).status, 200, `${label}:`);
+          const sent = await s.log();
+          deepEqual(sent.map((r) => [r.headers.authorization, r.headers['x-client']]), [['Bearer user', 'c'], ['Bearer user', 'c']], `${label}:`);
+        }
+      } finally {
+        frame?.remove();
+      }
+    },
+  },
+  {
+    name: "contract: a guard's read methods take a URL of another realm (an iframe's)",
+    async run({ api, seq, env }) {
+      const breaker = new api.CircuitBreaker({ failureThreshold: 1, openMs: 60_000 });
+      const s = seq('503');
+      await api.retryFetch(s.url, undefined, { ...fast, maxAttempts: 1, breaker });
+      const url = new URL(s.url);
+      equal(breaker.state(url), 'open');
+      equal(breaker.state(s.url), 'open');
+      if (env === 'browser') {
+        const frame = document.createElement('iframe');
+        document.body.append(frame);
+        try {
+          equal(breaker.state(new frame.contentWindow.URL(s.url)), 'open', 'a URL of an iframe:');
+        } finally {
+          frame.remove();
+        }
+      }
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

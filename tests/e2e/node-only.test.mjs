@@ -749,3 +749,29 @@ test('a bodiless POST Request with no key of ours follows its redirects as a key
     await start.close();
   }
 });
+
+test("an options.signal that is not the platform's (a polyfill's) ends an attempt in flight at once when it aborts", async () => {
+  class PolyfillSignal {
+    aborted = false;
+    reason = undefined;
+    onabort = null;
+    #listeners = [];
+    addEventListener(type, fn) { if (type === 'abort') this.#listeners.push(fn); }
+    removeEventListener(type, fn) { this.#listeners = this.#listeners.filter((f) => f !== fn); }
+    dispatchEvent() { return true; }
+    abort(reason) {
+      this.aborted = true;
+      this.reason = reason;
+      for (const f of [...this.#listeners]) f({ type: 'abort' });
+      this.onabort?.({ type: 'abort' });
+    }
+  }
+  const s = seq('hang');
+  const signal = new PolyfillSignal();
+  setTimeout(() => signal.abort('user cancelled'), 50);
+  const outcome = await Promise.race([
+    api.retryFetch(s.url, undefined, { signal }).then((r) => `resolved ${r.status}`, (e) => e),
+    sleep(5_000).then(() => 'still pending after 5 s'),
+  ]);
+  assert.equal(outcome, 'user cancelled');
+});

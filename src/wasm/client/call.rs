@@ -519,10 +519,16 @@ fn add_default_headers(
 ) -> Result<(), JsValue> {
     // The names to leave alone: a copy of the call's own headers.
     let given = js::get(init, "headers");
+    // A `Request` input's own headers (one of another realm, an iframe's, too: its `headers`
+    // is read, not its class checked).
+    let input_headers = match input.is_string() {
+        true => JsValue::UNDEFINED,
+        false => js::get(input, "headers"),
+    };
     let own: Headers = if !given.is_undefined() && !given.is_null() {
         Headers::new_with_str_sequence_sequence(&given)?
-    } else if let Some(input) = input.dyn_ref::<Request>() {
-        Headers::new_with_headers(&input.headers())?
+    } else if input_headers.is_object() {
+        Headers::new_with_headers(input_headers.unchecked_ref())?
     } else {
         Headers::new()?
     };
@@ -1580,11 +1586,14 @@ fn follows_itself(idempotent: bool, redirect: &JsValue) -> bool {
 /// follow: there the platform follows, and a failure after a redirect cannot be told apart.
 fn redirects_visible() -> bool {
     thread_local! {
-        /// Found once: the runtime does not change.
+        /// Found once: the runtime does not change. Never where there is a `document` (a
+        /// page, an Electron renderer: the browser's fetch), whatever else the global has (an
+        /// element `id="Deno"` is a global `Deno` there).
         static VISIBLE: bool = {
             let global = js_sys::global();
-            js::get(&js::get(&js::get(&global, "process"), "versions"), "node").is_string()
-                || js::get(&global, "Deno").is_object()
+            js::get(&global, "document").is_undefined()
+                && (js::get(&js::get(&js::get(&global, "process"), "versions"), "node").is_string()
+                    || js::get(&js::get(&global, "Deno"), "version").is_object())
         };
     }
     VISIBLE.with(|v| *v)

@@ -233,18 +233,24 @@ pub fn origin_of(url: &str) -> String {
     }
 }
 
-/// The `url` argument of a guard method (`budget.tokens(url)`): a string or a `URL`, as its
-/// origin; a `TypeError` naming the method otherwise.
+/// The `url` argument of a guard method (`budget.tokens(url)`): a string or a `URL` (of any
+/// realm: its `href` is read), as its origin; a relative URL is resolved against the page's
+/// (or worker's) `location`, as `retryFetch` resolves it. A `TypeError` naming the method
+/// otherwise.
 fn url_argument(method: &str, url: &JsValue) -> Result<String, JsValue> {
-    let text = if let Some(s) = url.as_string() {
-        Some(s)
-    } else if url.is_instance_of::<web_sys::Url>() {
-        Some(url.unchecked_ref::<web_sys::Url>().href())
-    } else {
-        None
+    let text = match url.as_string() {
+        Some(s) => Some(s),
+        None if url.is_object() => js::get(url, "href").as_string(),
+        None => None,
     };
     match text {
-        Some(s) => Ok(origin_of(&s)),
+        Some(s) => {
+            let base = js::get(&js::get(&js_sys::global(), "location"), "href").as_string();
+            match base.and_then(|b| web_sys::Url::new_with_base(&s, &b).ok()) {
+                Some(u) => Ok(u.origin()),
+                None => Ok(origin_of(&s)),
+            }
+        }
         None => {
             let mut msg = String::from(method);
             msg.push_str(": the argument url must be a string or a URL; got ");

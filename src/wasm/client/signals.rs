@@ -238,7 +238,18 @@ impl AttemptAbort {
         let all: Array = call.list.iter().collect();
         all.push(&controller.signal());
         let mut links = Vec::new();
-        let signal = match AbortSignalStatics::any(&all) {
+        // `AbortSignal.any` of the platform's signals; any other (a polyfill's, another
+        // realm's) is followed through its listener: Node's `any` takes a duck-typed signal
+        // without a throw and never follows it.
+        let native = call
+            .list
+            .iter()
+            .all(|s| s.is_instance_of::<web_sys::AbortSignal>());
+        let any = match native {
+            true => AbortSignalStatics::any(&all),
+            false => Err(JsValue::UNDEFINED),
+        };
+        let signal = match any {
             Ok(s) => s,
             Err(_) => {
                 for s in &call.list {
