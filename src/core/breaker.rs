@@ -10,7 +10,7 @@
 //!   for another `open_ms`. Results of calls admitted before the breaker opened do not move
 //!   it out of open or half-open; only probes do.
 
-use super::options::{guard_setting_expected, OptionError};
+use super::options::{guard_setting_error, OptionError};
 use super::origins::OriginMap;
 
 /// The state of one origin's breaker.
@@ -71,25 +71,19 @@ impl Default for BreakerConfig {
 impl BreakerConfig {
     /// Check the ranges documented on each field.
     pub fn validate(self) -> Result<Self, OptionError> {
-        if !(1..=1000).contains(&self.failure_threshold) {
-            return Err(OptionError::new(
-                "failureThreshold",
-                guard_setting_expected("failureThreshold"),
-            ));
-        }
-        if !(self.open_ms.is_finite()
+        let bad = if !(1..=1000).contains(&self.failure_threshold) {
+            "failureThreshold"
+        } else if !(self.open_ms.is_finite()
             && self.open_ms >= 0.0
             && self.open_ms <= super::options::MAX_TIMER_MS)
         {
-            return Err(OptionError::new("openMs", guard_setting_expected("openMs")));
-        }
-        if !(1..=1000).contains(&self.half_open_max_calls) {
-            return Err(OptionError::new(
-                "halfOpenMaxCalls",
-                guard_setting_expected("halfOpenMaxCalls"),
-            ));
-        }
-        Ok(self)
+            "openMs"
+        } else if !(1..=1000).contains(&self.half_open_max_calls) {
+            "halfOpenMaxCalls"
+        } else {
+            return Ok(self);
+        };
+        Err(guard_setting_error(bad))
     }
 }
 

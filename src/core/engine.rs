@@ -332,12 +332,12 @@ impl CallEngine {
     /// was sent and counted: each asks again when it may go, and one the budget no longer
     /// allows gives its turn back and is skipped or stopped as after a backoff), then the
     /// throttle's turn again, then the send.
-    pub fn turn_waited<R: Rng + ?Sized>(
+    pub fn turn_waited(
         &mut self,
         policy: &RetryPolicy,
         guards: &mut dyn CallGuards,
         now_ms: f64,
-        rng: &mut R,
+        rng: &mut dyn Rng,
     ) -> Step {
         if let Some(g) = self.guards_of(guards).filter(|_| !self.next_is_poll) {
             if let Err(wait) = g.readmit(now_ms) {
@@ -432,13 +432,13 @@ impl CallEngine {
 
     /// The attempt settled at `now_ms`: count it (`true`: it goes in the attempt history),
     /// tell the guards, and decide what follows.
-    pub fn settled<R: Rng + ?Sized>(
+    pub fn settled(
         &mut self,
         policy: &RetryPolicy,
         settled: Settled<'_>,
         guards: &mut dyn CallGuards,
         now_ms: f64,
-        rng: &mut R,
+        rng: &mut dyn Rng,
     ) -> (bool, Step) {
         let outcome = settled.outcome;
         let mut guards = self.guards_of(guards);
@@ -628,13 +628,13 @@ impl CallEngine {
     /// the last answer); the default budget skips it (nothing is sent, the attempt counts as
     /// made, the call waits another backoff and asks again; when the policy stops meanwhile,
     /// `maxAttempts` made among them, the last answer is the result, `'budget'`).
-    pub fn waited<R: Rng + ?Sized>(
+    pub fn waited(
         &mut self,
         policy: &RetryPolicy,
         kind: WaitKind,
         guards: &mut dyn CallGuards,
         now_ms: f64,
-        rng: &mut R,
+        rng: &mut dyn Rng,
     ) -> Step {
         if kind == WaitKind::Poll {
             return self.next_attempt(policy, guards, now_ms);
@@ -664,12 +664,12 @@ impl CallEngine {
     /// The budget asked again before the pending retry goes (after its backoff, and after a
     /// wait for a throttle turn): `None` when it allows it (or no retry is pending: a first
     /// attempt asks no budget), else the step of a refusal, as [`CallEngine::waited`] says.
-    fn budget_refuses<R: Rng + ?Sized>(
+    fn budget_refuses(
         &mut self,
         policy: &RetryPolicy,
         guards: &mut dyn CallGuards,
         now_ms: f64,
-        rng: &mut R,
+        rng: &mut dyn Rng,
     ) -> Option<Step> {
         let p = self.pending?;
         let finish = |reason| Step::Finish {

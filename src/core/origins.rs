@@ -11,34 +11,73 @@
 /// The most origins one guard keeps state for: 256.
 pub const MAX_ORIGINS: usize = 256;
 
-/// Per-origin state, most recently used last: the origins and their states at the same
-/// index, in two lists, so that finding an origin and moving its name are one (non-generic)
-/// piece of code for every kind of state.
+/// Per-origin state: the origins, most recently used last, each with the index of its state
+/// in a second list, where states never move but to fill a gap. Finding an origin, moving it
+/// last and dropping one are one (non-generic) piece of code for every kind of state.
 #[derive(Clone, Debug)]
 pub struct OriginMap<T> {
-    origins: Vec<String>,
+    order: Vec<(String, usize)>,
     states: Vec<T>,
 }
 
 impl<T> Default for OriginMap<T> {
     fn default() -> Self {
         OriginMap {
-            origins: Vec::new(),
+            order: Vec::new(),
             states: Vec::new(),
         }
     }
 }
 
-/// Where `origin` is in `origins`.
+/// Where `origin` is in `order`, and the index of its state.
 #[inline(never)]
-fn find(origins: &[String], origin: &str) -> Option<usize> {
-    origins.iter().position(|o| o == origin)
+fn find(order: &[(String, usize)], origin: &str) -> Option<(usize, usize)> {
+    let i = order.iter().position(|(o, _)| o == origin)?;
+    order.get(i).map(|(_, s)| (i, *s))
+}
+
+/// Move entry `i` of `order` last (most recently used).
+#[inline(never)]
+fn touch(order: &mut Vec<(String, usize)>, i: usize) {
+    if i + 1 < order.len() {
+        let entry = order.remove(i);
+        order.push(entry);
+    }
+}
+
+/// Put `origin` last in `order`: in the place of entry `evict` (whose state slot it takes
+/// over), else with a new slot, `len` (the number of states). The index of its state.
+#[inline(never)]
+fn place(
+    order: &mut Vec<(String, usize)>,
+    origin: &str,
+    evict: Option<usize>,
+    len: usize,
+) -> usize {
+    let s = match evict {
+        Some(i) if i < order.len() => order.remove(i).1,
+        _ => len,
+    };
+    order.push((origin.to_string(), s));
+    s
+}
+
+/// Drop entry `i` of `order`, whose state `states.swap_remove` is about to drop: the index of
+/// that state, and the entry of the last state (which moves there) renumbered.
+#[inline(never)]
+fn unlink(order: &mut Vec<(String, usize)>, i: usize, states: usize) -> usize {
+    let (_, s) = order.remove(i);
+    let last = states - 1;
+    if let Some(entry) = order.iter_mut().find(|(_, at)| *at == last) {
+        entry.1 = s;
+    }
+    s
 }
 
 impl<T> OriginMap<T> {
     /// The state of `origin`, if any.
     pub fn get(&self, origin: &str) -> Option<&T> {
-        self.states.get(find(&self.origins, origin)?)
+        self.states.get(find(&self.order, origin)?.1)
     }
 
     /// The state of `origin`, created with `make` when absent (making room, if needed, by
@@ -50,39 +89,41 @@ impl<T> OriginMap<T> {
         make: impl FnOnce() -> T,
         at_rest: impl Fn(&T) -> bool,
     ) -> &mut T {
-        match find(&self.origins, origin) {
-            Some(i) => {
-                if i + 1 != self.states.len() {
-                    let name = self.origins.remove(i);
-                    self.origins.push(name);
-                    let state = self.states.remove(i);
-                    self.states.push(state);
-                }
+        let s = match find(&self.order, origin) {
+            Some((i, s)) => {
+                touch(&mut self.order, i);
+                s
             }
             None => {
-                if self.states.len() >= MAX_ORIGINS {
-                    let oldest_at_rest = self.states.iter().position(at_rest).unwrap_or(0);
-                    self.origins.remove(oldest_at_rest);
-                    self.states.remove(oldest_at_rest);
+                let states = &self.states;
+                let evict = (states.len() >= MAX_ORIGINS).then(|| {
+                    self.order
+                        .iter()
+                        .position(|(_, s)| states.get(*s).is_some_and(&at_rest))
+                        .unwrap_or(0)
+                });
+                let s = place(&mut self.order, origin, evict, states.len());
+                let made = make();
+                match self.states.get_mut(s) {
+                    Some(slot) => *slot = made,
+                    None => self.states.push(made),
                 }
-                self.origins.push(origin.to_string());
-                self.states.push(make());
+                s
             }
-        }
-        let last = self.states.len() - 1;
-        &mut self.states[last]
+        };
+        &mut self.states[s]
     }
 
     /// The state of `origin` for update, if any (not reordered).
     pub fn get_mut(&mut self, origin: &str) -> Option<&mut T> {
-        self.states.get_mut(find(&self.origins, origin)?)
+        self.states.get_mut(find(&self.order, origin)?.1)
     }
 
     /// Drop the state of `origin`, if any.
     pub fn remove(&mut self, origin: &str) {
-        if let Some(i) = find(&self.origins, origin) {
-            self.origins.remove(i);
-            self.states.remove(i);
+        if let Some((i, _)) = find(&self.order, origin) {
+            let s = unlink(&mut self.order, i, self.states.len());
+            self.states.swap_remove(s);
         }
     }
 

@@ -34,7 +34,7 @@
 //! `BENCHMARKS.md`.
 
 use super::guards::Pacer;
-use super::options::{guard_setting_expected, OptionError};
+use super::options::{guard_setting_error, OptionError};
 use super::origins::OriginMap;
 
 /// Throttle settings.
@@ -79,37 +79,25 @@ impl ThrottleConfig {
     /// Check the ranges documented on each field.
     pub fn validate(self) -> Result<Self, OptionError> {
         let positive = |v: f64| v.is_finite() && v > 0.0 && v <= 1e9;
-        if !positive(self.initial_rate) {
-            return Err(OptionError::new(
-                "initialRate",
-                guard_setting_expected("initialRate"),
-            ));
-        }
-        if !positive(self.ramp_ms) {
-            return Err(OptionError::new("rampMs", guard_setting_expected("rampMs")));
-        }
-        if !(self.beta.is_finite() && self.beta > 0.0 && self.beta < 1.0) {
-            return Err(OptionError::new("beta", guard_setting_expected("beta")));
-        }
-        if !positive(self.scale) {
-            return Err(OptionError::new("scale", guard_setting_expected("scale")));
-        }
-        if !positive(self.min_rate) || self.min_rate > self.initial_rate {
-            return Err(OptionError::new(
-                "minRate",
-                guard_setting_expected("minRate"),
-            ));
-        }
-        if !(self.max_wait_ms.is_finite()
+        let bad = if !positive(self.initial_rate) {
+            "initialRate"
+        } else if !positive(self.ramp_ms) {
+            "rampMs"
+        } else if !(self.beta.is_finite() && self.beta > 0.0 && self.beta < 1.0) {
+            "beta"
+        } else if !positive(self.scale) {
+            "scale"
+        } else if !positive(self.min_rate) || self.min_rate > self.initial_rate {
+            "minRate"
+        } else if !(self.max_wait_ms.is_finite()
             && self.max_wait_ms >= 0.0
             && self.max_wait_ms <= super::options::MAX_TIMER_MS)
         {
-            return Err(OptionError::new(
-                "maxWaitMs",
-                guard_setting_expected("maxWaitMs"),
-            ));
-        }
-        Ok(self)
+            "maxWaitMs"
+        } else {
+            return Ok(self);
+        };
+        Err(guard_setting_error(bad))
     }
 }
 
@@ -209,6 +197,7 @@ struct OriginThrottle {
 }
 
 impl OriginThrottle {
+    #[inline(never)]
     fn new(config: &ThrottleConfig, now_ms: f64) -> Self {
         OriginThrottle {
             created_ms: now_ms,

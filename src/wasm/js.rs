@@ -75,6 +75,13 @@ extern "C" {
     fn new(source: &JsValue) -> Result<ByteView, JsValue>;
 }
 
+/// `new Uint8Array(source)`: a view of an `ArrayBuffer` (a copy of a typed array); one the
+/// constructor refuses is the `Err`.
+#[cfg(feature = "client")]
+pub fn bytes_view(source: &JsValue) -> Result<js_sys::Uint8Array, JsValue> {
+    ByteView::new(source).map(JsCast::unchecked_into)
+}
+
 /// `new Uint8Array(buffer)` over `buffer`, an object a caller's code gave (an `ArrayBuffer`);
 /// anything it cannot view is the `Err`.
 #[cfg(feature = "server")]
@@ -86,6 +93,22 @@ pub fn bytes_of(buffer: &JsValue) -> Result<js_sys::Uint8Array, JsValue> {
         )));
     }
     ByteView::new(buffer).map(JsCast::unchecked_into)
+}
+
+#[wasm_bindgen]
+extern "C" {
+    /// A `ReadableStream` or its reader: both have `cancel()`.
+    type Cancellable;
+    /// `stream.cancel()`, `reader.cancel()`.
+    #[wasm_bindgen(method)]
+    fn cancel(this: &Cancellable) -> js_sys::Promise;
+}
+
+/// Start cancelling `stream` (a `ReadableStream` or its reader), not awaited: a rejection of
+/// the cancel is marked handled (a tee branch's cancel settles only once the other branch is
+/// done).
+pub fn cancel(stream: &JsValue) {
+    ignore_rejection(&stream.unchecked_ref::<Cancellable>().cancel());
 }
 
 /// A promise of ours that settles as `value` does (a promise, a thenable or a plain value):
@@ -159,23 +182,23 @@ thread_local! {
 /// `name` as a JS string, made once per name (the names are the few property names the
 /// wasm reads and writes; decoding one into a new JS string costs more than finding it).
 pub fn name(name: &'static str) -> JsValue {
-    let found = NAMES.with(|names| {
-        names
-            .borrow()
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.clone())
-    });
-    found.unwrap_or_else(|| {
+    NAMES.with(|names| {
+        // Making a JS string runs nothing of the caller's: the list stays borrowed meanwhile.
+        let mut names = names.borrow_mut();
+        if let Some((_, v)) = names.iter().find(|(n, _)| *n == name) {
+            return v.clone();
+        }
         let value = JsValue::from_str(name);
-        NAMES.with(|names| names.borrow_mut().push((name, value.clone())));
+        names.push((name, value.clone()));
         value
     })
 }
 
 thread_local! {
     /// `() => {}`, made once, to mark a promise's rejection as handled.
-    static NOOP: Closure<dyn FnMut(JsValue)> = Closure::new(|_| {});
+    /// (Of the type of wasm-bindgen-futures' own queue callback, so that both share one
+    /// closure shim.)
+    static NOOP: Closure<dyn FnMut(JsValue) -> Result<(), JsError>> = Closure::new(|_| Ok(()));
 }
 
 /// Is `value` a promise or a thenable (an object or function with a `then` function)?
@@ -188,7 +211,7 @@ pub fn is_thenable(value: &JsValue) -> bool {
 /// nobody may be waiting on).
 pub fn ignore_rejection(promise: &js_sys::Promise) {
     NOOP.with(|noop| {
-        let _ = promise.catch(noop);
+        let _ = promise.catch_map(noop);
     });
 }
 
@@ -196,24 +219,29 @@ pub fn ignore_rejection(promise: &js_sys::Promise) {
 /// `onStateChange`, a reporter such as `onStoreError`): a throw is ignored, and so is a
 /// rejection of the promise it may return, which would otherwise be an unhandled rejection
 /// (in Node, the end of the process).
+#[cfg(feature = "server")]
 pub fn call_detached(f: &js_sys::Function, args: &[&JsValue]) {
     let list = js_sys::Array::new();
     for a in args {
         list.push(a);
     }
-    let Ok(value) = f.apply(&JsValue::UNDEFINED, &list) else {
+    detach(f.apply(&JsValue::UNDEFINED, &list));
+}
+
+/// What a callback nobody awaits returned ([`call_detached`]; the client calls its one-argument
+/// listeners with `call1`): a throw is ignored, and a thenable's rejection is marked handled.
+pub fn detach(returned: Result<JsValue, JsValue>) {
+    let Ok(value) = returned else {
         return;
     };
     if !value.is_object() {
         return;
     }
     // A thenable: `then(undefined, () => {})`, through its own `then` (which may throw).
-    if let Ok(then) = js_sys::Reflect::get(&value, &JsValue::from_str("then")) {
-        if let Some(then) = then.dyn_ref::<js_sys::Function>() {
-            NOOP.with(|noop| {
-                let _ = then.call2(&value, &JsValue::UNDEFINED, noop.as_ref());
-            });
-        }
+    if let Some(then) = get(&value, "then").dyn_ref::<js_sys::Function>() {
+        NOOP.with(|noop| {
+            let _ = then.call2(&value, &JsValue::UNDEFINED, noop.as_ref());
+        });
     }
 }
 
@@ -256,7 +284,7 @@ pub async fn read_limited(
         }
         let chunk = get(&step, "value");
         if !is_bytes(&chunk) {
-            ignore_rejection(&reader.cancel());
+            cancel(reader);
             return Ok(Limited::NotBytes);
         }
         // Measured before it is copied: a chunk past the limit is never copied.
@@ -264,7 +292,7 @@ pub async fn read_limited(
         size += length;
         if size > limit {
             // Not awaited: a tee branch's cancel settles only once the other branch is done.
-            ignore_rejection(&reader.cancel());
+            cancel(reader);
             return Ok(Limited::TooLong);
         }
         // A copy of ours (the stream's owner may reuse its chunk), made by this realm's
@@ -274,11 +302,11 @@ pub async fn read_limited(
         let bytes = match copied {
             Ok(bytes) if f64::from(bytes.length()) == length => bytes,
             Ok(_) => {
-                ignore_rejection(&reader.cancel());
+                cancel(reader);
                 return Ok(Limited::NotBytes);
             }
             Err(e) => {
-                ignore_rejection(&reader.cancel());
+                cancel(reader);
                 return Err(e);
             }
         };

@@ -20,7 +20,7 @@
 //!   path, which stays free of any guard).
 
 use super::{Attempt, Budget, OwnUse, Verdict};
-use crate::core::options::{guard_setting_expected, OptionError};
+use crate::core::options::{guard_setting_error, OptionError};
 use crate::core::origins::OriginMap;
 
 /// Budget settings.
@@ -51,32 +51,25 @@ impl BudgetConfig {
     /// `maxTokens` must be a finite number in `(0, 1000000]`; `tokenRatio` a finite number in
     /// `(0, maxTokens]`; `refillPerSecond` a finite number in `[0, maxTokens]`.
     pub fn validate(self) -> Result<Self, OptionError> {
-        if !(self.max_tokens.is_finite() && self.max_tokens > 0.0 && self.max_tokens <= 1_000_000.0)
+        let bad = if !(self.max_tokens.is_finite()
+            && self.max_tokens > 0.0
+            && self.max_tokens <= 1_000_000.0)
         {
-            return Err(OptionError::new(
-                "maxTokens",
-                guard_setting_expected("maxTokens"),
-            ));
-        }
-        if !(self.token_ratio.is_finite()
+            "maxTokens"
+        } else if !(self.token_ratio.is_finite()
             && self.token_ratio > 0.0
             && self.token_ratio <= self.max_tokens)
         {
-            return Err(OptionError::new(
-                "tokenRatio",
-                guard_setting_expected("tokenRatio"),
-            ));
-        }
-        if !(self.refill_per_sec.is_finite()
+            "tokenRatio"
+        } else if !(self.refill_per_sec.is_finite()
             && self.refill_per_sec >= 0.0
             && self.refill_per_sec <= self.max_tokens)
         {
-            return Err(OptionError::new(
-                "refillPerSecond",
-                guard_setting_expected("refillPerSecond"),
-            ));
-        }
-        Ok(self)
+            "refillPerSecond"
+        } else {
+            return Ok(self);
+        };
+        Err(guard_setting_error(bad))
     }
 }
 

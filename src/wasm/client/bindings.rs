@@ -1,6 +1,6 @@
 //! The globals the client binds beyond web-sys: `fetch`, `setTimeout`/`clearTimeout`, the
-//! `Request` call that may throw on foreign input, `AbortSignal.any`, and a
-//! two-handler `then`.
+//! `Request` call that may throw on foreign input, `AbortSignal.any`, a two-handler `then`,
+//! and the `Headers` methods given JS strings as they are (`set`, `append`, `has`).
 //!
 //! All are globals, never reached through `window`, so Node, browsers and workers work alike.
 //! Whatever can throw on foreign input is bound with `catch`: a throw becomes an `Err`, never
@@ -41,6 +41,19 @@ extern "C" {
     /// `promise.then(onFulfilled, onRejected)`.
     #[wasm_bindgen(method, js_name = then)]
     pub fn then_with(this: &Thenable, on_fulfilled: &JsValue, on_rejected: &JsValue) -> Promise;
+
+    /// A `Headers`, for methods given JS strings as they are (not copied through Rust).
+    #[wasm_bindgen(js_name = Headers)]
+    pub type HeadersJs;
+    /// `headers.set(name, value)`.
+    #[wasm_bindgen(method, catch, js_class = "Headers", js_name = set)]
+    pub fn set(this: &HeadersJs, name: &JsValue, value: &JsValue) -> Result<(), JsValue>;
+    /// `headers.append(name, value)`.
+    #[wasm_bindgen(method, catch, js_class = "Headers", js_name = append)]
+    pub fn append(this: &HeadersJs, name: &JsValue, value: &JsValue) -> Result<(), JsValue>;
+    /// `headers.has(name)`.
+    #[wasm_bindgen(method, catch, js_class = "Headers", js_name = has)]
+    pub fn has(this: &HeadersJs, name: &JsValue) -> Result<bool, JsValue>;
 }
 
 /// The global `fetch(input, init)`, as a promise of ours to await: a wrapper or mock of it

@@ -54,7 +54,6 @@ use crate::core::classify::{
 use crate::core::decide::StopReason;
 use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
 use crate::core::guards::{GuardsLent, Held, Pacer};
-use crate::core::key::header_value;
 use crate::wasm::errors::type_error;
 use crate::wasm::js;
 
@@ -129,11 +128,12 @@ impl Seen {
         // An array of numbers only (a throwing proxy or getter: not kept, the options are
         // read, and the read rejects the call).
         js::array_length(value).ok()??;
-        let items: Vec<JsValue> = js::array_copy(value).ok()?.iter().collect();
-        items
-            .iter()
-            .all(|i| i.as_f64().is_some())
-            .then_some(Seen::Numbers(items))
+        let mut items = Vec::new();
+        for item in js::array_copy(value).ok()?.iter() {
+            item.as_f64()?;
+            items.push(item);
+        }
+        Some(Seen::Numbers(items))
     }
 
     /// Is `value` what was seen? (A throwing proxy or getter: no, the options are read.)
@@ -327,7 +327,7 @@ impl Client {
                 }
                 let signal = request.signal();
                 if signal.aborted() {
-                    return Err(signal.reason());
+                    return Err(js::get(&signal, "reason"));
                 }
                 // The input rides where a URL's init would, held until the attempt settles
                 // (and then by the loop's `Template`, if it runs).
@@ -343,31 +343,31 @@ impl Client {
             None => None,
         };
         let sent: Thenable = global_fetch(&request, &send).unchecked_into();
-        Ok(if kept && timer.is_none() {
-            let f = lean.on_settled();
-            let t = JsValue::from_f64(started);
-            sent.then_with(
-                &f.bind4(&JsValue::NULL, &request, &init, &t, &JsValue::TRUE),
-                &f.bind4(&JsValue::NULL, &request, &init, &t, &JsValue::FALSE),
-            )
+        // `onSettled(request, init, startedAt, fulfilled, value)`: the policy's long-lived one,
+        // or one of this call's own, freed once run.
+        let on_settled = if kept && timer.is_none() {
+            lean.on_settled().clone()
         } else {
             let policy = policy.clone();
-            let once = Closure::once_into_js(move |fulfilled: bool, value: JsValue| {
-                // The time limit ends with the attempt; a rejection after it fired is its
-                // `TimeoutError` (the abort's reason), told to the loop as a timeout.
-                match timer.and_then(FirstTimer::end) {
-                    Some(timeout) if !fulfilled => {
-                        settled(&policy, request, init, started, false, timeout, true)
+            Closure::once_into_js(
+                move |request: JsValue, init: JsValue, started: f64, fulfilled: bool, value| {
+                    // The time limit ends with the attempt; a rejection after it fired is its
+                    // `TimeoutError` (the abort's reason), told to the loop as a timeout.
+                    match timer.and_then(FirstTimer::end) {
+                        Some(timeout) if !fulfilled => {
+                            settled(&policy, request, init, started, false, timeout, true)
+                        }
+                        _ => settled(&policy, request, init, started, fulfilled, value, false),
                     }
-                    _ => settled(&policy, request, init, started, fulfilled, value, false),
-                }
-            })
-            .unchecked_into::<Function>();
-            sent.then_with(
-                &once.bind1(&JsValue::NULL, &JsValue::TRUE),
-                &once.bind1(&JsValue::NULL, &JsValue::FALSE),
+                },
             )
-        })
+            .unchecked_into::<Function>()
+        };
+        let t = JsValue::from_f64(started);
+        Ok(sent.then_with(
+            &on_settled.bind4(&JsValue::NULL, &request, &init, &t, &JsValue::TRUE),
+            &on_settled.bind4(&JsValue::NULL, &request, &init, &t, &JsValue::FALSE),
+        ))
     }
 }
 
@@ -480,11 +480,8 @@ fn lean_headers(
     if manual && limited {
         return Ok(None);
     }
-    let headers = if plain.headers.is_undefined() {
-        Headers::new()?
-    } else {
-        Headers::new_with_str_sequence_sequence(&plain.headers)?
-    };
+    // `new Headers(init.headers)`: any `HeadersInit`, and none (`undefined`) makes it empty.
+    let headers = Headers::new_with_headers(plain.headers.unchecked_ref())?;
     // The copy carries the headers as they are now: read once, whichever path sends them.
     js::set(&plain.copy, "headers", &headers);
     if let Some(defaults) = &policy.headers {
@@ -496,12 +493,6 @@ fn lean_headers(
     let (key, add) = super::request::call_key(p, idempotent, &headers)?;
     if !add && !idempotent && key.is_some() {
         return Ok(None);
-    }
-    if let (true, Some(k)) = (add, &key) {
-        headers.set(
-            &p.idempotency_header,
-            &header_value(k, p.idempotency_key_format),
-        )?;
     }
     Ok(Some((headers, manual)))
 }
@@ -525,13 +516,15 @@ fn add_default_headers(
         true => JsValue::UNDEFINED,
         false => js::get(input, "headers"),
     };
-    let own: Headers = if !given.is_undefined() && !given.is_null() {
-        Headers::new_with_str_sequence_sequence(&given)?
+    let source: JsValue = if !given.is_undefined() && !given.is_null() {
+        given
     } else if input_headers.is_object() {
-        Headers::new_with_headers(input_headers.unchecked_ref())?
+        input_headers
     } else {
-        Headers::new()?
+        JsValue::UNDEFINED
     };
+    // `new Headers(source)`: any `HeadersInit`; `undefined` makes it empty.
+    let own = Headers::new_with_headers(source.unchecked_ref())?;
     let headers = request.headers();
     let multipart = headers.get("content-type")?.is_some_and(|t| {
         t.trim_start()
@@ -568,7 +561,7 @@ fn lean_request(policy: &Policy, request: &Request) -> bool {
     request.body().is_none()
         && !policy.retry.idempotency_key.may_add_key(idempotent)
         && (idempotent || !request.headers().has(header).unwrap_or(true))
-        && redirect.as_string().as_deref() != Some("error")
+        && redirect != js::name("error")
         && !follows_itself(idempotent, &redirect)
 }
 
@@ -763,9 +756,13 @@ fn discard(response: &JsValue) {
 fn discard_when_fulfilled(promise: &Promise) {
     thread_local! {
         /// `(response) => discard(response)`, made once.
-        static DISCARD_LATE: Closure<dyn FnMut(JsValue)> = Closure::new(|r: JsValue| discard(&r));
+        static DISCARD_LATE: Closure<dyn FnMut(JsValue) -> Result<(), JsError>> =
+            Closure::new(|r: JsValue| {
+                discard(&r);
+                Ok(())
+            });
     }
-    DISCARD_LATE.with(|f| js::ignore_rejection(&promise.then(f)));
+    DISCARD_LATE.with(|f| js::ignore_rejection(promise.then_map(f).unchecked_ref()));
 }
 
 /// Start cancelling `response`'s body: the promise of the cancel, if it has a body.
@@ -884,7 +881,7 @@ pub async fn run(
         if let Some(k) = key.as_ref().filter(|_| attempts.get() > 0) {
             js::set(&info, "idempotencyKey", &JsValue::from_str(k));
         }
-        js::call_detached(hook, &[&info]);
+        js::detach(hook.call1(&JsValue::UNDEFINED, &info));
     }
     outcome
 }
@@ -1326,7 +1323,7 @@ async fn run_loop(
                 // apart from a network error (it is a TypeError, never retried).
                 let refuses = url.is_none()
                     && policy.fetch.is_none()
-                    && js::get(&t.request, "redirect").as_string().as_deref() == Some("error");
+                    && js::get(&t.request, "redirect") == js::name("error");
                 let poll_request;
                 let (input, init): (&JsValue, JsValue) = match &url {
                     Some(url) => {
@@ -1421,8 +1418,7 @@ async fn run_loop(
                 newest.discard();
                 if let (true, Ok(r)) = (refuses, &outcome) {
                     let status = js::get(r, "status").as_f64().unwrap_or(0.0);
-                    let opaque =
-                        js::get(r, "type").as_string().as_deref() == Some("opaqueredirect");
+                    let opaque = js::get(r, "type") == js::name("opaqueredirect");
                     if opaque
                         || (matches!(status as u16, 301 | 302 | 303 | 307 | 308)
                             && header(r, "location").is_some())
@@ -1744,10 +1740,7 @@ fn poll_init(
     extra: Option<&Headers>,
     key_header: &str,
 ) -> Result<(JsValue, JsValue), JsValue> {
-    let headers = Headers::new_with_headers(&t.request.headers())?;
-    if let Some(extra) = extra {
-        copy_headers(extra, &headers, None)?;
-    }
+    let headers = attempt_headers(t, extra)?;
     let same_origin = origin_of(&t.request.url()) == origin_of(url);
     for name in poll_dropped_headers(key_header, same_origin) {
         let _ = headers.delete(name);
@@ -1817,15 +1810,23 @@ fn attempt_init(
         }
     }
     if first_at.is_some() || changed {
-        let headers = Headers::new_with_headers(&t.request.headers())?;
+        // `extra` cannot hold the retry headers (`set_headers` refuses them).
+        let headers = attempt_headers(t, extra)?;
         if let Some(at) = first_at {
             headers.set("X-Retry-Count", &super::errors::int(f64::from(attempt - 1)))?;
             headers.set("X-Original-Request-At", at)?;
         }
-        if let Some(extra) = extra {
-            copy_headers(extra, &headers, None)?;
-        }
         js::set(&init, "headers", &headers);
     }
     Ok(init.into())
+}
+
+/// The headers of an attempt or a poll: a copy of the request's, with those `beforeRetry` set
+/// (`extra`).
+fn attempt_headers(t: &Template, extra: Option<&Headers>) -> Result<Headers, JsValue> {
+    let headers = Headers::new_with_headers(&t.request.headers())?;
+    if let Some(extra) = extra {
+        copy_headers(extra, &headers, None)?;
+    }
+    Ok(headers)
 }

@@ -143,6 +143,7 @@ pub fn circuit_open_error(origin: &str, retry_after_ms: f64) -> JsValue {
 
 /// `isRetryError(error)`: is `error` a `RetryError` (by `name`, so it works across realms and
 /// copies of the package)?
-pub fn has_name(error: &JsValue, name: &str) -> bool {
-    error.is_object() && js::get(error, "name").as_string().as_deref() == Some(name)
+pub fn has_name(error: &JsValue, name: &'static str) -> bool {
+    // `===` with the name (made into a JS string once): no copy of the error's.
+    error.is_object() && js::get(error, "name") == js::name(name)
 }

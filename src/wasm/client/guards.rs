@@ -47,7 +47,7 @@ impl BreakerShared {
             from: t.from.as_str(),
             to: t.to.as_str(),
         });
-        js::call_detached(listener, &[&event]);
+        js::detach(listener.call1(&JsValue::UNDEFINED, &event));
     }
 }
 
@@ -214,12 +214,14 @@ fn article(name: &str) -> &'static str {
 /// check that throws this, instead of wasm-bindgen's "null pointer passed to rust"
 /// (`scripts/guard-glue.mjs`). Not part of the public API.
 #[wasm_bindgen(js_name = freedGuardError, skip_typescript)]
-pub fn freed_guard_error(class: &str, member: &str) -> JsValue {
-    let mut msg = String::from(class);
+pub fn freed_guard_error(class: JsValue, member: JsValue) -> JsValue {
+    // Given as JS strings (the glue passes the class's and the member's names).
+    let class = class.as_string().unwrap_or_default();
+    let mut msg = class.clone();
     msg.push('.');
-    msg.push_str(member);
+    msg.push_str(&member.as_string().unwrap_or_default());
     msg.push_str(": this ");
-    msg.push_str(class);
+    msg.push_str(&class);
     msg.push_str(" was freed (free() was called on it); make a new one");
     type_error(&msg)
 }
@@ -385,13 +387,16 @@ impl RetryBudgetHandle {
     }
 
     /// The token count of the origin of `url` (full, `maxTokens`, when never seen).
-    pub fn tokens(&self, url: JsValue) -> Result<f64, JsValue> {
+    pub fn tokens(&self, url: JsValue) -> Result<JsValue, JsValue> {
         let origin = url_argument("RetryBudget.tokens", &url)?;
         let budget = self
             .inner
             .try_borrow()
             .map_err(|_| in_use("RetryBudget.tokens"))?;
-        Ok(budget.tokens(&origin, js_sys::Date::now()))
+        // A number made here (the three guard methods return a value alike).
+        Ok(JsValue::from_f64(
+            budget.tokens(&origin, js_sys::Date::now()),
+        ))
     }
 
     /// `refillPerSecond`.
@@ -458,7 +463,19 @@ impl AdaptiveThrottleHandle {
         Ok(AdaptiveThrottleHandle { id, inner })
     }
 
-    /// The current send rate (req/s) for the origin of `url`; `undefined` if never seen.
+    /// `rate(url)` from JavaScript: [`AdaptiveThrottleHandle::rate`], a number or `undefined`
+    /// (returned as a value, as `tokens` and `state` return theirs: one shape of glue).
+    #[wasm_bindgen(js_name = rate)]
+    pub fn rate_value(&self, url: JsValue) -> Result<JsValue, JsValue> {
+        Ok(self
+            .rate(url)?
+            .map_or(JsValue::UNDEFINED, JsValue::from_f64))
+    }
+}
+
+impl AdaptiveThrottleHandle {
+    /// The current send rate (req/s) for the origin of `url`; `None` (`undefined` in
+    /// JavaScript) if never seen.
     pub fn rate(&self, url: JsValue) -> Result<Option<f64>, JsValue> {
         let origin = url_argument("AdaptiveThrottle.rate", &url)?;
         let mut throttle =

@@ -113,7 +113,7 @@ pub(super) fn refuse_default_header_as_key(
 /// by its calls); one per call would count nothing, and one kept with the per-call options
 /// would be shared by whichever calls happen to give equal options.
 pub(super) fn refuse_per_call_own_budget(given: &[(&'static str, JsValue)]) -> Result<(), JsValue> {
-    match given.iter().find(|(name, v)| *name == "budget" && v.as_string().as_deref() == Some("own")) {
+    match given.iter().find(|(name, v)| *name == "budget" && *v == crate::wasm::js::name("own")) {
         Some((_, v)) => Err(crate::wasm::errors::invalid_value(
             "retryFetch",
             "budget",

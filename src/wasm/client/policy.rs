@@ -217,7 +217,7 @@ fn statuses(value: &JsValue) -> Result<Vec<u16>, Refused> {
     }
     let mut out = Vec::with_capacity(len as usize);
     for i in 0..len {
-        let item = list.get(i);
+        let item = list.get_unchecked(i);
         match item.as_f64().map(validate::status_code) {
             Some(Ok(status)) => out.push(status),
             _ => {

@@ -23,9 +23,8 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Headers, ReadableStream, ReadableStreamDefaultReader, Request};
 
-use super::bindings::RequestConstructor;
+use super::bindings::{HeadersJs, RequestConstructor};
 use super::policy::Policy;
-use super::signals::ignore_rejection;
 use crate::core::classify::is_idempotent_method;
 use crate::core::key::{header_value, is_valid_key, key_of_header, uuid_v4, KEY_EXPECTED};
 use crate::core::options::{KeyMode, RetryPolicy};
@@ -142,9 +141,6 @@ impl Template {
         let header = p.idempotency_header.as_str();
         let headers = request.headers();
         let (key, add) = call_key(p, idempotent, &headers)?;
-        if let (true, Some(k)) = (add, &key) {
-            headers.set(header, &header_value(k, p.idempotency_key_format))?;
-        }
         // Headers that drop it (a `mode: 'no-cors'` request keeps only CORS-safelisted ones)
         // send no key: the request is held to the rule of one without.
         let key = key.filter(|_| headers.has(header).unwrap_or(false));
@@ -182,7 +178,7 @@ impl Template {
                 Some(text) => Ok(Body::Text(text.clone())),
                 None => {
                     let buffer = JsFuture::from(self.request.array_buffer()?).await?;
-                    Ok(Body::Bytes(Uint8Array::new(&buffer)))
+                    Ok(Body::Bytes(js::bytes_view(&buffer)?))
                 }
             },
             BodyKind::Stream => match self.request.body() {
@@ -193,11 +189,11 @@ impl Template {
     }
 }
 
-/// The key a call's request carries, and whether it is ours to set on `headers` (the
-/// request's, or the lean path's): under a fixed key, that key (it replaces the caller's);
-/// else a key the caller put in the header (as the header's format carries it); else, where
-/// the mode adds one to a request of this method, a new UUID v4 from the platform's CSPRNG (a
-/// `TypeError` when it has none).
+/// The key a call's request carries, and whether it is ours (then set on `headers`, the
+/// request's or the lean path's, in the header's format): under a fixed key, that key (it
+/// replaces the caller's); else a key the caller put in the header (as the header's format
+/// carries it); else, where the mode adds one to a request of this method, a new UUID v4 from
+/// the platform's CSPRNG (a `TypeError` when it has none).
 pub fn call_key(
     p: &RetryPolicy,
     idempotent: bool,
@@ -210,19 +206,24 @@ pub fn call_key(
             .flatten()
             .map(|v| key_of_header(&v, p.idempotency_key_format))
     };
-    Ok(match &p.idempotency_key {
-        mode if !mode.may_add_key(idempotent) => (existing(), false),
-        KeyMode::Fixed(k) => (Some(k.clone()), true),
+    let ours = match &p.idempotency_key {
+        mode if !mode.may_add_key(idempotent) => return Ok((existing(), false)),
+        KeyMode::Fixed(k) => k.clone(),
         _ => match existing() {
-            Some(k) => (Some(k), false),
+            Some(k) => return Ok((Some(k), false)),
             None => {
                 let bytes = key_bytes().ok_or_else(|| {
                     type_error("retryFetch: crypto.getRandomValues is unavailable, so no idempotency key can be made")
                 })?;
-                (Some(uuid_v4(bytes)), true)
+                uuid_v4(bytes)
             }
         },
-    })
+    };
+    headers.set(
+        &p.idempotency_header,
+        &header_value(&ours, p.idempotency_key_format),
+    )?;
+    Ok((Some(ours), true))
 }
 
 /// How many keys' random bytes one `crypto.getRandomValues` call draws: a call costs Node
@@ -259,8 +260,8 @@ fn key_bytes() -> Option<[u8; 16]> {
 /// are kept for replay; beyond it the other branch (which still holds every byte) is sent once.
 async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsValue> {
     let branches: Array = stream.tee();
-    let probe: ReadableStream = branches.get(0).unchecked_into();
-    let whole: ReadableStream = branches.get(1).unchecked_into();
+    let probe: ReadableStream = branches.get_unchecked(0).unchecked_into();
+    let whole: ReadableStream = branches.get_unchecked(1).unchecked_into();
     let reader: ReadableStreamDefaultReader = probe.get_reader().unchecked_into();
     let mut reading = Unfinished {
         reader: reader.clone(),
@@ -270,7 +271,7 @@ async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsVal
     reading.whole = None;
     match read {
         js::Limited::Bytes(bytes) => {
-            ignore_rejection(&whole.cancel());
+            js::cancel(&whole);
             Ok(Body::Bytes(bytes))
         }
         js::Limited::TooLong => Ok(Body::Stream(whole)),
@@ -291,8 +292,8 @@ struct Unfinished {
 impl Drop for Unfinished {
     fn drop(&mut self) {
         if let Some(whole) = self.whole.take() {
-            ignore_rejection(&self.reader.cancel());
-            ignore_rejection(&whole.cancel());
+            js::cancel(&self.reader);
+            js::cancel(&whole);
         }
     }
 }
@@ -309,38 +310,42 @@ pub fn strict_headers(value: &JsValue) -> Option<Headers> {
         return None;
     }
     let out = Headers::new().ok()?;
+    // A name and a value, both strings (passed on as they are), or `None`.
+    let add = |name: JsValue, value: JsValue| {
+        (name.is_string() && value.is_string())
+            .then(|| out.unchecked_ref::<HeadersJs>().append(&name, &value).ok())
+            .flatten()
+    };
     if js::is_array(value).ok()? {
         for entry in js::array_copy(value).ok()?.iter() {
             let pair = js::array_copy(&entry).ok()?;
             if pair.length() != 2 {
                 return None;
             }
-            out.append(&pair.get(0).as_string()?, &pair.get(1).as_string()?)
-                .ok()?;
+            add(pair.get_unchecked(0), pair.get_unchecked(1))?;
         }
     } else {
         for name in js::object_keys(value).ok()?.iter() {
             let given = js_sys::Reflect::get(value, &name).ok()?;
-            out.append(&name.as_string()?, &given.as_string()?).ok()?;
+            add(name, given)?;
         }
     }
     Some(out)
 }
 
-/// Set every header of `from` (a `Headers`) on `to`, but those `skip` has. One helper for the
-/// client's default headers, `beforeRetry`'s and an attempt's.
-pub fn copy_headers(
-    from: &JsValue,
-    to: &web_sys::Headers,
-    skip: Option<&web_sys::Headers>,
-) -> Result<(), JsValue> {
-    if let Ok(Some(entries)) = js_sys::try_iter(from) {
-        for entry in entries.flatten() {
-            let pair = Array::from(&entry);
-            if let (Some(name), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
-                if !skip.map_or(Ok(false), |s| s.has(&name))? {
-                    to.set(&name, &value)?;
-                }
+/// Set every header of `from` (a `Headers` of ours, so every name and value is a string) on
+/// `to`, but those `skip` has. One helper for the client's default headers, `beforeRetry`'s and
+/// an attempt's. The pairs are taken at once (`Array.from(from)`), and the strings passed on as
+/// they are.
+pub fn copy_headers(from: &Headers, to: &Headers, skip: Option<&Headers>) -> Result<(), JsValue> {
+    if let Ok(entries) = js::array_copy(from) {
+        for entry in entries.iter() {
+            let pair: &Array = entry.unchecked_ref();
+            let name = pair.get_unchecked(0);
+            let skipped = skip.map_or(Ok(false), |s| s.unchecked_ref::<HeadersJs>().has(&name))?;
+            if !skipped {
+                to.unchecked_ref::<HeadersJs>()
+                    .set(&name, &pair.get_unchecked(1))?;
             }
         }
     }

@@ -52,14 +52,52 @@ fn reason_of(signal: &JsValue) -> JsValue {
     if !reason.is_undefined() {
         return reason;
     }
-    web_sys::DomException::new_with_message_and_name("This operation was aborted", "AbortError")
-        .map_or(reason, JsValue::from)
+    // `new DOMException(message, name)`, through `Reflect.construct` (a rare path).
+    let class = js::get(&js_sys::global(), "DOMException");
+    let args = Array::of2(
+        &JsValue::from_str("This operation was aborted"),
+        &JsValue::from_str("AbortError"),
+    );
+    js_sys::Reflect::construct(class.unchecked_ref::<Function>(), &args).unwrap_or(reason)
 }
 
 /// A listener added to a signal, removed when dropped.
 struct Link {
     signal: JsValue,
     listener: Closure<dyn FnMut()>,
+}
+
+/// What a [`Link`] does with the reason when its signal aborts.
+enum OnAbort {
+    /// Reject a promise: call its `reject` with the reason.
+    Reject(Function),
+    /// Abort an attempt's own controller with the reason.
+    Abort(AbortController),
+}
+
+impl Link {
+    /// Listen to `signal`'s abort, passing its reason on as `then` says.
+    fn new(signal: &JsValue, then: OnAbort) -> Link {
+        let s = signal.clone();
+        let listener = Closure::<dyn FnMut()>::new(move || {
+            let reason = reason_of(&s);
+            match &then {
+                OnAbort::Reject(reject) => {
+                    let _ = reject.call1(&JsValue::UNDEFINED, &reason);
+                }
+                OnAbort::Abort(controller) => controller.abort_with_reason(&reason),
+            }
+        });
+        listen(
+            signal,
+            "addEventListener",
+            listener.as_ref().unchecked_ref(),
+        );
+        Link {
+            signal: signal.clone(),
+            listener,
+        }
+    }
 }
 
 impl Drop for Link {
@@ -118,19 +156,7 @@ impl CallSignals {
         let mut links = Vec::new();
         if let Some(reject) = reject {
             for signal in &self.list {
-                let (s, r) = (signal.clone(), reject.clone());
-                let listener = Closure::<dyn FnMut()>::new(move || {
-                    let _ = r.call1(&JsValue::UNDEFINED, &reason_of(&s));
-                });
-                listen(
-                    signal,
-                    "addEventListener",
-                    listener.as_ref().unchecked_ref(),
-                );
-                links.push(Link {
-                    signal: signal.clone(),
-                    listener,
-                });
+                links.push(Link::new(signal, OnAbort::Reject(reject.clone())));
             }
         }
         ignore_rejection(&promise);
@@ -143,20 +169,16 @@ impl CallSignals {
         if let Some(reason) = self.aborted() {
             return Err(reason);
         }
-        let mut handle = JsValue::UNDEFINED;
-        let timer = Promise::new(&mut |resolve, _| handle = set_timeout(&resolve, timer_ms(ms)));
-        let race = Promise::race(&Array::of2(&timer, &self.on_abort()));
-        let result = JsFuture::from(race).await.map(|_| ());
-        if result.is_err() {
-            clear_timeout(&handle);
-        }
-        result
+        // The wait is a [`CallSignals::stop`] of its own: its timer is cleared when it ends.
+        let stop = self.stop(Some(ms));
+        JsFuture::from(stop.promise.clone()).await.map(|_| ())
     }
 
     /// A promise that resolves (to `undefined`) after `ms`, if given, and rejects with the
-    /// reason of the first signal to abort: what bounds a step of the call that cannot be
-    /// aborted itself (a hook's promise, a stream body's read, a transport that ignores its
-    /// signal). Its timer is cleared when the [`Stop`] is dropped.
+    /// reason of the first signal to abort: what a wait awaits ([`CallSignals::sleep`]), and
+    /// what bounds a step of the call that cannot be aborted itself (a hook's promise, a stream
+    /// body's read, a transport that ignores its signal). Its timer is cleared when the
+    /// [`Stop`] is dropped.
     pub fn stop(&mut self, ms: Option<f64>) -> Stop {
         let abort = self.on_abort();
         let mut handle = JsValue::UNDEFINED;
@@ -253,14 +275,7 @@ impl AttemptAbort {
             Ok(s) => s,
             Err(_) => {
                 for s in &call.list {
-                    let (sig, c) = (s.clone(), controller.clone());
-                    let listener =
-                        Closure::<dyn FnMut()>::new(move || c.abort_with_reason(&reason_of(&sig)));
-                    listen(s, "addEventListener", listener.as_ref().unchecked_ref());
-                    links.push(Link {
-                        signal: s.clone(),
-                        listener,
-                    });
+                    links.push(Link::new(s, OnAbort::Abort(controller.clone())));
                 }
                 controller.signal()
             }
