@@ -277,7 +277,7 @@ export function chunkBytes(chunk, encoding) {
 }
 
 /** Is `contentType` a multipart one (an upload: `multipart/form-data`...)? */
-export function isMultipart(contentType) {
+function isMultipart(contentType) {
   return typeof contentType === 'string' && /^\s*multipart\//i.test(contentType);
 }
 

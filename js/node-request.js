@@ -54,9 +54,9 @@ export function declaresBody(req) {
 /**
  * A web ReadableStream of a node:http request's body that leaves the body in `req` for the
  * next reader: once it is read to its end, the bytes are put back (`unshift`, before 'end' is
- * emitted, which Node allows), so an upload parser after the adapter (multer,
- * @fastify/multipart) reads the same upload. Cancelled before the end (the companion's 413),
- * the rest flows on, dropped.
+ * emitted, which Node allows), so what reads `req` after the adapter (a body parser, an upload
+ * parser such as multer or @fastify/multipart, a route reading the stream) reads the same
+ * bytes. Cancelled before the end (the companion's 413), the rest flows on, dropped.
  */
 export function rereadableBody(req) {
   const chunks = [];
