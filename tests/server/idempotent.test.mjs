@@ -342,6 +342,35 @@ for (const [label, makeStore, skip] of stores) {
     await assert.rejects(fn({ id: 'y', n: 1n }), TypeError);
     assert.equal(state.runs, 0);
   });
+
+  t('an input holding a Map, a Set or another object whose JSON is {} rejects before fn runs; one with toJSON is read as its JSON', async () => {
+    const { fn, state } = await job({ key: (m) => (m instanceof Map ? m.get('id') : m.id) });
+    const id = newKey();
+    for (const [kind, input] of [
+      ['Map', { id, items: new Map([['sku-1', 2]]) }],
+      ['Set', { id, tags: [new Set(['a'])] }],
+      ['Error', { id, cause: new Error('declined') }],
+      ['ArrayBuffer', { id, bytes: new ArrayBuffer(4) }],
+      ['Map', new Map([['id', id]])],
+    ]) {
+      await assert.rejects(fn(input), (error) => {
+        assert.equal(error.name, 'TypeError');
+        assert.equal(error.message, `idempotent: the input holds a ${kind}, whose JSON is {} whatever it holds: the input's JSON is its fingerprint, so two inputs that differ inside it would look the same; pass plain objects, arrays and primitives (e.g. Object.fromEntries(map), [...set])`);
+        return true;
+      }, kind);
+    }
+    assert.equal(state.runs, 0);
+    // Had the first been fingerprinted as {"id":...,"items":{}}, this one would replay its result.
+    const items = new Map([['sku-1', 2]]);
+    items.toJSON = () => Object.fromEntries(items);
+    const first = await fn({ id, items, when: new Date(0) });
+    assert.equal(state.runs, 1);
+    const other = new Map([['sku-1', 3]]);
+    other.toJSON = () => Object.fromEntries(other);
+    await assert.rejects(fn({ id, items: other, when: new Date(0) }), (error) => isIdempotencyError(error, 'key-reused'));
+    assert.deepEqual(await fn({ id, items, when: new Date(0) }), first);
+    assert.equal(state.runs, 1);
+  });
 }
 
 test('idempotent: a store that is down rejects with its error and fn does not run', async () => {

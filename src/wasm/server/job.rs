@@ -41,6 +41,62 @@ fn json(value: &JsValue) -> Result<Option<String>, JsValue> {
     Ok(text.as_string())
 }
 
+/// The built-in objects whose JSON is `{}` whatever they hold (their content is not in own
+/// enumerable properties): two inputs that differ only inside one would share a fingerprint,
+/// so a key reused with another input would get the first one's result instead of
+/// `key-reused`. Told by their tag (`Object.prototype.toString`), so another realm's count too.
+const OPAQUE_TO_JSON: [&str; 17] = [
+    "Map",
+    "Set",
+    "WeakMap",
+    "WeakSet",
+    "WeakRef",
+    "ArrayBuffer",
+    "SharedArrayBuffer",
+    "DataView",
+    "RegExp",
+    "Error",
+    "Promise",
+    "Blob",
+    "File",
+    "FormData",
+    "Headers",
+    "URLSearchParams",
+    "ReadableStream",
+];
+
+/// The input's JSON, its fingerprint's source: as [`json`], and a `TypeError` for an input
+/// that holds, at any depth, an object JSON cannot represent ([`OPAQUE_TO_JSON`]; after its
+/// `toJSON`, which JSON.stringify applies first, so one with a `toJSON` is taken as that).
+fn input_json(input: &JsValue) -> Result<Option<String>, JsValue> {
+    let found: Rc<std::cell::Cell<Option<&'static str>>> = Rc::default();
+    let seen = found.clone();
+    let replacer = Closure::<dyn FnMut(JsValue, JsValue) -> JsValue>::new(
+        move |_key: JsValue, value: JsValue| {
+            if seen.get().is_none() && value.is_object() {
+                if let Ok(tag) = js::object_tag(&value) {
+                    let tag = String::from(tag);
+                    let name = tag
+                        .strip_prefix("[object ")
+                        .and_then(|t| t.strip_suffix(']'));
+                    if let Some(kind) = OPAQUE_TO_JSON.iter().find(|k| Some(**k) == name) {
+                        seen.set(Some(kind));
+                    }
+                }
+            }
+            value
+        },
+    );
+    let text = JSON::stringify_with_replacer(input, replacer.as_ref().unchecked_ref())?;
+    if let Some(kind) = found.get() {
+        let mut msg = String::from("idempotent: the input holds a ");
+        msg.push_str(kind);
+        msg.push_str(", whose JSON is {} whatever it holds: the input's JSON is its fingerprint, so two inputs that differ inside it would look the same; pass plain objects, arrays and primitives (e.g. Object.fromEntries(map), [...set])");
+        return Err(type_error(&msg));
+    }
+    Ok(text.as_string())
+}
+
 /// Run one job (the function `idempotent` returns).
 pub async fn run(
     s: Rc<JobSettings>,
@@ -56,7 +112,7 @@ pub async fn run(
             describe(&raw)
         ))
     })?;
-    let body = json(&input)?.unwrap_or_default();
+    let body = input_json(&input)?.unwrap_or_default();
     let k = Keyed::new(
         c,
         key,
