@@ -64,13 +64,53 @@ const WEEKDAYS: [&str; 7] = [
 /// The twelve three-letter month names, January first.
 const MONTHS: &[u8; 36] = b"JanFebMarAprMayJunJulAugSepOctNovDec";
 
-/// The value of a run of ASCII digits (at most four here, so it cannot overflow); `None` if
-/// any byte is not a digit.
-fn digits(ds: &[u8]) -> Option<u32> {
-    ds.iter().try_fold(0u32, |acc, &b| {
+/// The forms of an HTTP-date, as [`scan`] reads them: IMF-fixdate, asctime, and RFC 850
+/// after its weekday and `, ` (whose `?`: httpdate does not check the byte between the year
+/// and the hour either).
+const IMF_FIXDATE: &[u8] = b"aaa, dd bbb yyyy hh:nn:ss GMT";
+const ASCTIME: &[u8] = b"aaa bbb _d hh:nn:ss yyyy";
+const RFC_850_REST: &[u8] = b"dd-bbb-yy?hh:nn:ss GMT";
+
+/// `s` read by `form`, byte for byte: `a` a letter of the short weekday name, `b` of the month
+/// name, `d`, `y`, `h`, `n` and `s` a digit of the day, year, hour, minute and second, `_` a
+/// space or a digit of the day (asctime's ` 6`), `?` any byte, and any other byte itself.
+/// `([day, year, hour, minute, second], weekday, month)`, or `None`.
+fn scan(s: &[u8], form: &[u8]) -> Option<([u32; 5], [u8; 3], [u8; 3])> {
+    if s.len() != form.len() {
+        return None;
+    }
+    let (mut n, mut wday, mut mon) = ([0u32; 5], [0u8; 3], [0u8; 3]);
+    let (mut w, mut m) = (0, 0);
+    for (&b, &f) in s.iter().zip(form) {
+        let slot = match f {
+            b'a' => {
+                *wday.get_mut(w)? = b;
+                w += 1;
+                continue;
+            }
+            b'b' => {
+                *mon.get_mut(m)? = b;
+                m += 1;
+                continue;
+            }
+            b'_' if b == b' ' => continue,
+            b'd' | b'_' => 0,
+            b'y' => 1,
+            b'h' => 2,
+            b'n' => 3,
+            b's' => 4,
+            b'?' => continue,
+            _ if b == f => continue,
+            _ => return None,
+        };
         let d = b.wrapping_sub(b'0');
-        (d < 10).then(|| acc * 10 + u32::from(d))
-    })
+        if d >= 10 {
+            return None;
+        }
+        let v = n.get_mut(slot)?;
+        *v = *v * 10 + u32::from(d);
+    }
+    Some((n, wday, mon))
 }
 
 /// Index (Monday = 0) of a three-letter weekday name such as `Sun`.
@@ -120,50 +160,21 @@ pub fn parse_http_date_ms(value: &str) -> Option<f64> {
         return None;
     }
     let s = trim(value.as_bytes(), |b| matches!(b, b'\t'..=b'\r' | b' '));
-    // (weekday, day, month, year, `HH:MM:SS`); slice patterns, so no index can be out of range
-    let (wday, day, mon, year, hms) = match *s {
-        // IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`
-        [w0, w1, w2, b',', b' ', d0, d1, b' ', m0, m1, m2, b' ', y0, y1, y2, y3, b' ', ref hms @ .., b' ', b'G', b'M', b'T'] => {
-            (
-                short_weekday([w0, w1, w2])?,
-                digits(&[d0, d1])?,
-                month([m0, m1, m2])?,
-                digits(&[y0, y1, y2, y3])?,
-                hms,
-            )
-        }
-        // asctime: `Sun Nov  6 08:49:37 1994` (the day may also be `06`)
-        [w0, w1, w2, b' ', m0, m1, m2, b' ', d0, d1, b' ', ref hms @ .., b' ', y0, y1, y2, y3] => (
-            short_weekday([w0, w1, w2])?,
-            if d0 == b' ' {
-                digits(&[d1])?
-            } else {
-                digits(&[d0, d1])?
-            },
-            month([m0, m1, m2])?,
-            digits(&[y0, y1, y2, y3])?,
-            hms,
-        ),
-        // RFC 850: `Sunday, 06-Nov-94 08:49:37 GMT`
-        _ => {
-            let (wday, rest) = WEEKDAYS.iter().enumerate().find_map(|(i, w)| {
-                Some((i as u32, s.strip_prefix(w.as_bytes())?.strip_prefix(b", ")?))
-            })?;
-            // `_`: httpdate does not check the byte between the year and the hour either
-            let [d0, d1, b'-', m0, m1, m2, b'-', y0, y1, _, ref hms @ .., b' ', b'G', b'M', b'T'] =
-                *rest
-            else {
-                return None;
-            };
-            let yy = digits(&[y0, y1])?;
-            let year = if yy < 70 { 2000 + yy } else { 1900 + yy };
-            (wday, digits(&[d0, d1])?, month([m0, m1, m2])?, year, hms)
-        }
-    };
-    let [h0, h1, b':', n0, n1, b':', s0, s1] = *hms else {
-        return None;
-    };
-    let (hour, min, sec) = (digits(&[h0, h1])?, digits(&[n0, n1])?, digits(&[s0, s1])?);
+    // The three forms cannot be mistaken for one another: the fourth byte is `,` in an
+    // IMF-fixdate, a space in asctime, a letter (of the full weekday name) in RFC 850.
+    let (wday, [day, year, hour, min, sec], mon) =
+        match scan(s, IMF_FIXDATE).or_else(|| scan(s, ASCTIME)) {
+            Some((n, w, m)) => (short_weekday(w)?, n, month(m)?),
+            // RFC 850: `Sunday, 06-Nov-94 08:49:37 GMT`
+            None => {
+                let (wday, rest) = WEEKDAYS.iter().enumerate().find_map(|(i, w)| {
+                    Some((i as u32, s.strip_prefix(w.as_bytes())?.strip_prefix(b", ")?))
+                })?;
+                let ([day, yy, hour, min, sec], _, m) = scan(rest, RFC_850_REST)?;
+                let year = if yy < 70 { 2000 + yy } else { 1900 + yy };
+                (wday, [day, year, hour, min, sec], month(m)?)
+            }
+        };
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
     let month_len = if mon == 2 {
         28 + u32::from(leap)
