@@ -133,18 +133,45 @@ thread_local! {
 #[cfg(feature = "client")]
 pub fn has_plain_prototype(value: &JsValue) -> bool {
     match prototype_of(value) {
-        Ok(p) => p.is_null() || OBJECT_PROTOTYPE.with(|o| *o == p),
+        Ok(p) => OBJECT_PROTOTYPE.with(|o| *o == p) || p.is_null(),
         Err(_) => false,
+    }
+}
+
+/// Strings a client reads or compares on every call, made once (with the client) and lent
+/// where they are used (a handle from [`name`] is a copy, made and dropped by two calls into
+/// JS).
+#[cfg(feature = "client")]
+pub struct Hot {
+    pub length: JsValue,
+    pub method: JsValue,
+    pub get: JsValue,
+}
+
+#[cfg(feature = "client")]
+impl Hot {
+    #[inline(never)]
+    pub fn new() -> Hot {
+        Hot {
+            length: JsValue::from_str("length"),
+            method: JsValue::from_str("method"),
+            get: JsValue::from_str("GET"),
+        }
     }
 }
 
 /// The `length` of `value` if it is an array (`Ok(None)` for anything else), read as a
 /// property (a proxy's trap may throw: the `Err`).
 pub fn array_length(value: &JsValue) -> Result<Option<f64>, JsValue> {
-    if !value.is_object() || !is_array(value)? {
+    array_length_by(value, &JsValue::from_str("length"))
+}
+
+/// [`array_length`], with the name `length` given.
+pub fn array_length_by(value: &JsValue, length: &JsValue) -> Result<Option<f64>, JsValue> {
+    if !is_array(value)? {
         return Ok(None);
     }
-    let length = js_sys::Reflect::get(value, &JsValue::from_str("length"))?;
+    let length = js_sys::Reflect::get(value, length)?;
     Ok(Some(length.as_f64().unwrap_or(0.0)))
 }
 

@@ -42,19 +42,54 @@ pub fn given(
     named(api, &own_values(api, options)?, known)
 }
 
-/// The own enumerable keys of `options` whose value is not `undefined`, as JS strings, with
-/// their values, each getter run once (the first half of [`given`], for a caller that compares
-/// them with what it read before without turning the names into Rust strings).
+/// The own enumerable keys of `options` with their values, each getter run once, the keys as
+/// JS strings (the first half of [`given`], for a caller that compares them with what it read
+/// before without turning the names into Rust strings). A value may be `undefined` ("not
+/// given": [`named`] skips it).
 pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)>, JsValue> {
     let mut out = Vec::new();
-    if options.is_undefined() || options.is_null() {
-        return Ok(out);
+    if let Some((keys, n)) = own_keys(api, options)? {
+        values_by(options, &keys, n, &mut out)?;
     }
-    if !options.is_object() || js::is_array(options)? {
+    Ok(out)
+}
+
+/// Each of the `n` names of `keys` (`Object.keys(options)`) with its value in `values`: the
+/// first `values.len()` values were read already (by the same names, the JS strings of a
+/// cache: each gets its name from `keys` here); the others are read now, each getter once.
+pub fn values_by(
+    options: &JsValue,
+    keys: &js_sys::Array,
+    n: u32,
+    values: &mut Vec<(JsValue, JsValue)>,
+) -> Result<(), JsValue> {
+    for i in 0..n {
+        let key = keys.get_unchecked(i);
+        match values.get_mut(i as usize) {
+            Some(read) => read.0 = key,
+            None => {
+                let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
+                values.push((key, value));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `Object.keys(options)` and its length; `None` for `undefined` or `null` options. Anything
+/// else that is not an object (an array too) is a `TypeError`, and so is a built-in object
+/// with no own properties (a `Map`, a `Date`).
+pub fn own_keys(api: &str, options: &JsValue) -> Result<Option<(js_sys::Array, u32)>, JsValue> {
+    let object = options.is_object();
+    if !object && (options.is_undefined() || options.is_null()) {
+        return Ok(None);
+    }
+    if !object || js::is_array(options)? {
         return Err(invalid_options(api, &describe(options)));
     }
     let keys = object_keys(options)?;
-    if keys.length() == 0 {
+    let n = keys.length();
+    if n == 0 {
         // A Map's or a Date's entries are not properties: such an object (which has no own
         // ones) is refused, not read as no options at all. Asked only here, off the path of
         // options that have keys.
@@ -71,13 +106,7 @@ pub fn own_values(api: &str, options: &JsValue) -> Result<Vec<(JsValue, JsValue)
             return Err(invalid_options(api, &got));
         }
     }
-    for key in keys.iter() {
-        let value = js_sys::Reflect::get(options, &key)?; // a throwing getter rejects the call
-        if !value.is_undefined() {
-            out.push((key, value));
-        }
-    }
-    Ok(out)
+    Ok(Some((keys, n)))
 }
 
 /// `<api>: invalid options: got <got>; expected an object or undefined`, a `TypeError`.
@@ -90,8 +119,8 @@ fn invalid_options(api: &str, got: &str) -> JsValue {
     type_error(&msg)
 }
 
-/// Each of `values` by its name in `known` (the second half of [`given`]): an unknown name is
-/// a `TypeError` naming the closest known one.
+/// Each of `values` by its name in `known` (the second half of [`given`]), but those given as
+/// `undefined`: an unknown name is a `TypeError` naming the closest known one.
 pub fn named(
     api: &str,
     values: &[(JsValue, JsValue)],
@@ -99,6 +128,9 @@ pub fn named(
 ) -> Result<Vec<(&'static str, JsValue)>, JsValue> {
     let mut out = Vec::with_capacity(values.len());
     for (key, value) in values {
+        if value.is_undefined() {
+            continue;
+        }
         let Some(name) = key.as_string() else {
             continue;
         };

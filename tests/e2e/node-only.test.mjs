@@ -775,3 +775,53 @@ test("an options.signal that is not the platform's (a polyfill's) ends an attemp
   ]);
   assert.equal(outcome, 'user cancelled');
 });
+
+test('per-call options reused by name and place: a name given undefined and then a value (a known one, an unknown one), a name moved, are each read again', async () => {
+  // Cached with maxAttempts given undefined (the default, 3); then the same names, the same
+  // places, maxAttempts 1: one attempt.
+  const opts = (maxAttempts) => ({ baseDelayMs: 1, jitter: 'none', maxAttempts });
+  const a = seq('503,503,503');
+  assert.equal((await api.retryFetch(a.url, undefined, opts(undefined))).status, 503);
+  assert.equal((await a.log()).length, 3, 'maxAttempts undefined: the default, 3');
+  const b = seq('503,503,503');
+  assert.equal((await api.retryFetch(b.url, undefined, opts(1))).status, 503);
+  assert.equal((await b.log()).length, 1, 'maxAttempts 1 where it was undefined');
+  const c = seq('503,503,503');
+  assert.equal((await api.retryFetch(c.url, undefined, opts(undefined))).status, 503);
+  assert.equal((await c.log()).length, 3, 'undefined again: the default');
+  // An unknown name given undefined is no option; given a value, it is the TypeError.
+  const d = seq('503,503,503');
+  await api.retryFetch(d.url, undefined, { maxAttempts: 2, baseDelayMs: 1, retries: undefined });
+  assert.equal((await d.log()).length, 2);
+  const unknown = await api.retryFetch(d.url, undefined, { maxAttempts: 2, baseDelayMs: 1, retries: 5 }).then(
+    () => assert.fail('an unknown option was accepted'),
+    (e) => e,
+  );
+  assert.equal(unknown.name, 'TypeError');
+  assert.match(unknown.message, /unknown option "retries"/);
+  assert.equal((await d.log()).length, 2, 'nothing sent for the unknown option');
+  // A signal given where undefined was: the aborted signal is seen.
+  const e = seq('200');
+  await api.retryFetch(e.url, undefined, { maxAttempts: 1, signal: undefined });
+  const controller = new AbortController();
+  controller.abort(new Error('stop'));
+  const aborted = await api.retryFetch(e.url, undefined, { maxAttempts: 1, signal: controller.signal }).then(
+    () => assert.fail('the aborted signal was not seen'),
+    (err) => err,
+  );
+  assert.equal(aborted.message, 'stop');
+  // The same names with two swapped and one value changed: read again (maxAttempts 2).
+  const f = seq('503,503,503');
+  await api.retryFetch(f.url, undefined, { jitter: 'none', maxAttempts: 1, baseDelayMs: 1 });
+  await api.retryFetch(f.url, undefined, { maxAttempts: 2, jitter: 'none', baseDelayMs: 1 });
+  assert.equal((await f.log()).length, 3, 'one attempt, then two');
+  // An array item changed in place behind a name given undefined before it.
+  const list = { timeoutMs: undefined, maxAttempts: 2, baseDelayMs: 1, retryOnStatus: [500] };
+  const g = seq('503,503');
+  await api.retryFetch(g.url, undefined, list);
+  assert.equal((await g.log()).length, 1, '503 not in [500]');
+  list.retryOnStatus[0] = 503;
+  const h = seq('503,503');
+  await api.retryFetch(h.url, undefined, list);
+  assert.equal((await h.log()).length, 2, 'after retryOnStatus[0] = 503');
+});

@@ -1,6 +1,7 @@
 //! The globals the client binds beyond web-sys: `fetch`, `setTimeout`/`clearTimeout`, the
 //! `Request` call that may throw on foreign input, `AbortSignal.any`, a two-handler `then`,
-//! and the `Headers` methods given JS strings as they are (`set`, `append`, `has`).
+//! `bind` for a lean call's settling closure, and the `Headers` methods given JS strings as
+//! they are (`set`, `append`, `has`).
 //!
 //! All are globals, never reached through `window`, so Node, browsers and workers work alike.
 //! Whatever can throw on foreign input is bound with `catch`: a throw becomes an `Err`, never
@@ -41,6 +42,21 @@ extern "C" {
     /// `promise.then(onFulfilled, onRejected)`.
     #[wasm_bindgen(method, js_name = then)]
     pub fn then_with(this: &Thenable, on_fulfilled: &JsValue, on_rejected: &JsValue) -> Promise;
+
+    /// A lean call's `onSettled(request, init, startedAt, fulfilled, value)`.
+    #[wasm_bindgen(js_name = Function)]
+    pub type Settle;
+    /// `onSettled.bind(this, request, init, startedAt, fulfilled)`: the number and the boolean
+    /// passed as they are (no handles made for them).
+    #[wasm_bindgen(method, js_name = bind)]
+    pub fn bind_settled(
+        this: &Settle,
+        this_arg: &JsValue,
+        request: &JsValue,
+        init: &JsValue,
+        started: f64,
+        fulfilled: bool,
+    ) -> js_sys::Function;
 
     /// A `Headers`, for methods given JS strings as they are (not copied through Rust).
     #[wasm_bindgen(js_name = Headers)]

@@ -35,7 +35,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 use web_sys::{Headers, Request, Response};
 
-use super::bindings::{global_fetch, Thenable};
+use super::bindings::{global_fetch, Settle, Thenable};
 use super::errors::{circuit_open_error, retry_error, timeout_error};
 use super::guards::{origin_of, BreakerShared};
 use super::policy::Policy;
@@ -101,19 +101,21 @@ impl Lean {
 pub struct Client {
     base: Lean,
     cache: RefCell<Option<Rc<Cached>>>,
+    hot: js::Hot,
 }
 
-/// Per-call options a client has read: each name (the JS string) and value as given
-/// (`Seen`), and what they made.
+/// Per-call options a client has read: each own enumerable name (the JS string, in the order
+/// `Object.keys` gave them) and value as given (`Seen`, `undefined` included), and what they
+/// made.
 struct Cached {
     given: Vec<(JsValue, Seen)>,
     lean: Rc<Lean>,
 }
 
 /// One option value a cached policy was read from: a primitive (a number, a string, a
-/// boolean, `null`), or a list of numbers (`retryOnStatus`) kept item by item, each compared
-/// with `===`, so a list changed in place is read again. Options with any other value (a
-/// signal, a hook, a guard, headers) are never cached.
+/// boolean, `null`, `undefined`), or a list of numbers (`retryOnStatus`) kept item by item,
+/// each compared with `===`, so a list changed in place is read again. Options with any other
+/// value (a signal, a hook, a guard, headers) are never cached.
 enum Seen {
     Primitive(JsValue),
     Numbers(Vec<JsValue>),
@@ -137,12 +139,12 @@ impl Seen {
     }
 
     /// Is `value` what was seen? (A throwing proxy or getter: no, the options are read.)
-    fn matches(&self, value: &JsValue) -> bool {
+    fn matches(&self, value: &JsValue, hot: &js::Hot) -> bool {
         match self {
             Seen::Primitive(v) => v == value,
             // Item by item, each read once (a throw: no match), no copy made on a hit.
             Seen::Numbers(items) => {
-                matches!(js::array_length(value), Ok(Some(n)) if n == items.len() as f64)
+                matches!(js::array_length_by(value, &hot.length), Ok(Some(n)) if n == items.len() as f64)
                     && (0u32..).zip(items).all(|(i, seen)| {
                         js_sys::Reflect::get_u32(value, i).is_ok_and(|item| *seen == item)
                     })
@@ -157,6 +159,7 @@ impl Client {
         Client {
             base: Lean::new(policy),
             cache: RefCell::new(None),
+            hot: js::Hot::new(),
         }
     }
 
@@ -168,41 +171,61 @@ impl Client {
     /// `retryFetch(input, init, options)`: every failure before the first attempt (an invalid
     /// option, a request fetch cannot send) is a rejected promise, never a throw.
     pub fn call(&self, input: &JsValue, init: &JsValue, options: &JsValue) -> Promise {
-        let started = if options.is_undefined() || options.is_null() {
-            self.start(&self.base, true, input, init)
-        } else {
-            self.per_call(options)
-                .and_then(|(lean, kept)| self.start(&lean, kept, input, init))
+        let per_call = match options.is_undefined() {
+            true => Ok(None),
+            false => self.per_call(options),
         };
+        let started = per_call.and_then(|own| match own {
+            Some((lean, kept)) => self.start(&lean, kept, input, init),
+            None => self.start(&self.base, true, input, init),
+        });
         started.unwrap_or_else(|e| Promise::reject(&e))
     }
 
-    /// The policy (and lean closure) of a call's own `options` over the client's: the cached
-    /// one when the options given are the ones last read (every getter still runs once per
-    /// call), else read now (and cached when every value compares by value); and whether it
-    /// is kept (cached) beyond this call.
-    fn per_call(&self, options: &JsValue) -> Result<(Rc<Lean>, bool), JsValue> {
-        let values = super::policy::own_values(super::policy::CALL, options)?;
+    /// The policy (and lean closure) of a call's own `options` over the client's (`None` for
+    /// `null`: the client's own): the cached one when the options given are the ones last
+    /// read (every getter still runs once per call), else read now (and cached when every
+    /// value compares by value); and whether it is kept (cached) beyond this call.
+    fn per_call(&self, options: &JsValue) -> Result<Option<(Rc<Lean>, bool)>, JsValue> {
+        use super::policy::CALL;
+        let Some((keys, n)) = crate::wasm::read_options::own_keys(CALL, options)? else {
+            return Ok(None);
+        };
         // Not borrowed while comparing: a proxy's trap may run a call of this client.
         let cached = self.cache.borrow().clone();
-        if let Some(hit) = cached.filter(|c| {
-            c.given.len() == values.len()
-                && c.given
-                    .iter()
-                    .zip(&values)
-                    .all(|((key, seen), (k, v))| key == k && seen.matches(v))
-        }) {
-            return Ok((hit.lean.clone(), true));
+        // As many names as cached, each cached one in its place in `Object.keys` (found there
+        // by `indexOf`, no handle of the list's made): the values are read by the cached
+        // names (each getter once) and compared as they come; what was read is kept for a miss.
+        let mut values: Vec<(JsValue, JsValue)> = Vec::with_capacity(n as usize);
+        if let Some(c) = cached.filter(|c| c.given.len() == n as usize) {
+            let mut hit = true;
+            for ((key, seen), i) in c.given.iter().zip(0..) {
+                hit = keys.index_of(key, i) == i;
+                if !hit {
+                    break;
+                }
+                let value = js_sys::Reflect::get(options, key)?; // a throwing getter rejects the call
+                hit = seen.matches(&value, &self.hot);
+                // Its name is the list's at this place: set below on a miss.
+                values.push((JsValue::UNDEFINED, value));
+                if !hit {
+                    break;
+                }
+            }
+            if hit {
+                return Ok(Some((c.lean.clone(), true)));
+            }
         }
-        let given = super::policy::named(super::policy::CALL, &values)?;
+        crate::wasm::read_options::values_by(options, &keys, n, &mut values)?;
+        let given = super::policy::named(CALL, &values)?;
         super::refuse_per_call_own_budget(&given)?;
-        let policy = super::policy::apply(super::policy::CALL, &given, self.policy())?;
+        let policy = super::policy::apply(CALL, &given, self.policy())?;
         super::refuse_default_header_as_key(&policy, self.policy())?;
         let lean = Rc::new(Lean::new(Rc::new(policy)));
         let mut seen = Some(Vec::with_capacity(values.len()));
-        for (key, v) in &values {
-            match (Seen::of(v), seen.as_mut()) {
-                (Some(s), Some(list)) => list.push((key.clone(), s)),
+        for (key, v) in values {
+            match (Seen::of(&v), seen.as_mut()) {
+                (Some(s), Some(list)) => list.push((key, s)),
                 _ => {
                     seen = None;
                     break;
@@ -216,7 +239,7 @@ impl Client {
                 lean: lean.clone(),
             }));
         }
-        Ok((lean, kept))
+        Ok(Some((lean, kept)))
     }
 
     /// The call under `lean`'s policy; `kept`: the policy outlives the call (its lean closure
@@ -231,7 +254,7 @@ impl Client {
         let policy = &lean.policy;
         // `init` is checked for misplaced retry options; a plain one is copied (`init_values`).
         let plain = match init.is_object() {
-            true => init_values(init)?,
+            true => init_values(init, &self.hot)?,
             false => None,
         };
         let started = js_sys::Date::now();
@@ -242,19 +265,22 @@ impl Client {
         // then: see `settled`). A GET or HEAD with nothing of ours to add goes as it is;
         // any other gets the headers of `lean_headers` in its copy.
         // A `URL` is taken as its `href` now (what fetch and `new Request` read of it).
+        let mut lean_input = lean_policy && input.is_string();
         let href;
-        let input =
-            match lean_policy && !input.is_string() && input.is_instance_of::<web_sys::Url>() {
-                true => {
-                    href = js::get(input, "href");
-                    &href
-                }
-                false => input,
-            };
-        let lean_input = lean_policy && input.is_string();
+        let input = match lean_policy && !lean_input && input.is_instance_of::<web_sys::Url>() {
+            true => {
+                href = js::get(input, "href");
+                lean_input = href.is_string();
+                &href
+            }
+            false => input,
+        };
         let plain_get = lean_input
             && policy.headers.is_none()
-            && plain.as_ref().map_or(init.is_undefined(), |c| c.get)
+            && match &plain {
+                Some(c) => c.get,
+                None => init.is_undefined(),
+            }
             && !policy.retry.idempotency_key.may_add_key(true);
         let mut plain = plain;
         if lean_input && !plain_get && plain.is_none() && init.is_undefined() {
@@ -278,9 +304,9 @@ impl Client {
             _ => None,
         };
         let copy = plain.map(|c| c.copy);
-        // What fetch is given: `request` (the URL, or the `Request` made here) and `send`;
+        // What fetch is given: `request` (the `Request` made here, else the URL) and `send`;
         // `init` is what a retry's request is made from.
-        let (send, request, init): (JsValue, JsValue, JsValue) =
+        let (send, request, init): (JsValue, Option<JsValue>, JsValue) =
             if let Some((headers, manual)) = keyed {
                 // Its headers in the copy, sent as an object and headers of fetch's own (a wrapper
                 // of the global fetch may read them later, or change them: the copy a retry's
@@ -296,17 +322,18 @@ impl Client {
                 if manual {
                     js::set(&send, "redirect", &JsValue::from_str("manual"));
                 }
-                (send.into(), input.clone(), copy.into())
+                (send.into(), None, copy.into())
             } else if plain_get {
+                let none = copy.is_none();
                 let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
                 // What is sent is an object of its own (which gets the signal under a time limit):
                 // the copy stays as the call fixed it, whatever a wrapper of fetch changes in what
                 // it was given (a retry's request is made from the copy).
-                let send = match limit.is_none() && init.is_undefined() {
+                let send = match limit.is_none() && none {
                     true => JsValue::UNDEFINED,
                     false => Object::assign(&Object::new(), init.unchecked_ref()).into(),
                 };
-                (send, input.clone(), init)
+                (send, None, init)
             } else {
                 // The request is made from the copy: every member of a plain init is read once,
                 // and a string body sent again on a retry is the one the request was made from.
@@ -331,8 +358,9 @@ impl Client {
                 }
                 // The input rides where a URL's init would, held until the attempt settles
                 // (and then by the loop's `Template`, if it runs).
-                (JsValue::UNDEFINED, request.into(), input.clone())
+                (JsValue::UNDEFINED, Some(request.into()), input.clone())
             };
+        let request = request.as_ref().unwrap_or(input);
         // Under a time limit (a URL sent: a `Request` took the loop), the attempt's own signal.
         let timer = match limit {
             Some(ms) => {
@@ -342,14 +370,15 @@ impl Client {
             }
             None => None,
         };
-        let sent: Thenable = global_fetch(&request, &send).unchecked_into();
+        let sent: Thenable = global_fetch(request, &send).unchecked_into();
         // `onSettled(request, init, startedAt, fulfilled, value)`: the policy's long-lived one,
         // or one of this call's own, freed once run.
-        let on_settled = if kept && timer.is_none() {
-            lean.on_settled().clone()
+        let own;
+        let on_settled: &Function = if kept && timer.is_none() {
+            lean.on_settled()
         } else {
             let policy = policy.clone();
-            Closure::once_into_js(
+            own = Closure::once_into_js(
                 move |request: JsValue, init: JsValue, started: f64, fulfilled: bool, value| {
                     // The time limit ends with the attempt; a rejection after it fired is its
                     // `TimeoutError` (the abort's reason), told to the loop as a timeout.
@@ -361,12 +390,13 @@ impl Client {
                     }
                 },
             )
-            .unchecked_into::<Function>()
+            .unchecked_into::<Function>();
+            &own
         };
-        let t = JsValue::from_f64(started);
+        let on_settled: &Settle = on_settled.unchecked_ref();
         Ok(sent.then_with(
-            &on_settled.bind4(&JsValue::NULL, &request, &init, &t, &JsValue::TRUE),
-            &on_settled.bind4(&JsValue::NULL, &request, &init, &t, &JsValue::FALSE),
+            &on_settled.bind_settled(&JsValue::NULL, request, &init, started, true),
+            &on_settled.bind_settled(&JsValue::NULL, request, &init, started, false),
         ))
     }
 }
@@ -393,7 +423,7 @@ struct PlainInit {
 /// An `init` whose prototype is `Object.prototype` or `null` (an object literal,
 /// `Object.create(null)`) is copied, every own value read once: `Some`; `None` for any other
 /// (fetch would read what it inherits too).
-fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
+fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsValue> {
     // Every own name, enumerable or not: fetch reads them all.
     let Ok(keys) = js::own_property_names(init) else {
         return Ok(None);
@@ -403,8 +433,13 @@ fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
     let (mut primitive, mut body_none, mut body_ok) = (plain, true, true);
     let (mut method, mut headers, mut redirect) = (None, JsValue::UNDEFINED, JsValue::UNDEFINED);
     for key in keys.iter() {
-        let Some(name) = key.as_string() else {
-            continue;
+        // `method`, the name most calls give, is told by `===` (not made a Rust string).
+        let name = match key == hot.method {
+            true => String::from("method"),
+            false => match key.as_string() {
+                Some(name) => name,
+                None => continue,
+            },
         };
         if crate::core::options::misplaced_in_init(&name) {
             let mut msg = String::from("retryFetch: init has \"");
@@ -417,9 +452,15 @@ fn init_values(init: &JsValue) -> Result<Option<PlainInit>, JsValue> {
         }
         let value = js_sys::Reflect::get(init, &key)?; // a throwing getter rejects the call
         match name.as_str() {
+            // A string or `undefined` (else not `primitive`): neither an object nor a function.
             "method" => {
-                method = value.as_string();
+                method = match value == hot.get {
+                    true => Some(String::from("GET")),
+                    false => value.as_string(),
+                };
                 primitive &= method.is_some() || value.is_undefined();
+                let _ = js_sys::Reflect::set(&copy, &key, &value);
+                continue;
             }
             "body" => {
                 body_none = value.is_undefined() || value.is_null();
