@@ -74,10 +74,12 @@ declare module 'fastify' {
   interface FastifyRequest {
     /**
      * Set by retry-fetch/fastify before the route runs: the request's idempotency context
-     * (`key`, `keyFor(name)`, `tx`); `null` on a route it does not cover. `tx` is the store's
-     * transaction (`PostgresStore`: a `pg` client; cast it to your client's type).
+     * (`key`, `keyFor(name)`, `tx`); `null` on a route of its context that opts out
+     * (`config: { idempotency: false }`), `undefined` on a route outside the context it was
+     * registered in (Fastify's encapsulation: the plugin never sees those). `tx` is the
+     * store's transaction (`PostgresStore`: a `pg` client; cast it to your client's type).
      */
-    idempotency: IdempotencyContext | null;
+    idempotency: IdempotencyContext | null | undefined;
   }
   interface FastifyContextConfig {
     /** `false`: this route does not go through retry-fetch/fastify's `idempotency` plugin. @default true */

@@ -72,7 +72,9 @@ declare module 'hono' {
     /**
      * Set by retry-fetch/hono's `idempotency()` before the route runs: the request's
      * idempotency context (`key`, `keyFor(name)`, `tx`). `tx` is the store's transaction
-     * (`PostgresStore`: a `pg` client; cast it, or use `IdempotencyEnv<Tx>`).
+     * (`PostgresStore`: a `pg` client; cast it, or use `IdempotencyEnv<Tx>`). Typed as always
+     * set, as Hono's own middleware variables are (this map is global), but `undefined` at
+     * run time on a route the middleware does not cover.
      */
     idempotency: IdempotencyContext;
   }

@@ -93,7 +93,8 @@ export interface RetryInfo {
  * absent), so these types also accept `undefined` under `exactOptionalPropertyTypes`.
  *
  * An unknown option name (`maxAttemps`) is a `TypeError` that names it and, when one is
- * close, the closest known option (`maxAttempts`); it is not ignored.
+ * close, the closest known option (`maxAttempts`); it is not ignored (unless its value is
+ * `undefined`: like a known one, it is then as if absent).
  */
 export interface RetryOptions {
   /** Total attempts including the first; an integer from 1 to 100. @default 3 */

@@ -1,6 +1,7 @@
 /**
  * retry-fetch without top-level await: for service workers and for apps that load the .wasm
- * themselves. Call `await init()` once before using the API (calls before it throw).
+ * themselves. Call `await init()` once before using the API (before it, `retryFetch` rejects
+ * and the other functions and constructors throw, each naming `init()`).
  */
 export * from './index.js';
 

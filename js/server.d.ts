@@ -15,7 +15,8 @@
  * const handler = idempotency(async (request, ctx) => {
  *   const { amount } = await request.json();
  *   // Written in the transaction that holds the key: commits with the stored answer, or not at all.
- *   const { rows } = await ctx.tx.query('INSERT INTO charges (amount) VALUES ($1) RETURNING id', [amount]);
+ *   const tx = ctx.tx as pg.PoolClient; // a pg client in a keyed request (POST requires a key)
+ *   const { rows } = await tx.query('INSERT INTO charges (amount) VALUES ($1) RETURNING id', [amount]);
  *   return Response.json({ charge: rows[0].id }, { status: 201 });
  * }, { store });
  * http.createServer(toNodeHandler(handler)).listen(8080);
@@ -33,7 +34,7 @@ import type { IdempotencyStore, RunRecord } from './store.js';
  * @typeParam Tx the store's transaction type (`PostgresStore`: a `pg` client).
  */
 export interface IdempotencyContext<Tx = unknown> {
-  /** The request's idempotency key as the client sent it; `null` for a request without one. */
+  /** The request's idempotency key (the content of the IETF draft's sf-string form `"abc"`, or the plain header value); `null` for a request without one. */
   readonly key: string | null;
   /**
    * A stable key for one downstream call, derived from this key and its scope: forward it as
@@ -76,12 +77,12 @@ export type IdempotentHandler<Tx = unknown, Route extends object = {}> = (
  */
 export type FetchHandler<Route extends object = {}> = (request: Request, route?: Route) => Promise<Response>;
 
-/** Options of `idempotency(handler, options)`. Every one is optional. */
+/** Options of `idempotency(handler, options)`. Every one is optional; one given as `undefined` is not given. */
 export interface IdempotencyOptions<Tx = unknown> {
   /** Where locks and responses are kept. One process: `MemoryStore`; several: `RedisStore`. @default new MemoryStore() */
-  store?: IdempotencyStore<Tx>;
+  store?: IdempotencyStore<Tx> | undefined;
   /** The header that carries the key, read in plain form (`abc`) or the IETF draft's sf-string form (`"abc"`). @default 'Idempotency-Key' */
-  header?: string;
+  header?: string | undefined;
   /**
    * Whether a request without a key is refused (400, a JSON problem). When not required, a
    * request without a key goes straight to the handler. A request that has a key always goes
@@ -89,7 +90,7 @@ export interface IdempotencyOptions<Tx = unknown> {
    * Never applies to `ignoredMethods` (their keys are ignored anyway).
    * @default true for POST and PATCH, false for every other method
    */
-  required?: boolean | ((request: Request) => boolean | Promise<boolean>);
+  required?: boolean | ((request: Request) => boolean | Promise<boolean>) | undefined;
   /**
    * The caller's identity that scopes keys (the IETF draft's composite key; a unique
    * `(key, user)` pair), e.g. the authenticated user id: the same key from two identities is
@@ -105,7 +106,7 @@ export interface IdempotencyOptions<Tx = unknown> {
    * `auth-token`, `auth_token`, `access_token` or `access-token`; `__Host-`/`__Secure-`
    * prefixes ignored); else no scope, and a `console.warn` (once) naming this option.
    */
-  identity?: ((request: Request) => string | undefined | Promise<string | undefined>) | false;
+  identity?: ((request: Request) => string | undefined | Promise<string | undefined>) | false | undefined;
   /**
    * The key of the HMAC that turns the identity into the stored scope: at least 16
    * characters, the same on every instance that shares the store (e.g. 64 random hex digits
@@ -113,9 +114,9 @@ export interface IdempotencyOptions<Tx = unknown> {
    * `identity: false`.
    * @default the store's own secret (`store.secret()`)
    */
-  secret?: string;
+  secret?: string | undefined;
   /** How long a completed response is kept and replayed, in ms (1 ms to 365 days). @default 86400000 (24 h) */
-  ttlMs?: number;
+  ttlMs?: number | undefined;
   /**
    * How long a lock lasts without renewal, in ms. A live holder renews its lock every third
    * of this while its handler runs (with its token as the fence), so a slow handler keeps its
@@ -124,19 +125,19 @@ export interface IdempotencyOptions<Tx = unknown> {
    * At least 1000 (below a second a slow store round trip lets a live holder's lock lapse).
    * @default 60000
    */
-  lockTimeoutMs?: number;
+  lockTimeoutMs?: number | undefined;
   /** A second request with the key of one still running: `'wait'` for it and answer with its (replayed) response, or `'reject'` with 409 (and `Retry-After: 1`). @default 'wait' */
-  concurrent?: 'wait' | 'reject';
+  concurrent?: 'wait' | 'reject' | undefined;
   /** Longest wait with `concurrent: 'wait'`, in ms; then 409. @default lockTimeoutMs */
-  waitTimeoutMs?: number;
+  waitTimeoutMs?: number | undefined;
   /** How often a waiting request polls the store, in ms. @default 25 */
-  pollMs?: number;
+  pollMs?: number | undefined;
   /**
    * The largest request body read (to fingerprint it) before the handler runs, in bytes; a
    * longer body is answered 413 (a declared `Content-Length` over it at once, unread).
    * @default 1048576 (1 MiB)
    */
-  maxBodyBytes?: number;
+  maxBodyBytes?: number | undefined;
   /**
    * How long a keyed handler may run, in ms: then its `request.signal` is aborted with a
    * `TimeoutError`; a throw after that frees the key (with `PostgresStore`, rolls back its
@@ -144,13 +145,13 @@ export interface IdempotencyOptions<Tx = unknown> {
    * ignores the abort is abandoned `lockTimeoutMs` later (its lock no longer renewed).
    * @default none (no limit)
    */
-  handlerTimeoutMs?: number;
+  handlerTimeoutMs?: number | undefined;
   /**
    * Methods whose `Idempotency-Key` is ignored: the request goes to the handler as one
    * without a key (nothing stored).
    * @default ['GET', 'HEAD', 'OPTIONS']
    */
-  ignoredMethods?: string[];
+  ignoredMethods?: readonly string[] | undefined;
   /**
    * Long work: a keyed request whose handler has not settled after this many ms is answered
    * `202 Accepted` (JSON body, `Retry-After`: this many seconds rounded up, at least 1) while
@@ -161,14 +162,14 @@ export interface IdempotencyOptions<Tx = unknown> {
    * adapters (express, fastify, hono), which refuse it.
    * @default none (the caller waits for the handler)
    */
-  acceptAfterMs?: number;
+  acceptAfterMs?: number | undefined;
   /**
    * Record every run in the store's run history (`recordRun`; `store.runs(key)` reads it),
    * when the store keeps one (MemoryStore, RedisStore, PostgresStore). Written in the
    * background: a run never waits for it. `false` saves the writes; `onEvent` still hears.
    * @default true
    */
-  history?: boolean;
+  history?: boolean | undefined;
   /**
    * Told of every run and replay, for logs and metrics: `{ type, run }` where `type` is
    * `'run-started'`, `'run-ended'` (`run.outcome` says how), `'replayed'`, `'holder-crashed'`
@@ -176,7 +177,7 @@ export interface IdempotencyOptions<Tx = unknown> {
    * throw or a rejection is ignored.
    * @default none
    */
-  onEvent?: (event: RunEvent) => void;
+  onEvent?: ((event: RunEvent) => void) | undefined;
   /**
    * Told when the store fails, or refuses (the lock was lost): `operation` is `'secret'`,
    * `'acquire'` or `'reclaim'` (the answer is a 503 problem, nothing ran, nothing stored), `'renew'`,
@@ -184,9 +185,9 @@ export interface IdempotencyOptions<Tx = unknown> {
    * a transactional store whose commit failed: a 503, nothing kept).
    * @default logs with console.error
    */
-  onStoreError?: (error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' | 'recordRun' | 'runs') => void;
+  onStoreError?: ((error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' | 'recordRun' | 'runs') => void) | undefined;
   /** Told when the handler throws, or does not resolve with a Response, after it started. @default logs with console.error */
-  onError?: (error: unknown) => void;
+  onError?: ((error: unknown) => void) | undefined;
 }
 
 /**
@@ -231,27 +232,27 @@ export interface IdempotentOptions<Input, Tx = unknown> {
    * Scopes the keys (a queue's or a tenant's name): the same key in two scopes is two jobs. A
    * non-empty string: `''` is a `TypeError` (it would be no scope at all). @default none
    */
-  scope?: string;
+  scope?: string | undefined;
   /** See `IdempotencyOptions.secret` (needed with a `scope` and a store without `secret()`). @default the store's own */
-  secret?: string;
+  secret?: string | undefined;
   /** See `IdempotencyOptions.store`. @default new MemoryStore() */
-  store?: IdempotencyStore<Tx>;
+  store?: IdempotencyStore<Tx> | undefined;
   /** How long a result is kept and returned for the key, in ms. @default 86400000 (24 h) */
-  ttlMs?: number;
+  ttlMs?: number | undefined;
   /** See `IdempotencyOptions.lockTimeoutMs`. @default 60000 */
-  lockTimeoutMs?: number;
+  lockTimeoutMs?: number | undefined;
   /** A call whose key is running elsewhere: `'wait'` for its result, or `'reject'` (an `IdempotencyError`, code `'in-progress'`). @default 'wait' */
-  concurrent?: 'wait' | 'reject';
+  concurrent?: 'wait' | 'reject' | undefined;
   /** Longest wait with `concurrent: 'wait'`, in ms. @default lockTimeoutMs */
-  waitTimeoutMs?: number;
+  waitTimeoutMs?: number | undefined;
   /** How often a waiting call polls the store, in ms. @default 25 */
-  pollMs?: number;
+  pollMs?: number | undefined;
   /**
    * Told when the store fails after `fn` started (`'renew'`, `'complete'`, `'release'`). A
    * store that fails before `fn` ran rejects the call with the store's error instead.
    * @default logs with console.error
    */
-  onStoreError?: (error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' | 'recordRun' | 'runs') => void;
+  onStoreError?: ((error: unknown, operation: 'secret' | 'acquire' | 'reclaim' | 'renew' | 'complete' | 'release' | 'recordRun' | 'runs') => void) | undefined;
   /**
    * Dead letters: a job whose runs failed this many times (a failure, a rollback, a result
    * not stored, or its process dying mid-run) is not run again: `onDeadLetter` is called, a
@@ -260,7 +261,7 @@ export interface IdempotentOptions<Input, Tx = unknown> {
    * stored (no `ctx.tx`) already ends at its first failure.
    * @default none (no limit)
    */
-  maxRuns?: number;
+  maxRuns?: number | undefined;
   /**
    * Called once when a job reaches `maxRuns`, before the failure is stored: move the job to
    * your own queue or table. If it throws or rejects, nothing is stored and the delivery
@@ -269,11 +270,11 @@ export interface IdempotentOptions<Input, Tx = unknown> {
    * (or its promise resolves to) is ignored: `(record) => redis.xAdd(...)` is fine.
    * @default none
    */
-  onDeadLetter?: (record: DeadLetter<Input>) => unknown;
+  onDeadLetter?: ((record: DeadLetter<Input>) => unknown) | undefined;
   /** See `IdempotencyOptions.history`. @default true */
-  history?: boolean;
+  history?: boolean | undefined;
   /** See `IdempotencyOptions.onEvent`; jobs also tell `'dead-lettered'`. @default none */
-  onEvent?: (event: RunEvent) => void;
+  onEvent?: ((event: RunEvent) => void) | undefined;
 }
 
 /** What `onDeadLetter` gets. */

@@ -43,9 +43,14 @@ const app = Fastify();
 await app.register(fastifyIdempotency, { ttlMs: 60_000 });
 await app.register(namedFastify);
 app.post('/pay', { config: { idempotency: false } }, async (request) => {
-  const ctx: IdempotencyContext | null = request.idempotency;
+  const ctx: IdempotencyContext | null | undefined = request.idempotency;
   return { key: ctx?.key ?? null, derived: ctx?.keyFor('charge') };
 });
+// Outside the plugin's context request.idempotency is undefined, not null: a null check alone
+// does not make it a context.
+app.post('/outside', async (request) =>
+  // @ts-expect-error possibly undefined after the null check
+  (request.idempotency === null ? 'not covered' : request.idempotency.key));
 
 // Hono: c.get('idempotency') / c.var.idempotency, typed; IdempotencyEnv<Tx> for a typed tx.
 const h = new Hono();

@@ -288,3 +288,9 @@ void history;
 idempotency(async () => new Response(''), { acceptAfterMs: '2s' });
 // @ts-expect-error maxRuns is an option of idempotent only
 idempotency(async () => new Response(''), { maxRuns: 3 });
+// An option given as undefined is not given (also under exactOptionalPropertyTypes), and
+// ignoredMethods takes a read-only list.
+declare const maybeStore: MemoryStore | undefined;
+idempotency(handler, { store: maybeStore, ttlMs: undefined, onError: undefined });
+idempotent(async () => 1, { key: () => 'k', store: maybeStore, scope: undefined, secret: undefined });
+idempotency(handler, { ignoredMethods: ['GET', 'HEAD', 'OPTIONS'] as const });
