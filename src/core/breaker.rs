@@ -10,7 +10,7 @@
 //!   for another `open_ms`. Results of calls admitted before the breaker opened do not move
 //!   it out of open or half-open; only probes do.
 
-use super::options::{guard_setting_error, OptionError};
+use super::options::{check_guard_settings, OptionError, BREAKER_RANGES};
 use super::origins::OriginMap;
 
 /// The state of one origin's breaker.
@@ -71,19 +71,12 @@ impl Default for BreakerConfig {
 impl BreakerConfig {
     /// Check the ranges documented on each field.
     pub fn validate(self) -> Result<Self, OptionError> {
-        let bad = if !(1..=1000).contains(&self.failure_threshold) {
-            "failureThreshold"
-        } else if !(self.open_ms.is_finite()
-            && self.open_ms >= 0.0
-            && self.open_ms <= super::options::MAX_TIMER_MS)
-        {
-            "openMs"
-        } else if !(1..=1000).contains(&self.half_open_max_calls) {
-            "halfOpenMaxCalls"
-        } else {
-            return Ok(self);
-        };
-        Err(guard_setting_error(bad))
+        let values = [
+            f64::from(self.failure_threshold),
+            self.open_ms,
+            f64::from(self.half_open_max_calls),
+        ];
+        check_guard_settings(&BREAKER_RANGES, &values).map(|()| self)
     }
 }
 

@@ -91,7 +91,7 @@ pub const SHOULD_RETRY_HEADERS: [&str; 2] = ["x-should-retry", "stripe-should-re
 /// assert!(!server_refuses_retry(Some("true")) && !server_refuses_retry(Some("no")) && !server_refuses_retry(None));
 /// ```
 pub fn server_refuses_retry(value: Option<&str>) -> bool {
-    value.is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
+    value.is_some_and(|v| trim(v).eq_ignore_ascii_case("false"))
 }
 
 /// Is `outcome` a transient failure (a status in `retryOnStatus`, a network error, a
@@ -207,6 +207,46 @@ pub(crate) fn cut(s: &str, byte: u8, last: bool) -> Option<(&str, &str)> {
     Some((s.get(..at)?, s.get(at + 1..)?))
 }
 
+/// `s` without the whitespace around it: the same as `str::trim` for every input (the same
+/// characters, Unicode's `White_Space`, as [`is_space`] lists them), as a loop over its
+/// characters: `str::trim` links core's `White_Space` table and a pattern searcher.
+pub(crate) fn trim(s: &str) -> &str {
+    let mut chars = trim_start(s).chars();
+    let mut kept = chars.as_str();
+    while chars.next_back().is_some_and(is_space) {
+        kept = chars.as_str();
+    }
+    kept
+}
+
+/// `s` without its leading whitespace: the same as `str::trim_start`, as [`trim`].
+pub(crate) fn trim_start(s: &str) -> &str {
+    let mut chars = s.chars();
+    let mut rest = chars.as_str();
+    while chars.next().is_some_and(is_space) {
+        rest = chars.as_str();
+    }
+    rest
+}
+
+/// `char::is_whitespace`, spelled out: Unicode's `White_Space` characters.
+fn is_space(c: char) -> bool {
+    matches!(
+        c,
+        '\t'..='\r'
+            | ' '
+            | '\u{85}'
+            | '\u{a0}'
+            | '\u{1680}'
+            | '\u{2000}'..='\u{200a}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{202f}'
+            | '\u{205f}'
+            | '\u{3000}'
+    )
+}
+
 /// Does `s` contain `byte` (an ASCII one)? A byte loop, as [`cut`].
 fn has_byte(s: &str, byte: u8) -> bool {
     s.bytes().any(|b| b == byte)
@@ -305,6 +345,26 @@ mod tests {
 
     fn p() -> RetryPolicy {
         RetryPolicy::default()
+    }
+
+    #[test]
+    fn trim_is_str_trim() {
+        for c in (0..=0x10ffff).filter_map(char::from_u32) {
+            assert_eq!(is_space(c), c.is_whitespace(), "{:x}", c as u32);
+        }
+        for s in [
+            "",
+            " ",
+            "a",
+            " a ",
+            "\t\u{a0}x y\u{3000}\n",
+            "\u{85}",
+            "\u{2029}é\u{200b}",
+            "x\u{180e}",
+        ] {
+            assert_eq!(trim(s), s.trim(), "{s:?}");
+            assert_eq!(trim_start(s), s.trim_start(), "{s:?}");
+        }
     }
 
     #[test]

@@ -238,21 +238,17 @@ pub const BUFFERED_BYTES_EXPECTED: &str = "an integer number of bytes from 0 to 
 
 /// What each setting of a guard's constructor allows (`new RetryBudget({ maxTokens })`,
 /// `AdaptiveThrottle`, `CircuitBreaker`), for its `TypeError`: the guards' `validate` and
-/// the shell's type errors both say this.
+/// the shell's type errors both say this (the `expected` of its [`GuardRange`];
+/// `onStateChange` is a function).
 pub fn guard_setting_expected(option: &str) -> &'static str {
-    match option {
-        "maxTokens" => "a number > 0 and <= 1000000",
-        "tokenRatio" => "a number > 0 and <= maxTokens",
-        "refillPerSecond" => "a number >= 0 and <= maxTokens",
-        "initialRate" => "a number of requests per second > 0",
-        "rampMs" => "a number of milliseconds > 0",
-        "beta" => "a number between 0 and 1 (exclusive)",
-        "scale" => "a number > 0",
-        "minRate" => "a number of requests per second > 0 and <= initialRate",
-        "failureThreshold" | "halfOpenMaxCalls" => "an integer from 1 to 1000",
-        "onStateChange" => "a function",
-        _ => "a number of milliseconds from 0 to 2147483647",
+    if option == "onStateChange" {
+        return "a function";
     }
+    [&BUDGET_RANGES[..], &THROTTLE_RANGES, &BREAKER_RANGES]
+        .into_iter()
+        .flatten()
+        .find(|r| r.name == option)
+        .map_or(GUARD_MS_EXPECTED, |r| r.expected)
 }
 
 /// The error for guard setting `option` outside what [`guard_setting_expected`] allows.
@@ -279,6 +275,143 @@ pub fn guard_setting_bound(option: &str) -> Option<(&'static str, &'static str)>
         "minRate" => Some(("initialRate", "a number of requests per second >= minRate")),
         _ => None,
     }
+}
+
+/// One guard setting's range: `name` must be a number from `lo` to `hi` (bounds included
+/// unless `flags` says otherwise), as `expected` says. What each guard's `validate` checks,
+/// one table per guard, in the order the settings are checked.
+#[derive(Clone, Copy, Debug)]
+pub struct GuardRange {
+    /// The setting's JavaScript name.
+    pub name: &'static str,
+    /// What it must be, for its `TypeError` ([`guard_setting_expected`]).
+    pub expected: &'static str,
+    lo: f64,
+    hi: f64,
+    flags: u8,
+}
+
+/// [`GuardRange`] flag: `lo` itself is refused.
+const ABOVE: u8 = 1;
+/// [`GuardRange`] flag: `hi` itself is refused.
+const BELOW: u8 = 2;
+/// [`GuardRange`] flag: a whole number.
+const INTEGER: u8 = 4;
+/// [`GuardRange`] flag: also at most the first setting of the table.
+const AT_MOST_FIRST: u8 = 8;
+
+const fn range(
+    name: &'static str,
+    expected: &'static str,
+    lo: f64,
+    hi: f64,
+    flags: u8,
+) -> GuardRange {
+    GuardRange {
+        name,
+        expected,
+        lo,
+        hi,
+        flags,
+    }
+}
+
+/// What a guard's duration setting (`maxWaitMs`, `openMs`) must be.
+const GUARD_MS_EXPECTED: &str = "a number of milliseconds from 0 to 2147483647";
+
+/// `RetryBudget`: `maxTokens` in `(0, 1000000]`, `tokenRatio` in `(0, maxTokens]`,
+/// `refillPerSecond` in `[0, maxTokens]`.
+pub const BUDGET_RANGES: [GuardRange; 3] = [
+    range("maxTokens", "a number > 0 and <= 1000000", 0.0, 1e6, ABOVE),
+    range(
+        "tokenRatio",
+        "a number > 0 and <= maxTokens",
+        0.0,
+        1e6,
+        ABOVE | AT_MOST_FIRST,
+    ),
+    range(
+        "refillPerSecond",
+        "a number >= 0 and <= maxTokens",
+        0.0,
+        1e6,
+        AT_MOST_FIRST,
+    ),
+];
+
+/// `AdaptiveThrottle`: `initialRate`, `rampMs`, `scale` in `(0, 1e9]`, `beta` in `(0, 1)`,
+/// `minRate` in `(0, initialRate]`, `maxWaitMs` in `[0, MAX_TIMER_MS]`.
+pub const THROTTLE_RANGES: [GuardRange; 6] = [
+    range(
+        "initialRate",
+        "a number of requests per second > 0",
+        0.0,
+        1e9,
+        ABOVE,
+    ),
+    range("rampMs", "a number of milliseconds > 0", 0.0, 1e9, ABOVE),
+    range(
+        "beta",
+        "a number between 0 and 1 (exclusive)",
+        0.0,
+        1.0,
+        ABOVE | BELOW,
+    ),
+    range("scale", "a number > 0", 0.0, 1e9, ABOVE),
+    range(
+        "minRate",
+        "a number of requests per second > 0 and <= initialRate",
+        0.0,
+        1e9,
+        ABOVE | AT_MOST_FIRST,
+    ),
+    range("maxWaitMs", GUARD_MS_EXPECTED, 0.0, MAX_TIMER_MS, 0),
+];
+
+/// `CircuitBreaker`: `failureThreshold` and `halfOpenMaxCalls` whole numbers in
+/// `[1, 1000]`, `openMs` in `[0, MAX_TIMER_MS]`.
+pub const BREAKER_RANGES: [GuardRange; 3] = [
+    range(
+        "failureThreshold",
+        "an integer from 1 to 1000",
+        1.0,
+        1000.0,
+        INTEGER,
+    ),
+    range("openMs", GUARD_MS_EXPECTED, 0.0, MAX_TIMER_MS, 0),
+    range(
+        "halfOpenMaxCalls",
+        "an integer from 1 to 1000",
+        1.0,
+        1000.0,
+        INTEGER,
+    ),
+];
+
+/// Check `values` (in the order of `ranges`) against `ranges`: the error of the first one
+/// out of its range (its `expected`). NaN and the infinities are out of every range.
+pub fn check_guard_settings(ranges: &[GuardRange], values: &[f64]) -> Result<(), OptionError> {
+    let first = values.first().copied().unwrap_or(f64::NAN);
+    for (r, &v) in ranges.iter().zip(values) {
+        let above = if r.flags & ABOVE != 0 {
+            v > r.lo
+        } else {
+            v >= r.lo
+        };
+        let below = if r.flags & BELOW != 0 {
+            v < r.hi
+        } else {
+            v <= r.hi
+        };
+        let ok = above
+            && below
+            && (r.flags & INTEGER == 0 || v.fract() == 0.0)
+            && (r.flags & AT_MOST_FIRST == 0 || v <= first);
+        if !ok {
+            return Err(OptionError::new(r.name, r.expected));
+        }
+    }
+    Ok(())
 }
 
 fn is_integer(v: f64) -> bool {

@@ -249,7 +249,7 @@ fn quota<'a>(pieces: impl Iterator<Item = &'a str>) -> (Option<u64>, Option<u64>
         let Some((key, val)) = super::classify::cut(piece, b'=', false) else {
             continue;
         };
-        match key.trim() {
+        match super::classify::trim(key) {
             "r" | "remaining" => remaining = delta_seconds(val),
             "t" | "reset" => reset = delta_seconds(val),
             _ => {}

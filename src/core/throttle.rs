@@ -34,7 +34,7 @@
 //! `BENCHMARKS.md`.
 
 use super::guards::Pacer;
-use super::options::{guard_setting_error, OptionError};
+use super::options::{check_guard_settings, OptionError, THROTTLE_RANGES};
 use super::origins::OriginMap;
 
 /// Throttle settings.
@@ -78,26 +78,15 @@ impl Default for ThrottleConfig {
 impl ThrottleConfig {
     /// Check the ranges documented on each field.
     pub fn validate(self) -> Result<Self, OptionError> {
-        let positive = |v: f64| v.is_finite() && v > 0.0 && v <= 1e9;
-        let bad = if !positive(self.initial_rate) {
-            "initialRate"
-        } else if !positive(self.ramp_ms) {
-            "rampMs"
-        } else if !(self.beta.is_finite() && self.beta > 0.0 && self.beta < 1.0) {
-            "beta"
-        } else if !positive(self.scale) {
-            "scale"
-        } else if !positive(self.min_rate) || self.min_rate > self.initial_rate {
-            "minRate"
-        } else if !(self.max_wait_ms.is_finite()
-            && self.max_wait_ms >= 0.0
-            && self.max_wait_ms <= super::options::MAX_TIMER_MS)
-        {
-            "maxWaitMs"
-        } else {
-            return Ok(self);
-        };
-        Err(guard_setting_error(bad))
+        let values = [
+            self.initial_rate,
+            self.ramp_ms,
+            self.beta,
+            self.scale,
+            self.min_rate,
+            self.max_wait_ms,
+        ];
+        check_guard_settings(&THROTTLE_RANGES, &values).map(|()| self)
     }
 }
 

@@ -20,7 +20,7 @@
 //!   path, which stays free of any guard).
 
 use super::{Attempt, Budget, OwnUse, Verdict};
-use crate::core::options::{guard_setting_error, OptionError};
+use crate::core::options::{check_guard_settings, OptionError, BUDGET_RANGES};
 use crate::core::origins::OriginMap;
 
 /// Budget settings.
@@ -51,25 +51,8 @@ impl BudgetConfig {
     /// `maxTokens` must be a finite number in `(0, 1000000]`; `tokenRatio` a finite number in
     /// `(0, maxTokens]`; `refillPerSecond` a finite number in `[0, maxTokens]`.
     pub fn validate(self) -> Result<Self, OptionError> {
-        let bad = if !(self.max_tokens.is_finite()
-            && self.max_tokens > 0.0
-            && self.max_tokens <= 1_000_000.0)
-        {
-            "maxTokens"
-        } else if !(self.token_ratio.is_finite()
-            && self.token_ratio > 0.0
-            && self.token_ratio <= self.max_tokens)
-        {
-            "tokenRatio"
-        } else if !(self.refill_per_sec.is_finite()
-            && self.refill_per_sec >= 0.0
-            && self.refill_per_sec <= self.max_tokens)
-        {
-            "refillPerSecond"
-        } else {
-            return Ok(self);
-        };
-        Err(guard_setting_error(bad))
+        let values = [self.max_tokens, self.token_ratio, self.refill_per_sec];
+        check_guard_settings(&BUDGET_RANGES, &values).map(|()| self)
     }
 }
 

@@ -568,7 +568,7 @@ fn add_default_headers(
     let own = Headers::new_with_headers(source.unchecked_ref())?;
     let headers = request.headers();
     let multipart = headers.get("content-type")?.is_some_and(|t| {
-        t.trim_start()
+        crate::core::classify::trim_start(&t)
             .to_ascii_lowercase()
             .starts_with("multipart/form-data")
     });
@@ -1292,7 +1292,7 @@ async fn run_loop(
                 // A blank URL header names nothing (resolved, it would be the request's own URL).
                 let resolve = |name: &str| {
                     read(name)
-                        .filter(|v| !v.trim().is_empty())
+                        .filter(|v| !crate::core::classify::trim(v).is_empty())
                         .and_then(|v| web_sys::Url::new_with_base(&v, &base()).ok())
                         .map(|u| u.href())
                 };

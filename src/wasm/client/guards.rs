@@ -21,7 +21,10 @@ use super::policy::Refused;
 use super::records::{to_js, StateChange};
 use crate::core::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use crate::core::budget::{BudgetConfig, RetryBudget, RetryRatio, RetryRatioConfig};
-use crate::core::options::{guard_setting_bound, guard_setting_expected, OptionError};
+use crate::core::options::{
+    check_guard_settings, guard_setting_bound, GuardRange, OptionError, BREAKER_RANGES,
+    BUDGET_RANGES, THROTTLE_RANGES,
+};
 use crate::core::throttle::{AdaptiveThrottle, DefaultThrottle, ThrottleConfig};
 use crate::wasm::errors::{describe, invalid_option, type_error};
 use crate::wasm::js;
@@ -272,43 +275,48 @@ fn blamed(e: OptionError, given: bool) -> OptionError {
     }
 }
 
-/// The settings a guard's constructor was given (`class` names it in the errors): `values`
-/// holds the defaults of the numbers named first in `known` (in that order) and gets each one
-/// given; the bits of the result's `u32` say which were given (bit `i`: `known[i]`), and its
-/// function is `onStateChange` (the name after the numbers, when in `known`; `null` is none).
-/// An unknown name, a value of the wrong type and `null` for a number are `TypeError`s naming
-/// the setting (the core's text says what it allows). Shared by the three constructors.
+/// The settings a guard's constructor was given (`class` names it in the errors), checked:
+/// `values` holds the defaults of the numbers named first in `known` (in that order, the
+/// order of `ranges`) and gets each one given; the result is `onStateChange` (the name after
+/// the numbers, when in `known`; `null` is none). An unknown name, a value of the wrong type
+/// and `null` for a number are `TypeError`s naming the setting (the core's text says what it
+/// allows), and so is a number out of its range in `ranges` ([`settings_error`]). Shared by
+/// the three constructors.
 #[inline(never)]
 fn settings(
     class: &str,
     options: &JsValue,
     known: &[&'static str],
+    ranges: &[GuardRange],
     values: &mut [f64],
-) -> Result<(u32, Option<Function>), JsValue> {
+) -> Result<Option<Function>, JsValue> {
     let mut given_bits = 0;
     let mut on_state_change = None;
     for (name, v) in given(class, options, known)? {
-        let bad = |v: &JsValue| {
-            invalid_option(
-                class,
-                OptionError::new(name, guard_setting_expected(name)),
-                v,
-            )
-        };
+        let bad =
+            |expected, v: &JsValue| invalid_option(class, OptionError::new(name, expected), v);
         let at = known.iter().position(|n| *n == name).unwrap_or(0);
-        match values.get_mut(at) {
-            Some(slot) => {
-                *slot = v.as_f64().ok_or_else(|| bad(&v))?;
+        match (values.get_mut(at), ranges.get(at)) {
+            (Some(slot), Some(range)) => {
+                *slot = v.as_f64().ok_or_else(|| bad(range.expected, &v))?;
                 given_bits |= 1 << at;
             }
-            None if v.is_null() => on_state_change = None,
-            None => on_state_change = Some(v.dyn_into::<Function>().map_err(|v| bad(&v))?),
+            _ if v.is_null() => on_state_change = None,
+            // `onStateChange` (what `guard_setting_expected` says of it)
+            _ => {
+                let f = v
+                    .dyn_into::<Function>()
+                    .map_err(|v| bad("a function", &v))?;
+                on_state_change = Some(f);
+            }
         }
     }
-    Ok((given_bits, on_state_change))
+    check_guard_settings(ranges, values)
+        .map_err(|e| settings_error(class, e, known, given_bits, values))?;
+    Ok(on_state_change)
 }
 
-/// The `TypeError` for a guard's invalid setting `e` (its `validate`'s), over the settings of
+/// The `TypeError` for a guard's invalid setting `e` (out of its range), over the settings of
 /// [`settings`]: names them as `known`, `given` which were given, `values` the ones used. When
 /// the caller left `e`'s setting at its default, the one bounding it is named ([`blamed`]);
 /// the error shows the value of the setting it names.
@@ -372,15 +380,14 @@ impl RetryBudgetHandle {
         const KNOWN: [&str; 3] = ["maxTokens", "tokenRatio", "refillPerSecond"];
         let d = BudgetConfig::default();
         let mut values = [d.max_tokens, d.token_ratio, d.refill_per_sec];
-        let (given, _) = settings("RetryBudget", &options, &KNOWN, &mut values)?;
+        settings("RetryBudget", &options, &KNOWN, &BUDGET_RANGES, &mut values)?;
         let [max_tokens, token_ratio, refill_per_sec] = values;
+        // Checked as `BudgetConfig::validate` checks it.
         let config = BudgetConfig {
             max_tokens,
             token_ratio,
             refill_per_sec,
-        }
-        .validate()
-        .map_err(|e| settings_error("RetryBudget", e, &KNOWN, given, &values))?;
+        };
         let inner = Rc::new(RefCell::new(RetryBudget::new(config)));
         let id = register(Guard::Budget(inner.clone()));
         Ok(RetryBudgetHandle { id, inner, config })
@@ -446,8 +453,15 @@ impl AdaptiveThrottleHandle {
             d.min_rate,
             d.max_wait_ms,
         ];
-        let (given, _) = settings("AdaptiveThrottle", &options, &KNOWN, &mut values)?;
+        settings(
+            "AdaptiveThrottle",
+            &options,
+            &KNOWN,
+            &THROTTLE_RANGES,
+            &mut values,
+        )?;
         let [initial_rate, ramp_ms, beta, scale, min_rate, max_wait_ms] = values;
+        // Checked as `ThrottleConfig::validate` checks it.
         let config = ThrottleConfig {
             initial_rate,
             ramp_ms,
@@ -455,9 +469,7 @@ impl AdaptiveThrottleHandle {
             scale,
             min_rate,
             max_wait_ms,
-        }
-        .validate()
-        .map_err(|e| settings_error("AdaptiveThrottle", e, &KNOWN, given, &values))?;
+        };
         let inner = Rc::new(RefCell::new(AdaptiveThrottle::new(config)));
         let id = register(Guard::Throttle(inner.clone()));
         Ok(AdaptiveThrottleHandle { id, inner })
@@ -494,14 +506,6 @@ fn in_use(what: &str) -> JsValue {
     type_error(&msg)
 }
 
-fn integer_u32(v: f64) -> u32 {
-    if v.is_finite() && v.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&v) {
-        v as u32
-    } else {
-        0 // rejected by validation (every u32 setting must be >= 1)
-    }
-}
-
 guard_handle!(
     /// `new CircuitBreaker({ failureThreshold = 5, openMs = 10000, halfOpenMaxCalls = 1,
     /// onStateChange })`: a circuit breaker per origin.
@@ -525,15 +529,21 @@ impl CircuitBreakerHandle {
             d.open_ms,
             f64::from(d.half_open_max_calls),
         ];
-        let (given, on_state_change) = settings("CircuitBreaker", &options, &KNOWN, &mut values)?;
+        let on_state_change = settings(
+            "CircuitBreaker",
+            &options,
+            &KNOWN,
+            &BREAKER_RANGES,
+            &mut values,
+        )?;
         let [failure_threshold, open_ms, half_open_max_calls] = values;
+        // Checked as `BreakerConfig::validate` checks it: the counts are whole numbers from 1
+        // to 1000, exact as `u32`.
         let config = BreakerConfig {
-            failure_threshold: integer_u32(failure_threshold),
+            failure_threshold: failure_threshold as u32,
             open_ms,
-            half_open_max_calls: integer_u32(half_open_max_calls),
-        }
-        .validate()
-        .map_err(|e| settings_error("CircuitBreaker", e, &KNOWN, given, &values))?;
+            half_open_max_calls: half_open_max_calls as u32,
+        };
         let inner = Rc::new(BreakerShared {
             state: RefCell::new(CircuitBreaker::new(config)),
             on_state_change,

@@ -5,8 +5,13 @@
 //! one (a response, an error, headers) is
 //! carried as it is (`serde_wasm_bindgen::preserve`). An optional field that is `None` is
 //! absent from the object, not `undefined`.
+//!
+//! Each record serializes as a map with `&'static str` keys (serialized by a
+//! [`serde_wasm_bindgen::Serializer`] with `serialize_maps_as_objects`, so the result is the
+//! same plain object a derived struct gives): serde-wasm-bindgen's struct path keeps a cache
+//! of field names (a hash map) that these few small objects do not need.
 
-use serde::{Serialize, Serializer};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use wasm_bindgen::prelude::*;
 
 /// A JavaScript value, carried into the object as it is.
@@ -20,8 +25,6 @@ impl Serialize for Js {
 
 /// The object given to `shouldRetry` (with `response`, a clone of the newest response),
 /// `onRetry` and `beforeRetry`: the retry of `attempt` after `delayMs`, and why.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 pub struct RetryContext<'a> {
     /// The attempt that failed (1 for the first).
     pub attempt: u32,
@@ -30,43 +33,32 @@ pub struct RetryContext<'a> {
     /// Why it is retried (`'status'`, `'network'`, `'timeout'`, ...).
     pub reason: &'a str,
     /// `shouldRetry` only: a clone of the newest response, to read as the hook likes.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub response: Option<Js>,
     /// The newest response's `headers` (a `Retry-After` or a request id to log), if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub headers: Option<Js>,
     /// The newest response's status, if the attempt got one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
     /// The newest attempt's error, if it got no response.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Js>,
     /// The key the call's attempts carry, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<&'a str>,
 }
 
 /// `onSettled`'s info: how many attempts the call sent, how long it took, and its answer or
 /// error (the loop adds `idempotencyKey`, the key the attempts carried, when they had one).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 pub struct SettledInfo {
     /// Attempts sent.
     pub attempts: u32,
     /// From the call to its end, in ms.
     pub duration_ms: f64,
     /// The answer, if the call resolved.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub response: Option<Js>,
     /// The error, if the call rejected.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Js>,
 }
 
 /// One attempt of a call, as `RetryError.attempts` lists it (the loop adds `delayMs`, the wait
 /// after it, once it is known).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 pub struct AttemptRecord {
     /// Its number (1 for the first).
     pub attempt: u32,
@@ -75,15 +67,12 @@ pub struct AttemptRecord {
     /// How long it took, in ms.
     pub duration_ms: f64,
     /// The status it got, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
     /// Its error, if it got no response.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Js>,
 }
 
 /// `onStateChange`'s event: a breaker's circuit for `origin` went from `from` to `to`.
-#[derive(Serialize)]
 pub struct StateChange<'a> {
     /// The origin whose circuit changed.
     pub origin: &'a str,
@@ -93,10 +82,101 @@ pub struct StateChange<'a> {
     pub to: &'a str,
 }
 
-/// `value` as a JavaScript value. None of the records above can fail to serialize (no map,
-/// no integer beyond 2^53); if one ever did, the hook would get `undefined`.
+/// One value of a record: a number, a string or a JavaScript value carried as it is.
+enum V<'a> {
+    Num(f64),
+    Str(&'a str),
+    Js(&'a Js),
+}
+
+impl Serialize for V<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            V::Num(n) => s.serialize_f64(*n),
+            V::Str(v) => s.serialize_str(v),
+            V::Js(v) => v.serialize(s),
+        }
+    }
+}
+
+/// `fields` in order as one object, leaving out those that are `None`.
+fn object<S: Serializer>(s: S, fields: &[(&'static str, Option<V>)]) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(Some(fields.len()))?;
+    for (key, value) in fields {
+        if let Some(value) = value {
+            map.serialize_entry(key, value)?;
+        }
+    }
+    map.end()
+}
+
+impl Serialize for RetryContext<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        object(
+            s,
+            &[
+                ("attempt", Some(V::Num(self.attempt.into()))),
+                ("delayMs", Some(V::Num(self.delay_ms))),
+                ("reason", Some(V::Str(self.reason))),
+                ("response", self.response.as_ref().map(V::Js)),
+                ("headers", self.headers.as_ref().map(V::Js)),
+                ("status", self.status.map(|n| V::Num(n.into()))),
+                ("error", self.error.as_ref().map(V::Js)),
+                ("idempotencyKey", self.idempotency_key.map(V::Str)),
+            ],
+        )
+    }
+}
+
+impl Serialize for SettledInfo {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        object(
+            s,
+            &[
+                ("attempts", Some(V::Num(self.attempts.into()))),
+                ("durationMs", Some(V::Num(self.duration_ms))),
+                ("response", self.response.as_ref().map(V::Js)),
+                ("error", self.error.as_ref().map(V::Js)),
+            ],
+        )
+    }
+}
+
+impl Serialize for AttemptRecord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        object(
+            s,
+            &[
+                ("attempt", Some(V::Num(self.attempt.into()))),
+                ("startedAt", Some(V::Num(self.started_at))),
+                ("durationMs", Some(V::Num(self.duration_ms))),
+                ("status", self.status.map(|n| V::Num(n.into()))),
+                ("error", self.error.as_ref().map(V::Js)),
+            ],
+        )
+    }
+}
+
+impl Serialize for StateChange<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        object(
+            s,
+            &[
+                ("origin", Some(V::Str(self.origin))),
+                ("from", Some(V::Str(self.from))),
+                ("to", Some(V::Str(self.to))),
+            ],
+        )
+    }
+}
+
+/// `value` as a JavaScript value (a map becomes a plain object). None of the records above
+/// can fail to serialize (string keys only, no integer beyond 2^53); if one ever did, the
+/// hook would get `undefined`.
 pub fn to_js<T: Serialize + ?Sized>(value: &T) -> JsValue {
-    value
-        .serialize(&serde_wasm_bindgen::Serializer::new())
-        .unwrap_or(JsValue::UNDEFINED)
+    // A static (not a temporary): its settings are then known where the map is made, and the
+    // path to an ES `Map` is not linked.
+    static OBJECTS: serde_wasm_bindgen::Serializer =
+        serde_wasm_bindgen::Serializer::new().serialize_maps_as_objects(true);
+    value.serialize(&OBJECTS).unwrap_or(JsValue::UNDEFINED)
 }
