@@ -532,9 +532,64 @@ pub const FORBIDDEN_REQUEST_HEADERS: [&str; 21] = [
 /// Is `name` a forbidden request-header name (see [`FORBIDDEN_REQUEST_HEADERS`])?
 pub fn is_forbidden_request_header(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    lower.starts_with("proxy-")
-        || lower.starts_with("sec-")
-        || FORBIDDEN_REQUEST_HEADERS.contains(&lower.as_str())
+    lower.starts_with("proxy-") || lower.starts_with("sec-") || listed(&FORBIDDEN_PACKED, &lower)
+}
+
+/// [`FORBIDDEN_REQUEST_HEADERS`] as one list ([`pack`]).
+const FORBIDDEN_PACKED: [u8; packed_len(&FORBIDDEN_REQUEST_HEADERS)] =
+    pack(&FORBIDDEN_REQUEST_HEADERS);
+
+/// The length of `names` packed ([`pack`]): each name and a comma.
+const fn packed_len(names: &[&str]) -> usize {
+    let mut len = 0;
+    let mut i = 0;
+    while i < names.len() {
+        len += names[i].len() + 1;
+        i += 1;
+    }
+    len
+}
+
+/// `names` as one list, each name followed by a comma (none of them has one), made when
+/// compiled: searched by [`listed`], it is the names' bytes alone in the binary, where a list of
+/// `&str` is also a pointer and a length for each.
+const fn pack<const N: usize>(names: &[&str]) -> [u8; N] {
+    let mut out = [b','; N];
+    let (mut i, mut at) = (0, 0);
+    while i < names.len() {
+        let name = names[i].as_bytes();
+        let mut j = 0;
+        while j < name.len() {
+            assert!(name[j] != b',');
+            out[at] = name[j];
+            at += 1;
+            j += 1;
+        }
+        at += 1;
+        i += 1;
+    }
+    assert!(at == N);
+    out
+}
+
+/// Is `name` one of the names `packed` ([`pack`]) holds?
+fn listed(packed: &[u8], name: &str) -> bool {
+    let name = name.as_bytes();
+    // How much of `name` the current entry matches so far (`usize::MAX`: it does not).
+    let mut at = 0;
+    for &b in packed {
+        if b == b',' {
+            if at == name.len() {
+                return true;
+            }
+            at = 0;
+        } else if name.get(at) == Some(&b) {
+            at += 1;
+        } else {
+            at = usize::MAX;
+        }
+    }
+    false
 }
 
 /// The retry headers (`retryHeaders`): `X-Retry-Count` and `X-Original-Request-At`.
@@ -559,10 +614,11 @@ pub const HEADERS_WITH_A_MEANING: [&str; 9] = [
 /// [`HEADERS_WITH_A_MEANING`])?
 pub fn has_a_meaning(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    lower.starts_with("content-")
-        || lower.starts_with("if-")
-        || HEADERS_WITH_A_MEANING.contains(&lower.as_str())
+    lower.starts_with("content-") || lower.starts_with("if-") || listed(&MEANING_PACKED, &lower)
 }
+
+/// [`HEADERS_WITH_A_MEANING`] as one list ([`pack`]).
+const MEANING_PACKED: [u8; packed_len(&HEADERS_WITH_A_MEANING)] = pack(&HEADERS_WITH_A_MEANING);
 
 /// `idempotencyHeader`: an HTTP field name (RFC 9110 token characters) that a script may set
 /// (not a forbidden request-header name such as `content-length` or `host`) and that means
@@ -659,8 +715,11 @@ pub const FOREIGN_RETRY_NAMES: [&str; 9] = [
 /// ```
 pub fn misplaced_in_init(name: &str) -> bool {
     (name != "signal" && name != "headers" && RETRY_OPTION_NAMES.contains(&name))
-        || FOREIGN_RETRY_NAMES.contains(&name)
+        || listed(&FOREIGN_PACKED, name)
 }
+
+/// [`FOREIGN_RETRY_NAMES`] as one list ([`pack`]).
+const FOREIGN_PACKED: [u8; packed_len(&FOREIGN_RETRY_NAMES)] = pack(&FOREIGN_RETRY_NAMES);
 
 /// The known name closest to a misspelled `name` (`maxAttemps` -> `maxAttempts`), by
 /// case-insensitive optimal-string-alignment distance (Levenshtein plus adjacent swaps); `None` when nothing is close (more than a

@@ -372,17 +372,19 @@ impl Client {
         };
         let sent: Thenable = global_fetch(request, &send).unchecked_into();
         // `onSettled(request, init, startedAt, fulfilled, value)`: the policy's long-lived one,
-        // or one of this call's own, freed once run.
+        // or one of this call's own (the same closure type, so one glue for both), which ends
+        // the timer when run and is freed with the bound functions that hold it.
         let own;
         let on_settled: &Function = if kept && timer.is_none() {
             lean.on_settled()
         } else {
             let policy = policy.clone();
-            own = Closure::once_into_js(
-                move |request: JsValue, init: JsValue, started: f64, fulfilled: bool, value| {
+            let timer = std::cell::Cell::new(timer);
+            own = Closure::<dyn Fn(JsValue, JsValue, f64, bool, JsValue) -> JsValue>::new(
+                move |request, init, started, fulfilled: bool, value| {
                     // The time limit ends with the attempt; a rejection after it fired is its
                     // `TimeoutError` (the abort's reason), told to the loop as a timeout.
-                    match timer.and_then(FirstTimer::end) {
+                    match timer.take().and_then(FirstTimer::end) {
                         Some(timeout) if !fulfilled => {
                             settled(&policy, request, init, started, false, timeout, true)
                         }
@@ -390,6 +392,7 @@ impl Client {
                     }
                 },
             )
+            .into_js_value()
             .unchecked_into::<Function>();
             &own
         };
