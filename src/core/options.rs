@@ -251,13 +251,6 @@ pub fn guard_setting_expected(option: &str) -> &'static str {
         .map_or(GUARD_MS_EXPECTED, |r| r.expected)
 }
 
-/// The error for guard setting `option` outside what [`guard_setting_expected`] allows.
-#[cold]
-#[inline(never)]
-pub fn guard_setting_error(option: &'static str) -> OptionError {
-    OptionError::new(option, guard_setting_expected(option))
-}
-
 /// The guard setting that bounds `option` (`tokenRatio` and `refillPerSecond` are at most
 /// `maxTokens`, `minRate` at most `initialRate`), and what that setting must be: when the
 /// caller gave the bounding one and left `option` at its default, the `TypeError` names the

@@ -77,7 +77,6 @@ extern "C" {
 
 /// `new Uint8Array(source)`: a view of an `ArrayBuffer` (a copy of a typed array); one the
 /// constructor refuses is the `Err`.
-#[cfg(feature = "client")]
 pub fn bytes_view(source: &JsValue) -> Result<js_sys::Uint8Array, JsValue> {
     ByteView::new(source).map(JsCast::unchecked_into)
 }
@@ -92,7 +91,7 @@ pub fn bytes_of(buffer: &JsValue) -> Result<js_sys::Uint8Array, JsValue> {
             crate::wasm::errors::describe(buffer)
         )));
     }
-    ByteView::new(buffer).map(JsCast::unchecked_into)
+    bytes_view(buffer)
 }
 
 #[wasm_bindgen]
@@ -294,6 +293,13 @@ pub fn is_bytes(value: &JsValue) -> bool {
 /// of another realm apart, where `instanceof` cannot.
 pub fn has_tag(value: &JsValue, tag: &str) -> bool {
     object_tag(value).is_ok_and(|t| t == tag)
+}
+
+/// The name in `value`'s tag (`"Map"` of `"[object Map]"`, `"Object"` of a plain object);
+/// `None` when reading it throws (a proxy's trap, a `Symbol.toStringTag` getter).
+pub fn tag_name(value: &JsValue) -> Option<String> {
+    let tag = String::from(object_tag(value).ok()?);
+    Some(tag.strip_prefix("[object ")?.strip_suffix(']')?.to_string())
 }
 
 /// Read `reader` to its end, keeping at most `limit` bytes: the request body the client

@@ -93,16 +93,9 @@ pub fn own_keys(api: &str, options: &JsValue) -> Result<Option<(js_sys::Array, u
         // A Map's or a Date's entries are not properties: such an object (which has no own
         // ones) is refused, not read as no options at all. Asked only here, off the path of
         // options that have keys.
-        if let Some(tag) = js::object_tag(options)
-            .map(String::from)
-            .ok()
-            .filter(|t| t != "[object Object]")
-        {
-            let kind = tag
-                .strip_prefix("[object ")
-                .and_then(|t| t.strip_suffix("]"));
+        if let Some(kind) = js::tag_name(options).filter(|t| t != "Object") {
             let mut got = String::from("a ");
-            got.push_str(kind.unwrap_or("built-in object"));
+            got.push_str(&kind);
             return Err(invalid_options(api, &got));
         }
     }

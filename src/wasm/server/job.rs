@@ -74,12 +74,8 @@ fn input_json(input: &JsValue) -> Result<Option<String>, JsValue> {
     let replacer = Closure::<dyn FnMut(JsValue, JsValue) -> JsValue>::new(
         move |_key: JsValue, value: JsValue| {
             if seen.get().is_none() && value.is_object() {
-                if let Ok(tag) = js::object_tag(&value) {
-                    let tag = String::from(tag);
-                    let name = tag
-                        .strip_prefix("[object ")
-                        .and_then(|t| t.strip_suffix(']'));
-                    if let Some(kind) = OPAQUE_TO_JSON.iter().find(|k| Some(**k) == name) {
+                if let Some(name) = js::tag_name(&value) {
+                    if let Some(kind) = OPAQUE_TO_JSON.iter().find(|k| **k == name) {
                         seen.set(Some(kind));
                     }
                 }
