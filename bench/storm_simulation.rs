@@ -108,7 +108,7 @@ use retry_fetch::core::classify::Outcome;
 use retry_fetch::core::engine::{CallEngine, CallFacts, CallGuards, Settled, Step, WaitKind};
 use retry_fetch::core::guards::{GuardsLent, Held, Pacer as CorePacer};
 use retry_fetch::core::options::{Jitter, RetryPolicy};
-use retry_fetch::core::throttle::{AdaptiveThrottle, DefaultThrottle, ThrottleConfig};
+use retry_fetch::core::throttle::{AdaptiveThrottle, Answer, DefaultThrottle, ThrottleConfig};
 
 #[path = "../src/core/timeline.rs"]
 mod timeline;
@@ -728,7 +728,7 @@ mod storm {
     /// The comparison pacers: the same FIFO turns and time-based slow start as the crate's
     /// throttle, different rules after the first refusal.
     pub mod compare {
-        use super::{CorePacer, Pacer};
+        use super::{Answer, CorePacer, Pacer};
 
         #[derive(Clone, Copy, Debug, PartialEq)]
         enum Rule {
@@ -892,7 +892,8 @@ mod storm {
                 self.sends.record(now);
             }
 
-            fn on_answer(&mut self, _origin: &str, sent: f64, throttled: bool, now: f64) {
+            fn on_answer(&mut self, _origin: &str, sent: f64, answer: Answer, now: f64) {
+                let throttled = answer != Answer::Served;
                 self.refill(now);
                 let measured = self.sends.rate(now);
                 match self.rule {

@@ -1216,7 +1216,7 @@ fn a_generated_key_in_both_header_forms() {
 mod throttle {
     use super::config;
     use proptest::prelude::*;
-    use retry_fetch::core::throttle::{AdaptiveThrottle, ThrottleConfig};
+    use retry_fetch::core::throttle::{AdaptiveThrottle, Answer, ThrottleConfig};
 
     const O: &str = "http://127.0.0.1:1";
 
@@ -1267,7 +1267,10 @@ mod throttle {
                         t.abandon(O, k, now);
                     }
                     Ev::Send => t.on_send(O, now),
-                    Ev::Answer { ago, refused } => t.on_answer(O, now - ago, refused, now),
+                    Ev::Answer { ago, refused } => {
+                        let answer = if refused { Answer::Refused } else { Answer::Served };
+                        t.on_answer(O, now - ago, answer, now)
+                    }
                     _ => {}
                 }
                 if let Some(r) = t.rate(O, now) {
@@ -1290,7 +1293,7 @@ mod throttle {
                 prop_assert_eq!(t.poll(O, k, now), Ok(()));
                 t.on_send(O, now);
                 now += rtt;
-                t.on_answer(O, now - rtt, false, now);
+                t.on_answer(O, now - rtt, Answer::Served, now);
             }
         }
 
@@ -1312,7 +1315,7 @@ mod throttle {
                     when += wait;
                 }
                 t.on_send(O, when);
-                t.on_answer(O, when, false, when + 5.0);
+                t.on_answer(O, when, Answer::Served, when + 5.0);
             }
             let start = calls as f64 * gap;
             let herd: Vec<u64> = (0..200).map(|_| t.enqueue(O, start)).collect();

@@ -72,13 +72,16 @@ pub trait CallGuards {
     fn turn(&mut self, attempt: u32, deadline_left_ms: Option<f64>, now_ms: f64) -> Turn;
     /// Attempt `attempt` is sent.
     fn sent(&mut self, attempt: u32, now_ms: f64);
-    /// The attempt sent at `sent_at_ms` (number `attempt`) ended with `outcome`.
+    /// The attempt sent at `sent_at_ms` (number `attempt`) ended with `outcome`, whose answer
+    /// asked for a wait of `wait_asked_ms` before the next request (`Retry-After`, or a
+    /// `RateLimit` reset; 0 when it asked none).
     fn settled(
         &mut self,
         outcome: Outcome,
         transient: bool,
         attempt: u32,
         sent_at_ms: f64,
+        wait_asked_ms: f64,
         now_ms: f64,
     );
     /// What the budget says of a retry now.
@@ -456,6 +459,19 @@ impl CallEngine {
         if counted {
             self.recorded += 1;
         }
+        // What the server says of a retry (its wait, its veto) is read for failures only (a
+        // 3xx's `Retry-After` is not a request to wait before a retry).
+        let failed = matches!(outcome, Outcome::Status(s) if s >= 400);
+        let server_delay_ms = if failed && policy.respect_retry_after {
+            server_delay_ms(
+                (settled.header)("retry-after").as_deref(),
+                (settled.header)("ratelimit-reset").as_deref(),
+                (settled.header)("ratelimit").as_deref(),
+                now_ms,
+            )
+        } else {
+            None
+        };
         if let (true, Some(g)) = (counted, guards.as_deref_mut()) {
             // A call counts as retrying from its first failed attempt (before that answer is
             // told to the pacer, which may be what starts its pacing), wherever it was sent
@@ -469,6 +485,7 @@ impl CallEngine {
                 // A failed poll was not sent as a retry: not an accepted retry either.
                 if poll { 1 } else { self.state.attempts() },
                 self.in_flight.sent_at,
+                server_delay_ms.unwrap_or(0.0),
                 now_ms,
             );
         }
@@ -513,19 +530,6 @@ impl CallEngine {
                 ),
             };
         }
-        // What the server says of a retry (its wait, its veto) is read for failures only (a
-        // 3xx's `Retry-After` is not a request to wait before a retry).
-        let failed = matches!(outcome, Outcome::Status(s) if s >= 400);
-        let server_delay_ms = if failed && policy.respect_retry_after {
-            server_delay_ms(
-                (settled.header)("retry-after").as_deref(),
-                (settled.header)("ratelimit-reset").as_deref(),
-                (settled.header)("ratelimit").as_deref(),
-                now_ms,
-            )
-        } else {
-            None
-        };
         let report = AttemptOutcome {
             outcome,
             idempotent,
@@ -729,6 +733,8 @@ mod tests {
         open_at: bool,
         sent: Vec<u32>,
         settled: Vec<(Outcome, bool, u32)>,
+        /// The wait each settled answer asked for, as told to the guards.
+        waits: Vec<f64>,
         /// How many attempts had settled when the call joined, each time it did.
         joins: Vec<usize>,
         /// How many times what the call holds was given back.
@@ -749,8 +755,17 @@ mod tests {
         fn sent(&mut self, attempt: u32, _now: f64) {
             self.sent.push(attempt);
         }
-        fn settled(&mut self, outcome: Outcome, transient: bool, attempt: u32, _s: f64, _n: f64) {
+        fn settled(
+            &mut self,
+            outcome: Outcome,
+            transient: bool,
+            attempt: u32,
+            _s: f64,
+            wait_asked_ms: f64,
+            _n: f64,
+        ) {
             self.settled.push((outcome, transient, attempt));
+            self.waits.push(wait_asked_ms);
         }
         fn budget(&self, _now: f64) -> Verdict {
             self.budget.first().copied().unwrap_or(Verdict::Allow)
@@ -1105,7 +1120,7 @@ mod tests {
             held: &mut other,
         };
         assert_eq!(g.admit(0.0), Ok(()));
-        g.settled(Outcome::Status(503), true, 1, 0.0, 10.0);
+        g.settled(Outcome::Status(503), true, 1, 0.0, 0.0, 10.0);
         // Two calls admitted while it was closed waited for their throttle turns until 400 ms:
         // one probe goes, the other is refused (a half-open round of one probe).
         let steps: Vec<Step> = (0..2)
@@ -1401,6 +1416,43 @@ mod tests {
         assert!(
             matches!(e.settled(&ignoring, s, &mut g, 0.0, &mut Half).1, Step::AskHooks { delay_ms, .. } if delay_ms == 100.0)
         );
+    }
+
+    #[test]
+    fn the_guards_are_told_the_wait_a_failure_asked_for() {
+        let one_second = |n: &str| (n == "retry-after").then(|| "1".to_string());
+        let zero = |n: &str| (n == "retry-after").then(|| "0".to_string());
+        let reset = |n: &str| (n == "ratelimit-reset").then(|| "2".to_string());
+        type Header<'a> = &'a dyn Fn(&str) -> Option<String>;
+        let headers: [(Header, u16, f64); 5] = [
+            (&one_second, 503, 1000.0),
+            (&reset, 429, 2000.0),
+            (&none, 503, 0.0),
+            (&zero, 503, 0.0),
+            // a success's Retry-After asks for nothing
+            (&one_second, 200, 0.0),
+        ];
+        for (header, code, want) in headers {
+            for respect in [true, false] {
+                let p = RetryPolicy {
+                    respect_retry_after: respect,
+                    ..policy()
+                };
+                let mut g = Fake::default();
+                let mut e = CallEngine::new(&p, 0.0, GET);
+                e.next_attempt(&p, &mut g, 0.0);
+                let s = Settled {
+                    outcome: Outcome::Status(code),
+                    redirected: false,
+                    header,
+                    url_header: &none,
+                };
+                e.settled(&p, s, &mut g, 0.0, &mut Half);
+                // respectRetryAfter: false reads no wait: the guards are told none either
+                let want = if respect { want } else { 0.0 };
+                assert_eq!(g.waits, [want], "{code}, respect {respect}");
+            }
+        }
     }
 
     #[test]

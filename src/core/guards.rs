@@ -8,7 +8,7 @@ use super::breaker::{Admission, BreakerState, CircuitBreaker, Transition};
 use super::budget::{Attempt, Budget, OwnUse, Verdict};
 use super::classify::Outcome;
 use super::engine::{is_pushback, throttle_turn, CallGuards, Turn};
-use super::throttle::AdaptiveThrottle;
+use super::throttle::{AdaptiveThrottle, Answer};
 
 /// A send-rate pacer: the adaptive throttle, or another the simulations compare it with.
 pub trait Pacer {
@@ -20,8 +20,8 @@ pub trait Pacer {
     fn abandon(&mut self, origin: &str, ticket: u64, now_ms: f64);
     /// A request was sent.
     fn on_send(&mut self, origin: &str, now_ms: f64);
-    /// A request sent at `sent_ms` was answered: pushed back (429, 503) or served.
-    fn on_answer(&mut self, origin: &str, sent_ms: f64, pushback: bool, now_ms: f64);
+    /// A request sent at `sent_ms` was answered: served, or pushed back (429, 503).
+    fn on_answer(&mut self, origin: &str, sent_ms: f64, answer: Answer, now_ms: f64);
     /// The longest a caller waits in the queue (`maxWaitMs`).
     fn max_wait_ms(&self) -> f64;
     /// Does it pace first attempts too (or only retries)? Default true.
@@ -47,8 +47,8 @@ impl Pacer for AdaptiveThrottle {
     fn on_send(&mut self, origin: &str, now_ms: f64) {
         AdaptiveThrottle::on_send(self, origin, now_ms)
     }
-    fn on_answer(&mut self, origin: &str, sent_ms: f64, pushback: bool, now_ms: f64) {
-        AdaptiveThrottle::on_answer(self, origin, sent_ms, pushback, now_ms)
+    fn on_answer(&mut self, origin: &str, sent_ms: f64, answer: Answer, now_ms: f64) {
+        AdaptiveThrottle::on_answer(self, origin, sent_ms, answer, now_ms)
     }
     fn max_wait_ms(&self) -> f64 {
         self.config().max_wait_ms
@@ -157,6 +157,7 @@ impl CallGuards for GuardsLent<'_> {
         transient: bool,
         attempt: u32,
         sent_at_ms: f64,
+        wait_asked_ms: f64,
         now_ms: f64,
     ) {
         let status = match outcome {
@@ -177,9 +178,19 @@ impl CallGuards for GuardsLent<'_> {
             b.attempt_ended(self.origin, ended, &mut self.held.own, now_ms);
         }
         if let Some(t) = self.pacer.as_deref_mut() {
-            let pushback = status.is_some_and(is_pushback);
-            if pushback || success {
-                t.on_answer(self.origin, sent_at_ms, pushback, now_ms);
+            let answer = if success {
+                Some(Answer::Served)
+            } else if status.is_some_and(is_pushback) {
+                Some(if wait_asked_ms > 0.0 {
+                    Answer::RefusedWithWait(wait_asked_ms)
+                } else {
+                    Answer::Refused
+                })
+            } else {
+                None
+            };
+            if let Some(answer) = answer {
+                t.on_answer(self.origin, sent_at_ms, answer, now_ms);
             }
         }
     }
@@ -278,7 +289,7 @@ mod tests {
             held: &mut held,
         };
         assert_eq!(lent.admit(0.0), Ok(()));
-        lent.settled(Outcome::Status(503), true, 1, 0.0, 1.0);
+        lent.settled(Outcome::Status(503), true, 1, 0.0, 0.0, 1.0);
         assert!(lent.open_at(2.0), "one failure opens it");
         assert_eq!(
             held.take_transitions().len(),

@@ -20,7 +20,8 @@
 //!   the last cut, or within a smoothed round trip after it (the server still busy with what
 //!   came before), lower the ceiling `W_max` (the rate refused) by β instead. Never below
 //!   `min_rate`.
-//! - **Return**: toward 0.85 × `W_max`, with a time constant of `ramp_ms / 4`.
+//! - **Return**: toward 0.85 × `W_max`, with a time constant of `ramp_ms / 4` (not after a
+//!   refusal that asked for a wait: below).
 //! - **CUBIC beyond**: `C·(t − K)³ + W_max` with `K = ∛((W_max − cut) / C)`, flat near
 //!   `W_max`, then probing above it; never above twice the send rate measured when nobody
 //!   waits, so an idle period banks nothing.
@@ -29,6 +30,11 @@
 //!   the last cut with answers served and no refusal since, slow start takes over again from
 //!   the current rate (CUBIC alone takes seconds to climb back from a cut); waiters ask again
 //!   at that moment.
+//! - **A server that asks for waits** (a 429 or 503 with `Retry-After`, or a `RateLimit`
+//!   reset): every request the rate overshoots by waits that long, so after such a refusal
+//!   the bucket holds 2 ms of sends instead of 10 (queued turns do not go out as a burst
+//!   into the server's emptied capacity), the rate stays at the cut (no quick return: CUBIC
+//!   alone), and slow start probes again no sooner than half the wait after the cut.
 //!
 //! Why this design, and the designs it replaced: `docs/ARCHITECTURE.md`; the measurements:
 //! `BENCHMARKS.md`.
@@ -36,6 +42,18 @@
 use super::guards::Pacer;
 use super::options::{check_guard_settings, OptionError, THROTTLE_RANGES};
 use super::origins::OriginMap;
+
+/// What an answer says of its origin's load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Answer {
+    /// Served: a status below 400.
+    Served,
+    /// Pushed back: 429 or 503.
+    Refused,
+    /// Pushed back with a wait asked, in ms (`Retry-After`, or a `RateLimit` reset; more
+    /// than 0): every request the rate overshoots by waits that long.
+    RefusedWithWait(f64),
+}
 
 /// Throttle settings.
 ///
@@ -134,6 +152,11 @@ impl RateMeter {
 /// waiter whose timer fires a millisecond late does not lose its share of the rate.
 const BUCKET_MS: f64 = 10.0;
 
+/// The bucket after a refusal that asked for a wait holds 2 ms of sends (at least one token):
+/// a server that sheds with `Retry-After` makes every request sent into its emptied capacity
+/// wait that long, and a burst of queued turns would send several at once.
+const WAIT_ASKED_BUCKET_MS: f64 = 2.0;
+
 /// After a cut the rate returns to this share of the rate the server refused at (the
 /// plateau), and stays there until CUBIC's convex part probes beyond it.
 const PLATEAU: f64 = 0.85;
@@ -142,6 +165,13 @@ const PLATEAU: f64 = 0.85;
 /// refusal since: the rate the server takes is probed again, in slow start (CUBIC alone would
 /// take seconds to find a capacity far above the rate it was cut to).
 const PROBE_AFTER_RAMPS: f64 = 2.0;
+
+/// After a refusal that asked for a wait, slow start probes again no sooner than this share
+/// of the wait after the cut (nor sooner than `PROBE_AFTER_RAMPS`): every request a probe
+/// overshoots by waits that long, so such a server is probed less often. Half the wait is
+/// probed while the callers refused at the cut are still away (they come back from the full
+/// wait on), not as they come back.
+const PROBE_AFTER_WAIT_ASKED: f64 = 0.5;
 
 /// The weight of a new round-trip sample in the smoothed round trip (TCP's 1/8).
 const RTT_SMOOTHING: f64 = 0.125;
@@ -153,6 +183,8 @@ struct OriginThrottle {
     backed_off: bool,
     /// The last cut came while nobody waited for a turn.
     blind_cut: bool,
+    /// The longest wait a refusal of the last cut's round asked for, ms (0: none).
+    wait_asked_ms: f64,
     /// An attempt was served since the last cut (in an outage none is, and nothing probes).
     served_since_cut: bool,
     /// Slow start's curve: `slow_rate · 2^((t − slow_from_ms) / ramp_ms)`.
@@ -192,12 +224,13 @@ impl OriginThrottle {
             created_ms: now_ms,
             backed_off: false,
             blind_cut: false,
+            wait_asked_ms: 0.0,
             served_since_cut: false,
             slow_rate: config.initial_rate,
             slow_from_ms: now_ms,
             served_rate: 0.0,
             fill_rate: config.initial_rate,
-            tokens: capacity(config.initial_rate),
+            tokens: capacity(config.initial_rate, false),
             last_refill_ms: now_ms,
             w_max: config.initial_rate,
             cut_rate: config.initial_rate,
@@ -210,6 +243,18 @@ impl OriginThrottle {
             tail: 0,
             abandoned: Vec::new(),
         }
+    }
+
+    /// The bucket's size at the fill rate: [`BUCKET_MS`] of sends, or [`WAIT_ASKED_BUCKET_MS`]
+    /// after a refusal that asked for a wait (at least one token).
+    fn capacity(&self) -> f64 {
+        capacity(self.fill_rate, self.wait_asked_ms > 0.0)
+    }
+
+    /// How long after the last cut callers still queued make slow start probe again:
+    /// `2 × ramp_ms`, or half the longest wait the cut's refusals asked for when that is more.
+    fn probe_after_ms(&self, config: &ThrottleConfig) -> f64 {
+        (PROBE_AFTER_RAMPS * config.ramp_ms).max(PROBE_AFTER_WAIT_ASKED * self.wait_asked_ms)
     }
 
     fn skip_abandoned(&mut self) {
@@ -250,7 +295,7 @@ impl OriginThrottle {
     /// Bring the bucket and the rate to `now_ms`; every change of who waits (a turn taken,
     /// granted or given up) comes after one, so the state seen here held since the last.
     fn refill(&mut self, config: &ThrottleConfig, now_ms: f64) {
-        let probe_after = PROBE_AFTER_RAMPS * config.ramp_ms;
+        let probe_after = self.probe_after_ms(config);
         let calm = now_ms - self.last_decrease_ms >= probe_after;
         if self.backed_off && self.served_since_cut && self.waiting() && (self.blind_cut || calm) {
             // Callers queue after a cut made while none did (the traffic's own bursts were
@@ -295,7 +340,7 @@ impl OriginThrottle {
             }
         }
         let elapsed_s = ((now_ms - self.last_refill_ms) / 1000.0).max(0.0);
-        self.tokens = (self.tokens + elapsed_s * self.fill_rate).min(capacity(self.fill_rate));
+        self.tokens = (self.tokens + elapsed_s * self.fill_rate).min(self.capacity());
         self.last_refill_ms = now_ms;
     }
 
@@ -306,7 +351,14 @@ impl OriginThrottle {
         let plateau = PLATEAU * self.w_max;
         let tau_ms = config.ramp_ms / 4.0;
         let decay = (-dt_ms / tau_ms).exp();
-        let quick = plateau - (plateau - self.cut_rate).max(0.0) * decay;
+        // After a refusal that asked for a wait, no quick return: the rate the server refused
+        // at may be far above what it takes (a bucket's burst let slow start overshoot), and
+        // every request sent above it waits what the server asked.
+        let quick = if self.wait_asked_ms > 0.0 {
+            self.cut_rate
+        } else {
+            plateau - (plateau - self.cut_rate).max(0.0) * decay
+        };
         let k = cube_root((self.w_max - self.cut_rate).max(0.0) / config.scale);
         let cubic = config.scale * (dt_ms / 1000.0 - k).powi(3) + self.w_max;
         quick.max(cubic)
@@ -327,8 +379,13 @@ fn cube_root(x: f64) -> f64 {
     }
 }
 
-fn capacity(rate: f64) -> f64 {
-    (rate * BUCKET_MS / 1000.0).max(1.0)
+fn capacity(rate: f64, wait_asked: bool) -> f64 {
+    let bucket_ms = if wait_asked {
+        WAIT_ASKED_BUCKET_MS
+    } else {
+        BUCKET_MS
+    };
+    (rate * bucket_ms / 1000.0).max(1.0)
 }
 
 /// The send rates of every origin seen.
@@ -398,7 +455,7 @@ impl AdaptiveThrottle {
         }
         o.last_wait_ms = now_ms;
         let mut wait = o.time_for_tokens(&config, ahead + 1.0 - o.tokens);
-        let probe_at = o.last_decrease_ms + PROBE_AFTER_RAMPS * config.ramp_ms;
+        let probe_at = o.last_decrease_ms + o.probe_after_ms(&config);
         if o.backed_off && probe_at > now_ms {
             // Ask again when slow start may probe, whose rate the wait does not count on: a
             // caller asleep at the head of the queue would hold every turn behind it.
@@ -423,14 +480,17 @@ impl AdaptiveThrottle {
         self.origin(origin, now_ms).sends.record(now_ms);
     }
 
-    /// The answer to an attempt sent at `sent_ms` arrived at `now_ms`: `throttled` (429 or
-    /// 503) or a success (`throttled == false`).
-    pub fn on_answer(&mut self, origin: &str, sent_ms: f64, throttled: bool, now_ms: f64) {
+    /// The answer to an attempt sent at `sent_ms` arrived at `now_ms`.
+    pub fn on_answer(&mut self, origin: &str, sent_ms: f64, answer: Answer, now_ms: f64) {
         let config = self.config;
         let o = self.origin(origin, now_ms);
         o.refill(&config, now_ms);
         let measured = o.sends.rate(now_ms);
-        if throttled {
+        if answer != Answer::Served {
+            let wait_asked_ms = match answer {
+                Answer::RefusedWithWait(ms) => ms.clamp(0.0, config.max_wait_ms),
+                _ => 0.0,
+            };
             // An attempt sent within a round trip of the last cut met the server still busy
             // with what was sent before it (a slot is held for the whole service time).
             if sent_ms <= o.last_decrease_ms + o.srtt_ms {
@@ -438,6 +498,7 @@ impl AdaptiveThrottle {
                 // above the capacity than one refusal says. The ceiling comes down by beta
                 // (never below the cut itself); the rate is not cut again.
                 o.w_max = (o.w_max * config.beta).max(o.w_floor);
+                o.wait_asked_ms = o.wait_asked_ms.max(wait_asked_ms);
                 o.fill_rate = o.fill_rate.min(PLATEAU * o.w_max).max(config.min_rate);
             } else {
                 // Callers waiting for turns: sending at the fill rate. Otherwise the measured
@@ -465,6 +526,7 @@ impl AdaptiveThrottle {
                 }
                 o.backed_off = true;
                 o.blind_cut = !waiting;
+                o.wait_asked_ms = wait_asked_ms;
                 o.served_since_cut = false;
                 o.w_max = current;
                 o.fill_rate = o.cut_rate;
@@ -489,7 +551,7 @@ impl AdaptiveThrottle {
                 o.fill_rate = curve.min(ceiling).max(config.min_rate);
             }
         }
-        o.tokens = o.tokens.min(capacity(o.fill_rate));
+        o.tokens = o.tokens.min(o.capacity());
     }
 }
 
@@ -562,16 +624,16 @@ impl Pacer for DefaultThrottle {
             o.sends.record(now_ms);
         }
     }
-    fn on_answer(&mut self, origin: &str, sent_ms: f64, pushback: bool, now_ms: f64) {
+    fn on_answer(&mut self, origin: &str, sent_ms: f64, answer: Answer, now_ms: f64) {
         if let Some(o) = self.paced.origins.get(origin) {
             // Answers to what was sent before the pacing began, or in its first `ramp_ms`,
             // are the unpaced wave that started it and the server still working through it:
             // they say nothing of the paced rate (counted, the first paced retries meeting the
             // emptied server would cut the rate far below what it takes).
             if sent_ms >= o.created_ms + self.paced.config.ramp_ms {
-                self.paced.on_answer(origin, sent_ms, pushback, now_ms);
+                self.paced.on_answer(origin, sent_ms, answer, now_ms);
             }
-        } else if pushback && self.retrying(origin) >= HERD_CALLS {
+        } else if answer != Answer::Served && self.retrying(origin) >= HERD_CALLS {
             // A herd pushed back: pacing starts here, in slow start.
             self.paced.origin(origin, now_ms);
         }
@@ -644,13 +706,13 @@ mod tests {
             "the first turn is granted at once"
         );
         t.on_send(O, 5.0);
-        t.on_answer(O, 5.0, false, 12.0);
+        t.on_answer(O, 5.0, Answer::Served, 12.0);
         // calls one after the other, each after the last answered: never a wait
         let mut now = 12.0;
         for _ in 0..100 {
             assert_eq!(turn(&mut t, now), now);
             t.on_send(O, now);
-            t.on_answer(O, now, false, now + 7.0);
+            t.on_answer(O, now, Answer::Served, now + 7.0);
             now += 7.0;
         }
     }
@@ -677,7 +739,7 @@ mod tests {
             let at = end - (calls - i) as f64 * gap;
             assert_eq!(turn(t, at), at, "a healthy call waited");
             t.on_send(O, at);
-            t.on_answer(O, at, false, at + 7.0);
+            t.on_answer(O, at, Answer::Served, at + 7.0);
         }
     }
 
@@ -744,7 +806,7 @@ mod tests {
             t.on_send(O, 0.0);
         }
         let before = t.rate(O, 5.0).unwrap();
-        t.on_answer(O, 0.0, true, 5.0);
+        t.on_answer(O, 0.0, Answer::Refused, 5.0);
         let cut = t.rate(O, 5.0).unwrap();
         assert!(
             (cut - 0.7 * served).abs() < 0.02 * served && cut > 0.49 * before,
@@ -752,12 +814,12 @@ mod tests {
         );
         // further refusals of that round lower the ceiling no lower than the rate served
         for _ in 0..20 {
-            t.on_answer(O, 0.0, true, 6.0);
+            t.on_answer(O, 0.0, Answer::Refused, 6.0);
         }
         let mut now = 6.0;
         while now < 400.0 {
             now += 2.0;
-            t.on_answer(O, now - 7.0, false, now);
+            t.on_answer(O, now - 7.0, Answer::Served, now);
         }
         let r = t.rate(O, now).unwrap();
         assert!(r >= 0.84 * served, "{served} served: back to {r}");
@@ -772,7 +834,7 @@ mod tests {
             let mut t = throttle();
             healthy(&mut t, 100, 200.0, -300.0);
             t.on_send(O, -300.0);
-            t.on_answer(O, -300.0, true, -299.0);
+            t.on_answer(O, -300.0, Answer::Refused, -299.0);
             assert!(t.rate(O, -299.0).unwrap() < 200.0, "cut");
             healthy(&mut t, 60, 200.0, 0.0);
             let mut server = servers.clone();
@@ -788,11 +850,11 @@ mod tests {
     fn callers_queued_long_after_a_cut_probe_for_more() {
         let mut t = throttle();
         t.enqueue(O, 0.0); // a caller waiting
-        t.on_answer(O, 0.0, true, 0.0); // cut to 0.49 x 200, the plateau 0.85 x 200
+        t.on_answer(O, 0.0, Answer::Refused, 0.0); // cut to 0.49 x 200, the plateau 0.85 x 200
         let mut now = 0.0;
         while now < 300.0 {
             now += 5.0;
-            t.on_answer(O, now - 7.0, false, now);
+            t.on_answer(O, now - 7.0, Answer::Served, now);
         }
         let plateau = t.rate(O, now).unwrap();
         assert!(plateau <= 0.85 * 200.0 + 1e-6, "{plateau}");
@@ -803,8 +865,92 @@ mod tests {
         // from 2 x rampMs after the cut, with callers queued and no refusal: slow start again
         assert!(t.rate(O, 600.0).unwrap() > 1.9 * plateau);
         // its exit cuts no lower than beta times the rate served before the probe
-        t.on_answer(O, 590.0, true, 600.0);
+        t.on_answer(O, 590.0, Answer::Refused, 600.0);
         assert!(t.rate(O, 600.0).unwrap() >= 0.7 * plateau - 1e-6);
+    }
+
+    #[test]
+    fn a_server_that_asks_for_waits_is_probed_again_after_half_the_wait() {
+        // as above, but the refusal asked for a wait of 2 s: no probe 2 x rampMs after it
+        let mut t = throttle();
+        t.enqueue(O, 0.0); // a caller waiting
+        t.on_answer(O, 0.0, Answer::RefusedWithWait(2000.0), 0.0);
+        let mut now = 0.0;
+        while now < 300.0 {
+            now += 5.0;
+            t.on_answer(O, now - 7.0, Answer::Served, now);
+        }
+        // no quick return to 0.85 x 200: CUBIC alone from the cut (0.49 x 200)
+        let plateau = t.rate(O, now).unwrap();
+        assert!(plateau < 0.6 * 200.0, "{plateau}");
+        let tickets: Vec<u64> = (0..300).map(|_| t.enqueue(O, now)).collect();
+        // the last waiter asks again when the probe may start: half the wait after the cut
+        let wait = t.poll(O, tickets[299], now).unwrap_err();
+        assert!(
+            (now + wait - 1000.0).abs() < 1e-6,
+            "asks again at {}",
+            now + wait
+        );
+        assert!(
+            t.rate(O, 600.0).unwrap() <= plateau + 1e-6,
+            "no probe at 2 x rampMs"
+        );
+        assert!(
+            t.rate(O, 999.0).unwrap() <= plateau + 1e-6,
+            "nor before half the wait"
+        );
+        assert!(
+            t.rate(O, 1300.0).unwrap() > 1.9 * plateau,
+            "slow start from half the wait"
+        );
+        // a refusal that asks for no wait makes the probe come 2 x rampMs after it again
+        t.on_answer(O, 1290.0, Answer::Refused, 1300.0);
+        let cut = t.rate(O, 1300.0).unwrap();
+        let mut now = 1300.0;
+        while now < 1600.0 {
+            now += 5.0;
+            t.on_answer(O, now - 7.0, Answer::Served, now);
+        }
+        assert!(t.rate(O, 1800.0).unwrap() > 1.5 * cut);
+    }
+
+    #[test]
+    fn after_a_refusal_that_asked_for_a_wait_queued_turns_do_not_go_out_as_a_burst() {
+        for (answer, burst) in [(Answer::Refused, 4), (Answer::RefusedWithWait(1000.0), 1)] {
+            // 1000 req/s, flat: refused with a caller waiting, cut to 0.49 x 1000 req/s
+            let mut t = flat(1000.0);
+            let first = t.enqueue(O, 0.0);
+            t.on_answer(O, 0.0, answer, 0.0);
+            t.abandon(O, first, 0.0);
+            // after an idle while, a queue: how many turns go at once?
+            let tickets: Vec<u64> = (0..8).map(|_| t.enqueue(O, 100.0)).collect();
+            let at_once = tickets
+                .iter()
+                .take_while(|&&k| t.poll(O, k, 100.0).is_ok())
+                .count();
+            assert_eq!(at_once, burst, "{answer:?}");
+        }
+    }
+
+    #[test]
+    fn a_wait_asked_is_counted_up_to_max_wait_ms() {
+        let mut t = throttle();
+        t.enqueue(O, 0.0);
+        t.on_answer(O, 0.0, Answer::RefusedWithWait(3_600_000.0), 0.0);
+        // asked an hour: the probe comes half of maxWaitMs (10 s) after the cut
+        for now in (1..=980).map(|i| f64::from(i) * 5.0) {
+            t.on_answer(O, now - 7.0, Answer::Served, now);
+        }
+        let tickets: Vec<u64> = (0..3000).map(|_| t.enqueue(O, 4900.0)).collect();
+        let wait = t.poll(O, tickets[2999], 4900.0).unwrap_err();
+        assert!(
+            (4900.0 + wait - 5000.0).abs() < 1e-6,
+            "asks again at {}",
+            4900.0 + wait
+        );
+        let before = t.rate(O, 4999.0).unwrap();
+        assert!(before <= 1.01 * t.rate(O, 4900.0).unwrap());
+        assert!(t.rate(O, 5300.0).unwrap() > 1.9 * before);
     }
 
     #[test]
@@ -814,15 +960,15 @@ mod tests {
                            // answers come 22 ms after their sends (a server holding a slot 20 ms)
         for i in 0..20 {
             let now = 30.0 + i as f64;
-            t.on_answer(O, now - 22.0, false, now);
+            t.on_answer(O, now - 22.0, Answer::Served, now);
         }
-        t.on_answer(O, 49.0, true, 51.0);
+        t.on_answer(O, 49.0, Answer::Refused, 51.0);
         let cut = t.rate(O, 51.0).unwrap();
         // sent 10 ms after the cut: the server was still busy with what came before it
-        t.on_answer(O, 61.0, true, 63.0);
+        t.on_answer(O, 61.0, Answer::Refused, 63.0);
         assert_eq!(t.rate(O, 63.0), Some(cut));
         // sent more than a round trip after the cut: a new round, a new cut
-        t.on_answer(O, 80.0, true, 82.0);
+        t.on_answer(O, 80.0, Answer::Refused, 82.0);
         assert!(t.rate(O, 82.0).unwrap() < cut);
     }
 
@@ -915,7 +1061,7 @@ mod tests {
         let mut t = throttle();
         t.enqueue(O, 0.0); // a caller waiting: the cut starts from the fill rate
         let before = t.rate(O, 10.0).unwrap();
-        t.on_answer(O, 0.0, true, 10.0);
+        t.on_answer(O, 0.0, Answer::Refused, 10.0);
         let after_first = t.rate(O, 10.0).unwrap();
         assert!(
             (after_first - 0.49 * before).abs() < 1e-6,
@@ -923,11 +1069,11 @@ mod tests {
         );
         // more refusals of attempts sent before the cut: the rate is not cut again
         for _ in 0..100 {
-            t.on_answer(O, 5.0, true, 12.0);
+            t.on_answer(O, 5.0, Answer::Refused, 12.0);
         }
         assert_eq!(t.rate(O, 12.0), Some(after_first));
         // a refusal of an attempt sent after the cut: a second cut, by beta
-        t.on_answer(O, 11.0, true, 20.0);
+        t.on_answer(O, 11.0, Answer::Refused, 20.0);
         let second = t.rate(O, 20.0).unwrap();
         assert!(
             (second - 0.7 * after_first).abs() < 1e-6,
@@ -944,7 +1090,7 @@ mod tests {
             t.on_send(O, now);
         }
         // 5 sends in the last 100 ms: 50 req/s sent, far below slow start's 200+
-        t.on_answer(O, 80.0, true, 90.0);
+        t.on_answer(O, 80.0, Answer::Refused, 90.0);
         assert!(
             (t.rate(O, 90.0).unwrap() - 0.7 * 50.0).abs() < 1e-6,
             "{:?}",
@@ -959,12 +1105,12 @@ mod tests {
             ..ThrottleConfig::default()
         });
         t.enqueue(O, 0.0);
-        t.on_answer(O, 0.0, true, 0.0); // refused at 400 (slow start's exit): cut to 196
+        t.on_answer(O, 0.0, Answer::Refused, 0.0); // refused at 400 (slow start's exit): cut to 196
         assert!((t.rate(O, 0.0).unwrap() - 196.0).abs() < 1e-6);
         let mut last = 0.0;
         for ms in (2..=200).step_by(2) {
             let now = ms as f64;
-            t.on_answer(O, now - 7.0, false, now);
+            t.on_answer(O, now - 7.0, Answer::Served, now);
             let r = t.rate(O, now).unwrap();
             assert!(
                 r >= last - 1e-9,
@@ -975,10 +1121,10 @@ mod tests {
         // four time constants (rampMs / 4 = 50 ms each): within 2% of the plateau, 0.85 x 400
         assert!(last > 0.98 * 340.0 && last <= 340.0 + 1e-6, "{last}");
         // one more refusal of that round lowers the ceiling by beta (not below the cut)
-        t.on_answer(O, 0.0, true, 201.0);
+        t.on_answer(O, 0.0, Answer::Refused, 201.0);
         assert!((t.rate(O, 201.0).unwrap() - 0.85 * 0.7 * 400.0).abs() < 1e-6);
         for _ in 0..10 {
-            t.on_answer(O, 0.0, true, 201.0);
+            t.on_answer(O, 0.0, Answer::Refused, 201.0);
         }
         assert!(
             (t.rate(O, 201.0).unwrap() - 196.0).abs() < 1e-6,
@@ -990,11 +1136,11 @@ mod tests {
     fn cubic_probes_above_the_refused_rate_after_a_long_calm() {
         let mut t = flat(400.0);
         t.enqueue(O, 0.0);
-        t.on_answer(O, 0.0, true, 0.0);
+        t.on_answer(O, 0.0, Answer::Refused, 0.0);
         let mut now = 0.0;
         while now < 30_000.0 {
             now += 100.0;
-            t.on_answer(O, now - 7.0, false, now);
+            t.on_answer(O, now - 7.0, Answer::Served, now);
         }
         // K = cbrt((400 - 196) / 0.4), about 8 s; the rate at 30 s is 0.4 (30 - K)^3 + 400
         let k = ((400.0 - 196.0) / 0.4f64).cbrt();
@@ -1008,7 +1154,7 @@ mod tests {
         let mut t = throttle();
         for i in 0..200 {
             let now = i as f64 * 10.0;
-            t.on_answer(O, now, true, now + 1.0);
+            t.on_answer(O, now, Answer::Refused, now + 1.0);
         }
         assert_eq!(t.rate(O, 2_001.0), Some(0.5));
     }
@@ -1017,11 +1163,11 @@ mod tests {
     fn an_idle_origin_does_not_bank_an_unlimited_rate() {
         let mut t = throttle();
         t.on_send(O, 0.0);
-        t.on_answer(O, 0.0, true, 1.0);
+        t.on_answer(O, 0.0, Answer::Refused, 1.0);
         for i in 1..100 {
             let now = i as f64 * 1000.0;
             t.on_send(O, now); // 1 req/s
-            t.on_answer(O, now, false, now + 1.0);
+            t.on_answer(O, now, Answer::Served, now + 1.0);
         }
         assert!(t.rate(O, 100_000.0).unwrap() <= 2.5);
     }
@@ -1162,7 +1308,12 @@ mod tests {
                     );
                 }
                 Ev::Answer(ok) => {
-                    t.on_answer(O, sent_at[c], !ok, now);
+                    t.on_answer(
+                        O,
+                        sent_at[c],
+                        if ok { Answer::Served } else { Answer::Refused },
+                        now,
+                    );
                     if ok {
                         served_ms.push(at);
                     } else {
@@ -1323,7 +1474,7 @@ mod tests {
             t.joined(O, now);
             for attempt in 0..9 {
                 let at = now + attempt as f64;
-                t.on_answer(O, at, true, at + 0.5); // every attempt refused
+                t.on_answer(O, at, Answer::Refused, at + 0.5); // every attempt refused
                 let ticket = t.enqueue(O, at + 1.0);
                 assert_eq!(t.poll(O, ticket, at + 1.0), Ok(()));
             }
@@ -1339,10 +1490,10 @@ mod tests {
         for _ in 0..(HERD_CALLS - 1) {
             t.joined(O, 0.0);
         }
-        t.on_answer(O, 0.0, true, 1.0);
+        t.on_answer(O, 0.0, Answer::Refused, 1.0);
         assert!(!t.paces(O), "nine calls are not a herd");
         t.joined(O, 1.0);
-        t.on_answer(O, 0.0, true, 2.0);
+        t.on_answer(O, 0.0, Answer::Refused, 2.0);
         assert!(t.paces(O) && !t.paces("http://other:1"));
         assert_eq!(
             t.rate(O, 2.0),
