@@ -1228,17 +1228,32 @@ mod throttle {
         Poll(usize),
         Abandon(usize),
         Send,
-        Answer { ago: f64, refused: bool },
+        /// `wait`: the wait a refusal asked for, in ms (`None`: none).
+        Answer {
+            ago: f64,
+            refused: bool,
+            wait: Option<f64>,
+        },
+    }
+
+    fn wait() -> impl Strategy<Value = Option<f64>> {
+        prop_oneof![
+            Just(None),
+            (0.0f64..5000.0).prop_map(Some),
+            prop::sample::select(vec![0.0, -1.0, 1e12, f64::INFINITY, f64::NAN]).prop_map(Some),
+        ]
     }
 
     fn event() -> impl Strategy<Value = (f64, Ev)> {
-        let ev = prop_oneof![
-            Just(Ev::Enqueue),
-            (0usize..64).prop_map(Ev::Poll),
-            (0usize..64).prop_map(Ev::Abandon),
-            Just(Ev::Send),
-            (0.0f64..500.0, any::<bool>()).prop_map(|(ago, refused)| Ev::Answer { ago, refused }),
-        ];
+        let ev =
+            prop_oneof![
+                Just(Ev::Enqueue),
+                (0usize..64).prop_map(Ev::Poll),
+                (0usize..64).prop_map(Ev::Abandon),
+                Just(Ev::Send),
+                (0.0f64..500.0, any::<bool>(), wait())
+                    .prop_map(|(ago, refused, wait)| Ev::Answer { ago, refused, wait }),
+            ];
         (prop_oneof![Just(0.0), 0.0f64..5.0, 0.0f64..2000.0], ev)
     }
 
@@ -1267,8 +1282,12 @@ mod throttle {
                         t.abandon(O, k, now);
                     }
                     Ev::Send => t.on_send(O, now),
-                    Ev::Answer { ago, refused } => {
-                        let answer = if refused { Answer::Refused } else { Answer::Served };
+                    Ev::Answer { ago, refused, wait } => {
+                        let answer = match (refused, wait) {
+                            (false, _) => Answer::Served,
+                            (true, None) => Answer::Refused,
+                            (true, Some(ms)) => Answer::RefusedWithWait(ms),
+                        };
                         t.on_answer(O, now - ago, answer, now)
                     }
                     _ => {}

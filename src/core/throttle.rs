@@ -488,7 +488,9 @@ impl AdaptiveThrottle {
         let measured = o.sends.rate(now_ms);
         if answer != Answer::Served {
             let wait_asked_ms = match answer {
-                Answer::RefusedWithWait(ms) => ms.clamp(0.0, config.max_wait_ms),
+                // counted up to `max_wait_ms` (nobody waits longer for a turn); NaN, 0 or
+                // less is no wait
+                Answer::RefusedWithWait(ms) if ms > 0.0 => ms.min(config.max_wait_ms),
                 _ => 0.0,
             };
             // An attempt sent within a round trip of the last cut met the server still busy
