@@ -26,7 +26,8 @@
 //!   attempt's outcome is recorded), the throttle's ticket (`enqueue` once, `poll` until
 //!   granted, `throttle_turn` against `maxWaitMs`, `abandon` when the call gives up its turn),
 //!   `on_send`, the budget's `retry_sent` / `attempt_ended` / `verdict` with the call's own
-//!   `OwnUse`, `on_answer` on a 503 or a 200; what the shell's `Drop for Guards` gives back
+//!   `OwnUse`, `on_answer` on a 200 or a 503 (with the wait its `Retry-After` asked for, as
+//!   the engine reads it); what the shell's `Drop for Guards` gives back
 //!   when a call ends (a probe slot, a ticket) is given back then too. `Retry-After` comes as
 //!   the header's text and the engine reads it (accepted up to `maxRetryAfterMs`, by default
 //!   the 2000 ms cap). The lean success path of a call with no guard but the default budget
@@ -2005,7 +2006,7 @@ fn warm_sections() {
          refused already (the 503s of the warm calls, median per run, in the label), so the \
          throttle has cut its rate before the herd comes; callers queued 2 x `rampMs` after \
          the last cut, with answers served and no refusal since, make it probe again, in slow \
-         start."
+         start (against `Retry-After`, no sooner than half the server's wait after the cut)."
     );
     println!();
     let warm90 = throttle.warm(Warm::Steady {

@@ -256,7 +256,7 @@ export class RetryBudget {
 export interface AdaptiveThrottleOptions {
   /** Starting send rate of a new origin, requests per second. @default 200 */
   initialRate?: number | undefined;
-  /** Slow start doubles the rate every rampMs while callers queue, until the first 429/503; after a cut the rate returns toward the ceiling with a time constant of rampMs / 4; callers still queued 2 × rampMs after a cut start slow start again. @default 200 */
+  /** Slow start doubles the rate every rampMs while callers queue, until the first 429/503; after a cut the rate returns toward the ceiling with a time constant of rampMs / 4; callers still queued 2 × rampMs after a cut start slow start again. After a 429/503 that asked for a wait (Retry-After or a RateLimit reset, read when respectRetryAfter is on), the rate stays at the cut (CUBIC alone) while the wait lasts, and slow start comes no sooner than half that wait (counted up to maxWaitMs). @default 200 */
   rampMs?: number | undefined;
   /** Multiplicative decrease on a 429/503, between 0 and 1. @default 0.7 */
   beta?: number | undefined;

@@ -1298,6 +1298,53 @@ mod throttle {
             }
         }
 
+        /// A refusal's wait of NaN, 0 or less is no wait, and one past the longest timer is
+        /// that timer: two throttles, one told the waits as they come and one told them so
+        /// made plain, agree on every rate and every turn.
+        #[test]
+        fn odd_waits_read_as_no_wait_or_the_longest(events in prop::collection::vec(event(), 1..300)) {
+            const LONGEST: f64 = 2_147_483_647.0;
+            let mut told = AdaptiveThrottle::new(ThrottleConfig::default());
+            let mut plain = AdaptiveThrottle::new(ThrottleConfig::default());
+            let mut now = 0.0;
+            let mut tickets: Vec<(u64, u64)> = Vec::new();
+            for (dt, ev) in events {
+                now += dt;
+                match ev {
+                    Ev::Enqueue => tickets.push((told.enqueue(O, now), plain.enqueue(O, now))),
+                    Ev::Poll(i) if !tickets.is_empty() => {
+                        let (a, b) = tickets[i % tickets.len()];
+                        prop_assert_eq!(told.poll(O, a, now), plain.poll(O, b, now));
+                    }
+                    Ev::Abandon(i) if !tickets.is_empty() => {
+                        let (a, b) = tickets.swap_remove(i % tickets.len());
+                        told.abandon(O, a, now);
+                        plain.abandon(O, b, now);
+                    }
+                    Ev::Send => {
+                        told.on_send(O, now);
+                        plain.on_send(O, now);
+                    }
+                    Ev::Answer { ago, refused, wait } => {
+                        let (a, b) = match (refused, wait) {
+                            (false, _) => (Answer::Served, Answer::Served),
+                            (true, None) => (Answer::Refused, Answer::Refused),
+                            (true, Some(ms)) if ms.is_nan() || ms <= 0.0 => {
+                                (Answer::RefusedWithWait(ms), Answer::Refused)
+                            }
+                            (true, Some(ms)) => {
+                                (Answer::RefusedWithWait(ms), Answer::RefusedWithWait(ms.min(LONGEST)))
+                            }
+                        };
+                        told.on_answer(O, now - ago, a, now);
+                        plain.on_answer(O, now - ago, b, now);
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(told.rate(O, now), plain.rate(O, now));
+            }
+        }
+
         /// Healthy calls one after another (each answered before the next is sent) never wait
         /// for a turn, however long they go on.
         #[test]

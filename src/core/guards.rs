@@ -275,6 +275,54 @@ mod tests {
     }
 
     #[test]
+    fn the_pacer_is_told_what_each_answer_says_of_the_load() {
+        /// Records what it is told.
+        #[derive(Default)]
+        struct Told(Vec<Answer>);
+        impl Pacer for Told {
+            fn enqueue(&mut self, _: &str, _: f64) -> u64 {
+                0
+            }
+            fn poll(&mut self, _: &str, _: u64, _: f64) -> Result<(), f64> {
+                Ok(())
+            }
+            fn abandon(&mut self, _: &str, _: u64, _: f64) {}
+            fn on_send(&mut self, _: &str, _: f64) {}
+            fn on_answer(&mut self, _: &str, _: f64, answer: Answer, _: f64) {
+                self.0.push(answer);
+            }
+            fn max_wait_ms(&self) -> f64 {
+                0.0
+            }
+        }
+        let cases = [
+            (
+                Outcome::Status(503),
+                1000.0,
+                Some(Answer::RefusedWithWait(1000.0)),
+            ),
+            (Outcome::Status(429), 0.0, Some(Answer::Refused)),
+            (Outcome::Status(200), 1000.0, Some(Answer::Served)),
+            // a failure that is no pushback, and no answer at all, say nothing of the load
+            (Outcome::Status(500), 1000.0, None),
+            (Outcome::NetworkError, 0.0, None),
+        ];
+        for (outcome, wait_ms, want) in cases {
+            let mut told = Told::default();
+            let mut held = Held::default();
+            let mut lent = GuardsLent {
+                origin: O,
+                budget: None,
+                pacer: Some(&mut told),
+                breaker: None,
+                held: &mut held,
+            };
+            lent.settled(outcome, true, 1, 0.0, wait_ms, 1.0);
+            assert_eq!(told.0, want.into_iter().collect::<Vec<_>>(), "{outcome:?}");
+        }
+    }
+
+    #[test]
     fn a_probe_slot_and_a_ticket_are_given_back_on_release() {
         let mut breaker = CircuitBreaker::new(BreakerConfig {
             failure_threshold: 1,

@@ -31,10 +31,12 @@
 //!   the current rate (CUBIC alone takes seconds to climb back from a cut); waiters ask again
 //!   at that moment.
 //! - **A server that asks for waits** (a 429 or 503 with `Retry-After`, or a `RateLimit`
-//!   reset): every request the rate overshoots by waits that long, so after such a refusal
-//!   the bucket holds 2 ms of sends instead of 10 (queued turns do not go out as a burst
-//!   into the server's emptied capacity), the rate stays at the cut (no quick return: CUBIC
-//!   alone), and slow start probes again no sooner than half the wait after the cut.
+//!   reset, that cuts the rate): every request the rate overshoots by waits that long, so
+//!   for that wait after the cut the bucket holds 2 ms of sends instead of 10 (queued turns
+//!   do not go out as a burst into the server's emptied capacity) and the rate stays at the
+//!   cut (no quick return: CUBIC alone), and slow start probes again no sooner than half the
+//!   wait after the cut (counted up to `max_wait_ms`), a blind cut's included. The engine
+//!   tells the wait only when the call honours it (`respectRetryAfter`).
 //!
 //! Why this design, and the designs it replaced: `docs/ARCHITECTURE.md`; the measurements:
 //! `BENCHMARKS.md`.
@@ -66,7 +68,9 @@ pub struct ThrottleConfig {
     pub initial_rate: f64,
     /// Slow start doubles the rate every `ramp_ms` while callers queue, until the first
     /// throttling answer; after a cut the rate returns to its plateau with a time constant of
-    /// `ramp_ms / 4`, and callers still queued `2 × ramp_ms` after it probe again. Default 200.
+    /// `ramp_ms / 4`, and callers still queued `2 × ramp_ms` after it probe again (after a
+    /// refusal that asked for a wait: no return while the wait lasts, and the probe no sooner
+    /// than half the wait). Default 200.
     pub ramp_ms: f64,
     /// Multiplicative decrease on a throttling answer, in `(0, 1)`: β per round, β² at slow
     /// start's exit. Default 0.7.
@@ -76,7 +80,8 @@ pub struct ThrottleConfig {
     /// The lowest send rate, req/s. Default 0.5.
     pub min_rate: f64,
     /// The longest an attempt waits for its turn, in ms; one that would wait longer is not
-    /// sent (the call stops, reason `'throttled'`). Default 10000.
+    /// sent (the call stops, reason `'throttled'`). Also the most of a server's asked wait
+    /// that delays a probe. Default 10000.
     pub max_wait_ms: f64,
 }
 
@@ -147,9 +152,10 @@ impl RateMeter {
     }
 }
 
-/// The bucket holds at most 10 ms worth of sends (at least one token): bursts stay small, so a
-/// server with a small concurrency limit is not hit by a wave of queued turns at once, yet a
-/// waiter whose timer fires a millisecond late does not lose its share of the rate.
+/// The bucket holds at most 10 ms worth of sends (at least one token; 2 ms while a server's
+/// asked wait lasts: [`WAIT_ASKED_BUCKET_MS`]): bursts stay small, so a server with a small
+/// concurrency limit is not hit by a wave of queued turns at once, yet a waiter whose timer
+/// fires a millisecond late does not lose its share of the rate.
 const BUCKET_MS: f64 = 10.0;
 
 /// The bucket after a refusal that asked for a wait holds 2 ms of sends (at least one token):
@@ -173,6 +179,9 @@ const PROBE_AFTER_RAMPS: f64 = 2.0;
 /// wait on), not as they come back.
 const PROBE_AFTER_WAIT_ASKED: f64 = 0.5;
 
+/// The longest wait a refusal is taken to ask for, ms (a timer's longest).
+const MAX_WAIT_ASKED_MS: f64 = 2_147_483_647.0;
+
 /// The weight of a new round-trip sample in the smoothed round trip (TCP's 1/8).
 const RTT_SMOOTHING: f64 = 0.125;
 
@@ -183,7 +192,8 @@ struct OriginThrottle {
     backed_off: bool,
     /// The last cut came while nobody waited for a turn.
     blind_cut: bool,
-    /// The longest wait a refusal of the last cut's round asked for, ms (0: none).
+    /// The wait the refusal of the last cut asked for, ms (0: none), until slow start
+    /// probes again.
     wait_asked_ms: f64,
     /// An attempt was served since the last cut (in an outage none is, and nothing probes).
     served_since_cut: bool,
@@ -254,7 +264,8 @@ impl OriginThrottle {
     /// How long after the last cut callers still queued make slow start probe again:
     /// `2 × ramp_ms`, or half the longest wait the cut's refusals asked for when that is more.
     fn probe_after_ms(&self, config: &ThrottleConfig) -> f64 {
-        (PROBE_AFTER_RAMPS * config.ramp_ms).max(PROBE_AFTER_WAIT_ASKED * self.wait_asked_ms)
+        let asked = self.wait_asked_ms.min(config.max_wait_ms);
+        (PROBE_AFTER_RAMPS * config.ramp_ms).max(PROBE_AFTER_WAIT_ASKED * asked)
     }
 
     fn skip_abandoned(&mut self) {
@@ -295,9 +306,15 @@ impl OriginThrottle {
     /// Bring the bucket and the rate to `now_ms`; every change of who waits (a turn taken,
     /// granted or given up) comes after one, so the state seen here held since the last.
     fn refill(&mut self, config: &ThrottleConfig, now_ms: f64) {
+        if self.wait_asked_ms > 0.0 && now_ms - self.last_decrease_ms >= self.wait_asked_ms {
+            // the wait the server asked for is over: the usual rules again
+            self.wait_asked_ms = 0.0;
+        }
         let probe_after = self.probe_after_ms(config);
         let calm = now_ms - self.last_decrease_ms >= probe_after;
-        if self.backed_off && self.served_since_cut && self.waiting() && (self.blind_cut || calm) {
+        // (A blind cut by a refusal that asked for a wait probes when calm, as any other.)
+        let blind = self.blind_cut && self.wait_asked_ms == 0.0;
+        if self.backed_off && self.served_since_cut && self.waiting() && (blind || calm) {
             // Callers queue after a cut made while none did (the traffic's own bursts were
             // refused, not a rate the throttle set), or long after the last cut with no
             // refusal since: the rate the server takes is not known, so slow start probes for
@@ -487,10 +504,9 @@ impl AdaptiveThrottle {
         o.refill(&config, now_ms);
         let measured = o.sends.rate(now_ms);
         if answer != Answer::Served {
+            // NaN, 0 or less is no wait; kept finite
             let wait_asked_ms = match answer {
-                // counted up to `max_wait_ms` (nobody waits longer for a turn); NaN, 0 or
-                // less is no wait
-                Answer::RefusedWithWait(ms) if ms > 0.0 => ms.min(config.max_wait_ms),
+                Answer::RefusedWithWait(ms) if ms > 0.0 => ms.min(MAX_WAIT_ASKED_MS),
                 _ => 0.0,
             };
             // An attempt sent within a round trip of the last cut met the server still busy
@@ -500,7 +516,6 @@ impl AdaptiveThrottle {
                 // above the capacity than one refusal says. The ceiling comes down by beta
                 // (never below the cut itself); the rate is not cut again.
                 o.w_max = (o.w_max * config.beta).max(o.w_floor);
-                o.wait_asked_ms = o.wait_asked_ms.max(wait_asked_ms);
                 o.fill_rate = o.fill_rate.min(PLATEAU * o.w_max).max(config.min_rate);
             } else {
                 // Callers waiting for turns: sending at the fill rate. Otherwise the measured
@@ -797,6 +812,21 @@ mod tests {
     }
 
     #[test]
+    fn a_warm_throttle_against_a_server_shedding_at_200_per_second_refuses_at_most_two() {
+        // every refused caller waits a whole second: p99 within 1.5 x 955 ms allows 2 of 200
+        let mut t = throttle();
+        healthy(&mut t, 200, 100.0, 0.0);
+        let s = storm(&mut t, &mut Server::bucket(200.0, 10.0), 200, Some(1000.0));
+        assert_eq!(s.served_ms.len(), 200);
+        assert!(
+            s.refused_callers <= 2,
+            "{} callers refused",
+            s.refused_callers
+        );
+        assert!(s.p99() <= 1.5 * 955.0, "p99 {}", s.p99());
+    }
+
+    #[test]
     fn a_warm_slow_starts_exit_cuts_no_lower_than_beta_times_the_rate_served() {
         let mut t = throttle();
         healthy(&mut t, 200, 360.0, 0.0);
@@ -905,15 +935,86 @@ mod tests {
             t.rate(O, 1300.0).unwrap() > 1.9 * plateau,
             "slow start from half the wait"
         );
-        // a refusal that asks for no wait makes the probe come 2 x rampMs after it again
+        // a cut by a refusal that asks for no wait: the quick return to 0.85 x the refused rate,
+        // and the probe 2 x rampMs after the cut again
+        let refused_at = t.rate(O, 1300.0).unwrap();
         t.on_answer(O, 1290.0, Answer::Refused, 1300.0);
-        let cut = t.rate(O, 1300.0).unwrap();
         let mut now = 1300.0;
-        while now < 1600.0 {
+        while now < 1695.0 {
             now += 5.0;
             t.on_answer(O, now - 7.0, Answer::Served, now);
         }
-        assert!(t.rate(O, 1800.0).unwrap() > 1.5 * cut);
+        let returned = t.rate(O, 1695.0).unwrap();
+        assert!(
+            returned > 0.8 * refused_at,
+            "quick return: {returned} of {refused_at}"
+        );
+        assert!(
+            returned <= 0.85 * refused_at + 1e-6,
+            "no probe before 2 x rampMs"
+        );
+        assert!(
+            t.rate(O, 1800.0).unwrap() > 1.3 * returned,
+            "slow start from 1700"
+        );
+    }
+
+    #[test]
+    fn a_blind_cut_that_asked_for_a_wait_probes_no_sooner_than_half_the_wait() {
+        for (answer, probes_at_once) in [
+            (Answer::Refused, true),
+            (Answer::RefusedWithWait(2000.0), false),
+        ] {
+            // healthy traffic at 100 req/s, nobody queued
+            let mut t = throttle();
+            let mut now = 0.0;
+            while now < 500.0 {
+                let k = t.enqueue(O, now);
+                assert_eq!(t.poll(O, k, now), Ok(()));
+                t.on_send(O, now);
+                t.on_answer(O, now, Answer::Served, now + 5.0);
+                now += 10.0;
+            }
+            // refused while nobody waits (a blind cut), then one served
+            t.on_answer(O, now - 5.0, answer, now);
+            t.on_answer(O, now, Answer::Served, now + 5.0);
+            // a herd queues 20 ms later
+            let at = now + 20.0;
+            let _tickets: Vec<u64> = (0..100).map(|_| t.enqueue(O, at)).collect();
+            let before = t.rate(O, at).unwrap();
+            let later = t.rate(O, at + 300.0).unwrap();
+            assert_eq!(
+                later > 1.9 * before,
+                probes_at_once,
+                "{answer:?}: {before} -> {later}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_rules_for_a_server_that_asks_for_waits_last_as_long_as_its_wait() {
+        let mut t = throttle();
+        let waiting = t.enqueue(O, 0.0);
+        t.on_answer(O, 0.0, Answer::RefusedWithWait(1000.0), 0.0); // cut to 0.49 x 200
+        t.abandon(O, waiting, 0.0); // nobody queued: no probe
+        let mut now = 0.0;
+        while now < 990.0 {
+            now += 5.0;
+            t.on_answer(O, now - 7.0, Answer::Served, now);
+        }
+        let held = t.rate(O, 990.0).unwrap();
+        // CUBIC alone (about 139 req/s by then), not the quick return to 0.85 x 200
+        assert!(
+            held < 0.75 * 200.0,
+            "no quick return while the wait lasts: {held}"
+        );
+        // the wait is over: back toward 0.85 x the refused rate (200)
+        while now < 1200.0 {
+            now += 5.0;
+            t.on_answer(O, now - 7.0, Answer::Served, now);
+        }
+        let returned = t.rate(O, 1200.0).unwrap();
+        assert!(returned > 0.8 * 200.0, "{returned}");
     }
 
     #[test]
@@ -1313,7 +1414,11 @@ mod tests {
                     t.on_answer(
                         O,
                         sent_at[c],
-                        if ok { Answer::Served } else { Answer::Refused },
+                        match (ok, retry_after_ms) {
+                            (true, _) => Answer::Served,
+                            (false, None) => Answer::Refused,
+                            (false, Some(ms)) => Answer::RefusedWithWait(ms),
+                        },
                         now,
                     );
                     if ok {
