@@ -1216,6 +1216,7 @@ fn a_generated_key_in_both_header_forms() {
 mod throttle {
     use super::config;
     use proptest::prelude::*;
+    use retry_fetch::core::options::MAX_TIMER_MS;
     use retry_fetch::core::throttle::{AdaptiveThrottle, Answer, ThrottleConfig};
 
     const O: &str = "http://127.0.0.1:1";
@@ -1303,7 +1304,6 @@ mod throttle {
         /// made plain, agree on every rate and every turn.
         #[test]
         fn odd_waits_read_as_no_wait_or_the_longest(events in prop::collection::vec(event(), 1..300)) {
-            const LONGEST: f64 = 2_147_483_647.0;
             let mut told = AdaptiveThrottle::new(ThrottleConfig::default());
             let mut plain = AdaptiveThrottle::new(ThrottleConfig::default());
             let mut now = 0.0;
@@ -1333,7 +1333,7 @@ mod throttle {
                                 (Answer::RefusedWithWait(ms), Answer::Refused)
                             }
                             (true, Some(ms)) => {
-                                (Answer::RefusedWithWait(ms), Answer::RefusedWithWait(ms.min(LONGEST)))
+                                (Answer::RefusedWithWait(ms), Answer::RefusedWithWait(ms.min(MAX_TIMER_MS)))
                             }
                         };
                         told.on_answer(O, now - ago, a, now);

@@ -181,11 +181,7 @@ impl CallGuards for GuardsLent<'_> {
             let answer = if success {
                 Some(Answer::Served)
             } else if status.is_some_and(is_pushback) {
-                Some(if wait_asked_ms > 0.0 {
-                    Answer::RefusedWithWait(wait_asked_ms)
-                } else {
-                    Answer::Refused
-                })
+                Some(Answer::refused(wait_asked_ms))
             } else {
                 None
             };

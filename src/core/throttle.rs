@@ -42,7 +42,7 @@
 //! `BENCHMARKS.md`.
 
 use super::guards::Pacer;
-use super::options::{check_guard_settings, OptionError, THROTTLE_RANGES};
+use super::options::{check_guard_settings, OptionError, MAX_TIMER_MS, THROTTLE_RANGES};
 use super::origins::OriginMap;
 
 /// What an answer says of its origin's load.
@@ -55,6 +55,28 @@ pub enum Answer {
     /// Pushed back with a wait asked, in ms (`Retry-After`, or a `RateLimit` reset; more
     /// than 0): every request the rate overshoots by waits that long.
     RefusedWithWait(f64),
+}
+
+impl Answer {
+    /// A 429 or 503 whose answer asked for `wait_ms` (`RefusedWithWait`), or for none
+    /// (`Refused`: NaN, 0 or less).
+    pub fn refused(wait_ms: f64) -> Answer {
+        let answer = Answer::RefusedWithWait(wait_ms);
+        if answer.wait_asked_ms() > 0.0 {
+            answer
+        } else {
+            Answer::Refused
+        }
+    }
+
+    /// The wait this answer asked for, in ms: 0 for none (served, refused without a wait, or a
+    /// wait of NaN, 0 or less), at most the longest timer ([`MAX_TIMER_MS`]).
+    pub fn wait_asked_ms(self) -> f64 {
+        match self {
+            Answer::RefusedWithWait(ms) if ms > 0.0 => ms.min(MAX_TIMER_MS),
+            _ => 0.0,
+        }
+    }
 }
 
 /// Throttle settings.
@@ -179,9 +201,6 @@ const PROBE_AFTER_RAMPS: f64 = 2.0;
 /// wait on), not as they come back.
 const PROBE_AFTER_WAIT_ASKED: f64 = 0.5;
 
-/// The longest wait a refusal is taken to ask for, ms (a timer's longest).
-const MAX_WAIT_ASKED_MS: f64 = 2_147_483_647.0;
-
 /// The weight of a new round-trip sample in the smoothed round trip (TCP's 1/8).
 const RTT_SMOOTHING: f64 = 0.125;
 
@@ -192,8 +211,7 @@ struct OriginThrottle {
     backed_off: bool,
     /// The last cut came while nobody waited for a turn.
     blind_cut: bool,
-    /// The wait the refusal of the last cut asked for, ms (0: none), until slow start
-    /// probes again.
+    /// The wait the refusal of the last cut asked for, ms (0: none, or that wait is over).
     wait_asked_ms: f64,
     /// An attempt was served since the last cut (in an outage none is, and nothing probes).
     served_since_cut: bool,
@@ -240,7 +258,7 @@ impl OriginThrottle {
             slow_from_ms: now_ms,
             served_rate: 0.0,
             fill_rate: config.initial_rate,
-            tokens: capacity(config.initial_rate, false),
+            tokens: capacity(config.initial_rate, BUCKET_MS),
             last_refill_ms: now_ms,
             w_max: config.initial_rate,
             cut_rate: config.initial_rate,
@@ -258,11 +276,16 @@ impl OriginThrottle {
     /// The bucket's size at the fill rate: [`BUCKET_MS`] of sends, or [`WAIT_ASKED_BUCKET_MS`]
     /// after a refusal that asked for a wait (at least one token).
     fn capacity(&self) -> f64 {
-        capacity(self.fill_rate, self.wait_asked_ms > 0.0)
+        let bucket_ms = if self.wait_asked_ms > 0.0 {
+            WAIT_ASKED_BUCKET_MS
+        } else {
+            BUCKET_MS
+        };
+        capacity(self.fill_rate, bucket_ms)
     }
 
     /// How long after the last cut callers still queued make slow start probe again:
-    /// `2 × ramp_ms`, or half the longest wait the cut's refusals asked for when that is more.
+    /// `2 × ramp_ms`, or half the wait the cut's refusal asked for when that is more.
     fn probe_after_ms(&self, config: &ThrottleConfig) -> f64 {
         let asked = self.wait_asked_ms.min(config.max_wait_ms);
         (PROBE_AFTER_RAMPS * config.ramp_ms).max(PROBE_AFTER_WAIT_ASKED * asked)
@@ -396,12 +419,8 @@ fn cube_root(x: f64) -> f64 {
     }
 }
 
-fn capacity(rate: f64, wait_asked: bool) -> f64 {
-    let bucket_ms = if wait_asked {
-        WAIT_ASKED_BUCKET_MS
-    } else {
-        BUCKET_MS
-    };
+/// A bucket of `bucket_ms` of sends at `rate`, at least one token.
+fn capacity(rate: f64, bucket_ms: f64) -> f64 {
     (rate * bucket_ms / 1000.0).max(1.0)
 }
 
@@ -504,11 +523,7 @@ impl AdaptiveThrottle {
         o.refill(&config, now_ms);
         let measured = o.sends.rate(now_ms);
         if answer != Answer::Served {
-            // NaN, 0 or less is no wait; kept finite
-            let wait_asked_ms = match answer {
-                Answer::RefusedWithWait(ms) if ms > 0.0 => ms.min(MAX_WAIT_ASKED_MS),
-                _ => 0.0,
-            };
+            let wait_asked_ms = answer.wait_asked_ms();
             // An attempt sent within a round trip of the last cut met the server still busy
             // with what was sent before it (a slot is held for the whole service time).
             if sent_ms <= o.last_decrease_ms + o.srtt_ms {
