@@ -285,7 +285,7 @@ impl Client {
         let mut plain = plain;
         if lean_input && !plain_get && plain.is_none() && init.is_undefined() {
             plain = Some(PlainInit {
-                copy: Object::new(),
+                copy: None,
                 get: true,
                 keyed: true,
                 method: None,
@@ -297,13 +297,15 @@ impl Client {
         // signal of ours in what is sent, and a timer; a POST whose redirects the loop follows
         // itself takes the loop, which bounds every hop (`lean_headers`).
         let limit = policy.retry.attempt_limit_ms(policy.retry.deadline_ms);
-        let keyed = match &plain {
+        let keyed = match &mut plain {
             Some(c) if lean_input && !plain_get && c.keyed => {
                 lean_headers(policy, c, limit.is_some())?
             }
             _ => None,
         };
-        let copy = plain.map(|c| c.copy);
+        // A plain init with nothing but `method: 'GET'` is fixed as none (`init` below).
+        let given = plain.is_some();
+        let copy = plain.and_then(|c| c.copy);
         // What fetch is given: `request` (the `Request` made here, else the URL) and `send`;
         // `init` is what a retry's request is made from.
         let (send, request, init): (JsValue, Option<JsValue>, JsValue) =
@@ -328,7 +330,9 @@ impl Client {
                 let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
                 // What is sent is an object of its own (which gets the signal under a time limit):
                 // the copy stays as the call fixed it, whatever a wrapper of fetch changes in what
-                // it was given (a retry's request is made from the copy).
+                // it was given (a retry's request is made from the copy). No init, or one that
+                // says only `method: 'GET'`, is sent as none: the same request, and fetch skips
+                // reading an init's every member.
                 let send = match limit.is_none() && none {
                     true => JsValue::UNDEFINED,
                     false => Object::assign(&Object::new(), init.unchecked_ref()).into(),
@@ -337,7 +341,10 @@ impl Client {
             } else {
                 // The request is made from the copy: every member of a plain init is read once,
                 // and a string body sent again on a retry is the one the request was made from.
-                let copied: Option<JsValue> = copy.map(JsValue::from);
+                let copied: Option<JsValue> = match copy {
+                    Some(copy) => Some(copy.into()),
+                    None => given.then_some(JsValue::UNDEFINED),
+                };
                 let init = copied.as_ref().unwrap_or(init);
                 let request = fix_request(input, init)?;
                 if let Some(defaults) = &policy.headers {
@@ -406,7 +413,9 @@ impl Client {
 
 /// A plain `init`, copied (every own value read once), and which lean path may send it.
 struct PlainInit {
-    copy: Object,
+    /// The copy; none for an init with no member but `method: 'GET'` (what fetch assumes
+    /// without one), which is sent and fixed as no init.
+    copy: Option<Object>,
     /// The lean GET's: every value a primitive, the method GET or HEAD, no body, not
     /// `redirect: 'error'`.
     get: bool,
@@ -414,7 +423,7 @@ struct PlainInit {
     /// one, not `redirect: 'error'`.
     keyed: bool,
     /// `init.method` as given (`None`: not a string, or absent).
-    method: Option<String>,
+    method: Option<std::borrow::Cow<'static, str>>,
     /// `init.headers` and `init.redirect` as given (`undefined` when absent).
     headers: JsValue,
     redirect: JsValue,
@@ -431,18 +440,34 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
     let Ok(keys) = js::own_property_names(init) else {
         return Ok(None);
     };
-    let copy = Object::new();
+    // Made for the first member put in it; `method: 'GET'` waits for another (`get_held`): an
+    // init of nothing else says only what fetch assumes without one, and needs no copy.
+    let (mut copy, mut get_held) = (None, false);
     let plain = js::has_plain_prototype(init);
     let (mut primitive, mut body_none, mut body_ok) = (plain, true, true);
     let (mut method, mut headers, mut redirect) = (None, JsValue::UNDEFINED, JsValue::UNDEFINED);
     for key in keys.iter() {
-        // `method`, the name most calls give, is told by `===` (not made a Rust string).
-        let name = match key == hot.method {
-            true => String::from("method"),
-            false => match key.as_string() {
-                Some(name) => name,
-                None => continue,
-            },
+        // `method`, the name most calls give, is told by `===` (no Rust string made of it,
+        // and no retry option is called so).
+        if key == hot.method {
+            if !plain {
+                continue;
+            }
+            let value = js_sys::Reflect::get(init, &key)?; // a throwing getter rejects the call
+            let get = value == hot.get;
+            method = match get {
+                true => Some("GET".into()),
+                false => value.as_string().map(Into::into),
+            };
+            primitive &= method.is_some() || value.is_undefined();
+            match get && copy.is_none() {
+                true => get_held = true,
+                false => put(&mut copy, &mut get_held, hot, &key, &value),
+            }
+            continue;
+        }
+        let Some(name) = key.as_string() else {
+            continue;
         };
         if crate::core::options::misplaced_in_init(&name) {
             let mut msg = String::from("retryFetch: init has \"");
@@ -455,16 +480,6 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
         }
         let value = js_sys::Reflect::get(init, &key)?; // a throwing getter rejects the call
         match name.as_str() {
-            // A string or `undefined` (else not `primitive`): neither an object nor a function.
-            "method" => {
-                method = match value == hot.get {
-                    true => Some(String::from("GET")),
-                    false => value.as_string(),
-                };
-                primitive &= method.is_some() || value.is_undefined();
-                let _ = js_sys::Reflect::set(&copy, &key, &value);
-                continue;
-            }
             "body" => {
                 body_none = value.is_undefined() || value.is_null();
                 body_ok = body_none || value.is_string();
@@ -478,14 +493,14 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
             }
             "headers" => {
                 primitive &= !value.is_function();
-                let _ = js_sys::Reflect::set(&copy, &key, &value);
+                put(&mut copy, &mut get_held, hot, &key, &value);
                 headers = value;
                 continue;
             }
             _ => {}
         }
         primitive &= !value.is_object() && !value.is_function();
-        let _ = js_sys::Reflect::set(&copy, &key, &value);
+        put(&mut copy, &mut get_held, hot, &key, &value);
     }
     if !plain {
         return Ok(None);
@@ -504,6 +519,25 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
     }))
 }
 
+/// `key: value` put in a plain init's copy, made now if it is not yet (with the `method: 'GET'`
+/// held back until now first, in its place).
+fn put(
+    copy: &mut Option<Object>,
+    get_held: &mut bool,
+    hot: &js::Hot,
+    key: &JsValue,
+    value: &JsValue,
+) {
+    let copy = copy.get_or_insert_with(|| {
+        let copy = Object::new();
+        if core::mem::take(get_held) {
+            let _ = js_sys::Reflect::set(&copy, &hot.method, &hot.get);
+        }
+        copy
+    });
+    let _ = js_sys::Reflect::set(copy, key, value);
+}
+
 /// A lean call's headers, set on a `Headers` made from the copy's (now fixed) and put in the
 /// copy: the client's default `headers` the call does not set itself, and a key of ours
 /// when one is to be added (a POST, or any request under a fixed key) and the call carries
@@ -513,7 +547,7 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
 /// sent with 'manual' under a time limit (`limited`) has every redirect hop bounded there.
 fn lean_headers(
     policy: &Policy,
-    plain: &PlainInit,
+    plain: &mut PlainInit,
     limited: bool,
 ) -> Result<Option<(Headers, bool)>, JsValue> {
     let idempotent = plain
@@ -527,7 +561,11 @@ fn lean_headers(
     // `new Headers(init.headers)`: any `HeadersInit`, and none (`undefined`) makes it empty.
     let headers = Headers::new_with_headers(plain.headers.unchecked_ref())?;
     // The copy carries the headers as they are now: read once, whichever path sends them.
-    js::set(&plain.copy, "headers", &headers);
+    js::set(
+        plain.copy.get_or_insert_with(Object::new),
+        "headers",
+        &headers,
+    );
     if let Some(defaults) = &policy.headers {
         // The call's own win. A client's defaults cannot hold the key header (refused with
         // the options); the call's `headers` option can: the caller's key, as in `init`.
