@@ -423,7 +423,7 @@ struct PlainInit {
     /// one, not `redirect: 'error'`.
     keyed: bool,
     /// `init.method` as given (`None`: not a string, or absent).
-    method: Option<std::borrow::Cow<'static, str>>,
+    method: Option<String>,
     /// `init.headers` and `init.redirect` as given (`undefined` when absent).
     headers: JsValue,
     redirect: JsValue,
@@ -456,8 +456,8 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
             let value = js_sys::Reflect::get(init, &key)?; // a throwing getter rejects the call
             let get = value == hot.get;
             method = match get {
-                true => Some("GET".into()),
-                false => value.as_string().map(Into::into),
+                true => Some(String::from("GET")),
+                false => value.as_string(),
             };
             primitive &= method.is_some() || value.is_undefined();
             match get && copy.is_none() {
