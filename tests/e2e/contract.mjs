@@ -1653,6 +1653,29 @@ export const scenarios = [
       }
     },
   },
+  {
+    name: "contract: init's method: 'GET' overrides a Request input's method on every attempt, as fetch's does; a URL's GET with it is sent as a GET",
+    async run({ api, seq }) {
+      const ways = [
+        ['no options', {}],
+        ['timeoutMs', { timeoutMs: 5_000 }],
+        ['a fetch option', { fetch: (i, n) => fetch(i, n) }],
+        ['a client default header', { headers: { 'x-team': 'payments' } }],
+      ];
+      for (const [label, options] of ways) {
+        const r = seq('503,200');
+        const res = await api.retryFetch(new Request(r.url, { method: 'DELETE' }), { method: 'GET' }, { ...fast, ...options });
+        equal(res.status, 200, `Request input, ${label}:`);
+        deepEqual((await r.log()).map((e) => e.method), ['GET', 'GET'], `Request input, ${label}: methods sent`);
+        const u = seq('503,200');
+        const init = { method: 'GET' };
+        const call = api.retryFetch(u.url, init, { ...fast, ...options });
+        init.method = 'DELETE'; // after the call started: the retry is the request it fixed
+        equal((await call).status, 200, `URL, ${label}:`);
+        deepEqual((await u.log()).map((e) => e.method), ['GET', 'GET'], `URL, ${label}: methods sent`);
+      }
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

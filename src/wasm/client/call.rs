@@ -286,12 +286,18 @@ impl Client {
         if lean_input && !plain_get && plain.is_none() && init.is_undefined() {
             plain = Some(PlainInit {
                 copy: None,
+                get_held: false,
                 get: true,
                 keyed: true,
                 method: None,
                 headers: JsValue::UNDEFINED,
                 redirect: JsValue::UNDEFINED,
             });
+        }
+        // Only a lean GET of a URL sends an init of nothing but `method: 'GET'` as none: any
+        // other path keeps it in a copy (a `Request` input's own method is what it overrides).
+        if let Some(c) = plain.as_mut().filter(|_| !plain_get) {
+            copy_of(&mut c.copy, &mut c.get_held, &self.hot);
         }
         // A time limit on a lean first attempt (`timeoutMs`, shortened to `deadlineMs`): a
         // signal of ours in what is sent, and a timer; a POST whose redirects the loop follows
@@ -303,8 +309,6 @@ impl Client {
             }
             _ => None,
         };
-        // A plain init with nothing but `method: 'GET'` is fixed as none (`init` below).
-        let given = plain.is_some();
         let copy = plain.and_then(|c| c.copy);
         // What fetch is given: `request` (the `Request` made here, else the URL) and `send`;
         // `init` is what a retry's request is made from.
@@ -341,10 +345,7 @@ impl Client {
             } else {
                 // The request is made from the copy: every member of a plain init is read once,
                 // and a string body sent again on a retry is the one the request was made from.
-                let copied: Option<JsValue> = match copy {
-                    Some(copy) => Some(copy.into()),
-                    None => given.then_some(JsValue::UNDEFINED),
-                };
+                let copied: Option<JsValue> = copy.map(JsValue::from);
                 let init = copied.as_ref().unwrap_or(init);
                 let request = fix_request(input, init)?;
                 if let Some(defaults) = &policy.headers {
@@ -413,9 +414,12 @@ impl Client {
 
 /// A plain `init`, copied (every own value read once), and which lean path may send it.
 struct PlainInit {
-    /// The copy; none for an init with no member but `method: 'GET'` (what fetch assumes
-    /// without one), which is sent and fixed as no init.
+    /// The copy; none for an init with no member but `method: 'GET'` (`get_held`), or none
+    /// at all: for a URL, what fetch assumes without an init, which a lean GET sends and fixes
+    /// as none.
     copy: Option<Object>,
+    /// `method: 'GET'` was given and is not in a copy yet.
+    get_held: bool,
     /// The lean GET's: every value a primitive, the method GET or HEAD, no body, not
     /// `redirect: 'error'`.
     get: bool,
@@ -511,6 +515,7 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
         && headers.is_undefined();
     Ok(Some(PlainInit {
         copy,
+        get_held,
         get,
         keyed: primitive && body_ok,
         method,
@@ -519,8 +524,7 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
     }))
 }
 
-/// `key: value` put in a plain init's copy, made now if it is not yet (with the `method: 'GET'`
-/// held back until now first, in its place).
+/// `key: value` put in a plain init's copy ([`copy_of`]).
 fn put(
     copy: &mut Option<Object>,
     get_held: &mut bool,
@@ -528,14 +532,19 @@ fn put(
     key: &JsValue,
     value: &JsValue,
 ) {
-    let copy = copy.get_or_insert_with(|| {
+    let _ = js_sys::Reflect::set(copy_of(copy, get_held, hot), key, value);
+}
+
+/// A plain init's copy, made now if it is not yet, with the `method: 'GET'` held back until
+/// now first, in its place.
+fn copy_of<'a>(copy: &'a mut Option<Object>, get_held: &mut bool, hot: &js::Hot) -> &'a Object {
+    copy.get_or_insert_with(|| {
         let copy = Object::new();
         if core::mem::take(get_held) {
             let _ = js_sys::Reflect::set(&copy, &hot.method, &hot.get);
         }
         copy
-    });
-    let _ = js_sys::Reflect::set(copy, key, value);
+    })
 }
 
 /// A lean call's headers, set on a `Headers` made from the copy's (now fixed) and put in the
