@@ -121,6 +121,50 @@ pub fn promise_of(value: &JsValue) -> js_sys::Promise {
 }
 
 #[cfg(feature = "client")]
+#[wasm_bindgen]
+extern "C" {
+    /// `performance.now()`: ms since the time origin on a monotonic clock (a throw where the
+    /// runtime has no `performance`).
+    #[wasm_bindgen(js_namespace = performance, js_name = now, catch)]
+    fn performance_now() -> Result<f64, JsValue>;
+}
+
+#[cfg(feature = "client")]
+thread_local! {
+    /// `Date.now() - performance.now()` at the first [`now_ms`] (NaN until then).
+    static CLOCK_ORIGIN: core::cell::Cell<f64> = const { core::cell::Cell::new(f64::NAN) };
+}
+
+/// How far the wall clock may be from the monotonic one before [`now_ms`] takes it for a step
+/// (NTP stepping, a resumed VM, the date set by hand): 1 s.
+#[cfg(feature = "client")]
+const CLOCK_STEP_MS: f64 = 1_000.0;
+
+/// Now, in ms since the Unix epoch: the wall clock (`Date.now()`) while it keeps pace with a
+/// monotonic one (`performance.now()` from the wall clock's time at the first read), and the
+/// monotonic one once the wall clock is more than [`CLOCK_STEP_MS`] away from it. Every time
+/// the client keeps (deadlines, attempt records, the guards' windows and refills) is read
+/// here, so a step of the wall clock neither ends a deadline early nor holds a breaker open
+/// for the length of the step. The wall clock alone where there is no `performance`.
+#[cfg(feature = "client")]
+pub fn now_ms() -> f64 {
+    let wall = js_sys::Date::now();
+    let Ok(elapsed) = performance_now() else {
+        return wall;
+    };
+    CLOCK_ORIGIN.with(|origin| {
+        if origin.get().is_nan() {
+            origin.set(wall - elapsed);
+        }
+        let steady = origin.get() + elapsed;
+        match (wall - steady).abs() <= CLOCK_STEP_MS {
+            true => wall,
+            false => steady,
+        }
+    })
+}
+
+#[cfg(feature = "client")]
 thread_local! {
     /// `Object.prototype`, read once.
     static OBJECT_PROTOTYPE: JsValue = prototype_of(&js_sys::Object::new()).unwrap_or(JsValue::NULL);

@@ -1654,6 +1654,41 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: time is kept on a monotonic clock: a wall clock stepped back an hour mid-call neither stops a deadline nor holds a breaker open',
+    async run({ api, seq }) {
+      const realNow = Date.now;
+      const hour = 3_600_000;
+      let reads = 0;
+      // The first read is the real time, every later one an hour earlier: a step back.
+      const stepped = () => realNow() - (reads++ > 0 ? hour : 0);
+      try {
+        const s = seq('503');
+        Date.now = stepped;
+        const started = performance.now();
+        // 100 attempts 50 ms apart (5 s) unless the deadline ends them: with the last answer,
+        // or a RetryError when it passes during a wait.
+        const ended = await api
+          .retryFetch(s.url, undefined, { baseDelayMs: 50, jitter: 'none', maxDelayMs: 50, maxAttempts: 100, deadlineMs: 300, budget: false, throttle: false })
+          .then((res) => res.status, (error) => error?.reason);
+        const took = performance.now() - started;
+        Date.now = realNow;
+        ok(ended === 503 || ended === 'deadline', `the call ended with ${ended}`);
+        ok(took < 2_000, `the deadline held: the call took ${Math.round(took)} ms`);
+        ok((await s.log()).length < 20, 'attempts past the deadline');
+        // Opened, then the wall clock steps back an hour.
+        const b = seq('503');
+        const breaker = new api.CircuitBreaker({ failureThreshold: 1, openMs: 200 });
+        await api.retryFetch(b.url, undefined, { ...fast, maxAttempts: 1, breaker });
+        equal(breaker.state(b.url), 'open', 'after the failure:');
+        Date.now = () => realNow() - hour;
+        await sleep(400);
+        equal(breaker.state(b.url), 'half-open', 'openMs after it, the wall clock an hour back:');
+      } finally {
+        Date.now = realNow;
+      }
+    },
+  },
+  {
     name: "contract: init's method: 'GET' overrides a Request input's method on every attempt, as fetch's does; a URL's GET with it is sent as a GET",
     async run({ api, seq }) {
       const ways = [

@@ -257,7 +257,7 @@ impl Client {
             true => init_values(init, &self.hot)?,
             false => None,
         };
-        let started = js_sys::Date::now();
+        let started = crate::wasm::js::now_ms();
         let lean_policy = lean_policy(policy);
         // A URL string with no init, or a plain one: the first attempt is `fetch(url, copy)`,
         // which makes the only `Request` the call needs, and the request is fixed (the copy)
@@ -689,7 +689,7 @@ fn settled(
     if status.is_some_and(|s| !manual && policy.retry.lean_answer(s)) {
         return value;
     }
-    let ended = js_sys::Date::now();
+    let ended = crate::wasm::js::now_ms();
     // A URL string was sent: the request is made now (from the copy that was sent, or none),
     // and a URL that fetch refuses (nothing was sent) is the platform's TypeError, not a
     // network error to retry.
@@ -823,7 +823,7 @@ impl Drop for Guards {
     fn drop(&mut self) {
         if self.held.slot.is_some() || self.held.ticket.is_some() || self.held.joined {
             self.lend(&mut |g| {
-                let now = js_sys::Date::now();
+                let now = crate::wasm::js::now_ms();
                 g.release(now);
                 g.leave(now);
                 // No step follows: the call is over.
@@ -963,7 +963,7 @@ pub async fn run(
         };
         let info = to_js(&SettledInfo {
             attempts: attempts.get(),
-            duration_ms: js_sys::Date::now() - started,
+            duration_ms: crate::wasm::js::now_ms() - started,
             response,
             error,
         });
@@ -1089,7 +1089,7 @@ async fn run_loop(
         // an abort, the deadline or the first attempt's time limit ends it (the other bodies
         // are in memory). What was read of the stream cannot be sent again.
         BodyKind::Stream => {
-            let left = engine.deadline_left_ms(js_sys::Date::now());
+            let left = engine.deadline_left_ms(crate::wasm::js::now_ms());
             let limit = p.attempt_limit_ms(left);
             match bounded(&mut signals, limit, step).await {
                 Bounded::Done(body) => body?,
@@ -1137,7 +1137,7 @@ async fn run_loop(
             let (outcome, followed) = match manual {
                 true => {
                     let followed = follow(outcome, &t, &body, &JsValue::UNDEFINED).await;
-                    ended = js_sys::Date::now();
+                    ended = crate::wasm::js::now_ms();
                     followed
                 }
                 false => (outcome, false),
@@ -1166,7 +1166,7 @@ async fn run_loop(
         let step = match next {
             Next::Attempt => {
                 stop_if_aborted!();
-                guards.lend(&mut |g| engine.next_attempt(p, g, js_sys::Date::now()))
+                guards.lend(&mut |g| engine.next_attempt(p, g, crate::wasm::js::now_ms()))
             }
             Next::Step(step) => step,
             Next::Wait { ms, kind } => {
@@ -1178,12 +1178,12 @@ async fn run_loop(
                 }
                 match kind {
                     None => guards.lend(&mut |g| {
-                        engine.turn_waited(p, g, js_sys::Date::now(), &mut MathRandom)
+                        engine.turn_waited(p, g, crate::wasm::js::now_ms(), &mut MathRandom)
                     }),
                     Some(kind) => {
                         stop_if_aborted!();
                         guards.lend(&mut |g| {
-                            engine.waited(p, kind, g, js_sys::Date::now(), &mut MathRandom)
+                            engine.waited(p, kind, g, crate::wasm::js::now_ms(), &mut MathRandom)
                         })
                     }
                 }
@@ -1221,7 +1221,7 @@ async fn run_loop(
                 // cancelled, so their connection is not kept open. When the deadline ends the
                 // hook, the newest response is the answer.
                 let step = pin!(call_hook(hook, &ctx));
-                let limit = engine.deadline_left_ms(js_sys::Date::now());
+                let limit = engine.deadline_left_ms(crate::wasm::js::now_ms());
                 let ended = match bounded(&mut signals, limit, step).await {
                     Bounded::Done(Ok(v)) => Ok(v),
                     Bounded::Done(Err(e)) | Bounded::Aborted(e) => Err(Some(e)),
@@ -1264,9 +1264,9 @@ async fn run_loop(
                             };
                             continue;
                         }
-                        engine.hooks_done(retry, js_sys::Date::now())
+                        engine.hooks_done(retry, crate::wasm::js::now_ms())
                     }
-                    Hook::OnRetry => engine.hooks_done(true, js_sys::Date::now()),
+                    Hook::OnRetry => engine.hooks_done(true, crate::wasm::js::now_ms()),
                     // beforeRetry: the retry is about to be sent; it may give headers to set on
                     // it (a refreshed token, a new signature). The key and the body stay as they
                     // are.
@@ -1346,7 +1346,7 @@ async fn run_loop(
                         .and_then(|v| web_sys::Url::new_with_base(&v, &base()).ok())
                         .map(|u| u.href())
                 };
-                let now = js_sys::Date::now();
+                let now = crate::wasm::js::now_ms();
                 let mut counted = false;
                 let step = guards.lend(&mut |g| {
                     let settled = Settled {
@@ -1448,7 +1448,7 @@ async fn run_loop(
                 if !engine.keeps_previous_answer() {
                     newest.discard();
                 }
-                let sent_at = js_sys::Date::now();
+                let sent_at = crate::wasm::js::now_ms();
                 let sent = match &policy.fetch {
                     None => Ok(global_fetch(input, &init)),
                     // A transport that throws synchronously failed like one that rejects.
@@ -1531,7 +1531,7 @@ async fn run_loop(
                     followed,
                     url,
                     sent_at,
-                    ended: js_sys::Date::now(),
+                    ended: crate::wasm::js::now_ms(),
                 }
             }
             Step::WaitTurn(ms) => Next::Wait { ms, kind: None },
@@ -1553,7 +1553,7 @@ async fn run_loop(
                         delay_ms,
                         reason,
                     },
-                    None => Next::Step(engine.hooks_done(true, js_sys::Date::now())),
+                    None => Next::Step(engine.hooks_done(true, crate::wasm::js::now_ms())),
                 }
             }
             Step::Wait { ms, kind } => {

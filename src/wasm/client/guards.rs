@@ -402,7 +402,7 @@ impl RetryBudgetHandle {
             .map_err(|_| in_use("RetryBudget.tokens"))?;
         // A number made here (the three guard methods return a value alike).
         Ok(JsValue::from_f64(
-            budget.tokens(&origin, js_sys::Date::now()),
+            budget.tokens(&origin, crate::wasm::js::now_ms()),
         ))
     }
 
@@ -492,7 +492,7 @@ impl AdaptiveThrottleHandle {
         let origin = url_argument("AdaptiveThrottle.rate", &url)?;
         let mut throttle =
             (self.inner.try_borrow_mut()).map_err(|_| in_use("AdaptiveThrottle.rate"))?;
-        Ok(throttle.rate(&origin, js_sys::Date::now()))
+        Ok(throttle.rate(&origin, crate::wasm::js::now_ms()))
     }
 }
 
@@ -557,7 +557,7 @@ impl CircuitBreakerHandle {
         let origin = url_argument("CircuitBreaker.state", &url)?;
         let breaker =
             (self.inner.state.try_borrow()).map_err(|_| in_use("CircuitBreaker.state"))?;
-        let s: BreakerState = breaker.state(&origin, js_sys::Date::now());
+        let s: BreakerState = breaker.state(&origin, crate::wasm::js::now_ms());
         // A JS string made from the name (a returned `String` is copied out through a boxed
         // slice of its own).
         Ok(JsValue::from_str(s.as_str()))
