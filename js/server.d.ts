@@ -96,7 +96,7 @@ export interface IdempotencyOptions<Tx = unknown> {
    * `(key, user)` pair), e.g. the authenticated user id: the same key from two identities is
    * two operations, so a caller who reuses another's key never gets that caller's answer.
    * Stored as an HMAC-SHA-256 keyed with `secret`, never in clear. A function returning
-   * `undefined` or `''`: no scope; `false`: keys are never scoped.
+   * `undefined`, `null` or `''` (no caller known): no scope; `false`: keys are never scoped.
    * @default the request's credentials: the first of the `Authorization`, `X-API-Key`,
    * `Api-Key`, `X-Auth-Token`, `X-Access-Token` and `X-Session-Token` headers, else one
    * credential cookie (`connect.sid`, `sid`, `session`, `sessionid`, `session_id`,
@@ -106,7 +106,7 @@ export interface IdempotencyOptions<Tx = unknown> {
    * `auth-token`, `auth_token`, `access_token` or `access-token`; `__Host-`/`__Secure-`
    * prefixes ignored); else no scope, and a `console.warn` (once) naming this option.
    */
-  identity?: ((request: Request) => string | undefined | Promise<string | undefined>) | false | undefined;
+  identity?: ((request: Request) => string | null | undefined | Promise<string | null | undefined>) | false | undefined;
   /**
    * The key of the HMAC that turns the identity into the stored scope: at least 16
    * characters, the same on every instance that shares the store (e.g. 64 random hex digits

@@ -194,6 +194,17 @@ test('identity must return a string or undefined', async () => {
   assert.equal((await asyncIdentity(post(newKey()))).status, 200);
 });
 
+test('identity returning null is no caller known, as undefined: the key is not scoped (and no credential is read)', async () => {
+  let runs = 0;
+  const h = idempotency(async () => new Response(String(++runs)), { identity: (request) => request.headers.get('X-User') });
+  const key = newKey();
+  assert.equal(await (await h(post(key, { headers: { Authorization: 'Bearer a' } }))).text(), '1');
+  const again = await h(post(key, { headers: { Authorization: 'Bearer b' } }));
+  assert.equal(await again.text(), '1');
+  assert.equal(again.headers.get('idempotent-replayed'), 'true');
+  assert.equal((await (await h(post(key, { headers: { 'X-User': 'alice' } }))).text()), '2', 'a known caller: a scope of its own');
+});
+
 test('an identity function replaces the credentials as the scope', async () => {
   let runs = 0;
   const h = idempotency(async () => new Response(String(++runs)), { identity: () => 'tenant-1' });

@@ -82,6 +82,7 @@ const wrapped: FetchHandler = idempotency(handler, options);
 void wrapped;
 idempotency(handler, { required: true, identity: async () => 'user-1' });
 idempotency(handler, { identity: false });
+idempotency(handler, { identity: (request) => request.headers.get('X-User-Id') });
 idempotency(handler);
 // A Next.js route handler: the route's second argument reaches ctx; ctx.signal is the handler's.
 const POST = idempotency<unknown, { params: Promise<{ id: string }> }>(async (request, ctx) => {
