@@ -232,6 +232,10 @@ pub struct CallEngine {
     in_flight: InFlight,
     recorded: u32,
     pending: Option<Pending>,
+    /// How far the wall clock is ahead of the time the engine is given (0, the default,
+    /// unless a shell keeps time on a monotonic clock after a step of the wall clock): an
+    /// HTTP-date `Retry-After` or an epoch `RateLimit` reset is read against the wall clock.
+    wall_offset_ms: f64,
 }
 
 impl CallEngine {
@@ -250,7 +254,15 @@ impl CallEngine {
             },
             recorded: 0,
             pending: None,
+            wall_offset_ms: 0.0,
         }
+    }
+
+    /// The wall clock is `ms` ahead of the time the engine is given from now on (a shell whose
+    /// time left the wall clock at a step): read before [`CallEngine::settled`] reads a
+    /// server's date.
+    pub fn set_wall_offset_ms(&mut self, ms: f64) {
+        self.wall_offset_ms = if ms.is_finite() { ms } else { 0.0 };
     }
 
     /// Attempts sent so far (a poll that did not fail is not one).
@@ -467,7 +479,7 @@ impl CallEngine {
                 (settled.header)("retry-after").as_deref(),
                 (settled.header)("ratelimit-reset").as_deref(),
                 (settled.header)("ratelimit").as_deref(),
-                now_ms,
+                now_ms + self.wall_offset_ms,
             )
         } else {
             None
@@ -1596,6 +1608,37 @@ mod tests {
         assert!(
             matches!(e.settled(&p, s, &mut g, 0.0, &mut Half).1, Step::AskHooks { delay_ms, .. } if delay_ms == 100.0)
         );
+    }
+
+    #[test]
+    fn an_http_date_is_read_on_the_wall_clock() {
+        let p = policy();
+        // 10 s after the epoch; the engine's time is 0, the wall clock's 3 s ahead of it.
+        let dated = |name: &str| {
+            (name == "retry-after").then(|| "Thu, 01 Jan 1970 00:00:10 GMT".to_string())
+        };
+        let delay = |offset: Option<f64>| {
+            let mut g = Fake::default();
+            let mut e = CallEngine::new(&p, 0.0, GET);
+            if let Some(ms) = offset {
+                e.set_wall_offset_ms(ms);
+            }
+            e.next_attempt(&p, &mut g, 0.0);
+            let s = Settled {
+                outcome: Outcome::Status(503),
+                redirected: false,
+                header: &dated,
+                url_header: &none,
+            };
+            match e.settled(&p, s, &mut g, 0.0, &mut Half).1 {
+                Step::AskHooks { delay_ms, .. } => delay_ms,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(delay(Some(3000.0)), 7000.0);
+        assert_eq!(delay(None), 10_000.0);
+        // An offset that is no number reads as none.
+        assert_eq!(delay(Some(f64::NAN)), 10_000.0);
     }
 
     #[test]

@@ -143,12 +143,27 @@ const CLOCK_STEP_MS: f64 = 1_000.0;
 /// Now, in ms since the Unix epoch: the wall clock (`Date.now()`) while it keeps pace with a
 /// monotonic one (`performance.now()` from the wall clock's time at the first read), and the
 /// monotonic one once the wall clock is more than [`CLOCK_STEP_MS`] away from it. Every time
-/// the client keeps (deadlines, attempt records, the guards' windows and refills) is read
-/// here, so a step of the wall clock neither ends a deadline early nor holds a breaker open
-/// for the length of the step. The wall clock alone where there is no `performance`.
+/// the client keeps (deadlines, durations, the guards' windows and refills) is read here, so
+/// a step of the wall clock neither ends a deadline early nor holds a breaker open for the
+/// length of the step; what must be the wall clock's (a record's `startedAt`, a server's
+/// date) adds [`wall_offset_ms`]. The wall clock alone where there is no `performance`.
 #[cfg(feature = "client")]
 pub fn now_ms() -> f64 {
+    now_at(js_sys::Date::now())
+}
+
+/// How far the wall clock is ahead of [`now_ms`]: 0 until the wall clock steps, then the
+/// step. Added to a time of [`now_ms`] where it must be the wall clock's (an attempt
+/// record's `startedAt`, a header of the time, a server's HTTP-date).
+#[cfg(feature = "client")]
+pub fn wall_offset_ms() -> f64 {
     let wall = js_sys::Date::now();
+    wall - now_at(wall)
+}
+
+/// [`now_ms`], given the wall clock's time now.
+#[cfg(feature = "client")]
+fn now_at(wall: f64) -> f64 {
     let Ok(elapsed) = performance_now() else {
         return wall;
     };

@@ -1654,7 +1654,7 @@ export const scenarios = [
     },
   },
   {
-    name: 'contract: time is kept on a monotonic clock: a wall clock stepped back an hour mid-call neither stops a deadline nor holds a breaker open',
+    name: 'contract: time is kept on a monotonic clock: a wall clock stepped back an hour mid-call neither stops a deadline nor holds a breaker open, and a Retry-After date is still read on the wall clock',
     async run({ api, seq }) {
       const realNow = Date.now;
       const hour = 3_600_000;
@@ -1683,6 +1683,13 @@ export const scenarios = [
         Date.now = () => realNow() - hour;
         await sleep(400);
         equal(breaker.state(b.url), 'half-open', 'openMs after it, the wall clock an hour back:');
+        // A server's Retry-After date is read on the wall clock, stepped or not: 3 s from the
+        // (stepped) now is a wait of 2 to 3 s, not an hour ago.
+        const date = new Date(Date.now() + 3_000).toUTCString();
+        const r = seq(`503+raw=${encodeURIComponent(date)},200`);
+        equal((await api.retryFetch(r.url, undefined, { ...fast })).status, 200, 'after the date:');
+        const [first, second] = await r.log();
+        ok(second.at - first.at >= 1_500, `the retry waited ${second.at - first.at} ms for a date 3 s ahead`);
       } finally {
         Date.now = realNow;
       }

@@ -1118,7 +1118,10 @@ async fn run_loop(
     let history = Array::new();
     let first_at = if p.retry_headers {
         Some(String::from(
-            js_sys::Date::new(&JsValue::from_f64(started)).to_iso_string(),
+            js_sys::Date::new(&JsValue::from_f64(
+                started + crate::wasm::js::wall_offset_ms(),
+            ))
+            .to_iso_string(),
         ))
     } else {
         None
@@ -1347,6 +1350,9 @@ async fn run_loop(
                         .map(|u| u.href())
                 };
                 let now = crate::wasm::js::now_ms();
+                // A server's date, and the record's `startedAt`, are the wall clock's.
+                let wall_offset = crate::wasm::js::wall_offset_ms();
+                engine.set_wall_offset_ms(wall_offset);
                 let mut counted = false;
                 let step = guards.lend(&mut |g| {
                     let settled = Settled {
@@ -1367,7 +1373,7 @@ async fn run_loop(
                 }
                 let record: Object = to_js(&AttemptRecord {
                     attempt: engine.attempts(),
-                    started_at: sent_at,
+                    started_at: sent_at + wall_offset,
                     duration_ms: ended - sent_at,
                     status: match outcome_kind {
                         Outcome::Status(s) => Some(s),

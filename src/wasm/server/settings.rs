@@ -172,7 +172,7 @@ pub enum Identity {
     Credentials,
     /// `false`: keys are not scoped.
     Unscoped,
-    /// `(request) => string | undefined | Promise<...>`.
+    /// `(request) => string | null | undefined | Promise<...>` (`null`, `undefined`: no scope).
     Ask(Function),
 }
 
