@@ -1454,10 +1454,8 @@ mod tests {
                 let mut e = CallEngine::new(&p, 0.0, GET);
                 e.next_attempt(&p, &mut g, 0.0);
                 let s = Settled {
-                    outcome: Outcome::Status(code),
-                    redirected: false,
                     header,
-                    url_header: &none,
+                    ..status(code)
                 };
                 e.settled(&p, s, &mut g, 0.0, &mut Half);
                 // respectRetryAfter: false reads no wait: the guards are told none either
@@ -1625,10 +1623,8 @@ mod tests {
             }
             e.next_attempt(&p, &mut g, 0.0);
             let s = Settled {
-                outcome: Outcome::Status(503),
-                redirected: false,
                 header: &dated,
-                url_header: &none,
+                ..status(503)
             };
             match e.settled(&p, s, &mut g, 0.0, &mut Half).1 {
                 Step::AskHooks { delay_ms, .. } => delay_ms,

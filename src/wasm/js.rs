@@ -157,8 +157,15 @@ pub fn now_ms() -> f64 {
 /// record's `startedAt`, a header of the time, a server's HTTP-date).
 #[cfg(feature = "client")]
 pub fn wall_offset_ms() -> f64 {
+    now_and_wall_offset_ms().1
+}
+
+/// [`now_ms`] and [`wall_offset_ms`] from one read of each clock.
+#[cfg(feature = "client")]
+pub fn now_and_wall_offset_ms() -> (f64, f64) {
     let wall = js_sys::Date::now();
-    wall - now_at(wall)
+    let now = now_at(wall);
+    (now, wall - now)
 }
 
 /// [`now_ms`], given the wall clock's time now.

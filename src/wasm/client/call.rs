@@ -303,7 +303,7 @@ impl Client {
         // signal of ours in what is sent, and a timer; a POST whose redirects the loop follows
         // itself takes the loop, which bounds every hop (`lean_headers`).
         let limit = policy.retry.attempt_limit_ms(policy.retry.deadline_ms);
-        let keyed = match &mut plain {
+        let keyed = match &plain {
             Some(c) if lean_input && !plain_get && c.keyed => {
                 lean_headers(policy, c, limit.is_some())?
             }
@@ -556,7 +556,7 @@ fn copy_of<'a>(copy: &'a mut Option<Object>, get_held: &mut bool, hot: &js::Hot)
 /// sent with 'manual' under a time limit (`limited`) has every redirect hop bounded there.
 fn lean_headers(
     policy: &Policy,
-    plain: &mut PlainInit,
+    plain: &PlainInit,
     limited: bool,
 ) -> Result<Option<(Headers, bool)>, JsValue> {
     let idempotent = plain
@@ -569,12 +569,11 @@ fn lean_headers(
     }
     // `new Headers(init.headers)`: any `HeadersInit`, and none (`undefined`) makes it empty.
     let headers = Headers::new_with_headers(plain.headers.unchecked_ref())?;
-    // The copy carries the headers as they are now: read once, whichever path sends them.
-    js::set(
-        plain.copy.get_or_insert_with(Object::new),
-        "headers",
-        &headers,
-    );
+    // The copy (made at the call for every path but the lean GET's) carries the headers as
+    // they are now: read once, whichever path sends them.
+    if let Some(copy) = &plain.copy {
+        js::set(copy, "headers", &headers);
+    }
     if let Some(defaults) = &policy.headers {
         // The call's own win. A client's defaults cannot hold the key header (refused with
         // the options); the call's `headers` option can: the caller's key, as in `init`.
@@ -1349,9 +1348,8 @@ async fn run_loop(
                         .and_then(|v| web_sys::Url::new_with_base(&v, &base()).ok())
                         .map(|u| u.href())
                 };
-                let now = crate::wasm::js::now_ms();
                 // A server's date, and the record's `startedAt`, are the wall clock's.
-                let wall_offset = crate::wasm::js::wall_offset_ms();
+                let (now, wall_offset) = crate::wasm::js::now_and_wall_offset_ms();
                 engine.set_wall_offset_ms(wall_offset);
                 let mut counted = false;
                 let step = guards.lend(&mut |g| {
