@@ -36,8 +36,15 @@ function fetchRequest(req) {
   let streamed = false;
   if (methodHasBody(method)) {
     if (parsed(req)) {
-      // An upload parser's fields without its files: no fingerprint, the companion's 500.
-      if (partialMultipart(req.headers['content-type'], req.body)) return { request: takenBodyRequest(url, init), streamed };
+      // An upload parser's fields without its files, or a body read by a middleware that left
+      // nothing in `req.body` (one that keeps the raw bytes for a signature check): nothing to
+      // fingerprint, the companion's 500 (read as no bytes, every payload under a key would be
+      // the same request).
+      const taken =
+        req.body === undefined
+          ? declaresBody(req) && Number(req.headers['content-length']) !== 0
+          : partialMultipart(req.headers['content-type'], req.body);
+      if (taken) return { request: takenBodyRequest(url, init), streamed };
       // A parser consumed the bytes: the fingerprint is of what it made of them.
       init.body = canonicalBody(req.body);
     } else if (declaresBody(req)) {
@@ -213,7 +220,18 @@ function capture(res, done, headersSentRead) {
   };
 }
 
+/**
+ * Set on a request whose key a companion holds: an adapter mounted again on its way (app-wide
+ * and on a route) passes it on, as body parsers pass on a body already parsed (the second
+ * would wait for the first's lock, held by this very request, and answer 409).
+ */
+const HELD = Symbol.for('retry-fetch.idempotency.held');
+
 async function handle(start, req, res, next) {
+  if (req[HELD] === true) {
+    next();
+    return;
+  }
   // Writes to a socket the client has closed fail; that is not the server's error.
   res.on('error', () => {});
   const before = currentHeaders(res);
@@ -251,6 +269,7 @@ async function handle(start, req, res, next) {
     next();
     return;
   }
+  req[HELD] = true;
   // A route that gives its answer up has failed after it started: the companion's rule for
   // a throw (its 500, stored).
   let captured;

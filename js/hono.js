@@ -88,6 +88,9 @@ function replaceResponse(c, response) {
   c.res = response;
 }
 
+/** Set on a context whose request's key a companion holds (see the middleware). */
+const HELD = Symbol.for('retry-fetch.idempotency.held');
+
 /**
  * Hono middleware: `app.use('/pay', idempotency(options))` or per route
  * `app.post('/pay', validator, idempotency(options), handler)`. `options` are those of
@@ -96,6 +99,9 @@ function replaceResponse(c, response) {
 export function idempotency(options) {
   const start = deferredCompanion(options);
   return async function idempotencyMiddleware(c, next) {
+    // A request whose key a companion holds, met again (app-wide and on a route): passed on
+    // (the second would wait for the first's lock, held by this very request, and answer 409).
+    if (c[HELD] === true) return next();
     const raw = c.req.raw;
     const method = raw.method;
     const init = { method, headers: raw.headers };
@@ -141,6 +147,7 @@ export function idempotency(options) {
         c.req.raw = request;
       }
       c.set('idempotency', run.ctx);
+      if (!run.passThrough) c[HELD] = true;
     } catch (error) {
       run.fail(error);
       replaceResponse(c, withHeaders(await run.result, before));

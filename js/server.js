@@ -94,9 +94,16 @@ class NodeSource {
     return this.#controller.signal;
   }
 
-  /** The path and query (what the fingerprint covers). */
+  /**
+   * The path and query the fingerprint covers: the request's original target where a router
+   * that mounts the handler under a path stripped it from `req.url` (Express's and Connect's
+   * `req.originalUrl`), so two handlers mounted under two paths never share a key's answer.
+   * The handler's `Request` keeps `req.url`, as mounted.
+   */
   get target() {
-    return this.#url.pathname + this.#url.search;
+    const original = this.#req.originalUrl;
+    const url = typeof original === 'string' && original !== this.#req.url ? nodeRequestUrl(this.#req, original) : this.#url;
+    return url.pathname + url.search;
   }
 
   /** The node:http request itself, whose stream state tells whether its body was consumed. */

@@ -20,6 +20,10 @@ extern "C" {
     #[wasm_bindgen(js_name = setTimeout)]
     pub fn set_timeout(callback: &js_sys::Function, ms: f64) -> JsValue;
 
+    /// `setTimeout(callback, ms, arg)`: `callback(arg)` after `ms`.
+    #[wasm_bindgen(js_name = setTimeout)]
+    pub fn set_timeout_with(callback: &js_sys::Function, ms: f64, arg: &JsValue) -> JsValue;
+
     /// The global `clearTimeout(handle)`.
     #[wasm_bindgen(js_name = clearTimeout)]
     pub fn clear_timeout(handle: &JsValue);

@@ -5,6 +5,8 @@ import http from 'node:http';
 import { idempotency, idempotent, MemoryStore, toNodeHandler } from 'retry-fetch/server';
 import express from 'express';
 import { idempotency as expressIdempotency } from 'retry-fetch/express';
+import { idempotency as honoIdempotency } from 'retry-fetch/hono';
+import { Hono } from 'hono';
 import { withServer, listen, newKey } from './support.mjs';
 
 /**
@@ -286,5 +288,110 @@ test('toNodeHandler: a handler that answers before the upload ended and reads on
     assert.equal(await body, 3000);
   } finally {
     await server.close();
+  }
+});
+
+test('toNodeHandler mounted under two paths (Express strips the mount path from req.url): one key on both is a 422, the fingerprint is of the original target', async () => {
+  const store = new MemoryStore();
+  const ran = [];
+  const charge = idempotency(async (request) => {
+    ran.push(`charge ${new URL(request.url).pathname}`);
+    return Response.json({ op: 'charge' }, { status: 201 });
+  }, { store, identity: false });
+  const refund = idempotency(async () => {
+    ran.push('refund');
+    return Response.json({ op: 'refund' }, { status: 201 });
+  }, { store, identity: false });
+  const app = express();
+  app.use('/payments', toNodeHandler(charge));
+  app.use('/refunds', toNodeHandler(refund));
+  const { url, close } = await listen(app);
+  try {
+    const key = newKey();
+    const post = (path) => fetch(url + path, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body: '{"order":42}' });
+    assert.equal((await post('/payments')).status, 201);
+    const refunded = await post('/refunds');
+    assert.equal(refunded.status, 422, 'another endpoint under the same key is another request');
+    assert.equal((await refunded.json()).code, 'idempotency-key-reused');
+    const again = await post('/payments');
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(ran, ['charge /'], 'the handler still sees req.url as mounted; the refund never ran');
+  } finally {
+    await close();
+  }
+});
+
+test('Express: a middleware that read the raw body and left req.body unset (a signature check) makes a keyed request the companion\'s 500, never a replay of an empty fingerprint', async () => {
+  let runs = 0;
+  const app = express();
+  app.set('env', 'test');
+  app.use((req, res, next) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      req.rawBody = Buffer.concat(chunks);
+      next();
+    });
+  });
+  app.use(expressIdempotency({ identity: false, onError: () => {} }));
+  app.post('/transfer', (req, res) => {
+    runs++;
+    res.status(201).json(JSON.parse(req.rawBody.toString() || '{}'));
+  });
+  const { url, close } = await listen(app);
+  try {
+    const key = newKey();
+    const post = (body) => fetch(`${url}/transfer`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body });
+    for (const body of ['{"to":"bob","amount":10}', '{"to":"carol","amount":999}']) {
+      const response = await post(body);
+      assert.equal(response.status, 500);
+      assert.equal((await response.json()).code, 'idempotency-body-already-read');
+    }
+    assert.equal(runs, 0);
+    // A POST that declares no body (Content-Length: 0) is fingerprinted as empty, whoever read it.
+    const empty = () => fetch(`${url}/transfer`, { method: 'POST', headers: { 'Idempotency-Key': key + '-empty' } });
+    assert.equal((await empty()).status, 201);
+    assert.equal((await empty()).headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs, 1);
+  } finally {
+    await close();
+  }
+});
+
+test('an adapter mounted twice on a request\'s way (app-wide and on the route): the first that holds the key handles it, the second passes it on; no 409 for its own lock', async () => {
+  const store = new MemoryStore();
+  let runs = 0;
+  const app = express();
+  app.set('env', 'test');
+  app.use(expressIdempotency({ store, identity: false, lockTimeoutMs: 2000 }));
+  app.post('/pay', expressIdempotency({ store, identity: false, lockTimeoutMs: 2000, required: true }), (req, res) => {
+    runs++;
+    res.status(201).json({ charged: true });
+  });
+  const hono = new Hono();
+  hono.use('*', honoIdempotency({ store, identity: false, lockTimeoutMs: 2000 }));
+  hono.post('/pay', honoIdempotency({ store, identity: false, lockTimeoutMs: 2000, required: true }), (c) => {
+    runs++;
+    return c.json({ charged: true }, 201);
+  });
+  const { url, close } = await listen(app);
+  try {
+    for (const send of [(init) => fetch(`${url}/pay`, init), (init) => hono.request('/pay', init)]) {
+      runs = 0;
+      const init = (key) => ({ method: 'POST', headers: { 'Content-Type': 'application/json', ...(key && { 'Idempotency-Key': key }) }, body: '{"amount":1}' });
+      const key = newKey();
+      const first = await send(init(key));
+      assert.equal(first.status, 201, await first.clone().text());
+      const repeat = await send(init(key));
+      assert.equal(repeat.status, 201);
+      assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+      assert.equal(runs, 1);
+      // Without a key the first lets it through: the route's own registration still applies.
+      const keyless = await send(init(undefined));
+      assert.equal(keyless.status, 400, 'the route\'s required: true');
+      assert.equal(runs, 1);
+    }
+  } finally {
+    await close();
   }
 });

@@ -43,12 +43,14 @@ extern "C" {
     #[wasm_bindgen(method, js_name = then)]
     pub fn then_with(this: &Thenable, on_fulfilled: &JsValue, on_rejected: &JsValue) -> Promise;
 
-    /// A lean call's `onSettled(request, init, startedAt, fulfilled, value)`.
+    /// A lean call's `onSettled(request, init, startedAt, fulfilled, controller, timer, value)`.
     #[wasm_bindgen(js_name = Function)]
     pub type Settle;
-    /// `onSettled.bind(this, request, init, startedAt, fulfilled)`: the number and the boolean
-    /// passed as they are (no handles made for them).
+    /// `onSettled.bind(this, request, init, startedAt, fulfilled, controller, timer)`: the
+    /// number and the boolean passed as they are (no handles made for them); the controller
+    /// and timer of a timed first attempt, else `undefined`.
     #[wasm_bindgen(method, js_name = bind)]
+    #[allow(clippy::too_many_arguments)]
     pub fn bind_settled(
         this: &Settle,
         this_arg: &JsValue,
@@ -56,6 +58,8 @@ extern "C" {
         init: &JsValue,
         started: f64,
         fulfilled: bool,
+        controller: &JsValue,
+        timer: &JsValue,
     ) -> js_sys::Function;
 
     /// A `Headers`, for methods given JS strings as they are (not copied through Rust).

@@ -66,12 +66,15 @@ impl Rng for MathRandom {
     }
 }
 
-/// A policy and the closure its lean calls settle through, `onSettled(request, init,
-/// startedAt, fulfilled, value)` bound per call: made the first time a lean call needs it,
-/// then kept as long as the policy is (a client's defaults, its cached per-call options).
+/// A policy and the function its lean calls settle through, `onSettled(request, init,
+/// startedAt, fulfilled, controller, timer, value)` bound per call (the controller and timer of
+/// a timed first attempt, `FirstTimer`, else `undefined`), and the timers' `fire`: made the
+/// first time a lean call needs them, then kept as long as the policy is (a client's
+/// defaults, its cached per-call options).
 struct Lean {
     policy: Rc<Policy>,
     on_settled: OnceCell<Function>,
+    fire: OnceCell<Function>,
 }
 
 impl Lean {
@@ -79,20 +82,42 @@ impl Lean {
         Lean {
             policy,
             on_settled: OnceCell::new(),
+            fire: OnceCell::new(),
         }
     }
 
-    fn on_settled(&self) -> &Function {
-        self.on_settled.get_or_init(|| {
-            let own = self.policy.clone();
-            Closure::<dyn Fn(JsValue, JsValue, f64, bool, JsValue) -> JsValue>::new(
-                move |request, init, started, fulfilled, value| {
-                    settled(&own, request, init, started, fulfilled, value, false)
-                },
-            )
-            .into_js_value()
-            .unchecked_into()
-        })
+    /// The timer of a timed first attempt ends when it settles: a rejection after it fired is
+    /// its `TimeoutError` (the abort's reason), told to the loop as a timeout.
+    fn on_settled(&self) -> &Settle {
+        self.on_settled
+            .get_or_init(|| {
+                let own = self.policy.clone();
+                Closure::<
+                    dyn Fn(JsValue, JsValue, f64, bool, JsValue, JsValue, JsValue) -> JsValue,
+                >::new(
+                    move |request, init, started, fulfilled: bool, controller: JsValue, timer, value| {
+                        let timeout = match controller.is_undefined() {
+                            true => None,
+                            false => FirstTimer::end(&controller, &timer),
+                        };
+                        match timeout {
+                            Some(timeout) if !fulfilled => {
+                                settled(&own, request, init, started, false, timeout, true)
+                            }
+                            _ => settled(&own, request, init, started, fulfilled, value, false),
+                        }
+                    },
+                )
+                .into_js_value()
+                .unchecked_into()
+            })
+            .unchecked_ref()
+    }
+
+    /// What the policy's first-attempt timers run, with its limit `ms`.
+    fn fire(&self, ms: f64) -> &Function {
+        self.fire
+            .get_or_init(|| FirstTimer::fire(ms, &self.policy.retry))
     }
 }
 
@@ -176,17 +201,17 @@ impl Client {
             false => self.per_call(options),
         };
         let started = per_call.and_then(|own| match own {
-            Some((lean, kept)) => self.start(&lean, kept, input, init),
-            None => self.start(&self.base, true, input, init),
+            Some(lean) => self.start(&lean, input, init),
+            None => self.start(&self.base, input, init),
         });
         started.unwrap_or_else(|e| Promise::reject(&e))
     }
 
-    /// The policy (and lean closure) of a call's own `options` over the client's (`None` for
+    /// The policy (and lean closures) of a call's own `options` over the client's (`None` for
     /// `null`: the client's own): the cached one when the options given are the ones last
     /// read (every getter still runs once per call), else read now (and cached when every
-    /// value compares by value); and whether it is kept (cached) beyond this call.
-    fn per_call(&self, options: &JsValue) -> Result<Option<(Rc<Lean>, bool)>, JsValue> {
+    /// value compares by value; one that is not lives as long as its call).
+    fn per_call(&self, options: &JsValue) -> Result<Option<Rc<Lean>>, JsValue> {
         use super::policy::CALL;
         let Some((keys, n)) = crate::wasm::read_options::own_keys(CALL, options)? else {
             return Ok(None);
@@ -213,7 +238,7 @@ impl Client {
                 }
             }
             if hit {
-                return Ok(Some((c.lean.clone(), true)));
+                return Ok(Some(c.lean.clone()));
             }
         }
         crate::wasm::read_options::values_by(options, &keys, n, &mut values)?;
@@ -232,25 +257,18 @@ impl Client {
                 }
             }
         }
-        let kept = seen.is_some();
         if let Some(given) = seen {
             *self.cache.borrow_mut() = Some(Rc::new(Cached {
                 given,
                 lean: lean.clone(),
             }));
         }
-        Ok(Some((lean, kept)))
+        Ok(Some(lean))
     }
 
-    /// The call under `lean`'s policy; `kept`: the policy outlives the call (its lean closure
-    /// is worth making), else a lean call settles through a closure of its own, freed once run.
-    fn start(
-        &self,
-        lean: &Lean,
-        kept: bool,
-        input: &JsValue,
-        init: &JsValue,
-    ) -> Result<Promise, JsValue> {
+    /// The call under `lean`'s policy (its lean closures are made once per policy, and freed
+    /// with it and the bound functions that hold them).
+    fn start(&self, lean: &Lean, input: &JsValue, init: &JsValue) -> Result<Promise, JsValue> {
         let policy = &lean.policy;
         // `init` is checked for misplaced retry options; a plain one is copied (`init_values`).
         let plain = match init.is_object() {
@@ -369,46 +387,25 @@ impl Client {
                 (JsValue::UNDEFINED, Some(request.into()), input.clone())
             };
         let request = request.as_ref().unwrap_or(input);
-        // Under a time limit (a URL sent: a `Request` took the loop), the attempt's own signal.
+        // Under a time limit (a URL sent: a `Request` took the loop), the attempt's own signal
+        // and a timer, which `onSettled` ends.
         let timer = match limit {
             Some(ms) => {
-                let timer = FirstTimer::start(ms, &policy.retry)?;
-                js::set(&send, "signal", &timer.signal());
+                let timer = FirstTimer::start(ms, lean.fire(ms))?;
+                js::set(&send, "signal", &timer.controller.signal());
                 Some(timer)
             }
             None => None,
         };
-        let sent: Thenable = global_fetch(request, &send).unchecked_into();
-        // `onSettled(request, init, startedAt, fulfilled, value)`: the policy's long-lived one,
-        // or one of this call's own (the same closure type, so one glue for both), which ends
-        // the timer when run and is freed with the bound functions that hold it.
-        let own;
-        let on_settled: &Function = if kept && timer.is_none() {
-            lean.on_settled()
-        } else {
-            let policy = policy.clone();
-            let timer = std::cell::Cell::new(timer);
-            own = Closure::<dyn Fn(JsValue, JsValue, f64, bool, JsValue) -> JsValue>::new(
-                move |request, init, started, fulfilled: bool, value| {
-                    // The time limit ends with the attempt; a rejection after it fired is its
-                    // `TimeoutError` (the abort's reason), told to the loop as a timeout.
-                    match timer.take().and_then(FirstTimer::end) {
-                        Some(timeout) if !fulfilled => {
-                            settled(&policy, request, init, started, false, timeout, true)
-                        }
-                        _ => settled(&policy, request, init, started, fulfilled, value, false),
-                    }
-                },
-            )
-            .into_js_value()
-            .unchecked_into::<Function>();
-            &own
+        let (c, t) = match &timer {
+            Some(timer) => (timer.controller.as_ref(), &timer.handle),
+            None => (&JsValue::UNDEFINED, &JsValue::UNDEFINED),
         };
-        let on_settled: &Settle = on_settled.unchecked_ref();
-        Ok(sent.then_with(
-            &on_settled.bind_settled(&JsValue::NULL, request, &init, started, true),
-            &on_settled.bind_settled(&JsValue::NULL, request, &init, started, false),
-        ))
+        let on_settled = lean.on_settled();
+        let bind = |f| on_settled.bind_settled(&JsValue::NULL, request, &init, started, f, c, t);
+        let (ok, failed) = (bind(true), bind(false));
+        let sent: Thenable = global_fetch(request, &send).unchecked_into();
+        Ok(sent.then_with(&ok, &failed))
     }
 }
 

@@ -333,29 +333,46 @@ impl Drop for TimeLimit {
 }
 
 /// The time limit of a lean first attempt (sent by `fetch(url, init)` before the loop ran): an
-/// `AbortController` of its own whose signal the attempt carries, and its [`TimeLimit`]. Ends
-/// when the attempt settles, or when dropped: the body may be read past the limit, as in the
-/// loop.
+/// `AbortController` of its own whose signal the attempt carries, and a timer that aborts it
+/// with the attempt's `TimeoutError`. The timer runs the policy's one [`FirstTimer::fire`]
+/// function, given the controller (`setTimeout(fire, ms, controller)`), so a call makes no
+/// closure of its own. Ends when the attempt settles ([`FirstTimer::end`]): the body may be
+/// read past the limit, as in the loop.
 pub struct FirstTimer {
-    controller: AbortController,
-    limit: TimeLimit,
+    /// The controller whose signal the attempt is sent with.
+    pub controller: AbortController,
+    /// The timer's handle.
+    pub handle: JsValue,
 }
 
 impl FirstTimer {
-    /// Arm the timer: `timer_ms(ms)`, the first attempt's limit under `policy`.
-    pub fn start(ms: f64, policy: &RetryPolicy) -> Result<FirstTimer, JsValue> {
+    /// What a policy's first-attempt timers run: abort the controller they are given with the
+    /// `TimeoutError` of the limit `ms` under `policy` (the deadline's when `ms` is what was
+    /// left of it).
+    pub fn fire(ms: f64, policy: &RetryPolicy) -> Function {
+        let deadline = deadline_cut(policy, ms);
+        // The closure type of `ignore_rejection`'s handler: no glue of its own.
+        Closure::<dyn FnMut(JsValue) -> Result<(), JsError>>::new(move |controller: JsValue| {
+            let controller = controller.unchecked_into::<AbortController>();
+            controller.abort_with_reason(&timeout_error(ms, deadline));
+            Ok(())
+        })
+        .into_js_value()
+        .unchecked_into()
+    }
+
+    /// Arm the timer: `fire` (from [`FirstTimer::fire`]) after `timer_ms(ms)`.
+    pub fn start(ms: f64, fire: &Function) -> Result<FirstTimer, JsValue> {
         let controller = AbortController::new()?;
-        let limit = TimeLimit::start(&controller, ms, policy);
-        Ok(FirstTimer { controller, limit })
+        let handle = js::set_timeout_with(fire, timer_ms(ms), &controller);
+        Ok(FirstTimer { controller, handle })
     }
 
-    /// The signal the attempt is sent with.
-    pub fn signal(&self) -> web_sys::AbortSignal {
-        self.controller.signal()
-    }
-
-    /// The attempt settled: the timer ends; the `TimeoutError` it aborted with, if it fired.
-    pub fn end(self) -> Option<JsValue> {
-        self.limit.fired()
+    /// The attempt sent with `controller`'s signal settled: the timer `handle` is cleared;
+    /// the `TimeoutError` it aborted with, if it fired.
+    pub fn end(controller: &JsValue, handle: &JsValue) -> Option<JsValue> {
+        clear_timeout(handle);
+        let signal = controller.unchecked_ref::<AbortController>().signal();
+        signal.aborted().then(|| signal.reason())
     }
 }
