@@ -93,6 +93,9 @@ pub struct Accepted {
     backoff: Backoff,
     polls: u32,
     poll_url: Option<String>,
+    /// How far the wall clock is ahead of the time [`Accepted::next`] is given (a server's
+    /// `Retry-After` date is read on the wall clock); 0 by default.
+    wall_offset_ms: f64,
 }
 
 /// Is `url` one a poll can go to: an `http:` or `https:` URL fetch sends to (not a bad port),
@@ -111,7 +114,14 @@ impl Accepted {
             backoff: Backoff::new(policy),
             polls: 0,
             poll_url: None,
+            wall_offset_ms: 0.0,
         }
+    }
+
+    /// The wall clock is `ms` ahead of the time [`Accepted::next`] is given from now on (as
+    /// [`super::engine::CallEngine::set_wall_offset_ms`]); a value that is no number reads as 0.
+    pub fn set_wall_offset_ms(&mut self, ms: f64) {
+        self.wall_offset_ms = if ms.is_finite() { ms } else { 0.0 };
     }
 
     /// Polls (and repeats) decided so far.
@@ -155,7 +165,7 @@ impl Accepted {
         let asked = answer
             .retry_after
             .filter(|_| policy.respect_retry_after)
-            .and_then(|v| parse_retry_after(v, now_ms));
+            .and_then(|v| parse_retry_after(v, now_ms + self.wall_offset_ms));
         let (delay_ms, from_server) = match asked {
             Some(ms) => {
                 let d = clamp_ms(ms.min(policy.retry_after_cap_ms()).ceil()) as u64;
@@ -447,6 +457,18 @@ mod tests {
         assert_eq!(
             a.next(&p, &state, &date, 9_000.0, &mut rng),
             poll("https://api.example/op", 0, true)
+        );
+        // The date is read on the wall clock: 4 s ahead of the time given (a stepped clock),
+        // 1 s is left until it; an offset that is no number reads as none.
+        a.set_wall_offset_ms(4_000.0);
+        assert_eq!(
+            a.next(&p, &state, &date, 0.0, &mut rng),
+            poll("https://api.example/op", 1000, true)
+        );
+        a.set_wall_offset_ms(f64::NAN);
+        assert_eq!(
+            a.next(&p, &state, &date, 0.0, &mut rng),
+            poll("https://api.example/op", 5000, true)
         );
     }
 

@@ -517,10 +517,9 @@ impl CallEngine {
                 idempotent,
                 redirected: settled.redirected,
             };
-            let follow = self
-                .accepted
-                .get_or_insert_with(|| Accepted::new(policy))
-                .next(policy, &self.state, &answer, now_ms, rng);
+            let accepted = self.accepted.get_or_insert_with(|| Accepted::new(policy));
+            accepted.set_wall_offset_ms(self.wall_offset_ms);
+            let follow = accepted.next(policy, &self.state, &answer, now_ms, rng);
             return match follow {
                 Follow::Poll { delay_ms, .. } | Follow::Repeat { delay_ms, .. } => {
                     self.next_is_poll = true;

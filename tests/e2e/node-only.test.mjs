@@ -675,7 +675,7 @@ test('headers (per call, a client\'s, what beforeRetry returns) must be strings:
   assert.deepEqual(ok.log().map((r) => [r.headers['x-a'], r.headers['x-b']]), [['1', undefined], ['1', '2']]);
 });
 
-test('a mock of the global fetch that resolves with no Response, or returns one without a promise: every call settles, the instance lives on', () => withGlobalFetch(async (original) => {
+test('a mock of the global fetch that resolves with no Response (or a fake one), or returns one without a promise (or a promise whose then throws): every call settles, the instance lives on', () => withGlobalFetch(async (original) => {
   const s = seq('200');
   const shapes = [
     ['resolves undefined', async () => undefined, 'reject'],
@@ -684,6 +684,15 @@ test('a mock of the global fetch that resolves with no Response, or returns one 
     ['returns undefined', () => undefined, 'reject'],
     ['returns a Response', () => new Response('sync'), 'sync'],
     ['returns a thenable', () => ({ then: (ok) => ok(new Response('thenable')) }), 'thenable'],
+    // Passes `instanceof Response`, but its status getter throws (a proxy of a Response does so
+    // in browsers).
+    ['resolves Object.create(Response.prototype)', async () => Object.create(Response.prototype), 'reject'],
+    // A Promise subclass whose own `then` throws: the fetch failed with that throw.
+    ['returns a promise whose then throws', () => {
+      const p = new (class extends Promise {})((ok) => ok(new Response('x')));
+      p.then = () => { throw new TypeError('then threw'); };
+      return p;
+    }, 'failed'],
   ];
   for (const [label, mock, expected] of shapes) {
     globalThis.fetch = mock;
@@ -697,6 +706,9 @@ test('a mock of the global fetch that resolves with no Response, or returns one 
         if (expected === 'reject') {
           assert.equal(outcome?.name, 'TypeError', `${label}, ${path}: ${outcome}`);
           assert.match(outcome.message, /not a Response/, `${label}, ${path}`);
+        } else if (expected === 'failed') {
+          assert.equal(outcome?.name, 'RetryError', `${label}, ${path}: ${outcome}`);
+          assert.equal(outcome.cause?.message, 'then threw', `${label}, ${path}`);
         } else {
           assert.equal(await outcome.text(), expected, `${label}, ${path}`);
         }

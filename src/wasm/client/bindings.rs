@@ -1,5 +1,6 @@
 //! The globals the client binds beyond web-sys: `fetch`, `setTimeout`/`clearTimeout`, the
 //! `Request` call that may throw on foreign input, `AbortSignal.any`, a two-handler `then`,
+//! `Response.status` and `ReadableStream.tee` bound with `catch`,
 //! `bind` for a lean call's settling closure, and the `Headers` methods given JS strings as
 //! they are (`set`, `append`, `has`).
 //!
@@ -39,9 +40,30 @@ extern "C" {
     /// A promise, for `then` with two plain functions.
     #[wasm_bindgen(js_name = Promise)]
     pub type Thenable;
-    /// `promise.then(onFulfilled, onRejected)`.
-    #[wasm_bindgen(method, js_name = then)]
-    pub fn then_with(this: &Thenable, on_fulfilled: &JsValue, on_rejected: &JsValue) -> Promise;
+    /// `promise.then(onFulfilled, onRejected)`; a `Promise` subclass's own `then` (a wrapper of
+    /// fetch may return one) may throw: bound with `catch`.
+    #[wasm_bindgen(method, catch, js_name = then)]
+    pub fn then_with(
+        this: &Thenable,
+        on_fulfilled: &JsValue,
+        on_rejected: &JsValue,
+    ) -> Result<Promise, JsValue>;
+
+    /// A `Response`, for its `status` bound with `catch`.
+    #[wasm_bindgen(js_name = Response)]
+    pub type ResponseJs;
+    /// `response.status`: what passes `instanceof Response` without being one
+    /// (`Object.create(Response.prototype)`, a proxy of one) throws there.
+    #[wasm_bindgen(method, getter, catch, js_class = "Response", js_name = status)]
+    pub fn status(this: &ResponseJs) -> Result<u16, JsValue>;
+
+    /// A `ReadableStream`, for its `tee` bound with `catch`.
+    #[wasm_bindgen(js_name = ReadableStream)]
+    pub type StreamJs;
+    /// `stream.tee()`: a stream the caller locked after the call started (it holds the
+    /// `ReadableStream` it gave as the body) throws there.
+    #[wasm_bindgen(method, catch, js_class = "ReadableStream", js_name = tee)]
+    pub fn tee(this: &StreamJs) -> Result<Array, JsValue>;
 
     /// A lean call's `onSettled(request, init, startedAt, fulfilled, controller, timer, value)`.
     #[wasm_bindgen(js_name = Function)]

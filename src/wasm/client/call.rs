@@ -405,7 +405,12 @@ impl Client {
         let bind = |f| on_settled.bind_settled(&JsValue::NULL, request, &init, started, f, c, t);
         let (ok, failed) = (bind(true), bind(false));
         let sent: Thenable = global_fetch(request, &send).unchecked_into();
-        Ok(sent.then_with(&ok, &failed))
+        // A wrapper's `Promise` subclass whose own `then` throws: that throw is how its fetch
+        // failed, as the loop reads it.
+        sent.then_with(&ok, &failed).or_else(|e| {
+            let failed_fetch: Thenable = Promise::reject(&e).unchecked_into();
+            failed_fetch.then_with(&ok, &failed)
+        })
     }
 }
 
@@ -670,7 +675,11 @@ fn settled(
     // response) is the loop's to judge, as its answers are. A 202 under `followAccepted` is
     // followed by the loop (one compare more only for a 202).
     let status = match value.dyn_ref::<Response>() {
-        Some(response) if fulfilled => Some(response.status()),
+        // A getter that throws (no real `Response`): the loop's to judge.
+        Some(response) if fulfilled => response
+            .unchecked_ref::<super::bindings::ResponseJs>()
+            .status()
+            .ok(),
         _ => None,
     };
     // Only a lean call with headers (a URL string sent) can have been sent with 'manual'.
@@ -1451,7 +1460,9 @@ async fn run_loop(
                 }
                 let sent_at = crate::wasm::js::now_ms();
                 let sent = match &policy.fetch {
-                    None => Ok(global_fetch(input, &init)),
+                    // As a promise of ours: awaiting a wrapper's `Promise` subclass would call
+                    // its own `then`, which may throw through the wasm.
+                    None => Ok(js::promise_of(&global_fetch(input, &init))),
                     // A transport that throws synchronously failed like one that rejects.
                     Some(f) => f
                         .call2(&JsValue::UNDEFINED, input, &init)
@@ -1789,7 +1800,8 @@ async fn follow(
                 _ => {}
             }
         }
-        outcome = JsFuture::from(global_fetch(&JsValue::from_str(&url), &hop_init)).await;
+        let sent = global_fetch(&JsValue::from_str(&url), &hop_init);
+        outcome = JsFuture::from(js::promise_of(&sent)).await;
     }
     (outcome, true)
 }

@@ -259,7 +259,7 @@ fn key_bytes() -> Option<[u8; 16]> {
 /// Read `stream` through one branch of a tee, up to `limit` bytes. Within the limit the bytes
 /// are kept for replay; beyond it the other branch (which still holds every byte) is sent once.
 async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsValue> {
-    let branches: Array = stream.tee();
+    let branches: Array = stream.unchecked_ref::<super::bindings::StreamJs>().tee()?;
     let probe: ReadableStream = branches.get_unchecked(0).unchecked_into();
     let whole: ReadableStream = branches.get_unchecked(1).unchecked_into();
     let reader: ReadableStreamDefaultReader = probe.get_reader().unchecked_into();
