@@ -549,6 +549,31 @@ test("a Request input's signal still ends the call after a garbage collection (t
   }
 });
 
+test('init.signal still cancels reading the body after the call settled and a garbage collection ran (every attempt is sent with the signal itself)', { timeout: 60_000 }, async () => {
+  // Node's fetch links a Request to its init.signal only while the Request lives: sent as the
+  // call's Request alone, an abort after a collection no longer reached the body.
+  assert.equal(typeof globalThis.gc, 'function', 'run with --expose-gc');
+  const ways = [
+    ['GET (the lean path)', '200+slowbody=100', {}, undefined],
+    ['GET after a retry', '503,200+slowbody=100', {}, fast],
+    ['POST (the loop)', '200+slowbody=100', { method: 'POST', body: 'pay' }, undefined],
+    ['GET with timeoutMs', '200+slowbody=100', {}, { timeoutMs: 10_000 }],
+  ];
+  for (const [label, steps, init, options] of ways) {
+    const controller = new AbortController();
+    const res = await api.retryFetch(seq(steps).url, { ...init, signal: controller.signal }, options);
+    for (let i = 0; i < 3; i++) {
+      globalThis.gc();
+      await sleep(10);
+    }
+    setTimeout(() => controller.abort(new Error('stop')), 200);
+    const started = performance.now();
+    const read = await res.text().then((text) => `read all ${text.length} bytes`, (e) => e.message);
+    assert.equal(read, 'stop', `${label}: the body was read on after the abort`);
+    assert.ok(performance.now() - started < 1_500, `${label}: the abort took effect late`);
+  }
+});
+
 test('run in a vm context (as Jest runs tests), a Request or a stream body of the outer realm is buffered and replayed', async () => {
   // jest-environment-node runs code in a vm context: its Uint8Array and ReadableStream are its
   // own, while fetch, Request and the streams fetch makes come from Node's realm. The CommonJS

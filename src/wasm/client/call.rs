@@ -41,7 +41,7 @@ use super::guards::{origin_of, BreakerShared};
 use super::policy::Policy;
 use super::records::{to_js, AttemptRecord, Js, RetryContext, SettledInfo};
 use super::request::{
-    body_value, copy_headers, fix_request, unsendable_url, Body, BodyKind, Template,
+    body_value, copy_headers, fix_request, init_signal, unsendable_url, Body, BodyKind, Template,
 };
 use super::signals::{deadline_cut, CallSignals, FirstTimer};
 use crate::core::accepted::poll_dropped_headers;
@@ -67,10 +67,11 @@ impl Rng for MathRandom {
 }
 
 /// A policy and the function its lean calls settle through, `onSettled(request, init,
-/// startedAt, fulfilled, controller, timer, value)` bound per call (the controller and timer of
-/// a timed first attempt, `FirstTimer`, else `undefined`), and the timers' `fire`: made the
-/// first time a lean call needs them, then kept as long as the policy is (a client's
-/// defaults, its cached per-call options).
+/// startedAt, fulfilled, signal, timer, value)` bound per call (`signal`: what the first
+/// attempt was sent with beside its request, the timed attempt's own (`FirstTimer`, then
+/// `timer` its timer) or the caller's `init.signal` a `Request` made of it follows; else
+/// `undefined`), and the timers' `fire`: made the first time a lean call needs them, then kept
+/// as long as the policy is (a client's defaults, its cached per-call options).
 struct Lean {
     policy: Rc<Policy>,
     on_settled: OnceCell<Function>,
@@ -95,17 +96,18 @@ impl Lean {
                 Closure::<
                     dyn Fn(JsValue, JsValue, f64, bool, JsValue, JsValue, JsValue) -> JsValue,
                 >::new(
-                    move |request, init, started, fulfilled: bool, controller: JsValue, timer, value| {
-                        let timeout = match controller.is_undefined() {
-                            true => None,
-                            false => FirstTimer::end(&controller, &timer),
+                    move |request, init, started, fulfilled: bool, signal: JsValue, timer: JsValue, value| {
+                        let (timeout, caller_signal) = match (timer.is_undefined(), signal.is_undefined()) {
+                            (false, _) => (FirstTimer::end(&signal, &timer), None),
+                            (true, false) => (None, Some(signal)),
+                            (true, true) => (None, None),
                         };
-                        match timeout {
-                            Some(timeout) if !fulfilled => {
-                                settled(&own, request, init, started, false, timeout, true)
-                            }
-                            _ => settled(&own, request, init, started, fulfilled, value, false),
-                        }
+                        let (fulfilled, value, timed_out) = match timeout {
+                            Some(timeout) if !fulfilled => (false, timeout, true),
+                            _ => (fulfilled, value, false),
+                        };
+                        let first = (fulfilled, value, timed_out);
+                        settled(&own, request, init, started, first, caller_signal)
                     },
                 )
                 .into_js_value()
@@ -330,7 +332,7 @@ impl Client {
         let copy = plain.and_then(|c| c.copy);
         // What fetch is given: `request` (the `Request` made here, else the URL) and `send`;
         // `init` is what a retry's request is made from.
-        let (send, request, init): (JsValue, Option<JsValue>, JsValue) =
+        let (send, request, init, caller_signal): (JsValue, Option<JsValue>, JsValue, _) =
             if let Some((headers, manual)) = keyed {
                 // Its headers in the copy, sent as an object and headers of fetch's own (a wrapper
                 // of the global fetch may read them later, or change them: the copy a retry's
@@ -346,7 +348,7 @@ impl Client {
                 if manual {
                     js::set(&send, "redirect", &JsValue::from_str("manual"));
                 }
-                (send.into(), None, copy.into())
+                (send.into(), None, copy.into(), None)
             } else if plain_get {
                 let none = copy.is_none();
                 let init: JsValue = copy.map_or(JsValue::UNDEFINED, JsValue::from);
@@ -359,7 +361,7 @@ impl Client {
                     true => JsValue::UNDEFINED,
                     false => Object::assign(&Object::new(), init.unchecked_ref()).into(),
                 };
-                (send, None, init)
+                (send, None, init, None)
             } else {
                 // The request is made from the copy: every member of a plain init is read once,
                 // and a string body sent again on a retry is the one the request was made from.
@@ -369,8 +371,10 @@ impl Client {
                 if let Some(defaults) = &policy.headers {
                     add_default_headers(&request, input, init, defaults)?;
                 }
+                let caller_signal = init_signal(init);
                 if !(lean_policy && limit.is_none() && lean_request(policy, &request)) {
-                    let template = Template::new(policy, request, input, init, copied.is_some())?;
+                    let (copied, signal) = (copied.is_some(), caller_signal);
+                    let template = Template::new(policy, request, input, init, copied, signal)?;
                     return Ok(future_to_promise(run(
                         policy.clone(),
                         template,
@@ -383,8 +387,17 @@ impl Client {
                     return Err(js::get(&signal, "reason"));
                 }
                 // The input rides where a URL's init would, held until the attempt settles
-                // (and then by the loop's `Template`, if it runs).
-                (JsValue::UNDEFINED, Some(request.into()), input.clone())
+                // (and then by the loop's `Template`, if it runs). The caller's `init.signal` is
+                // sent as itself (the request's own follows it only while the request lives).
+                let send = match &caller_signal {
+                    Some(s) => {
+                        let send = Object::new();
+                        js::set(&send, "signal", s);
+                        send.into()
+                    }
+                    None => JsValue::UNDEFINED,
+                };
+                (send, Some(request.into()), input.clone(), caller_signal)
             };
         let request = request.as_ref().unwrap_or(input);
         // Under a time limit (a URL sent: a `Request` took the loop), the attempt's own signal
@@ -392,17 +405,18 @@ impl Client {
         let timer = match limit {
             Some(ms) => {
                 let timer = FirstTimer::start(ms, lean.fire(ms))?;
-                js::set(&send, "signal", &timer.controller.signal());
+                js::set(&send, "signal", &timer.signal);
                 Some(timer)
             }
             None => None,
         };
-        let (c, t) = match &timer {
-            Some(timer) => (timer.controller.as_ref(), &timer.handle),
-            None => (&JsValue::UNDEFINED, &JsValue::UNDEFINED),
+        let (s, t) = match (&timer, &caller_signal) {
+            (Some(timer), _) => (timer.signal.as_ref(), &timer.handle),
+            (None, Some(signal)) => (signal, &JsValue::UNDEFINED),
+            (None, None) => (&JsValue::UNDEFINED, &JsValue::UNDEFINED),
         };
         let on_settled = lean.on_settled();
-        let bind = |f| on_settled.bind_settled(&JsValue::NULL, request, &init, started, f, c, t);
+        let bind = |f| on_settled.bind_settled(&JsValue::NULL, request, &init, started, f, s, t);
         let (ok, failed) = (bind(true), bind(false));
         let sent: Thenable = global_fetch(request, &send).unchecked_into();
         // A wrapper's `Promise` subclass whose own `then` throws: that throw is how its fetch
@@ -660,14 +674,16 @@ fn lean_request(policy: &Policy, request: &Request) -> bool {
 /// The first attempt of a lean call settled: a response below 400 is the answer (but a
 /// redirect it was sent not to follow); anything else continues as a Rust future, with that
 /// attempt as the first.
+///
+/// `first`: whether it fulfilled, with what, and whether it failed because its time limit
+/// fired; `caller_signal`: the caller's `init.signal` a `Request` input's attempt was sent with.
 fn settled(
     policy: &Rc<Policy>,
     request: JsValue,
     mut init: JsValue,
     started: f64,
-    fulfilled: bool,
-    value: JsValue,
-    timed_out: bool,
+    (fulfilled, value, timed_out): (bool, JsValue, bool),
+    caller_signal: Option<JsValue>,
 ) -> JsValue {
     // The global fetch fulfils with a `Response`: its typed `status` getter (no property name
     // to pass, unlike the loop's duck-typed read of a custom transport's answer). Anything else
@@ -713,7 +729,7 @@ fn settled(
         timed_out,
     };
     // One future type for every call the loop runs (this one and `Client::start`'s).
-    match Template::new(policy, request, &input, &init, init_copied) {
+    match Template::new(policy, request, &input, &init, init_copied, caller_signal) {
         Ok(template) => {
             future_to_promise(run(policy.clone(), template, started, Some(first))).into()
         }
@@ -1068,7 +1084,7 @@ async fn run_loop(
 ) -> Result<JsValue, JsValue> {
     let p = &policy.retry;
     let mut signals = CallSignals::new(
-        t.request.signal().into(),
+        t.abort_signal(),
         policy.signal.as_ref(),
         &policy.default_signals,
     );
@@ -1442,7 +1458,7 @@ async fn run_loop(
                         let init = attempt_init(
                             &t,
                             &body,
-                            abort.signal.as_ref(),
+                            abort.signal.as_ref().or(t.signal.as_ref()),
                             first_at.as_deref().filter(|_| retry_headers),
                             attempt,
                             manual || refuses,
@@ -1781,7 +1797,7 @@ async fn follow(
         // request, made from its URL, which carries no signal of its own).
         let signal = js::get(init, "signal");
         let signal = if signal.is_undefined() {
-            t.request.signal().into()
+            t.abort_signal()
         } else {
             signal
         };
@@ -1859,7 +1875,7 @@ fn poll_init(
     keep_referrer(&init, &t.request);
     match signal {
         Some(s) => js::set(&init, "signal", s),
-        None => js::set(&init, "signal", &t.request.signal()),
+        None => js::set(&init, "signal", &t.abort_signal()),
     }
     Ok((request.into(), init.into()))
 }

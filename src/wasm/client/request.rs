@@ -76,6 +76,19 @@ pub struct Template {
     /// caller let go (`retryFetch(new Request(url, { signal }))`) would be collected during a
     /// wait, and its abort would no longer end the call.
     _input: JsValue,
+    /// The caller's `init.signal`, which the request's signal follows: Node's fetch keeps that
+    /// link only while the request lives, so every attempt is sent with this signal itself
+    /// (joined with the attempt's own, if any: [`Template::abort_signal`]), and an abort still cancels reading the body
+    /// after the call settled and the request was collected.
+    pub signal: Option<JsValue>,
+}
+
+/// `init.signal` as given, when it is an object (a `Request` took it, so an `AbortSignal`).
+pub fn init_signal(init: &JsValue) -> Option<JsValue> {
+    match init.is_object() {
+        true => Some(js::get(init, "signal")).filter(JsValue::is_object),
+        false => None,
+    }
 }
 
 /// The `TypeError` for a URL fetch can never send (`why`: from `core::classify`), before
@@ -121,14 +134,24 @@ fn body_kind(request: &Request, body: &JsValue) -> BodyKind {
 }
 
 impl Template {
-    /// The call's request: `request` (already fixed from `input` and `init`), the key added
-    /// per `policy`.
+    /// The signal that aborts the request: the caller's `init.signal` itself where one was
+    /// given, else the request's own.
+    pub fn abort_signal(&self) -> JsValue {
+        match &self.signal {
+            Some(s) => s.clone(),
+            None => self.request.signal().into(),
+        }
+    }
+
+    /// The call's request: `request` (already fixed from `input` and `init`, and following
+    /// `signal`, the caller's `init.signal`), the key added per `policy`.
     pub fn new(
         policy: &Policy,
         request: Request,
         input: &JsValue,
         init: &JsValue,
         init_copied: bool,
+        signal: Option<JsValue>,
     ) -> Result<Template, JsValue> {
         // A request fetch can never send (an ftp: URL, a bad port) fails every time: refused
         // here, before anything is sent, rather than retried as a network error.
@@ -167,6 +190,7 @@ impl Template {
             idempotent,
             key,
             _input: input.clone(),
+            signal,
         })
     }
 

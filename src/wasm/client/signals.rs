@@ -339,8 +339,8 @@ impl Drop for TimeLimit {
 /// closure of its own. Ends when the attempt settles ([`FirstTimer::end`]): the body may be
 /// read past the limit, as in the loop.
 pub struct FirstTimer {
-    /// The controller whose signal the attempt is sent with.
-    pub controller: AbortController,
+    /// The signal of its controller, which the attempt is sent with.
+    pub signal: web_sys::AbortSignal,
     /// The timer's handle.
     pub handle: JsValue,
 }
@@ -365,14 +365,17 @@ impl FirstTimer {
     pub fn start(ms: f64, fire: &Function) -> Result<FirstTimer, JsValue> {
         let controller = AbortController::new()?;
         let handle = js::set_timeout_with(fire, timer_ms(ms), &controller);
-        Ok(FirstTimer { controller, handle })
+        Ok(FirstTimer {
+            signal: controller.signal(),
+            handle,
+        })
     }
 
-    /// The attempt sent with `controller`'s signal settled: the timer `handle` is cleared;
-    /// the `TimeoutError` it aborted with, if it fired.
-    pub fn end(controller: &JsValue, handle: &JsValue) -> Option<JsValue> {
+    /// The attempt sent with `signal` settled: the timer `handle` is cleared; the
+    /// `TimeoutError` it aborted with, if it fired.
+    pub fn end(signal: &JsValue, handle: &JsValue) -> Option<JsValue> {
         clear_timeout(handle);
-        let signal = controller.unchecked_ref::<AbortController>().signal();
+        let signal = signal.unchecked_ref::<web_sys::AbortSignal>();
         signal.aborted().then(|| signal.reason())
     }
 }
