@@ -98,6 +98,19 @@ pub fn bytes_of(buffer: &JsValue) -> Result<js_sys::Uint8Array, JsValue> {
     bytes_view(buffer)
 }
 
+/// `bytes` copied into the wasm's memory, or `None` when the memory cannot grow to hold them
+/// (an allocation that fails would abort the instance, and with it the process's every later
+/// request): the caller answers without them.
+#[cfg(feature = "server")]
+pub fn try_copy(bytes: &js_sys::Uint8Array) -> Option<Vec<u8>> {
+    let len = bytes.length() as usize;
+    let mut copy = Vec::new();
+    copy.try_reserve_exact(len).ok()?;
+    copy.resize(len, 0);
+    bytes.copy_to(&mut copy);
+    Some(copy)
+}
+
 #[wasm_bindgen]
 extern "C" {
     /// A `ReadableStream` or its reader: both have `cancel()`.

@@ -120,6 +120,16 @@ fn response(
     headers: &Headers,
     bytes: &[u8],
 ) -> Result<Response, JsValue> {
+    response_of(status, status_text, headers, Uint8Array::from(bytes))
+}
+
+/// [`response`] of bytes in JS (`body`, which the `Response` takes as its own).
+fn response_of(
+    status: u16,
+    status_text: &str,
+    headers: &Headers,
+    body: Uint8Array,
+) -> Result<Response, JsValue> {
     let init = ResponseInit::new();
     init.set_status(status);
     if !status_text.is_empty() {
@@ -128,10 +138,9 @@ fn response(
     init.set_headers(headers);
     // No bytes: no body, as the handler's `new Response(null)` (a framework adds no
     // `Content-Type` for it, as it would for an empty stream).
-    if null_body(status) || bytes.is_empty() {
+    if null_body(status) || body.length() == 0 {
         return Response::new_with_opt_buffer_source_and_init(None, &init);
     }
-    let body = Uint8Array::from(bytes);
     let response = Response::new_with_opt_buffer_source_and_init(Some(&body), &init)?;
     // The bytes beside the body (which the Response copied): toNodeHandler writes them as
     // they are instead of reading the body back (js/server.js).
@@ -143,6 +152,15 @@ thread_local! {
     /// `Symbol.for('retry-fetch.answerBytes')`: where a companion's `Response` keeps its body's
     /// bytes.
     static ANSWER_BYTES: JsValue = js_sys::Symbol::for_("retry-fetch.answerBytes").into();
+}
+
+/// `bytes` in base64, or `None` when the wasm's memory cannot hold the text now.
+fn try_base64(bytes: &[u8]) -> Option<String> {
+    let len = base64::encoded_len(bytes.len(), true)?;
+    let mut text = String::new();
+    text.try_reserve_exact(len).ok()?;
+    BASE64.encode_string(bytes, &mut text);
+    Some(text)
 }
 
 /// The stored response as a `Response`; `replayed` adds `Idempotent-Replayed: true`.
@@ -195,7 +213,12 @@ pub async fn read_answer(
         return Ok(None);
     };
     let body = js::bytes_of(&buffer).map_err(|e| unusable("its arrayBuffer()", &message(&e)))?;
-    let bytes = body.to_vec();
+    // Copied into the wasm only to be stored: an answer over the limit, or one the wasm's
+    // memory cannot hold now, is sent from its own bytes and not kept (as too large).
+    let bytes = match body.length() as usize > MAX_STORED_ANSWER_BYTES {
+        true => None,
+        false => js::try_copy(&body),
+    };
     let given = js::get_or_throw(target, "headers")?;
     let source = match given.dyn_into::<Headers>() {
         Ok(headers) => headers,
@@ -246,20 +269,20 @@ pub async fn read_answer(
     let live = if let Some(node) = node {
         node_answer(node, status, &status_text, &source, body)
     } else {
-        self::response(status, &status_text, &source, &bytes)?.into()
+        response_of(status, &status_text, &source, body)?.into()
     };
-    let too_large = bytes.len() > MAX_STORED_ANSWER_BYTES;
-    let stored = if too_large {
-        // Sent whole now; what the key keeps says that it could not be kept.
-        problem_record(500, "idempotency-answer-too-large", "The answer was too large to be stored",
-            "The request was processed, but its answer (over 32 MiB) was too large to be stored for replay; check the operation's state before trying again with a new key.", false)?
-    } else {
-        StoredResponse {
+    let encoded = bytes.as_deref().and_then(try_base64);
+    let too_large = encoded.is_none();
+    let stored = match encoded {
+        Some(body) => StoredResponse {
             status,
             status_text,
             headers,
-            body: BASE64.encode(&bytes),
-        }
+            body,
+        },
+        // Sent whole now; what the key keeps says that it could not be kept.
+        None => problem_record(500, "idempotency-answer-too-large", "The answer was too large to be stored",
+            "The request was processed, but its answer (over 32 MiB, or more than the server could hold in memory at the time) was too large to be stored for replay; check the operation's state before trying again with a new key.", false)?,
     };
     Ok(Some(Answer {
         stored,

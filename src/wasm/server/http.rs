@@ -32,7 +32,7 @@ use super::flow::{
     claim, free_key, run_holding, store_answer, within, Claim, ClaimError, Context, Invocation,
     Keyed, Limit, Ran, Stored,
 };
-use super::incoming::{HeaderReader, Incoming, NodeSource};
+use super::incoming::{BodyError, HeaderReader, Incoming, NodeSource};
 use super::runs::{self, error_text, RunLog};
 use super::settings::{HttpSettings, Identity, Required};
 use crate::core::idempotency::{self as idem, after_throw, ending, AfterThrow, Ending};
@@ -143,7 +143,22 @@ async fn serve(
     }
     let identity = identity(&s, &headers, &mut req, &caller).await?;
     let limit = s.common.limits.max_body_bytes;
-    let Some(body) = req.read_body(&headers, limit).await? else {
+    let read = match req.read_body(&headers, limit).await {
+        Ok(read) => read,
+        Err(BodyError::Js(e)) => return Err(e),
+        Err(BodyError::OutOfMemory) => {
+            let detail = format!("The server cannot hold this request's body in memory now (too many large requests at once). The request was not processed and nothing was stored; retry later with the same {header}.");
+            return Ok(problem(
+                503,
+                "idempotency-out-of-memory",
+                "The server is out of memory",
+                &detail,
+                true,
+            )?
+            .into());
+        }
+    };
+    let Some(body) = read else {
         let detail = format!("The request body is larger than {limit} bytes, the most this endpoint reads for an {header}.");
         return Ok(problem(
             413,

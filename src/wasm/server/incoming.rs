@@ -187,7 +187,7 @@ impl Incoming {
         &self,
         headers: &HeaderReader,
         limit: f64,
-    ) -> Result<Option<Option<Vec<u8>>>, JsValue> {
+    ) -> Result<Option<Option<Vec<u8>>>, BodyError> {
         let declared = headers
             .get("content-length")?
             .and_then(|v| v.trim().parse::<f64>().ok());
@@ -214,10 +214,11 @@ impl Incoming {
                     return Ok(None);
                 }
                 match v.dyn_ref::<Uint8Array>() {
-                    Some(bytes) => Ok(Some(Some(bytes.to_vec()))),
+                    Some(bytes) => copied(bytes),
                     None => Err(type_error(
                         "idempotency: the request body produced a chunk that is not a Uint8Array",
-                    )),
+                    )
+                    .into()),
                 }
             }
         }
@@ -280,17 +281,41 @@ impl HeaderReader {
     }
 }
 
+/// Why [`Incoming::read_body`] has no body to give.
+pub enum BodyError {
+    /// Reading it failed (the client went away, a chunk that is not bytes).
+    Js(JsValue),
+    /// The wasm's memory cannot grow to hold it now (many large bodies in flight at once):
+    /// nothing was processed, and the request may come again.
+    OutOfMemory,
+}
+
+impl From<JsValue> for BodyError {
+    fn from(e: JsValue) -> Self {
+        BodyError::Js(e)
+    }
+}
+
+/// The body's bytes in the wasm's memory, if it can hold them.
+fn copied(bytes: &Uint8Array) -> Result<Option<Option<Vec<u8>>>, BodyError> {
+    match js::try_copy(bytes) {
+        Some(bytes) => Ok(Some(Some(bytes))),
+        None => Err(BodyError::OutOfMemory),
+    }
+}
+
 /// [`Incoming::read_body`] of a `Request`'s stream.
-async fn read_web_body(req: &Request, limit: f64) -> Result<Option<Option<Vec<u8>>>, JsValue> {
+async fn read_web_body(req: &Request, limit: f64) -> Result<Option<Option<Vec<u8>>>, BodyError> {
     let Some(stream) = req.body() else {
         return Ok(Some(None));
     };
-    let reader: ReadableStreamDefaultReader = stream.get_reader().dyn_into()?;
+    let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
     match js::read_limited(&reader, limit).await? {
-        js::Limited::Bytes(bytes) => Ok(Some(Some(bytes.to_vec()))),
+        js::Limited::Bytes(bytes) => copied(&bytes),
         js::Limited::TooLong => Ok(None),
         js::Limited::NotBytes => Err(type_error(
             "idempotency: the request body produced a chunk that is not a Uint8Array",
-        )),
+        )
+        .into()),
     }
 }
