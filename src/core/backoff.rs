@@ -120,13 +120,25 @@ impl Backoff {
     /// together do not come back together: `floor + uniform(0, w)`, where `w` is
     /// [`Backoff::floor_window_ms`] (it grows with the attempt, as the backoff does), at most
     /// `cap_ms` (and never below the floor). With [`Jitter::None`] the wait is the floor
-    /// itself. Advances the schedule as [`Backoff::next_delay`] does.
-    pub fn above_floor<R: Rng + ?Sized>(&mut self, floor_ms: f64, cap_ms: f64, rng: &mut R) -> u64 {
+    /// itself. `within_ms`, when the wait must end before it (what is left of a deadline) and
+    /// the floor does: the window is narrowed to end there, so the spread stays uniform and
+    /// the retry is still made. Advances the schedule as [`Backoff::next_delay`] does.
+    pub fn above_floor<R: Rng + ?Sized>(
+        &mut self,
+        floor_ms: f64,
+        cap_ms: f64,
+        within_ms: Option<f64>,
+        rng: &mut R,
+    ) -> u64 {
         self.retries = self.retries.saturating_add(1);
         let floor = clamp_ms(floor_ms.ceil());
+        let mut window = self.floor_window_ms(floor, self.retries);
+        if let Some(room) = within_ms.map(|w| w - 1.0 - floor).filter(|r| *r >= 0.0) {
+            window = window.min(room);
+        }
         let spread = match self.jitter {
             Jitter::None => 0.0,
-            _ => sample(rng) * self.floor_window_ms(floor, self.retries),
+            _ => sample(rng) * window,
         };
         let wait = (floor + spread).min(clamp_ms(cap_ms)).max(floor).floor();
         self.previous_ms = wait.min(self.cap_ms).max(self.base_ms.min(self.cap_ms));

@@ -234,9 +234,14 @@ impl RetryState {
             Some(asked) if asked.is_nan() || asked > policy.retry_after_cap_ms() => {
                 return Decision::Stop(Stop::RetryAfterTooLong(reason));
             }
+            // Spread within what is left of the deadline, when the wait asked fits in it.
             Some(asked) => (
-                self.backoff
-                    .above_floor(asked, policy.retry_after_cap_ms(), rng),
+                self.backoff.above_floor(
+                    asked,
+                    policy.retry_after_cap_ms(),
+                    self.deadline_left_ms(now_ms),
+                    rng,
+                ),
                 true,
             ),
             None => (self.backoff.next_delay(rng), false),
@@ -433,6 +438,46 @@ mod tests {
     fn retry_after_with_jitter_none_is_the_wait_asked_exactly() {
         let waits = server_waits(&policy(), 2500.4, 2);
         assert!(waits.iter().all(|w| w == &[2501, 2501]));
+    }
+
+    #[test]
+    fn the_window_above_retry_after_is_narrowed_to_end_before_the_deadline() {
+        // 1300 ms of deadline, 1000 asked: a full window (500 ms above) would pass the
+        // deadline about half the time; narrowed, every retry is made, spread over what fits.
+        let p = RetryPolicy {
+            jitter: Jitter::Full,
+            deadline_ms: Some(1300.0),
+            ..policy()
+        };
+        let o = AttemptOutcome {
+            server_delay_ms: Some(1000.0),
+            ..status(503)
+        };
+        let mut waits = Vec::new();
+        for seed in 0..2000 {
+            let mut s = RetryState::new(&p, 0.0);
+            s.start_attempt();
+            match s.decide(&p, o, 10.0, &mut SplitMix64::new(seed)) {
+                Decision::Retry { delay_ms, .. } => waits.push(delay_ms),
+                other => panic!("seed {seed}: {other:?}"),
+            }
+        }
+        assert!(
+            waits.iter().all(|&d| (1000..1290).contains(&d)),
+            "{waits:?}"
+        );
+        assert!(waits.iter().any(|&d| d < 1100) && waits.iter().any(|&d| d > 1200));
+        // A wait asked that does not fit still stops the call.
+        let late = AttemptOutcome {
+            server_delay_ms: Some(1290.0),
+            ..status(503)
+        };
+        let mut s = RetryState::new(&p, 0.0);
+        s.start_attempt();
+        assert_eq!(
+            s.decide(&p, late, 10.0, &mut SplitMix64::new(1)),
+            Decision::Stop(Stop::DeadlineExhausted(RetryReason::Status))
+        );
     }
 
     #[test]

@@ -1724,6 +1724,16 @@ export const scenarios = [
       }
     },
   },
+  {
+    name: 'contract: an init with an own "__proto__" member (parsed from JSON) is read as fetch reads it: its members are not inherited',
+    async run({ api, seq }) {
+      const init = JSON.parse('{"__proto__": {"method": "POST", "body": "charge"}, "headers": {"x-a": "1"}}');
+      equal(Object.getPrototypeOf(init), Object.prototype, 'JSON.parse makes an own member');
+      const r = seq('503,200');
+      equal((await api.retryFetch(r.url, init, fast)).status, 200);
+      deepEqual((await r.log()).map((e) => [e.method, e.body, e.headers['x-a']]), [['GET', '', '1'], ['GET', '', '1']]);
+    },
+  },
 ];
 
 /** 'fulfilled' or 'rejected' when `promise` settles within `ms`, else 'pending'. */

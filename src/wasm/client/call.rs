@@ -498,6 +498,11 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
         if !plain {
             continue;
         }
+        // An own `"__proto__"` member (an init parsed from JSON has one): fetch reads no such
+        // member, and set on the copy it would give the copy a prototype to inherit from.
+        if name == "__proto__" {
+            continue;
+        }
         let value = js_sys::Reflect::get(init, &key)?; // a throwing getter rejects the call
         match name.as_str() {
             "body" => {
