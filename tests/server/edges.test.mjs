@@ -395,3 +395,43 @@ test('an adapter mounted twice on a request\'s way (app-wide and on the route): 
     await close();
   }
 });
+
+test('a store whose complete fails for a moment (a dropped connection) is called again: the answer is kept and a retry gets it, the handler ran once', async () => {
+  class FlakyStore extends MemoryStore {
+    failures = 0;
+    calls = 0;
+    async complete(...a) {
+      this.calls++;
+      if (this.failures > 0) {
+        this.failures--;
+        throw new Error('connection reset');
+      }
+      return super.complete(...a);
+    }
+  }
+  const store = new FlakyStore();
+  const reported = [];
+  let runs = 0;
+  const handler = idempotency(async () => {
+    runs++;
+    return Response.json({ charged: runs }, { status: 201 });
+  }, { store, identity: false, onStoreError: (error, operation) => reported.push(`${operation}: ${error.message}`) });
+  const pay = (key) => handler(new Request('http://shop.test/pay', { method: 'POST', headers: { 'Idempotency-Key': key }, body: '{"amount":1}' }));
+  store.failures = 2;
+  const key = newKey();
+  const first = await pay(key);
+  assert.equal(first.status, 201);
+  assert.equal(store.calls, 3, 'complete was called again after each failure');
+  assert.deepEqual(reported, [], 'a failure made good is not reported');
+  const repeat = await pay(key);
+  assert.equal(repeat.headers.get('idempotent-replayed'), 'true', 'the answer was kept');
+  assert.deepEqual(await repeat.json(), { charged: 1 });
+  assert.equal(runs, 1);
+  // Failing on: three calls in all, then the answer goes out unkept (the last failure reported).
+  store.failures = 5;
+  store.calls = 0;
+  const unkept = await pay(newKey());
+  assert.equal(unkept.status, 201);
+  assert.equal(store.calls, 3);
+  assert.deepEqual(reported, ['complete: connection reset']);
+});

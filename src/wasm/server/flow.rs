@@ -469,6 +469,9 @@ impl Stored {
     }
 }
 
+/// The waits before `complete` is called again after it failed (a non-transactional store).
+const COMPLETE_RETRY_MS: [f64; 2] = [100.0, 400.0];
+
 /// Store `response` as `k`'s answer.
 /// `renewal_lost`: a renewal was refused while the handler ran.
 ///
@@ -486,6 +489,14 @@ pub async fn store_answer(
     let mut may_take_again = !renewal_lost && !c.store.transactional;
     // A lock this run took again and then could not complete is not left behind.
     let mut taken_again = false;
+    // A store call that failed (a dropped connection, a failover) is made again, after
+    // `COMPLETE_RETRY_MS`: an answer not kept leaves the key to lapse, and a retry of the
+    // request after it runs the handler again. The last failure is the one reported. Not with
+    // a transactional store, whose commit either happened or rolled the run back.
+    let mut retries = match c.store.transactional {
+        true => [].iter(),
+        false => COMPLETE_RETRY_MS.iter(),
+    };
     let why = loop {
         match c
             .store
@@ -516,6 +527,10 @@ pub async fn store_answer(
             Ok(false) if renewal_lost => break "the lock was lost before the response could be stored: a renewal was refused (the store lost the lock, or another request took it over)",
             Ok(false) => break "the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)",
             Err(e) => {
+                if let Some(&ms) = retries.next() {
+                    sleep(ms).await;
+                    continue;
+                }
                 c.reporter.store_error(&e, "complete");
                 if taken_again {
                     free_key(c, k).await;
