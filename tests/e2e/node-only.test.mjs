@@ -574,6 +574,15 @@ test('init.signal still cancels reading the body after the call settled and a ga
   }
 });
 
+test('init.signal sent with the attempt keeps the init\'s referrer and referrerPolicy, as fetch(url, init) does', async () => {
+  const s = seq('200');
+  const page = new URL('/page', s.url).href;
+  const controller = new AbortController();
+  await (await api.retryFetch(s.url, { referrer: page, referrerPolicy: 'unsafe-url', signal: controller.signal })).text();
+  await (await fetch(s.url, { referrer: page, referrerPolicy: 'unsafe-url', signal: controller.signal })).text();
+  assert.deepEqual(s.log().map((r) => r.headers.referer), [page, page]);
+});
+
 test('run in a vm context (as Jest runs tests), a Request or a stream body of the outer realm is buffered and replayed', async () => {
   // jest-environment-node runs code in a vm context: its Uint8Array and ReadableStream are its
   // own, while fetch, Request and the streams fetch makes come from Node's realm. The CommonJS

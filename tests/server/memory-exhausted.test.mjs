@@ -17,7 +17,10 @@ const h = idempotency(async (req) => {
   runs++;
   const size = Number(new URL(req.url).searchParams.get('answer') ?? 2);
   await req.arrayBuffer();
-  return new Response(new Uint8Array(size).fill(120), { status: 201 });
+  const bytes = new Uint8Array(size).fill(120);
+  // A response of another fetch implementation (not instanceof Response): read as one.
+  if (new URL(req.url).searchParams.has('foreign')) return { status: 201, headers: {}, arrayBuffer: async () => bytes.buffer };
+  return new Response(bytes, { status: 201 });
 }, { maxBodyBytes: 8 << 20, identity: false });
 const server = http.createServer(toNodeHandler(h, { onError: () => {} }));
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
@@ -34,6 +37,8 @@ const large = await post('/pay?answer=' + (4 << 20), 'large-answer', 10);
 out.largeAnswer = { status: large.status, bytes: (await large.arrayBuffer()).byteLength };
 const again = await post('/pay?answer=' + (4 << 20), 'large-answer', 10);
 out.largeAgain = { status: again.status, problem: (await again.json()).code };
+const foreign = await post('/pay?foreign&answer=' + (4 << 20), 'foreign-answer', 10);
+out.foreign = { status: foreign.status, bytes: (await foreign.arrayBuffer()).byteLength };
 out.small = (await post('/pay', 'small', 100)).status;
 out.runs = runs;
 server.close(); server.closeAllConnections();
@@ -55,6 +60,7 @@ test('a full wasm memory: a request body it cannot hold is a 503 with Retry-Afte
   assert.ok(Number(out.big.retryAfter) > 0, `Retry-After: ${out.big.retryAfter}`);
   assert.deepEqual(out.largeAnswer, { status: 201, bytes: 4 << 20 }, 'the answer sent whole');
   assert.deepEqual(out.largeAgain, { status: 500, problem: 'idempotency-answer-too-large' }, 'and kept as too large');
+  assert.deepEqual(out.foreign, { status: 201, bytes: 4 << 20 }, 'another implementation\'s answer too');
   assert.equal(out.small, 201, 'a small request still works');
-  assert.equal(out.runs, 3, 'the 503 ran nothing; the repeat of the large answer did not run');
+  assert.equal(out.runs, 4, 'the 503 ran nothing; the repeat of the large answer did not run');
 });

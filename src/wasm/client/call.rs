@@ -390,8 +390,10 @@ impl Client {
                 // (and then by the loop's `Template`, if it runs). The caller's `init.signal` is
                 // sent as itself (the request's own follows it only while the request lives).
                 let send = match &caller_signal {
+                    // An init with a member resets what the request says of its referrer.
                     Some(s) => {
                         let send = Object::new();
+                        keep_referrer(&send, &request);
                         js::set(&send, "signal", s);
                         send.into()
                     }

@@ -374,15 +374,14 @@ pub async fn as_response(
     let Some(buffer) = body_within(js::promise_of(&read.call0(&value)?), limit).await? else {
         return Ok(Handed::Pending);
     };
-    let bytes = js::bytes_of(&buffer)
-        .map_err(|e| unusable("its arrayBuffer()", &message(&e)))?
-        .to_vec();
+    // Its bytes stay in JS (the `Response` made of them is read as any other).
+    let bytes = js::bytes_of(&buffer).map_err(|e| unusable("its arrayBuffer()", &message(&e)))?;
     let headers = Headers::new_with_headers(js::get(&value, "headers").unchecked_ref())
         .or_else(|_| Headers::new())?;
     let status_text = js::get(&value, "statusText")
         .as_string()
         .unwrap_or_default();
-    response(status as u16, &status_text, &headers, &bytes).map(Handed::Response)
+    response_of(status as u16, &status_text, &headers, bytes).map(Handed::Response)
 }
 
 /// A stored response of a value (`idempotent`): status 200, the value's JSON as the body.

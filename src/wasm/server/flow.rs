@@ -497,6 +497,9 @@ pub async fn store_answer(
         true => [].iter(),
         false => COMPLETE_RETRY_MS.iter(),
     };
+    // The failure of a call made again: a refusal after it may be of an answer that call kept
+    // before it failed (its reply lost), so the failure is what is reported.
+    let mut failed: Option<JsValue> = None;
     let why = loop {
         match c
             .store
@@ -504,6 +507,15 @@ pub async fn store_answer(
             .await
         {
             Ok(true) => return Stored::Kept,
+            Ok(false) if failed.is_some() => {
+                if let Some(e) = failed {
+                    c.reporter.store_error(&e, "complete");
+                }
+                if taken_again {
+                    free_key(c, k).await;
+                }
+                return Stored::Failed;
+            }
             Ok(false) if may_take_again => {
                 may_take_again = false;
                 match c
@@ -528,6 +540,7 @@ pub async fn store_answer(
             Ok(false) => break "the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)",
             Err(e) => {
                 if let Some(&ms) = retries.next() {
+                    failed = Some(e);
                     sleep(ms).await;
                     continue;
                 }
