@@ -306,3 +306,11 @@ export { declaresBody, lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUr
 
 /** Does this method carry a body in a fetch Request? The companion's rule, from the wasm. */
 export { methodCanHaveBody as methodHasBody } from './server-wasm.js';
+
+/**
+ * Set on a request (Express, Connect) or context (Hono) whose key a companion holds: an
+ * adapter mounted again on its way (app-wide and on a route) passes it on, as body parsers
+ * pass on a body already parsed (the second would wait for the first's lock, held by this very
+ * request, and answer 409).
+ */
+export const KEY_HELD = Symbol.for('retry-fetch.idempotency.held');

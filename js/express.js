@@ -20,6 +20,7 @@ import {
   partialMultipart,
   takenBodyRequest,
   watchGiveUp,
+  KEY_HELD,
 } from './adapter-support.js';
 
 /** Was the request's body read by a body parser before this middleware? */
@@ -220,15 +221,9 @@ function capture(res, done, headersSentRead) {
   };
 }
 
-/**
- * Set on a request whose key a companion holds: an adapter mounted again on its way (app-wide
- * and on a route) passes it on, as body parsers pass on a body already parsed (the second
- * would wait for the first's lock, held by this very request, and answer 409).
- */
-const HELD = Symbol.for('retry-fetch.idempotency.held');
-
 async function handle(start, req, res, next) {
-  if (req[HELD] === true) {
+  // A request whose key a companion holds, met again (app-wide and on a route): passed on.
+  if (req[KEY_HELD] === true) {
     next();
     return;
   }
@@ -269,7 +264,7 @@ async function handle(start, req, res, next) {
     next();
     return;
   }
-  req[HELD] = true;
+  req[KEY_HELD] = true;
   // A route that gives its answer up has failed after it started: the companion's rule for
   // a throw (its 500, stored).
   let captured;

@@ -2,7 +2,7 @@
 // documentation: hono.d.ts. A thin layer over `idempotency()` of server.js: it builds a fetch
 // Request of `c.req`, runs the rest of the chain (`next()`) as the companion's handler
 // (adapter-support.js) and sets `c.res` to the companion's Response.
-import { deferredCompanion, finalHeaders, lingerAfterEarlyAnswer, methodHasBody, withoutEncoding } from './adapter-support.js';
+import { deferredCompanion, finalHeaders, lingerAfterEarlyAnswer, methodHasBody, withoutEncoding, KEY_HELD } from './adapter-support.js';
 
 /** Whether a middleware or validator before this one read the body (Hono keeps what it read). */
 function bodyRead(c) {
@@ -88,9 +88,6 @@ function replaceResponse(c, response) {
   c.res = response;
 }
 
-/** Set on a context whose request's key a companion holds (see the middleware). */
-const HELD = Symbol.for('retry-fetch.idempotency.held');
-
 /**
  * Hono middleware: `app.use('/pay', idempotency(options))` or per route
  * `app.post('/pay', validator, idempotency(options), handler)`. `options` are those of
@@ -101,7 +98,7 @@ export function idempotency(options) {
   return async function idempotencyMiddleware(c, next) {
     // A request whose key a companion holds, met again (app-wide and on a route): passed on
     // (the second would wait for the first's lock, held by this very request, and answer 409).
-    if (c[HELD] === true) return next();
+    if (c[KEY_HELD] === true) return next();
     const raw = c.req.raw;
     const method = raw.method;
     const init = { method, headers: raw.headers };
@@ -147,7 +144,7 @@ export function idempotency(options) {
         c.req.raw = request;
       }
       c.set('idempotency', run.ctx);
-      if (!run.passThrough) c[HELD] = true;
+      if (!run.passThrough) c[KEY_HELD] = true;
     } catch (error) {
       run.fail(error);
       replaceResponse(c, withHeaders(await run.result, before));

@@ -102,11 +102,10 @@ impl Lean {
                             (true, false) => (None, Some(signal)),
                             (true, true) => (None, None),
                         };
-                        let (fulfilled, value, timed_out) = match timeout {
+                        let first = match timeout {
                             Some(timeout) if !fulfilled => (false, timeout, true),
                             _ => (fulfilled, value, false),
                         };
-                        let first = (fulfilled, value, timed_out);
                         settled(&own, request, init, started, first, caller_signal)
                     },
                 )

@@ -493,29 +493,19 @@ pub async fn store_answer(
     // `COMPLETE_RETRY_MS`: an answer not kept leaves the key to lapse, and a retry of the
     // request after it runs the handler again. The last failure is the one reported. Not with
     // a transactional store, whose commit either happened or rolled the run back.
-    let mut retries = match c.store.transactional {
-        true => [].iter(),
-        false => COMPLETE_RETRY_MS.iter(),
-    };
+    let mut retries = COMPLETE_RETRY_MS.iter().filter(|_| !c.store.transactional);
     // The failure of a call made again: a refusal after it may be of an answer that call kept
     // before it failed (its reply lost), so the failure is what is reported.
     let mut failed: Option<JsValue> = None;
-    let why = loop {
+    // `Ok(why)`: the lock was lost; `Err(e)`: the store failed.
+    let ended = loop {
         match c
             .store
             .complete(&k.store_key, &k.token, &record, c.limits.ttl_ms)
             .await
         {
             Ok(true) => return Stored::Kept,
-            Ok(false) if failed.is_some() => {
-                if let Some(e) = failed {
-                    c.reporter.store_error(&e, "complete");
-                }
-                if taken_again {
-                    free_key(c, k).await;
-                }
-                return Stored::Failed;
-            }
+            Ok(false) if failed.is_some() => break Err(failed.take().unwrap_or_default()),
             Ok(false) if may_take_again => {
                 may_take_again = false;
                 match c
@@ -529,35 +519,34 @@ pub async fn store_answer(
                     .await
                 {
                     Ok(true) => taken_again = true,
-                    Ok(false) => break "the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key",
+                    Ok(false) => break Ok("the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key"),
                     Err(e) => {
                         c.reporter.store_error(&e, "acquire");
                         return Stored::Failed;
                     }
                 }
             }
-            Ok(false) if renewal_lost => break "the lock was lost before the response could be stored: a renewal was refused (the store lost the lock, or another request took it over)",
-            Ok(false) => break "the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)",
+            Ok(false) if renewal_lost => break Ok("the lock was lost before the response could be stored: a renewal was refused (the store lost the lock, or another request took it over)"),
+            Ok(false) => break Ok("the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)"),
             Err(e) => {
                 if let Some(&ms) = retries.next() {
                     failed = Some(e);
                     sleep(ms).await;
                     continue;
                 }
-                c.reporter.store_error(&e, "complete");
-                if taken_again {
-                    free_key(c, k).await;
-                }
-                return Stored::Failed;
+                break Err(e);
             }
         }
     };
-    c.reporter
-        .store_error(&js_sys::Error::new(why).into(), "complete");
+    let (error, stored) = match ended {
+        Ok(why) => (js_sys::Error::new(why).into(), Stored::LockLost),
+        Err(e) => (e, Stored::Failed),
+    };
+    c.reporter.store_error(&error, "complete");
     if taken_again {
         free_key(c, k).await;
     }
-    Stored::LockLost
+    stored
 }
 
 /// Free `k` (with a transactional store: roll back what the handler wrote through `ctx.tx`).
