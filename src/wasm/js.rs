@@ -137,7 +137,6 @@ pub fn promise_of(value: &JsValue) -> js_sys::Promise {
     })
 }
 
-#[cfg(feature = "client")]
 #[wasm_bindgen]
 extern "C" {
     /// `performance.now()`: ms since the time origin on a monotonic clock (a throw where the
@@ -146,7 +145,6 @@ extern "C" {
     fn performance_now() -> Result<f64, JsValue>;
 }
 
-#[cfg(feature = "client")]
 thread_local! {
     /// `Date.now() - performance.now()` at the first [`now_ms`] (NaN until then).
     static CLOCK_ORIGIN: core::cell::Cell<f64> = const { core::cell::Cell::new(f64::NAN) };
@@ -154,17 +152,17 @@ thread_local! {
 
 /// How far the wall clock may be from the monotonic one before [`now_ms`] takes it for a step
 /// (NTP stepping, a resumed VM, the date set by hand): 1 s.
-#[cfg(feature = "client")]
 const CLOCK_STEP_MS: f64 = 1_000.0;
 
 /// Now, in ms since the Unix epoch: the wall clock (`Date.now()`) while it keeps pace with a
 /// monotonic one (`performance.now()` from the wall clock's time at the first read), and the
 /// monotonic one once the wall clock is more than [`CLOCK_STEP_MS`] away from it. Every time
-/// the client keeps (deadlines, durations, the guards' windows and refills) is read here, so
-/// a step of the wall clock neither ends a deadline early nor holds a breaker open for the
-/// length of the step; what must be the wall clock's (a record's `startedAt`, a server's
-/// date) adds [`wall_offset_ms`]. The wall clock alone where there is no `performance`.
-#[cfg(feature = "client")]
+/// the client keeps (deadlines, durations, the guards' windows and refills), and every span
+/// the server companion measures in its own process (`handlerTimeoutMs`, `waitTimeoutMs`), is
+/// read here, so a step of the wall clock neither ends a deadline early nor holds a breaker
+/// open for the length of the step; what must be the wall clock's (a record's `startedAt`, a
+/// server's date, a lock's expiry that other instances read) is not. The wall clock alone
+/// where there is no `performance`.
 pub fn now_ms() -> f64 {
     now_at(js_sys::Date::now())
 }
@@ -186,7 +184,6 @@ pub fn now_and_wall_offset_ms() -> (f64, f64) {
 }
 
 /// [`now_ms`], given the wall clock's time now.
-#[cfg(feature = "client")]
 fn now_at(wall: f64) -> f64 {
     let Ok(elapsed) = performance_now() else {
         return wall;

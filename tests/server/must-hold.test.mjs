@@ -258,6 +258,66 @@ t('1. handlerTimeoutMs: a handler that ignores its aborted signal and finishes w
   assert.equal(runs, 1);
 });
 
+// The limits are spans of this process: a step of the wall clock (NTP, a resumed VM) while a
+// handler runs must neither stop it nor free its key once its effect happened.
+t('1. handlerTimeoutMs is kept on a monotonic clock: a wall-clock step forward during the handler (and its answer\'s body) stops nothing', async () => {
+  const realNow = Date.now;
+  let runs = 0;
+  const seen = [];
+  const h = idempotency(async (request) => {
+    runs++;
+    Date.now = () => realNow() + 3_600_000;
+    await sleep(50);
+    seen.push(request.signal.aborted);
+    const chunk = new TextEncoder().encode('{"charged":true}');
+    return new Response(new ReadableStream({ async pull(c) { await sleep(20); c.enqueue(chunk); c.close(); } }), { status: 201 });
+  }, { identity: false, handlerTimeoutMs: 5_000, onError: () => {} });
+  try {
+    const key = newKey();
+    const first = await h(keyed(key));
+    assert.equal(first.status, 201, 'answered as the handler did, not 503 idempotency-handler-timeout');
+    assert.deepEqual(await first.json(), { charged: true });
+    assert.deepEqual(seen, [false], 'its signal was not aborted');
+    Date.now = realNow;
+    const again = await h(keyed(key));
+    assert.equal(again.headers.get('idempotent-replayed'), 'true', 'the charge was stored, not freed to run again');
+    assert.equal(runs, 1);
+  } finally {
+    Date.now = realNow;
+  }
+});
+
+t('1. waitTimeoutMs is kept on a monotonic clock: a wall-clock step forward while a duplicate waits does not end its wait with a 409', async () => {
+  const realNow = Date.now;
+  let release;
+  const holding = new Promise((resolve) => { release = resolve; });
+  let runs = 0;
+  const h = idempotency(async () => {
+    runs++;
+    await holding;
+    return Response.json({ charged: true }, { status: 201 });
+  }, { identity: false, lockTimeoutMs: 5_000, pollMs: 20, onError: () => {} });
+  try {
+    const key = newKey();
+    const first = h(keyed(key));
+    await sleep(30);
+    const duplicate = h(keyed(key));
+    await sleep(30);
+    Date.now = () => realNow() + 3_600_000;
+    await sleep(100);
+    Date.now = realNow;
+    release();
+    assert.equal((await first).status, 201);
+    const answer = await duplicate;
+    assert.equal(answer.status, 201, 'the duplicate waited for the first and got its answer');
+    assert.equal(answer.headers.get('idempotent-replayed'), 'true');
+    assert.equal(runs, 1);
+  } finally {
+    Date.now = realNow;
+    release();
+  }
+});
+
 t('1. handlerTimeoutMs bounds the reading of the answer\'s body too: a body that ends at the abort frees the key at once; one that never ends is given up on lockTimeoutMs later', async () => {
   const spy = spyStore(new MemoryStore());
   let runs = 0;

@@ -128,7 +128,9 @@ pub async fn claim(
     aborted: &dyn Fn() -> Option<JsValue>,
 ) -> Result<Claim, ClaimError> {
     let o = &c.limits;
-    let wait_until = js_sys::Date::now() + o.effective_wait_timeout_ms();
+    // The wait is a span of this process: on the monotonic clock (a lock's expiry, read by
+    // every instance, is the wall clock's).
+    let wait_until = js::now_ms() + o.effective_wait_timeout_ms();
     loop {
         let now = js_sys::Date::now();
         let lock = lock_record(&k.token, &k.fingerprint, now + o.lock_timeout_ms);
@@ -201,7 +203,7 @@ pub async fn claim(
             }
             Action::InProgress => {}
         }
-        let left = wait_until - js_sys::Date::now();
+        let left = wait_until - js::now_ms();
         if left <= 0.0 {
             return Ok(Claim::Busy);
         }
@@ -326,7 +328,8 @@ pub struct Limit<'a> {
     pub ms: f64,
     /// The controller of the handler's `request.signal`.
     pub controller: &'a web_sys::AbortController,
-    /// When the handler was called (`Date.now()`).
+    /// When the handler was called ([`js::now_ms`]: a step of the wall clock does not move
+    /// the limit).
     pub from_ms: f64,
 }
 
@@ -340,7 +343,7 @@ impl Limit<'_> {
         grace_ms: f64,
     ) -> Option<Result<JsValue, JsValue>> {
         let abort_at = self.from_ms + self.ms;
-        let left = abort_at - js_sys::Date::now();
+        let left = abort_at - js::now_ms();
         if left > 0.0 {
             if let Some(outcome) = within(promise, left).await {
                 return Some(outcome);
@@ -355,7 +358,7 @@ impl Limit<'_> {
             .unwrap_or(JsValue::UNDEFINED);
             self.controller.abort_with_reason(&reason);
         }
-        within(promise, abort_at + grace_ms - js_sys::Date::now()).await
+        within(promise, abort_at + grace_ms - js::now_ms()).await
     }
 }
 

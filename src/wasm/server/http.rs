@@ -327,7 +327,7 @@ async fn process(
         .map(|(ms, controller)| Limit {
             ms,
             controller,
-            from_ms: js_sys::Date::now(),
+            from_ms: js::now_ms(),
         });
     let signal = request.signal();
     let call = Invocation {
