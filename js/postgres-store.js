@@ -772,10 +772,16 @@ ${this.#holderSettings(ms)}`;
    * key's: another request holds or claims the key, and no request with this fingerprint does.
    * Otherwise `HELD` (a holder with this fingerprint, or one that takes no such locks, or one
    * that ended since: the request waits and asks again), and `HELD` too when the probe fails
-   * (then the client is destroyed). Gives the client back to the pool.
+   * (then the client is destroyed). A probe that says "another" is checked against the row
+   * committed by then (`scope`, `id`, this request's `fingerprint`): a claim that is losing
+   * holds the key's lock too, so when the holder of this fingerprint committed its answer
+   * between the INSERT's lock_timeout and the probe, the probe takes the loser for the holder;
+   * the committed row, read after it, is the answer then (a replay, not a 422). Gives the
+   * client back to the pool.
    */
-  async #heldRecord(entry, locks) {
+  async #heldRecord(entry, locks, scope, id, fingerprint) {
     let other = false;
+    let live;
     try {
       // One statement, one implicit transaction: its locks end with it. CASE tries the key's
       // lock only once the request's is taken.
@@ -783,11 +789,16 @@ ${this.#holderSettings(ms)}`;
         `SELECT CASE WHEN pg_try_advisory_xact_lock(${locks.request}) THEN NOT pg_try_advisory_xact_lock(${locks.key}) ELSE false END AS other`,
       );
       other = rows?.[0]?.other === true;
+      if (other) {
+        const found = await entry.client.query(this.#sql.select, [scope, id]);
+        if (found.rows?.[0]?.live) live = found.rows[0];
+      }
     } catch (error) {
       this.#giveBack(entry, entry.lost ?? error);
       return { ...HELD };
     }
     this.#giveBack(entry, entry.lost);
+    if (live !== undefined) return completedOrHeld(live, fingerprint);
     return { ...(other ? HELD_FOR_OTHER : HELD) };
   }
 
@@ -878,7 +889,7 @@ ${this.#holderSettings(ms)}`;
     } catch (error) {
       const sound = await this.#rollback(entry);
       // Another live transaction holds the key (lock_timeout ran out waiting for it): whose?
-      if (sound && error?.code === LOCK_NOT_AVAILABLE) return this.#heldRecord(entry, locks);
+      if (sound && error?.code === LOCK_NOT_AVAILABLE) return this.#heldRecord(entry, locks, scope, id, lock.fingerprint);
       this.#giveBack(entry, sound ? undefined : (entry.lost ?? error));
       throw error;
     }

@@ -4,6 +4,7 @@
 // a key held by a live transaction is waited for, a dead holder's key is free at once.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { idempotency, idempotent, PostgresStore } from 'retry-fetch/server';
 import { storeScenarios, holding } from './scenarios.mjs';
@@ -372,5 +373,80 @@ if (skip) {
     assert.equal(handedOff, 1, 'onDeadLetter was called again while the first hand-off went on');
     assert.equal((await handle({ id }).catch((e) => e))?.code, 'previous-run-failed');
     assert.equal(handedOff, 1);
+  });
+
+  // A waiting duplicate whose INSERT gave up (lock_timeout) asks the claims' advisory locks who
+  // holds the key. A claim that is losing (another body under the key, still in its own claim
+  // transaction) holds the key's lock as a holder does: when the holder of the duplicate's own
+  // body committed its answer just before that probe, the probe saw "another request" and the
+  // duplicate was answered 422 for a charge that went through.
+  t('a duplicate whose holder commits just before its probe, while a claim of another body is in flight, gets the replay, not 422', async () => {
+    const table = tableName('idem');
+    const real = pool;
+    let beforeRollback; // set once: runs before the duplicate's ROLLBACK after its lock_timeout
+    const hooked = new Proxy(real, {
+      get(target, prop) {
+        if (prop !== 'connect') {
+          const value = Reflect.get(target, prop, target);
+          return typeof value === 'function' ? value.bind(target) : value;
+        }
+        return async () => {
+          const client = await target.connect();
+          const query = client.query;
+          return new Proxy(client, {
+            get(c, q) {
+              if (q !== 'query') {
+                const value = Reflect.get(c, q, c);
+                return typeof value === 'function' ? value.bind(c) : value;
+              }
+              return async (text, ...rest) => {
+                if (text === 'ROLLBACK' && beforeRollback) {
+                  const hook = beforeRollback;
+                  beforeRollback = undefined;
+                  await hook();
+                }
+                return query.call(c, text, ...rest);
+              };
+            },
+          });
+        };
+      },
+    });
+    const store = new PostgresStore({ pool: hooked, table });
+    await store.migrate();
+    const release = deferred();
+    let runs = 0;
+    const h = idempotency(async () => {
+      runs++;
+      await release.promise;
+      return Response.json({ charged: 42 }, { status: 201 });
+    }, { store, identity: false, lockTimeoutMs: 5_000, onError: () => {} });
+    const key = newKey();
+    const body = '{"amount":42}';
+    const request = () => new Request('http://localhost/charges', { method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body });
+    // A claim of another body, in flight: the key's advisory lock, held shared (as a claim's).
+    const keyLock = createHash('sha256').update(['retry-fetch', 'key', table, '-', key].join('\0')).digest().readBigInt64BE(0).toString();
+    const loser = await real.connect();
+    try {
+      const first = h(request());
+      while (runs === 0) await sleep(5);
+      await loser.query(`BEGIN; SELECT pg_advisory_xact_lock_shared(${keyLock})`);
+      // The duplicate's INSERT waits for the holder's row and gives up after lockWaitMs; then,
+      // before its probe, the holder answers and commits.
+      beforeRollback = async () => {
+        release.resolve();
+        assert.equal((await first).status, 201);
+      };
+      const duplicate = await h(request());
+      assert.equal(beforeRollback, undefined, 'the duplicate went through the probe');
+      assert.equal(duplicate.status, 201, `the duplicate was answered ${duplicate.status}: ${await duplicate.clone().text()}`);
+      assert.equal(duplicate.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await duplicate.json(), { charged: 42 });
+      assert.equal(runs, 1);
+    } finally {
+      release.resolve();
+      await loser.query('ROLLBACK').catch(() => {});
+      loser.release();
+    }
   });
 }
