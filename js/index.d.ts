@@ -61,11 +61,16 @@ export interface SettledInfo {
 
 /**
  * Headers (the `headers` option, or what `beforeRetry` returns): a `Headers`, an object of
- * strings, or `[name, value]` pairs. Each pair must be exactly two strings: another length is
- * a `TypeError` when the call runs (the type also takes `string[][]`, as Node's `HeadersInit`
- * does, so that a list built at run time type-checks).
+ * strings, or `[name, value]` pairs in an array or any other iterable (a `Map`). Each pair
+ * must be exactly two strings: another length is a `TypeError` when the call runs (the type
+ * also takes `string[][]`, as Node's `HeadersInit` does, so that a list built at run time
+ * type-checks).
  */
-export type RetryHeaders = Headers | Record<string, string> | ReadonlyArray<readonly [string, string] | readonly string[]>;
+export type RetryHeaders =
+  | Headers
+  | Record<string, string>
+  | ReadonlyArray<readonly [string, string] | readonly string[]>
+  | Iterable<readonly [string, string] | readonly string[]>;
 
 /** What `onRetry` (before each wait) and `beforeRetry` (before each retry is sent) are given. */
 export interface RetryInfo {
@@ -231,7 +236,7 @@ declare global {
 
 /** A retry budget shared by many calls, per origin (gRPC retryThrottling semantics). */
 export class RetryBudget {
-  constructor(options?: RetryBudgetOptions);
+  constructor(options?: RetryBudgetOptions | null);
   /** The token count for the origin of `url` (a URL string or a `URL`). */
   tokens(url: string | URL): number;
   /** The `maxTokens` it was made with (10 when not given). */
@@ -258,7 +263,7 @@ export interface AdaptiveThrottleOptions {
   initialRate?: number | undefined;
   /** Slow start doubles the rate every rampMs while callers queue, until the first 429/503; after a cut the rate returns toward the ceiling with a time constant of rampMs / 4; callers still queued 2 × rampMs after a cut start slow start again. After a 429/503 that asked for a wait (Retry-After or a RateLimit reset, read when respectRetryAfter is on), the rate stays at the cut (CUBIC alone) while the wait lasts, and slow start comes no sooner than half that wait (counted up to maxWaitMs). @default 200 */
   rampMs?: number | undefined;
-  /** Multiplicative decrease on a 429/503, between 0 and 1. @default 0.7 */
+  /** Multiplicative decrease on a 429/503, between 0 and 1 (both excluded). @default 0.7 */
   beta?: number | undefined;
   /** CUBIC's scale constant C (req/s per s³). @default 0.4 */
   scale?: number | undefined;
@@ -274,7 +279,7 @@ export interface AdaptiveThrottleOptions {
 
 /** A client-side send rate per origin that shrinks on 429/503 and grows back on success. */
 export class AdaptiveThrottle {
-  constructor(options?: AdaptiveThrottleOptions);
+  constructor(options?: AdaptiveThrottleOptions | null);
   /** The current send rate (req/s) for the origin of `url` (a URL string or a `URL`), or undefined if never seen. */
   rate(url: string | URL): number | undefined;
   /** Release the wasm memory now (otherwise it is released when garbage-collected). */
@@ -300,7 +305,7 @@ export interface CircuitBreakerOptions {
 
 /** A circuit breaker per origin: closed → open → half-open → closed. */
 export class CircuitBreaker {
-  constructor(options?: CircuitBreakerOptions);
+  constructor(options?: CircuitBreakerOptions | null);
   /** The state for the origin of `url` (a URL string or a `URL`). */
   state(url: string | URL): CircuitState;
   /** Release the wasm memory now (otherwise it is released when garbage-collected). */
@@ -388,18 +393,18 @@ export declare class RetryError extends Error {
  * `fetch` with retries. Resolves with the final `Response` (check `res.ok`). An invalid or
  * unknown option is a `TypeError` (the call rejects before anything is sent).
  */
-export function retryFetch(input: RetryFetchInput, init?: RequestInit, options?: RetryOptions): Promise<Response>;
+export function retryFetch(input: RetryFetchInput, init?: RequestInit | null, options?: RetryOptions | null): Promise<Response>;
 
 /** A `retryFetch` with defaults of its own (`createRetryFetch`). */
 export interface RetryFetchClient {
-  (input: RetryFetchInput, init?: RequestInit, options?: RetryOptions): Promise<Response>;
+  (input: RetryFetchInput, init?: RequestInit | null, options?: RetryOptions | null): Promise<Response>;
   /**
    * A new client whose defaults are this one's with `options` merged over them (as ky's
    * `extend`); this client is unchanged. A `signal` given here and this client's both
    * cancel the new client's calls. @throws TypeError for an invalid or unknown option, or a
    * key every call would share.
    */
-  extend(options?: RetryOptions): RetryFetchClient;
+  extend(options?: RetryOptions | null): RetryFetchClient;
 }
 
 /**
@@ -408,10 +413,10 @@ export interface RetryFetchClient {
  * `TypeError` here, at once; so does a key every call would share (a string `idempotencyKey`,
  * or the key's header in `headers`): a key is given per call.
  */
-export function createRetryFetch(defaults?: RetryOptions): RetryFetchClient;
+export function createRetryFetch(defaults?: RetryOptions | null): RetryFetchClient;
 
 /** The first `count` delays (ms) the policy would wait; reproducible with a `seed`. */
-export function backoffDelays(options: RetryOptions, count: number, seed?: number): number[];
+export function backoffDelays(options: RetryOptions | null | undefined, count: number, seed?: number | null): number[];
 
 /** Is `error` a `RetryError`? (By `name`, so it works across realms.) */
 export function isRetryError(error: unknown): error is RetryError;

@@ -448,6 +448,10 @@ export const scenarios = [
         ['budget.tokens(42)', () => budget.tokens(42)],
         ['breaker.state(undefined)', () => breaker.state(undefined)],
         ['throttle.rate({})', () => throttle.rate({})],
+        // A string that is no URL even against a page's location: no origin, not a default.
+        ['budget.tokens("http://[")', () => budget.tokens('http://[')],
+        ['breaker.state("http://[")', () => breaker.state('http://[')],
+        ['throttle.rate("http://[")', () => throttle.rate('http://[')],
       ]) {
         const err = throws(fn, `${label} did not throw`);
         equal(err?.name, 'TypeError', `${label}:`);
@@ -887,6 +891,31 @@ export const scenarios = [
       const res = await api.retryFetch(s.url, undefined, { ...fast, onRetry: (info) => seen.push([info.status, info.headers?.get('retry-after')]) });
       equal(res.status, 200);
       deepEqual(seen, [[503, '0']]);
+    },
+  },
+  {
+    name: 'contract: headers as a Map or any iterable of [name, value] pairs are sent, as fetch takes them (the option, a client\'s defaults, beforeRetry)',
+    async run({ api, seq }) {
+      const pairs = [['X-A', 'a'], ['X-B', 'b']];
+      const iterable = { *[Symbol.iterator]() { yield* pairs; } };
+      for (const [label, headers] of [['a Map', new Map(pairs)], ['a Set of pairs', new Set(pairs)], ['an iterable', iterable]]) {
+        const s = seq('503,200');
+        equal((await api.retryFetch(s.url, undefined, { ...fast, headers })).status, 200, `${label}:`);
+        const c = seq('200');
+        equal((await api.createRetryFetch({ headers })(c.url, undefined, fast)).status, 200, `${label}:`);
+        const b = seq('503,200');
+        equal((await api.retryFetch(b.url, undefined, { ...fast, beforeRetry: () => headers })).status, 200, `${label}:`);
+        const sent = [...(await s.log()), ...(await c.log())].map((r) => [r.headers['x-a'], r.headers['x-b']]);
+        deepEqual(sent, [['a', 'b'], ['a', 'b'], ['a', 'b']], `${label}, the option and a client's defaults:`);
+        deepEqual((await b.log()).map((r) => [r.headers['x-a'], r.headers['x-b']]), [[undefined, undefined], ['a', 'b']], `${label}, beforeRetry:`);
+      }
+      for (const [label, headers] of [['a Map with a value not a string', new Map([['X-A', 1]])], ['an iterable of strings', new Set(['X-A'])]]) {
+        const s = seq('200');
+        const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, headers }));
+        equal(err?.name, 'TypeError', `${label}:`);
+        ok(names(err.message, 'headers'), `${label}: ${err.message}`);
+        equal((await s.log()).length, 0, `${label}: nothing was sent:`);
+      }
     },
   },
   {

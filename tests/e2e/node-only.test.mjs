@@ -203,6 +203,52 @@ test('a redirect to another origin drops Authorization, Cookie and Proxy-Authori
   }
 });
 
+// The hops the loop follows itself (a non-idempotent request in Node) are sent as fetch's own
+// following sends them; each case is run with plain fetch too, whose result is the expected one.
+test('a followed redirect keeps what fetch keeps of the request: integrity, mode: \'same-origin\', cache, referrer; its url has no fragment', async () => {
+  const { createHash } = await import('node:crypto');
+  const final = 'the final answer';
+  const integrity = `sha256-${createHash('sha256').update(final).digest('base64')}`;
+  const target = await originServer((req, res) => res.end(final));
+  const start = await originServer((req, res) => {
+    const [, status, where] = req.url.split('/');
+    const location = where === 'other' ? `${target.url}/next` : `${start.url}/done#fragment`;
+    if (status === 'done') return res.end(final);
+    res.writeHead(Number(status), { location }).end('the redirect body');
+  });
+  const cases = [
+    ['integrity across a 302', '/302/same', { integrity }],
+    ['integrity across a 307', '/307/same', { integrity }],
+    ["mode: 'same-origin' to another origin", '/307/other', { mode: 'same-origin' }],
+    ["cache: 'no-store'", '/307/same', { cache: 'no-store' }],
+    ["cache: 'no-cache'", '/307/same', { cache: 'no-cache' }],
+    ['a referrer sent as unsafe-url', '/302/same', { referrer: 'http://127.0.0.1/page', referrerPolicy: 'unsafe-url' }],
+  ];
+  try {
+    for (const [label, path, init] of cases) {
+      const outcomes = [];
+      for (const send of [fetch, api.retryFetch]) {
+        start.seen.length = 0;
+        target.seen.length = 0;
+        const outcome = await send(`${start.url}${path}`, { method: 'POST', body: 'pay', ...init }, fast).then(
+          async (res) => ({ status: res.status, url: res.url, redirected: res.redirected, text: await res.text() }),
+          // After a redirect was followed the call ends with a RetryError whose cause is
+          // fetch's error (README, "Errors").
+          (error) => ({ error: error.name === 'RetryError' ? error.cause?.name : error.name }),
+        );
+        const hops = [...start.seen, ...target.seen].map((r) => ({
+          method: r.method, url: r.url, pragma: r.headers.pragma, cacheControl: r.headers['cache-control'], referer: r.headers.referer,
+        }));
+        outcomes.push({ outcome, hops });
+      }
+      const [byFetch, ours] = outcomes;
+      assert.deepEqual(ours, byFetch, `${label}: retryFetch as fetch`);
+    }
+  } finally {
+    await Promise.all([start.close(), target.close()]);
+  }
+});
+
 test("a POST with the caller's redirect: 'manual' gets the redirect itself; nothing is sent to its target", async () => {
   const target = seq('201');
   const old = seq(`307+to=${encodeURIComponent(new URL(target.url).pathname + new URL(target.url).search)}`);

@@ -335,12 +335,17 @@ fn guard_methods_check_their_url_argument() {
     );
 }
 
+/// Any string is taken without a panic: a URL (relative ones against the page's location,
+/// where there is one) reads its origin's state, a default for an origin not seen; a string
+/// that is no URL is a `TypeError` saying so, not a default for an origin that cannot exist.
 #[wasm_bindgen_test]
 fn guard_methods_take_any_url_string() {
     let budget = new_budget(JsValue::UNDEFINED).unwrap();
     let breaker = new_breaker(JsValue::UNDEFINED).unwrap();
     let throttle = new_throttle(JsValue::UNDEFINED).unwrap();
     let long = format!("https://a.example/{}", "9".repeat(10_000));
+    let parses = js("(u) => { try { new URL(u, globalThis.location?.href); return true; } catch { return false; } }")
+        .unchecked_into::<js_sys::Function>();
     for url in [
         "",
         "not a url",
@@ -351,24 +356,39 @@ fn guard_methods_take_any_url_string() {
         "https://bücher.example/",
         &long,
     ] {
-        assert_eq!(
-            call_method(&budget, "tokens", &[url.into()])
-                .unwrap()
-                .as_f64(),
-            Some(10.0),
-            "{url:.40}"
-        );
-        assert_eq!(
-            call_method(&breaker, "state", &[url.into()])
-                .unwrap()
-                .as_string()
-                .as_deref(),
-            Some("closed")
-        );
-        assert!(call_method(&throttle, "rate", &[url.into()])
+        let parses = parses
+            .call1(&JsValue::NULL, &url.into())
             .unwrap()
-            .is_undefined());
+            .is_truthy();
+        let tokens = call_method(&budget, "tokens", &[url.into()]);
+        let state = call_method(&breaker, "state", &[url.into()]);
+        let rate = call_method(&throttle, "rate", &[url.into()]);
+        if parses {
+            assert_eq!(tokens.unwrap().as_f64(), Some(10.0), "{url:.40}");
+            assert_eq!(state.unwrap().as_string().as_deref(), Some("closed"));
+            assert!(rate.unwrap().is_undefined());
+        } else {
+            for (method, result) in [
+                ("RetryBudget.tokens", tokens),
+                ("CircuitBreaker.state", state),
+                ("AdaptiveThrottle.rate", rate),
+            ] {
+                let error = result.unwrap_err();
+                assert!(
+                    error.is_instance_of::<js_sys::TypeError>(),
+                    "{method} {url:.40}"
+                );
+                let message = String::from(js_sys::Error::from(error).message());
+                assert!(
+                    message.contains("the argument url is not a URL"),
+                    "{method} {url:.40}: {message}"
+                );
+            }
+        }
     }
+    let http = parses.call1(&JsValue::NULL, &"http://".into()).unwrap();
+    assert!(!http.is_truthy(), "\"http://\" is no URL anywhere");
+    assert!(call_method(&budget, "tokens", &["http://".into()]).is_err());
 }
 
 #[wasm_bindgen_test]

@@ -466,6 +466,7 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
     let (mut copy, mut get_held) = (None, false);
     let plain = js::has_plain_prototype(init);
     let (mut primitive, mut body_none, mut body_ok) = (plain, true, true);
+    let mut integrity = false;
     let (mut method, mut headers, mut redirect) = (None, JsValue::UNDEFINED, JsValue::UNDEFINED);
     for key in keys.iter() {
         // `method`, the name most calls give, is told by `===` (no Rust string made of it,
@@ -517,6 +518,10 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
                     value.is_undefined() || value.as_string().is_some_and(|r| r != "error");
                 redirect = value.clone();
             }
+            // An `integrity` is checked against the answer fetch ends with: a keyed send whose
+            // redirects the loop follows itself ('manual') would have it checked against the
+            // redirect's own body, and fail. The loop, which sends such a request as it is.
+            "integrity" => integrity = value.as_string().is_some_and(|i| !i.is_empty()),
             "headers" => {
                 primitive &= !value.is_function();
                 put(&mut copy, &mut get_held, hot, &key, &value);
@@ -539,7 +544,7 @@ fn init_values(init: &JsValue, hot: &js::Hot) -> Result<Option<PlainInit>, JsVal
         copy,
         get_held,
         get,
-        keyed: primitive && body_ok,
+        keyed: primitive && body_ok && !integrity,
         method,
         headers,
         redirect,
@@ -1441,7 +1446,8 @@ async fn run_loop(
                 // here, so that a failure after a redirect is known as one.
                 let manual = url.is_none()
                     && policy.fetch.is_none()
-                    && follows_itself(t.idempotent, &js::get(&t.request, "redirect"));
+                    && follows_itself(t.idempotent, &js::get(&t.request, "redirect"))
+                    && !has_integrity(&t.request);
                 // `redirect: 'error'`: sent with 'manual', so that meeting a redirect is told
                 // apart from a network error (it is a TypeError, never retried).
                 let refuses = url.is_none()
@@ -1702,6 +1708,13 @@ fn follows_itself(idempotent: bool, redirect: &JsValue) -> bool {
     !idempotent && follows(redirect) && redirects_visible()
 }
 
+/// Does `request` carry an `integrity` (a non-empty one)?
+fn has_integrity(request: &Request) -> bool {
+    js::get(request, "integrity")
+        .as_string()
+        .is_some_and(|i| !i.is_empty())
+}
+
 /// Does the runtime show a `redirect: 'manual'` answer as the redirect it is (Node, Deno,
 /// Bun, workers)? Browsers hand back an opaque redirect instead, with no `Location` to
 /// follow: there the platform follows, and a failure after a redirect cannot be told apart.
@@ -1754,9 +1767,11 @@ async fn follow(
             location,
         ) else {
             if hop > 0 {
-                // What fetch's own following says: `redirected`, and the final `url`.
+                // What fetch's own following says: `redirected`, and the final `url` (a
+                // response's URL has no fragment).
                 own_value(response, "redirected", &JsValue::TRUE);
-                own_value(response, "url", &JsValue::from_str(&url));
+                let bare = crate::core::classify::cut(&url, b'#', false).map_or(&*url, |(u, _)| u);
+                own_value(response, "url", &JsValue::from_str(bare));
             }
             return (outcome, hop > 0);
         };
@@ -1794,11 +1809,26 @@ async fn follow(
                 let _ = headers.delete(h);
             }
         }
+        // `mode: 'same-origin'` never leaves the request's origin: fetch's network error.
+        if js::get(&t.request, "mode") == "same-origin"
+            && origin_of(&t.request.url()) != next.origin()
+        {
+            return (
+                Err(type_error("retryFetch: the request has mode: 'same-origin' and was redirected to another origin")),
+                true,
+            );
+        }
         url = next_url;
         let hop_init = Object::new();
         js::set(&hop_init, "method", &JsValue::from_str(&method));
         js::set(&hop_init, "headers", &headers);
         js::set(&hop_init, "redirect", &JsValue::from_str("manual"));
+        // What else fetch's own hop keeps of the request: its mode, cache mode, credentials,
+        // keepalive and referrer (a `cache: 'no-store'` hop is sent with `Pragma: no-cache`).
+        for member in ["mode", "cache", "credentials", "keepalive"] {
+            js::set(&hop_init, member, &js::get(&t.request, member));
+        }
+        keep_referrer(&hop_init, &t.request);
         // The attempt's signal: the one of `init`, else the request's own (a hop is a new
         // request, made from its URL, which carries no signal of its own).
         let signal = js::get(init, "signal");

@@ -241,7 +241,7 @@ pub fn origin_of(url: &str) -> String {
 /// The `url` argument of a guard method (`budget.tokens(url)`): a string or a `URL` (of any
 /// realm: its `href` is read), as its origin; a relative URL is resolved against the page's
 /// (or worker's) `location`, as `retryFetch` resolves it. A `TypeError` naming the method
-/// otherwise.
+/// otherwise, and for a string that is not a URL (whose origin would be no origin's).
 fn url_argument(method: &str, url: &JsValue) -> Result<String, JsValue> {
     let text = match url.as_string() {
         Some(s) => Some(s),
@@ -251,9 +251,18 @@ fn url_argument(method: &str, url: &JsValue) -> Result<String, JsValue> {
     match text {
         Some(s) => {
             let base = js::get(&js::get(&js_sys::global(), "location"), "href").as_string();
-            match base.and_then(|b| web_sys::Url::new_with_base(&s, &b).ok()) {
-                Some(u) => Ok(u.origin()),
-                None => Ok(origin_of(&s)),
+            let parsed = match base {
+                Some(b) => web_sys::Url::new_with_base(&s, &b),
+                None => web_sys::Url::new(&s),
+            };
+            match parsed {
+                Ok(u) => Ok(u.origin()),
+                Err(_) => {
+                    let mut msg = String::from(method);
+                    msg.push_str(": the argument url is not a URL; got ");
+                    msg.push_str(&describe(url));
+                    Err(type_error(&msg))
+                }
             }
         }
         None => {

@@ -323,9 +323,10 @@ impl Drop for Unfinished {
 }
 
 /// Headers given as an option (`headers`, or what `beforeRetry` returns): a `Headers` (of any
-/// realm), an object of strings or a list of `[name, value]` pairs of strings; `None` for
-/// anything else. A value that is not a string is refused, where `new Headers` would send its
-/// text (`Authorization: undefined` for a token not set); a getter or a proxy trap runs once.
+/// realm), an object of strings, or `[name, value]` pairs of strings in an array or any other
+/// iterable (a `Map`), as `new Headers` takes them; `None` for anything else. A value that is
+/// not a string is refused, where `new Headers` would send its text (`Authorization:
+/// undefined` for a token not set); a getter or a proxy trap runs once.
 pub fn strict_headers(value: &JsValue) -> Option<Headers> {
     if value.is_instance_of::<Headers>() || js::has_tag(value, "[object Headers]") {
         return Headers::new_with_headers(value.unchecked_ref()).ok();
@@ -340,7 +341,13 @@ pub fn strict_headers(value: &JsValue) -> Option<Headers> {
             .then(|| out.unchecked_ref::<HeadersJs>().append(&name, &value).ok())
             .flatten()
     };
-    if js::is_array(value).ok()? {
+    // Pairs from anything iterable: a `Map` has no own keys, and read as an object of strings
+    // it would add nothing, silently.
+    let iterable = js::is_array(value).ok()?
+        || js_sys::Reflect::get(value, &js_sys::Symbol::iterator())
+            .ok()?
+            .is_function();
+    if iterable {
         for entry in js::array_copy(value).ok()?.iter() {
             let pair = js::array_copy(&entry).ok()?;
             if pair.length() != 2 {
