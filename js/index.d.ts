@@ -153,11 +153,12 @@ export interface RetryOptions {
    * Follow a `202 Accepted` to the final answer instead of returning it: poll its
    * `Operation-Location` (preferred) or `Location` with `GET` until it answers something
    * other than 202 (a `303` to the result is followed), or, without one, repeat a request that
-   * carries an idempotency key (same key, same body). The wait before each poll is the 202's
-   * `Retry-After` (clamped to `maxRetryAfterMs`) or the backoff delay. Polls do not use
-   * `maxAttempts` (a poll that fails is retried as an attempt); `deadlineMs` and the signals
-   * bound them all, and the deadline returns the 202. Off by default: a plain API's 202 means
-   * "accepted, nothing more to see".
+   * carries an idempotency key (same key, same body). The wait before each poll is at least
+   * the 202's `Retry-After` (clamped to `maxRetryAfterMs`), spread above it, or the backoff
+   * delay. Polls do not use `maxAttempts` (a poll that fails is retried as an attempt);
+   * `deadlineMs` and the signals bound them all. A call that ends before a final answer (the
+   * deadline, failed polls out of retries) returns the 202 that said where to look. Off by
+   * default: a plain API's 202 means "accepted, nothing more to see".
    * @default false
    */
   followAccepted?: boolean | undefined;

@@ -12,12 +12,18 @@
 //!    is one).
 //! 3. Neither: the 202 is the answer (nothing to poll).
 //!
-//! The wait before each poll (or repeat) is the 202's `Retry-After`, clamped to
-//! `maxRetryAfterMs` and to what `setTimeout` accepts (not refused: a server saying "later"
-//! is not a failure), or, without one (or with `respectRetryAfter: false`), the backoff
-//! delay of the same number, on a schedule of the polls' own (the first poll waits the first
-//! backoff step). A wait that would not end before the deadline is not started: the 202 is
-//! the answer, as for retries.
+//! The wait before each poll (or repeat) takes the 202's `Retry-After` as its least, clamped
+//! to `maxRetryAfterMs` and to what `setTimeout` accepts (not refused: a server saying "later"
+//! is not a failure), and spreads it above as a retry's is ([`Backoff::above_floor`]: clients
+//! a server accepted together do not come back together, and a `Retry-After: 0` or a date
+//! past does not poll in a tight loop); without one (or with `respectRetryAfter: false`) it is
+//! the backoff delay of the same number, on a schedule of the polls' own (the first poll
+//! waits the first backoff step). A wait that would not end before the deadline is not
+//! started: the 202 is the answer, as for retries.
+//!
+//! The 202 the call answers with when it ends before a final answer (the deadline, a poll
+//! that failed and ran out of retries) is the last one that said where to look
+//! ([`Accepted::keeps_last_202`]): a poll's own 202 without a URL header does not replace it.
 //!
 //! Polls are not attempts: they use neither `maxAttempts` nor the guards' bookkeeping of
 //! failures. A poll that fails ([`poll_failed`]: a network error, a timeout, a status the
@@ -26,7 +32,7 @@
 //! Everything here is pure: URLs arrive resolved (the shell resolves a header against the
 //! 202's URL with the platform's URL parser), time as ms numbers, randomness as an [`Rng`].
 
-use super::backoff::{clamp_ms, Backoff, Rng};
+use super::backoff::{Backoff, Rng};
 use super::classify::{
     classify, has_credentials, redirect_refused, Outcome, Verdict, CROSS_ORIGIN_DROPPED_HEADERS,
     REQUEST_BODY_HEADERS,
@@ -93,6 +99,9 @@ pub struct Accepted {
     backoff: Backoff,
     polls: u32,
     poll_url: Option<String>,
+    /// The last 202 given to [`Accepted::next`] is the one to answer with (it named the poll
+    /// URL, or the request is repeated).
+    keeps_last: bool,
     /// How far the wall clock is ahead of the time [`Accepted::next`] is given (a server's
     /// `Retry-After` date is read on the wall clock); 0 by default.
     wall_offset_ms: f64,
@@ -114,6 +123,7 @@ impl Accepted {
             backoff: Backoff::new(policy),
             polls: 0,
             poll_url: None,
+            keeps_last: false,
             wall_offset_ms: 0.0,
         }
     }
@@ -133,6 +143,14 @@ impl Accepted {
     /// is repeated instead. A failed poll is retried there too.
     pub fn poll_url(&self) -> Option<&str> {
         self.poll_url.as_deref()
+    }
+
+    /// Is the last 202 given to [`Accepted::next`] the one the call answers with if it ends
+    /// before a final answer? Yes when it named the URL to poll, or when the request is
+    /// repeated (no URL); no for a poll's 202 that named none (the one before it says where
+    /// to look).
+    pub fn keeps_last_202(&self) -> bool {
+        self.keeps_last
     }
 
     /// What follows a 202 read as `answer` at `now_ms`, in a call whose retry state (for the
@@ -156,6 +174,7 @@ impl Accepted {
             self.poll_url = Some(url.to_string());
         }
         let repeat = self.poll_url.is_none();
+        self.keeps_last = named.is_some() || repeat;
         if repeat
             && !(answer.has_key && answer.replayable && (answer.idempotent || !answer.redirected))
         {
@@ -167,10 +186,12 @@ impl Accepted {
             .filter(|_| policy.respect_retry_after)
             .and_then(|v| parse_retry_after(v, now_ms + self.wall_offset_ms));
         let (delay_ms, from_server) = match asked {
+            // The least wait, spread above (within the deadline when it fits there).
             Some(ms) => {
-                let d = clamp_ms(ms.min(policy.retry_after_cap_ms()).ceil()) as u64;
-                self.backoff.note_external_delay(d);
-                (d, true)
+                let cap = policy.retry_after_cap_ms();
+                let floor = ms.min(cap);
+                let within = state.deadline_left_ms(now_ms);
+                (self.backoff.above_floor(floor, cap, within, rng), true)
             }
             None => (self.backoff.next_delay(rng), false),
         };
@@ -415,7 +436,7 @@ mod tests {
     }
 
     #[test]
-    fn the_wait_is_retry_after_else_the_backoff_step_of_the_poll_number() {
+    fn the_wait_is_at_least_retry_after_spread_above_else_the_backoff_step_of_the_poll_number() {
         let p = RetryPolicy {
             jitter: Jitter::Full,
             ..policy()
@@ -432,10 +453,11 @@ mod tests {
             ..AcceptedAnswer::default()
         };
         let mut rng = Fixed(0.5);
-        // Retry-After in seconds: exactly that, no jitter.
+        // Retry-After in seconds: that, plus half (the sample) of the window above it, the
+        // larger of the poll's backoff step (500) and half the wait (1000).
         assert_eq!(
             a.next(&p, &state, &with("2"), 0.0, &mut rng),
-            poll("https://api.example/op", 2000, true)
+            poll("https://api.example/op", 2500, true)
         );
         // None: full jitter over the 2nd backoff step (1000 ms), as the retries' schedule.
         assert_eq!(
@@ -447,29 +469,76 @@ mod tests {
             a.next(&p, &state, &with("soon"), 0.0, &mut rng),
             poll("https://api.example/op", 1000, false)
         );
-        // An HTTP-date: what is left until it, from `now` (the clock is injected).
+        // An HTTP-date: what is left until it, from `now` (the clock is injected), 3500, and
+        // the window above it grows with the poll (4th: half the wait × 2³ = 14000).
         let date = with("Thu, 01 Jan 1970 00:00:05 GMT");
         assert_eq!(
             a.next(&p, &state, &date, 1_500.0, &mut rng),
-            poll("https://api.example/op", 3500, true)
+            poll("https://api.example/op", 3500 + 7000, true)
         );
-        // A past date means now.
+        // A past date asks for no wait: the spread alone (5th step, 8000), never a tight loop.
         assert_eq!(
             a.next(&p, &state, &date, 9_000.0, &mut rng),
-            poll("https://api.example/op", 0, true)
+            poll("https://api.example/op", 4000, true)
         );
         // The date is read on the wall clock: 4 s ahead of the time given (a stepped clock),
         // 1 s is left until it; an offset that is no number reads as none.
         a.set_wall_offset_ms(4_000.0);
         assert_eq!(
             a.next(&p, &state, &date, 0.0, &mut rng),
-            poll("https://api.example/op", 1000, true)
+            poll("https://api.example/op", 1000 + 8000, true)
         );
         a.set_wall_offset_ms(f64::NAN);
+        // 5000 and a window past maxRetryAfterMs: at most that (30 s).
         assert_eq!(
             a.next(&p, &state, &date, 0.0, &mut rng),
-            poll("https://api.example/op", 5000, true)
+            poll("https://api.example/op", 30_000, true)
         );
+    }
+
+    #[test]
+    fn clients_accepted_together_do_not_poll_together() {
+        // 200 calls told `Retry-After: 1` at once (a companion's acceptAfterMs): each waits at
+        // least the second, and the herd is spread over the window above it, not one wave.
+        let p = RetryPolicy {
+            jitter: Jitter::Full,
+            ..policy()
+        };
+        let state = RetryState::new(&p, 0.0);
+        let answer = AcceptedAnswer {
+            retry_after: Some("1"),
+            ..keyed_post()
+        };
+        let mut rng = SplitMix64::new(7);
+        let mut buckets = [0u32; 5];
+        for _ in 0..200 {
+            let Follow::Repeat { delay_ms, .. } =
+                Accepted::new(&p).next(&p, &state, &answer, 0.0, &mut rng)
+            else {
+                panic!("not repeated")
+            };
+            assert!((1000..=1500).contains(&delay_ms), "{delay_ms}");
+            buckets[((delay_ms - 1000) / 100).min(4) as usize] += 1;
+        }
+        // Uniform over 1000..1500: about 40 in each 100 ms.
+        assert!(
+            buckets.iter().all(|&n| (20..=60).contains(&n)),
+            "{buckets:?}"
+        );
+        // `Retry-After: 0` again and again: the waits grow with the polls as the backoff does.
+        let zero = AcceptedAnswer {
+            retry_after: Some("0"),
+            ..keyed_post()
+        };
+        let mut a = Accepted::new(&p);
+        let total: u64 = (0..8)
+            .map(|_| match a.next(&p, &state, &zero, 0.0, &mut Fixed(0.5)) {
+                Follow::Repeat { delay_ms, .. } => delay_ms,
+                other => panic!("{other:?}"),
+            })
+            .sum();
+        // Half of 500, 1000, ... 30000 (capped): 250 + 500 + ... over eight polls.
+        assert_eq!(total, 250 + 500 + 1000 + 2000 + 4000 + 8000 + 15000 + 15000);
     }
 
     #[test]

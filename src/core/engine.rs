@@ -232,6 +232,13 @@ pub struct CallEngine {
     in_flight: InFlight,
     recorded: u32,
     pending: Option<Pending>,
+    /// The last outcome settled was a 202 the call keeps as its answer
+    /// ([`CallEngine::keeps_this_202`]).
+    keep_202: bool,
+    /// Following a 202, the last outcome was no final answer (another 202, or a poll's
+    /// failure): a call that ends now answers with the 202 kept
+    /// ([`CallEngine::answers_with_kept_202`]).
+    kept_202_answers: bool,
     /// How far the wall clock is ahead of the time the engine is given (0, the default,
     /// unless a shell keeps time on a monotonic clock after a step of the wall clock): an
     /// HTTP-date `Retry-After` or an epoch `RateLimit` reset is read against the wall clock.
@@ -254,6 +261,8 @@ impl CallEngine {
             },
             recorded: 0,
             pending: None,
+            keep_202: false,
+            kept_202_answers: false,
             wall_offset_ms: 0.0,
         }
     }
@@ -432,6 +441,24 @@ impl CallEngine {
         self.keeps_previous_answer() && timed_out && failed
     }
 
+    /// Is the outcome just settled a `202` the call keeps, to answer with if it ends before a
+    /// final answer (the shell holds it, and lets the previous one go)? The first 202, one
+    /// that names a URL to poll, or a 202 of a repeated request; not a poll's 202 that names
+    /// no URL (the one before it says where to look).
+    pub fn keeps_this_202(&self) -> bool {
+        self.keep_202
+    }
+
+    /// Does the call, ending now, answer with the 202 it keeps ([`CallEngine::keeps_this_202`])?
+    /// Once a 202 was followed, yes unless the last outcome is a final answer: ended by the
+    /// deadline, or by a poll's failure that ran out of retries (attempts, the budget, the
+    /// breaker, `shouldRetry`), the call was still accepted and the kept 202 says so (where
+    /// to look), not the status URL's 503 or a `RetryError` a caller might take for "not
+    /// done" and pay again.
+    pub fn answers_with_kept_202(&self) -> bool {
+        self.kept_202_answers
+    }
+
     /// Is the attempt in flight a poll (after a `202`: of the URL it named, or a repeat of the
     /// request)? A poll is no attempt unless it fails.
     pub fn in_flight_is_poll(&self) -> bool {
@@ -501,8 +528,12 @@ impl CallEngine {
                 now_ms,
             );
         }
+        self.keep_202 = false;
+        let accepted_202 = policy.follow_accepted && outcome == Outcome::Status(202);
+        self.kept_202_answers =
+            self.accepted.is_some() && (accepted_202 || is_transient(policy, outcome));
         // `followAccepted`: a 202 is followed, not returned.
-        if policy.follow_accepted && outcome == Outcome::Status(202) {
+        if accepted_202 {
             let (operation_location, location, retry_after) = (
                 (settled.url_header)("operation-location"),
                 (settled.url_header)("location"),
@@ -520,6 +551,8 @@ impl CallEngine {
             let accepted = self.accepted.get_or_insert_with(|| Accepted::new(policy));
             accepted.set_wall_offset_ms(self.wall_offset_ms);
             let follow = accepted.next(policy, &self.state, &answer, now_ms, rng);
+            self.keep_202 = accepted.keeps_last_202();
+            self.kept_202_answers = true;
             return match follow {
                 Follow::Poll { delay_ms, .. } | Follow::Repeat { delay_ms, .. } => {
                     self.next_is_poll = true;
@@ -1927,6 +1960,53 @@ mod tests {
         let (counted, _) = e2.settled(&p, status(503), &mut g, 510.0, &mut Half);
         assert!(counted);
         assert_eq!(e2.attempts(), 2);
+    }
+
+    #[test]
+    fn a_call_that_ends_before_a_final_answer_answers_with_the_202_that_said_where_to_look() {
+        let p = RetryPolicy {
+            follow_accepted: true,
+            max_attempts: 2,
+            ..policy()
+        };
+        let loc = |name: &str| (name == "location").then(|| "https://api.example/op/1".to_string());
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, KEYED_POST);
+        e.next_attempt(&p, &mut g, 0.0);
+        assert!(!e.answers_with_kept_202(), "nothing accepted yet");
+        e.settled(&p, accepted(&loc), &mut g, 0.0, &mut Half);
+        assert!(e.keeps_this_202(), "the 202 that named the URL is kept");
+        assert!(e.answers_with_kept_202());
+        e.waited(&p, WaitKind::Poll, &mut g, 100.0, &mut Half);
+        // The poll's own 202, naming nothing: the first stays the one kept.
+        e.settled(&p, accepted(&none), &mut g, 110.0, &mut Half);
+        assert!(!e.keeps_this_202());
+        assert!(e.answers_with_kept_202());
+        e.waited(&p, WaitKind::Poll, &mut g, 400.0, &mut Half);
+        // A final answer of the poll URL (a 404) is the answer.
+        let mut done = e.clone();
+        let (_, step) = done.settled(&p, status(404), &mut g, 410.0, &mut Half);
+        assert!(matches!(step, Step::Finish { .. }));
+        assert!(!done.answers_with_kept_202());
+        // The poll fails (503): an attempt, the 2nd of 2, so the call ends; it was accepted,
+        // and the 202 says so (not the status URL's 503).
+        let (counted, step) = e.settled(&p, status(503), &mut g, 410.0, &mut Half);
+        assert!(counted);
+        assert_eq!(
+            step,
+            Step::Finish {
+                reason: StopReason::Attempts,
+                cause: Cause::AttemptError
+            }
+        );
+        assert!(!e.keeps_this_202());
+        assert!(e.answers_with_kept_202());
+        // Without followAccepted nothing is kept.
+        let q = policy();
+        let mut f = CallEngine::new(&q, 0.0, KEYED_POST);
+        f.next_attempt(&q, &mut g, 0.0);
+        f.settled(&q, accepted(&loc), &mut g, 0.0, &mut Half);
+        assert!(!f.keeps_this_202() && !f.answers_with_kept_202());
     }
 
     #[test]

@@ -1123,6 +1123,29 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: followAccepted: a call that ends before a final answer returns the 202 that said where to look, not a poll\'s 202 without a Location, a poll\'s 503 or a RetryError',
+    async run({ api, seq }) {
+      const where = (op) => decodeURIComponent(redirectTo(op));
+      const cases = [
+        // The deadline: the poll's own 202 (no Location) asks for a wait that does not fit.
+        ['the deadline after a poll\'s 202', '202+ra=1', { deadlineMs: 600 }],
+        // The poll URL fails until the attempts run out.
+        ['a poll answered 503 until maxAttempts', '503,503,503', { maxAttempts: 2 }],
+        ['a poll whose connection is reset until maxAttempts', 'reset,reset,reset', { maxAttempts: 3 }],
+      ];
+      for (const [label, steps, options] of cases) {
+        const op = seq(steps);
+        const post = seq(`202+to=${redirectTo(op)}+ra=0`);
+        const res = await api.retryFetch(post.url, { method: 'POST', body: 'pay' }, { ...fast, followAccepted: true, ...options });
+        equal(res.status, 202, `${label}:`);
+        equal(new URL(res.headers.get('location'), post.url).pathname + new URL(res.headers.get('location'), post.url).search, where(op), `${label}: its Location:`);
+        equal((await res.json()).status, 202, `${label}: its body is readable:`);
+        equal((await post.log()).length, 1, `${label}: the POST was sent once:`);
+        ok((await op.log()).length >= 1, `${label}: polled`);
+      }
+    },
+  },
+  {
     name: 'contract: followAccepted: Operation-Location wins over Location; a 303 from the poll URL is followed to the result',
     async run({ api, seq }) {
       const result = seq('200');
@@ -1268,12 +1291,13 @@ export const scenarios = [
       equal(res.status, 200);
       deepEqual((await op.log()).map((r) => r.method), ['GET', 'GET']);
       equal((await post.log()).length, 1);
-      // with maxAttempts: 1 the poll's failure is the one attempt too many: its 503 is returned
+      // with maxAttempts: 1 the poll's failure is the one attempt too many: the call ends, and
+      // answers with the 202 (the request was accepted; its Location says where to look)
       const op1 = seq('503,200');
       const post1 = seq(`202+to=${redirectTo(op1)}+ra=0`);
       const seen = [];
       const one = await api.retryFetch(post1.url, { method: 'POST', body: 'x' }, { ...fast, maxAttempts: 1, followAccepted: true, onSettled: (i) => seen.push(i.attempts) });
-      equal(one.status, 503);
+      equal(one.status, 202);
       equal((await op1.log()).length, 1);
       deepEqual(seen, [2], 'onSettled attempts (the POST and the failed poll):');
     },
@@ -1510,7 +1534,7 @@ export const scenarios = [
       const elsewhere = monitor.url.replace('127.0.0.1', 'localhost'); // the same server, another origin
       const s = seq(`202+ra=0+to=${encodeURIComponent(elsewhere)}`);
       const res = await api.retryFetch(s.url, { method: 'POST', body: 'pay' }, { ...fast, followAccepted: true, breaker, maxAttempts: 4 });
-      equal(res.status, 503, 'the monitor\'s last answer');
+      equal(res.status, 202, 'the 202 that named the monitor (the monitor\'s polls failed)');
       ok((await monitor.log()).length >= 2, 'the monitor was polled and the failed polls retried');
       equal(breaker.state(s.url), 'closed', 'the request\'s origin');
     },

@@ -1069,6 +1069,29 @@ struct Newest {
     record: Option<Object>,
 }
 
+/// The `202 Accepted` a call that follows them answers with if it ends before a final answer
+/// ([`CallEngine::keeps_this_202`], [`CallEngine::answers_with_kept_202`]): the last one that
+/// said where to look. Its body is cancelled when another replaces it, or when the call ends
+/// with another answer.
+#[derive(Default)]
+struct Kept202(Option<JsValue>);
+
+impl Kept202 {
+    fn replace(&mut self, response: JsValue) {
+        if let Some(before) = self.0.replace(response) {
+            discard(&before);
+        }
+    }
+}
+
+impl Drop for Kept202 {
+    fn drop(&mut self) {
+        if let Some(response) = self.0.take() {
+            discard(&response);
+        }
+    }
+}
+
 impl Newest {
     /// Cancel the kept response's body (and its clone's): the call will not hand it out.
     fn discard(&mut self) {
@@ -1159,6 +1182,7 @@ async fn run_loop(
         None
     };
     let mut newest = Newest::default();
+    let mut kept = Kept202::default();
     // Headers `beforeRetry` set, sent on every attempt after it (the key and body stay fixed).
     let mut extra: Option<Headers> = None;
     let mut next = match first.take() {
@@ -1429,6 +1453,11 @@ async fn run_loop(
                     error,
                     record: Some(record),
                 };
+                if engine.keeps_this_202() {
+                    if let Some(accepted) = newest.response.take() {
+                        kept.replace(accepted);
+                    }
+                }
                 step
             }
         };
@@ -1542,6 +1571,10 @@ async fn run_loop(
                 // A poll the deadline cut while in flight: the 202 before it is the answer, as
                 // a wait the deadline ends keeps the last response.
                 if engine.poll_cut(timed_out, outcome.is_err()) && signals.aborted().is_none() {
+                    if let Some(accepted) = kept.0.take() {
+                        newest.discard();
+                        return Ok(accepted);
+                    }
                     if let Some(before) = &newest.response {
                         return Ok(before.clone());
                     }
@@ -1629,6 +1662,13 @@ async fn run_loop(
                 None => Next::Attempt,
             },
             Step::Finish { reason, cause } => {
+                // Ended before a final answer to a 202 it followed: that 202 (where to look).
+                if engine.answers_with_kept_202() {
+                    if let Some(accepted) = kept.0.take() {
+                        newest.discard();
+                        return Ok(accepted);
+                    }
+                }
                 return match newest.response {
                     Some(r) => Ok(r),
                     None => {
