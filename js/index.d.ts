@@ -154,8 +154,8 @@ export interface RetryOptions {
    * `Operation-Location` (preferred) or `Location` with `GET` until it answers something
    * other than 202 (a `303` to the result is followed), or, without one, repeat a request that
    * carries an idempotency key (same key, same body). The wait before each poll is at least
-   * the 202's `Retry-After` (clamped to `maxRetryAfterMs`), spread above it, or the backoff
-   * delay. Polls do not use `maxAttempts` (a poll that fails is retried as an attempt);
+   * the 202's `Retry-After` (clamped to `maxRetryAfterMs`), spread above it by up to half of
+   * it, or the backoff delay. Polls do not use `maxAttempts` (a poll that fails is retried as an attempt);
    * `deadlineMs` and the signals bound them all. A call that ends before a final answer (the
    * deadline, failed polls out of retries) returns the 202 that said where to look. Off by
    * default: a plain API's 202 means "accepted, nothing more to see".

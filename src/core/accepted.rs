@@ -14,12 +14,13 @@
 //!
 //! The wait before each poll (or repeat) takes the 202's `Retry-After` as its least, clamped
 //! to `maxRetryAfterMs` and to what `setTimeout` accepts (not refused: a server saying "later"
-//! is not a failure), and spreads it above as a retry's is ([`Backoff::above_floor`]: clients
-//! a server accepted together do not come back together, and a `Retry-After: 0` or a date
-//! past does not poll in a tight loop); without one (or with `respectRetryAfter: false`) it is
-//! the backoff delay of the same number, on a schedule of the polls' own (the first poll
-//! waits the first backoff step). A wait that would not end before the deadline is not
-//! started: the 202 is the answer, as for retries.
+//! is not a failure), and spreads it above by a window that does not grow from poll to poll
+//! ([`Backoff::above_floor_steady`]: clients a server accepted together do not come back
+//! together, and the server's pace is kept); without one, with one that asks for no wait (`0`,
+//! a date past: never a tight loop), or with `respectRetryAfter: false`, it is the backoff
+//! delay of the same number, on a schedule of the polls' own (the first poll waits the first
+//! backoff step). A wait that would not end before the deadline is not started: the 202 is
+//! the answer, as for retries.
 //!
 //! The 202 the call answers with when it ends before a final answer (the deadline, a poll
 //! that failed and ran out of retries) is the last one that said where to look
@@ -186,14 +187,19 @@ impl Accepted {
             .filter(|_| policy.respect_retry_after)
             .and_then(|v| parse_retry_after(v, now_ms + self.wall_offset_ms));
         let (delay_ms, from_server) = match asked {
-            // The least wait, spread above (within the deadline when it fits there).
-            Some(ms) => {
+            // The least wait, spread above by a steady window (within the deadline when it
+            // fits there). A wait of nothing (`0`, a date past) is no wait asked: the poll's
+            // own backoff, so that it never polls in a tight loop.
+            Some(ms) if ms >= 1.0 => {
                 let cap = policy.retry_after_cap_ms();
                 let floor = ms.min(cap);
                 let within = state.deadline_left_ms(now_ms);
-                (self.backoff.above_floor(floor, cap, within, rng), true)
+                (
+                    self.backoff.above_floor_steady(floor, cap, within, rng),
+                    true,
+                )
             }
-            None => (self.backoff.next_delay(rng), false),
+            _ => (self.backoff.next_delay(rng), false),
         };
         if !state.wait_fits(now_ms, delay_ms as f64) {
             return Follow::Stop(AcceptedStop::Deadline);
@@ -470,29 +476,29 @@ mod tests {
             poll("https://api.example/op", 1000, false)
         );
         // An HTTP-date: what is left until it, from `now` (the clock is injected), 3500, and
-        // the window above it grows with the poll (4th: half the wait × 2³ = 14000).
+        // half of the window above it, which does not grow from poll to poll (half the wait).
         let date = with("Thu, 01 Jan 1970 00:00:05 GMT");
         assert_eq!(
             a.next(&p, &state, &date, 1_500.0, &mut rng),
-            poll("https://api.example/op", 3500 + 7000, true)
+            poll("https://api.example/op", 3500 + 875, true)
         );
-        // A past date asks for no wait: the spread alone (5th step, 8000), never a tight loop.
+        // A past date asks for no wait: the poll's backoff (5th step, 8000, half of it),
+        // never a tight loop.
         assert_eq!(
             a.next(&p, &state, &date, 9_000.0, &mut rng),
-            poll("https://api.example/op", 4000, true)
+            poll("https://api.example/op", 4000, false)
         );
         // The date is read on the wall clock: 4 s ahead of the time given (a stepped clock),
         // 1 s is left until it; an offset that is no number reads as none.
         a.set_wall_offset_ms(4_000.0);
         assert_eq!(
             a.next(&p, &state, &date, 0.0, &mut rng),
-            poll("https://api.example/op", 1000 + 8000, true)
+            poll("https://api.example/op", 1000 + 250, true)
         );
         a.set_wall_offset_ms(f64::NAN);
-        // 5000 and a window past maxRetryAfterMs: at most that (30 s).
         assert_eq!(
             a.next(&p, &state, &date, 0.0, &mut rng),
-            poll("https://api.example/op", 30_000, true)
+            poll("https://api.example/op", 5000 + 1250, true)
         );
     }
 
@@ -525,6 +531,15 @@ mod tests {
             buckets.iter().all(|&n| (20..=60).contains(&n)),
             "{buckets:?}"
         );
+        // One call told `Retry-After: 1` poll after poll keeps the server's pace: every wait
+        // within 1000..1500, however many polls came before.
+        let mut a = Accepted::new(&p);
+        for i in 0..30 {
+            let Follow::Repeat { delay_ms, .. } = a.next(&p, &state, &answer, 0.0, &mut rng) else {
+                panic!("not repeated")
+            };
+            assert!((1000..=1500).contains(&delay_ms), "poll {i}: {delay_ms}");
+        }
         // `Retry-After: 0` again and again: the waits grow with the polls as the backoff does.
         let zero = AcceptedAnswer {
             retry_after: Some("0"),
@@ -539,6 +554,18 @@ mod tests {
             .sum();
         // Half of 500, 1000, ... 30000 (capped): 250 + 500 + ... over eight polls.
         assert_eq!(total, 250 + 500 + 1000 + 2000 + 4000 + 8000 + 15000 + 15000);
+        // With `jitter: 'none'` too: the steps themselves.
+        let none = policy();
+        let mut a = Accepted::new(&none);
+        let waits: Vec<u64> = (0..4)
+            .map(
+                |_| match a.next(&none, &state, &zero, 0.0, &mut Fixed(0.5)) {
+                    Follow::Repeat { delay_ms, .. } => delay_ms,
+                    other => panic!("{other:?}"),
+                },
+            )
+            .collect();
+        assert_eq!(waits, [500, 1000, 2000, 4000]);
     }
 
     #[test]
@@ -640,10 +667,15 @@ mod tests {
             retry_after: Some("0"),
             ..answer
         };
+        // `Retry-After: 0` asks for no wait: the poll's backoff step (500), when it fits.
         assert!(matches!(
-            Accepted::new(&p).next(&p, &state, &soon, 999.0, &mut Fixed(0.0)),
-            Follow::Poll { delay_ms: 0, .. }
+            Accepted::new(&p).next(&p, &state, &soon, 499.0, &mut Fixed(0.0)),
+            Follow::Poll { delay_ms: 500, .. }
         ));
+        assert_eq!(
+            Accepted::new(&p).next(&p, &state, &soon, 500.0, &mut Fixed(0.0)),
+            Follow::Stop(AcceptedStop::Deadline)
+        );
         assert_eq!(
             Accepted::new(&p).next(&p, &state, &soon, 1_000.0, &mut Fixed(0.0)),
             Follow::Stop(AcceptedStop::Deadline)

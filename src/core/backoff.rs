@@ -131,8 +131,35 @@ impl Backoff {
         rng: &mut R,
     ) -> u64 {
         self.retries = self.retries.saturating_add(1);
+        self.spread_above(floor_ms, self.retries, cap_ms, within_ms, rng)
+    }
+
+    /// As [`Backoff::above_floor`], with the window of the first retry however many came
+    /// before: a wait a server asks for again and again while work goes on (a 202's
+    /// `Retry-After`, one poll after another) is honoured each time within the same width
+    /// (`floor + uniform(0, max(base, floor / 2))`), not pushed further out per poll.
+    pub fn above_floor_steady<R: Rng + ?Sized>(
+        &mut self,
+        floor_ms: f64,
+        cap_ms: f64,
+        within_ms: Option<f64>,
+        rng: &mut R,
+    ) -> u64 {
+        self.retries = self.retries.saturating_add(1);
+        self.spread_above(floor_ms, 1, cap_ms, within_ms, rng)
+    }
+
+    /// The wait above `floor_ms` with the window of retry number `window_retry`.
+    fn spread_above<R: Rng + ?Sized>(
+        &mut self,
+        floor_ms: f64,
+        window_retry: u32,
+        cap_ms: f64,
+        within_ms: Option<f64>,
+        rng: &mut R,
+    ) -> u64 {
         let floor = clamp_ms(floor_ms.ceil());
-        let mut window = self.floor_window_ms(floor, self.retries);
+        let mut window = self.floor_window_ms(floor, window_retry);
         if let Some(room) = within_ms.map(|w| w - 1.0 - floor).filter(|r| *r >= 0.0) {
             window = window.min(room);
         }

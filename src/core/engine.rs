@@ -530,8 +530,10 @@ impl CallEngine {
         }
         self.keep_202 = false;
         let accepted_202 = policy.follow_accepted && outcome == Outcome::Status(202);
-        self.kept_202_answers =
-            self.accepted.is_some() && (accepted_202 || is_transient(policy, outcome));
+        // A failure is judged as a poll's is (`poll_failed`: anything but a final answer,
+        // a keyed 409 under `retryKeyedConflict` included).
+        self.kept_202_answers = self.accepted.is_some()
+            && (accepted_202 || poll_failed(policy, outcome, idempotent, has_key));
         // `followAccepted`: a 202 is followed, not returned.
         if accepted_202 {
             let (operation_location, location, retry_after) = (
@@ -2001,6 +2003,16 @@ mod tests {
         );
         assert!(!e.keeps_this_202());
         assert!(e.answers_with_kept_202());
+        // A keyed request repeated (no URL) answered 409 "in progress" until the attempts run
+        // out: a failure as a poll's is judged (retryKeyedConflict), so the 202 answers.
+        let mut r = CallEngine::new(&p, 0.0, KEYED_POST);
+        r.next_attempt(&p, &mut g, 0.0);
+        r.settled(&p, accepted(&none), &mut g, 0.0, &mut Half);
+        assert!(r.keeps_this_202(), "a repeated request's 202 is kept");
+        r.waited(&p, WaitKind::Poll, &mut g, 100.0, &mut Half);
+        let (_, step) = r.settled(&p, status(409), &mut g, 110.0, &mut Half);
+        assert!(matches!(step, Step::Finish { .. }), "{step:?}");
+        assert!(r.answers_with_kept_202());
         // Without followAccepted nothing is kept.
         let q = policy();
         let mut f = CallEngine::new(&q, 0.0, KEYED_POST);

@@ -200,6 +200,28 @@ test('slow answers: the attempt times out, the retry carries the same key and is
   await assertChargedOnce(page, rows[0].key, { requests: 2 });
 }));
 
+test('long work: the provider takes 3 s; the server answers 202 Accepted, the page asks again with the same key and gets the one charge', () => withPage(openDemo(), async (page) => {
+  await configure(page, { fault: 'long', count: 1, timeoutMs: 2000 });
+  assert.match(await page.textContent('[data-testid="fault-hint"]'), /202 Accepted/);
+  assert.match(await page.textContent('[data-testid="pay-code"]'), /followAccepted: true/);
+  const started = Date.now();
+  await pressPay(page);
+  const elapsed = Date.now() - started;
+  const rows = await entries(page);
+  // The first request answered 202 after half a second, each repeat 202 while the charge ran,
+  // then the stored 201.
+  assert.ok(rows.length >= 2, JSON.stringify(rows));
+  assert.deepEqual(rows.slice(0, -1).map((r) => [r.status, r.kind]), rows.slice(0, -1).map(() => [202, 'accepted']), JSON.stringify(rows));
+  const last = rows.at(-1);
+  assert.deepEqual([last.status, last.kind, last.replayed], [201, 'final', true]);
+  const key = rows[0].key;
+  assert.match(key, UUID_V4);
+  assert.ok(rows.every((r) => r.key === key), 'the same Idempotency-Key on every request');
+  assert.ok(elapsed >= 3000, `the payment ended after the provider's 3 s (${elapsed} ms)`);
+  assert.match(await page.textContent('[data-testid="pay-result"]'), /202 Accepted/);
+  await assertChargedOnce(page, key, { requests: rows.length });
+}));
+
 test('not confirmed, then "Try again" with the same key: still one charge', () => withPage(openDemo(), async (page) => {
   // Every attempt of this press gets 503: retryFetch gives up and returns the last 503.
   await configure(page, { fault: '503', count: 5, maxAttempts: 2, baseDelayMs: 20 });

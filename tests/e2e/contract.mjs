@@ -452,6 +452,8 @@ export const scenarios = [
         ['budget.tokens("http://[")', () => budget.tokens('http://[')],
         ['breaker.state("http://[")', () => breaker.state('http://[')],
         ['throttle.rate("http://[")', () => throttle.rate('http://[')],
+        // A URL of no origin (a host:port written without its scheme reads as one).
+        ['budget.tokens("localhost:3000")', () => budget.tokens('localhost:3000')],
       ]) {
         const err = throws(fn, `${label} did not throw`);
         equal(err?.name, 'TypeError', `${label}:`);
@@ -909,7 +911,7 @@ export const scenarios = [
         deepEqual(sent, [['a', 'b'], ['a', 'b'], ['a', 'b']], `${label}, the option and a client's defaults:`);
         deepEqual((await b.log()).map((r) => [r.headers['x-a'], r.headers['x-b']]), [[undefined, undefined], ['a', 'b']], `${label}, beforeRetry:`);
       }
-      for (const [label, headers] of [['a Map with a value not a string', new Map([['X-A', 1]])], ['an iterable of strings', new Set(['X-A'])]]) {
+      for (const [label, headers] of [['a Map with a value not a string', new Map([['X-A', 1]])], ['an iterable of strings', new Set(['X-A'])], ['a string of two characters for a pair', new Set(['xy'])], ['an array with one', ['xy']]]) {
         const s = seq('200');
         const err = await rejects(api.retryFetch(s.url, undefined, { ...fast, headers }));
         equal(err?.name, 'TypeError', `${label}:`);

@@ -337,14 +337,15 @@ fn guard_methods_check_their_url_argument() {
 
 /// Any string is taken without a panic: a URL (relative ones against the page's location,
 /// where there is one) reads its origin's state, a default for an origin not seen; a string
-/// that is no URL is a `TypeError` saying so, not a default for an origin that cannot exist.
+/// that is no URL, or a URL of no origin (`data:`, `javascript:`), is a `TypeError` saying so,
+/// not a default for an origin that cannot exist.
 #[wasm_bindgen_test]
 fn guard_methods_take_any_url_string() {
     let budget = new_budget(JsValue::UNDEFINED).unwrap();
     let breaker = new_breaker(JsValue::UNDEFINED).unwrap();
     let throttle = new_throttle(JsValue::UNDEFINED).unwrap();
     let long = format!("https://a.example/{}", "9".repeat(10_000));
-    let parses = js("(u) => { try { new URL(u, globalThis.location?.href); return true; } catch { return false; } }")
+    let parses = js("(u) => { try { return new URL(u, globalThis.location?.href).origin !== 'null'; } catch { return false; } }")
         .unchecked_into::<js_sys::Function>();
     for url in [
         "",
@@ -380,7 +381,7 @@ fn guard_methods_take_any_url_string() {
                 );
                 let message = String::from(js_sys::Error::from(error).message());
                 assert!(
-                    message.contains("the argument url is not a URL"),
+                    message.contains("the argument url is not a URL of an origin"),
                     "{method} {url:.40}: {message}"
                 );
             }

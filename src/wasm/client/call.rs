@@ -1479,9 +1479,12 @@ async fn run_loop(
                     && !has_integrity(&t.request);
                 // `redirect: 'error'`: sent with 'manual', so that meeting a redirect is told
                 // apart from a network error (it is a TypeError, never retried).
+                // Not with an `integrity`, which fetch would check against the redirect's own
+                // body (fetch's own refusal then, which reads as a network error).
                 let refuses = url.is_none()
                     && policy.fetch.is_none()
-                    && js::get(&t.request, "redirect") == js::name("error");
+                    && js::get(&t.request, "redirect") == js::name("error")
+                    && !has_integrity(&t.request);
                 let poll_request;
                 let (input, init): (&JsValue, JsValue) = match &url {
                     Some(url) => {

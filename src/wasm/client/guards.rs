@@ -255,11 +255,12 @@ fn url_argument(method: &str, url: &JsValue) -> Result<String, JsValue> {
                 Some(b) => web_sys::Url::new_with_base(&s, &b),
                 None => web_sys::Url::new(&s),
             };
-            match parsed {
-                Ok(u) => Ok(u.origin()),
-                Err(_) => {
+            // A URL with no origin (`mailto:x`, `localhost:3000` read as a scheme) names none.
+            match parsed.map(|u| u.origin()) {
+                Ok(origin) if origin != "null" => Ok(origin),
+                _ => {
                     let mut msg = String::from(method);
-                    msg.push_str(": the argument url is not a URL; got ");
+                    msg.push_str(": the argument url is not a URL of an origin; got ");
                     msg.push_str(&describe(url));
                     Err(type_error(&msg))
                 }

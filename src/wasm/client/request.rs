@@ -349,6 +349,10 @@ pub fn strict_headers(value: &JsValue) -> Option<Headers> {
             .is_function();
     if iterable {
         for entry in js::array_copy(value).ok()?.iter() {
+            // A pair is a list (a string of two characters is not one: `new Headers` refuses it).
+            if !entry.is_object() {
+                return None;
+            }
             let pair = js::array_copy(&entry).ok()?;
             if pair.length() != 2 {
                 return None;
