@@ -20,11 +20,17 @@
 //                                     before the answer: the ambiguous case, where only the
 //                                     idempotency key keeps the retry from charging twice (a
 //                                     retry answered from the store is dropped the same way)
+//                              long   long work: the payment provider takes delayMs; after
+//                                     ACCEPT_AFTER_MS the companion answers 202 Accepted
+//                                     (Retry-After) while the charge goes on, every repeat with
+//                                     the key gets 202 until it is done, then the stored 201
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { idempotency, MemoryStore, PostgresStore, toNodeHandler } from '../pkg/server.js';
 import { readBody } from './read-body.mjs';
 
-export const FAULT_MODES = ['none', '503', '429', 'slow', 'drop'];
+export const FAULT_MODES = ['none', '503', '429', 'slow', 'drop', 'long'];
+/** Long work: a handler still running after this is answered 202 Accepted (the companion's acceptAfterMs). */
+export const ACCEPT_AFTER_MS = 500;
 const MAX_COUNT = 10;
 const MAX_DELAY_MS = 30_000;
 const MAX_LEDGER = 10_000; // oldest charges are forgotten past this
@@ -132,6 +138,9 @@ export function createPaymentsApi({ timers = new Set(), storage } = {}) {
     }
     const currency = typeof body.currency === 'string' && /^[A-Z]{3}$/.test(body.currency) ? body.currency : 'EUR';
     const last4 = typeof body.card === 'string' && /^\d{4}$/.test(body.card) ? body.card : null;
+    const ctx = context.getStore();
+    // Long work: the provider takes its time; the client going away does not stop the charge.
+    if (ctx?.fault === 'long') await wait(faults.delayMs);
     const entry = {
       id: randomId('ch'),
       amount,
@@ -143,7 +152,6 @@ export function createPaymentsApi({ timers = new Set(), storage } = {}) {
     ledger.push(entry); // the money moves here
     if (ledger.length > MAX_LEDGER) ledger.shift();
 
-    const ctx = context.getStore();
     if (ctx?.fault === 'drop') {
       // The charge is done; the connection dies before the answer leaves (a crash, a proxy
       // timeout, a cable): the client cannot tell whether it was charged.
@@ -164,9 +172,19 @@ export function createPaymentsApi({ timers = new Set(), storage } = {}) {
   }
   // The demo has no user accounts: every page is the same caller, so keys are not scoped
   // (identity: false says so; an API with users passes identity: (request) => userId).
-  const COMPANION_OPTIONS = () => ({ store, identity: false });
+  // A charge still running after ACCEPT_AFTER_MS is answered 202 Accepted (the "long" fault);
+  // the page follows it (followAccepted) by repeating the request with its key.
+  const COMPANION_OPTIONS = () => ({ store, identity: false, acceptAfterMs: ACCEPT_AFTER_MS });
   store = storage.make();
   protectedCharge = idempotency(charge, COMPANION_OPTIONS());
+
+  /** A wait that no request ends (cleared when the server closes). */
+  function wait(ms) {
+    return new Promise((done) => {
+      const t = setTimeout(() => { timers.delete(t); done(); }, ms);
+      timers.add(t);
+    });
+  }
 
   function sleep(ms, res) {
     return new Promise((done) => {

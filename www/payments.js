@@ -136,6 +136,8 @@ export function initPayments(lib) {
     if (v.maxAttempts !== null) options.maxAttempts = v.maxAttempts;
     if (v.baseDelayMs !== null) options.baseDelayMs = v.baseDelayMs;
     if (v.timeoutMs !== null && v.timeoutMs > 0) options.timeoutMs = v.timeoutMs;
+    // The demo's API honours keys: a 202 Accepted is followed to the charge.
+    options.followAccepted = true;
     return options;
   }
 
@@ -143,6 +145,9 @@ export function initPayments(lib) {
   function slowDelayOf(v) {
     return v.timeoutMs > 0 ? Math.min(30_000, Math.round(v.timeoutMs * 2 + 500)) : 2500;
   }
+
+  /** How long the payment provider takes under the "long work" fault. */
+  const LONG_WORK_MS = 3000;
 
   // ----------------------------------------------------------------------------------------
   // Faults (server-side settings of the proxy in front of the payments API)
@@ -162,6 +167,8 @@ export function initPayments(lib) {
         const warn = v.timeoutMs > 0 ? '' : ' <span class="warn">Set a timeoutMs to see the timeouts.</span>';
         return `The charge happens at once, but the answer to ${first.toLowerCase()}${of} is held for <b>${fmtMs(slowDelayOf(v))}</b>, longer than <code>timeoutMs</code>. The client times out without knowing whether it was charged and retries with the same key: the server replays the stored charge.${warn}`;
       }
+      case 'long':
+        return `The payment provider takes <b>${fmtMs(LONG_WORK_MS)}</b>. After half a second the server answers <b>202 Accepted</b> with <code>Retry-After</code> while the charge goes on; with <code>followAccepted: true</code> the client asks again with the <b>same Idempotency-Key</b>, gets 202 until the charge is done, then the stored <b>201</b>: one charge.`;
       case 'drop':
         return `The handler <b>charges the card</b>, then the connection is cut before the answer leaves (${first.toLowerCase()}${of}). The client sees a network error and retries with the <b>same Idempotency-Key</b>; the companion answers with the stored charge instead of charging again.${n > 1 ? ' Retries answered from the store lose their answer the same way.' : ''}`;
       default:
@@ -173,7 +180,7 @@ export function initPayments(lib) {
   /** Sends the fault settings to the server; resolves once they are in force. */
   async function syncFaults(v = readForm()) {
     const seq = ++syncSeq;
-    const body = { mode: v.fault, count: Math.max(1, Math.min(10, Math.trunc(v.count) || 1)), delayMs: slowDelayOf(v) };
+    const body = { mode: v.fault, count: Math.max(1, Math.min(10, Math.trunc(v.count) || 1)), delayMs: v.fault === 'long' ? LONG_WORK_MS : slowDelayOf(v) };
     els.faultSync.dataset.state = 'saving';
     els.faultSync.textContent = 'Applying…';
     try {
@@ -183,7 +190,7 @@ export function initPayments(lib) {
       if (seq === syncSeq) {
         els.faultSync.dataset.state = 'ok';
         els.faultSync.dataset.mode = applied.mode;
-        const name = { 503: '503 storm', 429: '429 + Retry-After', slow: 'slow answers', drop: 'charge, then drop' }[applied.mode];
+        const name = { 503: '503 storm', 429: '429 + Retry-After', slow: 'slow answers', drop: 'charge, then drop', long: 'long work (202 Accepted)' }[applied.mode];
         const which = applied.count === 1 ? 'the first attempt' : `the first ${applied.count} attempts`;
         els.faultSync.textContent = applied.mode === 'none' ? 'Proxy: no faults' : `Proxy: ${name} on ${which} of each payment`;
       }
@@ -218,6 +225,7 @@ export function initPayments(lib) {
     if ('maxAttempts' in o) opts.push(`${tok.key('maxAttempts')}: ${tok.num(o.maxAttempts)}`);
     if ('baseDelayMs' in o) opts.push(`${tok.key('baseDelayMs')}: ${tok.num(o.baseDelayMs)}`);
     if ('timeoutMs' in o) opts.push(`${tok.key('timeoutMs')}: ${tok.num(o.timeoutMs)}`);
+    if (o.followAccepted) opts.push(`${tok.key('followAccepted')}: ${tok.kw('true')}`);
     els.code.innerHTML = [
       `${tok.kw('const')} res = ${tok.kw('await')} ${tok.fn('retryFetch')}(${tok.str('/api/payments')}, {`,
       `  ${tok.key('method')}: ${tok.str('POST')},`,
@@ -233,7 +241,7 @@ export function initPayments(lib) {
       `  ${tok.kw('const')} { amount } = ${tok.kw('await')} request.${tok.fn('json')}();`,
       `  ${tok.kw('const')} charge = ${tok.kw('await')} ledger.${tok.fn('charge')}(amount);`,
       `  ${tok.kw('return')} Response.${tok.fn('json')}({ ${tok.key('chargeId')}: charge.id, amount }, { ${tok.key('status')}: ${tok.num(201)} });`,
-      `}, { ${tok.key('store')}: ${tok.kw('new')} ${tok.fn('MemoryStore')}() });`,
+      `}, { ${tok.key('store')}: ${tok.kw('new')} ${tok.fn('MemoryStore')}(), ${tok.key('acceptAfterMs')}: ${tok.num(500)} });`,
       `http.${tok.fn('createServer')}(${tok.fn('toNodeHandler')}(pay));`,
     ].join('\n');
   }
@@ -410,7 +418,10 @@ export function initPayments(lib) {
         setStatus('success', `${statusLine(res.status, res.statusText)} · ${tries} · ${elapsed}`);
         const view = await refreshLedger();
         const charges = view ? view.charges.filter((c) => c.key === key).length : null;
-        setReceipt('success', `Paid ${euros(data.amount)}`, replayed
+        const accepted = rows.some((r) => r.li.dataset.status === '202');
+        setReceipt('success', `Paid ${euros(data.amount)}`, accepted
+          ? 'Confirmed. The provider took its time: the server answered 202 Accepted, and the client asked again with the same key until the stored charge came back.'
+          : replayed
           ? 'Confirmed. The first attempt was charged; its answer was lost, and the server replayed it for the retry.'
           : rows.length > 1 ? 'Confirmed after the retries above.' : 'Confirmed on the first attempt.', [
           ['Charge', data.chargeId, 'pay-charge-id'],

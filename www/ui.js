@@ -213,6 +213,12 @@ export function createTimeline(list, empty) {
             li.dataset.replayed = 'true';
             nodes.push(chip('replayed', 'replay'));
           }
+          if (res.status === 202) {
+            // Taken, not done: the call follows it (followAccepted) with the same key.
+            li.classList.remove('is-pending');
+            li.dataset.kind = 'accepted';
+            nodes.push(el('span', 'muted', 'accepted, still processing · asking again with the same key'));
+          }
           setLine(...nodes);
         },
         /** The transport failed (network error, or aborted by the per-attempt timeout). */
