@@ -15,7 +15,7 @@
 //! The wait before each poll (or repeat) takes the 202's `Retry-After` as its least, clamped
 //! to `maxRetryAfterMs` and to what `setTimeout` accepts (not refused: a server saying "later"
 //! is not a failure), and spreads it above by a window that does not grow from poll to poll
-//! ([`Backoff::above_floor_steady`]: clients a server accepted together do not come back
+//! ([`Backoff::above_floor`], `steady`: clients a server accepted together do not come back
 //! together, and the server's pace is kept); without one, with one that asks for no wait (`0`,
 //! a date past: never a tight loop), or with `respectRetryAfter: false`, it is the backoff
 //! delay of the same number, on a schedule of the polls' own (the first poll waits the first
@@ -195,7 +195,7 @@ impl Accepted {
                 let floor = ms.min(cap);
                 let within = state.deadline_left_ms(now_ms);
                 (
-                    self.backoff.above_floor_steady(floor, cap, within, rng),
+                    self.backoff.above_floor(floor, cap, within, true, rng),
                     true,
                 )
             }

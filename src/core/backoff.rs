@@ -122,42 +122,21 @@ impl Backoff {
     /// `cap_ms` (and never below the floor). With [`Jitter::None`] the wait is the floor
     /// itself. `within_ms`, when the wait must end before it (what is left of a deadline) and
     /// the floor does: the window is narrowed to end there, so the spread stays uniform and
-    /// the retry is still made. Advances the schedule as [`Backoff::next_delay`] does.
+    /// the retry is still made. `steady`: the window of the first retry however many came
+    /// before, so that a wait a server asks for again and again while work goes on (a 202's
+    /// `Retry-After`, poll after poll) keeps one width (`max(base, floor / 2)`) instead of
+    /// being pushed further out each time. Advances the schedule as [`Backoff::next_delay`]
+    /// does.
     pub fn above_floor<R: Rng + ?Sized>(
         &mut self,
         floor_ms: f64,
         cap_ms: f64,
         within_ms: Option<f64>,
+        steady: bool,
         rng: &mut R,
     ) -> u64 {
         self.retries = self.retries.saturating_add(1);
-        self.spread_above(floor_ms, self.retries, cap_ms, within_ms, rng)
-    }
-
-    /// As [`Backoff::above_floor`], with the window of the first retry however many came
-    /// before: a wait a server asks for again and again while work goes on (a 202's
-    /// `Retry-After`, one poll after another) is honoured each time within the same width
-    /// (`floor + uniform(0, max(base, floor / 2))`), not pushed further out per poll.
-    pub fn above_floor_steady<R: Rng + ?Sized>(
-        &mut self,
-        floor_ms: f64,
-        cap_ms: f64,
-        within_ms: Option<f64>,
-        rng: &mut R,
-    ) -> u64 {
-        self.retries = self.retries.saturating_add(1);
-        self.spread_above(floor_ms, 1, cap_ms, within_ms, rng)
-    }
-
-    /// The wait above `floor_ms` with the window of retry number `window_retry`.
-    fn spread_above<R: Rng + ?Sized>(
-        &mut self,
-        floor_ms: f64,
-        window_retry: u32,
-        cap_ms: f64,
-        within_ms: Option<f64>,
-        rng: &mut R,
-    ) -> u64 {
+        let window_retry = if steady { 1 } else { self.retries };
         let floor = clamp_ms(floor_ms.ceil());
         let mut window = self.floor_window_ms(floor, window_retry);
         if let Some(room) = within_ms.map(|w| w - 1.0 - floor).filter(|r| *r >= 0.0) {

@@ -240,6 +240,7 @@ impl RetryState {
                     asked,
                     policy.retry_after_cap_ms(),
                     self.deadline_left_ms(now_ms),
+                    false,
                     rng,
                 ),
                 true,
