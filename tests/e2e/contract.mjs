@@ -918,6 +918,21 @@ export const scenarios = [
         ok(names(err.message, 'headers'), `${label}: ${err.message}`);
         equal((await s.log()).length, 0, `${label}: nothing was sent:`);
       }
+      // A getter or an iterator of the caller's that throws: its error, as an option's own
+      // getter's is (not a TypeError that hides it).
+      const thrown = new Error('no token yet');
+      const throwing = [
+        ['a getter', () => ({ get Authorization() { throw thrown; } })],
+        ['an iterator', () => ({ *[Symbol.iterator]() { yield ['X-A', 'a']; throw thrown; } })],
+      ];
+      for (const [label, make] of throwing) {
+        const s = seq('200');
+        equal(await rejects(api.retryFetch(s.url, undefined, { ...fast, headers: make() })), thrown, `${label}, the option:`);
+        equal((await s.log()).length, 0, `${label}: nothing was sent:`);
+        const b = seq('503,200');
+        equal(await rejects(api.retryFetch(b.url, undefined, { ...fast, beforeRetry: make })), thrown, `${label}, beforeRetry:`);
+        equal((await b.log()).length, 1, `${label}: the retry was not sent:`);
+      }
     },
   },
   {

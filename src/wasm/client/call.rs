@@ -1710,7 +1710,7 @@ fn set_headers(
     key_header: &str,
     retry_headers: bool,
 ) -> Result<(), JsValue> {
-    let given = super::request::strict_headers(given)
+    let given = super::request::strict_headers(given)?
         .ok_or_else(|| type_error("retryFetch: beforeRetry must return headers (a Headers, an object of strings or [name, value] pairs of strings) or undefined"))?;
     let retry = if retry_headers {
         &crate::core::options::RETRY_HEADERS[..]

@@ -458,7 +458,7 @@ fn set(out: &mut Policy, opt: Opt, name: &'static str, v: JsValue) -> Result<(),
         }
         Headers => {
             // Over the client's own: the later default wins for a name both set.
-            let given = super::request::strict_headers(&v).ok_or(Refused::Value)?;
+            let given = super::request::strict_headers(&v)?.ok_or(Refused::Value)?;
             let merged = match &out.headers {
                 Some(h) => web_sys::Headers::new_with_headers(h)?,
                 None => web_sys::Headers::new()?,

@@ -324,17 +324,18 @@ impl Drop for Unfinished {
 
 /// Headers given as an option (`headers`, or what `beforeRetry` returns): a `Headers` (of any
 /// realm), an object of strings, or `[name, value]` pairs of strings in an array or any other
-/// iterable (a `Map`), as `new Headers` takes them; `None` for anything else. A value that is
-/// not a string is refused, where `new Headers` would send its text (`Authorization:
-/// undefined` for a token not set); a getter or a proxy trap runs once.
-pub fn strict_headers(value: &JsValue) -> Option<Headers> {
+/// iterable (a `Map`), as `new Headers` takes them; `Ok(None)` for anything else. A value that
+/// is not a string is refused, where `new Headers` would send its text (`Authorization:
+/// undefined` for a token not set); a getter, a proxy trap or an iterator runs once, and what
+/// it throws is the `Err`, passed on as it is (as an option's own getter's throw is).
+pub fn strict_headers(value: &JsValue) -> Result<Option<Headers>, JsValue> {
     if value.is_instance_of::<Headers>() || js::has_tag(value, "[object Headers]") {
-        return Headers::new_with_headers(value.unchecked_ref()).ok();
+        return Headers::new_with_headers(value.unchecked_ref()).map(Some);
     }
     if !value.is_object() {
-        return None;
+        return Ok(None);
     }
-    let out = Headers::new().ok()?;
+    let out = Headers::new()?;
     // A name and a value, both strings (passed on as they are), or `None`.
     let add = |name: JsValue, value: JsValue| {
         (name.is_string() && value.is_string())
@@ -343,29 +344,28 @@ pub fn strict_headers(value: &JsValue) -> Option<Headers> {
     };
     // Pairs from anything iterable: a `Map` has no own keys, and read as an object of strings
     // it would add nothing, silently.
-    let iterable = js::is_array(value).ok()?
-        || js_sys::Reflect::get(value, &js_sys::Symbol::iterator())
-            .ok()?
-            .is_function();
+    let iterable = js::is_array(value)?
+        || js_sys::Reflect::get(value, &js_sys::Symbol::iterator())?.is_function();
     if iterable {
-        for entry in js::array_copy(value).ok()?.iter() {
+        for entry in js::array_copy(value)?.iter() {
             // A pair is a list (a string of two characters is not one: `new Headers` refuses it).
             if !entry.is_object() {
-                return None;
+                return Ok(None);
             }
-            let pair = js::array_copy(&entry).ok()?;
-            if pair.length() != 2 {
-                return None;
+            let pair = js::array_copy(&entry)?;
+            if pair.length() != 2 || add(pair.get_unchecked(0), pair.get_unchecked(1)).is_none() {
+                return Ok(None);
             }
-            add(pair.get_unchecked(0), pair.get_unchecked(1))?;
         }
     } else {
-        for name in js::object_keys(value).ok()?.iter() {
-            let given = js_sys::Reflect::get(value, &name).ok()?;
-            add(name, given)?;
+        for name in js::object_keys(value)?.iter() {
+            let given = js_sys::Reflect::get(value, &name)?;
+            if add(name, given).is_none() {
+                return Ok(None);
+            }
         }
     }
-    Some(out)
+    Ok(Some(out))
 }
 
 /// Set every header of `from` (a `Headers` of ours, so every name and value is a string) on
