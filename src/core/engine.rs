@@ -355,7 +355,9 @@ impl CallEngine {
     /// again for a retry (the retries queued for turns were all allowed before any of them
     /// was sent and counted: each asks again when it may go, and one the budget no longer
     /// allows gives its turn back and is skipped or stopped as after a backoff), then the
-    /// throttle's turn again, then the send.
+    /// throttle's turn again, then the send. A turn whose wait ended at or after the deadline
+    /// (its timer late: a blocked event loop) sends nothing: the turn is given back and the
+    /// call ends there, as after any wait.
     pub fn turn_waited(
         &mut self,
         policy: &RetryPolicy,
@@ -363,6 +365,15 @@ impl CallEngine {
         now_ms: f64,
         rng: &mut dyn Rng,
     ) -> Step {
+        if self.state.deadline_passed(now_ms) {
+            if let Some(g) = self.guards_of(guards) {
+                g.release(now_ms);
+            }
+            return Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::Deadline,
+            };
+        }
         if let Some(g) = self.guards_of(guards).filter(|_| !self.next_is_poll) {
             if let Err(wait) = g.readmit(now_ms) {
                 return self.circuit_open(wait);
@@ -1074,6 +1085,32 @@ mod tests {
         let mut e = CallEngine::new(p, 0.0, GET);
         assert_eq!(e.next_attempt(p, &mut g, 0.0), Step::WaitTurn(ms));
         (g, e)
+    }
+
+    #[test]
+    fn a_turn_whose_wait_ends_past_the_deadline_sends_nothing() {
+        let p = RetryPolicy {
+            deadline_ms: Some(150.0),
+            ..policy()
+        };
+        // The turn was 100 ms away; its timer fired at 313 ms (a blocked event loop).
+        let (mut g, mut e) = waiting_for_turn(&p, 100.0);
+        assert_eq!(
+            e.turn_waited(&p, &mut g, 313.0, &mut Half),
+            Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::Deadline
+            }
+        );
+        assert!(g.sent.is_empty(), "an attempt was sent past the deadline");
+        assert_eq!(g.released, 1, "the turn was not given back");
+        assert_eq!(e.attempts(), 0);
+        // On time, the attempt goes.
+        let (mut g, mut e) = waiting_for_turn(&p, 100.0);
+        assert!(matches!(
+            e.turn_waited(&p, &mut g, 101.0, &mut Half),
+            Step::Send { attempt: 1, .. }
+        ));
     }
 
     #[test]
