@@ -541,10 +541,11 @@ impl CallEngine {
         }
         self.keep_202 = false;
         let accepted_202 = policy.follow_accepted && outcome == Outcome::Status(202);
-        // A failure is judged as a poll's is (`poll_failed`: anything but a final answer,
-        // a keyed 409 under `retryKeyedConflict` included).
-        self.kept_202_answers = self.accepted.is_some()
-            && (accepted_202 || poll_failed(policy, outcome, idempotent, has_key));
+        // A 202 followed (this one, or one before it and a failure since, judged as a poll's
+        // is: `poll_failed`, anything but a final answer, a keyed 409 under
+        // `retryKeyedConflict` included).
+        self.kept_202_answers = accepted_202
+            || (self.accepted.is_some() && poll_failed(policy, outcome, idempotent, has_key));
         // `followAccepted`: a 202 is followed, not returned.
         if accepted_202 {
             let (operation_location, location, retry_after) = (
@@ -565,7 +566,6 @@ impl CallEngine {
             accepted.set_wall_offset_ms(self.wall_offset_ms);
             let follow = accepted.next(policy, &self.state, &answer, now_ms, rng);
             self.keep_202 = accepted.keeps_last_202();
-            self.kept_202_answers = true;
             return match follow {
                 Follow::Poll { delay_ms, .. } | Follow::Repeat { delay_ms, .. } => {
                     self.next_is_poll = true;

@@ -1082,6 +1082,13 @@ impl Kept202 {
             discard(&before);
         }
     }
+
+    /// The kept 202 as the call's answer, the newest response (not handed out) cancelled.
+    fn answer(&mut self, newest: &mut Newest) -> Option<JsValue> {
+        let accepted = self.0.take()?;
+        newest.discard();
+        Some(accepted)
+    }
 }
 
 impl Drop for Kept202 {
@@ -1472,19 +1479,17 @@ async fn run_loop(
             } => {
                 let abort = signals.attempt(limit, p)?;
                 // A non-idempotent request whose redirects the runtime lets us see is followed
-                // here, so that a failure after a redirect is known as one.
-                let manual = url.is_none()
-                    && policy.fetch.is_none()
-                    && follows_itself(t.idempotent, &js::get(&t.request, "redirect"))
-                    && !has_integrity(&t.request);
+                // here, so that a failure after a redirect is known as one: the platform's fetch
+                // of the call's request only, and not with an `integrity`, which fetch would
+                // check against a redirect's own body.
+                let sees_redirects =
+                    url.is_none() && policy.fetch.is_none() && !has_integrity(&t.request);
+                let redirect = js::get(&t.request, "redirect");
+                let manual = sees_redirects && follows_itself(t.idempotent, &redirect);
                 // `redirect: 'error'`: sent with 'manual', so that meeting a redirect is told
-                // apart from a network error (it is a TypeError, never retried).
-                // Not with an `integrity`, which fetch would check against the redirect's own
-                // body (fetch's own refusal then, which reads as a network error).
-                let refuses = url.is_none()
-                    && policy.fetch.is_none()
-                    && js::get(&t.request, "redirect") == js::name("error")
-                    && !has_integrity(&t.request);
+                // apart from a network error (it is a TypeError, never retried); with an
+                // `integrity`, fetch's own refusal, which reads as a network error.
+                let refuses = sees_redirects && redirect == js::name("error");
                 let poll_request;
                 let (input, init): (&JsValue, JsValue) = match &url {
                     Some(url) => {
@@ -1574,8 +1579,7 @@ async fn run_loop(
                 // A poll the deadline cut while in flight: the 202 before it is the answer, as
                 // a wait the deadline ends keeps the last response.
                 if engine.poll_cut(timed_out, outcome.is_err()) && signals.aborted().is_none() {
-                    if let Some(accepted) = kept.0.take() {
-                        newest.discard();
+                    if let Some(accepted) = kept.answer(&mut newest) {
                         return Ok(accepted);
                     }
                     if let Some(before) = &newest.response {
@@ -1666,11 +1670,12 @@ async fn run_loop(
             },
             Step::Finish { reason, cause } => {
                 // Ended before a final answer to a 202 it followed: that 202 (where to look).
-                if engine.answers_with_kept_202() {
-                    if let Some(accepted) = kept.0.take() {
-                        newest.discard();
-                        return Ok(accepted);
-                    }
+                if let Some(accepted) = engine
+                    .answers_with_kept_202()
+                    .then(|| kept.answer(&mut newest))
+                    .flatten()
+                {
+                    return Ok(accepted);
                 }
                 return match newest.response {
                     Some(r) => Ok(r),
