@@ -675,11 +675,12 @@ impl CallEngine {
         }
     }
 
-    /// A hook outlived the deadline: the call ends there.
+    /// A hook outlived the deadline: the call ends there, the deadline's `TimeoutError` its
+    /// cause (the deadline passed before the next attempt could be sent).
     pub fn hook_timed_out(&self) -> Step {
         Step::Finish {
             reason: StopReason::Deadline,
-            cause: Cause::AttemptError,
+            cause: Cause::Deadline,
         }
     }
 
@@ -700,10 +701,12 @@ impl CallEngine {
         if kind == WaitKind::Poll {
             return self.next_attempt(policy, guards, now_ms);
         }
+        // A wait that ended past the deadline (a timer that fired late): the deadline passed
+        // before the next attempt could be sent.
         if self.state.deadline_passed(now_ms) {
             return Step::Finish {
                 reason: StopReason::Deadline,
-                cause: Cause::AttemptError,
+                cause: Cause::Deadline,
             };
         }
         let Some(p) = self.pending else {
@@ -987,8 +990,9 @@ mod tests {
             e.hook_timed_out(),
             Step::Finish {
                 reason: StopReason::Deadline,
-                cause: Cause::AttemptError
-            }
+                cause: Cause::Deadline
+            },
+            "the deadline passed before the next attempt: its TimeoutError is the cause"
         );
     }
 
@@ -1025,12 +1029,12 @@ mod tests {
         e.next_attempt(&p, &mut g, 0.0);
         e.settled(&p, status(503), &mut g, 10.0, &mut Half);
         e.hooks_done(true, 10.0);
-        // A late timer: the wait ended after the deadline.
+        // A late timer: the wait ended after the deadline, which is the cause.
         assert_eq!(
             e.waited(&p, WaitKind::Backoff, &mut g, 1000.0, &mut Half),
             Step::Finish {
                 reason: StopReason::Deadline,
-                cause: Cause::AttemptError
+                cause: Cause::Deadline
             }
         );
     }

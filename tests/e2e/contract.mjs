@@ -250,6 +250,54 @@ export const scenarios = [
     },
   },
 
+  {
+    name: 'contract: a request fetch refuses every time without sending it is a TypeError, not retried, no failure of the origin',
+    async run({ api, seq, env }) {
+      const breaker = new api.CircuitBreaker({ failureThreshold: 1 });
+      const s = seq('200');
+      // What fetch refuses on the request alone: a browser's rules for mode and keepalive (the
+      // page's origin is not the fault server's), Node's headers its HTTP client never sends.
+      const cases = env === 'browser'
+        ? [
+          [{ mode: 'same-origin' }, "mode 'same-origin' to another origin"],
+          [{ method: 'POST', keepalive: true, body: 'x'.repeat(70_000) }, "a keepalive request's body over 64 KiB"],
+          [{ mode: 'no-cors', redirect: 'manual' }, "mode 'no-cors' with a redirect other than 'follow'"],
+        ]
+        : [
+          [{ headers: { 'Transfer-Encoding': 'chunked' } }, 'invalid transfer-encoding header'],
+          [{ method: 'POST', body: 'x', headers: { Expect: '100-continue' } }, 'expect header not supported'],
+        ];
+      for (const [init, why] of cases) {
+        const err = await rejects(api.retryFetch(s.url, init, { ...fast, breaker }));
+        equal(err?.name, 'TypeError', `${why}:`);
+        equal(err.message, `retryFetch: fetch refuses to send this request (${why}); nothing was sent`);
+        equal(err.cause?.name, 'TypeError', `${why}: the cause is fetch's own error:`);
+      }
+      equal(breaker.state(s.url), 'closed', 'a refusal is no failure of the origin:');
+      if (env !== 'browser') {
+        // A header a beforeRetry adds: the retry is refused (the 503 before it was sent).
+        const r = seq('503,200');
+        const err = await rejects(api.retryFetch(r.url, undefined, { ...fast, beforeRetry: () => ({ 'Keep-Alive': '5' }) }));
+        equal(err?.name, 'TypeError');
+        equal(err.message, 'retryFetch: fetch refuses to send this request (invalid keep-alive header); nothing was sent');
+        equal((await r.log()).length, 1, 'the refused retry was sent:');
+      }
+      equal((await s.log()).length, 0, 'nothing was sent:');
+    },
+  },
+  {
+    name: 'contract: the same mode and keepalive requests to a reachable target are sent as fetch sends them',
+    async run({ api, seq, env }) {
+      // Not over the limits: a keepalive body of 64 KiB exactly, a no-cors GET that follows.
+      const s = seq('200');
+      const res = await api.retryFetch(s.url, { method: 'POST', keepalive: true, body: 'x'.repeat(65_536) }, fast);
+      equal(res.status, 200);
+      const opaque = await api.retryFetch(s.url, { mode: 'no-cors' }, fast);
+      equal(opaque.status, env === 'browser' ? 0 : 200);
+      equal((await s.log()).length, 2);
+    },
+  },
+
   // ---- retryOnStatus given by the caller is the whole list ------------------------------
   {
     name: "contract: a keyed POST's 409 is not retried when the caller's retryOnStatus leaves it out",
@@ -769,6 +817,34 @@ export const scenarios = [
       equal(err.reason, 'deadline');
       equal(err.attempts.length, 0);
       equal(calls, 0, 'the transport was called after the deadline');
+    },
+  },
+  {
+    name: 'contract: a deadline that passes between attempts is the cause: a pending hook, a late backoff timer',
+    async run({ api, seq }) {
+      // A connection reset, then the deadline passes before the retry can go: the RetryError's
+      // cause is the deadline's TimeoutError, not the reset's error.
+      const pending = () => new Promise(() => {});
+      const s = seq('reset,200');
+      const byHook = await rejects(api.retryFetch(s.url, undefined, { ...fast, deadlineMs: 300, onRetry: pending }));
+      equal(byHook?.name, 'RetryError');
+      equal(byHook.reason, 'deadline');
+      equal(byHook.attempts.length, 1);
+      equal(byHook.cause?.name, 'TimeoutError', `the cause was ${byHook.cause}:`);
+      equal(byHook.cause.message, 'retryFetch: the deadline (deadlineMs 300) passed');
+      // The backoff's timer fires after the deadline (the event loop was blocked meanwhile).
+      const t = seq('reset,200');
+      const late = api.retryFetch(t.url, undefined, { baseDelayMs: 100, factor: 1, jitter: 'none', deadlineMs: 150 });
+      await sleep(40); // the reset is in, the 100 ms wait has begun
+      const until = performance.now() + 200;
+      while (performance.now() < until) {
+        // blocked past the deadline while the wait's timer is due
+      }
+      const err = await rejects(late);
+      equal(err?.name, 'RetryError');
+      equal(err.reason, 'deadline');
+      equal(err.cause?.name, 'TimeoutError', `the cause was ${err.cause}:`);
+      equal((await t.log()).length, 1, 'a retry was sent after the deadline');
     },
   },
   {

@@ -48,8 +48,8 @@ use crate::core::accepted::poll_dropped_headers;
 use crate::core::backoff::Rng;
 use crate::core::budget::Budget;
 use crate::core::classify::{
-    is_response_status, method_can_have_body, redirect_refused, Outcome, RetryReason,
-    CROSS_ORIGIN_DROPPED_HEADERS, REQUEST_BODY_HEADERS,
+    is_response_status, method_can_have_body, redirect_refused, refused_by_browser, BrowserRequest,
+    Outcome, RetryReason, CROSS_ORIGIN_DROPPED_HEADERS, REQUEST_BODY_HEADERS, UNSENT_CAUSE_CODES,
 };
 use crate::core::decide::StopReason;
 use crate::core::engine::{CallEngine, CallFacts, CallGuards, Cause, Settled, Step, WaitKind};
@@ -1375,6 +1375,13 @@ async fn run_loop(
                     }
                     return Err(reason);
                 }
+                // A request fetch refused before sending anything, as it will every time: no
+                // network error, never retried (a poll goes to another URL: not judged).
+                if let (Err(e), false, None) = (&outcome, timed_out, &url) {
+                    if let Some(refused) = refused_unsent(&t, &body, e) {
+                        return Err(refused);
+                    }
+                }
                 let (outcome_kind, response, error) =
                     match &outcome {
                         Ok(v) => match js::get(v, "status").as_f64() {
@@ -1754,6 +1761,55 @@ fn follows(redirect: &JsValue) -> bool {
 /// where the runtime lets us see them, so that a failure after a redirect is known as one.
 fn follows_itself(idempotent: bool, redirect: &JsValue) -> bool {
     !idempotent && follows(redirect) && redirects_visible()
+}
+
+/// The `TypeError` for an attempt fetch refused before sending anything, a refusal that
+/// would be the same on every attempt (Node's: a cause code of
+/// `core::classify::UNSENT_CAUSE_CODES`; a browser's: `core::classify::refused_by_browser`),
+/// with fetch's error as its `cause`; `None` for any other failure.
+#[cold]
+#[inline(never)]
+fn refused_unsent(t: &Template, body: &Body, error: &JsValue) -> Option<JsValue> {
+    let cause = js::get(error, "cause");
+    let why = match js::get(&cause, "code").as_string() {
+        Some(code) if UNSENT_CAUSE_CODES.contains(&code.as_str()) => {
+            js::get(&cause, "message").as_string().unwrap_or(code)
+        }
+        _ => {
+            let page = page_origin()?;
+            let r = &t.request;
+            let text = |name| js::get(r, name).as_string().unwrap_or_default();
+            let (mode, redirect) = (text("mode"), text("redirect"));
+            let body_bytes = match body {
+                Body::Bytes(b) => Some(b.length() as f64),
+                Body::Text(s) => s.dyn_ref::<js_sys::JsString>().map(|s| s.length() as f64),
+                _ => None,
+            };
+            refused_by_browser(BrowserRequest {
+                mode: &mode,
+                redirect: &redirect,
+                same_origin: web_sys::Url::new(&r.url()).is_ok_and(|u| u.origin() == page),
+                keepalive: js::get(r, "keepalive").as_bool() == Some(true),
+                body_bytes,
+            })?
+            .to_string()
+        }
+    };
+    let mut msg = String::from("retryFetch: fetch refuses to send this request (");
+    msg.push_str(&why);
+    msg.push_str("); nothing was sent");
+    let e = type_error(&msg);
+    js::set(&e, "cause", error);
+    Some(e)
+}
+
+/// The origin of the page (or browser worker) that runs the call, where fetch enforces a
+/// request's `mode` (a browser: redirects not visible, a `location` with an origin).
+fn page_origin() -> Option<String> {
+    if redirects_visible() {
+        return None;
+    }
+    js::get(&js::get(&js_sys::global(), "location"), "origin").as_string()
 }
 
 /// Does `request` carry an `integrity` (a non-empty one)?
