@@ -200,6 +200,12 @@ impl RetryState {
             .is_none_or(|end| now_ms + delay_ms < end)
     }
 
+    /// The next backoff step (one more than the last wait's), for a retry the budget deferred:
+    /// no attempt is counted, so nothing else of the decision changes.
+    pub fn next_backoff<R: Rng + ?Sized>(&mut self, rng: &mut R) -> u64 {
+        self.backoff.next_delay(rng)
+    }
+
     /// Decide what follows an attempt that ended at `now_ms` with `report`.
     pub fn decide<R: Rng + ?Sized>(
         &mut self,

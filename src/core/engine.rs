@@ -766,6 +766,23 @@ impl CallEngine {
                     Decision::Stop(_) => finish(StopReason::Budget),
                 })
             }
+            // Only retries still in flight ran ahead: wait the next backoff step, this attempt
+            // not counted, and ask again.
+            Verdict::Defer => {
+                let delay_ms = self.state.next_backoff(rng) as f64;
+                Some(if self.state.wait_fits(now_ms, delay_ms) {
+                    self.pending = Some(Pending {
+                        delay_ms: p.delay_ms + delay_ms,
+                        ..p
+                    });
+                    Step::Wait {
+                        ms: delay_ms,
+                        kind: WaitKind::Skip,
+                    }
+                } else {
+                    finish(StopReason::Deadline)
+                })
+            }
         }
     }
 }
@@ -1710,6 +1727,66 @@ mod tests {
         assert_eq!(delay(None), 10_000.0);
         // An offset that is no number reads as none.
         assert_eq!(delay(Some(f64::NAN)), 10_000.0);
+    }
+
+    #[test]
+    fn a_deferred_retry_waits_without_counting_an_attempt() {
+        let p = RetryPolicy {
+            deadline_ms: Some(60_000.0),
+            ..policy()
+        };
+        let mut g = Fake {
+            budget: vec![Verdict::Defer],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(503), &mut g, 0.0, &mut Half);
+        e.hooks_done(true, 0.0);
+        // Far more waits than maxAttempts: none is an attempt; each a backoff step more.
+        let mut now = 100.0;
+        let mut waits = Vec::new();
+        for _ in 0..(p.max_attempts * 3) {
+            match e.waited(&p, WaitKind::Backoff, &mut g, now, &mut Half) {
+                Step::Wait {
+                    ms,
+                    kind: WaitKind::Skip,
+                } => waits.push(ms),
+                other => panic!("{other:?}"),
+            }
+            now += 100.0;
+        }
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        g.budget = vec![Verdict::Allow];
+        match e.waited(&p, WaitKind::Skip, &mut g, now, &mut Half) {
+            Step::BeforeRetry {
+                attempt, delay_ms, ..
+            } => {
+                assert_eq!(attempt, 2, "the retry goes as attempt 2");
+                assert_eq!(
+                    delay_ms,
+                    100.0 + waits.iter().sum::<f64>(),
+                    "every wait told"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // The deadline still ends a deferred call.
+        let mut g = Fake {
+            budget: vec![Verdict::Defer],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, status(503), &mut g, 0.0, &mut Half);
+        e.hooks_done(true, 0.0);
+        assert_eq!(
+            e.waited(&p, WaitKind::Backoff, &mut g, 59_999.0, &mut Half),
+            Step::Finish {
+                reason: StopReason::Deadline,
+                cause: Cause::AttemptError
+            }
+        );
     }
 
     #[test]

@@ -417,6 +417,10 @@ mod tests {
             breaker: None,
             held: &mut other,
         };
-        assert_eq!(lent.budget(0.0), Verdict::Skip, "another call's view");
+        assert_eq!(
+            lent.budget(0.0),
+            Verdict::Defer,
+            "another call's view, while they are in flight"
+        );
     }
 }

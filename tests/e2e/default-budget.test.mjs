@@ -284,3 +284,50 @@ test('the retry sent after the budget skipped some is told as itself: beforeRetr
     await new Promise((resolve) => s.close(resolve));
   }
 });
+
+test('retries queued behind a browser\'s six connections are not failures: a herd whose every retry succeeds gets through', async () => {
+  // A transport that sends six requests at a time per origin and reads each answer whole
+  // before the next goes, as a browser does over HTTP/1.1; every path answers 503 once, then
+  // 200, each after 20 ms. 200 calls at once: their retries wait in the queue, sent to the
+  // transport but not yet answered. Those hold the budget back (it defers the next retries
+  // until they are answered) but are no failures: none may use up a call's attempts.
+  let active = 0;
+  const queue = [];
+  const next = () => {
+    if (active < 6 && queue.length > 0) {
+      active += 1;
+      queue.shift()();
+    }
+  };
+  const sixAtATime = async (input, init) => {
+    await new Promise((resolve) => { queue.push(resolve); next(); });
+    try {
+      const res = await fetch(input, init);
+      return new Response(await res.arrayBuffer(), { status: res.status, headers: res.headers });
+    } finally {
+      active -= 1;
+      next();
+    }
+  };
+  const hits = new Map();
+  let seen = 0;
+  const s = http.createServer((req, res) => {
+    seen += 1;
+    req.resume();
+    const n = (hits.get(req.url) ?? 0) + 1;
+    hits.set(req.url, n);
+    setTimeout(() => res.writeHead(n === 1 ? 503 : 200).end(), 20);
+  });
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  try {
+    const base = `http://127.0.0.1:${s.address().port}`;
+    const results = await Promise.all(Array.from({ length: 200 }, (_, i) => retryFetch(`${base}/call/${i}`, undefined, { fetch: sixAtATime })));
+    const statuses = {};
+    for (const r of results) statuses[r.status] = (statuses[r.status] ?? 0) + 1;
+    assert.deepEqual(statuses, { 200: 200 }, `every call's one retry succeeds (requests: ${seen})`);
+    assert.equal(seen, 400, 'one retry each, none skipped');
+  } finally {
+    s.closeAllConnections();
+    await new Promise((resolve) => s.close(resolve));
+  }
+});

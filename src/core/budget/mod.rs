@@ -2,8 +2,9 @@
 //! take, one origin at a time. Two mechanisms behind one trait, [`Budget`], which the call
 //! consumes (as tower's `retry::budget`): the token budget of gRPC's `retryThrottling`
 //! ([`RetryBudget`], the `budget` option: refused retries end the call) and the default budget
-//! ([`RetryRatio`]: refused retries are skipped). In both, a call's own failures and retries
-//! never count against it, so a lone request gets every retry its `maxAttempts` allows.
+//! ([`RetryRatio`]: refused retries are skipped, or deferred while retries are in flight). In
+//! both, a call's own failures and retries never count against it, so a lone request gets
+//! every retry its `maxAttempts` allows.
 
 mod ratio;
 mod tokens;
@@ -16,8 +17,12 @@ pub use tokens::{BudgetConfig, RetryBudget};
 pub enum Verdict {
     /// Send it.
     Allow,
-    /// Not now: wait another backoff and ask again (the default budget).
+    /// Not now: the attempt counts as made; wait another backoff and ask again (the default
+    /// budget, when retries answered ran ahead of those accepted).
     Skip,
+    /// Not yet: wait another backoff and ask again, the attempt not counted (the default
+    /// budget, when only retries still in flight ran ahead).
+    Defer,
     /// No: the call ends with its last answer, reason `'budget'` (a `RetryBudget`).
     Stop,
 }
@@ -95,7 +100,19 @@ mod tests {
             Verdict::Allow,
             "its own retries do not count"
         );
-        assert_eq!(ratio.verdict(O, &OwnUse::default(), 0.0), Verdict::Skip);
+        assert_eq!(
+            ratio.verdict(O, &OwnUse::default(), 0.0),
+            Verdict::Defer,
+            "in flight"
+        );
+        for _ in 0..20 {
+            ratio.attempt_ended(O, failure(2), &mut own, 0.0);
+        }
+        assert_eq!(
+            ratio.verdict(O, &OwnUse::default(), 0.0),
+            Verdict::Skip,
+            "answered, failed"
+        );
         // An accepted retry lets two more through.
         ratio.attempt_ended(
             O,
@@ -123,6 +140,6 @@ mod tests {
             &mut OwnUse::default(),
             0.0,
         );
-        assert_eq!(fresh.verdict(O, &OwnUse::default(), 0.0), Verdict::Skip);
+        assert_eq!(fresh.verdict(O, &OwnUse::default(), 0.0), Verdict::Defer);
     }
 }

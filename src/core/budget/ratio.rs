@@ -1,5 +1,6 @@
 //! The default budget (no `budget` option): per origin, retries may not run ahead of the
-//! retries the server accepted; a refused retry is skipped, not fatal.
+//! retries the server accepted; a refused retry is skipped, not fatal, and one held back only
+//! by retries still in flight waits without being counted.
 
 use super::{Attempt, Budget, OwnUse, Verdict};
 use crate::core::origins::OriginMap;
@@ -10,7 +11,11 @@ use crate::core::origins::OriginMap;
 /// recently by *other* calls, less `ratio` × those accepted (answered with anything but a
 /// transient failure), stay below `floor`; the counts decay with a time constant of
 /// `window_ms`. A refused retry is skipped, not fatal: the call waits its next backoff and
-/// asks again (the shell counts the skipped attempt).
+/// asks again (the shell counts the skipped attempt). When the retries already *answered*
+/// would allow it, and only those still in flight (sent, not yet answered: queued behind a
+/// browser's six connections per origin, or by a slow server) hold it back, it is deferred
+/// instead: the call waits another backoff and asks again, the attempt not counted, so a
+/// queue that is slow but answers every retry does not use up a call's attempts.
 ///
 /// - A lone request is never refused: its own retries are not counted against it.
 /// - A total outage accepts nothing, so after `floor` unaccepted retries from all callers
@@ -44,11 +49,12 @@ impl Default for RetryRatioConfig {
     }
 }
 
-/// One origin's decayed counts.
+/// One origin's decayed counts: retries sent, and of those answered, accepted and failed.
 #[derive(Clone, Copy, Debug)]
 struct RatioCount {
     sent: f64,
     accepted: f64,
+    failed: f64,
     at_ms: f64,
 }
 
@@ -77,6 +83,7 @@ impl RetryRatio {
             return RatioCount {
                 sent: 0.0,
                 accepted: 0.0,
+                failed: 0.0,
                 at_ms: now_ms,
             };
         }
@@ -84,6 +91,7 @@ impl RetryRatio {
         RatioCount {
             sent: count.sent * f,
             accepted: count.accepted * f,
+            failed: count.failed * f,
             at_ms: now_ms.max(count.at_ms),
         }
     }
@@ -92,6 +100,7 @@ impl RetryRatio {
         let fresh = RatioCount {
             sent: 0.0,
             accepted: 0.0,
+            failed: 0.0,
             at_ms: now_ms,
         };
         let current = self
@@ -120,16 +129,37 @@ impl RetryRatio {
         self.update(origin, now_ms, |c| c.accepted += 1.0);
     }
 
+    /// A retry to `origin` was answered with a transient failure (or failed without one).
+    pub fn record_retry_failed(&mut self, origin: &str, now_ms: f64) {
+        self.update(origin, now_ms, |c| c.failed += 1.0);
+    }
+
     /// May a call that sent `own_sent` retries itself send another retry to `origin` now?
     pub fn allows_retry(&self, origin: &str, own_sent: f64, now_ms: f64) -> bool {
+        self.judge(origin, own_sent, now_ms) == Verdict::Allow
+    }
+
+    /// [`Verdict::Allow`] while other calls' retries sent stay below `ratio` × those accepted
+    /// plus `floor`; else [`Verdict::Skip`] when the retries answered are enough to refuse it,
+    /// [`Verdict::Defer`] when only those still in flight are.
+    fn judge(&self, origin: &str, own_sent: f64, now_ms: f64) -> Verdict {
         let Some(c) = self.counts.get(origin).copied() else {
-            return true;
+            return Verdict::Allow;
         };
         let c = self.decayed(c, now_ms);
+        let limit = self.config.ratio * c.accepted + self.config.floor;
         // The call's own retries are taken off undecayed (the counts are decayed): a call
-        // whose retries are old is judged a little more leniently; never below zero.
-        let others = (c.sent - own_sent).max(0.0);
-        others < self.config.ratio * c.accepted + self.config.floor
+        // whose retries are old is judged a little more leniently; never below zero. A call
+        // asking for its next retry has none in flight: its own are all answered.
+        let others_sent = (c.sent - own_sent).max(0.0);
+        let others_answered = (c.accepted + c.failed - own_sent).max(0.0);
+        if others_sent < limit {
+            Verdict::Allow
+        } else if others_answered >= limit {
+            Verdict::Skip
+        } else {
+            Verdict::Defer
+        }
     }
 }
 
@@ -140,21 +170,21 @@ impl Budget for RetryRatio {
         own.retries_sent += 1.0;
     }
 
-    /// A retry answered with anything but a transient failure was accepted.
+    /// A retry answered with anything but a transient failure was accepted; one answered
+    /// with a transient failure failed.
     fn attempt_ended(&mut self, origin: &str, attempt: Attempt, _own: &mut OwnUse, now_ms: f64) {
-        if attempt.number > 1 && !attempt.transient {
-            self.record_retry_accepted(origin, now_ms);
+        match (attempt.number > 1, attempt.transient) {
+            (true, false) => self.record_retry_accepted(origin, now_ms),
+            (true, true) => self.record_retry_failed(origin, now_ms),
+            _ => {}
         }
     }
 
-    /// [`Verdict::Skip`] when other calls' retries ran ahead of the accepted ones: the call
-    /// waits its next backoff and asks again.
+    /// [`Verdict::Skip`] when other calls' answered retries ran ahead of the accepted ones,
+    /// [`Verdict::Defer`] when their retries in flight did: either way the call waits its
+    /// next backoff and asks again.
     fn verdict(&self, origin: &str, own: &OwnUse, now_ms: f64) -> Verdict {
-        if self.allows_retry(origin, own.retries_sent, now_ms) {
-            Verdict::Allow
-        } else {
-            Verdict::Skip
-        }
+        self.judge(origin, own.retries_sent, now_ms)
     }
 }
 
@@ -171,6 +201,40 @@ mod ratio_tests {
             assert!(r.allows_retry(O, own as f64, 0.0), "retry {own}");
             r.record_retry_sent(O, 0.0);
         }
+    }
+
+    #[test]
+    fn retries_in_flight_defer_and_answered_failures_skip() {
+        let mut r = RetryRatio::new(RetryRatioConfig::default());
+        for _ in 0..20 {
+            r.record_retry_sent(O, 0.0);
+        }
+        assert_eq!(r.judge(O, 0.0, 0.0), Verdict::Defer, "20 in flight");
+        for _ in 0..10 {
+            r.record_retry_accepted(O, 0.0);
+        }
+        assert_eq!(
+            r.judge(O, 0.0, 0.0),
+            Verdict::Allow,
+            "10 accepted: 40 may go"
+        );
+        for _ in 0..20 {
+            r.record_retry_sent(O, 0.0);
+        }
+        assert_eq!(
+            r.judge(O, 0.0, 0.0),
+            Verdict::Defer,
+            "40 sent, 30 in flight"
+        );
+        for _ in 0..30 {
+            r.record_retry_failed(O, 0.0);
+        }
+        assert_eq!(
+            r.judge(O, 0.0, 0.0),
+            Verdict::Skip,
+            "40 answered, 30 failed"
+        );
+        assert_eq!(r.judge(O, 40.0, 0.0), Verdict::Allow, "its own retries");
     }
 
     #[test]
