@@ -38,9 +38,10 @@ function holds(entry, token) {
   return entry !== undefined && entry.state === 'in-progress' && entry.token === token;
 }
 
-// A binary min-heap of entries on `expiresAt`. An entry is immutable once stored (a renewal or
-// a completion stores a new one), so a heap item whose entry is no longer the key's current one
-// is stale: skipped when it is popped, and dropped when the heap is rebuilt.
+// A binary min-heap of entries on `expiresAt`. An entry is immutable while stored (a renewal or
+// a completion stores a new one; a removed one loses its JSON), so a heap item whose entry is
+// no longer the key's current one is stale: skipped when it is popped, and dropped when the
+// heap is rebuilt.
 function siftUp(heap, i) {
   const item = heap[i];
   while (i > 0) {
@@ -140,6 +141,10 @@ export class MemoryStore {
       this.#answers.delete(key);
       this.#answerBytes -= entry.bytes;
     }
+    // The expiry heap and the eviction queue keep a removed entry until it is popped or they
+    // are rebuilt (up to 2 × size + 1024 of them): without its JSON, so that what they keep
+    // is a few dozen bytes each, not an answer of up to 32 MiB each beyond maxBytes.
+    entry.json = '';
   }
 
   /**

@@ -502,3 +502,29 @@ test('MemoryStore: a maxBytes no lock fits in says so, not that the store is ful
   });
   assert.equal(store.size, 0);
 });
+
+test('MemoryStore: answers it evicted or replaced are not kept in memory beyond maxBytes', { timeout: 120_000 }, async () => {
+  // The expiry heap and the eviction queue keep a removed record's place until they are
+  // rebuilt (up to about a thousand): that place must not keep the answer. 300 answers of
+  // 1 MiB (1.4 MB of JSON each) through a store of 16 MiB: about 11 are kept; the heap after a
+  // collection grows by them, not by the 300 (420 MB when the removed ones kept their JSON).
+  const v8 = await import('node:v8');
+  const vm = await import('node:vm');
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc');
+  const store = new MemoryStore({ maxBytes: 16 * 1024 * 1024 });
+  const filler = Buffer.alloc(1024 * 1024, 'abcdefghijklmnopqrstuvwxyz0123456789');
+  const handler = idempotency(async () => new Response(filler, { status: 201 }), { store, history: false });
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  for (let n = 0; n < 300; n++) {
+    const res = await handler(post(`big-${n}`, { body: JSON.stringify({ n }) }));
+    assert.equal(res.status, 201);
+    await res.arrayBuffer();
+  }
+  await sleep(50);
+  gc();
+  const grown = process.memoryUsage().heapUsed - before;
+  assert.ok(store.bytes <= store.maxBytes);
+  assert.ok(grown < 100 * 1024 * 1024, `the heap grew by ${(grown / 1048576).toFixed(0)} MiB for a store of ${(store.bytes / 1048576).toFixed(0)} MiB`);
+});
