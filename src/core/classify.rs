@@ -198,13 +198,9 @@ pub fn unfetchable(url: &str) -> Option<&'static str> {
 /// The codes (a fetch `TypeError`'s `cause.code`) by which Node's fetch refuses, before it
 /// connects, a request it will never send: a header its HTTP client never sends
 /// (`Transfer-Encoding`, `Connection`, `Keep-Alive`, `Upgrade`: `UND_ERR_INVALID_ARG`;
-/// `Expect`: `UND_ERR_NOT_SUPPORTED`) or a `Content-Length` that is not the body's
-/// (`UND_ERR_REQ_CONTENT_LENGTH_MISMATCH`).
-pub const UNSENT_CAUSE_CODES: [&str; 3] = [
-    "UND_ERR_INVALID_ARG",
-    "UND_ERR_NOT_SUPPORTED",
-    "UND_ERR_REQ_CONTENT_LENGTH_MISMATCH",
-];
+/// `Expect`: `UND_ERR_NOT_SUPPORTED`). (A `Content-Length` that is not the body's is found
+/// only once the request was sent: not one of them.)
+pub const UNSENT_CAUSE_CODES: [&str; 2] = ["UND_ERR_INVALID_ARG", "UND_ERR_NOT_SUPPORTED"];
 
 /// The most a `keepalive` request's body may hold, in bytes (the Fetch Standard's 64 KiB
 /// for every keepalive request in flight: one body over it is refused whatever else is).
@@ -227,9 +223,9 @@ pub struct BrowserRequest<'a> {
 
 /// Why a browser's fetch refuses `r` every time, before anything is sent (the Fetch
 /// Standard's network errors that depend on the request alone), if it does: `mode:
-/// 'same-origin'` to another origin, `mode: 'no-cors'` with a `redirect` other than
-/// `'follow'`, a `keepalive` body over [`KEEPALIVE_BODY_MAX`]. Such a failure reads as a
-/// network error (`TypeError: Failed to fetch`) but is none: it is not retried.
+/// 'same-origin'` to another origin, `mode: 'no-cors'` to another origin with a `redirect`
+/// other than `'follow'`, a `keepalive` body over [`KEEPALIVE_BODY_MAX`]. Such a failure
+/// reads as a network error (`TypeError: Failed to fetch`) but is none: it is not retried.
 ///
 /// ```
 /// use retry_fetch::core::classify::{refused_by_browser, BrowserRequest};
@@ -237,14 +233,16 @@ pub struct BrowserRequest<'a> {
 /// assert_eq!(refused_by_browser(r), None);
 /// assert!(refused_by_browser(BrowserRequest { mode: "same-origin", ..r }).is_some());
 /// assert!(refused_by_browser(BrowserRequest { mode: "no-cors", redirect: "manual", ..r }).is_some());
+/// let same = BrowserRequest { same_origin: true, ..r };
+/// assert_eq!(refused_by_browser(BrowserRequest { mode: "no-cors", redirect: "manual", ..same }), None);
 /// assert!(refused_by_browser(BrowserRequest { keepalive: true, body_bytes: Some(70_000.0), ..r }).is_some());
 /// assert_eq!(refused_by_browser(BrowserRequest { keepalive: true, body_bytes: Some(65_536.0), ..r }), None);
 /// ```
 pub fn refused_by_browser(r: BrowserRequest<'_>) -> Option<&'static str> {
     if r.mode == "same-origin" && !r.same_origin {
         Some("mode 'same-origin' to another origin")
-    } else if r.mode == "no-cors" && r.redirect != "follow" {
-        Some("mode 'no-cors' with a redirect other than 'follow'")
+    } else if r.mode == "no-cors" && r.redirect != "follow" && !r.same_origin {
+        Some("mode 'no-cors' to another origin with a redirect other than 'follow'")
     } else if r.keepalive && r.body_bytes.is_some_and(|n| n > KEEPALIVE_BODY_MAX) {
         Some("a keepalive request's body over 64 KiB")
     } else {

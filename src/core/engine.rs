@@ -122,6 +122,11 @@ pub enum Cause {
     Nothing,
 }
 
+/// The least wait of a retry the budget deferred ([`Verdict::Defer`]), in ms: a zero backoff
+/// (`baseDelayMs: 0`) would ask again on every turn of the event loop until the retries in
+/// flight are answered.
+pub const DEFER_MIN_MS: f64 = 10.0;
+
 /// What a wait is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitKind {
@@ -766,10 +771,10 @@ impl CallEngine {
                     Decision::Stop(_) => finish(StopReason::Budget),
                 })
             }
-            // Only retries still in flight ran ahead: wait the next backoff step, this attempt
-            // not counted, and ask again.
+            // Only retries still in flight ran ahead: wait the next backoff step (at least
+            // DEFER_MIN_MS), this attempt not counted, and ask again.
             Verdict::Defer => {
-                let delay_ms = self.state.next_backoff(rng) as f64;
+                let delay_ms = (self.state.next_backoff(rng) as f64).max(DEFER_MIN_MS);
                 Some(if self.state.wait_fits(now_ms, delay_ms) {
                     self.pending = Some(Pending {
                         delay_ms: p.delay_ms + delay_ms,

@@ -68,6 +68,9 @@ pub struct Held {
     /// It is counted among the calls to its origin that are retrying ([`Pacer::joined`]),
     /// until it ends ([`CallGuards::leave`]).
     pub joined: bool,
+    /// A retry it sent is counted by the budget and not yet answered: if the call ends first
+    /// (an abort, fetch's refusal), it is taken back ([`Budget::retry_unanswered`]).
+    pub retry_in_flight: bool,
     /// The breaker's transitions its steps caused, for the listener (`onStateChange`), told
     /// once the step is over ([`Held::take_transitions`]).
     transitions: Vec<Transition>,
@@ -148,6 +151,7 @@ impl CallGuards for GuardsLent<'_> {
         }
         if let (Some(b), true) = (self.budget.as_deref_mut(), attempt > 1) {
             b.retry_sent(self.origin, &mut self.held.own, now_ms);
+            self.held.retry_in_flight = true;
         }
     }
 
@@ -176,6 +180,7 @@ impl CallGuards for GuardsLent<'_> {
                 success,
             };
             b.attempt_ended(self.origin, ended, &mut self.held.own, now_ms);
+            self.held.retry_in_flight = false;
         }
         if let Some(t) = self.pacer.as_deref_mut() {
             let answer = if success {
@@ -219,6 +224,10 @@ impl CallGuards for GuardsLent<'_> {
 
     fn release(&mut self, now_ms: f64) {
         self.give_back_slot();
+        if let (Some(b), true) = (self.budget.as_deref_mut(), self.held.retry_in_flight) {
+            b.retry_unanswered(self.origin, &mut self.held.own, now_ms);
+            self.held.retry_in_flight = false;
+        }
         if let (Some(t), Some((ticket, _))) = (self.pacer.as_deref_mut(), self.held.ticket.take()) {
             t.abandon(self.origin, ticket, now_ms);
         }
@@ -421,6 +430,39 @@ mod tests {
             lent.budget(0.0),
             Verdict::Defer,
             "another call's view, while they are in flight"
+        );
+    }
+
+    #[test]
+    fn a_retry_never_answered_is_taken_back_when_the_call_ends() {
+        let mut ratio = RetryRatio::new(RetryRatioConfig::default());
+        // 20 calls each send a retry, then end without its answer (aborted).
+        for _ in 0..20 {
+            let mut held = Held::default();
+            let mut lent = GuardsLent {
+                origin: O,
+                budget: Some(&mut ratio),
+                pacer: None,
+                breaker: None,
+                held: &mut held,
+            };
+            lent.sent(2, 0.0);
+            assert!(lent.held.retry_in_flight);
+            lent.release(0.0);
+            assert!(!held.retry_in_flight);
+        }
+        let mut held = Held::default();
+        let lent = GuardsLent {
+            origin: O,
+            budget: Some(&mut ratio),
+            pacer: None,
+            breaker: None,
+            held: &mut held,
+        };
+        assert_eq!(
+            lent.budget(0.0),
+            Verdict::Allow,
+            "nothing in flight, nothing failed"
         );
     }
 }

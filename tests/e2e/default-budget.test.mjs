@@ -331,3 +331,33 @@ test('retries queued behind a browser\'s six connections are not failures: a her
     await new Promise((resolve) => s.close(resolve));
   }
 });
+
+test('a retry whose call was aborted before its answer is taken back: it holds no other call back', async () => {
+  // 40 calls: a 503, then a retry the server never answers, until each call's signal aborts
+  // it. Were those retries still counted as sent and unanswered, a later call's retry would
+  // be deferred (behind 40 retries "in flight") until they decayed, seconds later.
+  const hits = new Map();
+  const s = http.createServer((req, res) => {
+    req.resume();
+    const n = (hits.get(req.url) ?? 0) + 1;
+    hits.set(req.url, n);
+    if (n === 1) return res.writeHead(503).end();
+    if (req.url.startsWith('/hang')) return; // never answered
+    res.writeHead(200).end('ok');
+  });
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  try {
+    const base = `http://127.0.0.1:${s.address().port}`;
+    const policy = { baseDelayMs: 1, jitter: 'none', throttle: false };
+    const aborted = await Promise.allSettled(Array.from({ length: 40 }, (_, i) =>
+      retryFetch(`${base}/hang/${i}`, undefined, { ...policy, signal: AbortSignal.timeout(300) })));
+    assert.ok(aborted.every((r) => r.status === 'rejected' && r.reason?.name === 'TimeoutError'), 'every call was aborted');
+    let waited;
+    const res = await retryFetch(`${base}/ok`, undefined, { ...policy, beforeRetry: ({ delayMs }) => { waited = delayMs; } });
+    assert.equal(res.status, 200);
+    assert.equal(waited, 1, 'the retry went after its 1 ms backoff, not deferred');
+  } finally {
+    s.closeAllConnections();
+    await new Promise((resolve) => s.close(resolve));
+  }
+});

@@ -917,3 +917,63 @@ test('per-call options reused by name and place: a name given undefined and then
   await api.retryFetch(h.url, undefined, list);
   assert.equal((await h.log()).length, 2, 'after retryOnStatus[0] = 503');
 });
+
+test('a long-lived signal keeps nothing of the calls that ended, and still cancels a body read after a collection', async () => {
+  const http = await import('node:http');
+  const s = http.createServer((req, res) => {
+    if (req.url === '/slow') {
+      res.writeHead(200);
+      res.write('start');
+      const tick = setInterval(() => res.write('x'), 20);
+      res.on('close', () => clearInterval(tick));
+      return;
+    }
+    res.writeHead(200).end('ok');
+  });
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  try {
+    const base = `http://127.0.0.1:${s.address().port}`;
+    const app = new AbortController();
+    // Node 20's AbortSignal.any keeps every joined signal in its sources' dependants until they
+    // abort: an application's signal, given to every call, would keep one per attempt.
+    const kept = () => {
+      const key = Object.getOwnPropertySymbols(app.signal).find((k) => String(k).includes('kDependantSignals'));
+      return key === undefined ? 0 : (app.signal[key]?.size ?? 0);
+    };
+    const client = api.createRetryFetch({ signal: app.signal });
+    for (let i = 0; i < 300; i++) {
+      await (await api.retryFetch(`${base}/ok`, undefined, { signal: app.signal })).text();
+      await (await api.retryFetch(`${base}/ok`, { signal: app.signal }, { timeoutMs: 60_000 })).text();
+      await (await client(`${base}/ok`, undefined, { deadlineMs: 60_000 })).text();
+    }
+    assert.equal(kept(), 0, 'entries the signal keeps of ended calls');
+    // The listeners that join it to the attempts go once those are collected.
+    for (let i = 0; i < 3; i++) {
+      globalThis.gc?.();
+      await sleep(50);
+    }
+    const { getEventListeners } = await import('node:events');
+    if (globalThis.gc) assert.ok(getEventListeners(app.signal, 'abort').length < 50, 'listeners left after a collection');
+    // An abort after the Response, a collection in between, still cancels reading its body.
+    const res = await api.retryFetch(`${base}/slow`, undefined, { signal: app.signal, timeoutMs: 60_000 });
+    const reader = res.body.getReader();
+    await reader.read();
+    for (let i = 0; i < 3; i++) {
+      globalThis.gc?.();
+      await sleep(30);
+    }
+    const reason = new Error('shutting down');
+    app.abort(reason);
+    const ended = await (async () => {
+      try {
+        for (;;) if ((await reader.read()).done) return 'done';
+      } catch (e) {
+        return e;
+      }
+    })();
+    assert.equal(ended, reason, 'the body read ended with the abort');
+  } finally {
+    s.closeAllConnections();
+    await new Promise((resolve) => s.close(resolve));
+  }
+});

@@ -55,6 +55,9 @@ pub trait Budget {
     fn attempt_ended(&mut self, origin: &str, attempt: Attempt, own: &mut OwnUse, now_ms: f64);
     /// May the call that took `own` retry to `origin` now?
     fn verdict(&self, origin: &str, own: &OwnUse, now_ms: f64) -> Verdict;
+    /// A retry to `origin` that was counted as sent will never be answered (its call ended
+    /// first: an abort, fetch refused to send it). Default: nothing.
+    fn retry_unanswered(&mut self, _origin: &str, _own: &mut OwnUse, _now_ms: f64) {}
 }
 
 #[cfg(test)]

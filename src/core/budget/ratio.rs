@@ -134,6 +134,11 @@ impl RetryRatio {
         self.update(origin, now_ms, |c| c.failed += 1.0);
     }
 
+    /// A retry to `origin` counted as sent will never be answered: no longer counted.
+    pub fn record_retry_withdrawn(&mut self, origin: &str, now_ms: f64) {
+        self.update(origin, now_ms, |c| c.sent = (c.sent - 1.0).max(0.0));
+    }
+
     /// May a call that sent `own_sent` retries itself send another retry to `origin` now?
     pub fn allows_retry(&self, origin: &str, own_sent: f64, now_ms: f64) -> bool {
         self.judge(origin, own_sent, now_ms) == Verdict::Allow
@@ -178,6 +183,12 @@ impl Budget for RetryRatio {
             (true, true) => self.record_retry_failed(origin, now_ms),
             _ => {}
         }
+    }
+
+    /// Taken back: neither in flight nor answered (nor the call's own any more).
+    fn retry_unanswered(&mut self, origin: &str, own: &mut OwnUse, now_ms: f64) {
+        self.record_retry_withdrawn(origin, now_ms);
+        own.retries_sent = (own.retries_sent - 1.0).max(0.0);
     }
 
     /// [`Verdict::Skip`] when other calls' answered retries ran ahead of the accepted ones,

@@ -853,7 +853,11 @@ impl Guards {
 
 impl Drop for Guards {
     fn drop(&mut self) {
-        if self.held.slot.is_some() || self.held.ticket.is_some() || self.held.joined {
+        if self.held.slot.is_some()
+            || self.held.ticket.is_some()
+            || self.held.joined
+            || self.held.retry_in_flight
+        {
             self.lend(&mut |g| {
                 let now = crate::wasm::js::now_ms();
                 g.release(now);
@@ -1375,10 +1379,13 @@ async fn run_loop(
                     }
                     return Err(reason);
                 }
-                // A request fetch refused before sending anything, as it will every time: no
-                // network error, never retried (a poll goes to another URL: not judged).
-                if let (Err(e), false, None) = (&outcome, timed_out, &url) {
-                    if let Some(refused) = refused_unsent(&t, &body, e) {
+                // The call's first attempt, refused by fetch before anything was sent, as it
+                // will be every time: no network error, never retried, counted nowhere. (A
+                // poll goes to another URL; after anything was sent, a redirect hop or an
+                // earlier attempt, it is a network error as any other, with what it has.)
+                let first_unsent = history.length() == 0 && !followed && url.is_none();
+                if let (Err(e), false, true) = (&outcome, timed_out, first_unsent) {
+                    if let Some(refused) = refused_unsent(&t, &body, e, policy.fetch.is_none()) {
                         return Err(refused);
                     }
                 }
@@ -1765,18 +1772,19 @@ fn follows_itself(idempotent: bool, redirect: &JsValue) -> bool {
 
 /// The `TypeError` for an attempt fetch refused before sending anything, a refusal that
 /// would be the same on every attempt (Node's: a cause code of
-/// `core::classify::UNSENT_CAUSE_CODES`; a browser's: `core::classify::refused_by_browser`),
-/// with fetch's error as its `cause`; `None` for any other failure.
+/// `core::classify::UNSENT_CAUSE_CODES`; a browser's fetch, the platform's (`platform`, not a
+/// custom transport): `core::classify::refused_by_browser`), with fetch's error as its
+/// `cause`; `None` for any other failure.
 #[cold]
 #[inline(never)]
-fn refused_unsent(t: &Template, body: &Body, error: &JsValue) -> Option<JsValue> {
+fn refused_unsent(t: &Template, body: &Body, error: &JsValue, platform: bool) -> Option<JsValue> {
     let cause = js::get(error, "cause");
     let why = match js::get(&cause, "code").as_string() {
         Some(code) if UNSENT_CAUSE_CODES.contains(&code.as_str()) => {
             js::get(&cause, "message").as_string().unwrap_or(code)
         }
         _ => {
-            let page = page_origin()?;
+            let page = page_origin().filter(|_| platform)?;
             let r = &t.request;
             let text = |name| js::get(r, name).as_string().unwrap_or_default();
             let (mode, redirect) = (text("mode"), text("redirect"));
@@ -1822,7 +1830,7 @@ fn has_integrity(request: &Request) -> bool {
 /// Does the runtime show a `redirect: 'manual'` answer as the redirect it is (Node, Deno,
 /// Bun, workers)? Browsers hand back an opaque redirect instead, with no `Location` to
 /// follow: there the platform follows, and a failure after a redirect cannot be told apart.
-fn redirects_visible() -> bool {
+pub(super) fn redirects_visible() -> bool {
     thread_local! {
         /// Found once: the runtime does not change. Never where there is a `document` (a
         /// page, an Electron renderer: the browser's fetch), whatever else the global has (an

@@ -257,23 +257,17 @@ impl AttemptAbort {
         }
         let controller = AbortController::new()?;
         let limit = limit_ms.map(|ms| TimeLimit::start(&controller, ms, policy));
-        let all: Array = call.list.iter().collect();
-        all.push(&controller.signal());
         let mut links = Vec::new();
-        // `AbortSignal.any` of the platform's signals; any other (a polyfill's, another
-        // realm's) is followed through its listener: Node's `any` takes a duck-typed signal
-        // without a throw and never follows it.
+        // The platform's signals are joined for as long as fetch holds the attempt's signal
+        // (`join`); any other (a polyfill's, another realm's) is followed through a listener
+        // for the attempt.
         let native = call
             .list
             .iter()
             .all(|s| s.is_instance_of::<web_sys::AbortSignal>());
-        let any = match native {
-            true => AbortSignalStatics::any(&all),
-            false => Err(JsValue::UNDEFINED),
-        };
-        let signal = match any {
-            Ok(s) => s,
-            Err(_) => {
+        let signal = match native.then(|| join(&call.list, &controller)).flatten() {
+            Some(signal) => signal,
+            None => {
                 for s in &call.list {
                     links.push(Link::new(s, OnAbort::Abort(controller.clone())));
                 }
@@ -290,6 +284,84 @@ impl AttemptAbort {
     /// The attempt's `TimeoutError`, if its time limit fired.
     pub fn timed_out(&self) -> Option<JsValue> {
         self.limit.as_ref().and_then(TimeLimit::fired)
+    }
+}
+
+/// What joins the caller's signals to the attempts' own ([`join`]).
+struct Joins {
+    /// Calls each attempt signal's `unlink`s once that signal is collected.
+    registry: js_sys::FinalizationRegistry,
+    /// Each attempt signal's controller, kept as long as the signal is.
+    controllers: js_sys::WeakMap,
+}
+
+thread_local! {
+    static JOINS: Option<Joins> = {
+        let unlink = Closure::<dyn FnMut(JsValue)>::new(|unlink: JsValue| {
+            if let Some(f) = unlink.dyn_ref::<Function>() {
+                let _ = f.call0(&JsValue::UNDEFINED);
+            }
+        });
+        let global = js_sys::global();
+        // Where `WeakRef` or `FinalizationRegistry` is missing, `AbortSignal.any` (or links
+        // for the attempt) join them instead.
+        (js::get(&global, "WeakRef").is_function()
+            && js::get(&global, "FinalizationRegistry").is_function())
+        .then(|| Joins {
+            registry: js_sys::FinalizationRegistry::new(unlink.into_js_value().unchecked_ref()),
+            controllers: js_sys::WeakMap::new(),
+        })
+    };
+}
+
+/// `controller`'s signal, aborted with the reason of the first of `sources` to abort, for as
+/// long as it lives: each source gets a listener that reaches the signal weakly, removed once
+/// the signal is collected (when fetch, and the body it reads, no longer hold it), as fetch
+/// does with its own listener on `init.signal`. So aborting after the `Response` resolved
+/// still cancels reading its body, and a long-lived signal (an application's, passed to
+/// every call) keeps nothing of the calls that ended: Node 20's `AbortSignal.any`, which
+/// this replaces, keeps an entry in every source for every signal joined to it until the
+/// source aborts. In a browser, and where it cannot be done so, `AbortSignal.any` (`None`
+/// where that fails: then links for the attempt).
+fn join(sources: &[JsValue], controller: &AbortController) -> Option<web_sys::AbortSignal> {
+    let signal = controller.signal();
+    let joined = JOINS.with(|joins| {
+        // Node and Deno only: a browser's `AbortSignal.any` keeps its dependants weakly (no
+        // leak), and a browser's fetch may let an attempt's signal be collected while the
+        // body is read (the listeners would then go, and an abort no longer cancel it).
+        let j = joins
+            .as_ref()
+            .filter(|_| super::call::redirects_visible())?;
+        j.controllers.set(signal.unchecked_ref(), controller);
+        let weak = js_sys::WeakRef::new(signal.unchecked_ref::<js_sys::Object>());
+        for source in sources {
+            let (to, from) = (weak.clone(), source.clone());
+            let listener = Closure::<dyn FnMut()>::new(move || {
+                let Some(signal) = to.deref() else { return };
+                let controller = JOINS.with(|j| j.as_ref().map(|j| j.controllers.get(&signal)));
+                if let Some(c) = controller
+                    .as_ref()
+                    .and_then(|c| c.dyn_ref::<AbortController>())
+                {
+                    c.abort_with_reason(&reason_of(&from));
+                }
+            })
+            .into_js_value();
+            listen(source, "addEventListener", listener.unchecked_ref());
+            if let Ok(remove) = js::get(source, "removeEventListener").dyn_into::<Function>() {
+                let unlink = remove.bind2(source, &JsValue::from_str("abort"), &listener);
+                j.registry.register(signal.as_ref(), &unlink);
+            }
+        }
+        Some(())
+    });
+    match joined {
+        Some(()) => Some(signal),
+        None => {
+            let all: Array = sources.iter().collect();
+            all.push(&signal);
+            AbortSignalStatics::any(&all).ok()
+        }
     }
 }
 
