@@ -17,7 +17,7 @@ let loaded = false;
  * so a later `init()` can try again.
  */
 export function init(wasmSource) {
-  ready ??= loadWasm(wasmSource ?? new URL('./retry_fetch_bg.wasm', import.meta.url))
+  ready ??= loadWasm(wasmSource ?? besideThisFile())
     .then(() => {
       // (loadWasm has refused a module without this package's exports before instantiating it.)
       wasm.setErrorClasses(RetryError, CircuitOpenError);
@@ -28,6 +28,14 @@ export function init(wasmSource) {
       throw error;
     });
   return ready;
+}
+
+/** The .wasm next to this file; a bundle that dropped `import.meta.url` (an iife) cannot say where that is. */
+async function besideThisFile() {
+  if (typeof import.meta.url !== 'string') {
+    throw new TypeError("retry-fetch/manual: this bundle has no import.meta.url to find retry_fetch_bg.wasm by: pass the .wasm's URL (or its bytes) to init()");
+  }
+  return new URL('./retry_fetch_bg.wasm', import.meta.url);
 }
 
 function notLoaded(name) {

@@ -157,3 +157,33 @@ test('the CommonJS entry loads the wasm at require and works as before', async (
     end: { compiled: 1, instantiated: 1 },
   });
 });
+
+test('retry-fetch/manual in a classic-script bundle (no import.meta.url): init() without a URL says to pass one', async (t) => {
+  let esbuild;
+  try {
+    esbuild = await import('esbuild');
+  } catch {
+    t.skip('esbuild is not installed');
+    return;
+  }
+  // An iife bundle, as esbuild makes for a <script> without type="module": import.meta is {}.
+  const { outputFiles } = await esbuild.build({
+    stdin: {
+      contents: `import { init, retryFetch } from ${JSON.stringify(MANUAL_ENTRY.replace('file://', ''))};
+        globalThis.result = init().then(() => 'loaded', (e) => e.name + ': ' + e.message);
+        globalThis.retryFetch = retryFetch;`,
+      resolveDir: PKG,
+    },
+    bundle: true,
+    format: 'iife',
+    write: false,
+    logLevel: 'silent',
+  });
+  const vm = await import('node:vm');
+  const context = vm.createContext({ URL, WebAssembly, fetch, Response, Request, TextDecoder, TextEncoder, console });
+  vm.runInContext(outputFiles[0].text, context);
+  assert.equal(
+    await context.result,
+    "TypeError: retry-fetch/manual: this bundle has no import.meta.url to find retry_fetch_bg.wasm by: pass the .wasm's URL (or its bytes) to init()",
+  );
+});

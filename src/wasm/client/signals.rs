@@ -117,6 +117,9 @@ pub struct CallSignals {
     list: Vec<JsValue>,
     /// `options.signal` was given (so every attempt needs its own joined signal).
     pub has_option_signal: bool,
+    /// One of them was given to an earlier call too (an application's signal, passed to every
+    /// call): the attempts are joined to it so that it keeps nothing of them ([`join`]).
+    long_lived: bool,
     /// A promise that rejects with the reason of the first signal to abort, made on the first
     /// wait; its listeners go when the call ends.
     aborted: Option<(Promise, Vec<Link>)>,
@@ -136,6 +139,7 @@ impl CallSignals {
         list.extend(default_signals.iter().cloned());
         CallSignals {
             has_option_signal: option_signal.is_some(),
+            long_lived: seen_before(&list),
             list,
             aborted: None,
         }
@@ -265,7 +269,16 @@ impl AttemptAbort {
             .list
             .iter()
             .all(|s| s.is_instance_of::<web_sys::AbortSignal>());
-        let signal = match native.then(|| join(&call.list, &controller)).flatten() {
+        let joined = match (native, call.long_lived) {
+            (true, true) => join(&call.list, &controller),
+            (true, false) => {
+                let all: Array = call.list.iter().collect();
+                all.push(&controller.signal());
+                AbortSignalStatics::any(&all).ok()
+            }
+            (false, _) => None,
+        };
+        let signal = match joined {
             Some(signal) => signal,
             None => {
                 for s in &call.list {
@@ -312,6 +325,27 @@ thread_local! {
             controllers: js_sys::WeakMap::new(),
         })
     };
+}
+
+thread_local! {
+    /// The signals calls were given, kept weakly.
+    static SEEN: js_sys::WeakSet = js_sys::WeakSet::new();
+}
+
+/// Was one of a call's `signals` given to an earlier call? Each is remembered (weakly) for
+/// the calls after it. A signal made for one call (a controller per request, the request's
+/// own) is joined to its attempts with `AbortSignal.any`, whose entries go with it; one that
+/// outlives many calls is joined with [`join`].
+fn seen_before(signals: &[JsValue]) -> bool {
+    SEEN.with(|seen| {
+        let mut before = false;
+        for s in signals.iter().filter(|s| s.is_object()) {
+            let s = s.unchecked_ref::<js_sys::Object>();
+            before |= seen.has(s);
+            seen.add(s);
+        }
+        before
+    })
 }
 
 /// `controller`'s signal, aborted with the reason of the first of `sources` to abort, for as
