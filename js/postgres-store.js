@@ -492,6 +492,9 @@ export class PostgresStore {
   #runRetentionMs;
   #lastRunCleanup = 0;
   #held = new Map(); // token -> { key, client, txid, pid, lost, returned, closed, onError, guarded }: the open transactions of this store
+  // key -> when acquire() last answered that a request with the same fingerprint holds it: the
+  // waiting duplicates' next asks probe first (#sameRequestBusy), without a transaction.
+  #waitedOn = new Map();
   #lastCleanup = 0;
   #secret = cachedSecret(() => this.#readSecret());
 
@@ -806,6 +809,42 @@ ${this.#holderSettings(ms)}`;
     const [scope, id] = splitKey(key);
     const ms = settingMs('lockTimeoutMs', lockTimeoutMs);
     this.#cleanupNowAndThen();
+    // A duplicate that waits asks again and again: while a request with its fingerprint still
+    // holds the key (or is claiming it), it is told so by one statement on a pooled connection
+    // held for that statement only, not by a claim that holds a connection for lockWaitMs.
+    if (typeof lock.fingerprint === 'string' && this.#waitedOn.has(key)) {
+      if (await this.#sameRequestBusy(requestLocks(this.#table, scope, id, lock.fingerprint))) return { ...HELD };
+      this.#waitedOn.delete(key);
+    }
+    const found = await this.#claim(key, lock, ms, scope, id);
+    if (found?.state === 'held' && found.mismatch !== true && typeof lock.fingerprint === 'string') this.#noteWaitedOn(key);
+    return found;
+  }
+
+  /**
+   * Does a request with this fingerprint hold (or claim) the key, by its shared advisory lock
+   * (`locks.request`)? One statement in its own implicit transaction: the exclusive try takes
+   * nothing that outlives it. False when it cannot tell (the full claim then decides).
+   */
+  async #sameRequestBusy(locks) {
+    try {
+      const { rows } = await this.#pool.query(`SELECT NOT pg_try_advisory_xact_lock(${locks.request}) AS busy`);
+      return rows?.[0]?.busy === true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Remember that `key` was found held by its own fingerprint (at most 10000 keys, a minute each). */
+  #noteWaitedOn(key) {
+    const now = performance.now();
+    if (this.#waitedOn.size >= 10_000) {
+      for (const [k, at] of this.#waitedOn) if (now - at > 60_000 || this.#waitedOn.size >= 10_000) this.#waitedOn.delete(k);
+    }
+    this.#waitedOn.set(key, now);
+  }
+
+  async #claim(key, lock, ms, scope, id) {
     const client = await this.#pool.connect();
     if (typeof client?.release !== 'function') {
       throw new TypeError('PostgresStore: pool.connect() did not give a pool client (one with release()); pass a pg Pool, not a Client');

@@ -450,3 +450,56 @@ if (skip) {
     }
   });
 }
+
+test('PostgresStore: duplicates waiting on one held key ask without holding a pooled connection each', { skip, timeout: 60_000 }, async () => {
+  // 20 duplicates of one request whose handler takes 1.5 s, waiting (concurrent: 'wait'): each
+  // ask of theirs once held a connection for lockWaitMs (a claim blocked on the key's row):
+  // 20 waiters kept most of a pool busy and starved every other key. After their first ask
+  // they probe with one statement: the connections they hold at a time stay few.
+  const own = newPool(30);
+  // Connection-milliseconds checked out: the integral of the connections in use over time.
+  let inUse = 0;
+  let busyMs = 0;
+  let since = performance.now();
+  const tick = () => {
+    const now = performance.now();
+    busyMs += inUse * (now - since);
+    since = now;
+  };
+  own.on('acquire', () => {
+    tick();
+    inUse += 1;
+  });
+  own.on('release', () => {
+    tick();
+    inUse -= 1;
+  });
+  const table = tableName('idem');
+  const store = new PostgresStore({ pool: own, table, lockWaitMs: 100 });
+  await store.migrate();
+  let runs = 0;
+  const handler = idempotency(async () => {
+    runs += 1;
+    await sleep(2_000);
+    return Response.json({ charged: true }, { status: 201 });
+  }, { store, history: false, identity: false });
+  const key = newKey();
+  const request = () => new Request('http://api.test/payments', { method: 'POST', headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' }, body: '{"amount":1}' });
+  const first = handler(request());
+  await sleep(100);
+  const waiters = Array.from({ length: 20 }, () => handler(request()));
+  await sleep(800); // their first asks: a claim each, blocked lockWaitMs on the key's row
+  // From here, their later asks, while the holder runs: connections in use on average.
+  tick();
+  busyMs = 0;
+  const from = performance.now();
+  const whileHeld = first.then(() => {
+    tick();
+    return busyMs / (performance.now() - from);
+  });
+  const answers = await Promise.all([first, ...waiters]);
+  assert.equal(runs, 1);
+  assert.ok(answers.every((r) => r.status === 201), JSON.stringify(answers.map((r) => r.status)));
+  const average = await whileHeld;
+  assert.ok(average <= 4, `${average.toFixed(1)} connections in use on average while the key was held (the holder's and 20 waiters')`);
+});
