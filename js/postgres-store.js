@@ -835,11 +835,17 @@ ${this.#holderSettings(ms)}`;
     }
   }
 
-  /** Remember that `key` was found held by its own fingerprint (at most 10000 keys, a minute each). */
+  /**
+   * Remember that `key` was found held by its own fingerprint: at most 10000 keys, the oldest
+   * (the map's first: a key noted again moves to the end) forgotten first, and with them any
+   * older than a minute.
+   */
   #noteWaitedOn(key) {
     const now = performance.now();
-    if (this.#waitedOn.size >= 10_000) {
-      for (const [k, at] of this.#waitedOn) if (now - at > 60_000 || this.#waitedOn.size >= 10_000) this.#waitedOn.delete(k);
+    this.#waitedOn.delete(key);
+    for (const [k, at] of this.#waitedOn) {
+      if (this.#waitedOn.size < 10_000 && now - at <= 60_000) break;
+      this.#waitedOn.delete(k);
     }
     this.#waitedOn.set(key, now);
   }

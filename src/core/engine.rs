@@ -745,50 +745,38 @@ impl CallEngine {
             reason,
             cause: Cause::AttemptError,
         };
-        match guards.budget(now_ms) {
-            Verdict::Allow => None,
-            Verdict::Stop => Some(finish(StopReason::Budget)),
+        // The wait before the retry asks again, and the attempt the retry is then: after a
+        // skip, the one after the skipped attempt (counted as made); after a defer, the same.
+        let (attempt, delay_ms) = match guards.budget(now_ms) {
+            Verdict::Allow => return None,
+            Verdict::Stop => return Some(finish(StopReason::Budget)),
             Verdict::Skip => {
                 let skipped = self.state.start_attempt();
-                Some(match self.state.decide(policy, p.report, now_ms, rng) {
-                    Decision::Retry { delay_ms, .. }
-                        if self.state.wait_fits(now_ms, delay_ms as f64) =>
-                    {
-                        // The retry that goes after this wait is the one after the skipped
-                        // attempt, and the wait before it counts every backoff since the
-                        // failure.
-                        self.pending = Some(Pending {
-                            attempt: skipped,
-                            delay_ms: p.delay_ms + delay_ms as f64,
-                            ..p
-                        });
-                        Step::Wait {
-                            ms: delay_ms as f64,
-                            kind: WaitKind::Skip,
-                        }
-                    }
-                    Decision::Retry { .. } => finish(StopReason::Deadline),
-                    Decision::Stop(_) => finish(StopReason::Budget),
-                })
+                match self.state.decide(policy, p.report, now_ms, rng) {
+                    Decision::Retry { delay_ms, .. } => (skipped, delay_ms as f64),
+                    Decision::Stop(_) => return Some(finish(StopReason::Budget)),
+                }
             }
-            // Only retries still in flight ran ahead: wait the next backoff step (at least
-            // DEFER_MIN_MS), this attempt not counted, and ask again.
-            Verdict::Defer => {
-                let delay_ms = (self.state.next_backoff(rng) as f64).max(DEFER_MIN_MS);
-                Some(if self.state.wait_fits(now_ms, delay_ms) {
-                    self.pending = Some(Pending {
-                        delay_ms: p.delay_ms + delay_ms,
-                        ..p
-                    });
-                    Step::Wait {
-                        ms: delay_ms,
-                        kind: WaitKind::Skip,
-                    }
-                } else {
-                    finish(StopReason::Deadline)
-                })
-            }
+            // Only retries still in flight ran ahead: the next backoff step (at least
+            // DEFER_MIN_MS), this attempt not counted.
+            Verdict::Defer => (
+                p.attempt,
+                (self.state.next_backoff(rng) as f64).max(DEFER_MIN_MS),
+            ),
+        };
+        if !self.state.wait_fits(now_ms, delay_ms) {
+            return Some(finish(StopReason::Deadline));
         }
+        // The wait before the retry counts every backoff since the failure.
+        self.pending = Some(Pending {
+            attempt,
+            delay_ms: p.delay_ms + delay_ms,
+            ..p
+        });
+        Some(Step::Wait {
+            ms: delay_ms,
+            kind: WaitKind::Skip,
+        })
     }
 }
 

@@ -402,32 +402,30 @@ mod tests {
         assert_eq!(first.ticket, None);
     }
 
+    /// What a call holds, lent with `budget` alone.
+    fn with_budget<'a>(budget: &'a mut RetryRatio, held: &'a mut Held) -> GuardsLent<'a> {
+        GuardsLent {
+            origin: O,
+            budget: Some(budget),
+            pacer: None,
+            breaker: None,
+            held,
+        }
+    }
+
     #[test]
     fn the_budget_counts_the_calls_own_retries_apart() {
         let mut ratio = RetryRatio::new(RetryRatioConfig::default());
         let mut held = Held::default();
-        let mut lent = GuardsLent {
-            origin: O,
-            budget: Some(&mut ratio),
-            pacer: None,
-            breaker: None,
-            held: &mut held,
-        };
+        let mut lent = with_budget(&mut ratio, &mut held);
         for attempt in 2..=30 {
             lent.sent(attempt, 0.0);
         }
         assert_eq!(lent.budget(0.0), Verdict::Allow, "its own retries");
         assert_eq!(held.own.retries_sent, 29.0);
         let mut other = Held::default();
-        let lent = GuardsLent {
-            origin: O,
-            budget: Some(&mut ratio),
-            pacer: None,
-            breaker: None,
-            held: &mut other,
-        };
         assert_eq!(
-            lent.budget(0.0),
+            with_budget(&mut ratio, &mut other).budget(0.0),
             Verdict::Defer,
             "another call's view, while they are in flight"
         );
@@ -439,28 +437,15 @@ mod tests {
         // 20 calls each send a retry, then end without its answer (aborted).
         for _ in 0..20 {
             let mut held = Held::default();
-            let mut lent = GuardsLent {
-                origin: O,
-                budget: Some(&mut ratio),
-                pacer: None,
-                breaker: None,
-                held: &mut held,
-            };
+            let mut lent = with_budget(&mut ratio, &mut held);
             lent.sent(2, 0.0);
             assert!(lent.held.retry_in_flight);
             lent.release(0.0);
             assert!(!held.retry_in_flight);
         }
         let mut held = Held::default();
-        let lent = GuardsLent {
-            origin: O,
-            budget: Some(&mut ratio),
-            pacer: None,
-            breaker: None,
-            held: &mut held,
-        };
         assert_eq!(
-            lent.budget(0.0),
+            with_budget(&mut ratio, &mut held).budget(0.0),
             Verdict::Allow,
             "nothing in flight, nothing failed"
         );

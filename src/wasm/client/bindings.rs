@@ -1,8 +1,9 @@
 //! The globals the client binds beyond web-sys: `fetch`, `setTimeout`/`clearTimeout`, the
 //! `Request` call that may throw on foreign input, `AbortSignal.any`, a two-handler `then`,
 //! `Response.status` and `ReadableStream.tee` bound with `catch`,
-//! `bind` for a lean call's settling closure, and the `Headers` methods given JS strings as
-//! they are (`set`, `append`, `has`).
+//! `bind` for a lean call's settling closure, the `Headers` methods given JS strings as
+//! they are (`set`, `append`, `has`), and what the globals say of the runtime
+//! ([`redirects_visible`]: Node or Deno, not a browser).
 //!
 //! All are globals, never reached through `window`, so Node, browsers and workers work alike.
 //! Whatever can throw on foreign input is bound with `catch`: a throw becomes an `Err`, never
@@ -10,6 +11,8 @@
 
 use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
+
+use crate::wasm::js;
 
 pub use crate::wasm::js::{clear_timeout, set_timeout};
 
@@ -108,4 +111,22 @@ pub fn global_fetch(input: &JsValue, init: &JsValue) -> Promise {
         Ok(other) => crate::wasm::js::promise_of(&other),
         Err(e) => Promise::reject(&e),
     }
+}
+
+/// Does the runtime show a `redirect: 'manual'` answer as the redirect it is (Node, Deno,
+/// Bun, workers)? Browsers hand back an opaque redirect instead, with no `Location` to
+/// follow: there the platform follows, and a failure after a redirect cannot be told apart.
+pub fn redirects_visible() -> bool {
+    thread_local! {
+        /// Found once: the runtime does not change. Never where there is a `document` (a
+        /// page, an Electron renderer: the browser's fetch), whatever else the global has (an
+        /// element `id="Deno"` is a global `Deno` there).
+        static VISIBLE: bool = {
+            let global = js_sys::global();
+            js::get(&global, "document").is_undefined()
+                && (js::get(&js::get(&js::get(&global, "process"), "versions"), "node").is_string()
+                    || js::get(&js::get(&global, "Deno"), "version").is_object())
+        };
+    }
+    VISIBLE.with(|v| *v)
 }

@@ -35,7 +35,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 use web_sys::{Headers, Request, Response};
 
-use super::bindings::{global_fetch, Settle, Thenable};
+use super::bindings::{global_fetch, redirects_visible, Settle, Thenable};
 use super::errors::{circuit_open_error, retry_error, timeout_error};
 use super::guards::{origin_of, BreakerShared};
 use super::policy::Policy;
@@ -1825,24 +1825,6 @@ fn has_integrity(request: &Request) -> bool {
     js::get(request, "integrity")
         .as_string()
         .is_some_and(|i| !i.is_empty())
-}
-
-/// Does the runtime show a `redirect: 'manual'` answer as the redirect it is (Node, Deno,
-/// Bun, workers)? Browsers hand back an opaque redirect instead, with no `Location` to
-/// follow: there the platform follows, and a failure after a redirect cannot be told apart.
-pub(super) fn redirects_visible() -> bool {
-    thread_local! {
-        /// Found once: the runtime does not change. Never where there is a `document` (a
-        /// page, an Electron renderer: the browser's fetch), whatever else the global has (an
-        /// element `id="Deno"` is a global `Deno` there).
-        static VISIBLE: bool = {
-            let global = js_sys::global();
-            js::get(&global, "document").is_undefined()
-                && (js::get(&js::get(&js::get(&global, "process"), "versions"), "node").is_string()
-                    || js::get(&js::get(&global, "Deno"), "version").is_object())
-        };
-    }
-    VISIBLE.with(|v| *v)
 }
 
 /// Follow the redirects of a non-idempotent request sent with `redirect: 'manual'`, as fetch

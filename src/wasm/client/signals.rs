@@ -11,7 +11,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::AbortController;
 
-use super::bindings::{clear_timeout, set_timeout, AbortSignalStatics};
+use super::bindings::{clear_timeout, redirects_visible, set_timeout, AbortSignalStatics};
 use super::errors::timeout_error;
 use crate::core::options::{RetryPolicy, MAX_TIMER_MS};
 use crate::wasm::js;
@@ -118,8 +118,9 @@ pub struct CallSignals {
     /// `options.signal` was given (so every attempt needs its own joined signal).
     pub has_option_signal: bool,
     /// One of them was given to an earlier call too (an application's signal, passed to every
-    /// call): the attempts are joined to it so that it keeps nothing of them ([`join`]).
-    long_lived: bool,
+    /// call): the attempts are joined to it so that it keeps nothing of them ([`join`]). Found
+    /// for the call's first attempt that needs a joined signal ([`seen_before`]).
+    long_lived: std::cell::OnceCell<bool>,
     /// A promise that rejects with the reason of the first signal to abort, made on the first
     /// wait; its listeners go when the call ends.
     aborted: Option<(Promise, Vec<Link>)>,
@@ -139,7 +140,7 @@ impl CallSignals {
         list.extend(default_signals.iter().cloned());
         CallSignals {
             has_option_signal: option_signal.is_some(),
-            long_lived: seen_before(&list),
+            long_lived: std::cell::OnceCell::new(),
             list,
             aborted: None,
         }
@@ -269,14 +270,15 @@ impl AttemptAbort {
             .list
             .iter()
             .all(|s| s.is_instance_of::<web_sys::AbortSignal>());
-        let joined = match (native, call.long_lived) {
-            (true, true) => join(&call.list, &controller),
-            (true, false) => {
-                let all: Array = call.list.iter().collect();
-                all.push(&controller.signal());
-                AbortSignalStatics::any(&all).ok()
+        let joined = match native {
+            true => {
+                let long_lived = *call.long_lived.get_or_init(|| seen_before(&call.list));
+                long_lived
+                    .then(|| join(&call.list, &controller))
+                    .flatten()
+                    .or_else(|| any(&call.list, &controller))
             }
-            (false, _) => None,
+            false => None,
         };
         let signal = match joined {
             Some(signal) => signal,
@@ -355,17 +357,14 @@ fn seen_before(signals: &[JsValue]) -> bool {
 /// still cancels reading its body, and a long-lived signal (an application's, passed to
 /// every call) keeps nothing of the calls that ended: Node 20's `AbortSignal.any`, which
 /// this replaces, keeps an entry in every source for every signal joined to it until the
-/// source aborts. In a browser, and where it cannot be done so, `AbortSignal.any` (`None`
-/// where that fails: then links for the attempt).
+/// source aborts. `None` in a browser, and where it cannot be done so ([`any`] then).
 fn join(sources: &[JsValue], controller: &AbortController) -> Option<web_sys::AbortSignal> {
     let signal = controller.signal();
-    let joined = JOINS.with(|joins| {
+    JOINS.with(|joins| {
         // Node and Deno only: a browser's `AbortSignal.any` keeps its dependants weakly (no
         // leak), and a browser's fetch may let an attempt's signal be collected while the
         // body is read (the listeners would then go, and an abort no longer cancel it).
-        let j = joins
-            .as_ref()
-            .filter(|_| super::call::redirects_visible())?;
+        let j = joins.as_ref().filter(|_| redirects_visible())?;
         j.controllers.set(signal.unchecked_ref(), controller);
         let weak = js_sys::WeakRef::new(signal.unchecked_ref::<js_sys::Object>());
         for source in sources {
@@ -387,16 +386,16 @@ fn join(sources: &[JsValue], controller: &AbortController) -> Option<web_sys::Ab
                 j.registry.register(signal.as_ref(), &unlink);
             }
         }
-        Some(())
-    });
-    match joined {
-        Some(()) => Some(signal),
-        None => {
-            let all: Array = sources.iter().collect();
-            all.push(&signal);
-            AbortSignalStatics::any(&all).ok()
-        }
-    }
+        Some(signal)
+    })
+}
+
+/// `AbortSignal.any` of `sources` and `controller`'s signal: `None` where it is missing or
+/// refuses one of them (then links for the attempt).
+fn any(sources: &[JsValue], controller: &AbortController) -> Option<web_sys::AbortSignal> {
+    let all: Array = sources.iter().collect();
+    all.push(&controller.signal());
+    AbortSignalStatics::any(&all).ok()
 }
 
 /// An attempt's time limit: a timer that aborts `controller` with the attempt's
