@@ -31,7 +31,8 @@ export interface RedisStoreOptions {
 
 /**
  * An `IdempotencyStore` in Redis, shared by every server instance. The lock is
- * `SET key value NX PX lockTimeoutMs`; a response is stored with `PX ttlMs`; renewing,
+ * `SET key value NX PX lockTimeoutMs` (in a Lua script that also checks the store's secret,
+ * below); a response is stored with `PX ttlMs`; renewing,
  * completing and releasing a lock check the owner's token in a Lua script (`EVAL`), so a
  * holder whose lock expired cannot extend or overwrite its successor's. The store's secret
  * (`secret()`) is kept at `<prefix>secret`, without expiry.
@@ -94,8 +95,11 @@ export class RedisStore implements IdempotencyStore {
    * See `IdempotencyStore.secret`: 64 hex digits at `<prefix>secret`, the same for every
    * instance on this Redis and prefix. The first call creates it if missing
    * (`SET <prefix>secret <random> NX`, no expiry) and reads it (`GET`); the value is cached in
-   * the instance once read (a failure is not). Do not delete the key: a new secret gives every
-   * caller a new scope, so a retry of a request made before would run it again.
+   * the instance once read (a failure is not). Once read, every `acquire` checks it in the
+   * script that takes the lock: a lost secret is put back as it was; another one there (made
+   * by an instance started while it was lost) makes `acquire` throw (a 503), since a new
+   * secret gives every caller a new scope, where a retry of a request made before would run
+   * it again.
    */
   secret(): Promise<string>;
 }

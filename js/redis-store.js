@@ -14,6 +14,25 @@ const ENTRIES_PER_KEY = 2 * RUNS_PER_KEY;
 const DEFAULT_RUN_RETENTION_MS = 604_800_000;
 const RETENTION_EXPECTED = `an integer number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`;
 
+// Take the lock at KEYS[1] (ARGV[1], living ARGV[2] ms) unless a record is there; returns nil
+// (taken) or that record. ARGV[3] is the secret at KEYS[2] this instance hashes scopes with ('':
+// not read): the script keeps it in use (an LRU eviction does not pick it), puts it back if it
+// was lost (before another instance makes a new one), and refuses (returns {'secret'}) if
+// another secret is there: hashed with another secret, a caller's retry would meet another
+// scope and run again. One script: the check and the take are one step.
+const ACQUIRE = `
+if ARGV[3] ~= '' then
+  local s = redis.call('GET', KEYS[2])
+  if not s then
+    redis.call('SET', KEYS[2], ARGV[3])
+  elseif s ~= ARGV[3] then
+    return {'secret'}
+  end
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
+return redis.call('GET', KEYS[1])
+`;
+
 // Replace (or delete) the record at KEYS[1] only if it is the lock held by ARGV[1]:
 // ARGV[2] is the new value ('' deletes), ARGV[3] its lifetime in ms. Returns 1 if done, else 0.
 // One script for renew, reclaim, complete and release: each is "only the lock's owner may".
@@ -80,6 +99,8 @@ export class RedisStore {
   #prefix;
   #runRetentionMs;
   #secret = cachedSecret(() => this.#readSecret());
+  /** The secret once read (acquire checks that Redis still holds it). */
+  #secretRead;
 
   constructor(options) {
     if (typeof options !== 'object' || options === null) {
@@ -117,15 +138,16 @@ export class RedisStore {
 
   async acquire(key, lock, lockTimeoutMs) {
     const k = this.#prefix + key;
-    const value = JSON.stringify(lock);
-    // SET NX fails when a record exists; it may expire or be released before the GET, then try again.
-    for (let i = 0; i < 10; i++) {
-      const set = await this.#client.set(k, value, { NX: true, PX: lockTimeoutMs });
-      if (set !== null && set !== undefined) return null;
-      const existing = await this.#client.get(k);
-      if (existing !== null && existing !== undefined) return parseRecord(existing, k);
+    // The secret this instance hashes scopes with, once read ('' before: nothing to check).
+    const secret = this.#secretRead ?? '';
+    const reply = await this.#client.eval(ACQUIRE, {
+      keys: [k, `${this.#prefix}secret`],
+      arguments: [JSON.stringify(lock), String(lockTimeoutMs), secret],
+    });
+    if (Array.isArray(reply)) {
+      throw new Error(`RedisStore: the secret at ${JSON.stringify(`${this.#prefix}secret`)} is not the one this instance read: another instance made a new one after it was lost, and the two hash the same caller into different scopes (a retry reaching the other would run again), so this instance refuses keyed requests (503); restart every instance, or give idempotency() a secret option`);
     }
-    throw new Error(`RedisStore: the record at ${JSON.stringify(k)} kept changing; giving up`);
+    return reply === null || reply === undefined ? null : parseRecord(reply, k);
   }
 
   async #swap(key, token, value, ms) {
@@ -209,6 +231,7 @@ export class RedisStore {
       if (!SECRET_FORMAT.test(secret)) {
         throw new TypeError(`RedisStore: the value at ${JSON.stringify(k)} is not a store secret (64 hex digits); delete it, or give idempotency() a secret option`);
       }
+      this.#secretRead = secret;
       return secret;
     }
     throw new Error(`RedisStore: the secret at ${JSON.stringify(k)} kept vanishing; giving up`);

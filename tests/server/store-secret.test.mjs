@@ -191,6 +191,68 @@ t('RedisStore through the companion: two instances give a caller the same scope,
   assert.deepEqual(keys, [`${p}${scopeOf(secret, 'user-7')}:order-1`, `${p}secret`].sort());
 });
 
+t('RedisStore: a lost secret is put back by a running instance\'s next request, so an instance started later hashes the caller into the same scope (the retry is a replay, not a second run)', { skip: redisSkip }, async () => {
+  const p = prefix();
+  let runs = 0;
+  const handler = () => Response.json({ run: ++runs }, { status: 201 });
+  const running = idempotency(handler, { store: new RedisStore({ client: redis, prefix: p }), identity });
+  assert.equal((await running(post('order-1'))).status, 201);
+  const secret = await redis.get(`${p}secret`);
+  // Lost: an eviction, a manual delete. The running instance's next keyed request puts it back.
+  await redis.del(`${p}secret`);
+  assert.equal((await running(post('order-2'))).status, 201);
+  assert.equal(await redis.get(`${p}secret`), secret, 'put back as it was');
+  assert.equal(await redis.pTTL(`${p}secret`), -1, 'no expiry');
+  // An instance started after that (a deploy, a scale-out) reads the same secret: the retry of
+  // the first request is a replay.
+  const later = idempotency(handler, { store: new RedisStore({ client: await connect(), prefix: p }), identity });
+  const retry = await later(post('order-1'));
+  assert.equal(retry.status, 201);
+  assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+  assert.equal(runs, 2, 'order-1 ran once, order-2 once');
+});
+
+t('RedisStore: an instance that finds another secret at <prefix>secret refuses keyed requests (503, the store error says why) rather than scope callers apart; the handler does not run', { skip: redisSkip }, async () => {
+  const p = prefix();
+  let runs = 0;
+  const errors = [];
+  const handler = () => Response.json({ run: ++runs }, { status: 201 });
+  const running = idempotency(handler, {
+    store: new RedisStore({ client: redis, prefix: p }),
+    identity,
+    onStoreError: (error, operation) => errors.push([operation, error.message]),
+  });
+  assert.equal((await running(post('order-1'))).status, 201);
+  // Lost, and another instance made a new one before the running one's next request.
+  await redis.del(`${p}secret`);
+  const other = await new RedisStore({ client: redis, prefix: p }).secret();
+  const refused = await running(post('order-1'));
+  assert.equal(refused.status, 503);
+  assert.equal(runs, 1, 'the retry did not run the handler again');
+  assert.equal(errors.length, 1);
+  assert.equal(errors[0][0], 'acquire');
+  assert.match(errors[0][1], /^RedisStore: the secret at ".*secret" is not the one this instance read: .* restart every instance, or give idempotency\(\) a secret option$/);
+  assert.equal(await redis.get(`${p}secret`), other, 'the other secret is left as it is');
+  const keys = (await redis.keys(`${p}*`)).filter((k) => !k.startsWith(`${p}runs:`) && k !== `${p}secret`);
+  assert.equal(keys.length, 1, 'no lock was taken by the refused request');
+});
+
+t('RedisStore: each keyed request uses the secret, so an LRU eviction does not pick it first; a store whose secret is not read (the secret option) does not touch it', { skip: redisSkip }, async () => {
+  const p = prefix();
+  const store = new RedisStore({ client: redis, prefix: p });
+  const app = idempotency(() => new Response('ok', { status: 201 }), { store, identity });
+  assert.equal((await app(post('order-1'))).status, 201);
+  await sleep(2100);
+  assert.ok((await redis.sendCommand(['OBJECT', 'IDLETIME', `${p}secret`])) >= 2, 'idle while no request came');
+  assert.equal((await app(post('order-2'))).status, 201);
+  assert.equal(await redis.sendCommand(['OBJECT', 'IDLETIME', `${p}secret`]), 0, 'used by the request');
+
+  const q = prefix();
+  const own = idempotency(() => new Response('ok', { status: 201 }), { store: new RedisStore({ client: redis, prefix: q }), identity, secret: 's'.repeat(32) });
+  assert.equal((await own(post('order-1'))).status, 201);
+  assert.equal(await redis.exists(`${q}secret`), 0, 'never made');
+});
+
 t('PostgresStore: 64 hex in the table\'s secret row; the same for two instances (and pools); another table, another secret', { skip: pgSkip }, async () => {
   const name = table();
   const a = new PostgresStore({ pool, table: name });
