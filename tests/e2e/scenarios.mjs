@@ -103,6 +103,22 @@ export const scenarios = [
     },
   },
   {
+    name: 'default jitter: calls that failed together wait different times within the step (the call path draws its own random numbers)',
+    async run({ api, seq }) {
+      const delays = [];
+      const calls = Array.from({ length: 20 }, () => seq('503,200'));
+      const options = { baseDelayMs: 50, budget: false, throttle: false, onRetry: (i) => delays.push(i.delayMs) };
+      const answers = await Promise.all(calls.map((s) => api.retryFetch(s.url, undefined, options)));
+      equal(answers.map((r) => r.status).join(), Array(20).fill(200).join());
+      equal(delays.length, 20);
+      for (const d of delays) ok(Number.isInteger(d) && d >= 0 && d <= 50, `a full-jitter wait is within 0..50 ms: ${d}`);
+      // 20 uniform draws of 0..50: about 17 distinct values; the same wait for every call (no
+      // jitter, or one draw shared by all) gives 1.
+      ok(new Set(delays).size >= 8, `spread: ${delays.join(' ')}`);
+      ok(Math.max(...delays) - Math.min(...delays) >= 15, `spread over the step: ${delays.join(' ')}`);
+    },
+  },
+  {
     name: 'a malformed Retry-After falls back to the computed delay',
     async run({ api, seq }) {
       const s = seq('503+raw=soon,200');
