@@ -30,7 +30,9 @@ export interface MemoryStoreOptions {
  * Bounded by `maxEntries` and `maxBytes`. When storing a record (a lock, an answer) would
  * exceed either, expired records are dropped, then completed answers are evicted, oldest
  * completion first, until it fits (an evicted answer is no longer replayed: a retry with its key
- * runs the handler again). A lock, a request in progress, is never evicted: when the other
+ * runs the handler again); but while the callers holding the most answers (the scope: the part
+ * of the key before its first `:`) hold a tenth of them or more, their oldest go first, so one
+ * caller sending many keys evicts its own answers, not another caller's. A lock, a request in progress, is never evicted: when the other
  * records are all locks and a new one does not fit, `acquire` throws (`MemoryStore: full: N
  * requests in progress (maxEntries ...)`), which the companion answers with a 503. An answer
  * larger than `maxBytes` by itself evicts every other answer and is stored anyway: the one case

@@ -3,8 +3,11 @@
 //
 // Bounded: at most `maxEntries` records and `maxBytes` bytes of records (the length of each
 // record's JSON). Room is made by dropping expired records, then evicting completed answers,
-// oldest completion first; a lock (a request in progress) is never evicted: when only locks
-// are left, a new lock is refused (acquire throws; the companion answers 503).
+// oldest completion first, except that a scope (a caller: the part of the key before its first
+// `:`, the companion's HMAC of the identity) holding a tenth of the answers or more gives its
+// own oldest first: one caller sending many keys cannot push out other callers' answers, whose
+// retries would run again. A lock (a request in progress) is never evicted: when only locks are
+// left, a new lock is refused (acquire throws; the companion answers 503).
 //
 // Expiry runs on the monotonic clock (performance.now()), not on Date.now(): a step of the wall
 // clock (NTP, a VM resumed, an operator) must neither expire a live lock, which would let a
@@ -95,6 +98,13 @@ export class MemoryStore {
   // keep being deleted from its start walks over every one of them, each time.
   #order = [];
   #oldest = 0;
+  // The completed entries of each scope: scope -> { count, queue, head } (the queue in
+  // completion order from head on, entries no longer in #answers skipped), and the scopes by
+  // their count, with the largest count, so that the heaviest scope is found at once.
+  #scopes = new Map();
+  #byCount = new Map(); // count -> Set of scope records
+  #maxCount = 0;
+  #completions = 0; // entries made, numbered (an answer's number orders it by completion)
   #heap = []; // every stored entry by expiresAt (stale ones until popped or rebuilt)
   #bytes = 0; // of #records
   #answerBytes = 0; // of #answers
@@ -140,6 +150,7 @@ export class MemoryStore {
     if (this.#answers.get(key) === entry) {
       this.#answers.delete(key);
       this.#answerBytes -= entry.bytes;
+      this.#countScope(key, -1);
     }
     // The expiry heap and the eviction queue keep a removed entry until it is popped or they
     // are rebuilt (up to 2 × size + 1024 of them): without its JSON, so that what they keep
@@ -171,21 +182,27 @@ export class MemoryStore {
           throw new Error(`MemoryStore: full: ${locks} requests in progress (maxBytes ${this.#maxBytes})`);
         }
       }
-      // Oldest completion first. An answer larger than maxBytes by itself evicts every other
-      // one and is stored anyway (the one case the bound is exceeded).
-      while (!fits() && this.#oldest < this.#order.length) {
-        const oldest = this.#order[this.#oldest];
-        this.#order[this.#oldest++] = undefined;
-        if (this.#answers.get(oldest.key) === oldest) this.#remove(oldest.key);
+      // Oldest completion first (a heavy scope's first). An answer larger than maxBytes by
+      // itself evicts every other one and is stored anyway (the one case the bound is exceeded).
+      while (!fits()) {
+        const victim = this.#nextVictim();
+        if (victim === undefined) break;
+        this.#remove(victim.key);
       }
     }
-    const entry = { key, json, state, token, expiresAt: now + lifetime(ms), bytes };
+    const entry = { key, json, state, token, expiresAt: now + lifetime(ms), bytes, seq: ++this.#completions };
     this.#records.set(key, entry);
     this.#bytes += bytes;
     if (state === 'completed') {
       this.#answers.set(key, entry);
       this.#answerBytes += bytes;
       this.#order.push(entry);
+      const scope = this.#countScope(key, 1);
+      scope.queue.push(entry);
+      if (scope.queue.length - scope.head > 2 * scope.count + 16) {
+        scope.queue = scope.queue.slice(scope.head).filter((e) => this.#answers.get(e.key) === e);
+        scope.head = 0;
+      }
       // The places of answers that expired (evicted ones leave from the front): dropped when
       // they outnumber the live answers.
       if (this.#order.length - this.#oldest > 2 * this.#answers.size + 1024) {
@@ -205,6 +222,61 @@ export class MemoryStore {
       this.#heap = [...this.#records.values()];
       for (let i = (this.#heap.length >> 1) - 1; i >= 0; i--) siftDown(this.#heap, i);
     }
+  }
+
+  /**
+   * The answer to evict next: the oldest of the heaviest scope when it holds a tenth of the
+   * answers or more (and more than one), else the oldest of all; undefined when none is left.
+   */
+  #nextVictim() {
+    if (this.#maxCount > 1 && this.#maxCount * 10 >= this.#answers.size) {
+      // Of the heaviest scopes (at most ten: each holds a tenth), the one whose oldest answer
+      // is the oldest.
+      let victim;
+      for (const scope of this.#byCount.get(this.#maxCount)) {
+        let entry = scope.queue[scope.head];
+        while (this.#answers.get(entry.key) !== entry) {
+          scope.queue[scope.head++] = undefined;
+          entry = scope.queue[scope.head];
+        }
+        if (victim === undefined || entry.seq < victim.seq) victim = entry;
+      }
+      return victim;
+    }
+    while (this.#oldest < this.#order.length) {
+      const entry = this.#order[this.#oldest];
+      this.#order[this.#oldest++] = undefined;
+      if (this.#answers.get(entry.key) === entry) return entry;
+    }
+    return undefined;
+  }
+
+  /** Count an answer of `key`'s scope in (`by` 1) or out (-1); returns the scope's record. */
+  #countScope(key, by) {
+    const at = key.indexOf(':');
+    const name = at < 0 ? '' : key.slice(0, at);
+    let scope = this.#scopes.get(name);
+    if (scope === undefined) this.#scopes.set(name, (scope = { count: 0, queue: [], head: 0 }));
+    const from = scope.count;
+    const to = from + by;
+    if (from > 0) {
+      const bucket = this.#byCount.get(from);
+      bucket.delete(scope);
+      if (bucket.size === 0) {
+        this.#byCount.delete(from);
+        if (this.#maxCount === from && to < from) this.#maxCount = to;
+      }
+    }
+    scope.count = to;
+    if (to > 0) {
+      let bucket = this.#byCount.get(to);
+      if (bucket === undefined) this.#byCount.set(to, (bucket = new Set()));
+      bucket.add(scope);
+      if (to > this.#maxCount) this.#maxCount = to;
+    } else {
+      this.#scopes.delete(name);
+    }
+    return scope;
   }
 
   async acquire(key, lock, lockTimeoutMs) {
@@ -434,6 +506,9 @@ export class MemoryStore {
     this.#answers.clear();
     this.#order = [];
     this.#oldest = 0;
+    this.#scopes.clear();
+    this.#byCount.clear();
+    this.#maxCount = 0;
     this.#heap = [];
     this.#bytes = 0;
     this.#answerBytes = 0;

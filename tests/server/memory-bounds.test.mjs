@@ -1,5 +1,5 @@
 // MemoryStore is bounded (maxEntries, maxBytes: completed answers are evicted oldest first, a
-// lock never is) and keeps time on the monotonic clock (a wall-clock step neither expires a
+// heavy caller's first; a lock never is) and keeps time on the monotonic clock (a wall-clock step neither expires a
 // live lock nor keeps an expired answer). Through idempotency() (its fetch-style handler,
 // called directly: no HTTP, so 1,000 answers of 1 MiB stay quick) and on the store directly.
 import { test } from 'node:test';
@@ -234,6 +234,43 @@ t('1,000 keyed POSTs with 1 MiB answers stay within maxBytes; the newest replay,
   assert.ok(store.bytes <= store.maxBytes);
 });
 
+t('one caller sending many keys evicts its own answers, not another caller\'s: the other\'s retry is still a replay', async () => {
+  const store = new MemoryStore({ maxEntries: 100 });
+  const runs = new Map();
+  const handler = idempotency(async (request) => {
+    const who = request.headers.get('authorization');
+    runs.set(who, (runs.get(who) ?? 0) + 1);
+    return Response.json({ who, n: runs.get(who) }, { status: 201 });
+  }, { store });
+  // Three callers pay; then one of them sends 300 keyed requests (a flood, or a busy client).
+  for (const who of ['Bearer alice', 'Bearer bob', 'Bearer carol']) {
+    assert.equal((await handler(post('pay-1', { who }))).status, 201);
+  }
+  for (let i = 0; i < 300; i++) {
+    const res = await handler(post(`flood-${i}`, { who: 'Bearer mallory' }));
+    assert.equal(res.status, 201);
+    await res.arrayBuffer();
+  }
+  assert.ok(store.size <= 100);
+  for (const who of ['Bearer alice', 'Bearer bob', 'Bearer carol']) {
+    const retry = await handler(post('pay-1', { who }));
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true', `${who}'s answer was kept`);
+    assert.deepEqual(await retry.json(), { who, n: 1 });
+    assert.equal(runs.get(who), 1, `${who} was charged once`);
+  }
+  // The flooding caller's newest answers replay, its oldest were evicted (its own).
+  assert.equal((await handler(post('flood-299', { who: 'Bearer mallory' }))).headers.get('idempotent-replayed'), 'true');
+  assert.equal((await handler(post('flood-0', { who: 'Bearer mallory' }))).headers.get('idempotent-replayed'), null);
+
+  // Many callers of one answer each (no scope holds a tenth): the oldest answer of all goes.
+  const fair = new MemoryStore({ maxEntries: 50 });
+  const each = idempotency(() => new Response('ok', { status: 201 }), { store: fair });
+  for (let i = 0; i < 60; i++) assert.equal((await each(post('pay-1', { who: `Bearer user-${i}` }))).status, 201);
+  assert.equal((await each(post('pay-1', { who: 'Bearer user-59' }))).headers.get('idempotent-replayed'), 'true');
+  assert.equal((await each(post('pay-1', { who: 'Bearer user-10' }))).headers.get('idempotent-replayed'), 'true');
+  assert.equal((await each(post('pay-1', { who: 'Bearer user-0' }))).headers.get('idempotent-replayed'), null, 'the oldest was evicted');
+});
+
 t('locks are never evicted: a new request past maxEntries gets a 503 while the held ones keep their keys', async () => {
   const store = new MemoryStore({ maxEntries: 3 });
   const gate = deferred();
@@ -380,7 +417,7 @@ t('secret(): 64 hex digits, the same on every call, another for another MemorySt
   assert.equal(a.secret(), a.secret(), 'clear() keeps it');
 });
 
-t('20,000 random operations agree with a plain model of the rules (bounds, eviction order, expiry, tokens)', async () => {
+t('20,000 random operations agree with a plain model of the rules (bounds, eviction order by scope, expiry, tokens)', async () => {
   // The monotonic clock, driven by the test: performance.now() is what MemoryStore reads.
   let now = 1_000;
   const hadOwn = Object.hasOwn(performance, 'now');
@@ -409,10 +446,18 @@ t('20,000 random operations agree with a plain model of the rules (bounds, evict
             throw new Error(`MemoryStore: full: ${locks.length} requests in progress (maxBytes ${maxBytes})`);
           }
         }
-        const answers = [...model].filter(([, e]) => e.state === 'completed').sort((a, b) => a[1].seq - b[1].seq);
-        for (const [k] of answers) {
-          if (fits()) break;
-          model.delete(k);
+        // Oldest completion first, but of the scopes holding the most answers when these
+        // hold a tenth of them or more (and more than one).
+        const scopeOf = (k) => k.slice(0, k.indexOf(':'));
+        while (!fits()) {
+          const answers = [...model].filter(([, e]) => e.state === 'completed');
+          if (answers.length === 0) break;
+          const counts = new Map();
+          for (const [k] of answers) counts.set(scopeOf(k), (counts.get(scopeOf(k)) ?? 0) + 1);
+          const most = Math.max(...counts.values());
+          const pool = most > 1 && most * 10 >= answers.length ? answers.filter(([k]) => counts.get(scopeOf(k)) === most) : answers;
+          pool.sort((a, b) => a[1].seq - b[1].seq);
+          model.delete(pool[0][0]);
         }
       }
       model.set(key, { json, state: record.state, token: record.token, exp: now + ms, seq: record.state === 'completed' ? ++seq : 0 });
@@ -460,7 +505,8 @@ t('20,000 random operations agree with a plain model of the rules (bounds, evict
     const tokens = new Map(); // key -> the last token that acquired it
     for (let i = 0; i < 20_000; i++) {
       now += random(4);
-      const key = `-:k${random(30)}`;
+      const n = random(30);
+      const key = `${['-', 'a', 'b', 'c'][n % 4]}:k${n}`; // four scopes (callers)
       const token = random(5) === 0 ? 'stranger' : (tokens.get(key) ?? 'stranger');
       const which = random(10);
       let args;
