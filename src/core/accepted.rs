@@ -189,8 +189,9 @@ impl Accepted {
         let (delay_ms, from_server) = match asked {
             // The least wait, spread above by a steady window (within the deadline when it
             // fits there). A wait of nothing (`0`, a date past) is no wait asked: the poll's
-            // own backoff, so that it never polls in a tight loop.
-            Some(ms) if ms >= 1.0 => {
+            // own backoff, so that it never polls in a tight loop; nor is one that
+            // `maxRetryAfterMs` cuts to nothing.
+            Some(ms) if ms.min(policy.retry_after_cap_ms()) >= 1.0 => {
                 let cap = policy.retry_after_cap_ms();
                 let floor = ms.min(cap);
                 let within = state.deadline_left_ms(now_ms);
@@ -603,6 +604,26 @@ mod tests {
         assert_eq!(
             Accepted::new(&p).next(&p, &state, &answer, 0.0, &mut Fixed(0.0)),
             poll("https://api.example/op", 30_000, true)
+        );
+        // Spread above the clamped wait as above any (half of the 15 s window): callers told
+        // the same long wait do not all poll at the cap together.
+        let full = RetryPolicy {
+            jitter: Jitter::Full,
+            ..policy()
+        };
+        assert_eq!(
+            Accepted::new(&full).next(&full, &state, &answer, 0.0, &mut Fixed(0.5)),
+            poll("https://api.example/op", 37_500, true)
+        );
+        // Clamped to nothing (`maxRetryAfterMs: 0`): no wait asked, the poll's backoff step
+        // (full jitter: half of the first, 500 ms), never a tight loop.
+        let none = RetryPolicy {
+            max_retry_after_ms: Some(0.0),
+            ..full
+        };
+        assert_eq!(
+            Accepted::new(&none).next(&none, &state, &answer, 0.0, &mut Fixed(0.5)),
+            poll("https://api.example/op", 250, false)
         );
         let p = RetryPolicy {
             max_retry_after_ms: Some(45_000.0),

@@ -119,13 +119,14 @@ impl Backoff {
     /// `RateLimit`): never less than asked, and spread above it so that clients refused
     /// together do not come back together: `floor + uniform(0, w)`, where `w` is
     /// [`Backoff::floor_window_ms`] (it grows with the attempt, as the backoff does), at most
-    /// `cap_ms` (and never below the floor). With [`Jitter::None`] the wait is the floor
+    /// `cap_ms` (and never below the floor; a `steady` wait may pass `cap_ms`, below). With [`Jitter::None`] the wait is the floor
     /// itself. `within_ms`, when the wait must end before it (what is left of a deadline) and
     /// the floor does: the window is narrowed to end there, so the spread stays uniform and
     /// the retry is still made. `steady`: the window of the first retry however many came
     /// before, so that a wait a server asks for again and again while work goes on (a 202's
     /// `Retry-After`, poll after poll) keeps one width (`max(base, floor / 2)`) instead of
-    /// being pushed further out each time. Advances the schedule as [`Backoff::next_delay`]
+    /// being pushed further out each time, and is spread above a floor that `cap_ms` clamped
+    /// (up to what `setTimeout` accepts), or callers told the same long wait poll together. Advances the schedule as [`Backoff::next_delay`]
     /// does.
     pub fn above_floor<R: Rng + ?Sized>(
         &mut self,
@@ -146,7 +147,14 @@ impl Backoff {
             Jitter::None => 0.0,
             _ => sample(rng) * window,
         };
-        let wait = (floor + spread).min(clamp_ms(cap_ms)).max(floor).floor();
+        // A retry's wait stays within `cap_ms`; a poll's (`steady`) is spread above its floor
+        // even where the floor is the cap, or callers told the same long wait poll together.
+        let top = if steady {
+            MAX_TIMER_MS
+        } else {
+            clamp_ms(cap_ms)
+        };
+        let wait = (floor + spread).min(top).max(floor).floor();
         self.previous_ms = wait.min(self.cap_ms).max(self.base_ms.min(self.cap_ms));
         wait as u64
     }

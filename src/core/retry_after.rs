@@ -37,7 +37,12 @@ fn trim(mut s: &[u8], space: fn(u8) -> bool) -> &[u8] {
 
 /// Parse RFC 9110 delta-seconds (`1*DIGIT`, surrounding whitespace allowed), saturating.
 fn delta_seconds(value: &str) -> Option<u64> {
-    let v = trim(value.as_bytes(), |b| b == b' ' || b == b'\t');
+    delta_seconds_of(value.as_bytes())
+}
+
+/// [`delta_seconds`] of bytes (a slice splits without `str`'s pattern machinery).
+fn delta_seconds_of(value: &[u8]) -> Option<u64> {
+    let v = trim(value, |b| b == b' ' || b == b'\t');
     if v.is_empty() || !v.iter().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -205,6 +210,18 @@ pub fn parse_retry_after(value: &str, now_ms: f64) -> Option<f64> {
     if let Some(s) = delta_seconds(value) {
         return Some(seconds_to_ms(s));
     }
+    // The header sent more than once, joined by fetch with ", ": seconds in each, the longest.
+    if value.as_bytes().contains(&b',') {
+        let longest = value
+            .as_bytes()
+            .split(|b| *b == b',')
+            .try_fold(0u64, |most, item| {
+                delta_seconds_of(item).map(|s| most.max(s))
+            });
+        if let Some(s) = longest {
+            return Some(seconds_to_ms(s));
+        }
+    }
     let at = parse_http_date_ms(value)?;
     Some((at - now_ms).max(0.0))
 }
@@ -327,6 +344,22 @@ mod tests {
         for bad in ["", "-1", "1.5", "1e3", "abc", "12 34", "+5"] {
             assert_eq!(parse_retry_after(bad, 0.0), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_header_sent_twice_asks_for_the_longer_wait() {
+        // fetch joins a repeated header's values with ", ".
+        assert_eq!(parse_retry_after("5, 5", 0.0), Some(5_000.0));
+        assert_eq!(parse_retry_after("5, 120", 0.0), Some(120_000.0));
+        assert_eq!(parse_retry_after("120,5", 0.0), Some(120_000.0));
+        for bad in ["5, soon", "5,", ", 5", "5, -1"] {
+            assert_eq!(parse_retry_after(bad, 0.0), None, "{bad:?}");
+        }
+        // A date's own comma is still a date.
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 1970 00:00:05 GMT", 1000.0),
+            Some(4000.0)
+        );
     }
 
     #[test]

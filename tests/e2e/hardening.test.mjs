@@ -338,6 +338,30 @@ test('hostile objects (a revoked proxy, a list whose length or item throws) reje
   assert.deepEqual(api.backoffDelays({ jitter: 'none', baseDelayMs: 100 }, 3), [100, 200, 400]);
 });
 
+test('a retryOnStatus list is read once, by index: one that answers otherwise on a second read, or iterates otherwise, never hands its policy to a later call', async () => {
+  // Sends to a server that always answers `status`; how many attempts the call made.
+  const attempts = async (client, status, retryOnStatus) => {
+    let n = 0;
+    const fetch = async () => (n++, new Response(null, { status }));
+    await client('http://x.test/', undefined, { fetch, retryOnStatus, maxAttempts: 3, baseDelayMs: 0, budget: false, throttle: false });
+    return n;
+  };
+  // Reads as [503] the first time, as [429] after.
+  let reads = 0;
+  const fickle = new Proxy([503], { get: (t, k) => (k === '0' ? (reads++ === 0 ? 503 : 429) : Reflect.get(t, k)) });
+  const client = api.createRetryFetch();
+  assert.equal(await attempts(client, 503, fickle), 3, 'read as [503]: 503 retried');
+  assert.equal(reads, 1, 'the item was read once');
+  assert.equal(await attempts(client, 429, [429]), 3, 'a plain [429] next: 429 retried (not the first call\'s policy)');
+  assert.equal(await attempts(client, 503, [429]), 1, 'and 503 not retried');
+  // Items [503], iterating as [429]: read by index, on a miss as on a hit.
+  const odd = Object.assign([503], { [Symbol.iterator]: function* () { yield 429; } });
+  assert.equal(await attempts(api.createRetryFetch(), 503, odd), 3, 'a fresh client');
+  const warm = api.createRetryFetch();
+  assert.equal(await attempts(warm, 503, [503]), 3);
+  assert.equal(await attempts(warm, 503, odd), 3, 'after a plain [503]: the same');
+});
+
 test('a guard method called on another guard or on a forged object is a TypeError; the guards stay usable', async () => {
   const budget = new api.RetryBudget();
   const throttle = new api.AdaptiveThrottle();

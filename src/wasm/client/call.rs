@@ -250,7 +250,20 @@ impl Client {
         let lean = Rc::new(Lean::new(Rc::new(policy)));
         let mut seen = Some(Vec::with_capacity(values.len()));
         for (key, v) in values {
-            match (Seen::of(&v), seen.as_mut()) {
+            // A list is kept as the policy read it, not read again (a getter or a proxy
+            // could answer otherwise the second time).
+            let kept = match v.is_object() && key == "retryOnStatus" {
+                true => Some(Seen::Numbers(
+                    lean.policy
+                        .retry
+                        .retry_on_status
+                        .iter()
+                        .map(|s| JsValue::from(*s))
+                        .collect(),
+                )),
+                false => Seen::of(&v),
+            };
+            match (kept, seen.as_mut()) {
                 (Some(s), Some(list)) => list.push((key, s)),
                 _ => {
                     seen = None;
