@@ -48,6 +48,15 @@ async function configure(page, { fault = 'none', count = 1, baseDelayMs = 50, ma
   await page.fill('[data-testid="pay-timeout"]', String(timeoutMs));
 }
 
+/**
+ * Reloads the page and waits until it is usable: it reads the server's fault settings as it
+ * starts, so a setting changed before then would be put back to the server's.
+ */
+async function reload(page) {
+  await page.reload();
+  await page.waitForSelector('body[data-ready="true"]', { state: 'attached', timeout: 15_000 });
+}
+
 /** Presses Pay (or `button`: "Try again" is pay-again) and waits for the receipt to settle. */
 async function pressPay(page, outcome = 'success', button = 'pay') {
   await page.click(`[data-testid="${button}"]`);
@@ -297,7 +306,7 @@ test('not confirmed although charged, then a reload and Pay: the same order is p
   const key = (await entries(page))[0].key;
   assert.equal((await ledger()).count, 1, 'the first attempt was charged');
 
-  await page.reload();
+  await reload(page);
   await page.waitForSelector('[data-testid="pay-again"]:not([hidden])');
   await configure(page, { fault: 'none' });
   await pressPay(page, 'success');
@@ -305,7 +314,7 @@ test('not confirmed although charged, then a reload and Pay: the same order is p
   assert.deepEqual(second.map((r) => [r.key, r.status, r.replayed]), [[key, 201, true]], 'not a new key, not a new charge');
   assert.equal((await ledger()).count, 1);
   // Confirmed: the next order is a new payment, with a new key, after a reload too.
-  await page.reload();
+  await reload(page);
   assert.equal(await page.isHidden('[data-testid="pay-again"]'), true);
   await pressPay(page, 'success');
   const third = await entries(page);
@@ -320,7 +329,7 @@ test('an order not confirmed keeps its key while other orders are paid, across a
   const key = (await entries(page))[0].key;
   assert.equal((await ledger()).count, 1, 'the first attempt was charged');
 
-  await page.reload();
+  await reload(page);
   await configure(page, { fault: 'none' });
   await page.fill('[data-testid="pay-amount"]', '50.00');
   await pressPay(page, 'success');
