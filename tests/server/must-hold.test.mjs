@@ -86,6 +86,18 @@ const aborted = (signal) => new Promise((_, reject) => signal.addEventListener('
 
 const t = (name, options, fn) => (fn ? test(name, { timeout: 30_000, ...options }, fn) : test(name, { timeout: 30_000 }, options));
 
+/** Runs `fn(warned)` with console.warn's messages collected in `warned`, then puts it back. */
+async function withWarnings(fn) {
+  const warned = [];
+  const original = console.warn;
+  console.warn = (...args) => warned.push(args.map(String).join(' '));
+  try {
+    await fn(warned);
+  } finally {
+    console.warn = original;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 1. The client giving up does not abort a keyed handler; only handlerTimeoutMs does.
 
@@ -526,36 +538,47 @@ t('3. the default identity scopes keys by API-key headers and token cookies: bob
   });
 });
 
-t('3. a keyed request with no credential and no identity option: console.warn once per companion, naming the "identity" option', async () => {
-  const warned = [];
-  const original = console.warn;
-  console.warn = (...args) => warned.push(args.map(String).join(' '));
-  try {
-    const h = idempotency(async () => new Response('ok', { status: 201 }));
-    assert.equal((await h(new Request('http://localhost/x'))).status, 201);
-    assert.equal(warned.length, 0, 'a request without a key is not warned about');
-    await h(keyed(newKey(), { headers: { 'X-API-Key': 'alice' } }));
-    assert.equal(warned.length, 0, 'a keyed request with a credential is not warned about');
-    for (let i = 0; i < 4; i++) assert.equal((await h(keyed(newKey()))).status, 201);
-    assert.equal(warned.length, 1, `warned ${warned.length} times over 4 requests`);
-    assert.match(warned[0], /"identity" option/);
-    assert.match(warned[0], /not scoped/);
-    // Another companion warns once too; identity: false or an identity function never do.
-    const other = idempotency(async () => new Response('ok', { status: 201 }));
-    await other(keyed(newKey()));
-    await other(keyed(newKey()));
-    assert.equal(warned.length, 2);
-    const shared = idempotency(async () => new Response('ok'), { identity: false });
-    const byUser = idempotency(async () => new Response('ok'), { identity: () => undefined });
-    for (let i = 0; i < 2; i++) {
-      await shared(keyed(newKey()));
-      await byUser(keyed(newKey()));
-    }
-    assert.equal(warned.length, 2, 'no warning with an identity option');
-  } finally {
-    console.warn = original;
+t('3. a keyed request with no credential and no identity option: console.warn once per companion, naming the "identity" option', () => withWarnings(async (warned) => {
+  const h = idempotency(async () => new Response('ok', { status: 201 }));
+  assert.equal((await h(new Request('http://localhost/x'))).status, 201);
+  assert.equal(warned.length, 0, 'a request without a key is not warned about');
+  await h(keyed(newKey(), { headers: { 'X-API-Key': 'alice' } }));
+  assert.equal(warned.length, 0, 'a keyed request with a credential is not warned about');
+  for (let i = 0; i < 4; i++) assert.equal((await h(keyed(newKey()))).status, 201);
+  assert.equal(warned.length, 1, `warned ${warned.length} times over 4 requests`);
+  assert.match(warned[0], /"identity" option/);
+  assert.match(warned[0], /not scoped/);
+  // Another companion warns once too; identity: false or an identity function never do.
+  const other = idempotency(async () => new Response('ok', { status: 201 }));
+  await other(keyed(newKey()));
+  await other(keyed(newKey()));
+  assert.equal(warned.length, 2);
+  const shared = idempotency(async () => new Response('ok'), { identity: false });
+  const byUser = idempotency(async () => new Response('ok'), { identity: () => undefined });
+  for (let i = 0; i < 2; i++) {
+    await shared(keyed(newKey()));
+    await byUser(keyed(newKey()));
   }
-});
+  assert.equal(warned.length, 2, 'no warning with an identity option');
+}));
+
+t('3. a keyed request whose credential header hides a session cookie from the default identity: console.warn once per companion, naming the "identity" option', () => withWarnings(async (warned) => {
+  const h = idempotency(async () => new Response('ok', { status: 201 }));
+  await h(keyed(newKey(), { headers: { Authorization: 'Bearer alice' } }));
+  await h(keyed(newKey(), { headers: { Cookie: 'connect.sid=s1; theme=dark' } }));
+  await h(keyed(newKey(), { headers: { Authorization: 'Bearer alice', Cookie: 'theme=dark' } }));
+  assert.equal(warned.length, 0, 'a header alone, a session cookie alone, a header with other cookies: no warning');
+  for (let i = 0; i < 3; i++) {
+    const res = await h(keyed(newKey(), { headers: { 'X-API-Key': 'pk_live_frontend', Cookie: `connect.sid=s${i}` } }));
+    assert.equal(res.status, 201);
+  }
+  assert.equal(warned.length, 1, `warned ${warned.length} times over 3 requests`);
+  assert.match(warned[0], /"identity" option/);
+  assert.match(warned[0], /session cookie/);
+  const byUser = idempotency(async () => new Response('ok'), { identity: () => 'u1' });
+  await byUser(keyed(newKey(), { headers: { 'X-API-Key': 'pk', Cookie: 'sid=1' } }));
+  assert.equal(warned.length, 1, 'no warning with an identity option');
+}));
 
 // ---------------------------------------------------------------------------------------------
 // 4. What the store holds does not give the credential back.

@@ -521,6 +521,9 @@ async fn is_required(
 /// What the warning about a keyed request without a recognised credential says.
 const UNSCOPED_WARNING: &str = "retry-fetch/server: idempotency: a keyed request carried no credential the default identity recognises (Authorization, X-API-Key, Api-Key, X-Auth-Token, X-Access-Token, X-Session-Token, or a session or token cookie), so its key is not scoped to a caller: two callers who send the same key get one stored answer. Set the \"identity\" option to the authenticated caller (identity: (request) => userId), or identity: false if keys are shared on purpose. (Shown once for each idempotency() wrapper.)";
 
+/// What the warning about a session cookie the default identity left out says.
+const SHADOWED_WARNING: &str = "retry-fetch/server: idempotency: a keyed request carried a credential header (Authorization, X-API-Key, ...) and a session cookie; the default identity scopes keys by the header alone. If that header is the same for every caller (a front end's publishable key, a gateway's or a staging site's Basic auth), every caller is one and they read each other's stored answers: set the \"identity\" option to the authenticated caller (identity: (request) => userId). (Shown once for each idempotency() wrapper.)";
+
 /// The identity that scopes the key (the `identity` option; by default the credentials), as
 /// the bytes it is hashed from: UTF-8, or WTF-8 for a string with a lone surrogate
 /// ([`js::wtf8`]), so two identities are never taken for one.
@@ -536,6 +539,19 @@ async fn identity(
             let found = idem::default_identity(|name| headers.get(name).ok().flatten());
             if found.is_none() && !s.warned_unscoped.replace(true) {
                 let _ = super::settings::console_warn(UNSCOPED_WARNING);
+            }
+            // A credential header came first: is a session cookie left out? (Asked until the
+            // warning is given, once.)
+            if found.as_deref().is_some_and(|f| !f.starts_with("cookie:"))
+                && !s.warned_shadowed.get()
+                && idem::default_identity(|name| match name {
+                    "cookie" => headers.get(name).ok().flatten(),
+                    _ => None,
+                })
+                .is_some()
+            {
+                s.warned_shadowed.set(true);
+                let _ = super::settings::console_warn(SHADOWED_WARNING);
             }
             Ok(found.map(String::into_bytes))
         }

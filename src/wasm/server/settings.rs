@@ -186,6 +186,9 @@ pub struct HttpSettings {
     pub identity: Identity,
     /// Was the warning about a keyed request without a recognised credential shown?
     pub warned_unscoped: Cell<bool>,
+    /// The warning about a session cookie the default identity left out (a credential header
+    /// came first) was given. Default false.
+    pub warned_shadowed: Cell<bool>,
 }
 
 /// The options of `idempotent(fn, options)`.
@@ -380,6 +383,7 @@ pub fn read_http(options: &JsValue) -> Result<HttpSettings, JsValue> {
         required,
         identity,
         warned_unscoped: Cell::new(false),
+        warned_shadowed: Cell::new(false),
     })
 }
 
