@@ -428,6 +428,48 @@ test('idempotent maxRuns: an onDeadLetter that throws frees the key; the next de
   assert.equal(history.find((r) => r.instance === 'dead:1').outcome, 'crashed');
 });
 
+test('idempotent maxRuns: a throw whose failure is stored (no ctx.tx) ends the job: onDeadLetter at once, with the run; never run again', async () => {
+  for (const storeOf of [() => new MemoryStore(), redisSkip ? null : async () => new RedisStore({ client: await redisClient(), prefix: `idem:dl-${newKey()}:` })]) {
+    if (!storeOf) continue;
+    const store = await storeOf();
+    let runs = 0;
+    const letters = [];
+    const events = [];
+    const job = idempotent(async () => {
+      runs++;
+      throw new Error('card provider said: declined');
+    }, { store, key: (m) => m.id, maxRuns: 3, onDeadLetter: (record) => { letters.push(record); }, onEvent: (e) => events.push(e.type) });
+    const message = { id: newKey(), amount: 10 };
+    await assert.rejects(job(message), { message: 'card provider said: declined' });
+    assert.equal(letters.length, 1, 'handed to onDeadLetter by the run that failed');
+    assert.equal(letters[0].key, message.id);
+    assert.deepEqual(letters[0].input, message);
+    assert.equal(letters[0].failedRuns, 1);
+    assert.equal(letters[0].maxRuns, 3);
+    assert.deepEqual(letters[0].runs.map((r) => [r.outcome, r.detail]), [['failed', 'card provider said: declined']]);
+    assert.ok(events.includes('dead-lettered'));
+    for (let i = 0; i < 2; i++) await assert.rejects(job(message), { code: 'previous-run-failed' });
+    assert.equal(runs, 1, 'never run again');
+    assert.equal(letters.length, 1, 'called once');
+  }
+  // onDeadLetter throwing: the delivery rejects with its error, and the failure stays stored
+  // (the effect may have happened: never run again, nor handed on again).
+  let runs = 0;
+  let calls = 0;
+  const job = idempotent(async () => {
+    runs++;
+    throw new Error('boom');
+  }, { store: new MemoryStore(), key: (m) => m.id, maxRuns: 2, onDeadLetter: () => { calls++; throw new Error('queue down'); } });
+  const message = { id: newKey() };
+  await assert.rejects(job(message), { message: 'queue down' });
+  await assert.rejects(job(message), { code: 'previous-run-failed' });
+  assert.equal(calls, 1);
+  assert.equal(runs, 1);
+  // Without maxRuns: as before, no hand-over.
+  const plain = idempotent(async () => { throw new Error('boom'); }, { store: new MemoryStore(), key: (m) => m.id });
+  await assert.rejects(plain({ id: newKey() }), { message: 'boom' });
+});
+
 test('maxRuns and onDeadLetter are checked: a bad value, a store without a history, history: false, onDeadLetter without maxRuns', () => {
   const store = new MemoryStore();
   for (const bad of [0, 1001, 2.5, '3']) {

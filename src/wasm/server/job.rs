@@ -153,7 +153,7 @@ pub async fn run(
             return Err(error);
         }
     }
-    let log = match announced {
+    let (log, history) = match announced {
         Some(mut log) => {
             // The history as it is now that this run holds the key: every run still open in
             // it held the key before and died.
@@ -162,9 +162,9 @@ pub async fn run(
             if dead_lettered(failed, s.max_runs) {
                 return dead_letter(&s, &k, log, &input, &history, failed, &caller).await;
             }
-            log
+            (log, history)
         }
-        None => RunLog::start(c, &k),
+        None => (RunLog::start(c, &k), Vec::new()),
     };
     let call = Invocation {
         f: &f,
@@ -211,7 +211,8 @@ pub async fn run(
                 }
                 Err(error) => {
                     let stored = store_failure(c, &k, &error, lost).await;
-                    log.end_later(stored.outcome(Outcome::Failed), error_text(&error));
+                    let ended = stored_failure_ends(&s, &k, log, &stored, &error, &input, history);
+                    ended.hand_over(&s, &caller).await?;
                     match stored {
                         Stored::Failed | Stored::LockLost if c.store.transactional => {
                             Err(not_committed())
@@ -236,12 +237,80 @@ pub async fn run(
                 }
                 AfterThrow::StoreFailure => {
                     let stored = store_failure(c, &k, &error, lost).await;
-                    log.end_later(stored.outcome(Outcome::Failed), error_text(&error));
+                    let ended = stored_failure_ends(&s, &k, log, &stored, &error, &input, history);
+                    ended.hand_over(&s, &caller).await?;
                 }
             }
             Err(error)
         }
     }
+}
+
+/// A dead letter to hand to `onDeadLetter` after the run that made it ended.
+struct Ended(Option<JsValue>);
+
+impl Ended {
+    /// `onDeadLetter(record)`, if there is a record. Its throw (or rejection) is the
+    /// delivery's error, as when a dead letter is handed on later; the failure is stored
+    /// already (the run is never made again), so no later delivery hands it on.
+    async fn hand_over(self, s: &JobSettings, caller: &Caller) -> Result<(), JsValue> {
+        let (Some(record), Some(f)) = (self.0, &s.on_dead_letter) else {
+            return Ok(());
+        };
+        let handed = match caller.call(f, &[&record]) {
+            Ok(v) => JsFuture::from(js::promise_of(&v)).await,
+            Err(e) => Err(e),
+        };
+        handed.map(|_| ())
+    }
+}
+
+/// The run ended with its failure stored (a throw without `ctx.tx`, a result that is not
+/// JSON): it is never run again, so with `maxRuns` the job's chain ends here and it is a
+/// dead letter at once, whatever the count (`failedRuns` counts this run): its record, for
+/// `onDeadLetter`, and the `dead-lettered` event. Without `maxRuns`, or when the failure
+/// could not be stored (a later delivery may run it), nothing more.
+fn stored_failure_ends(
+    s: &JobSettings,
+    k: &Keyed,
+    log: RunLog,
+    stored: &Stored,
+    error: &JsValue,
+    input: &JsValue,
+    mut history: Vec<runs::RunRecord>,
+) -> Ended {
+    let detail = error_text(error);
+    let outcome = stored.outcome(Outcome::Failed);
+    let Some(max) = s.max_runs.filter(|_| matches!(stored, Stored::Kept)) else {
+        log.end_later(outcome, detail);
+        return Ended(None);
+    };
+    let failed = log.failed_runs(&history).saturating_add(1);
+    let mut this = log.record().clone();
+    this.end_now(outcome, detail.clone());
+    runs::tell(&s.common.reporter, event::DEAD_LETTERED, &this);
+    history.push(this);
+    log.end_later(outcome, detail);
+    Ended(Some(dead_letter_record(k, input, &history, failed, max)))
+}
+
+/// What `onDeadLetter` is given: `{ key, scope, input, failedRuns, maxRuns, runs }`.
+fn dead_letter_record(
+    k: &Keyed,
+    input: &JsValue,
+    history: &[runs::RunRecord],
+    failed: u32,
+    max: u32,
+) -> JsValue {
+    let scope = k.store_key.split(':').next().unwrap_or("-");
+    let record: JsValue = js_sys::Object::new().into();
+    js::set(&record, "key", &k.key.as_str().into());
+    js::set(&record, "scope", &scope.into());
+    js::set(&record, "input", input);
+    js::set(&record, "failedRuns", &failed.into());
+    js::set(&record, "maxRuns", &max.into());
+    js::set(&record, "runs", &super::store::to_js(&history));
+    record
 }
 
 /// A job whose key has `failed` failed runs (at least `maxRuns`): not run. `onDeadLetter` is
@@ -260,13 +329,7 @@ async fn dead_letter(
 ) -> Result<JsValue, JsValue> {
     let c = &s.common;
     let max = s.max_runs.unwrap_or_default();
-    let record: JsValue = js_sys::Object::new().into();
-    js::set(&record, "key", &k.key.as_str().into());
-    js::set(&record, "scope", &log.record().scope.as_str().into());
-    js::set(&record, "input", input);
-    js::set(&record, "failedRuns", &failed.into());
-    js::set(&record, "maxRuns", &max.into());
-    js::set(&record, "runs", &super::store::to_js(&history));
+    let record = dead_letter_record(k, input, history, failed, max);
     // The key stays held (renewed) through the hand-off and the write of the dead letter: an
     // onDeadLetter slower than lockTimeoutMs is not taken for a crash by the next delivery.
     let renewal = super::flow::renew_while_held(c, k);
