@@ -9,6 +9,7 @@
 // imports node:fs, as before.
 import * as wasm from './retry_fetch.js';
 import { RetryError, CircuitOpenError } from './errors.js';
+import { wasmFile } from './wasm-file.js';
 
 export { RetryError, CircuitOpenError };
 
@@ -22,7 +23,7 @@ function load() {
   if (loaded) return;
   // initSync returns at once when retry-fetch/manual already instantiated the same glue.
   const { readFileSync } = fsImported ?? getBuiltin('node:fs');
-  wasm.initSync({ module: readFileSync(new URL('./retry_fetch_bg.wasm', import.meta.url)) });
+  wasm.initSync({ module: readFileSync(wasmFile(new URL('./retry_fetch_bg.wasm', import.meta.url))) });
   wasm.setErrorClasses(RetryError, CircuitOpenError);
   loaded = true;
 }

@@ -201,18 +201,26 @@ function drained(res) {
 }
 
 async function writeResponse(response, req, res) {
-  const headers = [];
   const source = response.headers instanceof Headers ? response.headers : new Headers(response.headers);
-  for (const [name, value] of source) headers.push(name, value);
+  // Set one by one, then a bare writeHead: a middleware that wraps writeHead and reads its
+  // headers argument (on-headers before 1.1, in compression before 1.8.1 and in Next.js's
+  // bundled copy, reads an array as pairs) would otherwise scramble them (a 201's Location
+  // became an invalid header: a 500 after the handler ran). A name set before (CORS, a
+  // request id) is replaced by the answer's, as writeHead's headers would replace it.
+  const cookies = source.getSetCookie();
+  for (const [name, value] of source) {
+    if (name !== 'set-cookie') res.setHeader(name, value);
+  }
+  if (cookies.length > 0) res.setHeader('set-cookie', cookies);
   // An answer given before the request body was read to its end (a 413, an early refusal):
   // the rest of the upload is read and dropped (for a short while at most: node-request.js),
   // so the client reads the answer instead of meeting a reset, and its upload is not left
   // stalled.
   if (req.complete === false && !res.destroyed) lingerAfterEarlyAnswer(req, res);
   if (typeof response.statusText === 'string' && response.statusText !== '') {
-    res.writeHead(response.status, response.statusText, headers);
+    res.writeHead(response.status, response.statusText);
   } else {
-    res.writeHead(response.status, headers);
+    res.writeHead(response.status);
   }
   const body = response.body;
   if (body === null || body === undefined || req.method === 'HEAD') {

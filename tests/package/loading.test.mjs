@@ -187,3 +187,13 @@ test('retry-fetch/manual in a classic-script bundle (no import.meta.url): init()
     "TypeError: retry-fetch/manual: this bundle has no import.meta.url to find retry_fetch_bg.wasm by: pass the .wasm's URL (or its bytes) to init()",
   );
 });
+
+test('a .wasm URL a bundler rewrote (not file:) is a TypeError saying to keep the package external, not fs\'s type error', async () => {
+  const { wasmFile } = await import(pathToFileURL(join(PKG, 'wasm-file.js')).href);
+  const real = new URL('./retry_fetch_bg.wasm', pathToFileURL(PKG));
+  assert.equal(wasmFile(real), real);
+  // What webpack leaves in a Next.js server bundle: a URL-like object of its own asset path.
+  const rewritten = { href: '/_next/static/media/retry_fetch_bg.0123abcd.wasm', protocol: '' };
+  assert.throws(() => wasmFile(rewritten), { name: 'TypeError', message: /"\/_next\/static\/media\/retry_fetch_bg\.0123abcd\.wasm", not a file: a bundler rewrote it; keep retry-fetch external .*serverExternalPackages: \['retry-fetch'\]/ });
+  assert.throws(() => wasmFile(new URL('https://cdn.example/retry_fetch_bg.wasm')), { name: 'TypeError', message: /not a file/ });
+});

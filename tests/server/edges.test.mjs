@@ -116,6 +116,51 @@ test('idempotent: a thrown value that is not an Error is kept as its string', as
   await assert.rejects(fn(message), (e) => e.name === 'IdempotencyError' && e.code === 'previous-run-failed' && /card declined/.test(e.message));
 });
 
+test('toNodeHandler writes its headers with setHeader and a bare writeHead: a middleware that wraps writeHead and reads its headers (old on-headers, Next.js\'s compression) sees none to scramble', async () => {
+  let runs = 0;
+  const handler = idempotency(async () => {
+    runs++;
+    const headers = new Headers({ Location: '/payments/1', 'Content-Type': 'application/json' });
+    headers.append('Set-Cookie', 'a=1');
+    headers.append('Set-Cookie', 'b=2');
+    return new Response('{"id":1}', { status: 201, statusText: 'Created Here', headers });
+  }, { store: new MemoryStore(), identity: false });
+  const node = toNodeHandler(handler);
+  const seen = [];
+  // What on-headers 1.0.2 does with writeHead's headers: an array read as [name, value] pairs.
+  const app = (req, res) => {
+    res.setHeader('X-Request-Id', 'r1');
+    res.setHeader('Location', '/before');
+    const writeHead = res.writeHead;
+    res.writeHead = function (status, ...rest) {
+      seen.push(rest.length);
+      const headers = typeof rest[0] === 'string' ? rest[1] : rest[0];
+      if (Array.isArray(headers)) for (const [name, value] of headers) this.setHeader(name, value);
+      return writeHead.call(this, status, ...(typeof rest[0] === 'string' ? [rest[0]] : []));
+    };
+    node(req, res);
+  };
+  const server = await listen(app);
+  try {
+    for (const replayed of [null, 'true']) {
+      const key = 'order-1';
+      const res = await fetch(`${server.url}/payments`, { method: 'POST', headers: { 'Idempotency-Key': key }, body: '{}' });
+      assert.equal(res.status, 201);
+      assert.equal(res.statusText, 'Created Here');
+      assert.equal(res.headers.get('location'), '/payments/1', 'the answer\'s, over the one set before');
+      assert.equal(res.headers.get('x-request-id'), 'r1', 'set before the handler, kept');
+      assert.equal(res.headers.get('content-type'), 'application/json');
+      assert.equal(res.headers.get('idempotent-replayed'), replayed);
+      if (replayed === null) assert.deepEqual(res.headers.getSetCookie(), ['a=1', 'b=2']);
+      assert.equal(await res.text(), '{"id":1}');
+    }
+    assert.equal(runs, 1);
+    assert.deepEqual(seen, [1, 1], 'writeHead(status, statusText): no headers argument');
+  } finally {
+    await server.close();
+  }
+});
+
 test('toNodeHandler after express.json(): a read body is a 500 idempotency-body-already-read, never a replay of an empty fingerprint', async () => {
   const runs = [];
   const handler = idempotency(async (request) => {
