@@ -78,7 +78,8 @@ async function send(req, res, response, before, { writeHead, end }, early = fals
   // the rest of the upload is read and dropped, for a short while at most (node-request.js).
   if (req.complete === false) lingerAfterEarlyAnswer(req, res, early);
   res.statusCode = response.status;
-  if (typeof response.statusText === 'string' && response.statusText !== '') {
+  // HTTP/2 has no status text (Node warns when given one).
+  if (typeof response.statusText === 'string' && response.statusText !== '' && !(req.httpVersionMajor >= 2)) {
     res.statusMessage = response.statusText;
     writeHead.call(res, response.status, response.statusText);
   } else {
@@ -125,8 +126,10 @@ function capture(res, done, headersSentRead) {
         for (const name of Object.keys(obj)) res.setHeader(name, obj[name]);
       }
       res.statusCode = statusCode;
-      if (statusText !== undefined) res.statusMessage = statusText;
-      head = { status: statusCode, statusText: res.statusMessage };
+      // HTTP/2 has none (its response warns when it is read or set).
+      const h2 = res.stream !== undefined;
+      if (statusText !== undefined && !h2) res.statusMessage = statusText;
+      head = { status: statusCode, statusText: h2 ? undefined : res.statusMessage };
       return this;
     },
     write(chunk, encoding, callback) {

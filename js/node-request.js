@@ -45,10 +45,15 @@ export function nodeRequestUrl(req, target) {
   }
 }
 
-/** Does the request declare a body (type-is's `hasBody`: Transfer-Encoding or Content-Length)? */
+/**
+ * Does the request declare a body (type-is's `hasBody`: Transfer-Encoding or Content-Length)?
+ * Over HTTP/2, where DATA frames carry a body without either, it has one unless its HEADERS
+ * ended the stream.
+ */
 export function declaresBody(req) {
   const h = req.headers ?? {};
-  return h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && !Number.isNaN(Number(h['content-length'])));
+  if (h['transfer-encoding'] !== undefined || (h['content-length'] !== undefined && !Number.isNaN(Number(h['content-length'])))) return true;
+  return req.httpVersionMajor >= 2 && req.stream?.endAfterHeaders === false;
 }
 
 /**
@@ -69,8 +74,10 @@ export function rereadableBody(req) {
           chunks.push(chunk);
           controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.length));
         }
-        // `complete`: node:http has pushed the end, so a null read() means all was read.
-        if (req.complete === true) {
+        // `complete`: node:http has pushed the end, so a null read() means all was read. An
+        // HTTP/2 request says `complete` only after 'end' (too late to put the bytes back): its
+        // stream's own end pushed is read instead.
+        if (req.complete === true || req._readableState?.ended === true) {
           detach();
           if (chunks.length > 0) req.unshift(Buffer.concat(chunks));
           controller.close();

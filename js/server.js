@@ -217,7 +217,8 @@ async function writeResponse(response, req, res) {
   // so the client reads the answer instead of meeting a reset, and its upload is not left
   // stalled.
   if (req.complete === false && !res.destroyed) lingerAfterEarlyAnswer(req, res);
-  if (typeof response.statusText === 'string' && response.statusText !== '') {
+  // HTTP/2 has no status text (Node warns when given one).
+  if (typeof response.statusText === 'string' && response.statusText !== '' && !(req.httpVersionMajor >= 2)) {
     res.writeHead(response.status, response.statusText);
   } else {
     res.writeHead(response.status);

@@ -10,7 +10,7 @@ import { pipeline, Readable } from 'node:stream';
 import express from 'express';
 import connect from 'connect';
 import { idempotency } from 'retry-fetch/express';
-import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertUncodedReplay, assertPerRequestHeadersReplayed } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertUncodedReplay, assertPerRequestHeadersReplayed, h2Post } from './support.mjs';
 
 /** Serve `handler` (an Express app, a Connect app) on 127.0.0.1:0. */
 async function listen(handler) {
@@ -671,5 +671,50 @@ test('Express: a replay carries the headers its own request\'s middleware set (C
     await assertPerRequestHeadersReplayed(server.url, '/pay');
   } finally {
     await server.close();
+  }
+});
+
+test('the Express adapter on Connect over HTTP/2: a keyed body is read to its end (with or without content-length), replayed, another body is a 422; no status-text warning', async () => {
+  const { default: http2 } = await import('node:http2');
+  const { MemoryStore } = await import('retry-fetch/server');
+  let runs = 0;
+  const app = connect();
+  app.use(idempotency({ store: new MemoryStore(), identity: false }));
+  app.use('/pay', (req, res) => {
+    let body = '';
+    req.on('data', (chunk) => (body += chunk));
+    req.on('end', () => {
+      runs++;
+      res.statusCode = 201;
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ body, runs }));
+    });
+  });
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w.message);
+  process.on('warning', onWarning);
+  const server = http2.createServer(app);
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const client = http2.connect(`http://127.0.0.1:${server.address().port}`);
+  // HTTP/2 frames a body without content-length (Chromium's streamed uploads, Node's client).
+  const send = (key, body, contentLength) => h2Post(client, { key, body, contentLength });
+  try {
+    for (const contentLength of [true, false]) {
+      const key = crypto.randomUUID();
+      const first = await send(key, '{"amount":1}', contentLength);
+      assert.equal(first.status, 201, `answered (content-length: ${contentLength})`);
+      assert.deepEqual(JSON.parse(first.body).body, '{"amount":1}', 'the route read the whole body after the adapter');
+      const replay = await send(key, '{"amount":1}', contentLength);
+      assert.equal(replay.status, 201);
+      assert.equal(replay.headers['idempotent-replayed'], 'true');
+      const other = await send(key, '{"amount":999}', contentLength);
+      assert.equal(other.status, 422, 'another body under the key (the body was fingerprinted)');
+    }
+    assert.equal(runs, 2);
+    assert.deepEqual(warnings.filter((m) => /Status message/.test(m)), []);
+  } finally {
+    process.off('warning', onWarning);
+    client.close();
+    await new Promise((resolve) => server.close(resolve));
   }
 });

@@ -9,7 +9,7 @@ import http2 from 'node:http2';
 import Fastify from 'fastify';
 import { idempotency } from 'retry-fetch/fastify';
 import defaultExport from 'retry-fetch/fastify';
-import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertPerRequestHeadersReplayed } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertPerRequestHeadersReplayed, h2Post } from './support.mjs';
 
 /** Start `app` on 127.0.0.1:0. */
 async function listen(app) {
@@ -244,21 +244,7 @@ test('Fastify over HTTP/2: a stream the client cancels while the route works lea
   });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const client = http2.connect(`http://127.0.0.1:${app.server.address().port}`);
-  const send = (key, cancelAfterMs, path = '/pay') =>
-    new Promise((resolve, reject) => {
-      const req = client.request({ ':method': 'POST', ':path': path, 'content-type': 'application/json', 'idempotency-key': key });
-      req.end('{"amount":1}');
-      const answer = { status: undefined, headers: undefined, body: '' };
-      req.on('response', (headers) => {
-        answer.status = headers[':status'];
-        answer.headers = headers;
-      });
-      req.setEncoding('utf8');
-      req.on('data', (chunk) => (answer.body += chunk));
-      req.on('close', () => resolve(answer));
-      req.on('error', reject);
-      if (cancelAfterMs !== undefined) setTimeout(() => req.close(http2.constants.NGHTTP2_CANCEL), cancelAfterMs);
-    });
+  const send = (key, cancelAfterMs, path = '/pay') => h2Post(client, { key, cancelAfterMs, path });
   try {
     const key = crypto.randomUUID();
     assert.equal((await send(key, 50)).status, undefined); // cancelled before any answer

@@ -8,6 +8,7 @@
 // `route({ body, ctx })` is the route's work: `body` the parsed JSON body, `ctx` the
 // idempotency context the adapter exposes; it resolves with `{ status, json }` (the route
 // answers `json` with that status) or throws (the route fails, as the framework lets it).
+import http2 from 'node:http2';
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -39,6 +40,32 @@ export function post(url, path, { key, body, type = 'application/json', headers 
   const h = { 'Content-Type': type, ...headers };
   if (key !== undefined) h['Idempotency-Key'] = key;
   return fetch(url + path, { method: 'POST', headers: h, body: typeof body === 'string' ? body : JSON.stringify(body) });
+}
+
+/**
+ * A keyed JSON POST on the HTTP/2 session `client` (node:http2): `{ status, headers, body }`
+ * once the stream closes (`status` undefined when it closed without an answer). With
+ * `contentLength`, the header is sent (HTTP/2 frames a body without one); `cancelAfterMs`
+ * cancels the stream then.
+ */
+export function h2Post(client, { path = '/pay', key, body = '{"amount":1}', contentLength = false, cancelAfterMs } = {}) {
+  return new Promise((resolve, reject) => {
+    const headers = { ':method': 'POST', ':path': path, 'content-type': 'application/json', 'idempotency-key': key };
+    if (contentLength) headers['content-length'] = String(Buffer.byteLength(body));
+    const req = client.request(headers);
+    req.end(body);
+    const answer = { status: undefined, headers: undefined, body: '' };
+    req.on('response', (h) => {
+      answer.status = h[':status'];
+      answer.headers = h;
+    });
+    req.setEncoding('utf8');
+    req.on('data', (chunk) => (answer.body += chunk));
+    req.on('close', () => resolve(answer));
+    req.on('error', reject);
+    req.setTimeout(5000, () => req.close());
+    if (cancelAfterMs !== undefined) setTimeout(() => req.close(http2.constants.NGHTTP2_CANCEL), cancelAfterMs);
+  });
 }
 
 /** A multipart upload (field `note`, file `file` holding `content`) to `url`, with `key`. */
