@@ -8,7 +8,9 @@ use super::js;
 use crate::core::options::OptionError;
 
 /// A short, readable rendering of a JS value for an error message: strings quoted as JSON
-/// quotes them (`"3"`, `"a\"b"`), everything else as `String(value)` (`NaN`, `[object Object]`, `null`).
+/// quotes them (`"3"`, `"a\"b"`), a BigInt with its `n` (`3n`: `3` would read as the number
+/// refused for being a BigInt), everything else as `String(value)` (`NaN`, `[object Object]`,
+/// `null`).
 #[cold]
 #[inline(never)]
 pub fn describe(value: &JsValue) -> String {
@@ -28,6 +30,7 @@ pub fn describe(value: &JsValue) -> String {
         return "an array".into();
     }
     match js::to_js_string(value) {
+        Ok(s) if value.is_bigint() => String::from(s) + "n",
         Ok(s) => String::from(s),
         Err(_) => "an object".into(),
     }

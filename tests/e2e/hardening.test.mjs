@@ -507,3 +507,11 @@ test('a Map or a Date as the options is a TypeError, not read as no options', as
     assert.throws(() => new api.RetryBudget(options), TypeError, kind);
   }
 });
+
+test('a BigInt option value is shown with its n in the TypeError, not as the number it looks like', async () => {
+  await assert.rejects(api.retryFetch('http://x.test/', undefined, { maxAttempts: 3n }), {
+    name: 'TypeError',
+    message: /invalid option "maxAttempts": got 3n; expected an integer from 1 to 100/,
+  });
+  await assert.rejects(api.retryFetch('http://x.test/', undefined, { retryOnStatus: [503n] }), { name: 'TypeError', message: /item \[0\] is 503n;/ });
+});
