@@ -75,12 +75,21 @@ export function rereadableBody(req) {
           controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.length));
         }
         // `complete`: node:http has pushed the end, so a null read() means all was read. An
-        // HTTP/2 request says `complete` only after 'end' (too late to put the bytes back): its
-        // stream's own end pushed is read instead.
-        if (req.complete === true || req._readableState?.ended === true) {
+        // HTTP/2 request says `complete` only after 'end' (too late to put the bytes back), or
+        // once aborted: its end pushed is read instead, if it is the client's END_STREAM (a
+        // session that died pushes an end too, after a cut body).
+        const ended = req.httpVersionMajor >= 2 ? req._readableState?.ended === true : req.complete === true;
+        if (ended && endedByClient(req)) {
           detach();
-          if (chunks.length > 0) req.unshift(Buffer.concat(chunks));
+          const body = Buffer.concat(chunks);
+          if (!lengthMatches(req, body.length)) {
+            controller.error(new DOMException('the request body ended before its Content-Length', 'AbortError'));
+            return;
+          }
+          if (body.length > 0) req.unshift(body);
           controller.close();
+        } else if (ended) {
+          onClose();
         }
       };
       const onError = (error) => {
@@ -103,6 +112,22 @@ export function rereadableBody(req) {
       req.resume();
     },
   });
+}
+
+/**
+ * Did an HTTP/2 request's body end by the client's END_STREAM, not by a reset stream or a
+ * session that died (which end the request's readable side too)? An HTTP/1 one: always.
+ */
+function endedByClient(req) {
+  if (!(req.httpVersionMajor >= 2)) return true;
+  const stream = req.stream;
+  return req.aborted !== true && stream?.aborted !== true && stream?.destroyed !== true && !stream?.rstCode && stream?.session?.destroyed !== true;
+}
+
+/** Is `length` the request's Content-Length, when it declares one? */
+function lengthMatches(req, length) {
+  const declared = req.headers?.['content-length'];
+  return declared === undefined || Number(declared) === length;
 }
 
 /** How long the rest of an unread upload is read and dropped after an early answer, in ms. */

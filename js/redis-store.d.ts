@@ -31,8 +31,8 @@ export interface RedisStoreOptions {
 
 /**
  * An `IdempotencyStore` in Redis, shared by every server instance. The lock is
- * `SET key value NX PX lockTimeoutMs` (in a Lua script that also checks the store's secret,
- * below); a response is stored with `PX ttlMs`; renewing,
+ * `SET key value NX PX lockTimeoutMs` (in a Lua script, sent with one that checks the store's
+ * secret, below; each touches one key, as a Redis Cluster requires); a response is stored with `PX ttlMs`; renewing,
  * completing and releasing a lock check the owner's token in a Lua script (`EVAL`), so a
  * holder whose lock expired cannot extend or overwrite its successor's. The store's secret
  * (`secret()`) is kept at `<prefix>secret`, without expiry.

@@ -15,22 +15,25 @@ const DEFAULT_RUN_RETENTION_MS = 604_800_000;
 const RETENTION_EXPECTED = `an integer number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`;
 
 // Take the lock at KEYS[1] (ARGV[1], living ARGV[2] ms) unless a record is there; returns nil
-// (taken) or that record. ARGV[3] is the secret at KEYS[2] this instance hashes scopes with ('':
-// not read): the script keeps it in use (an LRU eviction does not pick it), puts it back if it
-// was lost (before another instance makes a new one), and refuses (returns {'secret'}) if
-// another secret is there: hashed with another secret, a caller's retry would meet another
-// scope and run again. One script: the check and the take are one step.
-const ACQUIRE = `
-if ARGV[3] ~= '' then
-  local s = redis.call('GET', KEYS[2])
-  if not s then
-    redis.call('SET', KEYS[2], ARGV[3])
-  elseif s ~= ARGV[3] then
-    return {'secret'}
-  end
-end
+// (taken) or that record. One key, one step (the record cannot expire between the two).
+const TAKE = `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
 return redis.call('GET', KEYS[1])
+`;
+
+// The store's secret at KEYS[1] is ARGV[1], the one this instance hashes scopes with: kept in
+// use (an LRU eviction does not pick it), put back if it was lost (before another instance
+// makes a new one); returns 1, or 0 when another secret is there (hashed with another secret,
+// a caller's retry would meet another scope and run again). A script of its own key, sent with
+// the lock's: each touches one key, as a Redis Cluster requires, and both go in one round trip.
+const CHECK_SECRET = `
+local s = redis.call('GET', KEYS[1])
+if not s then
+  redis.call('SET', KEYS[1], ARGV[1])
+elseif s ~= ARGV[1] then
+  return 0
+end
+return 1
 `;
 
 // Replace (or delete) the record at KEYS[1] only if it is the lock held by ARGV[1]:
@@ -138,16 +141,25 @@ export class RedisStore {
 
   async acquire(key, lock, lockTimeoutMs) {
     const k = this.#prefix + key;
-    // The secret this instance hashes scopes with, once read ('' before: nothing to check).
-    const secret = this.#secretRead ?? '';
-    const reply = await this.#client.eval(ACQUIRE, {
-      keys: [k, `${this.#prefix}secret`],
-      arguments: [JSON.stringify(lock), String(lockTimeoutMs), secret],
-    });
-    if (Array.isArray(reply)) {
-      throw new Error(`RedisStore: the secret at ${JSON.stringify(`${this.#prefix}secret`)} is not the one this instance read: another instance made a new one after it was lost, and the two hash the same caller into different scopes (a retry reaching the other would run again), so this instance refuses keyed requests (503); restart every instance, or give idempotency() a secret option`);
+    const secretKey = `${this.#prefix}secret`;
+    // The secret this instance hashes scopes with, once read: checked beside the take.
+    const secret = this.#secretRead;
+    const [checked, taken] = await Promise.allSettled([
+      secret === undefined ? 1 : this.#client.eval(CHECK_SECRET, { keys: [secretKey], arguments: [secret] }),
+      this.#client.eval(TAKE, { keys: [k], arguments: [JSON.stringify(lock), String(lockTimeoutMs)] }),
+    ]);
+    const tookIt = taken.status === 'fulfilled' && (taken.value === null || taken.value === undefined);
+    const refused = checked.status === 'fulfilled' && Number(checked.value) !== 1;
+    if (checked.status === 'rejected' || refused) {
+      // Not to be used: a lock taken beside it is let go (a retry would wait out its PX).
+      if (tookIt) await this.#swap(key, lock?.token, '', 0).catch(() => {});
+      if (refused) {
+        throw new Error(`RedisStore: the secret at ${JSON.stringify(secretKey)} is not the one this instance read: another instance made a new one after it was lost, and the two hash the same caller into different scopes (a retry reaching the other would run again), so this instance refuses keyed requests (503); restart every instance, or give idempotency() a secret option`);
+      }
+      throw checked.reason;
     }
-    return reply === null || reply === undefined ? null : parseRecord(reply, k);
+    if (taken.status === 'rejected') throw taken.reason;
+    return tookIt ? null : parseRecord(taken.value, k);
   }
 
   async #swap(key, token, value, ms) {

@@ -208,10 +208,20 @@ async function writeResponse(response, req, res) {
   // became an invalid header: a 500 after the handler ran). A name set before (CORS, a
   // request id) is replaced by the answer's, as writeHead's headers would replace it.
   const cookies = source.getSetCookie();
-  for (const [name, value] of source) {
-    if (name !== 'set-cookie') res.setHeader(name, value);
+  const set = [];
+  try {
+    for (const [name, value] of source) {
+      if (name === 'set-cookie') continue;
+      res.setHeader(name, value);
+      set.push(name);
+    }
+    if (cookies.length > 0) res.setHeader('set-cookie', cookies);
+  } catch (error) {
+    // A value fetch's Headers takes and node:http refuses (a DEL byte): none of the answer's
+    // headers (a Cache-Control, a Content-Length) may go out on the 500 that answers instead.
+    for (const name of set) res.removeHeader(name);
+    throw error;
   }
-  if (cookies.length > 0) res.setHeader('set-cookie', cookies);
   // An answer given before the request body was read to its end (a 413, an early refusal):
   // the rest of the upload is read and dropped (for a short while at most: node-request.js),
   // so the client reads the answer instead of meeting a reset, and its upload is not left

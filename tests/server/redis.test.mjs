@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac } from 'node:crypto';
-import { createClient } from 'redis';
+import { createClient, createCluster } from 'redis';
 import { idempotency, RedisStore } from 'retry-fetch/server';
 import { storeScenarios, holding } from './scenarios.mjs';
 import { serve, withServer, send, snapshot, newKey, sleep, deferred, problemOf, watchAcquires } from './support.mjs';
@@ -191,4 +191,68 @@ test('RedisStore: bad options are TypeErrors naming the option and the value', (
   const fake = { set: async () => 'OK', get: async () => null, eval: async () => 1 };
   assert.throws(() => new RedisStore({ client: fake, prefix: 3 }), { name: 'TypeError', message: 'RedisStore: invalid option "prefix": got 3; expected a string' });
   assert.equal(new RedisStore({ client: fake }).prefix, 'idem:');
+});
+
+test('RedisStore on a Redis Cluster (one node holding every slot; the default prefix): each script touches one key, so keyed requests are served and replayed, and the secret is checked', { skip, timeout: 60_000 }, async () => {
+  const { spawn } = await import('node:child_process');
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const net = await import('node:net');
+  const port = await new Promise((resolve) => {
+    const probe = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port: p } = probe.address();
+      probe.close(() => resolve(p));
+    });
+  });
+  const dir = mkdtempSync(join(tmpdir(), 'rf-cluster-'));
+  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes',
+    '--cluster-config-file', join(dir, 'nodes.conf'), '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  let cluster;
+  try {
+    const admin = createClient({ url: `redis://127.0.0.1:${port}` });
+    admin.on('error', () => {});
+    for (let i = 0; ; i++) {
+      try {
+        await admin.connect();
+        break;
+      } catch (error) {
+        if (i > 50) throw error;
+        await sleep(100);
+      }
+    }
+    await admin.sendCommand(['CLUSTER', 'ADDSLOTSRANGE', '0', '16383']);
+    for (let i = 0; !/cluster_state:ok/.test(await admin.sendCommand(['CLUSTER', 'INFO'])); i++) {
+      assert.ok(i < 100, 'the cluster did not come up');
+      await sleep(100);
+    }
+    await admin.quit();
+    cluster = createCluster({ rootNodes: [{ url: `redis://127.0.0.1:${port}` }] });
+    cluster.on('error', () => {});
+    await cluster.connect();
+    let runs = 0;
+    const errors = [];
+    const handler = idempotency(async () => new Response(`paid ${++runs}`, { status: 201 }), {
+      store: new RedisStore({ client: cluster }),
+      onStoreError: (error) => errors.push(error.message),
+    });
+    const pay = () => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': 'order-1', Authorization: 'Bearer u1' }, body: '{}' }));
+    assert.equal((await pay()).status, 201);
+    const replay = await pay();
+    assert.equal(replay.status, 201);
+    assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    assert.equal(await replay.text(), 'paid 1');
+    // A lost secret is put back there too.
+    const secret = await cluster.get('idem:secret');
+    await cluster.del('idem:secret');
+    await pay();
+    assert.equal(await cluster.get('idem:secret'), secret);
+    assert.deepEqual(errors, []);
+    assert.equal(runs, 1);
+  } finally {
+    await cluster?.quit().catch(() => {});
+    server.kill('SIGKILL');
+    await new Promise((resolve) => server.once('exit', resolve));
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -718,3 +718,51 @@ test('the Express adapter on Connect over HTTP/2: a keyed body is read to its en
     await new Promise((resolve) => server.close(resolve));
   }
 });
+
+test('the Express adapter on Connect over HTTP/2: a body cut by the session dying is no body: the route does not run, the retry with the whole body does', async () => {
+  const { default: http2 } = await import('node:http2');
+  const { MemoryStore } = await import('retry-fetch/server');
+  const seen = [];
+  const app = connect();
+  app.use(idempotency({ store: new MemoryStore(), identity: false, onError: () => {} }));
+  app.use('/pay', (req, res) => {
+    let body = '';
+    req.on('data', (chunk) => (body += chunk));
+    req.on('end', () => {
+      seen.push(body);
+      res.statusCode = 201;
+      res.end(body);
+    });
+  });
+  const quiet = console.error;
+  console.error = () => {};
+  const server = http2.createServer(app);
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${server.address().port}`;
+  const full = '{"amount":100,"card":"tok_visa"}';
+  try {
+    for (const contentLength of [false, true]) {
+      const key = crypto.randomUUID();
+      const cut = http2.connect(url);
+      cut.on('error', () => {});
+      const headers = { ':method': 'POST', ':path': '/pay', 'content-type': 'application/json', 'idempotency-key': key };
+      if (contentLength) headers['content-length'] = String(full.length);
+      const req = cut.request(headers);
+      req.on('error', () => {});
+      req.write(full.slice(0, 12));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      cut.destroy();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.deepEqual(seen, [], `the route did not run on the cut body (content-length: ${contentLength})`);
+      const client = http2.connect(url);
+      const retry = await h2Post(client, { key, body: full, contentLength });
+      client.close();
+      assert.equal(retry.status, 201, 'the retry is a first run, not a 422 for the cut body');
+      assert.equal(retry.body, full);
+      seen.length = 0;
+    }
+  } finally {
+    console.error = quiet;
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
