@@ -32,7 +32,8 @@ export interface MemoryStoreOptions {
  * completion first, until it fits (an evicted answer is no longer replayed: a retry with its key
  * runs the handler again); but while the callers holding the most answers (the scope: the part
  * of the key before its first `:`) hold a tenth of them or more, their oldest go first, so one
- * caller sending many keys evicts its own answers, not another caller's. A lock, a request in progress, is never evicted: when the other
+ * caller sending many keys evicts its own answers, not another caller's (a caller is a scope:
+ * a flood with a new credential on each request is many callers; authenticate before it). A lock, a request in progress, is never evicted: when the other
  * records are all locks and a new one does not fit, `acquire` throws (`MemoryStore: full: N
  * requests in progress (maxEntries ...)`), which the companion answers with a 503. An answer
  * larger than `maxBytes` by itself evicts every other answer and is stored anyway: the one case

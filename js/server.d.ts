@@ -258,7 +258,7 @@ export interface IdempotentOptions<Input, Tx = unknown> {
    * not stored, or its process dying mid-run) is not run again: `onDeadLetter` is called, a
    * failure is stored for the key, and every later delivery rejects with `IdempotencyError`
    * `'previous-run-failed'` at once. Needs a store with a run history. A job whose throw is
-   * stored (no `ctx.tx`) already ends at its first failure.
+   * stored (no `ctx.tx`) ends at its first failure, and that run hands it to `onDeadLetter`.
    * @default none (no limit)
    */
   maxRuns?: number | undefined;
@@ -266,7 +266,11 @@ export interface IdempotentOptions<Input, Tx = unknown> {
    * Called once when a job reaches `maxRuns`, before the failure is stored: move the job to
    * your own queue or table. If it throws or rejects, nothing is stored and the delivery
    * rejects with its error: the next delivery tries again (so it is at least once: make it
-   * idempotent on `record.key`). Needs `maxRuns` (a `TypeError` without it). What it returns
+   * idempotent on `record.key`). For a run whose own failure is stored (a throw without
+   * `ctx.tx`), it is called by that run after the failure is stored (the effect may have
+   * happened: the job is never run again, whatever follows): at most once, so a throw there,
+   * or the process dying first, leaves no dead letter but the stored failure and the run
+   * history (that delivery rejects with its error; later ones with `'previous-run-failed'`). Needs `maxRuns` (a `TypeError` without it). What it returns
    * (or its promise resolves to) is ignored: `(record) => redis.xAdd(...)` is fine.
    * @default none
    */

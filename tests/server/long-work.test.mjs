@@ -456,14 +456,16 @@ test('idempotent maxRuns: a throw whose failure is stored (no ctx.tx) ends the j
   // (the effect may have happened: never run again, nor handed on again).
   let runs = 0;
   let calls = 0;
+  const events = [];
   const job = idempotent(async () => {
     runs++;
     throw new Error('boom');
-  }, { store: new MemoryStore(), key: (m) => m.id, maxRuns: 2, onDeadLetter: () => { calls++; throw new Error('queue down'); } });
+  }, { store: new MemoryStore(), key: (m) => m.id, maxRuns: 2, onDeadLetter: () => { calls++; throw new Error('queue down'); }, onEvent: (e) => events.push(e.type) });
   const message = { id: newKey() };
   await assert.rejects(job(message), { message: 'queue down' });
   await assert.rejects(job(message), { code: 'previous-run-failed' });
   assert.equal(calls, 1);
+  assert.ok(!events.includes('dead-lettered'), `not told dead-lettered when it was not handed on: ${events}`);
   assert.equal(runs, 1);
   // Without maxRuns: as before, no hand-over.
   const plain = idempotent(async () => { throw new Error('boom'); }, { store: new MemoryStore(), key: (m) => m.id });

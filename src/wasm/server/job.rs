@@ -246,22 +246,28 @@ pub async fn run(
     }
 }
 
-/// A dead letter to hand to `onDeadLetter` after the run that made it ended.
-struct Ended(Option<JsValue>);
+/// A dead letter to hand to `onDeadLetter` after the run that made it ended: the record, and
+/// the run's (for the `dead-lettered` event).
+struct Ended(Option<(JsValue, runs::RunRecord)>);
 
 impl Ended {
     /// `onDeadLetter(record)`, if there is a record. Its throw (or rejection) is the
     /// delivery's error, as when a dead letter is handed on later; the failure is stored
     /// already (the run is never made again), so no later delivery hands it on.
+    /// The `dead-lettered` event follows once it is handed on.
     async fn hand_over(self, s: &JobSettings, caller: &Caller) -> Result<(), JsValue> {
-        let (Some(record), Some(f)) = (self.0, &s.on_dead_letter) else {
+        let Some((record, run)) = self.0 else {
             return Ok(());
         };
-        let handed = match caller.call(f, &[&record]) {
-            Ok(v) => JsFuture::from(js::promise_of(&v)).await,
-            Err(e) => Err(e),
-        };
-        handed.map(|_| ())
+        if let Some(f) = &s.on_dead_letter {
+            let handed = match caller.call(f, &[&record]) {
+                Ok(v) => JsFuture::from(js::promise_of(&v)).await,
+                Err(e) => Err(e),
+            };
+            handed?;
+        }
+        runs::tell(&s.common.reporter, event::DEAD_LETTERED, &run);
+        Ok(())
     }
 }
 
@@ -288,10 +294,12 @@ fn stored_failure_ends(
     let failed = log.failed_runs(&history).saturating_add(1);
     let mut this = log.record().clone();
     this.end_now(outcome, detail.clone());
-    runs::tell(&s.common.reporter, event::DEAD_LETTERED, &this);
-    history.push(this);
+    history.push(this.clone());
     log.end_later(outcome, detail);
-    Ended(Some(dead_letter_record(k, input, &history, failed, max)))
+    Ended(Some((
+        dead_letter_record(k, input, &history, failed, max),
+        this,
+    )))
 }
 
 /// What `onDeadLetter` is given: `{ key, scope, input, failedRuns, maxRuns, runs }`.
