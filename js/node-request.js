@@ -68,6 +68,13 @@ export function rereadableBody(req) {
   let detach = () => {};
   return new ReadableStream({
     start(controller) {
+      // An empty body (Content-Length: 0) is not read: reading it (a 'readable' listener
+      // does) emits its 'end', with no bytes to put back before it, and a route that reads
+      // the stream after the adapter would wait for an 'end' already gone.
+      if (Number(req.headers?.['content-length']) === 0) {
+        controller.close();
+        return;
+      }
       const onReadable = () => {
         let chunk;
         while ((chunk = req.read()) !== null) {

@@ -208,18 +208,22 @@ async function writeResponse(response, req, res) {
   // became an invalid header: a 500 after the handler ran). A name set before (CORS, a
   // request id) is replaced by the answer's, as writeHead's headers would replace it.
   const cookies = source.getSetCookie();
-  const set = [];
+  const replaced = []; // [name, the value set before (a middleware's), or undefined]
   try {
     for (const [name, value] of source) {
       if (name === 'set-cookie') continue;
+      replaced.push([name, res.getHeader(name)]);
       res.setHeader(name, value);
-      set.push(name);
     }
     if (cookies.length > 0) res.setHeader('set-cookie', cookies);
   } catch (error) {
     // A value fetch's Headers takes and node:http refuses (a DEL byte): none of the answer's
-    // headers (a Cache-Control, a Content-Length) may go out on the 500 that answers instead.
-    for (const name of set) res.removeHeader(name);
+    // headers (a Cache-Control, a Content-Length) may go out on the 500 that answers instead,
+    // and a middleware's (CORS) are put back.
+    for (const [name, before] of replaced.reverse()) {
+      if (before === undefined) res.removeHeader(name);
+      else res.setHeader(name, before);
+    }
     throw error;
   }
   // An answer given before the request body was read to its end (a 413, an early refusal):

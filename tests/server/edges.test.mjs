@@ -480,3 +480,24 @@ test('a store whose complete fails for a moment (a dropped connection) is called
   assert.equal(store.calls, 3);
   assert.deepEqual(reported, ['complete: connection reset']);
 });
+
+test('toNodeHandler: an answer header node:http refuses is a 500 without the answer\'s headers, with the ones a middleware set before', async () => {
+  const handler = async () => new Response('hello', { status: 200, headers: {
+    'Access-Control-Allow-Origin': 'https://other.example', 'Cache-Control': 'public, max-age=600', 'Content-Length': '5', 'X-Note': 'a\x7fb' } });
+  const node = toNodeHandler(handler, { onError: () => {} });
+  const server = await listen((req, res) => {
+    res.setHeader('Access-Control-Allow-Origin', 'https://app.example');
+    res.setHeader('X-Request-Id', 'r-1');
+    node(req, res);
+  });
+  try {
+    const res = await fetch(server.url);
+    assert.equal(res.status, 500);
+    assert.equal(res.headers.get('access-control-allow-origin'), 'https://app.example', 'the middleware\'s, put back');
+    assert.equal(res.headers.get('x-request-id'), 'r-1');
+    assert.equal(res.headers.get('cache-control'), null, 'the answer\'s are not on the 500');
+    assert.equal(await res.text(), 'Internal Server Error\n');
+  } finally {
+    await server.close();
+  }
+});

@@ -766,3 +766,27 @@ test('the Express adapter on Connect over HTTP/2: a body cut by the session dyin
     await new Promise((resolve) => server.close(resolve));
   }
 });
+
+test('the Express adapter: a keyed POST with an empty body (Content-Length: 0) reaches a route that reads the stream, which sees its end', async () => {
+  const { MemoryStore } = await import('retry-fetch/server');
+  const app = connect();
+  app.use(idempotency({ store: new MemoryStore(), identity: false }));
+  app.use((req, res) => {
+    let body = '';
+    req.on('data', (chunk) => (body += chunk));
+    req.on('end', () => {
+      res.statusCode = 201;
+      res.end(`route saw ${JSON.stringify(body)}`);
+    });
+  });
+  const server = http.createServer(app);
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const res = await fetch(`http://127.0.0.1:${server.address().port}/pay`, { method: 'POST', body: '', headers: { 'Idempotency-Key': crypto.randomUUID() }, signal: AbortSignal.timeout(5000) });
+    assert.equal(res.status, 201);
+    assert.equal(await res.text(), 'route saw ""');
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
