@@ -293,24 +293,22 @@ fn stored_failure_ends(
     };
     let failed = log.failed_runs(&history).saturating_add(1);
     let mut this = log.record().clone();
-    this.end_now(outcome, detail.clone());
+    this.ended(outcome, detail.clone());
     history.push(this.clone());
     log.end_later(outcome, detail);
-    Ended(Some((
-        dead_letter_record(k, input, &history, failed, max),
-        this,
-    )))
+    let record = dead_letter_record(k, &this.scope, input, &history, failed, max);
+    Ended(Some((record, this)))
 }
 
 /// What `onDeadLetter` is given: `{ key, scope, input, failedRuns, maxRuns, runs }`.
 fn dead_letter_record(
     k: &Keyed,
+    scope: &str,
     input: &JsValue,
     history: &[runs::RunRecord],
     failed: u32,
     max: u32,
 ) -> JsValue {
-    let scope = k.store_key.split(':').next().unwrap_or("-");
     let record: JsValue = js_sys::Object::new().into();
     js::set(&record, "key", &k.key.as_str().into());
     js::set(&record, "scope", &scope.into());
@@ -337,7 +335,7 @@ async fn dead_letter(
 ) -> Result<JsValue, JsValue> {
     let c = &s.common;
     let max = s.max_runs.unwrap_or_default();
-    let record = dead_letter_record(k, input, history, failed, max);
+    let record = dead_letter_record(k, &log.record().scope, input, history, failed, max);
     // The key stays held (renewed) through the hand-off and the write of the dead letter: an
     // onDeadLetter slower than lockTimeoutMs is not taken for a crash by the next delivery.
     let renewal = super::flow::renew_while_held(c, k);

@@ -110,12 +110,9 @@ impl RunRecord {
         text().unwrap_or_else(|| to_js(self))
     }
 
-    /// Ended now so (a copy's end, for a record handed on before the run's own is written).
-    pub fn end_now(&mut self, outcome: Outcome, detail: Option<String>) {
-        self.ended(outcome, detail);
-    }
-
-    fn ended(&mut self, outcome: Outcome, detail: Option<String>) {
+    /// Ended now so (also a copy's end, for a record handed on before the run's own is
+    /// written).
+    pub fn ended(&mut self, outcome: Outcome, detail: Option<String>) {
         self.ended_at = Some(js_sys::Date::now());
         self.outcome = Some(outcome.name().to_string());
         self.detail = detail;
