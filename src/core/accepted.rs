@@ -43,7 +43,7 @@ use super::options::RetryPolicy;
 use super::retry_after::parse_retry_after;
 
 /// What the shell read from one `202 Accepted`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct AcceptedAnswer<'a> {
     /// `Operation-Location`, resolved against the 202's URL; `None` when absent or not a URL.
     pub operation_location: Option<&'a str>,
@@ -51,6 +51,9 @@ pub struct AcceptedAnswer<'a> {
     pub location: Option<&'a str>,
     /// The raw `Retry-After` value, if any.
     pub retry_after: Option<&'a str>,
+    /// What the server's clock read when it answered (ms since the Unix epoch: its `Date`),
+    /// against which an HTTP-date `Retry-After` is read; `None` (the default): the wall clock.
+    pub server_now_ms: Option<f64>,
     /// The request that got the 202 carries an idempotency key.
     pub has_key: bool,
     /// Its body can be sent again (not a stream above the buffering limit, not one-shot).
@@ -185,7 +188,10 @@ impl Accepted {
         let asked = answer
             .retry_after
             .filter(|_| policy.respect_retry_after)
-            .and_then(|v| parse_retry_after(v, now_ms + self.wall_offset_ms));
+            .and_then(|v| {
+                let server_now = answer.server_now_ms.unwrap_or(now_ms + self.wall_offset_ms);
+                parse_retry_after(v, server_now)
+            });
         let (delay_ms, from_server) = match asked {
             // The least wait, spread above by a steady window (within the deadline when it
             // fits there). A wait of nothing (`0`, a date past) is no wait asked: the poll's
@@ -500,6 +506,17 @@ mod tests {
         assert_eq!(
             a.next(&p, &state, &date, 0.0, &mut rng),
             poll("https://api.example/op", 5000 + 1250, true)
+        );
+        // With the server's clock known (its `Date`, 2 s after the epoch), the date is read
+        // on it, whatever the client's: 3 s left.
+        let dated = AcceptedAnswer {
+            server_now_ms: Some(2_000.0),
+            ..date
+        };
+        a.set_wall_offset_ms(4_000.0);
+        assert_eq!(
+            a.next(&p, &state, &dated, 60_000.0, &mut rng),
+            poll("https://api.example/op", 3000 + 750, true)
         );
     }
 

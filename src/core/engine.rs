@@ -19,7 +19,7 @@ use super::classify::{
 };
 use super::decide::{AttemptOutcome, Decision, RetryState, Stop, StopReason};
 use super::options::RetryPolicy;
-use super::retry_after::server_delay_ms;
+use super::retry_after::{server_clock_ms, server_delay_ms};
 
 /// What the adaptive throttle says of an attempt's turn.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -279,6 +279,21 @@ impl CallEngine {
         self.wall_offset_ms = if ms.is_finite() { ms } else { 0.0 };
     }
 
+    /// The time a server's dates are read against: its own clock, the response's `Date`, when
+    /// `dated` (the response carries a wait that may be a date: `Date` is read only then) and
+    /// it has one; the wall clock otherwise.
+    fn server_now_ms(
+        &self,
+        header: &dyn Fn(&str) -> Option<String>,
+        dated: bool,
+        now_ms: f64,
+    ) -> f64 {
+        dated
+            .then(|| server_clock_ms(header("date").as_deref()))
+            .flatten()
+            .unwrap_or(now_ms + self.wall_offset_ms)
+    }
+
     /// Attempts sent so far (a poll that did not fail is not one).
     pub fn attempts(&self) -> u32 {
         self.state.attempts()
@@ -518,11 +533,19 @@ impl CallEngine {
         // 3xx's `Retry-After` is not a request to wait before a retry).
         let failed = matches!(outcome, Outcome::Status(s) if s >= 400);
         let server_delay_ms = if failed && policy.respect_retry_after {
+            let (retry_after, reset) = (
+                (settled.header)("retry-after"),
+                (settled.header)("ratelimit-reset"),
+            );
             server_delay_ms(
-                (settled.header)("retry-after").as_deref(),
-                (settled.header)("ratelimit-reset").as_deref(),
+                retry_after.as_deref(),
+                reset.as_deref(),
                 (settled.header)("ratelimit").as_deref(),
-                now_ms + self.wall_offset_ms,
+                self.server_now_ms(
+                    settled.header,
+                    retry_after.is_some() || reset.is_some(),
+                    now_ms,
+                ),
             )
         } else {
             None
@@ -558,10 +581,12 @@ impl CallEngine {
                 (settled.url_header)("location"),
                 (settled.header)("retry-after"),
             );
+            let server_now_ms = self.server_now_ms(settled.header, retry_after.is_some(), now_ms);
             let answer = AcceptedAnswer {
                 operation_location: operation_location.as_deref(),
                 location: location.as_deref(),
                 retry_after: retry_after.as_deref(),
+                server_now_ms: Some(server_now_ms),
                 has_key,
                 replayable,
                 idempotent,
@@ -1720,6 +1745,67 @@ mod tests {
         assert_eq!(delay(None), 10_000.0);
         // An offset that is no number reads as none.
         assert_eq!(delay(Some(f64::NAN)), 10_000.0);
+    }
+
+    #[test]
+    fn a_servers_dates_are_read_on_its_own_clock_when_it_sends_date() {
+        let p = policy();
+        // The server's clock reads 1 h after the epoch; the client's, the epoch (time 0).
+        let delay = |headers: &[(&str, &str)]| {
+            let owned: Vec<(String, String)> = headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect();
+            let header = move |name: &str| {
+                owned
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+            };
+            let mut g = Fake::default();
+            let mut e = CallEngine::new(&p, 0.0, GET);
+            e.next_attempt(&p, &mut g, 0.0);
+            let s = Settled {
+                header: &header,
+                ..status(503)
+            };
+            match e.settled(&p, s, &mut g, 0.0, &mut Half).1 {
+                Step::AskHooks { delay_ms, .. } => delay_ms,
+                other => panic!("{other:?}"),
+            }
+        };
+        let date = ("date", "Thu, 01 Jan 1970 01:00:00 GMT");
+        // Read against the server's Date: 5 s, not an hour and 5 s (which `maxRetryAfterMs`
+        // would refuse).
+        assert_eq!(
+            delay(&[("retry-after", "Thu, 01 Jan 1970 01:00:05 GMT"), date]),
+            5000.0
+        );
+        // A date the server's clock has passed is no wait, whatever the client's clock says.
+        assert_eq!(
+            delay(&[("retry-after", "Thu, 01 Jan 1970 00:59:00 GMT"), date]),
+            0.0
+        );
+        // An epoch RateLimit-Reset too (10^9 s is read as a Unix time).
+        let date_1e9 = ("date", "Sun, 09 Sep 2001 01:46:30 GMT"); // 999,999,990 s
+        assert_eq!(
+            delay(&[("ratelimit-reset", "1000000000"), date_1e9]),
+            10_000.0
+        );
+        // No usable Date: the client's clock (the epoch), as before.
+        assert_eq!(
+            delay(&[
+                ("retry-after", "Thu, 01 Jan 1970 00:00:05 GMT"),
+                ("date", "soon")
+            ]),
+            5000.0
+        );
+        assert_eq!(
+            delay(&[("retry-after", "Thu, 01 Jan 1970 00:00:05 GMT")]),
+            5000.0
+        );
+        // Seconds do not depend on any clock.
+        assert_eq!(delay(&[("retry-after", "3"), date]), 3000.0);
     }
 
     #[test]

@@ -11,6 +11,11 @@
 //!   largest `t` among the quota policies that are exhausted (`r=0`); when none is
 //!   exhausted the field says nothing about waiting. `reset=` (an older spelling) is read as `t`.
 //!
+//! - A date is the server's: it is read against the response's `Date` when it has one
+//!   ([`server_clock_ms`]), so that a server whose clock is ahead of the client's is not
+//!   refused as asking for hours, nor one behind it retried at once; the client's clock
+//!   otherwise.
+//!
 //! Every parser takes arbitrary text and never panics; malformed input gives `None`, and the
 //! caller falls back to the computed backoff delay.
 
@@ -309,6 +314,26 @@ pub fn parse_ratelimit(value: &str) -> Option<f64> {
         }
     }
     exhausted.or(unstated).map(seconds_to_ms)
+}
+
+/// The server's clock when it answered, in ms since the Unix epoch: the response's `Date`
+/// (an HTTP-date, as [`parse_http_date_ms`] reads it), or `None` when it has none usable.
+///
+/// The dates a server sends (`Retry-After`, an epoch `RateLimit-Reset`) are on its clock, so
+/// they are read against this rather than the client's (a server an hour ahead asking for 5 s
+/// is a wait of 5 s, not of an hour and 5 s). `Age` is not added: a cached refusal (rare)
+/// reads as a wait of its age more, never less. In a browser a cross-origin response shows
+/// `Date` only when the server lists it in `Access-Control-Expose-Headers`.
+///
+/// ```
+/// use retry_fetch::core::retry_after::{parse_retry_after, server_clock_ms};
+/// let date = "Thu, 01 Jan 1970 01:00:00 GMT"; // the server's clock: 1 h after the epoch
+/// let now = server_clock_ms(Some(date)).unwrap_or(0.0);
+/// assert_eq!(parse_retry_after("Thu, 01 Jan 1970 01:00:05 GMT", now), Some(5000.0));
+/// assert_eq!(server_clock_ms(Some("yesterday")), None);
+/// ```
+pub fn server_clock_ms(date: Option<&str>) -> Option<f64> {
+    parse_http_date_ms(date?)
 }
 
 /// The server's requested wait before the next attempt, in ms, from the three headers of a

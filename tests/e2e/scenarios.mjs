@@ -85,6 +85,26 @@ export const scenarios = [
     },
   },
   {
+    name: "a Retry-After date is read on the server's clock (its Date): an hour ahead or behind the client's, the wait is what the server meant",
+    async run({ api, seq }) {
+      const hour = 3_600_000;
+      const at = (ms) => encodeURIComponent(new Date(ms).toUTCString());
+      for (const [label, skew] of [['ahead', hour], ['behind', -hour]]) {
+        // The server's clock is `skew` from the client's; it asks for 2 s on its own clock.
+        const server = Date.now() + skew;
+        const s = seq(`503+raw=${at(server + 2_000)}+hdate=${at(server)},200`);
+        const infos = [];
+        // Read on the client's clock, an hour ahead would be refused (more than
+        // maxRetryAfterMs: the 503 returned), an hour behind retried at once.
+        const res = await api.retryFetch(s.url, undefined, { ...fast, maxRetryAfterMs: 60_000, onRetry: (i) => infos.push(i) });
+        equal(res.status, 200, `server ${label}:`);
+        const [a, b] = await s.log();
+        ok(b.at - a.at >= 1_500, `server ${label}: the retry waited ${b.at - a.at} ms of the 2 s asked`);
+        ok(infos[0].delayMs >= 2_000 && infos[0].delayMs <= 60_000, `server ${label}: delay ${infos[0].delayMs}`);
+      }
+    },
+  },
+  {
     name: 'RateLimit-Reset is honoured when there is no Retry-After',
     async run({ api, seq }) {
       const s = seq('429+rlr=1,200');

@@ -15,6 +15,8 @@
 //   +ra=<s>              Retry-After: <s> (delta-seconds)
 //   +date=<s>            Retry-After: an HTTP-date <s> seconds from now
 //   +raw=<text>          Retry-After: <text> as is (URL-encoded)
+//   +hdate=<text>        Date: <text> as is (URL-encoded): a server whose clock is elsewhere
+//   +nodate              no Date header at all
 //   +rlr=<s>             RateLimit-Reset: <s>
 //   +rl=<s>              RateLimit: "default";r=0;t=<s>
 //   +sr=<v>              X-Should-Retry: <v>; +ssr=<v>: Stripe-Should-Retry: <v>
@@ -54,6 +56,8 @@ export function parseStep(text) {
     if (key === 'ra') step.headers['Retry-After'] = value;
     else if (key === 'date') step.retryAfterDateS = Number(value);
     else if (key === 'raw') step.headers['Retry-After'] = value;
+    else if (key === 'hdate') step.headers.Date = value;
+    else if (opt === 'nodate') step.noDate = true;
     else if (key === 'rlr') step.headers['RateLimit-Reset'] = value;
     else if (key === 'rl') step.headers.RateLimit = `"default";r=0;t=${value}`;
     else if (key === 'sr') step.headers['X-Should-Retry'] = value;
@@ -144,6 +148,7 @@ export async function startFaultServer({ port = 0, host = '127.0.0.1' } = {}) {
     }
     const status = Number(step.what);
     const headers = { ...cors, 'Content-Type': 'application/json', ...step.headers };
+    if (step.noDate) res.sendDate = false;
     if (step.retryAfterDateS !== undefined) {
       headers['Retry-After'] = new Date(Date.now() + step.retryAfterDateS * 1000).toUTCString();
     }
