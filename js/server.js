@@ -34,15 +34,35 @@ export { PostgresStore } from './postgres-store.js';
 /** Where a Response of the companion keeps its body's bytes (src/wasm/server/answers.rs). */
 const ANSWER_BYTES = Symbol.for('retry-fetch.answerBytes');
 
-/** Is `value` Response-like enough to be written back? */
+/**
+ * Is `value` Response-like enough to be written back? Its status a final one, an integer from
+ * 200 to 599, as a fetch Response's (another implementation's may hold anything: a 1xx written
+ * and ended would leave the client waiting for a final answer).
+ */
 function isResponseLike(value) {
   return (
     typeof value === 'object' &&
     value !== null &&
-    typeof value.status === 'number' &&
+    Number.isInteger(value.status) &&
+    value.status >= 200 &&
+    value.status <= 599 &&
     typeof value.headers === 'object' &&
     value.headers !== null
   );
+}
+
+/**
+ * Answer a bare 500 in place of an answer that could not be written, or end the connection
+ * when even that cannot be sent: a status text node:http refused stays in `res.statusMessage`
+ * (writeHead sets it before it checks it), so the 500 names its own.
+ */
+function internalError(res) {
+  try {
+    res.writeHead(500, 'Internal Server Error', { 'Content-Type': 'text/plain; charset=utf-8' });
+    res.end('Internal Server Error\n');
+  } catch {
+    res.destroy();
+  }
 }
 
 /** A `Request` for a node:http request (body streamed, `duplex: 'half'`). */
@@ -216,26 +236,27 @@ async function writeResponse(response, req, res) {
       res.setHeader(name, value);
     }
     if (cookies.length > 0) res.setHeader('set-cookie', cookies);
+    // An answer given before the request body was read to its end (a 413, an early refusal):
+    // the rest of the upload is read and dropped (for a short while at most: node-request.js),
+    // so the client reads the answer instead of meeting a reset, and its upload is not left
+    // stalled.
+    if (req.complete === false && !res.destroyed) lingerAfterEarlyAnswer(req, res);
+    // HTTP/2 has no status text (Node warns when given one).
+    if (typeof response.statusText === 'string' && response.statusText !== '' && !(req.httpVersionMajor >= 2)) {
+      res.writeHead(response.status, response.statusText);
+    } else {
+      res.writeHead(response.status);
+    }
   } catch (error) {
-    // A value fetch's Headers takes and node:http refuses (a DEL byte): none of the answer's
-    // headers (a Cache-Control, a Content-Length) may go out on the 500 that answers instead,
-    // and a middleware's (CORS) are put back.
+    // A value fetch's Headers takes and node:http refuses (a DEL byte), or a status text it
+    // refuses (another fetch implementation's Response): none of the answer's headers (a
+    // Cache-Control, a Content-Length) may go out on the 500 that answers instead, and a
+    // middleware's (CORS) are put back.
     for (const [name, before] of replaced.reverse()) {
       if (before === undefined) res.removeHeader(name);
       else res.setHeader(name, before);
     }
     throw error;
-  }
-  // An answer given before the request body was read to its end (a 413, an early refusal):
-  // the rest of the upload is read and dropped (for a short while at most: node-request.js),
-  // so the client reads the answer instead of meeting a reset, and its upload is not left
-  // stalled.
-  if (req.complete === false && !res.destroyed) lingerAfterEarlyAnswer(req, res);
-  // HTTP/2 has no status text (Node warns when given one).
-  if (typeof response.statusText === 'string' && response.statusText !== '' && !(req.httpVersionMajor >= 2)) {
-    res.writeHead(response.status, response.statusText);
-  } else {
-    res.writeHead(response.status);
   }
   const body = response.body;
   if (body === null || body === undefined || req.method === 'HEAD') {
@@ -282,10 +303,7 @@ async function serve(handler, req, res, onError) {
     }
   } catch (error) {
     if (!controller.signal.aborted) onError(error);
-    if (!res.headersSent && !res.destroyed) {
-      res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8' });
-      res.end('Internal Server Error\n');
-    }
+    if (!res.headersSent && !res.destroyed) internalError(res);
     return;
   }
   try {
@@ -293,8 +311,7 @@ async function serve(handler, req, res, onError) {
   } catch (error) {
     if (!controller.signal.aborted) onError(error);
     if (!res.headersSent && !res.destroyed) {
-      res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8' });
-      res.end('Internal Server Error\n');
+      internalError(res);
     } else {
       res.destroy(); // mid-body: the client must not take a cut body for a whole one
     }

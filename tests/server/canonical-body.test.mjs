@@ -193,3 +193,64 @@ test('Fastify: a JSON body nested 5000 levels deep is fingerprinted: the route r
     await app.close();
   }
 });
+
+test('one fingerprint for a JSON body however it was read: a retry landing on an instance that mounts the companion otherwise (plain, Express before or after express.json(), Fastify, Hono), on one store, is a replay, not a 422', async () => {
+  const { idempotency, MemoryStore, toNodeHandler } = await import('retry-fetch/server');
+  const { idempotency: honoIdempotency } = await import('retry-fetch/hono');
+  const { Hono } = await import('hono');
+  const { getRequestListener } = await import('@hono/node-server');
+  const store = new MemoryStore();
+  const options = { store, identity: false };
+  let charges = 0;
+  const charge = (body) => ({ charge: ++charges, amount: body.amount });
+  const plain = toNodeHandler(idempotency(async (request) => Response.json(charge(await request.json()), { status: 201 }), options));
+  const parsedFirst = express();
+  parsedFirst.post('/pay', express.json(), expressIdempotency(options), (req, res) => res.status(201).json(charge(req.body)));
+  const adapterFirst = express();
+  adapterFirst.post('/pay', expressIdempotency(options), express.json(), (req, res) => res.status(201).json(charge(req.body)));
+  const fastify = Fastify();
+  await fastify.register(fastifyIdempotency, options);
+  fastify.post('/pay', async (request, reply) => reply.code(201).send(charge(request.body)));
+  await fastify.ready();
+  const hono = new Hono();
+  hono.post('/pay', honoIdempotency(options), async (c) => c.json(charge(await c.req.json()), 201));
+  const instances = {
+    plain: await listen(plain),
+    'express (express.json() first)': await listen(parsedFirst),
+    'express (adapter first)': await listen(adapterFirst),
+    fastify: await listen((req, res) => fastify.routing(req, res)),
+    hono: await listen(getRequestListener(hono.fetch)),
+  };
+  const post = (name, key, body, type = 'application/json') =>
+    fetch(`${instances[name].url}/pay`, { method: 'POST', headers: { 'content-type': type, 'idempotency-key': key }, body });
+  try {
+    const names = Object.keys(instances);
+    // Keys out of order and spaces, as JSON.stringify of an object literal or Python's json.dumps send.
+    const body = '{"orderId": "o-1", "amount": 4200, "card": {"last4": "4242", "brand": "visa"}}';
+    for (const first of names) {
+      for (const then of names) {
+        if (first === then) continue;
+        const key = newKey();
+        charges = 0;
+        const a = await post(first, key, body);
+        assert.equal(a.status, 201, `${first}`);
+        const b = await post(then, key, body);
+        assert.equal(b.status, 201, `${first} then ${then}: the stored answer, not ${b.status}`);
+        assert.equal(b.headers.get('idempotent-replayed'), 'true', `${first} then ${then}`);
+        assert.deepEqual(await b.json(), await a.json());
+        assert.equal(charges, 1, `${first} then ${then}: charged once`);
+        // Another JSON value under the key is still another request, wherever it lands.
+        const c = await post(then, key, '{"orderId": "o-1", "amount": 4201, "card": {"last4": "4242", "brand": "visa"}}');
+        assert.equal(c.status, 422, `${first} then ${then}: another amount`);
+        await c.arrayBuffer();
+      }
+    }
+    // A body of another type is its bytes: another spacing is another request.
+    const key = newKey();
+    assert.equal((await post('plain', key, '{"amount":4200}', 'text/plain')).status, 201);
+    assert.equal((await post('hono', key, '{"amount": 4200}', 'text/plain')).status, 422);
+  } finally {
+    await Promise.all(Object.values(instances).map((i) => i.close()));
+    await fastify.close();
+  }
+});

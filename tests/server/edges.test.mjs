@@ -7,7 +7,7 @@ import express from 'express';
 import { idempotency as expressIdempotency } from 'retry-fetch/express';
 import { idempotency as honoIdempotency } from 'retry-fetch/hono';
 import { Hono } from 'hono';
-import { withServer, listen, newKey } from './support.mjs';
+import { withServer, listen, newKey, sleep } from './support.mjs';
 
 /**
  * `handler` behind toNodeHandler on a port of its own, and `raw(target, key)`: a keyed POST of
@@ -499,5 +499,104 @@ test('toNodeHandler: an answer header node:http refuses is a 500 without the ans
     assert.equal(await res.text(), 'Internal Server Error\n');
   } finally {
     await server.close();
+  }
+});
+
+test('an answer the store could not keep, whatever its status, tells clients not to retry it (X-Should-Retry and Stripe-Should-Retry: false): retryFetch runs the handler once', async () => {
+  const { retryFetch } = await import('retry-fetch');
+  // A store whose complete() fails (Redis briefly down): the handler ran, nothing is stored,
+  // and the key's lock lapses after lockTimeoutMs, after which a retry would run it again.
+  class CompleteFails extends MemoryStore {
+    async complete() {
+      throw new Error('store down at complete');
+    }
+  }
+  const options = () => ({ store: new CompleteFails(), identity: false, lockTimeoutMs: 1000, onError: () => {}, onStoreError: () => {} });
+  // An upstream whose 502 the handler passes on as it is (fetch's Response: immutable headers).
+  const upstream = await listen((req, res) => res.writeHead(502, { 'content-type': 'text/plain' }).end('bad gateway'));
+  let charges = 0;
+  const routes = {
+    '/502': async () => (charges++, new Response('upstream failed', { status: 502 })),
+    '/proxied': async () => (charges++, fetch(upstream.url)),
+    '/201': async () => (charges++, Response.json({ ok: true }, { status: 201 })),
+  };
+  const app = express();
+  app.post('/express', expressIdempotency(options()), (req, res) => {
+    charges++;
+    throw new Error('failed after charging'); // Express's error handler answers 500
+  });
+  app.use((error, req, res, next) => res.status(500).send('failed'));
+  const wrapped = Object.fromEntries(Object.entries(routes).map(([path, handler]) => [path, toNodeHandler(idempotency(handler, options()))]));
+  const fetchHandlers = Object.fromEntries(Object.entries(routes).map(([path, handler]) => [path, idempotency(handler, options())]));
+  const { url, close } = await listen((req, res) => (req.url === '/express' ? app(req, res) : wrapped[req.url](req, res)));
+  try {
+    for (const path of ['/502', '/proxied', '/201', '/express']) {
+      charges = 0;
+      const res = await retryFetch(`${url}${path}`, { method: 'POST', body: 'pay 10' }, { baseDelayMs: 300, maxDelayMs: 300, maxAttempts: 6 });
+      assert.equal(res.headers.get('x-should-retry'), 'false', `${path}: X-Should-Retry`);
+      assert.equal(res.headers.get('stripe-should-retry'), 'false', `${path}: Stripe-Should-Retry`);
+      await res.arrayBuffer();
+      // Long enough for the lock to lapse and a retry to have run the handler again.
+      await sleep(1_300);
+      assert.equal(charges, 1, `${path}: the handler ran once`);
+    }
+    // The fetch handler's own Response too.
+    for (const [path, handler] of Object.entries(fetchHandlers)) {
+      const res = await handler(new Request(`http://localhost${path}`, { method: 'POST', headers: { 'Idempotency-Key': newKey() }, body: 'x' }));
+      assert.equal(res.headers.get('x-should-retry'), 'false', `fetch handler ${path}`);
+      assert.equal(res.headers.get('stripe-should-retry'), 'false', `fetch handler ${path}`);
+    }
+  } finally {
+    await close();
+    await upstream.close();
+  }
+});
+
+test('toNodeHandler: a stored answer never holds a header HTTP cannot send: the header is left out (said to onError), the 201 is sent and replayed, not a 500 for the key\'s lifetime', async () => {
+  const errors = [];
+  let charges = 0;
+  const handler = idempotency(async () => {
+    charges++;
+    // A user's file name with an ESC in it: fetch's Headers takes it, node:http does not.
+    return new Response('receipt', { status: 201, headers: { 'Content-Disposition': 'attachment; filename="a\x1bb.pdf"', 'X-Receipt': 'r-1' } });
+  }, { store: new MemoryStore(), identity: false, onError: (e) => errors.push(e) });
+  const { url, close } = await listen(toNodeHandler(handler, { onError: (e) => errors.push(e) }));
+  try {
+    const key = newKey();
+    for (const attempt of ['first', 'replay']) {
+      const res = await fetch(url, { method: 'POST', headers: { 'Idempotency-Key': key }, body: 'pay' });
+      assert.equal(res.status, 201, attempt);
+      assert.equal(await res.text(), 'receipt', attempt);
+      assert.equal(res.headers.get('x-receipt'), 'r-1', attempt);
+      assert.equal(res.headers.get('content-disposition'), null, `${attempt}: the header left out`);
+    }
+    assert.equal(charges, 1);
+    assert.equal(errors.length, 1, errors.map(String).join('; '));
+    assert.match(String(errors[0]), /content-disposition/);
+  } finally {
+    await close();
+  }
+});
+
+test('toNodeHandler: an answer node:http cannot write (a status text it refuses, a 1xx status) is a 500, never a request left without an answer', async () => {
+  const answers = {
+    '/nul-text': { status: 200, statusText: 'OK\0', headers: new Headers({ 'X-A': 'a' }), body: null },
+    '/wide-text': { status: 200, statusText: 'OK \u0100', headers: new Headers(), body: null },
+    '/103': { status: 103, statusText: '', headers: new Headers(), body: null },
+  };
+  const errors = [];
+  const node = toNodeHandler(async (request) => answers[new URL(request.url).pathname], { onError: (e) => errors.push(e) });
+  const { url, close } = await listen(node);
+  try {
+    for (const path of Object.keys(answers)) {
+      errors.length = 0;
+      const res = await fetch(`${url}${path}`, { signal: AbortSignal.timeout(5_000) });
+      assert.equal(res.status, 500, path);
+      assert.equal(res.headers.get('x-a'), null, `${path}: none of the answer's headers`);
+      assert.equal(await res.text(), 'Internal Server Error\n');
+      assert.equal(errors.length, 1, `${path}: reported once`);
+    }
+  } finally {
+    await close();
   }
 });

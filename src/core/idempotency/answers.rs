@@ -157,6 +157,25 @@ pub fn stores_header(name: &str, connection: Option<&str>) -> bool {
             .any(|h| h.eq_ignore_ascii_case(name))
 }
 
+/// Whether a header value can be sent in an HTTP/1.1 answer (RFC 9110 `field-value`: visible
+/// ASCII, bytes above 0x7F, spaces and tabs): fetch's `Headers` takes some values node:http
+/// refuses (a control byte such as ESC or DEL, in a file name put in `Content-Disposition`),
+/// and an answer stored with one could never be sent, its replays neither. The companion leaves
+/// such a header out of the answer it sends and stores, and says so to `onError`.
+///
+/// ```
+/// use retry_fetch::core::idempotency::sendable_header_value;
+/// assert!(sendable_header_value("attachment; filename=\"r\u{e9}sum\u{e9}.pdf\""));
+/// assert!(sendable_header_value("a\tb"));
+/// assert!(!sendable_header_value("a\u{1b}b"));
+/// assert!(!sendable_header_value("a\u{7f}"));
+/// ```
+pub fn sendable_header_value(value: &str) -> bool {
+    !value
+        .chars()
+        .any(|c| c != '\t' && (c < ' ' || c == '\u{7f}'))
+}
+
 /// The largest answer body the companion stores: 32 MiB. A larger answer is still sent, but
 /// what is stored (and replayed) for its key is a 500 problem saying it was too large: the
 /// store's record is one JSON string, and a body near V8's string limit would fail to encode.

@@ -37,6 +37,32 @@ pub fn fingerprint(method: &str, path_and_query: &str, body: &[u8]) -> String {
     hex(&h.finalize())
 }
 
+/// Whether a body of this `Content-Type` is fingerprinted as its canonical JSON (its value's
+/// JSON with object keys sorted at every level) rather than its bytes: `application/json` or
+/// any `+json` type, parameters and case aside. So a request is the same request whether the
+/// companion read its bytes or a framework's JSON parser read them first (the Express and
+/// Fastify adapters get only the parsed value): instances of a fleet that mount the companion
+/// differently, behind one store, agree; and so do two encodings of one JSON value (key order,
+/// spacing). A body that is not valid UTF-8 JSON is fingerprinted as its bytes.
+///
+/// ```
+/// use retry_fetch::core::idempotency::fingerprints_json;
+/// assert!(fingerprints_json("application/json"));
+/// assert!(fingerprints_json("Application/JSON; charset=utf-8"));
+/// assert!(fingerprints_json("application/merge-patch+json"));
+/// assert!(!fingerprints_json("text/plain"));
+/// assert!(!fingerprints_json("application/x-www-form-urlencoded"));
+/// assert!(!fingerprints_json("application/jsonp"));
+/// ```
+pub fn fingerprints_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    let Some((kind, sub)) = essence.split_once('/') else {
+        return false;
+    };
+    let sub = sub.to_ascii_lowercase();
+    kind.eq_ignore_ascii_case("application") && (sub == "json" || sub.ends_with("+json"))
+}
+
 /// The key under which a request's record is stored: the idempotency key scoped by the
 /// caller's identity (the IETF draft's composite key; a unique `(idempotency_key, user_id)`
 /// pair), so two users who happen to send the same key never see each other's responses.

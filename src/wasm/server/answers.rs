@@ -190,6 +190,9 @@ pub struct Answer {
     pub has_retry_after: bool,
     /// Whether it was too large to be stored (`stored` is then a 500 problem saying so).
     pub too_large: bool,
+    /// The names of the headers left out because HTTP cannot send their values
+    /// (`core::idempotency::sendable_header_value`), for `onError`.
+    pub unsendable: Vec<String>,
     /// The response to send now: a `Response`, or for `toNodeHandler` what it writes (see
     /// [`node_answer`]).
     pub live: JsValue,
@@ -243,6 +246,24 @@ pub async fn read_answer(
             all.push((name, value));
         }
     }
+    // A value HTTP cannot send is left out of what is sent and stored (said to onError).
+    let mut unsendable = Vec::new();
+    all.retain(|(name, value)| {
+        let sendable = crate::core::idempotency::sendable_header_value(value);
+        if !sendable && !unsendable.contains(name) {
+            unsendable.push(name.clone());
+        }
+        sendable
+    });
+    let source = if unsendable.is_empty() {
+        source
+    } else {
+        let kept = Headers::new()?;
+        for (name, value) in &all {
+            kept.append(name, value)?;
+        }
+        kept
+    };
     let connection = all
         .iter()
         .find(|(name, _)| name == "connection")
@@ -288,6 +309,7 @@ pub async fn read_answer(
         stored,
         has_retry_after,
         too_large,
+        unsendable,
         live,
     }))
 }

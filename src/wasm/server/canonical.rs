@@ -1,5 +1,6 @@
 //! The canonical JSON of a body a framework's parser has already read (`canonicalBody`, for the
-//! Express and Fastify adapters): byte for byte what `JSON.stringify(value, sortKeys)` makes,
+//! Express and Fastify adapters), and of a JSON body the companion reads itself (parsed
+//! first), so both fingerprint one value alike: byte for byte what `JSON.stringify(value, sortKeys)` makes,
 //! where `sortKeys` rebuilds every object that is not an array with its own enumerable keys
 //! sorted (`Object.fromEntries` of them, so that `"__proto__"` stays a member and array-index
 //! keys come first, as a JavaScript object orders them). That form is fixed: a stored

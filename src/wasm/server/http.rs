@@ -170,11 +170,20 @@ async fn serve(
         .into());
     };
     let path = req.target()?;
+    let bytes = body.as_deref().unwrap_or_default();
+    let json = match headers.get("content-type")? {
+        Some(t) if idem::fingerprints_json(&t) => canonical_json_of(bytes)?,
+        _ => None,
+    };
     let k = match Keyed::new(
         &s.common,
         key,
         identity.as_deref(),
-        idem::fingerprint(&method, &path, body.as_deref().unwrap_or_default()),
+        idem::fingerprint(
+            &method,
+            &path,
+            json.as_ref().map_or(bytes, |j| j.as_bytes()),
+        ),
     )
     .await
     {
@@ -348,7 +357,15 @@ async fn process(
         Ran::Resolved(value) => match as_response(value.clone(), bound).await {
             Err(error) => Answered::Failed(error), // its body failed
             Ok(Handed::Response(response)) => match read_answer(&response, node, bound).await {
-                Ok(Some(answer)) => Answered::Answer(answer),
+                Ok(Some(answer)) => {
+                    if !answer.unsendable.is_empty() {
+                        c.reporter.handler_error(&type_error(&format!(
+                            "idempotency: the handler's answer had headers whose values HTTP cannot send (a control character): {}; they were left out of the answer sent and stored",
+                            answer.unsendable.join(", ")
+                        )));
+                    }
+                    Answered::Answer(answer)
+                }
                 Ok(None) => Answered::Abandoned,
                 Err(error) => Answered::Failed(error), // its body failed
             },
@@ -401,8 +418,13 @@ async fn process(
                                 Stored::Failed | Stored::LockLost if c.store.transactional => problem(503, "idempotency-store-unavailable",
                                     "The result could not be committed",
                                     "The idempotency store failed to commit the result; nothing was kept. Retry with the same key.", true).map(JsValue::from),
-                                // The effect happened; the answer is the truth even if it is not stored.
-                                Stored::Failed | Stored::LockLost => Ok(answer.live),
+                                // The effect happened; the answer is the truth even if it is not
+                                // stored, and a retry would run the handler again once the lock
+                                // lapses: whatever its status, the client is told not to retry.
+                                Stored::Failed | Stored::LockLost => {
+                                    not_to_be_retried(&answer.live)?;
+                                    Ok(answer.live)
+                                }
                             };
                 }
             }
@@ -477,12 +499,50 @@ async fn process(
             }
             let response = problem(500, "idempotency-handler-failed", "The request failed",
                 &format!("The handler failed after it started and may have had effects, and this answer could not be stored for this {header} (the store failed, or the lock was lost): a retry with the same key runs the handler again once the key's lock lapses. Check the operation's state before trying again."), false)?;
-            // Nothing protects a retry from running the handler again: a client that honours
-            // `X-Should-Retry` (retryFetch, Stripe's and OpenAI's SDKs) returns this answer.
-            response.headers().set("x-should-retry", "false")?;
-            Ok(response.into())
+            let response: JsValue = response.into();
+            not_to_be_retried(&response)?;
+            Ok(response)
         }
     }
+}
+
+/// The canonical JSON of a JSON body's bytes (`core::idempotency::fingerprints_json`), as
+/// the adapters fingerprint a value a framework parsed (`canonicalBody`); `None` when the
+/// bytes are not UTF-8 JSON (then they are fingerprinted as they are).
+fn canonical_json_of(bytes: &[u8]) -> Result<Option<String>, JsValue> {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Ok(None);
+    };
+    match js_sys::JSON::parse(text) {
+        Ok(value) => super::canonical::canonical_json(&value),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Headers that tell a client not to send a request again: `X-Should-Retry` (retryFetch, the
+/// OpenAI SDK) and `Stripe-Should-Retry` (Stripe's SDK reads that one only), both `false`.
+const SHOULD_NOT_RETRY: [&str; 2] = ["x-should-retry", "stripe-should-retry"];
+
+/// Say on `live` (a `Response` of ours, or what `toNodeHandler` writes) that it must not be
+/// retried: sent when the handler ran and nothing protects a retry from running it again (its
+/// answer could not be stored). A client that honours the headers returns the answer.
+fn not_to_be_retried(live: &JsValue) -> Result<(), JsValue> {
+    if let Some(response) = live.dyn_ref::<Response>() {
+        // Ours (answers.rs builds every live Response): its headers can be changed.
+        for name in SHOULD_NOT_RETRY {
+            response.headers().set(name, "false")?;
+        }
+        return Ok(());
+    }
+    // toNodeHandler's answer holds the handler's own Headers, which may be immutable (a
+    // fetch response's): a copy with the two added.
+    let given = js::get_or_throw(live, "headers")?;
+    let headers = web_sys::Headers::new_with_headers(given.unchecked_ref())?;
+    for name in SHOULD_NOT_RETRY {
+        headers.set(name, "false")?;
+    }
+    js_sys::Reflect::set(live, &"headers".into(), &headers)?;
+    Ok(())
 }
 
 /// How a run that frees its key ended: rolled back when its writes through `ctx.tx` were
