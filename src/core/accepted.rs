@@ -63,12 +63,17 @@ pub struct AcceptedAnswer<'a> {
     /// The 202 ends a redirect: for a non-idempotent request the server took it, and it is
     /// never sent again (the rule of [`super::decide`]), so it is not repeated either.
     pub redirected: bool,
+    /// The 202 says `X-Should-Retry: false` (or `Stripe-Should-Retry: false`): the request
+    /// must not be sent again (a server whose stored answer failed would run it again), so it
+    /// is not repeated; a poll URL it names is still polled (another request, a `GET`).
+    pub refuses_repeat: bool,
 }
 
 /// Why a 202 is the call's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AcceptedStop {
-    /// No `Operation-Location` or `Location` to poll, and no key to repeat the request with.
+    /// No `Operation-Location` or `Location` to poll, and no key to repeat the request with
+    /// (or the server said not to send it again).
     NothingToPoll,
     /// The wait before the next poll would not end before the deadline.
     Deadline,
@@ -180,7 +185,10 @@ impl Accepted {
         let repeat = self.poll_url.is_none();
         self.keeps_last = named.is_some() || repeat;
         if repeat
-            && !(answer.has_key && answer.replayable && (answer.idempotent || !answer.redirected))
+            && (answer.refuses_repeat
+                || !(answer.has_key
+                    && answer.replayable
+                    && (answer.idempotent || !answer.redirected)))
         {
             return Follow::Stop(AcceptedStop::NothingToPoll);
         }
@@ -320,6 +328,16 @@ mod tests {
             b.next(&p, &state, &answer, 0.0, &mut Fixed(0.5)),
             poll("https://api.example/orders/7", 500, false)
         );
+        // A 202 that says not to send the request again still has its URL polled (a GET).
+        let refusing = AcceptedAnswer {
+            location: Some("https://api.example/orders/7"),
+            refuses_repeat: true,
+            ..keyed_post()
+        };
+        assert_eq!(
+            Accepted::new(&p).next(&p, &state, &refusing, 0.0, &mut Fixed(0.5)),
+            poll("https://api.example/orders/7", 500, false)
+        );
     }
 
     #[test]
@@ -380,6 +398,16 @@ mod tests {
             // A non-idempotent request that was redirected is never sent again.
             AcceptedAnswer {
                 redirected: true,
+                ..keyed_post()
+            },
+            // Nor one whose 202 says not to send it again.
+            AcceptedAnswer {
+                refuses_repeat: true,
+                ..keyed_post()
+            },
+            AcceptedAnswer {
+                refuses_repeat: true,
+                idempotent: true,
                 ..keyed_post()
             },
         ] {

@@ -279,7 +279,8 @@ impl CallEngine {
         self.wall_offset_ms = if ms.is_finite() { ms } else { 0.0 };
     }
 
-    /// The time a server's dates are read against: its own clock, the response's `Date`, when
+    /// The time a server's dates are read against: its own clock, the response's `Date` (and
+    /// `Age`), when
     /// `dated` (the response carries a wait that may be a date: `Date` is read only then) and
     /// it has one; the wall clock otherwise.
     fn server_now_ms(
@@ -289,7 +290,7 @@ impl CallEngine {
         now_ms: f64,
     ) -> f64 {
         dated
-            .then(|| server_clock_ms(header("date").as_deref()))
+            .then(|| server_clock_ms(header("date").as_deref(), header("age").as_deref()))
             .flatten()
             .unwrap_or(now_ms + self.wall_offset_ms)
     }
@@ -591,6 +592,9 @@ impl CallEngine {
                 replayable,
                 idempotent,
                 redirected: settled.redirected,
+                refuses_repeat: SHOULD_RETRY_HEADERS
+                    .iter()
+                    .any(|name| server_refuses_retry((settled.header)(name).as_deref())),
             };
             let accepted = self.accepted.get_or_insert_with(|| Accepted::new(policy));
             accepted.set_wall_offset_ms(self.wall_offset_ms);
@@ -1806,6 +1810,15 @@ mod tests {
         );
         // Seconds do not depend on any clock.
         assert_eq!(delay(&[("retry-after", "3"), date]), 3000.0);
+        // A cached refusal, dated 4 s ago by the origin (`Age: 4`): 1 s is left.
+        assert_eq!(
+            delay(&[
+                ("retry-after", "Thu, 01 Jan 1970 01:00:05 GMT"),
+                date,
+                ("age", "4")
+            ]),
+            1000.0
+        );
     }
 
     #[test]

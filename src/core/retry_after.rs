@@ -317,23 +317,27 @@ pub fn parse_ratelimit(value: &str) -> Option<f64> {
 }
 
 /// The server's clock when it answered, in ms since the Unix epoch: the response's `Date`
-/// (an HTTP-date, as [`parse_http_date_ms`] reads it), or `None` when it has none usable.
+/// (an HTTP-date, as [`parse_http_date_ms`] reads it) plus its `Age` (delta-seconds: a cache's
+/// copy was dated when the origin made it), or `None` when it has no usable `Date`.
 ///
 /// The dates a server sends (`Retry-After`, an epoch `RateLimit-Reset`) are on its clock, so
 /// they are read against this rather than the client's (a server an hour ahead asking for 5 s
-/// is a wait of 5 s, not of an hour and 5 s). `Age` is not added: a cached refusal (rare)
-/// reads as a wait of its age more, never less. In a browser a cross-origin response shows
-/// `Date` only when the server lists it in `Access-Control-Expose-Headers`.
+/// is a wait of 5 s, not of an hour and 5 s). In a browser a cross-origin response shows
+/// `Date` (and `Age`) only when the server lists it in `Access-Control-Expose-Headers`.
 ///
 /// ```
 /// use retry_fetch::core::retry_after::{parse_retry_after, server_clock_ms};
 /// let date = "Thu, 01 Jan 1970 01:00:00 GMT"; // the server's clock: 1 h after the epoch
-/// let now = server_clock_ms(Some(date)).unwrap_or(0.0);
+/// let now = server_clock_ms(Some(date), None).unwrap_or(0.0);
 /// assert_eq!(parse_retry_after("Thu, 01 Jan 1970 01:00:05 GMT", now), Some(5000.0));
-/// assert_eq!(server_clock_ms(Some("yesterday")), None);
+/// // A cached copy, 3 s old: 2 s are left.
+/// let now = server_clock_ms(Some(date), Some("3")).unwrap_or(0.0);
+/// assert_eq!(parse_retry_after("Thu, 01 Jan 1970 01:00:05 GMT", now), Some(2000.0));
+/// assert_eq!(server_clock_ms(Some("yesterday"), Some("3")), None);
 /// ```
-pub fn server_clock_ms(date: Option<&str>) -> Option<f64> {
-    parse_http_date_ms(date?)
+pub fn server_clock_ms(date: Option<&str>, age: Option<&str>) -> Option<f64> {
+    let dated = parse_http_date_ms(date?)?;
+    Some(dated + age.and_then(delta_seconds).map_or(0.0, seconds_to_ms))
 }
 
 /// The server's requested wait before the next attempt, in ms, from the three headers of a

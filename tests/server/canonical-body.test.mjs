@@ -254,3 +254,35 @@ test('one fingerprint for a JSON body however it was read: a retry landing on an
     await fastify.close();
   }
 });
+
+test('a JSON body read by the companion is its value only where every number reads back exactly: ids past a double\'s precision, 1e400 are their bytes (another id, another request); a body too deep for JSON.stringify is its bytes, never a 500', async () => {
+  const { idempotency, MemoryStore } = await import('retry-fetch/server');
+  let runs = 0;
+  const handler = idempotency(async (request) => (runs++, new Response(await request.text(), { status: 201 })), { store: new MemoryStore(), identity: false, maxBodyBytes: 4 * 1024 * 1024 });
+  const post = (key, body) => handler(new Request('http://localhost/pay', { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body }));
+  for (const [a, b] of [
+    ['{"to": 12345678901234567891}', '{"to": 12345678901234567892}'],
+    ['[1e400]', '[null]'],
+    ['[1e400]', '[-1e400]'],
+    ['[0.1]', '[0.1000000000000000055511151231257827]'],
+  ]) {
+    const key = newKey();
+    assert.equal((await post(key, a)).status, 201, a);
+    const second = await post(key, b);
+    assert.equal(second.status, 422, `${a} then ${b}`);
+  }
+  // Exact numbers: the value, whatever its spelling.
+  const key = newKey();
+  assert.equal((await post(key, '{"b": 1.50, "a": 100e-2}')).status, 201);
+  const same = await post(key, '{"a":1,"b":1.5}');
+  assert.equal(same.headers.get('idempotent-replayed'), 'true');
+  // Nested deeper than JSON.stringify goes: fingerprinted as its bytes, run once, replayed.
+  const deep = '['.repeat(1_000_000) + ']'.repeat(1_000_000);
+  const deepKey = newKey();
+  runs = 0;
+  assert.equal((await post(deepKey, deep)).status, 201);
+  const again = await post(deepKey, deep);
+  assert.equal(again.status, 201);
+  assert.equal(again.headers.get('idempotent-replayed'), 'true');
+  assert.equal(runs, 1);
+});

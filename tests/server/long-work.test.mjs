@@ -9,7 +9,7 @@ import pg from 'pg';
 import { createClient } from 'redis';
 import { idempotency, idempotent, MemoryStore, RedisStore, PostgresStore } from 'retry-fetch/server';
 import { retryFetch } from 'retry-fetch';
-import { serve, send, sleep, newKey, deferred, plantDeadLock } from './support.mjs';
+import { serve, send, sleep, newKey, deferred, plantDeadLock, withServer } from './support.mjs';
 import { REDIS_URL, DATABASE_URL, needs } from '../support/services.mjs';
 
 const redisSkip = needs('REDIS_URL');
@@ -512,4 +512,51 @@ test('PostgresStore: a 202 leaves ctx.tx its meaning: the write commits with the
   }, 'the stored answer');
   assert.equal(done.status, 201);
   assert.equal((await pool.query(`SELECT count(*)::int AS n FROM "${charges}"`)).rows[0].n, 1);
+});
+
+test('acceptAfterMs: a run answered 202 whose store fails at complete() keeps trying while it holds the key: the caller following the 202 gets the one run\'s answer, the handler runs once', async () => {
+  // The store is down for the first four complete() calls (about 1.5 s): more than the two
+  // quick retries every answer gets, less than lockTimeoutMs.
+  let failures = 4;
+  class CompleteFails extends MemoryStore {
+    async complete(...args) {
+      if (failures-- > 0) throw new Error('store down at complete');
+      return super.complete(...args);
+    }
+  }
+  let runs = 0;
+  const handler = idempotency(async () => {
+    runs++;
+    await sleep(300); // long work: the caller is answered 202 meanwhile
+    return Response.json({ charge: runs }, { status: 201 });
+  }, { store: new CompleteFails(), identity: false, acceptAfterMs: 100, lockTimeoutMs: 3000, onError: () => {}, onStoreError: () => {} });
+  await withServer(handler, async ({ url }) => {
+    const res = await retryFetch(`${url}/pay`, { method: 'POST', body: '{"amount":10}', headers: { 'content-type': 'application/json' } }, {
+      followAccepted: true,
+      deadlineMs: 20_000,
+      baseDelayMs: 200,
+    });
+    assert.equal(res.status, 201);
+    assert.deepEqual(await res.json(), { charge: 1 });
+    assert.equal(runs, 1, 'the handler ran once');
+  });
+});
+
+test('followAccepted: a 202 that says X-Should-Retry: false is the answer: the keyed request is not sent again', async () => {
+  const { createServer } = await import('node:http');
+  let hits = 0;
+  const server = createServer((req, res) => {
+    hits++;
+    req.resume();
+    res.writeHead(202, { 'Retry-After': '0', 'X-Should-Retry': 'false', 'Content-Type': 'application/json' }).end('{"queued":true}');
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const res = await retryFetch(`http://127.0.0.1:${server.address().port}/pay`, { method: 'POST', body: 'pay' }, { followAccepted: true, deadlineMs: 5_000, baseDelayMs: 50 });
+    assert.equal(res.status, 202);
+    assert.equal(hits, 1, 'sent once');
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
 });

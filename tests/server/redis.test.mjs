@@ -193,7 +193,8 @@ test('RedisStore: bad options are TypeErrors naming the option and the value', (
   assert.equal(new RedisStore({ client: fake }).prefix, 'idem:');
 });
 
-test('RedisStore on a Redis Cluster (one node holding every slot; the default prefix): each script touches one key, so keyed requests are served and replayed, and the secret is checked', { skip, timeout: 60_000 }, async () => {
+/** A redis-server of a test's own on a free port (`args(dir)` added): its URL, the process, `connect(client)` (retried while it starts) and `stop()`. */
+async function ownRedis(args, dirPrefix) {
   const { spawn } = await import('node:child_process');
   const { mkdtempSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
@@ -205,22 +206,39 @@ test('RedisStore on a Redis Cluster (one node holding every slot; the default pr
       probe.close(() => resolve(p));
     });
   });
-  const dir = mkdtempSync(join(tmpdir(), 'rf-cluster-'));
-  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes',
-    '--cluster-config-file', join(dir, 'nodes.conf'), '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  let cluster;
-  try {
-    const admin = createClient({ url: `redis://127.0.0.1:${port}` });
-    admin.on('error', () => {});
+  const dir = mkdtempSync(join(tmpdir(), dirPrefix));
+  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', ...args(dir)], { stdio: 'ignore' });
+  /** Connect `client` (retried while the server starts). */
+  const connect = async (client) => {
     for (let i = 0; ; i++) {
       try {
-        await admin.connect();
-        break;
+        await client.connect();
+        return client;
       } catch (error) {
         if (i > 50) throw error;
         await sleep(100);
       }
     }
+  };
+  /** Kill it and remove its directory. */
+  const stop = async () => {
+    if (server.exitCode === null && server.signalCode === null) {
+      server.kill('SIGKILL');
+      await new Promise((resolve) => server.once('exit', resolve));
+    }
+    rmSync(dir, { recursive: true, force: true });
+  };
+  return { url: `redis://127.0.0.1:${port}`, server, connect, stop };
+}
+
+test('RedisStore on a Redis Cluster (one node holding every slot; the default prefix): each script touches one key, so keyed requests are served and replayed, and the secret is checked', { skip, timeout: 60_000 }, async () => {
+  const { url: nodeUrl, connect, stop } = await ownRedis((dir) => ['--cluster-enabled', 'yes', '--cluster-config-file', `${dir}/nodes.conf`], 'rf-cluster-');
+  const port = new URL(nodeUrl).port;
+  let cluster;
+  try {
+    const admin = createClient({ url: nodeUrl });
+    admin.on('error', () => {});
+    await connect(admin);
     await admin.sendCommand(['CLUSTER', 'ADDSLOTSRANGE', '0', '16383']);
     for (let i = 0; !/cluster_state:ok/.test(await admin.sendCommand(['CLUSTER', 'INFO'])); i++) {
       assert.ok(i < 100, 'the cluster did not come up');
@@ -251,8 +269,51 @@ test('RedisStore on a Redis Cluster (one node holding every slot; the default pr
     assert.equal(runs, 1);
   } finally {
     await cluster?.quit().catch(() => {});
-    server.kill('SIGKILL');
-    await new Promise((resolve) => server.once('exit', resolve));
-    rmSync(dir, { recursive: true, force: true });
+    await stop();
+  }
+});
+
+test('RedisStore stopped (SIGSTOP) past the lease while a keyed handler runs and a retry of its key waits in the same process: the retry gives the lapsed key back, the handler runs once, its answer is stored', { skip, timeout: 60_000 }, async () => {
+  // A Redis of its own, to be stopped without stopping the other tests' one.
+  const { server, url: ownUrl, connect, stop } = await ownRedis(() => [], 'rf-paused-');
+  const client = createClient({ url: ownUrl, disableOfflineQueue: true });
+  client.on('error', () => {});
+  try {
+    await connect(client);
+    let runs = 0;
+    const handler = idempotency(async () => {
+      runs++;
+      await sleep(1_000);
+      return Response.json({ run: runs }, { status: 201 });
+    }, { store: new RedisStore({ client }), identity: false, lockTimeoutMs: 1500, onStoreError: () => {} });
+    const pay = (key) => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': key }, body: '{"amount":10}' }));
+    await pay(newKey()); // the store's secret read
+    runs = 0;
+    const key = newKey();
+    const first = pay(key);
+    await sleep(100);
+    process.kill(server.pid, 'SIGSTOP');
+    let stopped = true;
+    try {
+      await sleep(100);
+      const retry = pay(key); // its acquire queues behind the pause, ahead of the holder's renewal
+      await sleep(4_000); // past the lease on Redis's clock
+      process.kill(server.pid, 'SIGCONT');
+      stopped = false;
+      const [a, r] = await Promise.all([first, retry]);
+      assert.equal(a.status, 201);
+      assert.deepEqual(await a.json(), { run: 1 });
+      assert.equal(a.headers.get('x-should-retry'), null, 'stored: nothing to refuse');
+      assert.ok(r.status === 409 || r.headers.get('idempotent-replayed') === 'true', `the retry: ${r.status}`);
+      const later = await pay(key);
+      assert.equal(later.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await later.json(), { run: 1 });
+      assert.equal(runs, 1, 'the handler ran once');
+    } finally {
+      if (stopped) process.kill(server.pid, 'SIGCONT');
+    }
+  } finally {
+    await client.quit().catch(() => {});
+    await stop();
   }
 });

@@ -63,6 +63,105 @@ pub fn fingerprints_json(content_type: &str) -> bool {
     kind.eq_ignore_ascii_case("application") && (sub == "json" || sub.ends_with("+json"))
 }
 
+/// The most significant digits a JSON number may have for its body to be fingerprinted as
+/// canonical JSON: 15 (a double's decimal precision), so that two numbers that differ in the
+/// text differ as doubles too (`12345678901234567891` and `...892` do not, as JSON.parse
+/// reads them).
+pub const EXACT_DIGITS: usize = 15;
+
+/// The largest decimal exponent of a JSON number's leading digit for its body to be
+/// fingerprinted as canonical JSON: far from a double's overflow (`1e400` reads as Infinity,
+/// which JSON writes as `null`) and its subnormals.
+pub const EXACT_EXPONENT: i64 = 290;
+
+/// Whether every number in the JSON text `text` reads as a double without losing anything that
+/// tells it from another number (at most [`EXACT_DIGITS`] significant digits, a leading digit's
+/// exponent within ±[`EXACT_EXPONENT`]): then its canonical JSON (which writes each number
+/// as the double JSON.parse reads) tells two bodies apart exactly when their numbers differ.
+/// Otherwise the body is fingerprinted as its bytes: two bodies whose 64-bit ids differ past
+/// a double's precision are two requests. Strings are skipped; the text's validity is
+/// JSON.parse's to judge.
+///
+/// ```
+/// use retry_fetch::core::idempotency::json_numbers_exact;
+/// assert!(json_numbers_exact(br#"{"amount": 4200, "rate": 0.125, "big": 1.5e20, "n": -0}"#));
+/// assert!(json_numbers_exact(br#"{"id": "12345678901234567891"}"#)); // a string
+/// assert!(!json_numbers_exact(br#"{"id": 12345678901234567891}"#));
+/// assert!(!json_numbers_exact(b"[0.1000000000000000055511151231257827]"));
+/// assert!(!json_numbers_exact(b"[1e400]"));
+/// assert!(json_numbers_exact(b"[1.50000000000000000000, 100e-2]")); // zeros say nothing
+/// ```
+pub fn json_numbers_exact(text: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(&b) = text.get(i) {
+        match b {
+            b'"' => {
+                // Skip the string, its escapes included.
+                i += 1;
+                while let Some(&c) = text.get(i) {
+                    i += if c == b'\\' { 2 } else { 1 };
+                    if c == b'"' {
+                        break;
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while text
+                    .get(i)
+                    .is_some_and(|c| matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                {
+                    i += 1;
+                }
+                if !number_exact(text.get(start..i).unwrap_or_default()) {
+                    return false;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    true
+}
+
+/// [`json_numbers_exact`] of one number's text (`-12.5e3`).
+fn number_exact(number: &[u8]) -> bool {
+    let (mantissa, exponent) = match number.iter().position(|c| matches!(c, b'e' | b'E')) {
+        Some(at) => (
+            number.get(..at).unwrap_or_default(),
+            number.get(at + 1..).unwrap_or_default(),
+        ),
+        None => (number, &b""[..]),
+    };
+    let exponent: i64 = match std::str::from_utf8(exponent)
+        .ok()
+        .map(|e| e.trim_start_matches('+'))
+    {
+        Some("") => 0,
+        Some(e) => match e.parse::<i64>() {
+            Ok(e) if e.abs() < 100_000 => e,
+            _ => return false,
+        },
+        None => return false,
+    };
+    let mantissa = mantissa.strip_prefix(b"-").unwrap_or(mantissa);
+    let point = mantissa
+        .iter()
+        .position(|&c| c == b'.')
+        .unwrap_or(mantissa.len());
+    let digits: Vec<u8> = mantissa
+        .iter()
+        .copied()
+        .filter(u8::is_ascii_digit)
+        .collect();
+    let Some(first) = digits.iter().position(|&d| d != b'0') else {
+        return true; // zero
+    };
+    let last = digits.iter().rposition(|&d| d != b'0').unwrap_or(first);
+    // The leading digit's decimal exponent: its place from the point, plus the exponent.
+    let lead = point as i64 - 1 - first as i64 + exponent;
+    last - first < EXACT_DIGITS && lead.abs() <= EXACT_EXPONENT
+}
+
 /// The key under which a request's record is stored: the idempotency key scoped by the
 /// caller's identity (the IETF draft's composite key; a unique `(idempotency_key, user_id)`
 /// pair), so two users who happen to send the same key never see each other's responses.

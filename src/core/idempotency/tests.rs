@@ -723,4 +723,28 @@ mod properties {
             prop_assert_eq!(claim_action(Record::HeldForOther, "g", now), Action::Mismatch);
         }
     }
+
+    proptest! {
+        /// A number of at most 15 significant digits (within the exponent bound) reads back
+        /// exactly; one of 17 distinct digits does not.
+        #[test]
+        fn json_numbers_exact_by_digits(mantissa in 1u64..999_999_999_999_999, exp in -275i32..275, neg: bool) {
+            let text = format!("{{\"a\": {}{}e{}}}", if neg { "-" } else { "" }, mantissa, exp);
+            prop_assert!(json_numbers_exact(text.as_bytes()), "{}", text);
+            let long = format!("[{}{}]", mantissa, 12_345_678_901_234_567u64 % 99 + 10_000_000_000_000_000);
+            prop_assert!(!json_numbers_exact(long.as_bytes()), "{}", long);
+        }
+    }
+}
+
+#[test]
+fn json_numbers_exact_skips_strings_with_escapes() {
+    assert!(json_numbers_exact(
+        br#"{"a": "x\"12345678901234567891\\", "b": 1}"#
+    ));
+    assert!(!json_numbers_exact(
+        br#"{"a": "x\"", "b": 12345678901234567891}"#
+    ));
+    assert!(json_numbers_exact(b""));
+    assert!(json_numbers_exact(b"[-0, 0.0, 0e999]"));
 }

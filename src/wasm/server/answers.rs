@@ -284,8 +284,13 @@ pub async fn read_answer(
             return Err(unusable("its status", &got));
         }
     };
+    // A status text HTTP cannot send (another fetch implementation's Response may hold any) is
+    // left out: stored, it would fail every replay.
     let status_text = js::get_or_throw(target, "statusText")?
         .as_string()
+        .filter(|t| {
+            crate::core::idempotency::sendable_header_value(t) && t.chars().all(|c| c <= '\u{ff}')
+        })
         .unwrap_or_default();
     let live = if let Some(node) = node {
         node_answer(node, status, &status_text, &source, body)

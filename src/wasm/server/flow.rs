@@ -13,7 +13,8 @@ use wasm_bindgen_futures::JsFuture;
 use super::context::Caller;
 use super::settings::{rejects, Common};
 use super::store::{
-    completed_record, lock_record, overdue_holder, Renewal, StoredRecord, StoredResponse,
+    completed_record, is_yielding, live_holder, lock_record, overdue_holder, Renewal, StoredRecord,
+    StoredResponse, Yielding,
 };
 use crate::core::idempotency::{self as idem, Action};
 use crate::core::key::uuid_v4;
@@ -148,13 +149,23 @@ pub async fn claim(
                 .map_err(|e| ClaimError::Store(e, "acquire"))?
             {
                 Some(found) => found,
-                None => match overdue_holder(&c.store, &k.store_key, js_sys::Date::now()) {
+                None => match if c.store.renews() {
+                    live_holder(&c.store, &k.store_key)
+                } else {
+                    overdue_holder(&c.store, &k.store_key, js_sys::Date::now())
+                } {
                     Some((token, fingerprint)) if !c.store.transactional => {
-                        // Sent before the event loop blocked, the acquire landed after the
-                        // lease of a live holder here lapsed because of it: the key is still
-                        // that holder's. It is freed for the holder to take again (its answer's
-                        // `store_answer`, or its renewal, does), and waited for.
+                        // Sent before the event loop blocked (or queued behind a store that
+                        // paused), the acquire landed after the lease of a live holder here
+                        // lapsed: the key is still that holder's. It is freed for the holder
+                        // to take again (its renewal, or its answer's `store_answer`, does,
+                        // asking again while this gives it back), and waited for.
+                        let yielding = Yielding::start(&k.store_key);
                         free_key(c, k).await;
+                        // Kept a moment past the release: the holder's own calls answered in the
+                        // same read as it may be handled after it.
+                        sleep(YIELD_POLL_MS).await;
+                        drop(yielding);
                         lock_record(
                             &token,
                             &fingerprint,
@@ -472,6 +483,9 @@ impl Stored {
     }
 }
 
+/// How soon a run whose key a request of this process is giving back asks for it again.
+const YIELD_POLL_MS: f64 = 20.0;
+
 /// The waits before `complete` is called again after it failed (a non-transactional store).
 const COMPLETE_RETRY_MS: [f64; 2] = [100.0, 400.0];
 
@@ -497,6 +511,12 @@ pub async fn store_answer(
     // request after it runs the handler again. The last failure is the one reported. Not with
     // a transactional store, whose commit either happened or rolled the run back.
     let mut retries = COMPLETE_RETRY_MS.iter().filter(|_| !c.store.transactional);
+    // Then the call is made again once a renewal interval (a third of lockTimeoutMs, at most
+    // a second) until the lock this run holds (renewed meanwhile, when the store comes back:
+    // a restart, a failover) would have lapsed: an answer not kept, a retry would run the
+    // handler again (and after a 202, nobody reads the answer that would say not to).
+    let patient_until = js::now_ms() + c.limits.lock_timeout_ms;
+    let patient_ms = (c.limits.lock_timeout_ms / 3.0).min(1000.0);
     // The failure of a call made again: a refusal after it may be of an answer that call kept
     // before it failed (its reply lost), so the failure is what is reported.
     let mut failed: Option<JsValue> = None;
@@ -522,6 +542,12 @@ pub async fn store_answer(
                     .await
                 {
                     Ok(true) => taken_again = true,
+                    // A request of this process that took the lapsed key is giving it back to
+                    // this run: asked again once it has.
+                    Ok(false) if is_yielding(&k.store_key) => {
+                        may_take_again = true;
+                        sleep(YIELD_POLL_MS).await;
+                    }
                     Ok(false) => break Ok("the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key"),
                     Err(e) => {
                         c.reporter.store_error(&e, "acquire");
@@ -535,6 +561,12 @@ pub async fn store_answer(
                 if let Some(&ms) = retries.next() {
                     failed = Some(e);
                     sleep(ms).await;
+                    continue;
+                }
+                if !c.store.transactional && js::now_ms() + patient_ms < patient_until
+                {
+                    failed = Some(e);
+                    sleep(patient_ms).await;
                     continue;
                 }
                 break Err(e);

@@ -172,7 +172,7 @@ async fn serve(
     let path = req.target()?;
     let bytes = body.as_deref().unwrap_or_default();
     let json = match headers.get("content-type")? {
-        Some(t) if idem::fingerprints_json(&t) => canonical_json_of(bytes)?,
+        Some(t) if idem::fingerprints_json(&t) => canonical_json_of(bytes),
         _ => None,
     };
     let k = match Keyed::new(
@@ -507,16 +507,33 @@ async fn process(
 }
 
 /// The canonical JSON of a JSON body's bytes (`core::idempotency::fingerprints_json`), as
-/// the adapters fingerprint a value a framework parsed (`canonicalBody`); `None` when the
-/// bytes are not UTF-8 JSON (then they are fingerprinted as they are).
-fn canonical_json_of(bytes: &[u8]) -> Result<Option<String>, JsValue> {
-    let Ok(text) = std::str::from_utf8(bytes) else {
-        return Ok(None);
-    };
-    match js_sys::JSON::parse(text) {
-        Ok(value) => super::canonical::canonical_json(&value),
-        Err(_) => Ok(None),
+/// the adapters fingerprint a value a framework parsed (`canonicalBody`): JSON.parse, then
+/// `JSON.stringify(value, sortKeys)`, which the `canonical` walker writes byte for byte, made
+/// here by V8 itself (a body of a megabyte in milliseconds). `None`, and the bytes are
+/// fingerprinted as they are, when they are not UTF-8 JSON, when a number in them would not
+/// read back exactly (`core::idempotency::json_numbers_exact`), or when the value is nested
+/// too deep for JSON.stringify.
+fn canonical_json_of(bytes: &[u8]) -> Option<String> {
+    if !idem::json_numbers_exact(bytes) {
+        return None;
     }
+    let text = std::str::from_utf8(bytes).ok()?;
+    let value = js_sys::JSON::parse(text).ok()?;
+    SORT_KEYS.with(|sort_keys| {
+        js_sys::JSON::stringify_with_replacer(&value, sort_keys)
+            .ok()?
+            .as_string()
+    })
+}
+
+thread_local! {
+    /// `sortKeys`: the replacer of the canonical form (module `canonical`).
+    static SORT_KEYS: JsValue = Function::new_with_args(
+        "key, value",
+        "if (typeof value !== 'object' || value === null || Array.isArray(value)) return value; \
+         return Object.fromEntries(Object.keys(value).sort().map((k) => [k, value[k]]));",
+    )
+    .into();
 }
 
 /// Headers that tell a client not to send a request again: `X-Should-Retry` (retryFetch, the

@@ -493,6 +493,12 @@ impl Store {
         Ok(v.is_truthy())
     }
 
+    /// Whether the store renews locks (has `renew`): without it, a holder's lock lapses after
+    /// `lockTimeoutMs` however alive the holder is, by design.
+    pub fn renews(&self) -> bool {
+        js::get(&self.object, "renew").is_function()
+    }
+
     /// `renew(key, token, lock, lockTimeoutMs)`; a store without `renew` keeps the lock for
     /// `lockTimeoutMs` only (`true`: nothing to tell).
     pub async fn renew(
@@ -703,6 +709,9 @@ fn tick(id: u64) {
                     .await
                 {
                     Ok(true) => r.leased_at.set(now),
+                    // Taken by a request of this process that is giving it back (it found
+                    // this holder alive): asked again at the next tick.
+                    Ok(false) if is_yielding(&r.key) => {}
                     Ok(false) => r.lost.set(true),
                     Err(error) => {
                         r.lost.set(true);
@@ -715,6 +724,57 @@ fn tick(id: u64) {
         }
         r.busy.set(false);
     });
+}
+
+thread_local! {
+    /// Keys that a request of this process took from a holder alive here (whose lease had
+    /// lapsed in the store: the event loop blocked, or the store paused past it and answered
+    /// the request's queued `acquire` first) and is giving back, with how many such requests.
+    static YIELDING: std::cell::RefCell<std::collections::BTreeMap<Rc<str>, u32>> =
+        std::cell::RefCell::default();
+}
+
+/// While alive, a request of this process is giving `key` back to its holder here: the
+/// holder's renewal (or the storing of its answer), finding the key held by that request's
+/// token, asks again instead of counting its lock lost.
+pub struct Yielding(Rc<str>);
+
+impl Yielding {
+    /// `key` is being given back from now until this is dropped.
+    pub fn start(key: &Rc<str>) -> Yielding {
+        YIELDING.with(|all| *all.borrow_mut().entry(key.clone()).or_insert(0) += 1);
+        Yielding(key.clone())
+    }
+}
+
+impl Drop for Yielding {
+    fn drop(&mut self) {
+        YIELDING.with(|all| {
+            let mut all = all.borrow_mut();
+            if let Some(n) = all.get_mut(&self.0) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    all.remove(&self.0);
+                }
+            }
+        });
+    }
+}
+
+/// Whether a request of this process is giving `key` back to its holder here ([`Yielding`]).
+pub fn is_yielding(key: &str) -> bool {
+    YIELDING.with(|all| all.borrow().contains_key(key))
+}
+
+/// The token and fingerprint of a holder of `key` in `store` alive in this process (it runs
+/// and no renewal was refused), whatever its lease in the store says.
+pub fn live_holder(store: &Store, key: &str) -> Option<(Rc<str>, Rc<str>)> {
+    RENEWALS.with(|all| {
+        all.borrow().0.values().find_map(|r| {
+            (!r.lost.get() && &*r.key == key && Object::is(&r.store.object, &store.object))
+                .then(|| (r.token.clone(), r.fingerprint.clone()))
+        })
+    })
 }
 
 /// The token and fingerprint of the holder of `key` in `store` that is alive in this process
