@@ -37,6 +37,10 @@ pub struct Keyed {
     pub fingerprint: Rc<str>,
     /// This request's random lock token (a UUID).
     pub token: Rc<str>,
+    /// Whether the caller was answered `202 Accepted` while the run goes on (`acceptAfterMs`):
+    /// nobody waits for its answer then, and no header on it can tell a client not to run it
+    /// again, so [`store_answer`] keeps trying while the lock may still be held.
+    pub accepted: Rc<Cell<bool>>,
 }
 
 impl Keyed {
@@ -59,6 +63,7 @@ impl Keyed {
             key,
             fingerprint: fingerprint.into(),
             token: uuid_v4(random_16()).into(),
+            accepted: Rc::default(),
         })
     }
 }
@@ -511,10 +516,11 @@ pub async fn store_answer(
     // request after it runs the handler again. The last failure is the one reported. Not with
     // a transactional store, whose commit either happened or rolled the run back.
     let mut retries = COMPLETE_RETRY_MS.iter().filter(|_| !c.store.transactional);
-    // Then the call is made again once a renewal interval (a third of lockTimeoutMs, at most
-    // a second) until the lock this run holds (renewed meanwhile, when the store comes back:
-    // a restart, a failover) would have lapsed: an answer not kept, a retry would run the
-    // handler again (and after a 202, nobody reads the answer that would say not to).
+    // A run answered 202 before it ended (nobody waits for its answer, and no header on it
+    // can tell the caller's next repeat not to run it again) then makes the call again once a
+    // renewal interval (a third of lockTimeoutMs, at most a second) until the lock it holds
+    // (renewed meanwhile, when the store comes back) would have lapsed. Not a run whose caller
+    // waits: its client would time out and retry first, missing the answer that says not to.
     let patient_until = js::now_ms() + c.limits.lock_timeout_ms;
     let patient_ms = (c.limits.lock_timeout_ms / 3.0).min(1000.0);
     // The failure of a call made again: a refusal after it may be of an answer that call kept
@@ -528,7 +534,28 @@ pub async fn store_answer(
             .await
         {
             Ok(true) => return Stored::Kept,
-            Ok(false) if failed.is_some() => break Err(failed.take().unwrap_or_default()),
+            // Refused after a failure: the earlier call may have kept the answer (its reply
+            // lost), or the lease lapsed during the outage. The key is taken again if nobody
+            // took it (a kept answer refuses that too), then stored.
+            Ok(false) if failed.is_some() => {
+                if may_take_again {
+                    may_take_again = false;
+                    if let Ok(true) = c
+                        .store
+                        .take_again(
+                            &k.store_key,
+                            &k.token,
+                            &k.fingerprint,
+                            c.limits.lock_timeout_ms,
+                        )
+                        .await
+                    {
+                        taken_again = true;
+                        continue;
+                    }
+                }
+                break Err(failed.take().unwrap_or_default());
+            }
             Ok(false) if may_take_again => {
                 may_take_again = false;
                 match c
@@ -563,7 +590,9 @@ pub async fn store_answer(
                     sleep(ms).await;
                     continue;
                 }
-                if !c.store.transactional && js::now_ms() + patient_ms < patient_until
+                if k.accepted.get()
+                    && !c.store.transactional
+                    && js::now_ms() + patient_ms < patient_until
                 {
                     failed = Some(e);
                     sleep(patient_ms).await;

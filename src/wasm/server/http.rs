@@ -235,6 +235,7 @@ async fn accept_after(
 ) -> Result<JsValue, JsValue> {
     let record = runs::RunRecord::new(&k);
     let settings = s.clone();
+    let accepted_202 = k.accepted.clone();
     let run = wasm_bindgen_futures::future_to_promise(async move {
         process(&settings, &k, &handler, &req, body, &route, &caller).await
     });
@@ -244,6 +245,7 @@ async fn accept_after(
             // Nobody awaits the run from here on: its failure is the handler's, reported
             // (`onError`) where it happens; the rejection itself must not go unhandled.
             js::ignore_rejection(&run);
+            accepted_202.set(true);
             Ok(accepted(&s, record)?.into())
         }
     }
