@@ -540,15 +540,7 @@ pub async fn store_answer(
             Ok(false) if failed.is_some() => {
                 if may_take_again {
                     may_take_again = false;
-                    if let Ok(true) = c
-                        .store
-                        .take_again(
-                            &k.store_key,
-                            &k.token,
-                            &k.fingerprint,
-                            c.limits.lock_timeout_ms,
-                        )
-                        .await
+                    if let Ok(true) = take_key_again(c, k).await
                     {
                         taken_again = true;
                         continue;
@@ -558,16 +550,7 @@ pub async fn store_answer(
             }
             Ok(false) if may_take_again => {
                 may_take_again = false;
-                match c
-                    .store
-                    .take_again(
-                        &k.store_key,
-                        &k.token,
-                        &k.fingerprint,
-                        c.limits.lock_timeout_ms,
-                    )
-                    .await
-                {
+                match take_key_again(c, k).await {
                     Ok(true) => taken_again = true,
                     // A request of this process that took the lapsed key is giving it back to
                     // this run: asked again once it has.
@@ -611,6 +594,18 @@ pub async fn store_answer(
         free_key(c, k).await;
     }
     stored
+}
+
+/// Take `k`'s lapsed lock again for this run, if nobody took it (`Store::take_again`).
+async fn take_key_again(c: &Common, k: &Keyed) -> Result<bool, JsValue> {
+    c.store
+        .take_again(
+            &k.store_key,
+            &k.token,
+            &k.fingerprint,
+            c.limits.lock_timeout_ms,
+        )
+        .await
 }
 
 /// Free `k` (with a transactional store: roll back what the handler wrote through `ctx.tx`).

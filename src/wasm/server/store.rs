@@ -769,12 +769,7 @@ pub fn is_yielding(key: &str) -> bool {
 /// The token and fingerprint of a holder of `key` in `store` alive in this process (it runs
 /// and no renewal was refused), whatever its lease in the store says.
 pub fn live_holder(store: &Store, key: &str) -> Option<(Rc<str>, Rc<str>)> {
-    RENEWALS.with(|all| {
-        all.borrow().0.values().find_map(|r| {
-            (!r.lost.get() && &*r.key == key && Object::is(&r.store.object, &store.object))
-                .then(|| (r.token.clone(), r.fingerprint.clone()))
-        })
-    })
+    holder_where(store, key, |_| true)
 }
 
 /// The token and fingerprint of the holder of `key` in `store` that is alive in this process
@@ -782,12 +777,23 @@ pub fn live_holder(store: &Store, key: &str) -> Option<(Rc<str>, Rc<str>)> {
 /// `renewal_overdue`): its lease may have lapsed in the store only because the event loop was
 /// blocked, and its renewal, about to run, will take the key again. `None` otherwise.
 pub fn overdue_holder(store: &Store, key: &str, now: f64) -> Option<(Rc<str>, Rc<str>)> {
+    holder_where(store, key, |r| {
+        renewal_overdue(r.leased_at.get(), r.interval, now)
+    })
+}
+
+/// The first live holder of `key` in `store` in this process for which `also` holds.
+fn holder_where(
+    store: &Store,
+    key: &str,
+    also: impl Fn(&Renewing) -> bool,
+) -> Option<(Rc<str>, Rc<str>)> {
     RENEWALS.with(|all| {
         all.borrow().0.values().find_map(|r| {
             (!r.lost.get()
                 && &*r.key == key
-                && renewal_overdue(r.leased_at.get(), r.interval, now)
-                && Object::is(&r.store.object, &store.object))
+                && Object::is(&r.store.object, &store.object)
+                && also(r))
             .then(|| (r.token.clone(), r.fingerprint.clone()))
         })
     })
