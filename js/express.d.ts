@@ -72,7 +72,7 @@ export type IdempotencyMiddleware = (req: NodeIncomingMessage, res: NodeServerRe
  * call, so make it once per set of routes that share keys, not per request.
  * @param options the companion's options (`store`, `header`, `required`, `identity`, `secret`,
  *   `ttlMs`, `lockTimeoutMs`, `concurrent`, `waitTimeoutMs`, `pollMs`, `maxBodyBytes`,
- *   `handlerTimeoutMs`, `ignoredMethods`, `onStoreError`, `onError`), with their defaults:
+ *   `handlerTimeoutMs`, `storeTimeoutMs`, `ignoredMethods`, `onStoreError`, `onError`), with their defaults:
  *   see `IdempotencyOptions`. @default {} (a `MemoryStore`; keys required on POST and PATCH)
  * @throws TypeError when an option is invalid or unknown (naming it).
  */

@@ -62,7 +62,7 @@ export type { IdempotencyContext, IdempotencyOptions } from './server.js';
  *
  * Its options are the companion's (`store`, `header`, `required`, `identity`, `secret`,
  * `ttlMs`, `lockTimeoutMs`, `concurrent`, `waitTimeoutMs`, `pollMs`, `maxBodyBytes`,
- * `handlerTimeoutMs`, `ignoredMethods`, `onStoreError`, `onError`), with their defaults: see
+ * `handlerTimeoutMs`, `storeTimeoutMs`, `ignoredMethods`, `onStoreError`, `onError`), with their defaults: see
  * `IdempotencyOptions`; Fastify's own register options (`prefix`, `logLevel`,
  * `logSerializers`) are left out of them. An invalid or unknown option fails the
  * registration with a TypeError naming it.

@@ -147,6 +147,16 @@ export interface IdempotencyOptions<Tx = unknown> {
    */
   handlerTimeoutMs?: number | undefined;
   /**
+   * How long a store call made before the handler runs (taking the key, reading the store's
+   * secret, polling a key held by another request) may take, in ms: a store that has not
+   * answered by then (a paused or unreachable Redis, a pool with no free connection) gets the
+   * request a 503 with `Retry-After` (told to `onStoreError` as a `TimeoutError`), nothing
+   * run; a lock the call takes after that is given back. Calls made after the handler ran
+   * (storing its answer, renewing, releasing) are waited for.
+   * @default 5000
+   */
+  storeTimeoutMs?: number | undefined;
+  /**
    * Methods whose `Idempotency-Key` is ignored: the request goes to the handler as one
    * without a key (nothing stored).
    * @default ['GET', 'HEAD', 'OPTIONS']
@@ -247,6 +257,8 @@ export interface IdempotentOptions<Input, Tx = unknown> {
   waitTimeoutMs?: number | undefined;
   /** How often a waiting call polls the store, in ms. @default 25 */
   pollMs?: number | undefined;
+  /** See `IdempotencyOptions.storeTimeoutMs`: a store call before `fn` runs that takes longer rejects the call with a `TimeoutError` (nothing run). @default 5000 */
+  storeTimeoutMs?: number | undefined;
   /**
    * Told when the store fails after `fn` started (`'renew'`, `'complete'`, `'release'`). A
    * store that fails before `fn` ran rejects the call with the store's error instead.

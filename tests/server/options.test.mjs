@@ -31,6 +31,10 @@ test('invalid options are TypeErrors naming the option, the value and what is al
     [{ handlerTimeoutMs: 0 }, `idempotency: invalid option "handlerTimeoutMs": got 0; expected ${ms}`],
     [{ handlerTimeoutMs: 1.5 }, `idempotency: invalid option "handlerTimeoutMs": got 1.5; expected ${ms}`],
     [{ handlerTimeoutMs: '100' }, `idempotency: invalid option "handlerTimeoutMs": got "100"; expected ${ms}`],
+    [{ storeTimeoutMs: 0 }, `idempotency: invalid option "storeTimeoutMs": got 0; expected ${ms}`],
+    [{ storeTimeoutMs: 2.5 }, `idempotency: invalid option "storeTimeoutMs": got 2.5; expected ${ms}`],
+    [{ storeTimeoutMs: 2 ** 31 }, `idempotency: invalid option "storeTimeoutMs": got 2147483648; expected ${ms}`],
+    [{ storeTimeoutMs: '5000' }, `idempotency: invalid option "storeTimeoutMs": got "5000"; expected ${ms}`],
     [{ secret: 'too short' }, `idempotency: invalid option "secret": got "too short"; expected ${secret}`],
     [{ secret: 'x'.repeat(15) }, `idempotency: invalid option "secret": got "${'x'.repeat(15)}"; expected ${secret}`],
     [{ secret: 42 }, /^idempotency: invalid option "secret": got 42; expected a string of at least 16 characters/],
@@ -97,7 +101,8 @@ test('an unknown option is a TypeError naming the closest known one, or listing 
     [{ waitTimeout: 1000 }, 'idempotency: unknown option "waitTimeout" (did you mean "waitTimeoutMs"?)'],
     [{ onstoreerror() {} }, 'idempotency: unknown option "onstoreerror" (did you mean "onStoreError"?)'],
     [{ Store: new MemoryStore() }, 'idempotency: unknown option "Store" (did you mean "store"?)'],
-    [{ zzzz: 1 }, 'idempotency: unknown option "zzzz"; the options are store, header, required, identity, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, maxBodyBytes, handlerTimeoutMs, ignoredMethods, acceptAfterMs, history, onStoreError, onError, onEvent'],
+    [{ zzzz: 1 }, 'idempotency: unknown option "zzzz"; the options are store, header, required, identity, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, maxBodyBytes, handlerTimeoutMs, storeTimeoutMs, ignoredMethods, acceptAfterMs, history, onStoreError, onError, onEvent'],
+    [{ storeTimeout: 1000 }, 'idempotency: unknown option "storeTimeout" (did you mean "storeTimeoutMs"?)'],
     [{ handlerTimeout: 1000 }, 'idempotency: unknown option "handlerTimeout" (did you mean "handlerTimeoutMs"?)'],
     [{ ignoreMethods: [] }, 'idempotency: unknown option "ignoreMethods" (did you mean "ignoredMethods"?)'],
   ];
@@ -110,7 +115,7 @@ test('an unknown option is a TypeError naming the closest known one, or listing 
   assert.throws(() => idempotent(ok, { key: () => 'k', keys: 1 }), { name: 'TypeError', message: 'idempotent: unknown option "keys" (did you mean "key"?)' });
   assert.throws(() => idempotent(ok, { key: () => 'k', zzzz: 1 }), {
     name: 'TypeError',
-    message: 'idempotent: unknown option "zzzz"; the options are store, key, scope, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, maxRuns, history, onStoreError, onEvent, onDeadLetter',
+    message: 'idempotent: unknown option "zzzz"; the options are store, key, scope, secret, ttlMs, lockTimeoutMs, concurrent, waitTimeoutMs, pollMs, storeTimeoutMs, maxRuns, history, onStoreError, onEvent, onDeadLetter',
   });
   assert.throws(() => idempotent(ok, { key: () => 'k', identity: false }), { name: 'TypeError', message: /^idempotent: unknown option "identity"; the options are store, key, scope, / });
   // The options of idempotency() alone are unknown to idempotent().
@@ -528,6 +533,98 @@ test('a store that is down before the handler: a 503 problem with Retry-After: 1
     throw new Error('onStoreError broke');
   } });
   await problemOf(await loud(post(newKey())), 503, 'idempotency-store-unavailable', { retryAfter: true });
+});
+
+test('storeTimeoutMs: a store that does not answer before the handler runs gets the request a 503 with Retry-After, nothing run; a lock it takes after that is given back', { timeout: 20_000 }, async () => {
+  // acquire() answers only when the test lets it: a paused Redis, a pool with no connection.
+  const gates = [];
+  const tokens = [];
+  class Hanging extends MemoryStore {
+    async acquire(...args) {
+      tokens.push(args[1].token);
+      const gate = deferred();
+      gates.push(gate);
+      await gate.promise;
+      return super.acquire(...args);
+    }
+  }
+  const store = new Hanging();
+  const released = [];
+  const release = store.release.bind(store);
+  store.release = (key, token) => (released.push(token), release(key, token));
+  const told = [];
+  let runs = 0;
+  const h = idempotency(async () => new Response(`run ${++runs}`, { status: 201 }), {
+    store, identity: false, storeTimeoutMs: 200, onStoreError: (error, operation) => told.push([operation, error.name, error.message]),
+  });
+  const key = newKey();
+  const started = performance.now();
+  await problemOf(await h(post(key)), 503, 'idempotency-store-unavailable', { retryAfter: true });
+  assert.ok(performance.now() - started >= 190, 'answered once storeTimeoutMs passed, not before');
+  assert.equal(runs, 0, 'nothing ran');
+  assert.deepEqual(told, [['acquire', 'TimeoutError', 'idempotency: the store did not answer acquire() within storeTimeoutMs (200 ms); the request was answered 503 and not processed']]);
+  // The store answers after all, granting the lock to the request already answered 503: it is
+  // given back, with that request's token, so its retry is not kept waiting for its own lock.
+  gates[0].resolve();
+  await sleep(100);
+  assert.deepEqual(released, [tokens[0]], 'the late lock is released, with its own token');
+  // The retry (the store answering again) runs once, at once, and is stored.
+  const retrying = h(post(key));
+  await sleep(10);
+  gates[1].resolve();
+  const res = await retrying;
+  assert.equal(res.status, 201);
+  assert.equal(await res.text(), 'run 1');
+  // A store that answers within the limit is not affected; calls after the handler ran are
+  // waited for however long they take: a complete() slower than storeTimeoutMs still stores.
+  class SlowComplete extends MemoryStore {
+    async complete(...args) {
+      await sleep(400);
+      return super.complete(...args);
+    }
+  }
+  const slowStore = new SlowComplete();
+  const slow = idempotency(async () => new Response(`charged ${++runs}`, { status: 201 }), { store: slowStore, identity: false, storeTimeoutMs: 100 });
+  const k2 = newKey();
+  const first = await slow(post(k2));
+  assert.equal(first.status, 201);
+  assert.equal(first.headers.get('x-should-retry'), null, 'the answer was kept');
+  const replay = await slow(post(k2));
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  assert.equal(await replay.text(), 'charged 2');
+});
+
+test('storeTimeoutMs: a secret() that does not answer is a 503 too; a late reclaim() that took a dead holder\'s lock gives it back; idempotent() rejects with the TimeoutError', async () => {
+  const never = new Promise(() => {});
+  const told = [];
+  const noSecret = idempotency(ok, { store: Object.assign(new MemoryStore(), { secret: () => never }), storeTimeoutMs: 50, onStoreError: (e, op) => told.push([op, e.name]) });
+  await problemOf(await noSecret(post(newKey(), { headers: { Authorization: 'Bearer u1' } })), 503, 'idempotency-store-unavailable', { retryAfter: true });
+  assert.deepEqual(told, [['secret', 'TimeoutError']]);
+  // reclaim(): a dead holder's lock taken over after the request was answered 503.
+  const table = new TableStore();
+  table.rows.set('-:k', { state: 'in-progress', token: 'dead', fingerprint: 'f', lockExpiresAt: Date.now() - 1 });
+  const gate = deferred();
+  const reclaim = table.reclaim.bind(table);
+  table.reclaim = async (...args) => (await gate.promise, reclaim(...args));
+  const released = [];
+  const release = table.release.bind(table);
+  table.release = (key, token) => (released.push(token), release(key, token));
+  const h = idempotency(ok, { store: table, identity: false, storeTimeoutMs: 50, onStoreError: () => {} });
+  await problemOf(await h(post('k')), 503, 'idempotency-store-unavailable', { retryAfter: true });
+  gate.resolve();
+  await sleep(60);
+  assert.equal(released.length, 1, 'the late take-over is given back');
+  assert.equal(table.rows.get('-:k'), undefined, 'the key is free');
+  // idempotent(): the delivery rejects with the TimeoutError, fn not run.
+  class Hanging extends MemoryStore {
+    acquire() {
+      return never;
+    }
+  }
+  let ran = false;
+  const job = idempotent(async () => (ran = true), { store: new Hanging(), key: (m) => m.id, storeTimeoutMs: 30, onStoreError: () => {} });
+  await assert.rejects(job({ id: 'j1' }), { name: 'TimeoutError', message: /did not answer acquire\(\) within storeTimeoutMs \(30 ms\)/ });
+  assert.equal(ran, false);
 });
 
 test('a store failing after the handler ran: the handler\'s answer is still returned (non-transactional), onStoreError is told', async () => {

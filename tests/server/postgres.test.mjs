@@ -451,6 +451,47 @@ if (skip) {
   });
 }
 
+test('PostgresStore on a pool with no free connection: storeTimeoutMs answers 503 with Retry-After, nothing run; the claim that gets a connection late is rolled back, and the retry runs once', { skip, timeout: 60_000 }, async () => {
+  // One connection, held by a keyed request whose handler runs (its transaction is its lock).
+  const own = newPool(1);
+  const store = new PostgresStore({ pool: own, table: tableName('idem') });
+  await store.migrate();
+  const release = store.release.bind(store);
+  let givenBack = 0;
+  store.release = async (...args) => {
+    givenBack++;
+    return release(...args);
+  };
+  const charges = await chargesTable();
+  let runs = 0;
+  const told = [];
+  const handler = idempotency(async (req, ctx) => {
+    const run = ++runs;
+    await charges.insert(ctx.tx, ctx.key, run);
+    if (ctx.key === 'slow') await sleep(1_000);
+    return Response.json({ run }, { status: 201 });
+  }, { store, history: false, identity: false, storeTimeoutMs: 300, onStoreError: (e, op) => told.push(`${op} ${e.name}`) });
+  const pay = (key) => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' }, body: '{"amount":1}' }));
+  const slow = pay('slow');
+  await sleep(100);
+  const shed = await pay('second');
+  await problemOf(shed, 503, 'idempotency-store-unavailable', { retryAfter: true });
+  assert.deepEqual(told, ['acquire TimeoutError']);
+  assert.equal(runs, 1, 'only the holder ran');
+  assert.equal((await slow).status, 201);
+  // The shed claim got the connection once the holder committed, took the key, and gave it back.
+  for (let i = 0; givenBack < 1 || own.idleCount !== own.totalCount; i++) {
+    assert.ok(i < 200, `the late claim was not rolled back (${givenBack} releases, ${own.totalCount - own.idleCount} connections out)`);
+    await sleep(20);
+  }
+  const retry = await pay('second');
+  assert.equal(retry.status, 201);
+  assert.deepEqual(await retry.json(), { run: 2 });
+  const replay = await pay('second');
+  assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+  assert.deepEqual(await charges.runs(), [1, 2], 'one charge per key');
+});
+
 test('PostgresStore: duplicates waiting on one held key ask without holding a pooled connection each', { skip, timeout: 60_000 }, async () => {
   // 20 duplicates of one request whose handler takes 1.5 s, waiting (concurrent: 'wait'): each
   // ask of theirs once held a connection for lockWaitMs (a claim blocked on the key's row):

@@ -273,6 +273,61 @@ test('RedisStore on a Redis Cluster (one node holding every slot; the default pr
   }
 });
 
+test('RedisStore stopped (SIGSTOP) before the handler runs: storeTimeoutMs answers 503 with Retry-After, nothing run; once Redis is back the lock taken late is given back and the retry runs once', { skip, timeout: 60_000 }, async () => {
+  const { server, url: ownUrl, connect, stop } = await ownRedis(() => [], 'rf-stalled-');
+  const client = createClient({ url: ownUrl, disableOfflineQueue: true });
+  client.on('error', () => {});
+  try {
+    await connect(client);
+    let runs = 0;
+    const told = [];
+    const store = new RedisStore({ client });
+    const release = store.release.bind(store);
+    let givenBack = 0; // releases that found the lock: the late ones' own
+    store.release = async (...args) => ((await release(...args)) && givenBack++, true);
+    const handler = idempotency(async () => Response.json({ run: ++runs }, { status: 201 }), {
+      store, identity: false, storeTimeoutMs: 300,
+      onStoreError: (error, operation) => told.push(`${operation} ${error.name}`),
+    });
+    const pay = (key) => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': key }, body: '{"amount":10}' }));
+    await pay(newKey()); // the store's secret read
+    runs = 0;
+    const key = newKey();
+    process.kill(server.pid, 'SIGSTOP');
+    let stopped = true;
+    try {
+      // The SET NX is written and waits in the stopped server; the request does not.
+      const other = newKey();
+      const shed = await Promise.all([pay(key), pay(other)]);
+      for (const res of shed) {
+        assert.equal(res.status, 503);
+        assert.equal(res.headers.get('retry-after'), '1');
+      }
+      assert.deepEqual(told, ['acquire TimeoutError', 'acquire TimeoutError']);
+      process.kill(server.pid, 'SIGCONT');
+      stopped = false;
+      // Redis runs the queued SET NX: the key is taken for the request answered 503, and given back.
+      for (let i = 0; givenBack < 2; i++) {
+        assert.ok(i < 100, `the locks taken late were not given back (${givenBack} of 2)`);
+        await sleep(20);
+      }
+      assert.equal(await client.exists([`idem:-:${key}`, `idem:-:${other}`]), 0);
+      const retry = await pay(key);
+      assert.equal(retry.status, 201);
+      assert.deepEqual(await retry.json(), { run: 1 });
+      const replay = await pay(key);
+      assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+      assert.deepEqual(await replay.json(), { run: 1 });
+      assert.equal(runs, 1, 'the handler ran once, for the retry');
+    } finally {
+      if (stopped) process.kill(server.pid, 'SIGCONT');
+    }
+  } finally {
+    await client.quit().catch(() => {});
+    await stop();
+  }
+});
+
 test('RedisStore stopped (SIGSTOP) past the lease while a keyed handler runs and a retry of its key waits in the same process: the retry gives the lapsed key back, the handler runs once, its answer is stored', { skip, timeout: 60_000 }, async () => {
   // A Redis of its own, to be stopped without stopping the other tests' one.
   const { server, url: ownUrl, connect, stop } = await ownRedis(() => [], 'rf-paused-');

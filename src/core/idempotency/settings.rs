@@ -18,6 +18,13 @@ pub const DEFAULT_LOCK_TIMEOUT_MS: f64 = 60_000.0;
 /// Default interval at which a waiting request polls the store: 25 ms.
 pub const DEFAULT_POLL_MS: f64 = 25.0;
 
+/// Default `storeTimeoutMs`: 5 s. A store call made before the handler runs (taking the key,
+/// reading the secret, polling a held key) that has not answered after this gets the request
+/// a 503 with `Retry-After`, nothing run: a store that hangs (a paused Redis, a connection that
+/// went silent, a pool with no free connection) sheds the requests it cannot serve instead of
+/// holding every one of them for as long as it hangs.
+pub const DEFAULT_STORE_TIMEOUT_MS: f64 = 5_000.0;
+
 /// Default `maxBodyBytes`: 1 MiB. The body is read (to fingerprint it) before the handler
 /// runs, so the limit bounds the memory one request can take.
 pub const DEFAULT_MAX_BODY_BYTES: f64 = 1_048_576.0;
@@ -74,6 +81,11 @@ pub struct ServerOptions {
     /// `ignoredMethods`: the methods whose key is ignored (upper-case). Default
     /// [`DEFAULT_IGNORED_METHODS`].
     pub ignored_methods: Vec<String>,
+    /// `storeTimeoutMs`: how long a store call made before the handler runs may take before
+    /// the request is answered 503 (`Retry-After`), nothing run. Calls made after the handler
+    /// ran (storing its answer, renewing, releasing) are waited for: their outcome is what
+    /// tells whether the answer was kept. Default [`DEFAULT_STORE_TIMEOUT_MS`] (5 s).
+    pub store_timeout_ms: f64,
     /// `acceptAfterMs`: a keyed request whose handler has not settled after this is answered
     /// `202 Accepted` (with `Retry-After`) while the handler goes on; a repeat while it runs
     /// gets `202` at once. Default none: the caller waits for the handler.
@@ -95,6 +107,7 @@ impl Default for ServerOptions {
                 .iter()
                 .map(|m| m.to_string())
                 .collect(),
+            store_timeout_ms: DEFAULT_STORE_TIMEOUT_MS,
             accept_after_ms: None,
         }
     }
@@ -147,7 +160,7 @@ impl ServerOptions {
 /// What `ttlMs` must be.
 pub const TTL_EXPECTED: &str = "an integer number of milliseconds from 1 to 31536000000 (365 days)";
 
-/// What `pollMs` and `handlerTimeoutMs` must be.
+/// What `pollMs`, `handlerTimeoutMs` and `storeTimeoutMs` must be.
 pub const POSITIVE_MS_EXPECTED: &str = "an integer number of milliseconds from 1 to 2147483647";
 
 /// The shortest `lockTimeoutMs` accepted: 1 s. A live holder renews its lock every third of
@@ -238,6 +251,15 @@ pub fn poll_ms(v: f64) -> Result<f64, OptionError> {
     }
 }
 
+/// `storeTimeoutMs`: an integer from 1 to 2^31 - 1.
+pub fn store_timeout_ms(v: f64) -> Result<f64, OptionError> {
+    if integer_in(v, 1.0, MAX_TIMER_MS) {
+        Ok(v)
+    } else {
+        Err(OptionError::new("storeTimeoutMs", POSITIVE_MS_EXPECTED))
+    }
+}
+
 /// `header`: an HTTP field name (an RFC 9110 token).
 pub fn header(v: &str) -> Result<String, OptionError> {
     let token = !v.is_empty()
@@ -272,7 +294,7 @@ pub fn max_body_bytes(v: f64) -> Result<f64, OptionError> {
 }
 
 /// Every option `idempotency(handler, options)` takes, by its JavaScript name.
-pub const SERVER_OPTION_NAMES: [&str; 18] = [
+pub const SERVER_OPTION_NAMES: [&str; 19] = [
     "store",
     "header",
     "required",
@@ -285,6 +307,7 @@ pub const SERVER_OPTION_NAMES: [&str; 18] = [
     "pollMs",
     "maxBodyBytes",
     "handlerTimeoutMs",
+    "storeTimeoutMs",
     "ignoredMethods",
     "acceptAfterMs",
     "history",
@@ -294,7 +317,7 @@ pub const SERVER_OPTION_NAMES: [&str; 18] = [
 ];
 
 /// Every option `idempotent(fn, options)` takes, by its JavaScript name.
-pub const JOB_OPTION_NAMES: [&str; 14] = [
+pub const JOB_OPTION_NAMES: [&str; 15] = [
     "store",
     "key",
     "scope",
@@ -304,6 +327,7 @@ pub const JOB_OPTION_NAMES: [&str; 14] = [
     "concurrent",
     "waitTimeoutMs",
     "pollMs",
+    "storeTimeoutMs",
     "maxRuns",
     "history",
     "onStoreError",

@@ -407,6 +407,7 @@ fn option_defaults() {
         5.0
     );
     assert_eq!(o.poll_ms, 25.0);
+    assert_eq!(o.store_timeout_ms, 5_000.0);
     assert_eq!(o.max_body_bytes, 1_048_576.0);
     assert_eq!(o.renew_interval_ms(), 20_000.0);
     assert_eq!(
@@ -624,6 +625,15 @@ fn option_validation() {
     );
     assert_eq!(poll_ms(1.0), Ok(1.0));
     assert_eq!(poll_ms(0.0).map_err(|e| e.option), Err("pollMs"));
+    assert_eq!(store_timeout_ms(1.0), Ok(1.0));
+    assert_eq!(store_timeout_ms(MAX_TIMER_MS), Ok(MAX_TIMER_MS));
+    for bad in [0.0, -1.0, 1.5, f64::NAN, f64::INFINITY, MAX_TIMER_MS + 1.0] {
+        assert_eq!(
+            store_timeout_ms(bad).map_err(|e| e.option),
+            Err("storeTimeoutMs"),
+            "{bad}"
+        );
+    }
     assert_eq!(header("Idempotency-Key"), Ok("Idempotency-Key".into()));
     assert_eq!(header("X-Request-Id"), Ok("X-Request-Id".into()));
     for bad in ["", "Bad Header", "a:b", "caf\u{e9}"] {

@@ -149,7 +149,13 @@ pub async fn claim(
             }
             None => match c
                 .store
-                .acquire(&k.store_key, &lock, &k.token, o.lock_timeout_ms)
+                .acquire_to_run(
+                    &k.store_key,
+                    &lock,
+                    &k.token,
+                    o.lock_timeout_ms,
+                    &c.reporter,
+                )
                 .await
                 .map_err(|e| ClaimError::Store(e, "acquire"))?
             {
@@ -202,7 +208,14 @@ pub async fn claim(
             // their own: our clock ran ahead of the holder's): in progress, as below.
             Action::LockExpired => {
                 if c.store
-                    .reclaim(&k.store_key, record.token(), &lock, o.lock_timeout_ms)
+                    .reclaim(
+                        &k.store_key,
+                        record.token(),
+                        &lock,
+                        &k.token,
+                        o.lock_timeout_ms,
+                        &c.reporter,
+                    )
                     .await
                     .map_err(|e| ClaimError::Store(e, "reclaim"))?
                 {
@@ -489,7 +502,7 @@ impl Stored {
 }
 
 /// How soon a run whose key a request of this process is giving back asks for it again.
-const YIELD_POLL_MS: f64 = 20.0;
+pub const YIELD_POLL_MS: f64 = 20.0;
 
 /// The waits before `complete` is called again after it failed (a non-transactional store).
 const COMPLETE_RETRY_MS: [f64; 2] = [100.0, 400.0];

@@ -58,7 +58,7 @@ fn expected(option: &str) -> &'static str {
         "identity" => "a function (request) => string | undefined, or false (keys not scoped)",
         "ttlMs" => idem::TTL_EXPECTED,
         "lockTimeoutMs" => idem::LOCK_TIMEOUT_EXPECTED,
-        "pollMs" | "handlerTimeoutMs" => idem::POSITIVE_MS_EXPECTED,
+        "pollMs" | "handlerTimeoutMs" | "storeTimeoutMs" => idem::POSITIVE_MS_EXPECTED,
         "acceptAfterMs" => runs::ACCEPT_AFTER_EXPECTED,
         "maxRuns" => runs::MAX_RUNS_EXPECTED,
         "history" => "true or false",
@@ -224,6 +224,7 @@ struct RawOptions {
     poll_ms: Option<f64>,
     max_body_bytes: Option<f64>,
     handler_timeout_ms: Option<f64>,
+    store_timeout_ms: Option<f64>,
     ignored_methods: Option<Vec<String>>,
     secret: Option<String>,
     accept_after_ms: Option<f64>,
@@ -283,6 +284,9 @@ fn read_raw(
     if let Some(n) = raw.handler_timeout_ms {
         limits.handler_timeout_ms = Some(check(idem::handler_timeout_ms(n), n)?);
     }
+    if let Some(n) = raw.store_timeout_ms {
+        limits.store_timeout_ms = check(idem::store_timeout_ms(n), n)?;
+    }
     if let Some(n) = raw.accept_after_ms {
         limits.accept_after_ms = Some(check(runs::accept_after_ms(n), n)?);
     }
@@ -298,7 +302,7 @@ fn read_raw(
         let ok = idem::secret(v).map_err(|e| invalid_option(api, e, &v.into()))?;
         *secret.0.borrow_mut() = Some(ok.as_bytes().into());
     }
-    let store = if raw.store.is_undefined() {
+    let mut store = if raw.store.is_undefined() {
         let made =
             DEFAULT_STORE.with(|s| s.borrow().as_ref().map(|f| f.call0(&JsValue::UNDEFINED)));
         match made {
@@ -309,6 +313,7 @@ fn read_raw(
     } else {
         Store::new(raw.store.clone()).ok_or_else(|| error("store", &raw.store))?
     };
+    store.claim_timeout_ms = limits.store_timeout_ms;
     let function = |name: &'static str, v: &JsValue| -> Result<Option<Function>, JsValue> {
         if v.is_undefined() {
             return Ok(None);

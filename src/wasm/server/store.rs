@@ -19,8 +19,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{spawn_local, JsFuture};
 
+use super::flow::within;
 use super::settings::Reporter;
-use crate::core::idempotency::{renewal_overdue, Record};
+use crate::core::idempotency::{renewal_overdue, Record, DEFAULT_STORE_TIMEOUT_MS};
 use crate::wasm::errors::{describe, type_error};
 use crate::wasm::js;
 
@@ -344,6 +345,62 @@ pub struct Store {
     /// `store.transactional === true`: `release` rolls back what the handler wrote through
     /// `ctx.tx` (`PostgresStore`).
     pub transactional: bool,
+    /// `storeTimeoutMs`: how long a call made before the handler runs (`acquire` and `reclaim`
+    /// while claiming, `secret`) may take; it fails with a `TimeoutError` then. Default
+    /// [`DEFAULT_STORE_TIMEOUT_MS`] (5 s).
+    pub claim_timeout_ms: f64,
+}
+
+/// What is left to do when a store call that timed out (`storeTimeoutMs`) answers after all.
+enum Late {
+    /// Nothing: what it answers is not this request's any more (its rejection is ignored).
+    Ignore,
+    /// A lock it took (`granted` reads that from its value) is this request's, which was
+    /// answered 503 without running: it is given back, so that the request's retry does not
+    /// find its own key held until `lockTimeoutMs`. A holder of the key in this process is
+    /// told it is being given back ([`Yielding`]), as a duplicate's release does.
+    GiveBack {
+        key: Rc<str>,
+        token: Rc<str>,
+        granted: fn(&JsValue) -> bool,
+        reporter: Reporter,
+    },
+}
+
+impl Late {
+    /// Wait for `promise` in the background and do what is left.
+    fn after(self, store: Store, promise: js_sys::Promise) {
+        let Late::GiveBack {
+            key,
+            token,
+            granted,
+            reporter,
+        } = self
+        else {
+            js::ignore_rejection(&promise);
+            return;
+        };
+        spawn_local(async move {
+            if !JsFuture::from(promise).await.is_ok_and(|v| granted(&v)) {
+                return;
+            }
+            let yielding = Yielding::start(&key);
+            if let Err(e) = store.release(&key, &token).await {
+                reporter.store_error(&e, "release");
+            }
+            // Kept a moment past the release, as a duplicate's is (`flow::YIELD_POLL_MS`).
+            super::flow::sleep(super::flow::YIELD_POLL_MS).await;
+            drop(yielding);
+        });
+    }
+}
+
+/// The error of a store call that did not answer within `storeTimeoutMs`.
+fn timed_out(method: &str, ms: f64) -> JsValue {
+    let message = format!("idempotency: the store did not answer {method}() within storeTimeoutMs ({ms} ms); the request was answered 503 and not processed");
+    let error = js_sys::Error::new(&message);
+    error.set_name("TimeoutError");
+    error.into()
 }
 
 impl Store {
@@ -355,6 +412,7 @@ impl Store {
                 .all(|m| js::get(&value, m).is_function());
         ok.then(|| Store {
             transactional: js::get(&value, "transactional").as_bool() == Some(true),
+            claim_timeout_ms: DEFAULT_STORE_TIMEOUT_MS,
             object: value,
         })
     }
@@ -364,6 +422,17 @@ impl Store {
     /// `Symbol.for('retry-fetch.syncStore')` (`MemoryStore`'s) is called through it, and what
     /// that returns is not awaited.
     async fn call(&self, method: &'static str, args: &[&JsValue]) -> Result<JsValue, JsValue> {
+        self.call_within(method, args, None).await
+    }
+
+    /// [`Store::call`], given up after `claim_timeout_ms` when `late` says what to do if it
+    /// answers after that (a call made before the handler runs); waited for when `None`.
+    async fn call_within(
+        &self,
+        method: &'static str,
+        args: &[&JsValue],
+        late: Option<&dyn Fn() -> Late>,
+    ) -> Result<JsValue, JsValue> {
         let f: Function = js::get_or_throw(&self.object, method)?
             .dyn_into()
             .map_err(|_| type_error("idempotency: the store lost one of its methods"))?;
@@ -390,7 +459,17 @@ impl Store {
             // Not a promise nor a thenable: nothing to wait for.
             return Ok(value);
         }
-        JsFuture::from(js::promise_of(&value)).await
+        let promise = js::promise_of(&value);
+        let Some(late) = late else {
+            return JsFuture::from(promise).await;
+        };
+        match within(&promise, self.claim_timeout_ms).await {
+            Some(outcome) => outcome,
+            None => {
+                late().after(self.clone(), promise);
+                Err(timed_out(method, self.claim_timeout_ms))
+            }
+        }
     }
 
     /// The twin of `method` that takes the record as its JSON text, where the store's method
@@ -409,14 +488,46 @@ impl Store {
             .ok()
     }
 
-    /// `acquire(key, lock, lockTimeoutMs)` (`token`: the lock's): `None` when the caller now
-    /// holds the key.
+    /// `acquire(key, lock, lockTimeoutMs)` (`token`: the lock's) for a request whose handler
+    /// has not run, within `storeTimeoutMs` (else a `TimeoutError`, and a lock the call takes
+    /// after it is given back): `None` when the caller now holds the key.
+    pub async fn acquire_to_run(
+        &self,
+        key: &Rc<str>,
+        lock: &Written,
+        token: &Rc<str>,
+        lock_ms: f64,
+        reporter: &Reporter,
+    ) -> Result<Option<JsValue>, JsValue> {
+        let late = || Late::GiveBack {
+            key: key.clone(),
+            token: token.clone(),
+            granted: JsValue::is_null,
+            reporter: reporter.clone(),
+        };
+        self.acquire_within(key, lock, token, lock_ms, Some(&late))
+            .await
+    }
+
+    /// `acquire(key, lock, lockTimeoutMs)` (`token`: the lock's), waited for: `None` when the
+    /// caller now holds the key.
     pub async fn acquire(
         &self,
         key: &str,
         lock: &Written,
         token: &str,
         lock_ms: f64,
+    ) -> Result<Option<JsValue>, JsValue> {
+        self.acquire_within(key, lock, token, lock_ms, None).await
+    }
+
+    async fn acquire_within(
+        &self,
+        key: &str,
+        lock: &Written,
+        token: &str,
+        lock_ms: f64,
+        late: Option<&dyn Fn() -> Late>,
     ) -> Result<Option<JsValue>, JsValue> {
         let v = match (lock, self.text_twin("acquire")) {
             (Written::Text(text), Some(twin)) => twin.call4(
@@ -428,7 +539,7 @@ impl Store {
             )?,
             _ => {
                 let v = self
-                    .call("acquire", &[&key.into(), &lock.js(), &lock_ms.into()])
+                    .call_within("acquire", &[&key.into(), &lock.js(), &lock_ms.into()], late)
                     .await?;
                 if v.is_null() {
                     return Ok(None);
@@ -476,18 +587,33 @@ impl Store {
         }
     }
 
-    /// `reclaim(key, staleToken, lock, lockTimeoutMs)`.
+    /// `reclaim(key, staleToken, lock, lockTimeoutMs)` for a request whose handler has not
+    /// run (`token`: its lock's), within `storeTimeoutMs` as [`Store::acquire_to_run`].
     pub async fn reclaim(
         &self,
-        key: &str,
+        key: &Rc<str>,
         stale: &str,
         lock: &Written,
+        token: &Rc<str>,
         lock_ms: f64,
+        reporter: &Reporter,
     ) -> Result<bool, JsValue> {
+        let late = || Late::GiveBack {
+            key: key.clone(),
+            token: token.clone(),
+            granted: JsValue::is_truthy,
+            reporter: reporter.clone(),
+        };
         let v = self
-            .call(
+            .call_within(
                 "reclaim",
-                &[&key.into(), &stale.into(), &lock.js(), &lock_ms.into()],
+                &[
+                    &key.as_ref().into(),
+                    &stale.into(),
+                    &lock.js(),
+                    &lock_ms.into(),
+                ],
+                Some(&late),
             )
             .await?;
         Ok(v.is_truthy())
@@ -618,7 +744,9 @@ impl Store {
     /// value that is not a string of [`crate::core::idempotency::MIN_SECRET_LEN`] characters
     /// or more is a `TypeError`.
     pub async fn secret(&self) -> Result<String, JsValue> {
-        let v = self.call("secret", &[]).await?;
+        let v = self
+            .call_within("secret", &[], Some(&|| Late::Ignore))
+            .await?;
         match v.as_string() {
             Some(s) if crate::core::idempotency::secret(&s).is_ok() => Ok(s),
             _ => Err(type_error(&format!(
