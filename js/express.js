@@ -29,6 +29,11 @@ function parsed(req) {
   return req._body === true || req.readableEnded === true || (req.complete === true && req.readable === false);
 }
 
+/** Is `value` a body's bytes or text (what a parser's `verify` keeps as `req.rawBody`)? */
+function isBytes(value) {
+  return typeof value === 'string' || value instanceof Uint8Array || value instanceof ArrayBuffer;
+}
+
 /** The fetch Request the companion gets for `req`; `streamed` when its body is `req` itself. */
 function fetchRequest(req) {
   const method = req.method ?? 'GET';
@@ -46,8 +51,11 @@ function fetchRequest(req) {
           ? declaresBody(req) && Number(req.headers['content-length']) !== 0
           : partialMultipart(req.headers['content-type'], req.body);
       if (taken) return { request: takenBodyRequest(url, init), streamed };
-      // A parser consumed the bytes: the fingerprint is of what it made of them.
-      init.body = canonicalBody(req.body);
+      // A parser consumed the bytes: the fingerprint is of the bytes it kept for a signature
+      // check (`req.rawBody`, from its `verify` option), as received, as every instance
+      // reading the bytes takes them (a number past a double's precision, which a parsed
+      // value has lost); else of what it made of them.
+      init.body = canonicalBody(isBytes(req.rawBody) ? req.rawBody : req.body);
     } else if (declaresBody(req)) {
       // Read by the companion, at most maxBodyBytes (a longer one is its 413, and the rest of
       // the upload is read and dropped), and left in `req` for what reads it after this

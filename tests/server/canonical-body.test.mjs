@@ -265,6 +265,8 @@ test('a JSON body read by the companion is its value only where every number rea
     ['[1e400]', '[null]'],
     ['[1e400]', '[-1e400]'],
     ['[0.1]', '[0.1000000000000000055511151231257827]'],
+    // An exponent of i64::MIN, whose absolute value does not fit: not exact, not 0.
+    ['[0]', '[1e-9223372036854775808]'],
   ]) {
     const key = newKey();
     assert.equal((await post(key, a)).status, 201, a);
@@ -276,6 +278,11 @@ test('a JSON body read by the companion is its value only where every number rea
   assert.equal((await post(key, '{"b": 1.50, "a": 100e-2}')).status, 201);
   const same = await post(key, '{"a":1,"b":1.5}');
   assert.equal(same.headers.get('idempotent-replayed'), 'true');
+  // A byte order mark before the JSON (which express.json() skips) is the same value.
+  const bomKey = newKey();
+  assert.equal((await post(bomKey, '\uFEFF{"amount": 7}')).status, 201);
+  const noBom = await post(bomKey, '{"amount":7}');
+  assert.equal(noBom.headers.get('idempotent-replayed'), 'true', 'a BOM changes nothing');
   // Nested deeper than JSON.stringify goes: fingerprinted as its bytes, run once, replayed.
   const deep = '['.repeat(1_000_000) + ']'.repeat(1_000_000);
   const deepKey = newKey();
@@ -285,4 +292,44 @@ test('a JSON body read by the companion is its value only where every number rea
   assert.equal(again.status, 201);
   assert.equal(again.headers.get('idempotent-replayed'), 'true');
   assert.equal(runs, 1);
+});
+
+test('Express: with the bytes kept by express.json()\'s verify (req.rawBody), an id past a double\'s precision is the bytes, as where the companion reads them: another id under the key is a 422, and a retry moving between that app and a plain handler is a replay', async () => {
+  const { idempotency, MemoryStore, toNodeHandler } = await import('retry-fetch/server');
+  const store = new MemoryStore();
+  const options = { store, identity: false };
+  let charges = 0;
+  const app = express();
+  app.post('/pay', express.json({ verify: (req, _res, buf) => (req.rawBody = buf) }), expressIdempotency(options), (req, res) => res.status(201).json({ charge: ++charges }));
+  const plain = toNodeHandler(idempotency(async () => Response.json({ charge: ++charges }, { status: 201 }), options));
+  const instances = { express: await listen(app), plain: await listen(plain) };
+  const post = (name, key, body) => fetch(`${instances[name].url}/pay`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body });
+  try {
+    const key = newKey();
+    assert.equal((await post('express', key, '{"to": 12345678901234567891}')).status, 201);
+    const other = await post('express', key, '{"to": 12345678901234567892}');
+    assert.equal(other.status, 422, 'another account under the key: not the first one\'s answer');
+    const moved = await post('plain', key, '{"to": 12345678901234567891}');
+    assert.equal(moved.headers.get('idempotent-replayed'), 'true', 'the retry on the plain instance');
+    assert.equal(charges, 1);
+  } finally {
+    await Promise.all(Object.values(instances).map((i) => i.close()));
+  }
+});
+
+test('a realm that refuses to make code from strings (node --disallow-code-generation-from-strings): a JSON body is fingerprinted as elsewhere, not a crash', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const script = `
+    const { idempotency, MemoryStore } = await import('retry-fetch/server');
+    let runs = 0;
+    const h = idempotency(async () => new Response('run ' + ++runs, { status: 201 }), { store: new MemoryStore(), identity: false });
+    const post = (body) => h(new Request('http://localhost/pay', { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'k1' }, body }));
+    const a = await post('{"b": 2, "a": 1}');
+    const b = await post('{"a":1,"b":2}');
+    const c = await post('{"a":1,"b":3}');
+    console.log(JSON.stringify([a.status, b.status, b.headers.get('idempotent-replayed'), c.status, runs]));
+  `;
+  const child = spawnSync(process.execPath, ['--disallow-code-generation-from-strings', '--input-type=module', '-e', script], { cwd: new URL('.', import.meta.url), encoding: 'utf8', timeout: 30_000 });
+  assert.equal(child.status, 0, child.stderr);
+  assert.deepEqual(JSON.parse(child.stdout.trim()), [201, 201, 'true', 422, 1]);
 });

@@ -138,7 +138,8 @@ fn number_exact(number: &[u8]) -> bool {
     {
         Some("") => 0,
         Some(e) => match e.parse::<i64>() {
-            Ok(e) if e.abs() < 100_000 => e,
+            // `unsigned_abs`: `i64::MIN` has no `abs` (it would wrap to itself, and pass).
+            Ok(e) if e.unsigned_abs() < 100_000 => e,
             _ => return false,
         },
         None => return false,

@@ -757,4 +757,10 @@ fn json_numbers_exact_skips_strings_with_escapes() {
     ));
     assert!(json_numbers_exact(b""));
     assert!(json_numbers_exact(b"[-0, 0.0, 0e999]"));
+    // Exponents whose absolute value does not fit in an i64 (`i64::MIN`'s) or overflows:
+    // not exact, and no overflow (a debug build would panic).
+    assert!(!json_numbers_exact(b"[1e-9223372036854775808]"));
+    assert!(!json_numbers_exact(b"[0.001e-9223372036854775808]"));
+    assert!(!json_numbers_exact(b"[1e9223372036854775807]"));
+    assert!(!json_numbers_exact(b"[1e99999999999999999999]"));
 }

@@ -547,20 +547,9 @@ pub async fn store_answer(
             .await
         {
             Ok(true) => return Stored::Kept,
-            // Refused after a failure: the earlier call may have kept the answer (its reply
-            // lost), or the lease lapsed during the outage. The key is taken again if nobody
-            // took it (a kept answer refuses that too), then stored.
-            Ok(false) if failed.is_some() => {
-                if may_take_again {
-                    may_take_again = false;
-                    if let Ok(true) = take_key_again(c, k).await
-                    {
-                        taken_again = true;
-                        continue;
-                    }
-                }
-                break Err(failed.take().unwrap_or_default());
-            }
+            // The lease lapsed (the handler, the event loop or the store held past it; after a
+            // failure, during the outage): the key is taken again if nobody took it (an
+            // answer an earlier call kept, its reply lost, refuses that too), then stored.
             Ok(false) if may_take_again => {
                 may_take_again = false;
                 match take_key_again(c, k).await {
@@ -571,6 +560,11 @@ pub async fn store_answer(
                         may_take_again = true;
                         sleep(YIELD_POLL_MS).await;
                     }
+                    // After a failure, that failure is what is reported: the refusal may be
+                    // of an answer it kept.
+                    Ok(false) | Err(_) if failed.is_some() => {
+                        break Err(failed.take().unwrap_or_default())
+                    }
                     Ok(false) => break Ok("the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key"),
                     Err(e) => {
                         c.reporter.store_error(&e, "acquire");
@@ -578,6 +572,7 @@ pub async fn store_answer(
                     }
                 }
             }
+            Ok(false) if failed.is_some() => break Err(failed.take().unwrap_or_default()),
             Ok(false) if renewal_lost => break Ok("the lock was lost before the response could be stored: a renewal was refused (the store lost the lock, or another request took it over)"),
             Ok(false) => break Ok("the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)"),
             Err(e) => {

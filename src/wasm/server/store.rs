@@ -831,20 +831,30 @@ fn tick(id: u64) {
                 if !r.store.transactional
                     && RENEWALS.with(|all| all.borrow().0.contains_key(&id)) =>
             {
-                match r
-                    .store
-                    .take_again(&r.key, &r.token, &r.fingerprint, r.lock_ms)
-                    .await
-                {
-                    Ok(true) => r.leased_at.set(now),
-                    // Taken by a request of this process that is giving it back (it found
-                    // this holder alive): asked again at the next tick.
-                    Ok(false) if is_yielding(&r.key) => {}
-                    Ok(false) => r.lost.set(true),
-                    Err(error) => {
-                        r.lost.set(true);
-                        r.reporter.store_error(&error, "renew");
+                loop {
+                    match r
+                        .store
+                        .take_again(&r.key, &r.token, &r.fingerprint, r.lock_ms)
+                        .await
+                    {
+                        Ok(true) => r.leased_at.set(now),
+                        // Taken by a request of this process that is giving it back (it found
+                        // this holder alive): asked again as soon as it may have, not at the
+                        // next tick (the key is free meanwhile, for any instance to take).
+                        Ok(false)
+                            if is_yielding(&r.key)
+                                && RENEWALS.with(|all| all.borrow().0.contains_key(&id)) =>
+                        {
+                            super::flow::sleep(super::flow::YIELD_POLL_MS).await;
+                            continue;
+                        }
+                        Ok(false) => r.lost.set(true),
+                        Err(error) => {
+                            r.lost.set(true);
+                            r.reporter.store_error(&error, "renew");
+                        }
                     }
+                    break;
                 }
             }
             Ok(false) => r.lost.set(true),

@@ -1,0 +1,96 @@
+// A store that pauses (a Redis stopped, a connection stalled) and then answers every queued
+// call at once, in order, as one read of the replies: what a holder and a duplicate of its key
+// in the same process do then. The store is a MemoryStore behind a gate the test opens, so
+// the timeline is exact; redis.test.mjs stops a real redis-server for the same path.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { idempotency, MemoryStore } from 'retry-fetch/server';
+import { newKey, sleep } from './support.mjs';
+
+const METHODS = ['acquire', 'renew', 'reclaim', 'complete', 'release'];
+
+/** A shared MemoryStore seen through store objects (one per instance) that can be paused. */
+function pausable() {
+  const memory = new MemoryStore();
+  let queue = null;
+  let failCompletes = 0;
+  const call = (name, args) => {
+    if (name === 'complete' && failCompletes > 0) {
+      failCompletes--;
+      return Promise.reject(new Error('connection lost'));
+    }
+    if (!queue) return memory[name](...args);
+    return new Promise((resolve) => queue.push(() => resolve(memory[name](...args))));
+  };
+  return {
+    /** A store object of one instance over the shared data. */
+    instance: () => Object.fromEntries(METHODS.map((m) => [m, (...args) => call(m, args)])),
+    pause: () => (queue ??= []),
+    /** Every queued call runs, in order, and their replies are delivered together. */
+    resume: () => {
+      const q = queue ?? [];
+      queue = null;
+      for (const run of q) run();
+    },
+    failNextComplete: () => (failCompletes = 1),
+  };
+}
+
+const pay = (handler, key) =>
+  handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' }, body: '{"amount":10}' }));
+
+test('a holder whose complete() failed, then found its lapsed key taken by a duplicate of its process that gives it back, asks again: its answer is stored, the handler runs once', { timeout: 30_000 }, async () => {
+  const store = pausable();
+  let runs = 0;
+  const errors = [];
+  const handler = idempotency(async () => {
+    runs++;
+    await sleep(2_100);
+    return Response.json({ run: runs }, { status: 201 });
+  }, { store: store.instance(), identity: false, lockTimeoutMs: 3_000, waitTimeoutMs: 10_000, onStoreError: (e, op) => errors.push(`${op}: ${e.message}`) });
+  const key = newKey();
+  const first = pay(handler, key);
+  await sleep(2_100); // the handler is ending: its first complete() meets a dropped connection
+  store.failNextComplete();
+  await sleep(50);
+  store.pause(); // its second complete() (after 100 ms) waits in the paused store
+  await sleep(150);
+  const retry = pay(handler, key); // the holder is not overdue: the retry's acquire waits too
+  await sleep(3_200); // past the lease on the store's clock
+  store.resume(); // complete() is refused (lapsed), the retry's acquire takes the key, gives it back
+  const answer = await first;
+  assert.equal(answer.status, 201);
+  assert.equal(answer.headers.get('x-should-retry'), null, 'the answer was stored: nothing to refuse');
+  const repeat = await retry;
+  assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+  assert.deepEqual(await repeat.json(), { run: 1 });
+  assert.equal(runs, 1, 'the handler ran once');
+  assert.deepEqual(errors, [], 'the first failure was made good: nothing to report');
+});
+
+test('a key a duplicate gave back to its live holder is taken again at once, not at the holder\'s next renewal: a retry on another instance meanwhile waits for it', { timeout: 30_000 }, async () => {
+  const store = pausable();
+  let runs = 0;
+  const handlerOn = (who) => async () => {
+    runs++;
+    await sleep(8_000);
+    return Response.json({ run: runs, on: who }, { status: 201 });
+  };
+  const options = () => ({ store: store.instance(), identity: false, lockTimeoutMs: 3_000, waitTimeoutMs: 20_000, onStoreError: () => {} });
+  const instanceA = idempotency(handlerOn('A'), options());
+  const instanceB = idempotency(handlerOn('B'), options());
+  const key = newKey();
+  const first = pay(instanceA, key); // its lease runs to 3 s, renewed at 1 s
+  await sleep(1_500);
+  store.pause(); // its renewal at 2 s waits
+  await sleep(550);
+  const duplicate = pay(instanceA, key); // not overdue: its acquire waits too
+  await sleep(2_450); // past the lease
+  store.resume(); // the renewal is refused, the duplicate takes the key and gives it back
+  await sleep(150);
+  const other = pay(instanceB, key); // a retry on another instance, a third of a renewal interval later
+  const answers = await Promise.all([first, duplicate, other]);
+  const bodies = await Promise.all(answers.map((r) => r.json()));
+  assert.deepEqual(bodies, [{ run: 1, on: 'A' }, { run: 1, on: 'A' }, { run: 1, on: 'A' }]);
+  assert.equal(runs, 1, 'the handler ran once');
+});
