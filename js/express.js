@@ -3,7 +3,7 @@
 // builds a fetch Request of the node:http request, runs the route as the companion's handler
 // (adapter-support.js) and writes the companion's Response back. Only node:http's own API is
 // used on `req` and `res` (no Express helpers), so plain Connect works too.
-import { canonicalBody } from './server-wasm.js';
+import { canonicalBody, fingerprintsJson } from './server-wasm.js';
 import {
   deferredCompanion,
   toResponse,
@@ -29,9 +29,20 @@ function parsed(req) {
   return req._body === true || req.readableEnded === true || (req.complete === true && req.readable === false);
 }
 
-/** Is `value` a body's bytes or text (what a parser's `verify` keeps as `req.rawBody`)? */
-function isBytes(value) {
-  return typeof value === 'string' || value instanceof Uint8Array || value instanceof ArrayBuffer;
+/**
+ * The JSON body's bytes a parser kept (`req.rawBody`, from `express.json()`'s `verify`), when
+ * they are this request's: a JSON type (a form keeps its parsed value's fingerprint, as
+ * documented), not empty, and as long as the `Content-Length` sent (unless a
+ * `Content-Encoding` was decoded). Anything else (a placeholder, another purpose's value) is
+ * not trusted: `undefined`.
+ */
+function keptJsonBytes(req) {
+  const raw = req.rawBody;
+  const bytes = typeof raw === 'string' ? Buffer.from(raw) : raw instanceof Uint8Array ? raw : raw instanceof ArrayBuffer ? new Uint8Array(raw) : undefined;
+  if (!bytes?.byteLength || !fingerprintsJson(String(req.headers['content-type'] ?? ''))) return undefined;
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && !req.headers['content-encoding'] && Number(declared) !== bytes.byteLength) return undefined;
+  return bytes;
 }
 
 /** The fetch Request the companion gets for `req`; `streamed` when its body is `req` itself. */
@@ -55,7 +66,7 @@ function fetchRequest(req) {
       // check (`req.rawBody`, from its `verify` option), as received, as every instance
       // reading the bytes takes them (a number past a double's precision, which a parsed
       // value has lost); else of what it made of them.
-      init.body = canonicalBody(isBytes(req.rawBody) ? req.rawBody : req.body);
+      init.body = canonicalBody(keptJsonBytes(req) ?? req.body);
     } else if (declaresBody(req)) {
       // Read by the companion, at most maxBodyBytes (a longer one is its 413, and the rest of
       // the upload is read and dropped), and left in `req` for what reads it after this

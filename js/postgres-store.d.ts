@@ -202,7 +202,7 @@ export class PostgresStore<Client extends PgPoolClientLike = PgPoolClientLike> i
    * `CompletedRecord` of a live response; a `HeldRecord` when another live transaction holds
    * the key (`mismatch: true` when it holds it for another fingerprint, see the class).
    */
-  acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<CompletedRecord | HeldRecord | null>;
+  acquire(key: string, lock: LockRecord, lockTimeoutMs: number, options?: { signal?: AbortSignal }): Promise<CompletedRecord | HeldRecord | null>;
   /** Run a statement in the holder's transaction (its idle timer starts again, at `lockTimeoutMs`); `false` when it is gone or `token` does not hold `key`. */
   renew(key: string, token: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean>;
   /** Always `false`: an in-progress row is never visible to another transaction, so never stale. */

@@ -805,7 +805,7 @@ ${this.#holderSettings(ms)}`;
     return { ...(other ? HELD_FOR_OTHER : HELD) };
   }
 
-  async acquire(key, lock, lockTimeoutMs) {
+  async acquire(key, lock, lockTimeoutMs, { signal } = {}) {
     const [scope, id] = splitKey(key);
     const ms = settingMs('lockTimeoutMs', lockTimeoutMs);
     this.#cleanupNowAndThen();
@@ -816,7 +816,7 @@ ${this.#holderSettings(ms)}`;
       if (await this.#sameRequestBusy(requestLocks(this.#table, scope, id, lock.fingerprint))) return { ...HELD };
       this.#waitedOn.delete(key);
     }
-    const found = await this.#claim(key, lock, ms, scope, id);
+    const found = await this.#claim(key, lock, ms, scope, id, signal);
     if (found?.state === 'held' && found.mismatch !== true && typeof lock.fingerprint === 'string') this.#noteWaitedOn(key);
     return found;
   }
@@ -850,10 +850,16 @@ ${this.#holderSettings(ms)}`;
     this.#waitedOn.set(key, now);
   }
 
-  async #claim(key, lock, ms, scope, id) {
+  async #claim(key, lock, ms, scope, id, signal) {
     const client = await this.#pool.connect();
     if (typeof client?.release !== 'function') {
       throw new TypeError('PostgresStore: pool.connect() did not give a pool client (one with release()); pass a pg Pool, not a Client');
+    }
+    if (signal?.aborted) {
+      // The request gave up waiting for a connection (storeTimeoutMs: it was answered 503):
+      // nothing is claimed for it, and the connection goes to the next in line at once.
+      client.release();
+      throw signal.reason;
     }
     const entry = { key, client, txid: undefined, pid: undefined, lost: undefined, returned: false, closed: false, onError: undefined, guarded: undefined };
     // A checked-out pg client has no 'error' listener of the pool's: without one, a connection

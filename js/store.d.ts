@@ -111,8 +111,11 @@ export interface IdempotencyStore<Tx = unknown> {
    * (the caller now holds the lock). Otherwise return the live record, unchanged (or a
    * `HeldRecord` when its details are not visible). A lock must stop being live after its
    * `lockTimeoutMs`, a completed record after its `ttlMs`; an expired record counts as absent.
+   * `options.signal` aborts when the request stopped waiting for this call (`storeTimeoutMs`:
+   * it was answered 503): work not begun yet (a connection still awaited) may be skipped by
+   * throwing; a lock taken anyway is released by the companion.
    */
-  acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<IdempotencyRecord | null> | IdempotencyRecord | null;
+  acquire(key: string, lock: LockRecord, lockTimeoutMs: number, options?: { signal?: AbortSignal }): Promise<IdempotencyRecord | null> | IdempotencyRecord | null;
   /**
    * Optional. If `key` holds the lock whose token is `token`, replace it with `lock` (the same
    * token, a later `lockExpiresAt`), live for `lockTimeoutMs` from now, and return `true`;

@@ -317,6 +317,31 @@ test('Express: with the bytes kept by express.json()\'s verify (req.rawBody), an
   }
 });
 
+test('Express: a req.rawBody that is not this JSON body\'s bytes (a placeholder, a form\'s bytes) is not fingerprinted: a form is its parsed value, another one under the key is a 422', async () => {
+  const { MemoryStore } = await import('retry-fetch/server');
+  const app = express();
+  app.use((req, _res, next) => ((req.rawBody = ''), next())); // filled only by the JSON parser's verify
+  app.use(express.json({ verify: (req, _res, buf) => (req.rawBody = buf) }));
+  app.use(express.urlencoded({ extended: false, verify: (req, _res, buf) => (req.rawBody = buf) }));
+  let sent = 0;
+  app.post('/transfer', expressIdempotency({ store: new MemoryStore(), identity: false }), (req, res) => res.status(201).json({ sent: ++sent }));
+  const server = await listen(app);
+  const post = (key, body, type = 'application/x-www-form-urlencoded') => fetch(`${server.url}/transfer`, { method: 'POST', headers: { 'content-type': type, 'idempotency-key': key }, body });
+  try {
+    const key = newKey();
+    assert.equal((await post(key, 'amount=10&to=alice')).status, 201);
+    assert.equal((await post(key, 'to=alice&amount=10')).headers.get('idempotent-replayed'), 'true', 'the same form value in another order');
+    assert.equal((await post(key, 'amount=9999&to=mallory')).status, 422, 'another form under the key');
+    // A JSON body whose placeholder the parser never filled (an empty body): not the bytes of ''.
+    const jsonKey = newKey();
+    assert.equal((await post(jsonKey, '{"a":1}', 'application/json')).status, 201);
+    assert.equal((await post(jsonKey, '{"a":2}', 'application/json')).status, 422);
+    assert.equal(sent, 2);
+  } finally {
+    await server.close();
+  }
+});
+
 test('a realm that refuses to make code from strings (node --disallow-code-generation-from-strings): a JSON body is fingerprinted as elsewhere, not a crash', async () => {
   const { spawnSync } = await import('node:child_process');
   const script = `

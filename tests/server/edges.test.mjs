@@ -472,14 +472,45 @@ test('a store whose complete fails for a moment (a dropped connection) is called
   assert.equal(repeat.headers.get('idempotent-replayed'), 'true', 'the answer was kept');
   assert.deepEqual(await repeat.json(), { charged: 1 });
   assert.equal(runs, 1);
-  // Failing on: three calls in all, then the answer goes out unkept (the last failure reported).
+  // Failing on: three calls, then the answer goes out, unkept so far (the last failure
+  // reported, the client told not to retry) ...
   store.failures = 5;
   store.calls = 0;
-  const unkept = await pay(newKey());
+  const unkeptKey = newKey();
+  const unkept = await pay(unkeptKey);
   assert.equal(unkept.status, 201);
   assert.equal(unkept.headers.get('x-should-retry'), 'false');
   assert.equal(store.calls, 3);
   assert.deepEqual(reported, ['complete: connection reset']);
+  // ... and the storing goes on behind it, once a renewal interval (a second here), the lock
+  // renewed, until the store is back: a repeat then gets the answer, the handler ran once.
+  for (let i = 0; store.calls < 6; i++) {
+    assert.ok(i < 100, `complete() was not called again in the background (${store.calls} calls)`);
+    await sleep(50);
+  }
+  const later = await pay(unkeptKey);
+  assert.equal(later.headers.get('idempotent-replayed'), 'true', 'kept once the store was back');
+  assert.deepEqual(await later.json(), { charged: 2 });
+  assert.equal(runs, 2, 'one run per key');
+  assert.deepEqual(reported, ['complete: connection reset'], 'reported once, when the caller was answered');
+});
+
+test('the storing that goes on behind an answer does not keep a Node process alive: a store that never comes back leaves it free to exit', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const script = `
+    const { idempotency, MemoryStore } = await import('retry-fetch/server');
+    class Down extends MemoryStore { async complete() { throw new Error('down'); } }
+    const h = idempotency(async () => new Response('charged', { status: 201 }), { store: new Down(), identity: false, lockTimeoutMs: 600000, onStoreError: () => {} });
+    const res = await h(new Request('http://localhost/pay', { method: 'POST', headers: { 'Idempotency-Key': 'k1' }, body: 'x' }));
+    console.log(res.status, res.headers.get('x-should-retry'));
+    globalThis.answeredAt = performance.now();
+  `;
+  const started = performance.now();
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: new URL('.', import.meta.url), encoding: 'utf8', timeout: 60_000 });
+  assert.equal(child.signal, null, 'the process ended on its own');
+  assert.equal(child.status, 0, child.stderr);
+  assert.equal(child.stdout.trim(), '201 false');
+  assert.ok(performance.now() - started < 30_000, 'not held for lockTimeoutMs (10 minutes)');
 });
 
 test('toNodeHandler: an answer header node:http refuses is a 500 without the answer\'s headers, with the ones a middleware set before', async () => {

@@ -273,6 +273,55 @@ test('RedisStore on a Redis Cluster (one node holding every slot; the default pr
   }
 });
 
+test('RedisStore restarted (killed, empty) as a keyed handler ends: the answer goes out unkept (X-Should-Retry: false), the storing goes on behind it, and once Redis is back a repeat gets the answer, not a second run', { skip, timeout: 60_000 }, async () => {
+  const { spawn } = await import('node:child_process');
+  const { server, url: ownUrl, connect, stop } = await ownRedis(() => [], 'rf-restarted-');
+  const client = createClient({ url: ownUrl, disableOfflineQueue: true });
+  client.on('error', () => {});
+  let again;
+  try {
+    await connect(client);
+    let runs = 0;
+    const told = [];
+    const handler = idempotency(async () => {
+      runs++;
+      await sleep(300);
+      return Response.json({ run: runs }, { status: 201 });
+    }, { store: new RedisStore({ client }), identity: false, lockTimeoutMs: 6_000, onStoreError: (error, operation) => told.push(operation) });
+    const pay = (key) => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': key }, body: '{"amount":10}' }));
+    await pay(newKey()); // the store's secret read
+    runs = 0;
+    const key = newKey();
+    const answer = pay(key);
+    await sleep(150);
+    server.kill('SIGKILL'); // no persistence: it comes back empty
+    await new Promise((resolve) => server.once('exit', resolve));
+    const first = await answer;
+    assert.equal(first.status, 201);
+    assert.equal(first.headers.get('x-should-retry'), 'false', 'unkept when answered');
+    assert.ok(told.includes('complete'), JSON.stringify(told));
+    const port = new URL(ownUrl).port;
+    again = spawn('redis-server', ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    // The client reconnects; the storing behind the answer takes the (lost) key again and stores.
+    let repeat;
+    for (let i = 0; ; i++) {
+      assert.ok(i < 100, 'the answer was never kept');
+      await sleep(100);
+      if (!client.isReady) continue;
+      const value = await client.get(`idem:-:${key}`).catch(() => null);
+      if (value && JSON.parse(value).state === 'completed') break;
+    }
+    repeat = await pay(key);
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await repeat.json(), { run: 1 });
+    assert.equal(runs, 1, 'the handler ran once');
+  } finally {
+    await client.quit().catch(() => {});
+    again?.kill('SIGKILL');
+    await stop();
+  }
+});
+
 test('RedisStore stopped (SIGSTOP) before the handler runs: storeTimeoutMs answers 503 with Retry-After, nothing run; once Redis is back the lock taken late is given back and the retry runs once', { skip, timeout: 60_000 }, async () => {
   const { server, url: ownUrl, connect, stop } = await ownRedis(() => [], 'rf-stalled-');
   const client = createClient({ url: ownUrl, disableOfflineQueue: true });

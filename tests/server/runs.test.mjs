@@ -581,7 +581,7 @@ CREATE INDEX IF NOT EXISTS "idempotency_keys_runs_started_at_idx" ON "idempotenc
   });
 });
 
-test('a failure the store could not keep is recorded not-stored, and its 500 says it was not stored (a handler, a job)', async () => {
+test('a failure the store could not keep is recorded not-stored, and its 500 says it was not stored (a handler, a job); kept behind the answer once the store is back', async () => {
   class FlakyStore extends MemoryStore {
     down = false;
     async complete(...args) {
@@ -602,11 +602,15 @@ test('a failure the store could not keep is recorded not-stored, and its 500 say
   assert.equal(first.status, 500);
   assert.equal(first.headers.get('x-should-retry'), 'false', 'a client is told not to retry it');
   assert.match((await first.json()).detail, /could not be stored/);
+  // The store is back: the storing that went on behind the answer keeps it (the run's entry
+  // says how it ended when it was answered), and a repeat gets it, not a second run.
   store.down = false;
-  await h(request());
+  const repeat = await h(request());
+  assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
+  assert.equal(runs, 1);
   const outcomes = async (key) => (await store.runs(key)).map((r) => r.outcome);
   // Runs are recorded after the answer: polled for (a loaded machine may take a while).
-  assert.deepEqual(await until(() => outcomes('k-not-stored'), (o) => o.length >= 2), ['not-stored', 'failed']);
+  assert.deepEqual(await until(() => outcomes('k-not-stored'), (o) => o.length >= 2), ['not-stored', 'replayed']);
   let jobRuns = 0;
   const job = idempotent(async () => {
     jobRuns++;
@@ -617,5 +621,6 @@ test('a failure the store could not keep is recorded not-stored, and its 500 say
     await job({ id: 'j-not-stored' }).catch(() => {});
     store.down = false;
   }
-  assert.deepEqual(await until(() => outcomes('j-not-stored'), (o) => o.length >= 2), ['not-stored', 'failed']);
+  assert.deepEqual(await until(() => outcomes('j-not-stored'), (o) => o.length >= 2), ['not-stored', 'replayed']);
+  assert.equal(jobRuns, 1);
 });

@@ -94,3 +94,123 @@ test('a key a duplicate gave back to its live holder is taken again at once, not
   assert.deepEqual(bodies, [{ run: 1, on: 'A' }, { run: 1, on: 'A' }, { run: 1, on: 'A' }]);
   assert.equal(runs, 1, 'the handler ran once');
 });
+
+/** A Map store (store.d.ts's protocol) whose next call of a method can be held by the test. */
+class GatedStore {
+  rows = new Map();
+  released = [];
+  gate = {}; // method -> deferred: its next call waits for it
+  async #wait(method) {
+    const gate = this.gate[method];
+    if (gate) {
+      delete this.gate[method];
+      await gate.promise;
+    }
+  }
+  async acquire(key, lock) {
+    await this.#wait('acquire');
+    const row = this.rows.get(key);
+    if (row) return structuredClone(row);
+    this.rows.set(key, structuredClone(lock));
+    return null;
+  }
+  async renew(key, token, lock) {
+    await this.#wait('renew');
+    const row = this.rows.get(key);
+    if (row?.state !== 'in-progress' || row.token !== token) return false;
+    this.rows.set(key, structuredClone(lock));
+    return true;
+  }
+  async reclaim(key, stale, lock) {
+    const row = this.rows.get(key);
+    if (row?.state !== 'in-progress' || row.token !== stale) return false;
+    this.rows.set(key, structuredClone(lock));
+    return true;
+  }
+  async complete(key, token, record) {
+    await this.#wait('complete');
+    const row = this.rows.get(key);
+    if (row?.state !== 'in-progress' || row.token !== token) return false;
+    this.rows.set(key, structuredClone(record));
+    return true;
+  }
+  async release(key, token) {
+    await this.#wait('release');
+    const row = this.rows.get(key);
+    const ok = row?.state === 'in-progress' && row.token === token && this.rows.delete(key);
+    if (ok) this.released.push(token);
+    return ok;
+  }
+}
+
+function gate() {
+  let resolve;
+  const promise = new Promise((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+test('a renewal whose run ended while it waited for a duplicate to give the key back does not take the key again: the retry of a "not processed" answer runs', { timeout: 30_000 }, async () => {
+  const store = new GatedStore();
+  const hold = gate();
+  let runs = 0;
+  const handler = idempotency(async () => {
+    runs++;
+    if (runs === 1) {
+      await hold.promise;
+      return new Response('busy, not processed', { status: 503, headers: { 'Retry-After': '1' } });
+    }
+    return new Response('charged', { status: 201 });
+  }, { store, identity: false, lockTimeoutMs: 1_000, storeTimeoutMs: 50, concurrent: 'reject', onStoreError: () => {} });
+  const post = () => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': 'k1', 'Content-Type': 'application/json' }, body: '{}' }));
+  const key = '-:k1';
+  const first = post(); // holds the key, its handler waiting
+  await sleep(30);
+  const acquireGate = (store.gate.acquire = gate()); // a duplicate's acquire waits (a paused store)
+  assert.equal((await post()).status, 503, 'the duplicate: storeTimeoutMs');
+  // The pause outlasts the holder's lease: the row lapses, and the duplicate's queued acquire
+  // takes the key late; its give-back (a release) is slow to answer.
+  store.rows.delete(key);
+  const releaseGate = (store.gate.release = gate());
+  acquireGate.resolve();
+  await sleep(400); // the holder's renewal finds the key with the duplicate, asks every 20 ms
+  hold.resolve(); // the handler ends "not processed": its key is to be freed
+  assert.equal((await first).status, 503);
+  releaseGate.resolve(); // the give-back lands: the key is free
+  await sleep(100);
+  assert.equal(store.rows.get(key), undefined, 'nobody holds the key: the ended run\'s renewal did not take it again');
+  const retry = await post();
+  assert.equal(retry.status, 201, 'the retry runs');
+  assert.equal(runs, 2);
+});
+
+test('an acquire that answers with the caller\'s own lock (a store that sent it again after a lost reply) grants it: in time the handler runs; late, the lock is given back', { timeout: 30_000 }, async () => {
+  for (const late of [false, true]) {
+    const store = new GatedStore();
+    const inner = store.acquire.bind(store);
+    const lostReply = gate();
+    let first = true;
+    store.acquire = async (key, lock, ms) => {
+      if (!first) return inner(key, lock, ms);
+      first = false;
+      await inner(key, lock, ms); // the first send took the lock; its reply was lost
+      if (late) await lostReply.promise;
+      return inner(key, lock, ms); // sent again: finds the lock of its own token
+    };
+    let runs = 0;
+    const handler = idempotency(async () => new Response(`run ${++runs}`, { status: 201 }), { store, identity: false, storeTimeoutMs: 50, lockTimeoutMs: 5_000, concurrent: 'reject', onStoreError: () => {} });
+    const post = () => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': 'k' }, body: '{}' }));
+    if (!late) {
+      const res = await post();
+      assert.equal(res.status, 201, 'in time: the caller holds the key');
+      assert.equal(await res.text(), 'run 1');
+      continue;
+    }
+    assert.equal((await post()).status, 503);
+    lostReply.resolve();
+    await sleep(60);
+    assert.equal(store.released.length, 1, 'the late lock is given back');
+    const retry = await post();
+    assert.equal(retry.status, 201, 'the retry runs, not a 409 for its own abandoned lock');
+    assert.equal(runs, 1);
+  }
+});

@@ -245,7 +245,9 @@ t('RedisStore: each keyed request uses the secret, so an LRU eviction does not p
   await sleep(2100);
   assert.ok((await redis.sendCommand(['OBJECT', 'IDLETIME', `${p}secret`])) >= 2, 'idle while no request came');
   assert.equal((await app(post('order-2'))).status, 201);
-  assert.equal(await redis.sendCommand(['OBJECT', 'IDLETIME', `${p}secret`]), 0, 'used by the request');
+  // Idle time has a resolution of a second: a second boundary between the use and this read
+  // says 1 (a loaded machine widens that window); 2 or more would be unused.
+  assert.ok((await redis.sendCommand(['OBJECT', 'IDLETIME', `${p}secret`])) <= 1, 'used by the request');
 
   const q = prefix();
   const own = idempotency(() => new Response('ok', { status: 201 }), { store: new RedisStore({ client: redis, prefix: q }), identity, secret: 's'.repeat(32) });

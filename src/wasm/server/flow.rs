@@ -8,13 +8,13 @@ use std::rc::Rc;
 use js_sys::{Function, Object, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_futures::{spawn_local, JsFuture};
 
 use super::context::Caller;
 use super::settings::{rejects, Common};
 use super::store::{
     completed_record, is_yielding, live_holder, lock_record, overdue_holder, Renewal, StoredRecord,
-    StoredResponse, Yielding,
+    StoredResponse, Written, Yielding,
 };
 use crate::core::idempotency::{self as idem, Action};
 use crate::core::key::uuid_v4;
@@ -24,6 +24,7 @@ use crate::wasm::errors::type_error;
 use crate::wasm::js;
 
 /// One request's (or job's) key, as the store sees it.
+#[derive(Clone)]
 pub struct Keyed {
     /// The key as the caller sent it.
     pub key: String,
@@ -118,11 +119,27 @@ pub enum ClaimError {
 
 /// Resolves after `ms` (clamped to what `setTimeout` takes).
 pub async fn sleep(ms: f64) {
+    sleep_held(ms, true).await
+}
+
+/// [`sleep`]; `held` false: the timer does not keep a Node process alive (`unref`): the wait
+/// of work nobody waits for.
+async fn sleep_held(ms: f64, held: bool) {
     let ms = ms.clamp(0.0, MAX_TIMER_MS);
     let promise = Promise::new(&mut |resolve, _| {
-        js::set_timeout(&resolve, ms);
+        let timer = js::set_timeout(&resolve, ms);
+        if !held {
+            unref(&timer);
+        }
     });
     let _ = JsFuture::from(promise).await;
+}
+
+/// `timer.unref()` where the timer has it (Node's): it no longer keeps the process alive.
+pub fn unref(timer: &JsValue) {
+    if let Ok(f) = js::get(timer, "unref").dyn_into::<Function>() {
+        let _ = f.call0(timer);
+    }
 }
 
 /// Claim `k` in the store: take it, or find what holds it and decide (the core's state
@@ -514,94 +531,159 @@ const COMPLETE_RETRY_MS: [f64; 2] = [100.0, 400.0];
 /// past `lockTimeoutMs`, so the renewal came too late), with no renewal refused, is taken again
 /// if nobody took the key meanwhile, as the renewal would have, and the answer stored: the run
 /// is the key's only one. Not with a transactional store, whose lock is the run's transaction.
+///
+/// A store that fails (a dropped connection, a failover) is asked again after
+/// `COMPLETE_RETRY_MS`; if it still fails the caller is answered ([`Stored::Failed`]: the
+/// answer says not to retry) and the storing goes on in the background, once a renewal
+/// interval, the lock renewed meanwhile, until it would have lapsed (`lockTimeoutMs`): a
+/// store back by then keeps the answer, and a repeat of the request gets it instead of a
+/// second run. Not with a transactional store, whose commit either happened or rolled the run
+/// back.
 pub async fn store_answer(
     c: &Common,
     k: &Keyed,
     response: &StoredResponse,
     renewal_lost: bool,
 ) -> Stored {
-    let record = completed_record(&k.fingerprint, response);
-    let mut may_take_again = !renewal_lost && !c.store.transactional;
-    // A lock this run took again and then could not complete is not left behind.
-    let mut taken_again = false;
-    // A store call that failed (a dropped connection, a failover) is made again, after
-    // `COMPLETE_RETRY_MS`: an answer not kept leaves the key to lapse, and a retry of the
-    // request after it runs the handler again. The last failure is the one reported. Not with
-    // a transactional store, whose commit either happened or rolled the run back.
-    let mut retries = COMPLETE_RETRY_MS.iter().filter(|_| !c.store.transactional);
-    // A run answered 202 before it ended (nobody waits for its answer, and no header on it
-    // can tell the caller's next repeat not to run it again) then makes the call again once a
-    // renewal interval (a third of lockTimeoutMs, at most a second) until the lock it holds
-    // (renewed meanwhile, when the store comes back) would have lapsed. Not a run whose caller
-    // waits: its client would time out and retry first, missing the answer that says not to.
-    let patient_until = js::now_ms() + c.limits.lock_timeout_ms;
-    let patient_ms = (c.limits.lock_timeout_ms / 3.0).min(1000.0);
-    // The failure of a call made again: a refusal after it may be of an answer that call kept
-    // before it failed (its reply lost), so the failure is what is reported.
-    let mut failed: Option<JsValue> = None;
-    // `Ok(why)`: the lock was lost; `Err(e)`: the store failed.
-    let ended = loop {
-        match c
-            .store
-            .complete(&k.store_key, &k.token, &record, c.limits.ttl_ms)
-            .await
-        {
-            Ok(true) => return Stored::Kept,
-            // The lease lapsed (the handler, the event loop or the store held past it; after a
-            // failure, during the outage): the key is taken again if nobody took it (an
-            // answer an earlier call kept, its reply lost, refuses that too), then stored.
-            Ok(false) if may_take_again => {
-                may_take_again = false;
-                match take_key_again(c, k).await {
-                    Ok(true) => taken_again = true,
-                    // A request of this process that took the lapsed key is giving it back to
-                    // this run: asked again once it has.
-                    Ok(false) if is_yielding(&k.store_key) => {
-                        may_take_again = true;
-                        sleep(YIELD_POLL_MS).await;
-                    }
-                    // After a failure, that failure is what is reported: the refusal may be
-                    // of an answer it kept.
-                    Ok(false) | Err(_) if failed.is_some() => {
-                        break Err(failed.take().unwrap_or_default())
-                    }
-                    Ok(false) => break Ok("the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key"),
-                    Err(e) => {
-                        c.reporter.store_error(&e, "acquire");
-                        return Stored::Failed;
-                    }
-                }
-            }
-            Ok(false) if failed.is_some() => break Err(failed.take().unwrap_or_default()),
-            Ok(false) if renewal_lost => break Ok("the lock was lost before the response could be stored: a renewal was refused (the store lost the lock, or another request took it over)"),
-            Ok(false) => break Ok("the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)"),
-            Err(e) => {
-                if let Some(&ms) = retries.next() {
-                    failed = Some(e);
-                    sleep(ms).await;
-                    continue;
-                }
-                if k.accepted.get()
-                    && !c.store.transactional
-                    && js::now_ms() + patient_ms < patient_until
-                {
-                    failed = Some(e);
-                    sleep(patient_ms).await;
-                    continue;
-                }
-                break Err(e);
-            }
+    let mut storing = Storing {
+        record: completed_record(&k.fingerprint, response),
+        may_take_again: !renewal_lost && !c.store.transactional,
+        taken_again: false,
+        failed: None,
+        renewal_lost,
+        patient_until: js::now_ms() + c.limits.lock_timeout_ms,
+    };
+    match storing.run(c, k, false).await {
+        Err(Later(error)) => {
+            c.reporter.store_error(&error, "complete");
+            let (c, k) = (c.clone(), k.clone());
+            spawn_local(async move {
+                // Neither keeps the process alive: a server that shuts down meanwhile leaves
+                // the answer unkept, as before this went on.
+                let renewal = renew_while_held(&c, &k);
+                renewal.unref();
+                sleep_held(patient_ms(&c), false).await;
+                let _ = storing.run(&c, &k, true).await;
+            });
+            Stored::Failed
         }
-    };
-    let (error, stored) = match ended {
-        Ok(why) => (js_sys::Error::new(why).into(), Stored::LockLost),
-        Err(e) => (e, Stored::Failed),
-    };
-    c.reporter.store_error(&error, "complete");
-    if taken_again {
-        free_key(c, k).await;
+        Ok(stored) => stored,
     }
-    stored
+}
+
+/// How long a run waits before it asks a failing store again once the quick retries are
+/// spent: a renewal interval (a third of `lockTimeoutMs`), at most a second.
+fn patient_ms(c: &Common) -> f64 {
+    (c.limits.lock_timeout_ms / 3.0).min(1000.0)
+}
+
+/// A store that still failed after the quick retries, for a run whose caller waits: the
+/// storing goes on in the background (the error is the last failure).
+struct Later(JsValue);
+
+/// Where the storing of an answer is (it may go on in the background).
+struct Storing {
+    /// The completed record.
+    record: Written,
+    /// The lease lapsed, the key may be taken again (once, or again while another request of
+    /// this process gives it back).
+    may_take_again: bool,
+    /// A lock this run took again and then could not complete is not left behind.
+    taken_again: bool,
+    /// The failure of a call made again: a refusal after it may be of an answer that call
+    /// kept before it failed (its reply lost), so the failure is what is reported.
+    failed: Option<JsValue>,
+    /// A renewal was refused while the handler ran.
+    renewal_lost: bool,
+    /// Until when ([`js::now_ms`]) the store is asked again: while the lock would be held.
+    patient_until: f64,
+}
+
+impl Storing {
+    /// Call `complete` until the answer is kept, the lock is lost, or the store keeps failing.
+    /// In the foreground (`background` false) a run whose caller waits stops after the quick
+    /// retries with [`Later`]; one answered 202 (nobody waits for its answer, and no header on
+    /// it can tell the caller's next repeat not to run it again) goes on here. In the
+    /// background every failure is asked again while the lock would be held.
+    async fn run(&mut self, c: &Common, k: &Keyed, background: bool) -> Result<Stored, Later> {
+        // A store call that failed is made again after `COMPLETE_RETRY_MS` (not with a
+        // transactional store), then once a renewal interval (a third of lockTimeoutMs, at
+        // most a second) while the lock would be held.
+        let mut retries = COMPLETE_RETRY_MS
+            .iter()
+            .filter(|_| !c.store.transactional && !background);
+        let patient_ms = patient_ms(c);
+        // `Ok(why)`: the lock was lost; `Err(e)`: the store failed.
+        let ended = loop {
+            match c
+                .store
+                .complete(&k.store_key, &k.token, &self.record, c.limits.ttl_ms)
+                .await
+            {
+                Ok(true) => return Ok(Stored::Kept),
+                // The lease lapsed (the handler, the event loop or the store held past it;
+                // after a failure, during the outage): the key is taken again if nobody took
+                // it (an answer an earlier call kept, its reply lost, refuses that too), then
+                // stored.
+                Ok(false) if self.may_take_again => {
+                    self.may_take_again = false;
+                    match take_key_again(c, k).await {
+                        Ok(true) => self.taken_again = true,
+                        // A request of this process that took the lapsed key is giving it back
+                        // to this run: asked again once it has.
+                        Ok(false) if is_yielding(&k.store_key) => {
+                            self.may_take_again = true;
+                            sleep(YIELD_POLL_MS).await;
+                        }
+                        // After a failure, that failure is what is reported: the refusal may be
+                        // of an answer it kept.
+                        Ok(false) | Err(_) if self.failed.is_some() => {
+                            break Err(self.failed.take().unwrap_or_default())
+                        }
+                        Ok(false) => break Ok("the lock lapsed before the response could be stored (the handler, the event loop or the store was held past lockTimeoutMs), and another request took the key"),
+                        Err(e) => {
+                            c.reporter.store_error(&e, "acquire");
+                            return Ok(Stored::Failed);
+                        }
+                    }
+                }
+                Ok(false) if self.failed.is_some() => {
+                    break Err(self.failed.take().unwrap_or_default())
+                }
+                Ok(false) if self.renewal_lost => break Ok("the lock was lost before the response could be stored: a renewal was refused (the store lost the lock, or another request took it over)"),
+                Ok(false) => break Ok("the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)"),
+                Err(e) => {
+                    if let Some(&ms) = retries.next() {
+                        self.failed = Some(e);
+                        sleep(ms).await;
+                        continue;
+                    }
+                    if c.store.transactional || js::now_ms() + patient_ms >= self.patient_until {
+                        break Err(e);
+                    }
+                    if !background && !k.accepted.get() {
+                        // Its caller is answered now; the storing goes on behind it.
+                        self.failed = Some(e.clone());
+                        return Err(Later(e));
+                    }
+                    self.failed = Some(e);
+                    sleep_held(patient_ms, !background).await;
+                }
+            }
+        };
+        let (error, stored) = match ended {
+            Ok(why) => (js_sys::Error::new(why).into(), Stored::LockLost),
+            Err(e) => (e, Stored::Failed),
+        };
+        // In the background the failure was reported when the caller was answered.
+        if !background {
+            c.reporter.store_error(&error, "complete");
+        }
+        if self.taken_again {
+            free_key(c, k).await;
+        }
+        Ok(stored)
+    }
 }
 
 /// Take `k`'s lapsed lock again for this run, if nobody took it (`Store::take_again`).

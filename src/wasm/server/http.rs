@@ -457,13 +457,14 @@ async fn process(
         }
     };
     let lost = renewal.lost();
-    drop(renewal);
     if !aborted {
         c.reporter.handler_error(&failure);
     }
     let error_detail = error_text(&failure);
     match after_throw(c.store.transactional, ctx.used_tx(), aborted) {
         AfterThrow::Release => {
+            // Not renewed any more: the key is freed.
+            drop(renewal);
             log.end_before_freeing(
                 c,
                 if aborted {
@@ -493,15 +494,17 @@ async fn process(
             )?;
             // Whether or not the store kept it, this request's answer is a 500; one the store
             // did not keep says so (the history too: not stored, so not replayed).
+            // The lock renewed while the answer is stored, as for a handler's own answer.
             let outcome = store_answer(c, k, &stored, lost)
                 .await
                 .outcome(Outcome::Failed);
+            drop(renewal);
             log.end_later(outcome, error_detail);
             if outcome == Outcome::Failed {
                 return from_stored(&stored, false).map(JsValue::from);
             }
             let response = problem(500, "idempotency-handler-failed", "The request failed",
-                &format!("The handler failed after it started and may have had effects, and this answer could not be stored for this {header} (the store failed, or the lock was lost): a retry with the same key runs the handler again once the key's lock lapses. Check the operation's state before trying again."), false)?;
+                &format!("The handler failed after it started and may have had effects, and this answer could not be stored for this {header} yet (the store failed, or the lock was lost): unless the store keeps it before the key's lock lapses, a retry with the same key runs the handler again. Check the operation's state before trying again."), false)?;
             let response: JsValue = response.into();
             not_to_be_retried(&response)?;
             Ok(response)

@@ -228,15 +228,17 @@ pub async fn run(
             Err(not_committed())
         }
         Ran::Threw(error) => {
-            drop(renewal);
             match after_throw(c.store.transactional, ctx.used_tx(), false) {
                 AfterThrow::Release => {
+                    drop(renewal);
                     log.end_before_freeing(c, Outcome::RolledBack, error_text(&error))
                         .await;
                     free_key(c, &k).await;
                 }
                 AfterThrow::StoreFailure => {
+                    // The lock renewed while the failure is stored.
                     let stored = store_failure(c, &k, &error, lost).await;
+                    drop(renewal);
                     let ended = stored_failure_ends(&s, &k, log, &stored, &error, &input, history);
                     ended.hand_over(&s, &caller).await?;
                 }

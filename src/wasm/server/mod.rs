@@ -134,6 +134,14 @@ pub fn canonical_body(value: JsValue) -> Result<Uint8Array, JsValue> {
     Ok(Uint8Array::from(text.as_bytes()))
 }
 
+/// `fingerprintsJson(contentType)`: whether a body of this type is fingerprinted as its JSON
+/// value (`application/json`, a `+json` type: `core::idempotency::fingerprints_json`). Not
+/// public API: the Express adapter calls it.
+#[wasm_bindgen(js_name = fingerprintsJson, skip_typescript)]
+pub fn fingerprints_json(content_type: &str) -> bool {
+    crate::core::idempotency::fingerprints_json(content_type)
+}
+
 /// `methodCanHaveBody(method)`: whether the adapters pass a request of `method` on with its
 /// body (not a GET nor a HEAD, without case: `core::classify::method_can_have_body`, the rule
 /// the companion applies to the requests it reads). Not public API: the adapters call it.

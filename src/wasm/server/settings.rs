@@ -125,7 +125,7 @@ impl Reporter {
 
 /// The HMAC key that scopes store keys (`core::idempotency::store_key`): the `secret` option,
 /// else the store's `secret()`, asked once (on the first request with an identity) and kept.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Secret(RefCell<Option<Rc<[u8]>>>);
 
 impl Secret {
@@ -141,6 +141,7 @@ impl Secret {
 }
 
 /// What both APIs share: the store, the limits, the reporting.
+#[derive(Clone)]
 pub struct Common {
     /// `store`. Default `new MemoryStore()`.
     pub store: Store,

@@ -362,9 +362,35 @@ enum Late {
     GiveBack {
         key: Rc<str>,
         token: Rc<str>,
-        granted: fn(&JsValue) -> bool,
+        granted: Grant,
         reporter: Reporter,
     },
+}
+
+/// How a store call's value says it gave the caller the lock.
+#[derive(Clone, Copy)]
+enum Grant {
+    /// `acquire`'s: `null`, or a lock record of the caller's own token (a store that sent
+    /// the call again after a lost reply, and found the lock its first send took).
+    Acquire,
+    /// `reclaim`'s: `true`.
+    Reclaim,
+}
+
+impl Grant {
+    fn granted(self, value: &JsValue, token: &str) -> bool {
+        match self {
+            Grant::Acquire => value.is_null() || own_lock(value, token),
+            Grant::Reclaim => value.is_truthy(),
+        }
+    }
+}
+
+/// Is `record` (what `acquire` returned) a lock held by `token`?
+fn own_lock(record: &JsValue, token: &str) -> bool {
+    record.is_object()
+        && js::get(record, "state").as_string().as_deref() == Some("in-progress")
+        && js::get(record, "token").as_string().as_deref() == Some(token)
 }
 
 impl Late {
@@ -381,7 +407,10 @@ impl Late {
             return;
         };
         spawn_local(async move {
-            if !JsFuture::from(promise).await.is_ok_and(|v| granted(&v)) {
+            if !JsFuture::from(promise)
+                .await
+                .is_ok_and(|v| granted.granted(&v, &token))
+            {
                 return;
             }
             let yielding = Yielding::start(&key);
@@ -422,16 +451,18 @@ impl Store {
     /// `Symbol.for('retry-fetch.syncStore')` (`MemoryStore`'s) is called through it, and what
     /// that returns is not awaited.
     async fn call(&self, method: &'static str, args: &[&JsValue]) -> Result<JsValue, JsValue> {
-        self.call_within(method, args, None).await
+        self.call_within(method, args, None, None).await
     }
 
     /// [`Store::call`], given up after `claim_timeout_ms` when `late` says what to do if it
     /// answers after that (a call made before the handler runs); waited for when `None`.
+    /// `abort` (whose signal the call was given) is aborted when it is given up.
     async fn call_within(
         &self,
         method: &'static str,
         args: &[&JsValue],
         late: Option<&dyn Fn() -> Late>,
+        abort: Option<&web_sys::AbortController>,
     ) -> Result<JsValue, JsValue> {
         let f: Function = js::get_or_throw(&self.object, method)?
             .dyn_into()
@@ -466,8 +497,12 @@ impl Store {
         match within(&promise, self.claim_timeout_ms).await {
             Some(outcome) => outcome,
             None => {
+                let error = timed_out(method, self.claim_timeout_ms);
+                if let Some(controller) = abort {
+                    controller.abort_with_reason(&error);
+                }
                 late().after(self.clone(), promise);
-                Err(timed_out(method, self.claim_timeout_ms))
+                Err(error)
             }
         }
     }
@@ -502,7 +537,7 @@ impl Store {
         let late = || Late::GiveBack {
             key: key.clone(),
             token: token.clone(),
-            granted: JsValue::is_null,
+            granted: Grant::Acquire,
             reporter: reporter.clone(),
         };
         self.acquire_within(key, lock, token, lock_ms, Some(&late))
@@ -538,8 +573,16 @@ impl Store {
                 &token.into(),
             )?,
             _ => {
+                // `{ signal }`, aborted if the call is given up (a store may skip work it has
+                // not begun: `PostgresStore` a claim whose connection comes after that).
+                let controller = late.and_then(|_| web_sys::AbortController::new().ok());
+                let options: JsValue = Object::new().into();
+                if let Some(controller) = &controller {
+                    js::set(&options, "signal", &controller.signal());
+                }
+                let args = [&key.into(), &lock.js(), &lock_ms.into(), &options];
                 let v = self
-                    .call_within("acquire", &[&key.into(), &lock.js(), &lock_ms.into()], late)
+                    .call_within("acquire", &args, late, controller.as_ref())
                     .await?;
                 if v.is_null() {
                     return Ok(None);
@@ -556,7 +599,9 @@ impl Store {
                 "acquire() must give null when the lock is taken, or the key's record",
             ));
         }
-        Ok((!v.is_null()).then_some(v))
+        // The caller's own lock (a store that sent the call again after its reply was lost,
+        // and found the lock the first send took) is the caller's: granted.
+        Ok((!v.is_null() && !own_lock(&v, token)).then_some(v))
     }
 
     /// `method(key, token, record, ms)` (`renew`, `complete`), through its text twin where it
@@ -601,7 +646,7 @@ impl Store {
         let late = || Late::GiveBack {
             key: key.clone(),
             token: token.clone(),
-            granted: JsValue::is_truthy,
+            granted: Grant::Reclaim,
             reporter: reporter.clone(),
         };
         let v = self
@@ -614,6 +659,7 @@ impl Store {
                     &lock_ms.into(),
                 ],
                 Some(&late),
+                None,
             )
             .await?;
         Ok(v.is_truthy())
@@ -745,7 +791,7 @@ impl Store {
     /// or more is a `TypeError`.
     pub async fn secret(&self) -> Result<String, JsValue> {
         let v = self
-            .call_within("secret", &[], Some(&|| Late::Ignore))
+            .call_within("secret", &[], Some(&|| Late::Ignore), None)
             .await?;
         match v.as_string() {
             Some(s) if crate::core::idempotency::secret(&s).is_ok() => Ok(s),
@@ -831,22 +877,30 @@ fn tick(id: u64) {
                 if !r.store.transactional
                     && RENEWALS.with(|all| all.borrow().0.contains_key(&id)) =>
             {
+                let alive = || RENEWALS.with(|all| all.borrow().0.contains_key(&id));
                 loop {
-                    match r
+                    let taken = r
                         .store
                         .take_again(&r.key, &r.token, &r.fingerprint, r.lock_ms)
-                        .await
-                    {
-                        Ok(true) => r.leased_at.set(now),
+                        .await;
+                    match taken {
+                        Ok(true) if alive() => r.leased_at.set(now),
+                        // The run ended while this asked (it freed the key, or stored its
+                        // answer): the lock this took is nobody's, given back.
+                        Ok(true) => {
+                            if let Err(error) = r.store.release(&r.key, &r.token).await {
+                                r.reporter.store_error(&error, "release");
+                            }
+                        }
                         // Taken by a request of this process that is giving it back (it found
                         // this holder alive): asked again as soon as it may have, not at the
-                        // next tick (the key is free meanwhile, for any instance to take).
-                        Ok(false)
-                            if is_yielding(&r.key)
-                                && RENEWALS.with(|all| all.borrow().0.contains_key(&id)) =>
-                        {
+                        // next tick (the key is free meanwhile, for any instance to take),
+                        // while the run goes on.
+                        Ok(false) if is_yielding(&r.key) && alive() => {
                             super::flow::sleep(super::flow::YIELD_POLL_MS).await;
-                            continue;
+                            if alive() {
+                                continue;
+                            }
                         }
                         Ok(false) => r.lost.set(true),
                         Err(error) => {
@@ -985,6 +1039,11 @@ impl Renewal {
         });
         let handle = set_interval(bound.unchecked_ref(), interval);
         Renewal { handle, id, lost }
+    }
+
+    /// Let the renewal's timer not keep a Node process alive.
+    pub fn unref(&self) {
+        super::flow::unref(&self.handle);
     }
 
     /// Did the store refuse a renewal (the lock lapsed and is someone else's now)?
