@@ -23,7 +23,8 @@ inputs_hash() {
   {
     find src js -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum
     for f in Cargo.toml Cargo.lock package-lock.json README.md .cargo/config.toml \
-      scripts/build-pkg.sh scripts/toolchain.sh scripts/guard-glue.mjs scripts/short-imports.mjs scripts/inline-catch.mjs; do
+      scripts/build-pkg.sh scripts/toolchain.sh scripts/guard-glue.mjs scripts/short-imports.mjs scripts/inline-catch.mjs \
+      scripts/trim-init.mjs scripts/short-exports.mjs; do
       if [ -f "$f" ]; then sha256sum "$f"; else echo "absent $f"; fi
     done
     printf '%s\n' "$RF_WASM_MODE" "${RF_WASM_CARGO[*]}" "${RF_BUILD_STD[*]}" "${RF_SIZE_FLAGS[*]}" \
@@ -66,6 +67,8 @@ build_wasm retry_fetch
 node scripts/short-imports.mjs "$out/retry_fetch_bg.wasm" "$out/retry_fetch.js"
 node scripts/guard-glue.mjs "$out/retry_fetch.js"
 node scripts/inline-catch.mjs "$out/retry_fetch.js"
+node scripts/trim-init.mjs "$out/retry_fetch.js"
+node scripts/short-exports.mjs "$out/retry_fetch_bg.wasm" "$out/retry_fetch.js"
 
 # The CommonJS entry (require('retry-fetch') in Node): wasm-bindgen's nodejs glue over the same
 # client build, in cjs/ (its own package.json says commonjs; the package is "type": "module").
@@ -78,6 +81,7 @@ wasm-bindgen --target nodejs --weak-refs --no-typescript --out-dir "$out/cjs" --
 node scripts/short-imports.mjs "$out/cjs/retry_fetch_bg.wasm" "$out/cjs/retry_fetch.js"
 node scripts/guard-glue.mjs "$out/cjs/retry_fetch.js"
 node scripts/inline-catch.mjs "$out/cjs/retry_fetch.js"
+node scripts/short-exports.mjs "$out/cjs/retry_fetch_bg.wasm" "$out/cjs/retry_fetch.js"
 echo '{ "type": "commonjs" }' > "$out/cjs/package.json"
 
 build_wasm retry_fetch_server --no-default-features --features server

@@ -62,6 +62,12 @@ const BUILD = [
   '  node scripts/short-imports.mjs "$out/named.wasm" "$out/named.js"',
   '  node scripts/short-imports.mjs "$out/stripped.wasm" "$out/stripped.js"',
   'fi',
+  '# and the export names (in the shipped-equivalent copy only: named.wasm keeps wasm-bindgen\'s, which',
+  '# tell its export wrappers apart), as build-pkg.sh does after its other glue steps',
+  'if [ -f scripts/short-exports.mjs ] && grep -q short-exports scripts/build-pkg.sh; then',
+  '  cp "$out/stripped.js" "$out/stripped-exports.js"',
+  '  node scripts/short-exports.mjs "$out/stripped.wasm" "$out/stripped-exports.js" >/dev/null',
+  'fi',
 ].join('\n');
 
 let namedPath = option('--wasm');
@@ -232,7 +238,7 @@ const notes = [];
 if (!named.names.size) notes.push(`${namedPath} has no function names: build it with wasm-opt -g`);
 const sameFuncs = shipped.funcs.length === named.funcs.length;
 if (!sameFuncs) notes.push('named and stripped builds differ in functions: sizes are the named build\'s');
-const exportNames = new Set(shipped.exports.map((e) => e.name));
+const exportNames = new Set(named.exports.map((e) => e.name)); // wasm-bindgen's names (the shipped copy's are short)
 const funcs = named.funcs.map((f, i) => ({
   name: f.name, family: family(f.name, exportNames), body: sameFuncs ? shipped.funcs[i].body : f.body,
 }));

@@ -48,9 +48,12 @@ RF_SIZE_RUSTFLAGS="${RF_SIZE_RUSTFLAGS} -Ctarget-feature=-reference-types,-multi
 # assumption holds for Rust's wasm32: the linker puts the stack first, below the data at 1 MiB,
 # so the lowest kilobyte is reached only by a stack about to overflow. Inlining (sizes in
 # binaryen's expression count): a function with one caller only up to 30 (-ocimfs; 20 and
-# unbounded are about 0.1 kB bigger), any function up to 4 (-aimfs; default 2).
+# unbounded are about 0.1 kB bigger), any function up to 4 (-aimfs; default 2). Between the -Oz
+# passes, the control flow flattened and rebuilt twice (--flatten --rereloop, each followed by
+# -Oz: about 0.33 kB gzip less on the client; once 0.22 kB, three times 0.26 kB).
 RF_WASM_OPT_FLAGS=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
-  --enable-mutable-globals --low-memory-unused -ocimfs 30 -aimfs 4 -Oz -Oz)
+  --enable-mutable-globals --low-memory-unused -ocimfs 30 -aimfs 4
+  -Oz --flatten --rereloop -Oz --flatten --rereloop -Oz -Oz -Oz)
 
 rf_say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 rf_die() { printf '\033[31mERROR: %s\033[0m\n' "$*" >&2; exit 1; }

@@ -16,7 +16,7 @@ const require = createRequire(import.meta.url);
 const INTERNAL = new Set([
   'default', 'initSync', '__wbg_init', 'setErrorClasses', 'freedGuardError',
   'setDefaultStore', 'setContextCapture', 'setInstance', 'unknownOptionError',
-  'invalidOptionError', 'canonicalBody', 'describeValue', 'methodCanHaveBody',
+  'invalidOptionError', 'canonicalBody', 'describeValue', 'methodCanHaveBody', 'fingerprintsJson',
 ]);
 const ERROR_CLASSES = ['RetryError', 'CircuitOpenError'];
 

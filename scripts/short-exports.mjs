@@ -1,0 +1,94 @@
+// Gives the .wasm's exports that only the glue calls short names, in the .wasm and in its glue
+// at once: `__wbindgen_add_to_stack_pointer`, `adaptivethrottle_new`, `retryFetch`... become
+// `_a`, `_b`, ... (every name is downloaded twice: the .wasm's export section and
+// `wasm.<name>` in the glue). Kept: `memory`, `setErrorClasses` (load-wasm.js recognises the
+// client's .wasm by it), and any export the glue does not name as `wasm.<name>`. Runs after
+// guard-glue.mjs and inline-catch.mjs, which look for wasm-bindgen's export names. About 0.3 kB
+// of gzip.
+//
+// Usage: node scripts/short-exports.mjs <module.wasm> <glue.js>
+// Exits non-zero, changing nothing, if a renamed export is still named in the glue otherwise.
+import { readFileSync, writeFileSync } from 'node:fs';
+
+const [wasmFile, glueFile] = process.argv.slice(2);
+if (!wasmFile || !glueFile) fail('usage: short-exports.mjs <module.wasm> <glue.js>');
+const bytes = readFileSync(wasmFile);
+let glue = readFileSync(glueFile, 'utf8');
+const KEEP = new Set(['memory', 'setErrorClasses']);
+
+function leb(buf, pos) {
+  let value = 0, shift = 0, byte;
+  do { byte = buf[pos++]; value += (byte & 0x7f) * 2 ** shift; shift += 7; } while (byte & 0x80);
+  return [value, pos];
+}
+function encodeLeb(n) {
+  const out = [];
+  do { let b = n & 0x7f; n = Math.floor(n / 128); if (n) b |= 0x80; out.push(b); } while (n);
+  return Buffer.from(out);
+}
+function encodeName(s) { const b = Buffer.from(s, 'utf8'); return Buffer.concat([encodeLeb(b.length), b]); }
+const LETTERS = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
+function short(n) { // 0 -> _a, 51 -> _Z, 52 -> _aa, ...
+  let s = '';
+  n += 1;
+  while (n > 0) { n -= 1; s = LETTERS[n % 52] + s; n = Math.floor(n / 52); }
+  return `_${s}`;
+}
+const escape = (s) => s.replace(/[$]/g, '\\$');
+
+if (bytes.readUInt32LE(0) !== 0x6d736100) fail(`${wasmFile} is not a wasm module`);
+let pos = 8, section = null;
+while (pos < bytes.length) {
+  const [size, body] = leb(bytes, pos + 1);
+  if (bytes[pos] === 7) section = { start: pos, body, end: body + size };
+  pos = body + size;
+}
+if (!section) fail('the .wasm has no export section');
+const list = [];
+let e = section.body;
+const [count, afterCount] = leb(bytes, e);
+e = afterCount;
+for (let i = 0; i < count; i++) {
+  const [len, p] = leb(bytes, e);
+  const field = bytes.toString('utf8', p, p + len);
+  const [, end] = leb(bytes, p + len + 1); // kind byte, then the index
+  list.push({ field, desc: bytes.subarray(p + len, end) });
+  e = end;
+}
+if (e !== section.end) fail('the export section did not parse to its end');
+
+// An export reached otherwise than as `wasm.<name>` (`wasm[name]`, a name in a string) would
+// be missed by the renaming: none is, in wasm-bindgen's glue.
+if (/\bwasm\s*\[/.test(glue)) fail('the glue indexes wasm[...]: its exports cannot be renamed safely');
+for (const { field } of list) {
+  if (!KEEP.has(field) && (glue.includes(`'${field}'`) || glue.includes(`"${field}"`))) fail(`the glue names export ${field} in a string`);
+}
+const taken = new Set(list.map((x) => x.field));
+let next = 0;
+const renamed = new Map();
+for (const { field } of list) {
+  if (KEEP.has(field)) continue;
+  const use = new RegExp(`\\bwasm\\.${escape(field)}(?![\\w$])`, 'g');
+  if (!use.test(glue)) continue;
+  let to;
+  do to = short(next++); while (taken.has(to));
+  if (new RegExp(`\\bwasm\\.${escape(to)}(?![\\w$])`).test(glue)) fail(`the glue already names wasm.${to}`);
+  glue = glue.replace(use, () => `wasm.${to}`);
+  renamed.set(field, to);
+}
+
+const body = Buffer.concat([
+  encodeLeb(count),
+  ...list.map((x) => Buffer.concat([encodeName(renamed.get(x.field) ?? x.field), x.desc])),
+]);
+const out = Buffer.concat([
+  bytes.subarray(0, section.start), Buffer.from([7]), encodeLeb(body.length), body, bytes.subarray(section.end),
+]);
+writeFileSync(wasmFile, out);
+writeFileSync(glueFile, glue);
+console.log(`short-exports: ${renamed.size} exports renamed in ${wasmFile} (${bytes.length - out.length} bytes less) and ${glueFile}`);
+
+function fail(msg) {
+  console.error(`short-exports: ${msg}`);
+  process.exit(1);
+}
