@@ -24,7 +24,7 @@ inputs_hash() {
     find src js -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum
     for f in Cargo.toml Cargo.lock package-lock.json README.md .cargo/config.toml \
       scripts/build-pkg.sh scripts/toolchain.sh scripts/guard-glue.mjs scripts/short-imports.mjs scripts/inline-catch.mjs \
-      scripts/trim-init.mjs scripts/short-exports.mjs; do
+      scripts/trim-init.mjs scripts/short-exports.mjs scripts/wasm-bytes.mjs; do
       if [ -f "$f" ]; then sha256sum "$f"; else echo "absent $f"; fi
     done
     printf '%s\n' "$RF_WASM_MODE" "${RF_WASM_CARGO[*]}" "${RF_BUILD_STD[*]}" "${RF_SIZE_FLAGS[*]}" \

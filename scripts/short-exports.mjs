@@ -9,6 +9,7 @@
 // Usage: node scripts/short-exports.mjs <module.wasm> <glue.js>
 // Exits non-zero, changing nothing, if a renamed export is still named in the glue otherwise.
 import { readFileSync, writeFileSync } from 'node:fs';
+import { leb, encodeLeb, encodeName } from './wasm-bytes.mjs';
 
 const [wasmFile, glueFile] = process.argv.slice(2);
 if (!wasmFile || !glueFile) fail('usage: short-exports.mjs <module.wasm> <glue.js>');
@@ -16,17 +17,6 @@ const bytes = readFileSync(wasmFile);
 let glue = readFileSync(glueFile, 'utf8');
 const KEEP = new Set(['memory', 'setErrorClasses']);
 
-function leb(buf, pos) {
-  let value = 0, shift = 0, byte;
-  do { byte = buf[pos++]; value += (byte & 0x7f) * 2 ** shift; shift += 7; } while (byte & 0x80);
-  return [value, pos];
-}
-function encodeLeb(n) {
-  const out = [];
-  do { let b = n & 0x7f; n = Math.floor(n / 128); if (n) b |= 0x80; out.push(b); } while (n);
-  return Buffer.from(out);
-}
-function encodeName(s) { const b = Buffer.from(s, 'utf8'); return Buffer.concat([encodeLeb(b.length), b]); }
 const LETTERS = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
 function short(n) { // 0 -> _a, 51 -> _Z, 52 -> _aa, ...
   let s = '';

@@ -13,6 +13,7 @@
 // imports object with each import's name exactly once as a key (`name: function`), the
 // module named once (`"<module>": import0`), and each renamed export called as `wasm.<name>(`.
 import { readFileSync, writeFileSync } from 'node:fs';
+import { leb, encodeLeb, encodeName } from './wasm-bytes.mjs';
 
 const [wasmFile, glueFile] = process.argv.slice(2);
 if (!wasmFile || !glueFile) fail('usage: short-imports.mjs <module.wasm> <glue.js>');
@@ -21,21 +22,10 @@ const bytes = readFileSync(wasmFile);
 let glue = readFileSync(glueFile, 'utf8');
 
 // --- the .wasm: find the import section ------------------------------------------------------
-function leb(buf, pos) { // unsigned LEB128 -> [value, next position]
-  let value = 0, shift = 0, byte;
-  do { byte = buf[pos++]; value += (byte & 0x7f) * 2 ** shift; shift += 7; } while (byte & 0x80);
-  return [value, pos];
-}
-function encodeLeb(n) {
-  const out = [];
-  do { let b = n & 0x7f; n = Math.floor(n / 128); if (n) b |= 0x80; out.push(b); } while (n);
-  return Buffer.from(out);
-}
 function name(buf, pos) {
   const [len, p] = leb(buf, pos);
   return [buf.toString('utf8', p, p + len), p + len];
 }
-function encodeName(s) { const b = Buffer.from(s, 'utf8'); return Buffer.concat([encodeLeb(b.length), b]); }
 
 if (bytes.readUInt32LE(0) !== 0x6d736100) fail(`${wasmFile} is not a wasm module`);
 let pos = 8, section = null, exportSection = null;
