@@ -477,3 +477,29 @@ test('a store whose runs() gives no list (a forgotten return) is told failing th
     assert.match(errors[0][1], /runs\(\) gave .*, not an array of run records; this run counts no earlier runs of the key \(maxRuns\)$/);
   }
 });
+
+test('a job whose failure the store keeps only after a few failed tries is still dead-lettered: the delivery waits for the store, then hands the dead letter on', { timeout: 30_000 }, async () => {
+  const memory = new MemoryStore();
+  let failCompletes = 3; // the first call and both quick retries
+  // A plain object forwarding to a MemoryStore (no synchronous twins): complete() fails first.
+  const store = {
+    acquire: (...a) => memory.acquire(...a),
+    renew: (...a) => memory.renew(...a),
+    reclaim: (...a) => memory.reclaim(...a),
+    release: (...a) => memory.release(...a),
+    complete: (...a) => (failCompletes-- > 0 ? Promise.reject(new Error('connection lost')) : memory.complete(...a)),
+    recordRun: (...a) => memory.recordRun(...a),
+    runs: (...a) => memory.runs(...a),
+  };
+  const deadLetters = [];
+  const job = idempotent(async () => {
+    throw new Error('card declined (poison)');
+  }, { store, key: (m) => m.id, maxRuns: 3, lockTimeoutMs: 3_000, onDeadLetter: (r) => deadLetters.push(r.key), onStoreError: () => {} });
+  const codes = [];
+  for (let delivery = 0; delivery < 3; delivery++) {
+    codes.push(await job({ id: 'msg-1' }).then(() => 'ok', (e) => e.code ?? e.message));
+  }
+  assert.deepEqual(codes, ['card declined (poison)', 'previous-run-failed', 'previous-run-failed']);
+  assert.deepEqual(deadLetters, ['msg-1'], 'handed to onDeadLetter once');
+  assert.deepEqual((await memory.runs('msg-1')).map((r) => r.outcome), ['failed', 'replayed', 'replayed']);
+});

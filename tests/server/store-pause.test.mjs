@@ -214,3 +214,70 @@ test('an acquire that answers with the caller\'s own lock (a store that sent it 
     assert.equal(runs, 1);
   }
 });
+
+test('the storing behind an answer holds the lock with the run\'s token: the run\'s own renewal, ending while it asked for the key back, does not give that lock away to another instance', { timeout: 30_000 }, async () => {
+  const rows = new Map();
+  let failCompletes = 0;
+  let acquireGate = null; // the next acquire of instance A waits for it
+  /** One instance's store object over the shared rows (two objects: two processes). */
+  const instance = (who) => ({
+    async acquire(key, lock) {
+      if (who === 'A' && acquireGate) {
+        const held = acquireGate;
+        acquireGate = null;
+        await held.promise;
+      }
+      const row = rows.get(key);
+      if (row) return structuredClone(row);
+      rows.set(key, structuredClone(lock));
+      return null;
+    },
+    async renew(key, token, lock) {
+      const row = rows.get(key);
+      if (row?.state !== 'in-progress' || row.token !== token) return false;
+      rows.set(key, structuredClone(lock));
+      return true;
+    },
+    async reclaim() {
+      return false;
+    },
+    async complete(key, token, record) {
+      if (failCompletes > 0) {
+        failCompletes--;
+        throw new Error('connection lost');
+      }
+      const row = rows.get(key);
+      if (row?.state !== 'in-progress' || row.token !== token) return false;
+      rows.set(key, structuredClone(record));
+      return true;
+    },
+    async release(key, token) {
+      const row = rows.get(key);
+      return row?.state === 'in-progress' && row.token === token && rows.delete(key);
+    },
+  });
+  let runs = 0;
+  const handlerOn = (who) => idempotency(async () => {
+    runs++;
+    await sleep(who === 'A' ? 500 : 10);
+    return new Response(`run ${runs} on ${who}`, { status: 201 });
+  }, { store: instance(who), identity: false, lockTimeoutMs: 1_000, waitTimeoutMs: 5_000, onStoreError: () => {} });
+  const [a, b] = [handlerOn('A'), handlerOn('B')];
+  const post = (h) => h(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': 'k' }, body: 'x' }));
+  const first = post(a);
+  await sleep(200);
+  // The store loses the row (restarted, empty): A's renewal is refused and asks for the key
+  // back, its acquire slow to answer; then every complete() of the quick retries fails.
+  rows.clear();
+  const held = (acquireGate = gate());
+  failCompletes = 3;
+  const answer = await first;
+  assert.equal(answer.headers.get('x-should-retry'), 'false', 'unkept when answered');
+  held.resolve(); // the ended renewal's acquire lands: the lock is the storing's now
+  await sleep(5);
+  assert.equal(rows.get('-:k')?.state, 'in-progress', 'the lock was not given away');
+  const other = await post(b); // another instance, the same key: waits, then gets the answer
+  assert.equal(other.headers.get('idempotent-replayed'), 'true');
+  assert.equal(await other.text(), 'run 1 on A');
+  assert.equal(runs, 1, 'the handler ran once');
+});

@@ -42,6 +42,12 @@ pub struct Keyed {
     /// nobody waits for its answer then, and no header on it can tell a client not to run it
     /// again, so [`store_answer`] keeps trying while the lock may still be held.
     pub accepted: Rc<Cell<bool>>,
+    /// Whether its caller waits for [`store_answer`] to keep trying through a store outage
+    /// (while the lock would be held) before it is answered: an `idempotent()` job's (a queue
+    /// consumer awaits the run, and what it does next, acknowledging or dead-lettering,
+    /// depends on whether the result was kept). An HTTP request's caller is answered after
+    /// the quick retries instead, the storing going on behind the answer. Default false.
+    pub patient: bool,
 }
 
 impl Keyed {
@@ -65,6 +71,7 @@ impl Keyed {
             fingerprint: fingerprint.into(),
             token: uuid_v4(random_16()).into(),
             accepted: Rc::default(),
+            patient: false,
         })
     }
 }
@@ -556,13 +563,19 @@ pub async fn store_answer(
     match storing.run(c, k, false).await {
         Err(Later(error)) => {
             c.reporter.store_error(&error, "complete");
+            // Its renewal starts now, before the caller's is dropped: the key always has a
+            // live holder here, and a renewal of the caller's that ends meanwhile does not
+            // give back a lock this one holds (same token).
+            let renewal = renew_while_held(c, k);
+            // Neither it nor the waits keep the process alive: a server that shuts down
+            // meanwhile leaves the answer unkept, as before this went on.
+            renewal.unref();
             let (c, k) = (c.clone(), k.clone());
             spawn_local(async move {
-                // Neither keeps the process alive: a server that shuts down meanwhile leaves
-                // the answer unkept, as before this went on.
-                let renewal = renew_while_held(&c, &k);
-                renewal.unref();
+                let _renewal = renewal;
                 sleep_held(patient_ms(&c), false).await;
+                // The lease may lapse again during the outage: it may be taken again.
+                storing.may_take_again = !storing.renewal_lost && !c.store.transactional;
                 let _ = storing.run(&c, &k, true).await;
             });
             Stored::Failed
@@ -635,6 +648,12 @@ impl Storing {
                             self.may_take_again = true;
                             sleep(YIELD_POLL_MS).await;
                         }
+                        // In the background, a store still failing is asked again while the
+                        // lock would be held.
+                        Err(_) if background && js::now_ms() + patient_ms < self.patient_until => {
+                            self.may_take_again = true;
+                            sleep_held(patient_ms, false).await;
+                        }
                         // After a failure, that failure is what is reported: the refusal may be
                         // of an answer it kept.
                         Ok(false) | Err(_) if self.failed.is_some() => {
@@ -661,7 +680,7 @@ impl Storing {
                     if c.store.transactional || js::now_ms() + patient_ms >= self.patient_until {
                         break Err(e);
                     }
-                    if !background && !k.accepted.get() {
+                    if !background && !k.accepted.get() && !k.patient {
                         // Its caller is answered now; the storing goes on behind it.
                         self.failed = Some(e.clone());
                         return Err(Later(e));

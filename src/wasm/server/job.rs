@@ -109,13 +109,16 @@ pub async fn run(
         ))
     })?;
     let body = input_json(&input)?.unwrap_or_default();
-    let k = Keyed::new(
+    let mut k = Keyed::new(
         c,
         key,
         s.scope.as_deref(),
         idem::fingerprint("JOB", "", body.as_bytes()),
     )
     .await?;
+    // The delivery waits while a failing store is asked again: whether its result (or its
+    // failure, to be dead-lettered) was kept decides what the consumer does next.
+    k.patient = true;
     // With maxRuns the run is made now and written once it holds the key (its start, and the
     // key's history read then); a delivery that does not get the key is recorded when it ends.
     let announced = s.max_runs.map(|_| RunLog::announce(c, &k));

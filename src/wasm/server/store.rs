@@ -886,12 +886,15 @@ fn tick(id: u64) {
                     match taken {
                         Ok(true) if alive() => r.leased_at.set(now),
                         // The run ended while this asked (it freed the key, or stored its
-                        // answer): the lock this took is nobody's, given back.
-                        Ok(true) => {
+                        // answer): the lock this took is nobody's, given back; unless another
+                        // renewal of the same holder runs (the storing that goes on behind an
+                        // answer), whose lock it is.
+                        Ok(true) if !renewed_elsewhere(&r.store, &r.key, &r.token) => {
                             if let Err(error) = r.store.release(&r.key, &r.token).await {
                                 r.reporter.store_error(&error, "release");
                             }
                         }
+                        Ok(true) => {}
                         // Taken by a request of this process that is giving it back (it found
                         // this holder alive): asked again as soon as it may have, not at the
                         // next tick (the key is free meanwhile, for any instance to take),
@@ -971,6 +974,15 @@ pub fn live_holder(store: &Store, key: &str) -> Option<(Rc<str>, Rc<str>)> {
 pub fn overdue_holder(store: &Store, key: &str, now: f64) -> Option<(Rc<str>, Rc<str>)> {
     holder_where(store, key, |r| {
         renewal_overdue(r.leased_at.get(), r.interval, now)
+    })
+}
+
+/// Is a renewal of `token`'s lock on `key` in `store` running in this process?
+fn renewed_elsewhere(store: &Store, key: &str, token: &str) -> bool {
+    RENEWALS.with(|all| {
+        all.borrow().0.values().any(|r| {
+            &*r.key == key && &*r.token == token && Object::is(&r.store.object, &store.object)
+        })
     })
 }
 
