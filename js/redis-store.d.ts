@@ -66,7 +66,7 @@ export class RedisStore implements IdempotencyStore {
   /** How long a key's run history is kept after its last recorded run, in ms. @default 604800000 */
   readonly runRetentionMs: number;
   /** `SET prefix+key lock NX PX lockTimeoutMs`; when that fails, `GET` the record. */
-  acquire(key: string, lock: LockRecord, lockTimeoutMs: number): Promise<IdempotencyRecord | null>;
+  acquire(key: string, lock: LockRecord, lockTimeoutMs: number, options?: { signal?: AbortSignal }): Promise<IdempotencyRecord | null>;
   /** Replace the lock held by `token` with `lock`, `PX lockTimeoutMs` (Lua, `EVAL`). */
   renew(key: string, token: string, lock: LockRecord, lockTimeoutMs: number): Promise<boolean>;
   /**

@@ -139,14 +139,18 @@ export class RedisStore {
     return this.#runRetentionMs;
   }
 
-  async acquire(key, lock, lockTimeoutMs) {
+  async acquire(key, lock, lockTimeoutMs, { signal } = {}) {
     const k = this.#prefix + key;
     const secretKey = `${this.#prefix}secret`;
     // The secret this instance hashes scopes with, once read: checked beside the take.
     const secret = this.#secretRead;
+    // Once the request stops waiting (storeTimeoutMs), node-redis (5 and later) drops these
+    // commands if they are still unsent, queued while Redis is down: a lock is not taken for
+    // a request answered 503 when Redis comes back. A sent one is given back by the companion.
+    const client = signal && typeof this.#client.withCommandOptions === 'function' ? this.#client.withCommandOptions({ abortSignal: signal }) : this.#client;
     const [checked, taken] = await Promise.allSettled([
-      secret === undefined ? 1 : this.#client.eval(CHECK_SECRET, { keys: [secretKey], arguments: [secret] }),
-      this.#client.eval(TAKE, { keys: [k], arguments: [JSON.stringify(lock), String(lockTimeoutMs)] }),
+      secret === undefined ? 1 : client.eval(CHECK_SECRET, { keys: [secretKey], arguments: [secret] }),
+      client.eval(TAKE, { keys: [k], arguments: [JSON.stringify(lock), String(lockTimeoutMs)] }),
     ]);
     const tookIt = taken.status === 'fulfilled' && (taken.value === null || taken.value === undefined);
     const refused = checked.status === 'fulfilled' && Number(checked.value) !== 1;

@@ -322,6 +322,45 @@ test('RedisStore restarted (killed, empty) as a keyed handler ends: the answer g
   }
 });
 
+test('RedisStore down, its client queueing commands (node-redis\'s offline queue, the default): storeTimeoutMs answers 503, and the shed requests\' queued commands are dropped, so no lock is taken for them when Redis is back', { skip, timeout: 60_000 }, async () => {
+  const { spawn } = await import('node:child_process');
+  const { server, url: ownUrl, connect, stop } = await ownRedis(() => [], 'rf-queued-');
+  const client = createClient({ url: ownUrl }); // the offline queue on
+  client.on('error', () => {});
+  let again;
+  try {
+    await connect(client);
+    const store = new RedisStore({ client });
+    const release = store.release.bind(store);
+    let givenBack = 0;
+    store.release = async (...args) => ((await release(...args)) && givenBack++, true);
+    let runs = 0;
+    const handler = idempotency(async () => Response.json({ run: ++runs }, { status: 201 }), { store, identity: false, storeTimeoutMs: 300, onStoreError: () => {} });
+    const pay = (key) => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': key }, body: '{"amount":10}' }));
+    await pay(newKey()); // the store's secret read
+    runs = 0;
+    server.kill('SIGKILL');
+    await new Promise((resolve) => server.once('exit', resolve));
+    const keys = [newKey(), newKey()];
+    for (const res of await Promise.all(keys.map(pay))) assert.equal(res.status, 503);
+    again = spawn('redis-server', ['--port', new URL(ownUrl).port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    for (let i = 0; !client.isReady; i++) {
+      assert.ok(i < 100, 'the client did not reconnect');
+      await sleep(100);
+    }
+    await sleep(200);
+    assert.equal(await client.exists(keys.map((k) => `idem:-:${k}`)), 0, 'no lock taken for a shed request');
+    assert.equal(givenBack, 0, 'nothing taken, nothing to give back');
+    const retry = await pay(keys[0]);
+    assert.equal(retry.status, 201);
+    assert.equal(runs, 1);
+  } finally {
+    await client.quit().catch(() => {});
+    again?.kill('SIGKILL');
+    await stop();
+  }
+});
+
 test('RedisStore stopped (SIGSTOP) before the handler runs: storeTimeoutMs answers 503 with Retry-After, nothing run; once Redis is back the lock taken late is given back and the retry runs once', { skip, timeout: 60_000 }, async () => {
   const { server, url: ownUrl, connect, stop } = await ownRedis(() => [], 'rf-stalled-');
   const client = createClient({ url: ownUrl, disableOfflineQueue: true });
