@@ -147,7 +147,9 @@ export class RedisStore {
     // Once the request stops waiting (storeTimeoutMs), node-redis (5 and later) drops these
     // commands if they are still unsent, queued while Redis is down: a lock is not taken for
     // a request answered 503 when Redis comes back. A sent one is given back by the companion.
-    const client = signal && typeof this.#client.withCommandOptions === 'function' ? this.#client.withCommandOptions({ abortSignal: signal }) : this.#client;
+    // (Some node-redis proxies replace their options rather than add to them: the client's own
+    // are passed along.)
+    const client = signal && typeof this.#client.withCommandOptions === 'function' ? this.#client.withCommandOptions({ ...this.#client._commandOptions, abortSignal: signal }) : this.#client;
     const [checked, taken] = await Promise.allSettled([
       secret === undefined ? 1 : client.eval(CHECK_SECRET, { keys: [secretKey], arguments: [secret] }),
       client.eval(TAKE, { keys: [k], arguments: [JSON.stringify(lock), String(lockTimeoutMs)] }),

@@ -4,7 +4,7 @@
 // the timeline is exact; redis.test.mjs stops a real redis-server for the same path.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { idempotency, MemoryStore } from 'retry-fetch/server';
+import { idempotency, idempotent, MemoryStore } from 'retry-fetch/server';
 import { newKey, sleep } from './support.mjs';
 
 const METHODS = ['acquire', 'renew', 'reclaim', 'complete', 'release'];
@@ -280,4 +280,71 @@ test('the storing behind an answer holds the lock with the run\'s token: the run
   assert.equal(other.headers.get('idempotent-replayed'), 'true');
   assert.equal(await other.text(), 'run 1 on A');
   assert.equal(runs, 1, 'the handler ran once');
+});
+
+/**
+ * A store whose complete() fails `downFor` times (Redis down), then comes back empty (the lock's
+ * row gone: complete() answers false), and whose next acquire (the key taken again) meets one
+ * more dropped connection.
+ */
+function flappingStore(downFor) {
+  const rows = new Map();
+  let completes = 0;
+  let failNextAcquire = false;
+  return {
+    async acquire(key, lock) {
+      if (failNextAcquire) {
+        failNextAcquire = false;
+        throw new Error('connection reset');
+      }
+      const row = rows.get(key);
+      if (row) return structuredClone(row);
+      rows.set(key, structuredClone(lock));
+      return null;
+    },
+    async renew(key, token, lock) {
+      const row = rows.get(key);
+      if (row?.state !== 'in-progress' || row.token !== token) return false;
+      rows.set(key, structuredClone(lock));
+      return true;
+    },
+    async reclaim() {
+      return false;
+    },
+    async complete(key, token, record) {
+      completes++;
+      if (completes <= downFor) throw new Error('ECONNREFUSED');
+      if (completes === downFor + 1) {
+        rows.clear();
+        failNextAcquire = true;
+      }
+      const row = rows.get(key);
+      if (row?.state !== 'in-progress' || row.token !== token) return false;
+      rows.set(key, structuredClone(record));
+      return true;
+    },
+    async release(key, token) {
+      const row = rows.get(key);
+      return row?.state === 'in-progress' && row.token === token && rows.delete(key);
+    },
+  };
+}
+
+test('a store failing as a lapsed key is taken again is asked again like a failing complete(): the answer (a job\'s result too) is kept, nothing runs twice', { timeout: 60_000 }, async () => {
+  for (const downFor of [1, 3]) {
+    let runs = 0;
+    const h = idempotency(async () => Response.json({ charged: ++runs }, { status: 201 }), { store: flappingStore(downFor), identity: false, lockTimeoutMs: 3_000, onStoreError: () => {} });
+    const pay = () => h(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': 'k1' }, body: 'x' }));
+    assert.equal((await pay()).status, 201);
+    await sleep(3_500); // past the lock: a repeat would run again if the answer were not kept
+    const repeat = await pay();
+    assert.equal(repeat.headers.get('idempotent-replayed'), 'true', `HTTP, complete() down ${downFor}x`);
+    assert.equal(runs, 1);
+  }
+  let jobRuns = 0;
+  const job = idempotent(async () => ({ charged: ++jobRuns }), { store: flappingStore(3), key: (m) => m.id, lockTimeoutMs: 3_000, onStoreError: () => {} });
+  assert.deepEqual(await job({ id: 'm1' }), { charged: 1 });
+  await sleep(3_500);
+  assert.deepEqual(await job({ id: 'm1' }), { charged: 1 }, 'the redelivery gets the kept result');
+  assert.equal(jobRuns, 1);
 });

@@ -648,11 +648,16 @@ impl Storing {
                             self.may_take_again = true;
                             sleep(YIELD_POLL_MS).await;
                         }
-                        // In the background, a store still failing is asked again while the
-                        // lock would be held.
-                        Err(_) if background && js::now_ms() + patient_ms < self.patient_until => {
+                        // A store failing as the key is taken again is a failing store, as
+                        // for `complete`: asked again while the lock would be held (for a
+                        // caller that waits for no such thing, behind its answer).
+                        Err(e) if js::now_ms() + patient_ms < self.patient_until => {
                             self.may_take_again = true;
-                            sleep_held(patient_ms, false).await;
+                            self.failed.get_or_insert_with(|| e.clone());
+                            if !background && !k.accepted.get() && !k.patient {
+                                return Err(Later(e));
+                            }
+                            sleep_held(patient_ms, !background).await;
                         }
                         // After a failure, that failure is what is reported: the refusal may be
                         // of an answer it kept.
