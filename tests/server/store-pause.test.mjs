@@ -220,42 +220,27 @@ test('the storing behind an answer holds the lock with the run\'s token: the run
   let failCompletes = 0;
   let acquireGate = null; // the next acquire of instance A waits for it
   /** One instance's store object over the shared rows (two objects: two processes). */
-  const instance = (who) => ({
-    async acquire(key, lock) {
-      if (who === 'A' && acquireGate) {
-        const held = acquireGate;
-        acquireGate = null;
-        await held.promise;
-      }
-      const row = rows.get(key);
-      if (row) return structuredClone(row);
-      rows.set(key, structuredClone(lock));
-      return null;
-    },
-    async renew(key, token, lock) {
-      const row = rows.get(key);
-      if (row?.state !== 'in-progress' || row.token !== token) return false;
-      rows.set(key, structuredClone(lock));
-      return true;
-    },
-    async reclaim() {
-      return false;
-    },
-    async complete(key, token, record) {
-      if (failCompletes > 0) {
-        failCompletes--;
-        throw new Error('connection lost');
-      }
-      const row = rows.get(key);
-      if (row?.state !== 'in-progress' || row.token !== token) return false;
-      rows.set(key, structuredClone(record));
-      return true;
-    },
-    async release(key, token) {
-      const row = rows.get(key);
-      return row?.state === 'in-progress' && row.token === token && rows.delete(key);
-    },
-  });
+  const instance = (who) => {
+    const base = mapStore(rows);
+    return {
+      ...base,
+      async acquire(key, lock) {
+        if (who === 'A' && acquireGate) {
+          const held = acquireGate;
+          acquireGate = null;
+          await held.promise;
+        }
+        return base.acquire(key, lock);
+      },
+      async complete(key, token, record) {
+        if (failCompletes > 0) {
+          failCompletes--;
+          throw new Error('connection lost');
+        }
+        return base.complete(key, token, record);
+      },
+    };
+  };
   let runs = 0;
   const handlerOn = (who) => idempotency(async () => {
     runs++;
@@ -289,14 +274,34 @@ test('the storing behind an answer holds the lock with the run\'s token: the run
  */
 function flappingStore(downFor) {
   const rows = new Map();
+  const base = mapStore(rows);
   let completes = 0;
   let failNextAcquire = false;
   return {
+    ...base,
     async acquire(key, lock) {
       if (failNextAcquire) {
         failNextAcquire = false;
         throw new Error('connection reset');
       }
+      return base.acquire(key, lock);
+    },
+    async complete(key, token, record) {
+      completes++;
+      if (completes <= downFor) throw new Error('ECONNREFUSED');
+      if (completes === downFor + 1) {
+        rows.clear();
+        failNextAcquire = true;
+      }
+      return base.complete(key, token, record);
+    },
+  };
+}
+
+/** store.d.ts's protocol over `rows` (a Map of records), each method atomic on its key. */
+function mapStore(rows) {
+  return {
+    async acquire(key, lock) {
       const row = rows.get(key);
       if (row) return structuredClone(row);
       rows.set(key, structuredClone(lock));
@@ -312,12 +317,6 @@ function flappingStore(downFor) {
       return false;
     },
     async complete(key, token, record) {
-      completes++;
-      if (completes <= downFor) throw new Error('ECONNREFUSED');
-      if (completes === downFor + 1) {
-        rows.clear();
-        failNextAcquire = true;
-      }
       const row = rows.get(key);
       if (row?.state !== 'in-progress' || row.token !== token) return false;
       rows.set(key, structuredClone(record));
