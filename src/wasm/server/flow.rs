@@ -11,6 +11,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{spawn_local, JsFuture};
 
 use super::context::Caller;
+use super::runs::RunLog;
 use super::settings::{rejects, Common};
 use super::store::{
     completed_record, is_yielding, live_holder, lock_record, overdue_holder, Renewal, StoredRecord,
@@ -552,6 +553,23 @@ pub async fn store_answer(
     response: &StoredResponse,
     renewal_lost: bool,
 ) -> Stored {
+    store_answer_then(c, k, response, renewal_lost, None).await
+}
+
+/// How a run's end is written to its history once its answer's storing is over: the run's
+/// log, the outcome when the answer is kept, and the detail.
+pub type RunEnd = (RunLog, Outcome, Option<String>);
+
+/// [`store_answer`], then `end` written (`RunLog::end_later`): with the outcome the storing
+/// ended with, behind the answer when it goes on there (the run stays open in the history
+/// until then).
+pub async fn store_answer_then(
+    c: &Common,
+    k: &Keyed,
+    response: &StoredResponse,
+    renewal_lost: bool,
+    end: Option<RunEnd>,
+) -> Stored {
     let mut storing = Storing {
         record: completed_record(&k.fingerprint, response),
         may_take_again: !renewal_lost && !c.store.transactional,
@@ -576,11 +594,19 @@ pub async fn store_answer(
                 sleep_held(patient_ms(&c), false).await;
                 // The lease may lapse again during the outage: it may be taken again.
                 storing.may_take_again = !storing.renewal_lost && !c.store.transactional;
-                let _ = storing.run(&c, &k, true).await;
+                let stored = storing.run(&c, &k, true).await.unwrap_or(Stored::Failed);
+                if let Some((log, kept, detail)) = end {
+                    log.end_later(stored.outcome(kept), detail);
+                }
             });
             Stored::Failed
         }
-        Ok(stored) => stored,
+        Ok(stored) => {
+            if let Some((log, kept, detail)) = end {
+                log.end_later(stored.outcome(kept), detail);
+            }
+            stored
+        }
     }
 }
 
