@@ -579,8 +579,14 @@ pub async fn store_answer_then(
         patient_until: js::now_ms() + c.limits.lock_timeout_ms,
     };
     match storing.run(c, k, false).await {
-        Err(Later(error)) => {
-            c.reporter.store_error(&error, "complete");
+        Err(Later(error, operation)) => {
+            c.reporter.store_error(&error, operation);
+            // The run's end is written now, not kept (as answered: a process that exits
+            // meanwhile leaves that), and again, same run, if the storing keeps the answer.
+            let end = end.map(|(log, kept, detail)| {
+                log.clone().end_later(Outcome::NotStored, detail.clone());
+                (log, kept, detail)
+            });
             // Its renewal starts now, before the caller's is dropped: the key always has a
             // live holder here, and a renewal of the caller's that ends meanwhile does not
             // give back a lock this one holds (same token).
@@ -595,7 +601,7 @@ pub async fn store_answer_then(
                 // The lease may lapse again during the outage: it may be taken again.
                 storing.may_take_again = !storing.renewal_lost && !c.store.transactional;
                 let stored = storing.run(&c, &k, true).await.unwrap_or(Stored::Failed);
-                if let Some((log, kept, detail)) = end {
+                if let (Some((log, kept, detail)), Stored::Kept) = (end, &stored) {
                     log.end_later(stored.outcome(kept), detail);
                 }
             });
@@ -617,8 +623,8 @@ fn patient_ms(c: &Common) -> f64 {
 }
 
 /// A store that still failed after the quick retries, for a run whose caller waits: the
-/// storing goes on in the background (the error is the last failure).
-struct Later(JsValue);
+/// storing goes on in the background (the last failure, and the store call that failed).
+struct Later(JsValue, &'static str);
 
 /// Where the storing of an answer is (it may go on in the background).
 struct Storing {
@@ -679,9 +685,13 @@ impl Storing {
                         // caller that waits for no such thing, behind its answer).
                         Err(e) if js::now_ms() + patient_ms < self.patient_until => {
                             self.may_take_again = true;
-                            self.failed.get_or_insert_with(|| e.clone());
+                            self.failed = Some(e.clone());
+                            if let Some(&ms) = retries.next() {
+                                sleep(ms).await;
+                                continue;
+                            }
                             if !background && !k.accepted.get() && !k.patient {
-                                return Err(Later(e));
+                                return Err(Later(e, "acquire"));
                             }
                             sleep_held(patient_ms, !background).await;
                         }
@@ -714,7 +724,7 @@ impl Storing {
                     if !background && !k.accepted.get() && !k.patient {
                         // Its caller is answered now; the storing goes on behind it.
                         self.failed = Some(e.clone());
-                        return Err(Later(e));
+                        return Err(Later(e, "complete"));
                     }
                     self.failed = Some(e);
                     sleep_held(patient_ms, !background).await;

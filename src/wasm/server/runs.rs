@@ -218,7 +218,9 @@ fn past(runs: &[RunRecord]) -> Vec<PastRun<'_>> {
         .collect()
 }
 
-/// A run that holds a key: started when it claimed the key, ended once with its outcome.
+/// A run that holds a key: started when it claimed the key, ended with its outcome (once; or
+/// again, the same run, when the storing behind an unkept answer keeps it).
+#[derive(Clone)]
 pub struct RunLog {
     store: Store,
     reporter: Reporter,
