@@ -9,7 +9,7 @@
 // Usage: node scripts/short-exports.mjs <module.wasm> <glue.js>
 // Exits non-zero, changing nothing, if a renamed export is still named in the glue otherwise.
 import { readFileSync, writeFileSync } from 'node:fs';
-import { leb, encodeLeb, encodeName } from './wasm-bytes.mjs';
+import { leb, encodeLeb, encodeName, readName, sections, shortName, escapeName as escape } from './wasm-bytes.mjs';
 
 const [wasmFile, glueFile] = process.argv.slice(2);
 if (!wasmFile || !glueFile) fail('usage: short-exports.mjs <module.wasm> <glue.js>');
@@ -17,21 +17,13 @@ const bytes = readFileSync(wasmFile);
 let glue = readFileSync(glueFile, 'utf8');
 const KEEP = new Set(['memory', 'setErrorClasses']);
 
-const LETTERS = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
-function short(n) { // 0 -> _a, 51 -> _Z, 52 -> _aa, ...
-  let s = '';
-  n += 1;
-  while (n > 0) { n -= 1; s = LETTERS[n % 52] + s; n = Math.floor(n / 52); }
-  return `_${s}`;
-}
-const escape = (s) => s.replace(/[$]/g, '\\$');
+const short = (n) => `_${shortName(n)}`; // 0 -> _a, 51 -> _Z, 52 -> _aa, ...
 
-if (bytes.readUInt32LE(0) !== 0x6d736100) fail(`${wasmFile} is not a wasm module`);
-let pos = 8, section = null;
-while (pos < bytes.length) {
-  const [size, body] = leb(bytes, pos + 1);
-  if (bytes[pos] === 7) section = { start: pos, body, end: body + size };
-  pos = body + size;
+let section;
+try {
+  section = sections(bytes).get(7);
+} catch {
+  fail(`${wasmFile} is not a wasm module`);
 }
 if (!section) fail('the .wasm has no export section');
 const list = [];
@@ -39,10 +31,9 @@ let e = section.body;
 const [count, afterCount] = leb(bytes, e);
 e = afterCount;
 for (let i = 0; i < count; i++) {
-  const [len, p] = leb(bytes, e);
-  const field = bytes.toString('utf8', p, p + len);
-  const [, end] = leb(bytes, p + len + 1); // kind byte, then the index
-  list.push({ field, desc: bytes.subarray(p + len, end) });
+  const [field, p] = readName(bytes, e);
+  const [, end] = leb(bytes, p + 1); // kind byte, then the index
+  list.push({ field, desc: bytes.subarray(p, end) });
   e = end;
 }
 if (e !== section.end) fail('the export section did not parse to its end');

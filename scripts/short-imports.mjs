@@ -13,7 +13,7 @@
 // imports object with each import's name exactly once as a key (`name: function`), the
 // module named once (`"<module>": import0`), and each renamed export called as `wasm.<name>(`.
 import { readFileSync, writeFileSync } from 'node:fs';
-import { leb, encodeLeb, encodeName } from './wasm-bytes.mjs';
+import { leb, encodeLeb, encodeName, readName as name, sections, shortName as short, escapeName as escape } from './wasm-bytes.mjs';
 
 const [wasmFile, glueFile] = process.argv.slice(2);
 if (!wasmFile || !glueFile) fail('usage: short-imports.mjs <module.wasm> <glue.js>');
@@ -22,20 +22,13 @@ const bytes = readFileSync(wasmFile);
 let glue = readFileSync(glueFile, 'utf8');
 
 // --- the .wasm: find the import section ------------------------------------------------------
-function name(buf, pos) {
-  const [len, p] = leb(buf, pos);
-  return [buf.toString('utf8', p, p + len), p + len];
+let found;
+try {
+  found = sections(bytes);
+} catch {
+  fail(`${wasmFile} is not a wasm module`);
 }
-
-if (bytes.readUInt32LE(0) !== 0x6d736100) fail(`${wasmFile} is not a wasm module`);
-let pos = 8, section = null, exportSection = null;
-while (pos < bytes.length) {
-  const id = bytes[pos];
-  const [size, body] = leb(bytes, pos + 1);
-  if (id === 2) section = { start: pos, body, end: body + size };
-  if (id === 7) exportSection = { start: pos, body, end: body + size };
-  pos = body + size;
-}
+const section = found.get(2), exportSection = found.get(7);
 if (!section) fail('the .wasm has no import section');
 if (!exportSection) fail('the .wasm has no export section');
 
@@ -63,18 +56,10 @@ const modules = [...new Set(imports.map((i) => i.module))];
 if (modules.length !== 1) fail(`expected one import module, found ${modules.join(', ')}`);
 
 // --- short names ------------------------------------------------------------------------------
-const LETTERS = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
-function short(n) { // 0 -> a, 51 -> Z, 52 -> aa, ...
-  let s = '';
-  n += 1;
-  while (n > 0) { n -= 1; s = LETTERS[n % 52] + s; n = Math.floor(n / 52); }
-  return s;
-}
 const fields = [...new Set(imports.map((i) => i.field))];
 const renamed = new Map(fields.map((f, i) => [f, short(i)]));
 
 // --- the glue: rename the keys of the imports object, then the module ---------------------------
-const escape = (s) => s.replace(/[$]/g, '\\$');
 for (const [from, to] of renamed) {
   const key = new RegExp(`^(\\s+)${escape(from)}(: function)`, 'gm');
   const found = glue.match(key)?.length ?? 0;

@@ -194,6 +194,14 @@ test('RedisStore: bad options are TypeErrors naming the option and the value', (
 });
 
 /** A redis-server of a test's own on a free port (`args(dir)` added): its URL, the process, `connect(client)` (retried while it starts) and `stop()`. */
+/** Count the `release` calls of `store` that found the caller's lock (a lock given back). */
+function countReleases(store) {
+  const release = store.release.bind(store);
+  const counted = { n: 0 };
+  store.release = async (...args) => ((await release(...args)) && counted.n++, true);
+  return counted;
+}
+
 async function ownRedis(args, dirPrefix) {
   const { spawn } = await import('node:child_process');
   const { mkdtempSync, rmSync } = await import('node:fs');
@@ -207,7 +215,9 @@ async function ownRedis(args, dirPrefix) {
     });
   });
   const dir = mkdtempSync(join(tmpdir(), dirPrefix));
-  const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', ...args(dir)], { stdio: 'ignore' });
+  const start = () => spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', ...args(dir)], { stdio: 'ignore' });
+  const server = start();
+  let restarted;
   /** Connect `client` (retried while the server starts). */
   const connect = async (client) => {
     for (let i = 0; ; i++) {
@@ -220,15 +230,20 @@ async function ownRedis(args, dirPrefix) {
       }
     }
   };
-  /** Kill it and remove its directory. */
+  /** Start it again on its port, empty (after the test killed it). */
+  const restart = () => {
+    restarted = start();
+  };
+  /** Kill it (and its restart) and remove its directory. */
   const stop = async () => {
+    restarted?.kill('SIGKILL');
     if (server.exitCode === null && server.signalCode === null) {
       server.kill('SIGKILL');
       await new Promise((resolve) => server.once('exit', resolve));
     }
     rmSync(dir, { recursive: true, force: true });
   };
-  return { url: `redis://127.0.0.1:${port}`, server, connect, stop };
+  return { url: `redis://127.0.0.1:${port}`, server, connect, restart, stop };
 }
 
 test('RedisStore on a Redis Cluster (one node holding every slot; the default prefix): each script touches one key, so keyed requests are served and replayed, and the secret is checked', { skip, timeout: 60_000 }, async () => {
@@ -274,11 +289,9 @@ test('RedisStore on a Redis Cluster (one node holding every slot; the default pr
 });
 
 test('RedisStore restarted (killed, empty) as a keyed handler ends: the answer goes out unkept (X-Should-Retry: false), the storing goes on behind it, and once Redis is back a repeat gets the answer, not a second run', { skip, timeout: 60_000 }, async () => {
-  const { spawn } = await import('node:child_process');
-  const { server, url: ownUrl, connect, stop } = await ownRedis(() => [], 'rf-restarted-');
+  const { server, url: ownUrl, connect, restart, stop } = await ownRedis(() => [], 'rf-restarted-');
   const client = createClient({ url: ownUrl, disableOfflineQueue: true });
   client.on('error', () => {});
-  let again;
   try {
     await connect(client);
     let runs = 0;
@@ -300,10 +313,8 @@ test('RedisStore restarted (killed, empty) as a keyed handler ends: the answer g
     assert.equal(first.status, 201);
     assert.equal(first.headers.get('x-should-retry'), 'false', 'unkept when answered');
     assert.ok(told.includes('complete'), JSON.stringify(told));
-    const port = new URL(ownUrl).port;
-    again = spawn('redis-server', ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    restart();
     // The client reconnects; the storing behind the answer takes the (lost) key again and stores.
-    let repeat;
     for (let i = 0; ; i++) {
       assert.ok(i < 100, 'the answer was never kept');
       await sleep(100);
@@ -311,29 +322,24 @@ test('RedisStore restarted (killed, empty) as a keyed handler ends: the answer g
       const value = await client.get(`idem:-:${key}`).catch(() => null);
       if (value && JSON.parse(value).state === 'completed') break;
     }
-    repeat = await pay(key);
+    const repeat = await pay(key);
     assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
     assert.deepEqual(await repeat.json(), { run: 1 });
     assert.equal(runs, 1, 'the handler ran once');
   } finally {
     await client.quit().catch(() => {});
-    again?.kill('SIGKILL');
     await stop();
   }
 });
 
 test('RedisStore down, its client queueing commands (node-redis\'s offline queue, the default): storeTimeoutMs answers 503, and the shed requests\' queued commands are dropped, so no lock is taken for them when Redis is back', { skip, timeout: 60_000 }, async () => {
-  const { spawn } = await import('node:child_process');
-  const { server, url: ownUrl, connect, stop } = await ownRedis(() => [], 'rf-queued-');
+  const { server, url: ownUrl, connect, restart, stop } = await ownRedis(() => [], 'rf-queued-');
   const client = createClient({ url: ownUrl }); // the offline queue on
   client.on('error', () => {});
-  let again;
   try {
     await connect(client);
     const store = new RedisStore({ client });
-    const release = store.release.bind(store);
-    let givenBack = 0;
-    store.release = async (...args) => ((await release(...args)) && givenBack++, true);
+    const givenBack = countReleases(store);
     let runs = 0;
     const handler = idempotency(async () => Response.json({ run: ++runs }, { status: 201 }), { store, identity: false, storeTimeoutMs: 300, onStoreError: () => {} });
     const pay = (key) => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': key }, body: '{"amount":10}' }));
@@ -343,20 +349,19 @@ test('RedisStore down, its client queueing commands (node-redis\'s offline queue
     await new Promise((resolve) => server.once('exit', resolve));
     const keys = [newKey(), newKey()];
     for (const res of await Promise.all(keys.map(pay))) assert.equal(res.status, 503);
-    again = spawn('redis-server', ['--port', new URL(ownUrl).port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    restart();
     for (let i = 0; !client.isReady; i++) {
       assert.ok(i < 100, 'the client did not reconnect');
       await sleep(100);
     }
     await sleep(200);
     assert.equal(await client.exists(keys.map((k) => `idem:-:${k}`)), 0, 'no lock taken for a shed request');
-    assert.equal(givenBack, 0, 'nothing taken, nothing to give back');
+    assert.equal(givenBack.n, 0, 'nothing taken, nothing to give back');
     const retry = await pay(keys[0]);
     assert.equal(retry.status, 201);
     assert.equal(runs, 1);
   } finally {
     await client.quit().catch(() => {});
-    again?.kill('SIGKILL');
     await stop();
   }
 });
@@ -370,9 +375,7 @@ test('RedisStore stopped (SIGSTOP) before the handler runs: storeTimeoutMs answe
     let runs = 0;
     const told = [];
     const store = new RedisStore({ client });
-    const release = store.release.bind(store);
-    let givenBack = 0; // releases that found the lock: the late ones' own
-    store.release = async (...args) => ((await release(...args)) && givenBack++, true);
+    const givenBack = countReleases(store); // the late locks' own
     const handler = idempotency(async () => Response.json({ run: ++runs }, { status: 201 }), {
       store, identity: false, storeTimeoutMs: 300,
       onStoreError: (error, operation) => told.push(`${operation} ${error.name}`),
@@ -395,8 +398,8 @@ test('RedisStore stopped (SIGSTOP) before the handler runs: storeTimeoutMs answe
       process.kill(server.pid, 'SIGCONT');
       stopped = false;
       // Redis runs the queued SET NX: the key is taken for the request answered 503, and given back.
-      for (let i = 0; givenBack < 2; i++) {
-        assert.ok(i < 100, `the locks taken late were not given back (${givenBack} of 2)`);
+      for (let i = 0; givenBack.n < 2; i++) {
+        assert.ok(i < 100, `the locks taken late were not given back (${givenBack.n} of 2)`);
         await sleep(20);
       }
       assert.equal(await client.exists([`idem:-:${key}`, `idem:-:${other}`]), 0);

@@ -581,16 +581,19 @@ CREATE INDEX IF NOT EXISTS "idempotency_keys_runs_started_at_idx" ON "idempotenc
   });
 });
 
-test('an answer whose storing goes on behind it is recorded not-stored at once (a process that exits meanwhile leaves that), then stored, the same run, if it is kept', async () => {
-  class FlakyStore extends MemoryStore {
-    down = true;
-    async complete(...args) {
-      if (this.down) throw new Error('store down at complete');
-      return super.complete(...args);
-    }
+/** A MemoryStore whose complete() throws while `down` (Redis briefly down). */
+class FlakyStore extends MemoryStore {
+  down = false;
+  async complete(...args) {
+    if (this.down) throw new Error('store down at complete');
+    return super.complete(...args);
   }
+}
+
+test('an answer whose storing goes on behind it is recorded not-stored at once (a process that exits meanwhile leaves that), then stored, the same run, if it is kept', async () => {
   const { idempotency } = await import('retry-fetch/server');
   const store = new FlakyStore();
+  store.down = true;
   const ended = [];
   const h = idempotency(async () => new Response('charged', { status: 201 }), { store, identity: false, lockTimeoutMs: 3_000, onStoreError: () => {}, onEvent: (e) => e.type === 'run-ended' && ended.push(e.run.outcome) });
   const res = await h(new Request('http://localhost/pay', { method: 'POST', headers: { 'Idempotency-Key': 'k-later' }, body: 'x' }));
@@ -603,13 +606,6 @@ test('an answer whose storing goes on behind it is recorded not-stored at once (
 });
 
 test('a failure the store could not keep says so in its 500, and is recorded not-stored (a job) or as the storing behind the answer ended (a handler: kept once the store is back)', async () => {
-  class FlakyStore extends MemoryStore {
-    down = false;
-    async complete(...args) {
-      if (this.down) throw new Error('store down at complete');
-      return super.complete(...args);
-    }
-  }
   const { idempotency, idempotent } = await import('retry-fetch/server');
   const store = new FlakyStore();
   let runs = 0;

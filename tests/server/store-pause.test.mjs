@@ -100,6 +100,7 @@ class GatedStore {
   rows = new Map();
   released = [];
   gate = {}; // method -> deferred: its next call waits for it
+  #base = mapStore(this.rows);
   async #wait(method) {
     const gate = this.gate[method];
     if (gate) {
@@ -109,17 +110,11 @@ class GatedStore {
   }
   async acquire(key, lock) {
     await this.#wait('acquire');
-    const row = this.rows.get(key);
-    if (row) return structuredClone(row);
-    this.rows.set(key, structuredClone(lock));
-    return null;
+    return this.#base.acquire(key, lock);
   }
   async renew(key, token, lock) {
     await this.#wait('renew');
-    const row = this.rows.get(key);
-    if (row?.state !== 'in-progress' || row.token !== token) return false;
-    this.rows.set(key, structuredClone(lock));
-    return true;
+    return this.#base.renew(key, token, lock);
   }
   async reclaim(key, stale, lock) {
     const row = this.rows.get(key);
@@ -129,15 +124,11 @@ class GatedStore {
   }
   async complete(key, token, record) {
     await this.#wait('complete');
-    const row = this.rows.get(key);
-    if (row?.state !== 'in-progress' || row.token !== token) return false;
-    this.rows.set(key, structuredClone(record));
-    return true;
+    return this.#base.complete(key, token, record);
   }
   async release(key, token) {
     await this.#wait('release');
-    const row = this.rows.get(key);
-    const ok = row?.state === 'in-progress' && row.token === token && this.rows.delete(key);
+    const ok = await this.#base.release(key, token);
     if (ok) this.released.push(token);
     return ok;
   }

@@ -14,8 +14,8 @@ use super::context::Caller;
 use super::runs::RunLog;
 use super::settings::{rejects, Common};
 use super::store::{
-    completed_record, is_yielding, live_holder, lock_record, overdue_holder, Renewal, StoredRecord,
-    StoredResponse, Written, Yielding,
+    completed_record, give_back, is_yielding, live_holder, lock_record, overdue_holder, Renewal,
+    StoredRecord, StoredResponse, Written,
 };
 use crate::core::idempotency::{self as idem, Action};
 use crate::core::key::uuid_v4;
@@ -196,12 +196,7 @@ pub async fn claim(
                         // lapsed: the key is still that holder's. It is freed for the holder
                         // to take again (its renewal, or its answer's `store_answer`, does,
                         // asking again while this gives it back), and waited for.
-                        let yielding = Yielding::start(&k.store_key);
-                        free_key(c, k).await;
-                        // Kept a moment past the release: the holder's own calls answered in the
-                        // same read as it may be handled after it.
-                        sleep(YIELD_POLL_MS).await;
-                        drop(yielding);
+                        give_back(&c.store, &k.store_key, &k.token, &c.reporter).await;
                         lock_record(
                             &token,
                             &fingerprint,
@@ -685,15 +680,10 @@ impl Storing {
                         // caller that waits for no such thing, behind its answer).
                         Err(e) if js::now_ms() + patient_ms < self.patient_until => {
                             self.may_take_again = true;
-                            self.failed = Some(e.clone());
-                            if let Some(&ms) = retries.next() {
-                                sleep(ms).await;
-                                continue;
+                            let wait = (background, patient_ms, &mut retries as _);
+                            if let Some(e) = self.failed_call(c, k, e, "acquire", wait).await? {
+                                break Err(e);
                             }
-                            if !background && !k.accepted.get() && !k.patient {
-                                return Err(Later(e, "acquire"));
-                            }
-                            sleep_held(patient_ms, !background).await;
                         }
                         // After a failure, that failure is what is reported: the refusal may be
                         // of an answer it kept.
@@ -713,21 +703,10 @@ impl Storing {
                 Ok(false) if self.renewal_lost => break Ok("the lock was lost before the response could be stored: a renewal was refused (the store lost the lock, or another request took it over)"),
                 Ok(false) => break Ok("the lock was lost before the response could be stored (did the handler run longer than lockTimeoutMs, or the store lose the lock?)"),
                 Err(e) => {
-                    if let Some(&ms) = retries.next() {
-                        self.failed = Some(e);
-                        sleep(ms).await;
-                        continue;
-                    }
-                    if c.store.transactional || js::now_ms() + patient_ms >= self.patient_until {
+                    let wait = (background, patient_ms, &mut retries as _);
+                    if let Some(e) = self.failed_call(c, k, e, "complete", wait).await? {
                         break Err(e);
                     }
-                    if !background && !k.accepted.get() && !k.patient {
-                        // Its caller is answered now; the storing goes on behind it.
-                        self.failed = Some(e.clone());
-                        return Err(Later(e, "complete"));
-                    }
-                    self.failed = Some(e);
-                    sleep_held(patient_ms, !background).await;
                 }
             }
         };
@@ -743,6 +722,41 @@ impl Storing {
             free_key(c, k).await;
         }
         Ok(stored)
+    }
+}
+
+/// How [`Storing::failed_call`] waits: in the background or not, a renewal interval, and the
+/// quick retries left.
+type Wait<'a> = (bool, f64, &'a mut dyn Iterator<Item = &'static f64>);
+
+impl Storing {
+    /// A store call (`operation`) failed with `e`: wait to ask again, after a quick retry
+    /// (`COMPLETE_RETRY_MS`), then once a renewal interval while the lock would be held;
+    /// `Err(Later)` for a caller answered now, the storing going on behind it; `Ok(Some(e))`
+    /// when it is given up (the time is spent, or a transactional store).
+    async fn failed_call(
+        &mut self,
+        c: &Common,
+        k: &Keyed,
+        e: JsValue,
+        operation: &'static str,
+        (background, patient_ms, retries): Wait<'_>,
+    ) -> Result<Option<JsValue>, Later> {
+        if let Some(&ms) = retries.next() {
+            self.failed = Some(e);
+            sleep(ms).await;
+            return Ok(None);
+        }
+        if c.store.transactional || js::now_ms() + patient_ms >= self.patient_until {
+            return Ok(Some(e));
+        }
+        self.failed = Some(e.clone());
+        if !background && !k.accepted.get() && !k.patient {
+            // Its caller is answered now; the storing goes on behind it.
+            return Err(Later(e, operation));
+        }
+        sleep_held(patient_ms, !background).await;
+        Ok(None)
     }
 }
 

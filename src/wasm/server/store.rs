@@ -413,13 +413,7 @@ impl Late {
             {
                 return;
             }
-            let yielding = Yielding::start(&key);
-            if let Err(e) = store.release(&key, &token).await {
-                reporter.store_error(&e, "release");
-            }
-            // Kept a moment past the release, as a duplicate's is (`flow::YIELD_POLL_MS`).
-            super::flow::sleep(super::flow::YIELD_POLL_MS).await;
-            drop(yielding);
+            give_back(&store, &key, &token, &reporter).await;
         });
     }
 }
@@ -680,7 +674,7 @@ impl Store {
         lock: &Written,
         lock_ms: f64,
     ) -> Result<bool, JsValue> {
-        if !js::get(&self.object, "renew").is_function() {
+        if !self.renews() {
             return Ok(true);
         }
         let v = self
@@ -954,6 +948,18 @@ impl Drop for Yielding {
             }
         });
     }
+}
+
+/// Give `key`, held by `token`, back (`release`, a failure told to `onStoreError`) as a
+/// request of this process that took it from a holder here does: marked [`Yielding`] while
+/// it is, and a moment past the release, since the holder's own calls answered in the same
+/// read as it may be handled after it.
+pub async fn give_back(store: &Store, key: &Rc<str>, token: &str, reporter: &Reporter) {
+    let _yielding = Yielding::start(key);
+    if let Err(e) = store.release(key, token).await {
+        reporter.store_error(&e, "release");
+    }
+    super::flow::sleep(super::flow::YIELD_POLL_MS).await;
 }
 
 /// Whether a request of this process is giving `key` back to its holder here ([`Yielding`]).
