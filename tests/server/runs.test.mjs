@@ -644,3 +644,34 @@ test('a failure the store could not keep says so in its 500, and is recorded not
   assert.deepEqual(await until(() => outcomes('j-not-stored'), (o) => o.length >= 2), ['not-stored', 'failed']);
   assert.equal(jobRuns, 2);
 });
+
+test('a key taken again whose answer still cannot be stored is freed after its run\'s end is written (the next holder finds it ended, not open: crashed)', async () => {
+  const { idempotency, idempotent } = await import('retry-fetch/server');
+  // complete() refuses twice, as for a lease that lapsed and then was lost again: the run takes
+  // its lapsed key again after the first refusal, gives up at the second, and frees the key.
+  class LapsingStore extends MemoryStore {
+    calls = [];
+    refusals = 2;
+    async complete(...args) {
+      if (this.refusals-- > 0) return false;
+      return super.complete(...args);
+    }
+    async release(...args) {
+      this.calls.push('release');
+      return super.release(...args);
+    }
+    async recordRun(run) {
+      this.calls.push(run.outcome === null ? 'started' : `ended ${run.outcome}`);
+      return super.recordRun(run);
+    }
+  }
+  const store = new LapsingStore();
+  const h = idempotency(async () => new Response('charged', { status: 201 }), { store, identity: false, onStoreError: () => {} });
+  const res = await h(new Request('http://localhost/pay', { method: 'POST', headers: { 'Idempotency-Key': 'k-lapsing' }, body: 'x' }));
+  assert.equal(res.status, 201);
+  assert.deepEqual(await until(async () => store.calls, (c) => c.includes('release')), ['started', 'ended not-stored', 'release']);
+  const jobStore = new LapsingStore();
+  const job = idempotent(async () => 'done', { store: jobStore, key: (m) => m.id, onStoreError: () => {} });
+  assert.equal(await job({ id: 'j-lapsing' }), 'done');
+  assert.deepEqual(await until(async () => jobStore.calls, (c) => c.includes('release')), ['started', 'ended not-stored', 'release']);
+});

@@ -527,13 +527,15 @@ pub const YIELD_POLL_MS: f64 = 20.0;
 /// The waits before `complete` is called again after it failed (a non-transactional store).
 const COMPLETE_RETRY_MS: [f64; 2] = [100.0, 400.0];
 
-/// Store `response` as `k`'s answer.
+/// Store `response` as `k`'s answer, then write the run's end (`end`).
 /// `renewal_lost`: a renewal was refused while the handler ran.
 ///
 /// A lease that lapsed in the store while the run went on (the event loop or the store was held
 /// past `lockTimeoutMs`, so the renewal came too late), with no renewal refused, is taken again
 /// if nobody took the key meanwhile, as the renewal would have, and the answer stored: the run
 /// is the key's only one. Not with a transactional store, whose lock is the run's transaction.
+/// A key taken again whose answer still cannot be stored is freed, the run's end written
+/// before it (the next holder finds the run ended, not open, which would read as crashed).
 ///
 /// A store that fails (a dropped connection, a failover) is asked again after
 /// `COMPLETE_RETRY_MS`; if it still fails the caller is answered ([`Stored::Failed`]: the
@@ -541,29 +543,14 @@ const COMPLETE_RETRY_MS: [f64; 2] = [100.0, 400.0];
 /// interval, the lock renewed meanwhile, until it would have lapsed (`lockTimeoutMs`): a
 /// store back by then keeps the answer, and a repeat of the request gets it instead of a
 /// second run. Not with a transactional store, whose commit either happened or rolled the run
-/// back.
+/// back. The run's end is then written when the caller is answered (not stored), and again,
+/// the same run, if the storing behind it keeps the answer.
 pub async fn store_answer(
     c: &Common,
     k: &Keyed,
     response: &StoredResponse,
     renewal_lost: bool,
-) -> Stored {
-    store_answer_then(c, k, response, renewal_lost, None).await
-}
-
-/// How a run's end is written to its history once its answer's storing is over: the run's
-/// log, the outcome when the answer is kept, and the detail.
-pub type RunEnd = (RunLog, Outcome, Option<String>);
-
-/// [`store_answer`], then `end` written (`RunLog::end_later`): with the outcome the storing
-/// ended with, behind the answer when it goes on there (the run stays open in the history
-/// until then).
-pub async fn store_answer_then(
-    c: &Common,
-    k: &Keyed,
-    response: &StoredResponse,
-    renewal_lost: bool,
-    end: Option<RunEnd>,
+    end: RunEnd,
 ) -> Stored {
     let mut storing = Storing {
         record: completed_record(&k.fingerprint, response),
@@ -573,15 +560,13 @@ pub async fn store_answer_then(
         renewal_lost,
         patient_until: js::now_ms() + c.limits.lock_timeout_ms,
     };
+    let RunEnd { log, kept, unkept } = end;
     match storing.run(c, k, false).await {
         Err(Later(error, operation)) => {
             c.reporter.store_error(&error, operation);
             // The run's end is written now, not kept (as answered: a process that exits
             // meanwhile leaves that), and again, same run, if the storing keeps the answer.
-            let end = end.map(|(log, kept, detail)| {
-                log.clone().end_later(Outcome::NotStored, detail.clone());
-                (log, kept, detail)
-            });
+            log.clone().end_later(unkept.0, unkept.1);
             // Its renewal starts now, before the caller's is dropped: the key always has a
             // live holder here, and a renewal of the caller's that ends meanwhile does not
             // give back a lock this one holds (same token).
@@ -595,19 +580,54 @@ pub async fn store_answer_then(
                 sleep_held(patient_ms(&c), false).await;
                 // The lease may lapse again during the outage: it may be taken again.
                 storing.may_take_again = !storing.renewal_lost && !c.store.transactional;
-                let stored = storing.run(&c, &k, true).await.unwrap_or(Stored::Failed);
-                if let (Some((log, kept, detail)), Stored::Kept) = (end, &stored) {
-                    log.end_later(stored.outcome(kept), detail);
+                match storing.run(&c, &k, true).await.unwrap_or(Stored::Failed) {
+                    Stored::Kept => log.end_later(kept.0, kept.1),
+                    // Its end (not stored) was written when the caller was answered.
+                    _ if storing.taken_again => free_key(&c, &k).await,
+                    _ => {}
                 }
             });
             Stored::Failed
         }
         Ok(stored) => {
-            if let Some((log, kept, detail)) = end {
-                log.end_later(stored.outcome(kept), detail);
+            let (outcome, detail) = match stored {
+                Stored::Kept => kept,
+                Stored::Failed | Stored::LockLost => unkept,
+            };
+            if storing.taken_again && !matches!(stored, Stored::Kept) {
+                log.end_before_freeing(c, outcome, detail).await;
+                free_key(c, k).await;
+            } else {
+                log.end_later(outcome, detail);
             }
             stored
         }
+    }
+}
+
+/// How a run's end is written to its history once its answer's storing is over.
+pub struct RunEnd {
+    log: RunLog,
+    /// The outcome and detail when the answer is kept.
+    kept: (Outcome, Option<String>),
+    /// The outcome and detail when it is not: by default not stored, the same detail.
+    unkept: (Outcome, Option<String>),
+}
+
+impl RunEnd {
+    /// The run of `log` ends `kept` (with `detail`) if its answer is kept, else not stored.
+    pub fn new(log: RunLog, kept: Outcome, detail: Option<String>) -> Self {
+        RunEnd {
+            log,
+            unkept: (Outcome::NotStored, detail.clone()),
+            kept: (kept, detail),
+        }
+    }
+
+    /// It ends `outcome` (with `detail`) if its answer is not kept.
+    pub fn or_else(mut self, outcome: Outcome, detail: Option<String>) -> Self {
+        self.unkept = (outcome, detail);
+        self
     }
 }
 
@@ -628,7 +648,8 @@ struct Storing {
     /// The lease lapsed, the key may be taken again (once, or again while another request of
     /// this process gives it back).
     may_take_again: bool,
-    /// A lock this run took again and then could not complete is not left behind.
+    /// This run took the lapsed lock again: one it then cannot complete is freed (not left
+    /// behind).
     taken_again: bool,
     /// The failure of a call made again: a refusal after it may be of an answer that call
     /// kept before it failed (its reply lost), so the failure is what is reported.
@@ -714,12 +735,10 @@ impl Storing {
             Ok(why) => (js_sys::Error::new(why).into(), Stored::LockLost),
             Err(e) => (e, Stored::Failed),
         };
-        // In the background the failure was reported when the caller was answered.
+        // In the background the failure was reported when the caller was answered. A lock this
+        // run took again is freed by its caller, once the run's end is written.
         if !background {
             c.reporter.store_error(&error, "complete");
-        }
-        if self.taken_again {
-            free_key(c, k).await;
         }
         Ok(stored)
     }

@@ -30,8 +30,8 @@ use super::answers::{
 use super::canonical;
 use super::context::Caller;
 use super::flow::{
-    claim, free_key, run_holding, store_answer_then, within, Claim, ClaimError, Context,
-    Invocation, Keyed, Limit, Ran, Stored,
+    claim, free_key, run_holding, store_answer, within, Claim, ClaimError, Context, Invocation,
+    Keyed, Limit, Ran, RunEnd, Stored,
 };
 use super::incoming::{BodyError, HeaderReader, Incoming, NodeSource};
 use super::runs::{self, error_text, RunLog};
@@ -412,9 +412,8 @@ async fn process(
                     return Ok(answer.live);
                 }
                 Ending::Store => {
-                    let end = (log, Outcome::Stored, None);
-                    let stored =
-                        store_answer_then(c, k, &answer.stored, renewal.lost(), Some(end)).await;
+                    let end = RunEnd::new(log, Outcome::Stored, None);
+                    let stored = store_answer(c, k, &answer.stored, renewal.lost(), end).await;
                     return match stored {
                                 Stored::Kept => Ok(answer.live),
                                 // With a transactional store nothing was committed, the handler's
@@ -496,8 +495,8 @@ async fn process(
             // Whether or not the store kept it, this request's answer is a 500; one the store
             // did not keep says so (the history too: not stored, so not replayed).
             // The lock renewed while the answer is stored, as for a handler's own answer.
-            let end = (log, Outcome::Failed, error_detail);
-            let outcome = store_answer_then(c, k, &stored, lost, Some(end))
+            let end = RunEnd::new(log, Outcome::Failed, error_detail);
+            let outcome = store_answer(c, k, &stored, lost, end)
                 .await
                 .outcome(Outcome::Failed);
             drop(renewal);

@@ -17,7 +17,8 @@ use wasm_bindgen_futures::JsFuture;
 use super::answers::{stored_problem, stored_text, stored_value};
 use super::context::Caller;
 use super::flow::{
-    claim, free_key, run_holding, store_answer, Claim, ClaimError, Invocation, Keyed, Ran, Stored,
+    claim, free_key, run_holding, store_answer, Claim, ClaimError, Invocation, Keyed, Ran, RunEnd,
+    Stored,
 };
 use super::runs::{self, error_text, RunLog};
 use super::settings::JobSettings;
@@ -183,10 +184,15 @@ pub async fn run(
             // can be kept (a failure record) and tell the caller.
             match json(&value) {
                 Ok(text) => {
-                    let stored =
-                        store_answer(c, &k, &stored_value(text.as_deref().unwrap_or("")), lost)
-                            .await;
-                    log.end_later(stored.outcome(Outcome::Stored), None);
+                    let answer = stored_value(text.as_deref().unwrap_or(""));
+                    let stored = store_answer(
+                        c,
+                        &k,
+                        &answer,
+                        lost,
+                        RunEnd::new(log, Outcome::Stored, None),
+                    )
+                    .await;
                     match stored {
                         // The first call returns what a repeat returns: the result's JSON, parsed
                         // (a Date is its string, NaN null, as on every replay).
@@ -213,8 +219,8 @@ pub async fn run(
                     Err(not_storable(&error))
                 }
                 Err(error) => {
-                    let stored = store_failure(c, &k, &error, lost).await;
-                    let ended = stored_failure_ends(&s, &k, log, &stored, &error, &input, history);
+                    let stored = store_failure(c, &k, &error, lost, failed_end(&log, &error)).await;
+                    let ended = stored_failure_ends(&s, &k, &log, &stored, &error, &input, history);
                     ended.hand_over(&s, &caller).await?;
                     match stored {
                         Stored::Failed | Stored::LockLost if c.store.transactional => {
@@ -240,9 +246,9 @@ pub async fn run(
                 }
                 AfterThrow::StoreFailure => {
                     // The lock renewed while the failure is stored.
-                    let stored = store_failure(c, &k, &error, lost).await;
+                    let stored = store_failure(c, &k, &error, lost, failed_end(&log, &error)).await;
                     drop(renewal);
-                    let ended = stored_failure_ends(&s, &k, log, &stored, &error, &input, history);
+                    let ended = stored_failure_ends(&s, &k, &log, &stored, &error, &input, history);
                     ended.hand_over(&s, &caller).await?;
                 }
             }
@@ -284,23 +290,19 @@ impl Ended {
 fn stored_failure_ends(
     s: &JobSettings,
     k: &Keyed,
-    log: RunLog,
+    log: &RunLog,
     stored: &Stored,
     error: &JsValue,
     input: &JsValue,
     mut history: Vec<runs::RunRecord>,
 ) -> Ended {
-    let detail = error_text(error);
-    let outcome = stored.outcome(Outcome::Failed);
     let Some(max) = s.max_runs.filter(|_| matches!(stored, Stored::Kept)) else {
-        log.end_later(outcome, detail);
         return Ended(None);
     };
     let failed = log.failed_runs(&history).saturating_add(1);
     let mut this = log.record().clone();
-    this.ended(outcome, detail.clone());
+    this.ended(stored.outcome(Outcome::Failed), error_text(error));
     history.push(this.clone());
-    log.end_later(outcome, detail);
     let record = dead_letter_record(k, &this.scope, input, &history, failed, max);
     Ended(Some((record, this)))
 }
@@ -361,20 +363,13 @@ async fn dead_letter(
     // Stored as a failed run is: every later delivery gets 'previous-run-failed' with it. A
     // store that fails to keep it leaves the key to a later delivery, which hands it to
     // onDeadLetter again: the run's record says so (a hand-off, not a failed run of fn).
-    let stored = store_failure(
-        c,
-        k,
-        &idempotency_error("previous-run-failed", &message),
-        false,
-    )
-    .await;
-    drop(renewal);
     runs::tell(&c.reporter, event::DEAD_LETTERED, log.record());
-    let detail = match stored {
-        Stored::Kept => message.clone(),
-        Stored::Failed | Stored::LockLost => format!("{message}; the dead letter could not be stored, so a later delivery hands it to onDeadLetter again"),
-    };
-    log.end_later(Outcome::DeadLettered, Some(detail));
+    let unkept = format!("{message}; the dead letter could not be stored, so a later delivery hands it to onDeadLetter again");
+    let end = RunEnd::new(log, Outcome::DeadLettered, Some(message.clone()))
+        .or_else(Outcome::DeadLettered, Some(unkept));
+    let error = idempotency_error("previous-run-failed", &message);
+    store_failure(c, k, &error, false, end).await;
+    drop(renewal);
     let mut msg = String::from(
         "idempotent: the run with this key failed after it started and is not run again: ",
     );
@@ -414,6 +409,7 @@ async fn store_failure(
     k: &Keyed,
     error: &JsValue,
     lost: bool,
+    end: RunEnd,
 ) -> Stored {
     let body: JsValue = js_sys::Object::new().into();
     let message = js::get(error, "message");
@@ -430,7 +426,12 @@ async fn store_failure(
         .ok()
         .and_then(|t| t.as_string())
         .unwrap_or_else(|| "{}".into());
-    store_answer(c, k, &stored_problem(500, &text), lost).await
+    store_answer(c, k, &stored_problem(500, &text), lost, end).await
+}
+
+/// A run that failed with `error` ends failed if its failure is stored, else not stored.
+fn failed_end(log: &RunLog, error: &JsValue) -> RunEnd {
+    RunEnd::new(log.clone(), Outcome::Failed, error_text(error))
 }
 
 /// The result of a stored run: its value, or an `IdempotencyError` for a stored failure.
