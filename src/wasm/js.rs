@@ -239,8 +239,9 @@ impl Hot {
     }
 }
 
-/// The `length` of `value` if it is an array (`Ok(None)` for anything else), read as a
-/// property (a proxy's trap may throw: the `Err`).
+/// The `length` of `value` if it is an array (`Ok(None)` for anything else, and for an
+/// array's proxy whose `length` is not a whole number from 0), read as a property (a proxy's
+/// trap may throw: the `Err`).
 pub fn array_length(value: &JsValue) -> Result<Option<f64>, JsValue> {
     array_length_by(value, &JsValue::from_str("length"))
 }
@@ -251,7 +252,7 @@ pub fn array_length_by(value: &JsValue, length: &JsValue) -> Result<Option<f64>,
         return Ok(None);
     }
     let length = js_sys::Reflect::get(value, length)?;
-    Ok(Some(length.as_f64().unwrap_or(0.0)))
+    Ok(length.as_f64().filter(|n| n.fract() == 0.0 && *n >= 0.0))
 }
 
 /// `Reflect.get(target, key)` (the name made once), with `undefined` for anything that is not

@@ -315,6 +315,12 @@ test('hostile objects (a revoked proxy, a list whose length or item throws) reje
     ['retryOnStatus revoked', () => api.retryFetch('http://x.test/', undefined, { fetch, retryOnStatus: revokedList }), TypeError],
     ['retryOnStatus length', () => api.retryFetch('http://x.test/', undefined, { fetch, retryOnStatus: lengthThrows }), /length trap/],
     ['retryOnStatus item', () => api.retryFetch('http://x.test/', undefined, { fetch, retryOnStatus: itemThrows }), /item trap/],
+    // A list's proxy whose length is no array length: refused (it was read as 0 items, or cut).
+    ...[NaN, -1, 2.5, '2', Infinity].map((length) => [`retryOnStatus length ${String(length)}`,
+      () => api.retryFetch('http://x.test/', undefined, { fetch, retryOnStatus: new Proxy([503, 502, 504], { get: (t, k) => (k === 'length' ? length : t[k]) }) }),
+      (e) => e instanceof TypeError && /retryOnStatus/.test(e.message)]),
+    ['retryOnStatus of 1e12 items', () => api.retryFetch('http://x.test/', undefined, { fetch, retryOnStatus: new Proxy([503], { get: (t, k) => (k === 'length' ? 1e12 : t[k]) }) }),
+      /"retryOnStatus": 1000000000000 items; expected at most 500/],
     // A client's cached per-call options compared with a hostile list.
     ['a client, cached list then a hostile one', async () => {
       await client('http://x.test/', undefined, { retryOnStatus: [503] });

@@ -197,9 +197,9 @@ fn text(value: &JsValue) -> String {
 
 /// `retryOnStatus`: an array of at most 500 statuses; an error names the first bad item.
 fn statuses(value: &JsValue) -> Result<Vec<u16>, Refused> {
-    let too_many = |len: u32| {
+    let too_many = |len: f64| {
         let mut msg = String::new();
-        push_decimal(&mut msg, len.into());
+        push_decimal(&mut msg, len as u64);
         msg.push_str(" items; expected at most 500 (there are 500 HTTP statuses, 100 to 599)");
         Refused::Message(msg)
     };
@@ -207,7 +207,7 @@ fn statuses(value: &JsValue) -> Result<Vec<u16>, Refused> {
         return Err(Refused::Value);
     };
     if len > 500.0 {
-        return Err(too_many(len.min(f64::from(u32::MAX)) as u32));
+        return Err(too_many(len));
     }
     // By index, each item once (a proxy's traps, the items' getters), as a client's cache
     // compares a later call's list: what the policy is made of is what the cache keeps.

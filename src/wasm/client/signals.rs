@@ -308,6 +308,11 @@ struct Joins {
     registry: js_sys::FinalizationRegistry,
     /// Each attempt signal's controller, kept as long as the signal is.
     controllers: js_sys::WeakMap,
+    /// Each source signal's attempt signals (a `Set` of `WeakRef`s), kept as long as the
+    /// source is.
+    attempts: js_sys::WeakMap,
+    /// The one abort listener of every source: it aborts the source's attempts that live.
+    listener: Function,
 }
 
 thread_local! {
@@ -317,6 +322,26 @@ thread_local! {
                 let _ = f.call0(&JsValue::UNDEFINED);
             }
         });
+        let listener = Closure::<dyn FnMut(JsValue)>::new(|event: JsValue| {
+            let source = js::get(&event, "target");
+            JOINS.with(|j| {
+                let Some(j) = j.as_ref() else { return };
+                let Ok(attempts) = j.attempts.get(source.unchecked_ref()).dyn_into::<js_sys::Set>()
+                else {
+                    return;
+                };
+                let reason = reason_of(&source);
+                for weak in Array::from(&attempts) {
+                    let signal = weak.unchecked_into::<js_sys::WeakRef>().deref();
+                    if let Some(c) = signal
+                        .map(|s| j.controllers.get(&s))
+                        .and_then(|c| c.dyn_into::<AbortController>().ok())
+                    {
+                        c.abort_with_reason(&reason);
+                    }
+                }
+            });
+        });
         let global = js_sys::global();
         // Where `WeakRef` or `FinalizationRegistry` is missing, `AbortSignal.any` (or links
         // for the attempt) join them instead.
@@ -325,6 +350,8 @@ thread_local! {
         .then(|| Joins {
             registry: js_sys::FinalizationRegistry::new(unlink.into_js_value().unchecked_ref()),
             controllers: js_sys::WeakMap::new(),
+            attempts: js_sys::WeakMap::new(),
+            listener: listener.into_js_value().unchecked_into(),
         })
     };
 }
@@ -351,40 +378,40 @@ fn seen_before(signals: &[JsValue]) -> bool {
 }
 
 /// `controller`'s signal, aborted with the reason of the first of `sources` to abort, for as
-/// long as it lives: each source gets a listener that reaches the signal weakly, removed once
-/// the signal is collected (when fetch, and the body it reads, no longer hold it), as fetch
-/// does with its own listener on `init.signal`. So aborting after the `Response` resolved
-/// still cancels reading its body, and a long-lived signal (an application's, passed to
-/// every call) keeps nothing of the calls that ended: Node 20's `AbortSignal.any`, which
-/// this replaces, keeps an entry in every source for every signal joined to it until the
-/// source aborts. `None` in a browser, and where it cannot be done so ([`any`] then).
+/// long as it lives: each source has one listener (the same for all) that aborts the
+/// attempts joined to it, reached weakly, and an attempt's entry goes once its signal is
+/// collected (when fetch, and the body it reads, no longer hold it), as fetch does with its
+/// own listener on `init.signal`. So aborting after the `Response` resolved still cancels
+/// reading its body, and a long-lived signal (an application's, passed to every call) keeps
+/// nothing of the calls that ended and gains no listener per call: Node 20's
+/// `AbortSignal.any`, which this replaces, keeps an entry in every source for every signal
+/// joined to it until the source aborts. `None` in a browser, and where it cannot be done so
+/// ([`any`] then).
 fn join(sources: &[JsValue], controller: &AbortController) -> Option<web_sys::AbortSignal> {
     let signal = controller.signal();
     JOINS.with(|joins| {
         // Node and Deno only: a browser's `AbortSignal.any` keeps its dependants weakly (no
         // leak), and a browser's fetch may let an attempt's signal be collected while the
-        // body is read (the listeners would then go, and an abort no longer cancel it).
+        // body is read (the entries would then go, and an abort no longer cancel it).
         let j = joins.as_ref().filter(|_| redirects_visible())?;
         j.controllers.set(signal.unchecked_ref(), controller);
-        let weak = js_sys::WeakRef::new(signal.unchecked_ref::<js_sys::Object>());
+        let weak: JsValue = js_sys::WeakRef::new(signal.unchecked_ref::<js_sys::Object>()).into();
         for source in sources {
-            let (to, from) = (weak.clone(), source.clone());
-            let listener = Closure::<dyn FnMut()>::new(move || {
-                let Some(signal) = to.deref() else { return };
-                let controller = JOINS.with(|j| j.as_ref().map(|j| j.controllers.get(&signal)));
-                if let Some(c) = controller
-                    .as_ref()
-                    .and_then(|c| c.dyn_ref::<AbortController>())
-                {
-                    c.abort_with_reason(&reason_of(&from));
+            let key = source.unchecked_ref::<js_sys::Object>();
+            let attempts = match j.attempts.get(key).dyn_into::<js_sys::Set>() {
+                Ok(attempts) => attempts,
+                Err(_) => {
+                    let attempts = js_sys::Set::new(&JsValue::UNDEFINED);
+                    j.attempts.set(key, &attempts);
+                    // Added once: the same listener again would not be added twice anyway.
+                    listen(source, "addEventListener", &j.listener);
+                    attempts
                 }
-            })
-            .into_js_value();
-            listen(source, "addEventListener", listener.unchecked_ref());
-            if let Ok(remove) = js::get(source, "removeEventListener").dyn_into::<Function>() {
-                let unlink = remove.bind2(source, &JsValue::from_str("abort"), &listener);
-                j.registry.register(signal.as_ref(), &unlink);
-            }
+            };
+            attempts.add(&weak);
+            let delete = js::get(&attempts, "delete").dyn_into::<Function>().ok()?;
+            let unlink = delete.bind2(&attempts, &weak, &JsValue::UNDEFINED);
+            j.registry.register(signal.as_ref(), &unlink);
         }
         Some(signal)
     })
