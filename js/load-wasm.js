@@ -30,7 +30,10 @@ function instantiated() {
 async function compile(source) {
   if (source instanceof WebAssembly.Module) return source;
   if (typeof source === 'string' || source instanceof URL || (typeof Request === 'function' && source instanceof Request)) {
-    source = await fetch(source);
+    const url = typeof Request === 'function' && source instanceof Request ? source.url : String(source);
+    source = await fetch(source).catch((cause) => {
+      throw new Error(`retry-fetch: the .wasm could not be loaded: fetching ${url} failed (${cause?.message ?? cause})`, { cause });
+    });
   }
   if (typeof Response === 'function' && source instanceof Response) {
     if (!source.ok) throw new Error(`retry-fetch: the .wasm could not be loaded: ${source.status} ${source.statusText} from ${source.url}`);

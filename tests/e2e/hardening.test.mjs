@@ -521,3 +521,16 @@ test('a BigInt option value is shown with its n in the TypeError, not as the num
   });
   await assert.rejects(api.retryFetch('http://x.test/', undefined, { retryOnStatus: [503n] }), { name: 'TypeError', message: /item \[0\] is 503n;/ });
 });
+
+test('an abort from a breaker\'s onStateChange as the call ends rejects the call with its reason (it resolved with the answer)', async () => {
+  const controller = new AbortController();
+  const reason = new Error('user-cancel');
+  const breaker = new api.CircuitBreaker({ failureThreshold: 1, onStateChange: (e) => { if (e.to === 'open') controller.abort(reason); } });
+  const fetch = memoryFetch((n) => (n === 1 ? 503 : 200));
+  await assert.rejects(api.retryFetch('http://osc.test/', undefined, { fetch, breaker, signal: controller.signal, baseDelayMs: 1 }), (e) => e === reason);
+  // An abort of another call's signal leaves this one alone.
+  const other = new AbortController();
+  const breaker2 = new api.CircuitBreaker({ failureThreshold: 1, onStateChange: () => other.abort() });
+  const res = await api.retryFetch('http://osc2.test/', undefined, { fetch: memoryFetch(() => 503), breaker: breaker2, baseDelayMs: 1 });
+  assert.equal(res.status, 503);
+});

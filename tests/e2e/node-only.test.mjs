@@ -734,6 +734,12 @@ test("onSettled counts the attempt a redirect: 'error' request was answered with
     assert.equal(settled?.attempts, sent, `${steps}: onSettled ${JSON.stringify(settled)}`);
   }
   assert.equal(target.log().length, 0, 'the redirect was not followed');
+  // A POST that met it was sent (and may have been processed): the error carries its key.
+  const post = seq(`302+to=${encodeURIComponent(target.url)}`);
+  const error = await api.retryFetch(post.url, { method: 'POST', body: 'x', redirect: 'error' }, fast).then(() => 'resolved', (e) => e);
+  assert.equal(error?.name, 'TypeError', String(error));
+  assert.match(error.idempotencyKey ?? '', /^[0-9a-f-]{36}$/);
+  assert.equal(post.log()[0]?.headers['idempotency-key'], error.idempotencyKey);
 });
 
 test('headers (per call, a client\'s, what beforeRetry returns) must be strings: a number, undefined or null is a TypeError, nothing sent', async () => {

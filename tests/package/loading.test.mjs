@@ -133,6 +133,16 @@ test('the manual entry and the Node entry in one process share one instance, in 
   }
 });
 
+test('retry-fetch/manual: init() from a URL that cannot be fetched names it (the error was fetch\'s bare one)', async () => {
+  const out = await child(`
+    const manual = await import(${JSON.stringify(MANUAL_ENTRY)});
+    const url = await refusedUrl();
+    const err = await manual.init(url).then(() => null, (e) => e);
+    console.log(JSON.stringify({ message: err?.message.replace(url, '<url>'), cause: err?.cause?.name }));`);
+  assert.match(out.message, /^retry-fetch: the \.wasm could not be loaded: fetching <url> failed \(fetch failed\)$/);
+  assert.equal(out.cause, 'TypeError');
+});
+
 test('without process.getBuiltinModule (Node before 20.16) the entry imports node:fs and works the same', async () => {
   const out = await child(`
     delete process.getBuiltinModule;

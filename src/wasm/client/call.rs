@@ -1624,7 +1624,12 @@ async fn run_loop(
                         discard(r);
                         // The attempt was sent (and answered): `onSettled` counts it.
                         attempts.set(history.length() + 1);
-                        return Err(type_error("retryFetch: the request has redirect: 'error' and the server answered with a redirect"));
+                        let e = type_error("retryFetch: the request has redirect: 'error' and the server answered with a redirect");
+                        // It was sent, and may have been processed: its key, to send it again.
+                        if let Some(k) = &key {
+                            js::set(&e, "idempotencyKey", &JsValue::from_str(k));
+                        }
+                        return Err(e);
                     }
                 }
                 drop(abort); // the time limit and the signal links end with the attempt
@@ -1696,6 +1701,10 @@ async fn run_loop(
                 None => Next::Attempt,
             },
             Step::Finish { reason, cause } => {
+                // Aborted as the step ended (by a breaker's `onStateChange`): the call's error.
+                if let Some(aborted) = signals.aborted() {
+                    return newest.abandon(aborted);
+                }
                 // Ended before a final answer to a 202 it followed: that 202 (where to look).
                 if let Some(accepted) = engine
                     .answers_with_kept_202()
@@ -1743,7 +1752,7 @@ fn set_headers(
     retry_headers: bool,
 ) -> Result<(), JsValue> {
     let given = super::request::strict_headers(given)?
-        .ok_or_else(|| type_error("retryFetch: beforeRetry must return headers (a Headers, an object of strings or [name, value] pairs of strings) or undefined"))?;
+        .ok_or_else(|| type_error("retryFetch: beforeRetry must return headers (a Headers, an object of strings or [name, value] pairs of strings: valid header names, values of Latin-1 text) or undefined"))?;
     let retry = if retry_headers {
         &crate::core::options::RETRY_HEADERS[..]
     } else {
@@ -1803,7 +1812,8 @@ fn refused_unsent(t: &Template, body: &Body, error: &JsValue, platform: bool) ->
             let (mode, redirect) = (text("mode"), text("redirect"));
             let body_bytes = match body {
                 Body::Bytes(b) => Some(b.length() as f64),
-                Body::Text(s) => s.dyn_ref::<js_sys::JsString>().map(|s| s.length() as f64),
+                // The UTF-8 bytes fetch sends, not the string's UTF-16 length.
+                Body::Text(s) => s.as_string().map(|s| s.len() as f64),
                 _ => None,
             };
             refused_by_browser(BrowserRequest {

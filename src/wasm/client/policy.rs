@@ -122,7 +122,7 @@ fn expected(opt: Opt) -> &'static str {
         MaxBufferedBodyBytes => validate::BUFFERED_BYTES_EXPECTED,
         Signal => "an AbortSignal",
         ShouldRetry | OnRetry | BeforeRetry | OnSettled | Fetch => "a function",
-        Headers => "headers: a Headers, an object of strings or [name, value] pairs",
+        Headers => "headers: a Headers, an object of strings or [name, value] pairs (valid header names, values of Latin-1 text)",
         RetryOnNetworkError | RetryOnTimeout | RespectRetryAfter | RetryHeaders
         | FollowAccepted => "true or false",
         Budget => BUDGET_EXPECTED,
