@@ -302,7 +302,7 @@ export function takenBodyRequest(url, init) {
   return request;
 }
 
-export { declaresBody, lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl, rereadableBody } from './node-request.js';
+export { declaresBody, lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl, rereadableBody, withTarget } from './node-request.js';
 
 /** Does this method carry a body in a fetch Request? The companion's rule, from the wasm. */
 export { methodCanHaveBody as methodHasBody } from './server-wasm.js';

@@ -20,6 +20,7 @@ import {
   partialMultipart,
   takenBodyRequest,
   watchGiveUp,
+  withTarget,
   KEY_HELD,
 } from './adapter-support.js';
 
@@ -47,6 +48,13 @@ function keptJsonBytes(req) {
 
 /** The fetch Request the companion gets for `req`; `streamed` when its body is `req` itself. */
 function fetchRequest(req) {
+  const { request, streamed } = requestOf(req);
+  // The fingerprint covers the target as received, as the router reads it.
+  return { request: withTarget(request, req, req.originalUrl ?? req.url), streamed };
+}
+
+/** {@link fetchRequest}'s `Request`, with the target as a URL parser makes it. */
+function requestOf(req) {
   const method = req.method ?? 'GET';
   const init = { method, headers: nodeRequestHeaders(req) };
   const url = nodeRequestUrl(req, req.originalUrl ?? req.url);

@@ -24,6 +24,7 @@ import {
   partialMultipart,
   takenBodyRequest,
   watchGiveUp,
+  withTarget,
 } from './adapter-support.js';
 
 /** This request's run through the companion. */
@@ -41,6 +42,12 @@ const REGISTER_OPTIONS = ['prefix', 'logLevel', 'logSerializers'];
 
 /** The fetch Request the companion gets: Fastify parsed the body, or left it unread. */
 function fetchRequest(request) {
+  // The fingerprint covers the target as received, as the router reads it.
+  return withTarget(requestOf(request), request.raw, request.raw.url);
+}
+
+/** {@link fetchRequest}'s `Request`, with the target as a URL parser makes it. */
+function requestOf(request) {
   const raw = request.raw;
   const method = raw.method ?? 'GET';
   const url = nodeRequestUrl(raw, raw.url);

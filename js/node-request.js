@@ -45,6 +45,28 @@ export function nodeRequestUrl(req, target) {
   }
 }
 
+/** Where a `Request` an adapter builds for the companion carries its node:http target. */
+const TARGET = Symbol.for('retry-fetch.target');
+
+/**
+ * The path and query the fingerprint covers for a node:http request whose target is `target`
+ * (its original URL): as received, as the framework's router reads it (`/a/../b` and `/a\b`
+ * are not `/b` and `/a/b` to Express or Fastify, though a URL parser makes them so); a target
+ * in absolute form, its path and query.
+ */
+export function receivedTarget(req, target) {
+  const path = typeof target === 'string' && target !== '' ? target : '/';
+  if (path.startsWith('/')) return path;
+  const url = nodeRequestUrl(req, path);
+  return url.pathname + url.search;
+}
+
+/** `request` (built for the companion), carrying `req`'s target as received ({@link receivedTarget}). */
+export function withTarget(request, req, target) {
+  request[TARGET] = receivedTarget(req, target);
+  return request;
+}
+
 /**
  * Does the request declare a body (type-is's `hasBody`: Transfer-Encoding or Content-Length)?
  * Over HTTP/2, where DATA frames carry a body without either, it has one unless its HEADERS

@@ -13,7 +13,7 @@ import { Readable } from 'node:stream';
 import { setContextCapture, setDefaultStore, setInstance } from './server-wasm.js';
 import { MemoryStore } from './memory-store.js';
 import { checkOptionNames, describe, optionError } from './store-support.js';
-import { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl } from './node-request.js';
+import { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl, receivedTarget } from './node-request.js';
 
 setDefaultStore(() => new MemoryStore());
 // The handler runs in the async context of its own request (src/wasm/server/context.rs): what
@@ -115,15 +115,15 @@ class NodeSource {
   }
 
   /**
-   * The path and query the fingerprint covers: the request's original target where a router
-   * that mounts the handler under a path stripped it from `req.url` (Express's and Connect's
-   * `req.originalUrl`), so two handlers mounted under two paths never share a key's answer.
+   * The path and query the fingerprint covers, as received (`receivedTarget`): the request's
+   * original target where a router that mounts the handler under a path stripped it from
+   * `req.url` (Express's and Connect's `req.originalUrl`), so two handlers mounted under two
+   * paths never share a key's answer.
    * The handler's `Request` keeps `req.url`, as mounted.
    */
   get target() {
     const original = this.#req.originalUrl;
-    const url = typeof original === 'string' && original !== this.#req.url ? nodeRequestUrl(this.#req, original) : this.#url;
-    return url.pathname + url.search;
+    return receivedTarget(this.#req, typeof original === 'string' ? original : this.#req.url);
   }
 
   /** The node:http request itself, whose stream state tells whether its body was consumed. */

@@ -45,7 +45,7 @@ extern "C" {
 
     /// `Object.getPrototypeOf(value)` (a proxy can make it throw).
     #[wasm_bindgen(js_namespace = Object, js_name = getPrototypeOf, catch)]
-    fn prototype_of(value: &JsValue) -> Result<JsValue, JsValue>;
+    pub fn prototype_of(value: &JsValue) -> Result<JsValue, JsValue>;
 
     /// `Array.isArray(value)` (a proxy of an array is one), which throws for a revoked proxy.
     #[wasm_bindgen(js_namespace = Array, js_name = isArray, catch)]

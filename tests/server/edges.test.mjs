@@ -53,6 +53,23 @@ test('a request target starting with // is a path, not another host: a second pa
   }
 });
 
+test('toNodeHandler: the fingerprint covers the target as received (a router of node:http reads /a/../b as another path than /b): a 422, never the first one\'s replay', async () => {
+  let runs = 0;
+  const handler = idempotency(async () => Response.json({ run: ++runs }, { status: 201 }));
+  const { raw, close } = await rawTargets(handler);
+  try {
+    const key = newKey();
+    assert.equal((await raw('/transfer/alice/bob', key)).status, 201);
+    for (const target of ['/transfer/x/../alice/bob', '/transfer/alice/./bob', '/transfer/x/%2e%2e/alice/bob', '/transfer/carol\\..\\alice/bob']) {
+      const other = await raw(target, key);
+      assert.equal(other.status, 422, `${target}: ${other.status} ${other.body}`);
+    }
+    assert.equal(runs, 1);
+  } finally {
+    await close();
+  }
+});
+
 test('a request target in absolute form (as a proxy sends it) is its URL: the handler sees its path, and a retry in origin form replays it', async () => {
   let runs = 0;
   const handler = idempotency(async (request) => {

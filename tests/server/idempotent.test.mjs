@@ -503,3 +503,34 @@ test('a job whose failure the store keeps only after a few failed tries is still
   assert.deepEqual(deadLetters, ['msg-1'], 'handed to onDeadLetter once');
   assert.deepEqual((await memory.runs('msg-1')).map((r) => r.outcome), ['failed', 'replayed', 'replayed']);
 });
+
+test('idempotent: an input holding NaN, Infinity or a class instance whose JSON is {} rejects before fn runs (two such inputs would share a fingerprint); a class with own fields or a toJSON is read as its JSON', async () => {
+  let runs = 0;
+  const fn = idempotent(async (m) => ++runs, { store: new MemoryStore(), key: (m) => m.id });
+  class Money {
+    #cents;
+    constructor(cents) { this.#cents = cents; }
+    get cents() { return this.#cents; }
+  }
+  const prefix = 'idempotent: the input holds ';
+  const tail = ": the input's JSON is its fingerprint, so two inputs that differ inside it would look the same; pass plain objects, arrays and primitives (e.g. Object.fromEntries(map), [...set])";
+  for (const [input, what] of [
+    [{ id: 'a', amount: new Money(100) }, 'an instance of Money whose JSON is {} (its state is not in own enumerable properties: private fields, getters; give it a toJSON)'],
+    [{ id: 'b', limit: Infinity }, 'Infinity, whose JSON is null'],
+    [{ id: 'c', list: [1, -Infinity] }, 'Infinity, whose JSON is null'],
+    [{ id: 'd', ratio: NaN }, 'NaN, whose JSON is null'],
+  ]) {
+    await assert.rejects(fn(input), (error) => error instanceof TypeError && error.message === prefix + what + tail, what);
+  }
+  assert.equal(runs, 0);
+  // Its state in own fields, or a toJSON: fingerprinted as that (another amount is key-reused).
+  class Fields { constructor(cents) { this.cents = cents; } }
+  Money.prototype.toJSON = function () { return { cents: this.cents }; };
+  for (const [id, make] of [['e', (c) => new Fields(c)], ['f', (c) => new Money(c)]]) {
+    assert.equal(await fn({ id, amount: make(100) }), runs);
+    await assert.rejects(fn({ id, amount: make(999) }), (error) => error.code === 'key-reused');
+  }
+  assert.equal(runs, 2);
+  // Plain objects of any prototype-less kind, and an empty plain object, are fine.
+  assert.equal(await fn({ id: 'g', meta: Object.create(null), empty: {} }), 3);
+});

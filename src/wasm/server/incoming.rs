@@ -83,6 +83,11 @@ pub enum Incoming {
     Node(NodeSource),
 }
 
+thread_local! {
+    /// Where a `Request` an adapter builds carries its node:http target, as received.
+    static TARGET: JsValue = js_sys::Symbol::for_("retry-fetch.target").into();
+}
+
 impl Incoming {
     /// The method.
     pub fn method(&self) -> String {
@@ -150,10 +155,17 @@ impl Incoming {
         }
     }
 
-    /// The path and query the fingerprint covers.
+    /// The path and query the fingerprint covers: a node:http request's as received (a
+    /// router reads `/a/../b` as another path than `/b`), carried by the `Request` a framework
+    /// adapter builds at `Symbol.for('retry-fetch.target')`; a fetch `Request`'s, as its URL
+    /// says.
     pub fn target(&self) -> Result<String, JsValue> {
         match self {
             Incoming::Web(req) => {
+                let given = TARGET.with(|key| js_sys::Reflect::get(req, key));
+                if let Some(target) = given.ok().and_then(|t| t.as_string()) {
+                    return Ok(target);
+                }
                 let url = web_sys::Url::new(&req.url())?;
                 let mut path = url.pathname();
                 path.push_str(&url.search());

@@ -67,31 +67,60 @@ const OPAQUE_TO_JSON: [&str; 17] = [
 ];
 
 /// The input's JSON, its fingerprint's source: as [`json`], and a `TypeError` for an input
-/// that holds, at any depth, an object JSON cannot represent ([`OPAQUE_TO_JSON`]; after its
-/// `toJSON`, which JSON.stringify applies first, so one with a `toJSON` is taken as that).
+/// that holds, at any depth, what JSON cannot tell apart (after a `toJSON`, which
+/// JSON.stringify applies first, so one with a `toJSON` is taken as that): an object whose JSON
+/// is `{}` whatever it holds ([`OPAQUE_TO_JSON`], and an instance of a class whose state is not
+/// in own enumerable properties: private fields, getters), or a number JSON writes as `null`
+/// (`NaN`, `Infinity`). Two inputs that differ there would share a fingerprint, and a key
+/// reused with the second would get the first one's result instead of `key-reused`.
 fn input_json(input: &JsValue) -> Result<Option<String>, JsValue> {
-    let found: Rc<std::cell::Cell<Option<&'static str>>> = Rc::default();
+    let found: Rc<std::cell::RefCell<Option<String>>> = Rc::default();
     let seen = found.clone();
     let replacer = Closure::<dyn FnMut(JsValue, JsValue) -> JsValue>::new(
         move |_key: JsValue, value: JsValue| {
-            if seen.get().is_none() && value.is_object() {
-                if let Some(name) = js::tag_name(&value) {
-                    if let Some(kind) = OPAQUE_TO_JSON.iter().find(|k| **k == name) {
-                        seen.set(Some(kind));
-                    }
-                }
+            if seen.borrow().is_none() {
+                *seen.borrow_mut() = unrepresented(&value);
             }
             value
         },
     );
     let text = JSON::stringify_with_replacer(input, replacer.as_ref().unchecked_ref())?;
-    if let Some(kind) = found.get() {
-        let mut msg = String::from("idempotent: the input holds a ");
-        msg.push_str(kind);
-        msg.push_str(", whose JSON is {} whatever it holds: the input's JSON is its fingerprint, so two inputs that differ inside it would look the same; pass plain objects, arrays and primitives (e.g. Object.fromEntries(map), [...set])");
+    if let Some(what) = found.take() {
+        let mut msg = String::from("idempotent: the input holds ");
+        msg.push_str(&what);
+        msg.push_str(": the input's JSON is its fingerprint, so two inputs that differ inside it would look the same; pass plain objects, arrays and primitives (e.g. Object.fromEntries(map), [...set])");
         return Err(type_error(&msg));
     }
     Ok(text.as_string())
+}
+
+/// What JSON cannot represent in `value` (one value as JSON.stringify visits it), said for
+/// [`input_json`]'s error; `None` when its JSON is what it holds.
+fn unrepresented(value: &JsValue) -> Option<String> {
+    if let Some(n) = value.as_f64().filter(|n| !n.is_finite()) {
+        let name = if n.is_nan() { "NaN" } else { "Infinity" };
+        return Some(format!("{name}, whose JSON is null"));
+    }
+    if !value.is_object() || js::is_array(value).unwrap_or(true) {
+        return None;
+    }
+    if let Some(name) = js::tag_name(value) {
+        if let Some(kind) = OPAQUE_TO_JSON.iter().find(|k| **k == name) {
+            return Some(format!("a {kind}, whose JSON is {{}} whatever it holds"));
+        }
+    }
+    // A plain object's prototype is `null` or an `Object.prototype` (of any realm), whose own
+    // is `null`. Anything else with no own enumerable property writes `{}`.
+    let proto = js::prototype_of(value).ok()?;
+    let plain = proto.is_null() || js::prototype_of(&proto).ok()?.is_null();
+    if plain || js::object_keys(value).ok()?.length() > 0 {
+        return None;
+    }
+    let class = js::get(&js::get(&proto, "constructor"), "name").as_string();
+    let class = class
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "a class".into());
+    Some(format!("an instance of {class} whose JSON is {{}} (its state is not in own enumerable properties: private fields, getters; give it a toJSON)"))
 }
 
 /// Run one job (the function `idempotent` returns).

@@ -10,7 +10,7 @@ import { pipeline, Readable } from 'node:stream';
 import express from 'express';
 import connect from 'connect';
 import { idempotency } from 'retry-fetch/express';
-import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertUncodedReplay, assertPerRequestHeadersReplayed, h2Post } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertUncodedReplay, assertPerRequestHeadersReplayed, h2Post, assertTargetAsReceived } from './support.mjs';
 
 /** Serve `handler` (an Express app, a Connect app) on 127.0.0.1:0. */
 async function listen(handler) {
@@ -792,5 +792,19 @@ test('the Express adapter: a keyed POST with an empty body (Content-Length: 0) r
   } finally {
     server.closeAllConnections();
     await new Promise((resolve) => server.close(resolve));
+  }
+});
+
+test('Express: the fingerprint covers the target as received (a router reads /a/../b as another path than /b): another request, never the first one\'s replay', async () => {
+  const app = quietApp();
+  app.use(express.json());
+  app.use(idempotency(NO_SCOPE));
+  let runs = 0;
+  app.post('/transfer/:from/:to', (req, res) => res.status(201).json({ run: ++runs, from: req.params.from }));
+  const server = await listen(app);
+  try {
+    await assertTargetAsReceived(server.url, () => runs);
+  } finally {
+    await server.close();
   }
 });

@@ -9,7 +9,7 @@ import http2 from 'node:http2';
 import Fastify from 'fastify';
 import { idempotency } from 'retry-fetch/fastify';
 import defaultExport from 'retry-fetch/fastify';
-import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertPerRequestHeadersReplayed, h2Post } from './support.mjs';
+import { adapterScenarios, post, snapshot, pay, upload, streamProbe, assertPerRequestHeadersReplayed, h2Post, assertTargetAsReceived } from './support.mjs';
 
 /** Start `app` on 127.0.0.1:0. */
 async function listen(app) {
@@ -434,6 +434,19 @@ test('Fastify: registered again in a child context, the plugin handles the child
     }
     // The child's maxBodyBytes holds for its routes only.
     assert.equal((await post(server.url, '/child', { key: crypto.randomUUID(), body: big })).status, 413);
+  } finally {
+    await server.close();
+  }
+});
+
+test('Fastify: the fingerprint covers the target as received (a router reads /a/../b as another path than /b): another request, never the first one\'s replay', async () => {
+  const app = Fastify();
+  await app.register(idempotency, NO_SCOPE);
+  let runs = 0;
+  app.post('/transfer/:from/:to', async (request, reply) => reply.code(201).send({ run: ++runs, from: request.params.from }));
+  const server = await listen(app);
+  try {
+    await assertTargetAsReceived(server.url, () => runs);
   } finally {
     await server.close();
   }

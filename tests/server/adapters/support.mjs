@@ -104,13 +104,15 @@ export function streamProbe() {
 
 /**
  * A JSON POST through node:http, which (unlike fetch) neither asks for nor decodes a content
- * coding: `acceptEncoding` is sent as it is. Resolves with status, headers and body bytes.
+ * coding: `acceptEncoding` is sent as it is; `path`, if given, is the request target, sent
+ * exactly as written (fetch would resolve `..` and `\`). Resolves with status, headers and
+ * body bytes.
  */
-function rawPost(url, { key, body, acceptEncoding }) {
+function rawPost(url, { key, body, acceptEncoding, path }) {
   return new Promise((resolve, reject) => {
     const headers = { 'Content-Type': 'application/json', 'Idempotency-Key': key };
     if (acceptEncoding !== undefined) headers['Accept-Encoding'] = acceptEncoding;
-    const request = http.request(url, { method: 'POST', headers }, (response) => {
+    const request = http.request(url, { method: 'POST', headers, ...(path === undefined ? {} : { path }) }, (response) => {
       const chunks = [];
       response.on('data', (chunk) => chunks.push(chunk));
       response.on('end', () => resolve({ status: response.statusCode, headers: response.headers, body: Buffer.concat(chunks) }));
@@ -386,4 +388,27 @@ export async function assertPerRequestHeadersReplayed(url, path) {
   assert.equal(replay.headers.get('access-control-allow-origin'), 'https://b.example', 'the replay\'s own origin');
   assert.equal(replay.headers.get('x-request-id'), 'req-2', 'the replay\'s own request id');
   assert.equal(replay.headers.get('x-route'), 'paid', 'the route\'s header, replayed');
+}
+
+/**
+ * The fingerprint covers the target as received, as the framework's router reads it: a
+ * request under a key whose target a URL parser would make the first one's (dot segments,
+ * `%2e%2e`, a backslash) is another request (422), never the first one's replay. `url` serves
+ * `POST /transfer/:from/:to` behind the adapter; `runs()` counts the route's runs.
+ */
+export async function assertTargetAsReceived(url, runs) {
+  const key = crypto.randomUUID();
+  const send = (path) => rawPost(url, { key, body: { amount: 1 }, path });
+  const replayed = (answer) => answer.headers['idempotent-replayed'] === 'true';
+  const first = await send('/transfer/alice/bob');
+  assert.equal(first.status, 201, String(first.body));
+  assert.equal(replayed(await send('/transfer/alice/bob')), true, 'the same target is a repeat');
+  // The first matches the route (`from` is `carol\..\alice`): the adapter runs; the others
+  // match no route, where a framework that runs the adapter for routes only answers 404.
+  for (const [path, statuses] of [['/transfer/carol\\..\\alice/bob', [422]], ['/transfer/x/%2e%2e/alice/bob', [422, 404]], ['/transfer/alice/./bob', [422, 404]], ['/transfer/x/../alice/bob', [422, 404]]]) {
+    const other = await send(path);
+    assert.ok(statuses.includes(other.status), `${path}: ${other.status} ${other.body}`);
+    assert.equal(replayed(other), false, path);
+  }
+  assert.equal(runs(), 1);
 }
