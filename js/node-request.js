@@ -49,19 +49,26 @@ export function nodeRequestUrl(req, target) {
 const TARGET = Symbol.for('retry-fetch.target');
 
 /**
+ * A path a URL parser restructures: a backslash, or a `.` or `..` segment (`%2e` counts as a
+ * dot), which it resolves, though Express, Fastify and node:http routers read them as written.
+ */
+const RESTRUCTURED = /\\|(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
+
+/**
  * The path and query the fingerprint covers for a node:http request whose target is `target`
- * (its original URL): as received, as the framework's router reads it (`/a/../b` and `/a\b`
- * are not `/b` and `/a/b` to Express or Fastify, though a URL parser makes them so); a target
- * in absolute form, its path and query.
+ * (its original URL): as a URL parser makes it (percent-encoded as a fetch client sends it, so
+ * every adapter, and `Request`s, agree on a retry), unless the parser would restructure the
+ * path (`/a/../b` and `/a\b` are not `/b` and `/a/b` to a router): then as received. A target
+ * in absolute form counts from its path.
  */
 export function receivedTarget(req, target) {
-  const path = typeof target === 'string' && target !== '' ? target : '/';
-  if (path.startsWith('/')) return path;
-  const url = nodeRequestUrl(req, path);
-  return url.pathname + url.search;
+  const url = nodeRequestUrl(req, target);
+  const raw = typeof target === 'string' ? target.replace(/^https?:\/\/[^/?#\\]*/i, '') : '';
+  const path = raw.split('?', 1)[0];
+  return RESTRUCTURED.test(path) ? raw : url.pathname + url.search;
 }
 
-/** `request` (built for the companion), carrying `req`'s target as received ({@link receivedTarget}). */
+/** `request` (built for the companion), carrying the target its fingerprint covers ({@link receivedTarget}). */
 export function withTarget(request, req, target) {
   request[TARGET] = receivedTarget(req, target);
   return request;

@@ -924,6 +924,35 @@ test('per-call options reused by name and place: a name given undefined and then
   assert.equal((await h.log()).length, 2, 'after retryOnStatus[0] = 503');
 });
 
+test('a signal of AbortSignal.any or AbortSignal.timeout given to several calls is collected once they ended (the join\'s listener goes with the last attempt)', async () => {
+  assert.equal(typeof globalThis.gc, 'function', 'run with --expose-gc');
+  const http = await import('node:http');
+  const s = http.createServer((req, res) => res.writeHead(200).end('ok'));
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  try {
+    const url = `http://127.0.0.1:${s.address().port}/`;
+    const app = new AbortController();
+    const refs = [];
+    for (let i = 0; i < 40; i++) {
+      // Node keeps such a signal alive while it has an abort listener, until it aborts.
+      const signal = i % 2 ? AbortSignal.timeout(600_000) : AbortSignal.any([app.signal, new AbortController().signal]);
+      refs.push(new WeakRef(signal));
+      for (let j = 0; j < 2; j++) await (await api.retryFetch(url, undefined, { signal })).text();
+    }
+    for (let i = 0; i < 40 && refs.some((r) => r.deref()); i++) {
+      globalThis.gc();
+      await sleep(20);
+    }
+    // The first and the last may stay referenced a while (the last call's state); none of the
+    // others (all 40 stayed alive while the listener stayed).
+    const alive = refs.flatMap((r, i) => (r.deref() ? [i] : []));
+    assert.ok(alive.length <= 2, `signals still alive after the calls ended and collections: ${alive}`);
+  } finally {
+    s.closeAllConnections();
+    await new Promise((resolve) => s.close(resolve));
+  }
+});
+
 test('a long-lived signal keeps nothing of the calls that ended, and still cancels a body read after a collection', async () => {
   const http = await import('node:http');
   const s = http.createServer((req, res) => {

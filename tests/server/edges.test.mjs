@@ -65,6 +65,18 @@ test('toNodeHandler: the fingerprint covers the target as received (a router of 
       assert.equal(other.status, 422, `${target}: ${other.status} ${other.body}`);
     }
     assert.equal(runs, 1);
+    // In absolute form (as a proxy sends it), too.
+    const proxied = newKey();
+    assert.equal((await raw('/delete', proxied)).status, 201);
+    assert.equal((await raw('http://127.0.0.1/files/%2e%2e/delete', proxied)).status, 422);
+    // Any other target is as a URL parser makes it, as a fetch client sends it (and as a
+    // `Request` says, and as earlier versions stored it): one request either way.
+    const quoted = newKey();
+    assert.equal((await raw("/pay?q=it's&n=\"x\"", quoted)).status, 201);
+    const again = await raw('/pay?q=it%27s&n=%22x%22', quoted);
+    assert.equal(again.status, 201);
+    assert.equal(JSON.parse(again.body).run, 3, 'replayed, not run again');
+    assert.equal(runs, 3);
   } finally {
     await close();
   }

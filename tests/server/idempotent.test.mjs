@@ -519,6 +519,7 @@ test('idempotent: an input holding NaN, Infinity or a class instance whose JSON 
     [{ id: 'b', limit: Infinity }, 'Infinity, whose JSON is null'],
     [{ id: 'c', list: [1, -Infinity] }, 'Infinity, whose JSON is null'],
     [{ id: 'd', ratio: NaN }, 'NaN, whose JSON is null'],
+    [{ id: 'd2', ratio: new Number(NaN) }, 'a Number object of NaN or Infinity, whose JSON is null'],
   ]) {
     await assert.rejects(fn(input), (error) => error instanceof TypeError && error.message === prefix + what + tail, what);
   }
@@ -531,6 +532,9 @@ test('idempotent: an input holding NaN, Infinity or a class instance whose JSON 
     await assert.rejects(fn({ id, amount: make(999) }), (error) => error.code === 'key-reused');
   }
   assert.equal(runs, 2);
-  // Plain objects of any prototype-less kind, and an empty plain object, are fine.
+  // Plain objects of any prototype-less kind, an empty plain object, boxed primitives (written
+  // as their values) and typed arrays (as their items; two empty ones are equal) are fine.
   assert.equal(await fn({ id: 'g', meta: Object.create(null), empty: {} }), 3);
+  assert.equal(await fn({ id: 'h', n: new Number(5), b: new Boolean(false), s: new String(''), bytes: new Uint8Array(0), floats: new Float64Array([1.5]) }), 4);
+  await assert.rejects(fn({ id: 'h', n: new Number(6), b: new Boolean(false), s: new String(''), bytes: new Uint8Array(0), floats: new Float64Array([1.5]) }), (error) => error.code === 'key-reused');
 });

@@ -199,7 +199,8 @@ fn text(value: &JsValue) -> String {
 fn statuses(value: &JsValue) -> Result<Vec<u16>, Refused> {
     let too_many = |len: f64| {
         let mut msg = String::new();
-        push_decimal(&mut msg, len as u64);
+        // An exact count up to 2^53 (only a proxy says more than 2^32 - 1).
+        push_decimal(&mut msg, len.min(9_007_199_254_740_992.0) as u64);
         msg.push_str(" items; expected at most 500 (there are 500 HTTP statuses, 100 to 599)");
         Refused::Message(msg)
     };

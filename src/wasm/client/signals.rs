@@ -304,7 +304,10 @@ impl AttemptAbort {
 
 /// What joins the caller's signals to the attempts' own ([`join`]).
 struct Joins {
-    /// Calls each attempt signal's `unlink`s once that signal is collected.
+    /// Once an attempt's signal is collected, takes it out of each source's attempts (held:
+    /// `[attempts, the attempt's WeakRef, the source's WeakRef]`); a source left with none
+    /// loses the listener and its entry, so nothing of ours keeps it (Node keeps a signal of
+    /// `AbortSignal.any` or `AbortSignal.timeout` alive while it has an abort listener).
     registry: js_sys::FinalizationRegistry,
     /// Each attempt signal's controller, kept as long as the signal is.
     controllers: js_sys::WeakMap,
@@ -317,10 +320,22 @@ struct Joins {
 
 thread_local! {
     static JOINS: Option<Joins> = {
-        let unlink = Closure::<dyn FnMut(JsValue)>::new(|unlink: JsValue| {
-            if let Some(f) = unlink.dyn_ref::<Function>() {
-                let _ = f.call0(&JsValue::UNDEFINED);
-            }
+        let unlink = Closure::<dyn FnMut(JsValue)>::new(|held: JsValue| {
+            // Always the array `join` registered.
+            let held: &Array = held.unchecked_ref();
+            let attempts: js_sys::Set = held.get(0).unchecked_into();
+            attempts.delete(&held.get(1));
+            let source = held.get(2).unchecked_into::<js_sys::WeakRef>().deref();
+            let (Some(source), 0) = (source, attempts.size()) else {
+                return;
+            };
+            JOINS.with(|j| {
+                // Unless a later call made the source a new set meanwhile.
+                if let Some(j) = j.as_ref().filter(|j| j.attempts.get(&source) == **attempts) {
+                    j.attempts.delete(&source);
+                    listen(&source, "removeEventListener", &j.listener);
+                }
+            });
         });
         let listener = Closure::<dyn FnMut(JsValue)>::new(|event: JsValue| {
             let source = js::get(&event, "target");
@@ -381,7 +396,7 @@ fn seen_before(signals: &[JsValue]) -> bool {
 /// long as it lives: each source has one listener (the same for all) that aborts the
 /// attempts joined to it, reached weakly, and an attempt's entry goes once its signal is
 /// collected (when fetch, and the body it reads, no longer hold it), as fetch does with its
-/// own listener on `init.signal`. So aborting after the `Response` resolved still cancels
+/// own listener on `init.signal`; the listener goes with the source's last entry. So aborting after the `Response` resolved still cancels
 /// reading its body, and a long-lived signal (an application's, passed to every call) keeps
 /// nothing of the calls that ended and gains no listener per call: Node 20's
 /// `AbortSignal.any`, which this replaces, keeps an entry in every source for every signal
@@ -398,6 +413,7 @@ fn join(sources: &[JsValue], controller: &AbortController) -> Option<web_sys::Ab
         let weak: JsValue = js_sys::WeakRef::new(signal.unchecked_ref::<js_sys::Object>()).into();
         for source in sources {
             let key = source.unchecked_ref::<js_sys::Object>();
+            let held = Array::of3(&JsValue::UNDEFINED, &weak, &js_sys::WeakRef::new(key));
             let attempts = match j.attempts.get(key).dyn_into::<js_sys::Set>() {
                 Ok(attempts) => attempts,
                 Err(_) => {
@@ -409,9 +425,8 @@ fn join(sources: &[JsValue], controller: &AbortController) -> Option<web_sys::Ab
                 }
             };
             attempts.add(&weak);
-            let delete = js::get(&attempts, "delete").dyn_into::<Function>().ok()?;
-            let unlink = delete.bind2(&attempts, &weak, &JsValue::UNDEFINED);
-            j.registry.register(signal.as_ref(), &unlink);
+            held.set(0, attempts.into());
+            j.registry.register(signal.as_ref(), &held);
         }
         Some(signal)
     })

@@ -104,10 +104,21 @@ fn unrepresented(value: &JsValue) -> Option<String> {
     if !value.is_object() || js::is_array(value).unwrap_or(true) {
         return None;
     }
-    if let Some(name) = js::tag_name(value) {
-        if let Some(kind) = OPAQUE_TO_JSON.iter().find(|k| **k == name) {
+    match js::tag_name(value).as_deref() {
+        Some(kind) if OPAQUE_TO_JSON.contains(&kind) => {
             return Some(format!("a {kind}, whose JSON is {{}} whatever it holds"));
         }
+        // A boxed primitive (`new Number(5)`) is written as its value: `null` for NaN.
+        Some("Number") if JSON::stringify(value).is_ok_and(|t| t == "null") => {
+            return Some("a Number object of NaN or Infinity, whose JSON is null".into());
+        }
+        // A typed array writes its items (two empty ones are equal).
+        Some(kind)
+            if matches!(kind, "Number" | "String" | "Boolean") || kind.ends_with("Array") =>
+        {
+            return None;
+        }
+        _ => {}
     }
     // A plain object's prototype is `null` or an `Object.prototype` (of any realm), whose own
     // is `null`. Anything else with no own enumerable property writes `{}`.
