@@ -64,7 +64,8 @@ const RESTRUCTURED = /\\|(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
 export function receivedTarget(req, target) {
   const url = nodeRequestUrl(req, target);
   const raw = typeof target === 'string' ? target.replace(/^https?:\/\/[^/?#\\]*/i, '') : '';
-  const path = raw.split('?', 1)[0];
+  // The path ends at a query or a fragment (Node's parser lets a `#` through).
+  const path = raw.split(/[?#]/, 1)[0];
   return RESTRUCTURED.test(path) ? raw : url.pathname + url.search;
 }
 

@@ -953,6 +953,43 @@ test('a signal of AbortSignal.any or AbortSignal.timeout given to several calls 
   }
 });
 
+test('a client used as another\'s fetch, both on long-lived signals: an abort reaches the inner request, with no error thrown in the abort\'s listeners (it ended the process)', async () => {
+  const http = await import('node:http');
+  let closedAt;
+  const s = http.createServer((req, res) => {
+    if (req.url === '/slow') {
+      req.on('close', () => (closedAt = Date.now()));
+      return;
+    }
+    res.writeHead(200).end('ok');
+  });
+  await new Promise((resolve) => s.listen(0, '127.0.0.1', resolve));
+  const thrown = [];
+  const listener = (error) => thrown.push(error);
+  process.on('uncaughtException', listener);
+  try {
+    const base = `http://127.0.0.1:${s.address().port}`;
+    const inner = api.createRetryFetch({ signal: new AbortController().signal, timeoutMs: 60_000 });
+    const outer = api.createRetryFetch({ fetch: inner });
+    const app = new AbortController();
+    await (await inner(`${base}/ok`)).text(); // the inner client's signal is seen: joined
+    await (await outer(`${base}/ok`, undefined, { signal: app.signal })).text(); // and the outer's
+    const call = outer(`${base}/slow`, undefined, { signal: app.signal }).then(() => 'resolved', (e) => e);
+    await sleep(100);
+    const abortedAt = Date.now();
+    app.abort(new Error('stop'));
+    assert.equal((await call)?.message, 'stop');
+    for (let i = 0; i < 50 && closedAt === undefined; i++) await sleep(20);
+    assert.ok(closedAt !== undefined && closedAt - abortedAt < 1_000, 'the inner request was cancelled');
+    await sleep(20);
+    assert.deepEqual(thrown.map(String), []);
+  } finally {
+    process.off('uncaughtException', listener);
+    s.closeAllConnections();
+    await new Promise((resolve) => s.close(resolve));
+  }
+});
+
 test('a long-lived signal keeps nothing of the calls that ended, and still cancels a body read after a collection', async () => {
   const http = await import('node:http');
   const s = http.createServer((req, res) => {

@@ -520,6 +520,8 @@ test('idempotent: an input holding NaN, Infinity or a class instance whose JSON 
     [{ id: 'c', list: [1, -Infinity] }, 'Infinity, whose JSON is null'],
     [{ id: 'd', ratio: NaN }, 'NaN, whose JSON is null'],
     [{ id: 'd2', ratio: new Number(NaN) }, 'a Number object of NaN or Infinity, whose JSON is null'],
+    // A tag is no proof of what an object is: this one is no typed array.
+    [{ id: 'd3', amount: new (class Tagged { #v = 1; get [Symbol.toStringTag]() { return 'ByteArray'; } })() }, 'an instance of Tagged whose JSON is {} (its state is not in own enumerable properties: private fields, getters; give it a toJSON)'],
   ]) {
     await assert.rejects(fn(input), (error) => error instanceof TypeError && error.message === prefix + what + tail, what);
   }

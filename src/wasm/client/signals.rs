@@ -320,7 +320,10 @@ struct Joins {
 
 thread_local! {
     static JOINS: Option<Joins> = {
-        let unlink = Closure::<dyn FnMut(JsValue)>::new(|held: JsValue| {
+        // `Fn`, not `FnMut`: aborting an attempt may run them again before they return (an
+        // attempt's signal that is itself a source: a client used as another's `fetch`), and
+        // wasm-bindgen refuses to re-enter an `FnMut` (a throw in a listener ends Node).
+        let unlink = Closure::<dyn Fn(JsValue)>::new(|held: JsValue| {
             // Always the array `join` registered.
             let held: &Array = held.unchecked_ref();
             let attempts: js_sys::Set = held.get(0).unchecked_into();
@@ -337,7 +340,7 @@ thread_local! {
                 }
             });
         });
-        let listener = Closure::<dyn FnMut(JsValue)>::new(|event: JsValue| {
+        let listener = Closure::<dyn Fn(JsValue)>::new(|event: JsValue| {
             let source = js::get(&event, "target");
             JOINS.with(|j| {
                 let Some(j) = j.as_ref() else { return };

@@ -104,27 +104,25 @@ fn unrepresented(value: &JsValue) -> Option<String> {
     if !value.is_object() || js::is_array(value).unwrap_or(true) {
         return None;
     }
-    match js::tag_name(value).as_deref() {
-        Some(kind) if OPAQUE_TO_JSON.contains(&kind) => {
-            return Some(format!("a {kind}, whose JSON is {{}} whatever it holds"));
-        }
-        // A boxed primitive (`new Number(5)`) is written as its value: `null` for NaN.
-        Some("Number") if JSON::stringify(value).is_ok_and(|t| t == "null") => {
-            return Some("a Number object of NaN or Infinity, whose JSON is null".into());
-        }
-        // A typed array writes its items (two empty ones are equal).
-        Some(kind)
-            if matches!(kind, "Number" | "String" | "Boolean") || kind.ends_with("Array") =>
-        {
-            return None;
-        }
-        _ => {}
+    if let Some(kind) = js::tag_name(value).filter(|t| OPAQUE_TO_JSON.contains(&t.as_str())) {
+        return Some(format!("a {kind}, whose JSON is {{}} whatever it holds"));
     }
     // A plain object's prototype is `null` or an `Object.prototype` (of any realm), whose own
-    // is `null`. Anything else with no own enumerable property writes `{}`.
+    // is `null`. Anything else with no own enumerable property writes `{}`, but a boxed
+    // primitive (written as its value: `null` for NaN) and an empty typed array (equal to any
+    // other), both told by what they are, not by a tag a class can set.
     let proto = js::prototype_of(value).ok()?;
     let plain = proto.is_null() || js::prototype_of(&proto).ok()?.is_null();
     if plain || js::object_keys(value).ok()?.length() > 0 {
+        return None;
+    }
+    if let Some(primitive) = unboxed(value) {
+        return primitive
+            .as_f64()
+            .filter(|n| !n.is_finite())
+            .map(|_| "a Number object of NaN or Infinity, whose JSON is null".into());
+    }
+    if js_sys::ArrayBuffer::is_view(value) && js::get(value, "byteLength").as_f64() == Some(0.0) {
         return None;
     }
     let class = js::get(&js::get(&proto, "constructor"), "name").as_string();
@@ -132,6 +130,18 @@ fn unrepresented(value: &JsValue) -> Option<String> {
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| "a class".into());
     Some(format!("an instance of {class} whose JSON is {{}} (its state is not in own enumerable properties: private fields, getters; give it a toJSON)"))
+}
+
+/// `value`'s primitive if it is a boxed number, string or boolean: their `valueOf` throws for
+/// anything else, whatever its tag says.
+fn unboxed(value: &JsValue) -> Option<JsValue> {
+    let global = js_sys::global();
+    ["Number", "String", "Boolean"]
+        .into_iter()
+        .find_map(|class| {
+            let value_of = js::get(&js::get(&js::get(&global, class), "prototype"), "valueOf");
+            value_of.dyn_ref::<Function>()?.call0(value).ok()
+        })
 }
 
 /// Run one job (the function `idempotent` returns).
