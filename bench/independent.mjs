@@ -89,6 +89,19 @@ const CONTENDERS = [
       return async (url) => okAndDrain(await rf.retryFetch(url, undefined, POLICY));
     },
   },
+  // Not a peer: the same client with `jitter: 'decorrelated'` (the default is 'full'), to
+  // show what the jitter alone does to a herd of clients that share nothing.
+  {
+    id: 'retry-fetch:decorrelated',
+    name: "retry-fetch, jitter: 'decorrelated' (extra; own copy per client)",
+    library: 'retry-fetch',
+    config: { ...POLICY, jitter: 'decorrelated', instance: 'own module instance per client' },
+    async client(tag) {
+      const rf = await ownCopy(tag);
+      const options = { ...POLICY, jitter: 'decorrelated' };
+      return async (url) => okAndDrain(await rf.retryFetch(url, undefined, options));
+    },
+  },
   // The peers keep no shared state: one client each, as in storms.mjs.
   ...[KY, P_RETRY, FETCH_RETRY, COCKATIEL].map((p) => ({
     id: p.id, name: p.name, library: p.library, config: p.config,

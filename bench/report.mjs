@@ -57,7 +57,7 @@ function independentGoals(d) {
   const rows = [];
   for (const k of [...d.kinds, { ...d.outage, title: 'outage', outage: true }]) {
     const ours = k.rows.find((r) => r.id === 'retry-fetch:default')?.median;
-    const peers = k.rows.filter((r) => r.id !== 'retry-fetch:default' && r.median);
+    const peers = k.rows.filter((r) => r.library !== 'retry-fetch' && r.median);
     if (!ours || peers.length === 0) continue;
     const measures = [['amplification', 'amplification', '']];
     if (!k.outage) measures.push(['p99', 'p99Ms', 'ms']);
