@@ -50,7 +50,7 @@ function keptJsonBytes(req) {
 function fetchRequest(req) {
   const { request, streamed } = requestOf(req);
   // The fingerprint covers the target as received, as the router reads it.
-  return { request: withTarget(request, req, req.originalUrl ?? req.url), streamed };
+  return { request: withTarget(request, req.originalUrl ?? req.url), streamed };
 }
 
 /** {@link fetchRequest}'s `Request`, with the target as a URL parser makes it. */

@@ -43,7 +43,7 @@ const REGISTER_OPTIONS = ['prefix', 'logLevel', 'logSerializers'];
 /** The fetch Request the companion gets: Fastify parsed the body, or left it unread. */
 function fetchRequest(request) {
   // The fingerprint covers the target as received, as the router reads it.
-  return withTarget(requestOf(request), request.raw, request.raw.url);
+  return withTarget(requestOf(request), request.raw.url);
 }
 
 /** {@link fetchRequest}'s `Request`, with the target as a URL parser makes it. */

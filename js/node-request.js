@@ -55,23 +55,22 @@ const TARGET = Symbol.for('retry-fetch.target');
 const RESTRUCTURED = /\\|(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
 
 /**
- * The path and query the fingerprint covers for a node:http request whose target is `target`
- * (its original URL): as a URL parser makes it (percent-encoded as a fetch client sends it, so
- * every adapter, and `Request`s, agree on a retry), unless the parser would restructure the
- * path (`/a/../b` and `/a\b` are not `/b` and `/a/b` to a router): then as received. A target
- * in absolute form counts from its path.
+ * The target the fingerprint covers for a node:http request whose target is `target` (its
+ * original URL), where it is not the URL form (percent-encoded as a fetch client sends it, so
+ * every adapter, and `Request`s, agree on a retry): the target as received when a URL parser
+ * would restructure its path (`/a/../b` and `/a\b` are not `/b` and `/a/b` to a router; a
+ * target in absolute form counts from its path), else `undefined`.
  */
-export function receivedTarget(req, target) {
-  const url = nodeRequestUrl(req, target);
+export function restructuredTarget(target) {
   const raw = typeof target === 'string' ? target.replace(/^https?:\/\/[^/?#\\]*/i, '') : '';
   // The path ends at a query or a fragment (Node's parser lets a `#` through).
-  const path = raw.split(/[?#]/, 1)[0];
-  return RESTRUCTURED.test(path) ? raw : url.pathname + url.search;
+  return RESTRUCTURED.test(raw.split(/[?#]/, 1)[0]) ? raw : undefined;
 }
 
-/** `request` (built for the companion), carrying the target its fingerprint covers ({@link receivedTarget}). */
-export function withTarget(request, req, target) {
-  request[TARGET] = receivedTarget(req, target);
+/** `request` (built for the companion), carrying its target as received where its URL restructured it ({@link restructuredTarget}). */
+export function withTarget(request, target) {
+  const raw = restructuredTarget(target);
+  if (raw !== undefined) request[TARGET] = raw;
   return request;
 }
 

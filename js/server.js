@@ -13,7 +13,7 @@ import { Readable } from 'node:stream';
 import { setContextCapture, setDefaultStore, setInstance } from './server-wasm.js';
 import { MemoryStore } from './memory-store.js';
 import { checkOptionNames, describe, optionError } from './store-support.js';
-import { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl, receivedTarget } from './node-request.js';
+import { lingerAfterEarlyAnswer, nodeRequestHeaders, nodeRequestUrl, restructuredTarget } from './node-request.js';
 
 setDefaultStore(() => new MemoryStore());
 // The handler runs in the async context of its own request (src/wasm/server/context.rs): what
@@ -115,15 +115,19 @@ class NodeSource {
   }
 
   /**
-   * The path and query the fingerprint covers, as received (`receivedTarget`): the request's
-   * original target where a router that mounts the handler under a path stripped it from
-   * `req.url` (Express's and Connect's `req.originalUrl`), so two handlers mounted under two
-   * paths never share a key's answer.
+   * The path and query the fingerprint covers: the request's original target where a router
+   * that mounts the handler under a path stripped it from `req.url` (Express's and Connect's
+   * `req.originalUrl`), so two handlers mounted under two paths never share a key's answer;
+   * as received where a URL parser would restructure its path (`restructuredTarget`).
    * The handler's `Request` keeps `req.url`, as mounted.
    */
   get target() {
     const original = this.#req.originalUrl;
-    return receivedTarget(this.#req, typeof original === 'string' ? original : this.#req.url);
+    const target = typeof original === 'string' ? original : this.#req.url;
+    const raw = restructuredTarget(target);
+    if (raw !== undefined) return raw;
+    const url = target !== this.#req.url ? nodeRequestUrl(this.#req, target) : this.#url;
+    return url.pathname + url.search;
   }
 
   /** The node:http request itself, whose stream state tells whether its body was consumed. */
