@@ -329,6 +329,28 @@ export const scenarios = [
     },
   },
   {
+    // A Request input's body is a stream whatever made it: over the limit, the call sends a
+    // copy of the request, so fetch sends the body as it would the request's own (Chromium
+    // refuses a streaming upload over HTTP/1.1, and plain fetch sends this one).
+    name: "a Request input's body above maxBufferedBodyBytes is sent once, whole, as fetch sends it, and not retried",
+    async run({ api, seq }) {
+      const s = seq('503,200');
+      const body = '0123456789abcdefghij';
+      const req = new Request(s.url, { method: 'PUT', body, headers: { 'X-Custom': 'yes' } });
+      const res = await api.retryFetch(req, undefined, { ...fast, maxBufferedBodyBytes: 8 });
+      equal(res.status, 503);
+      deepEqual((await s.log()).map((r) => [r.method, r.body, r.headers['x-custom']]), [['PUT', body, 'yes']]);
+
+      const blob = seq('reset,200');
+      const err = await rejects(api.retryFetch(new Request(blob.url, { method: 'POST', body: new Blob([body]) }), undefined, { ...fast, maxBufferedBodyBytes: 8 }));
+      equal(err?.name, 'RetryError');
+      equal(err.reason, 'body-not-replayable');
+      const log = await blob.log();
+      deepEqual(log.map((r) => r.body), [body], 'sent once, whole:');
+      match(log[0].headers['idempotency-key'], UUID_V4);
+    },
+  },
+  {
     name: 'a Request input is cloned per attempt, body and headers intact',
     async run({ api, seq }) {
       const s = seq('503,200');

@@ -1167,7 +1167,7 @@ async fn run_loop(
         // Buffering a stream body waits on the caller's stream, as part of the first attempt:
         // an abort, the deadline or the first attempt's time limit ends it (the other bodies
         // are in memory). What was read of the stream cannot be sent again.
-        BodyKind::Stream => {
+        BodyKind::Stream | BodyKind::Input => {
             let left = engine.deadline_left_ms(crate::wasm::js::now_ms());
             let limit = p.attempt_limit_ms(left);
             match bounded(&mut signals, limit, step).await {
@@ -1191,7 +1191,7 @@ async fn run_loop(
         }
         _ => step.await?,
     };
-    if matches!(body, Body::Stream(_)) {
+    if matches!(body, Body::Stream(_) | Body::Spare(_)) {
         engine.body_not_replayable();
     }
     let history = Array::new();
@@ -1540,7 +1540,11 @@ async fn run_loop(
                             manual || refuses,
                             extra.as_ref(),
                         )?;
-                        (t.request.as_ref(), init)
+                        let request = match &body {
+                            Body::Spare(spare) => spare,
+                            _ => &t.request,
+                        };
+                        (request.as_ref(), init)
                     }
                 };
                 // The answer before this attempt is replaced by it: its body is cancelled now,
@@ -2055,7 +2059,7 @@ fn attempt_init(
     let changed = extra.is_some();
     if signal.is_none()
         && first_at.is_none()
-        && matches!(body, Body::AsIs)
+        && matches!(body, Body::AsIs | Body::Spare(_))
         && !manual_redirects
         && !changed
     {
@@ -2070,7 +2074,7 @@ fn attempt_init(
         js::set(&init, "signal", s);
     }
     match body {
-        Body::AsIs => {}
+        Body::AsIs | Body::Spare(_) => {}
         Body::Bytes(bytes) => js::set(
             &init,
             "body",

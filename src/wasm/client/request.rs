@@ -14,6 +14,10 @@
 //!   attempt sends those bytes;
 //! - a `ReadableStream`: read into memory up to `maxBufferedBodyBytes` and replayed from
 //!   there; a longer one is sent once, whole, and not retried;
+//! - a `Request` input's body: read the same way; a longer one is sent once as a copy of the
+//!   request (`request.clone()`, made before the reading), so as fetch sends the request's
+//!   own body (from a string or a `Blob`: not as a stream, which Chromium refuses over
+//!   HTTP/1.1);
 //! - an async iterable (Node's `body: gen(), duplex: 'half'`): sent once and not retried
 //!   (it cannot be read again).
 
@@ -43,6 +47,9 @@ pub enum Body {
     Text(JsValue),
     /// This stream, on the first attempt only.
     Stream(ReadableStream),
+    /// This copy of the call's request, sent as it is, on the first attempt only: a `Request`
+    /// input's body over the limit.
+    Spare(Request),
 }
 
 /// What the body still needs before the first attempt.
@@ -54,6 +61,9 @@ pub enum BodyKind {
     Serialise,
     /// Buffer a stream up to the limit.
     Stream,
+    /// Buffer a `Request` input's body up to the limit, a copy of the request kept to send it
+    /// beyond.
+    Input,
     /// Send it once as it is (an async iterable).
     OneShot,
 }
@@ -116,8 +126,9 @@ fn body_kind(request: &Request, body: &JsValue) -> BodyKind {
     }
     // A stream of another realm (an iframe's, a `vm` context's) is one too: the request's own
     // body (this realm's) is what is read.
-    if body.is_undefined()
-        || body.is_instance_of::<ReadableStream>()
+    if body.is_undefined() {
+        BodyKind::Input
+    } else if body.is_instance_of::<ReadableStream>()
         || js::has_tag(body, "[object ReadableStream]")
     {
         BodyKind::Stream
@@ -205,10 +216,19 @@ impl Template {
                     Ok(Body::Bytes(js::bytes_view(&buffer)?))
                 }
             },
-            BodyKind::Stream => match self.request.body() {
-                Some(stream) => buffer_stream(stream, limit).await,
-                None => Ok(Body::AsIs),
-            },
+            BodyKind::Stream | BodyKind::Input => {
+                // `Request.clone()`, not `Clone::clone`: a request of its own, with the whole
+                // body, taken before the reading starts (and before the body is taken: a clone
+                // tees it, and the request's body is a new stream after).
+                let spare = match self.body_kind {
+                    BodyKind::Input => Some(self.request.clone()?),
+                    _ => None,
+                };
+                match self.request.body() {
+                    Some(stream) => buffer_stream(stream, spare, limit).await,
+                    None => Ok(Body::AsIs),
+                }
+            }
         }
     }
 }
@@ -280,44 +300,79 @@ fn key_bytes() -> Option<[u8; 16]> {
     })
 }
 
-/// Read `stream` through one branch of a tee, up to `limit` bytes. Within the limit the bytes
-/// are kept for replay; beyond it the other branch (which still holds every byte) is sent once.
-async fn buffer_stream(stream: ReadableStream, limit: u32) -> Result<Body, JsValue> {
-    let branches: Array = stream.unchecked_ref::<super::bindings::StreamJs>().tee()?;
-    let probe: ReadableStream = branches.get_unchecked(0).unchecked_into();
-    let whole: ReadableStream = branches.get_unchecked(1).unchecked_into();
+/// Read `stream` up to `limit` bytes, kept for replay within the limit. Beyond it the whole
+/// body is sent once: `spare`, a copy of the request made before the reading (a `Request`
+/// input's), or else the other branch of a tee of `stream` (which still holds every byte).
+async fn buffer_stream(
+    stream: ReadableStream,
+    spare: Option<Request>,
+    limit: u32,
+) -> Result<Body, JsValue> {
+    let (probe, whole) = match spare {
+        Some(request) => (stream, Whole::Spare(request)),
+        None => {
+            let branches: Array = stream.unchecked_ref::<super::bindings::StreamJs>().tee()?;
+            (
+                branches.get_unchecked(0).unchecked_into(),
+                Whole::Stream(branches.get_unchecked(1).unchecked_into()),
+            )
+        }
+    };
     let reader: ReadableStreamDefaultReader = probe.get_reader().unchecked_into();
     let mut reading = Unfinished {
         reader: reader.clone(),
-        whole: Some(whole.clone()),
+        whole: Some(whole),
     };
     let read = js::read_limited(&reader, f64::from(limit)).await?;
-    reading.whole = None;
-    match read {
-        js::Limited::Bytes(bytes) => {
-            js::cancel(&whole);
+    let whole = reading.whole.take();
+    match (read, whole) {
+        (js::Limited::TooLong, Some(Whole::Stream(whole))) => Ok(Body::Stream(whole)),
+        (js::Limited::TooLong, Some(Whole::Spare(request))) => Ok(Body::Spare(request)),
+        (js::Limited::Bytes(bytes), whole) => {
+            cancel_whole(whole);
             Ok(Body::Bytes(bytes))
         }
-        js::Limited::TooLong => Ok(Body::Stream(whole)),
-        js::Limited::NotBytes => Err(type_error(
-            "retryFetch: a ReadableStream body must yield Uint8Array chunks",
-        )),
+        (_, whole) => {
+            cancel_whole(whole);
+            Err(type_error(
+                "retryFetch: a ReadableStream body must yield Uint8Array chunks",
+            ))
+        }
+    }
+}
+
+/// What sends a body over the limit once: the other branch of a tee, or a copy of the request.
+enum Whole {
+    Stream(ReadableStream),
+    Spare(Request),
+}
+
+/// Cancel the body `whole` holds (not needed, or the call ended before it was sent).
+fn cancel_whole(whole: Option<Whole>) {
+    match whole {
+        Some(Whole::Stream(stream)) => js::cancel(&stream),
+        Some(Whole::Spare(request)) => {
+            if let Some(body) = request.body() {
+                js::cancel(&body);
+            }
+        }
+        None => {}
     }
 }
 
 /// A stream body being buffered: dropped before the reading ended (a time limit, the deadline
-/// or an abort ended the call, or the stream failed), both branches of its `tee` are cancelled,
-/// which cancels the caller's stream: nothing is left locked and open.
+/// or an abort ended the call, or the stream failed), the reader and what holds the whole body
+/// are cancelled, which cancels the caller's stream: nothing is left locked and open.
 struct Unfinished {
     reader: ReadableStreamDefaultReader,
-    whole: Option<ReadableStream>,
+    whole: Option<Whole>,
 }
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if let Some(whole) = self.whole.take() {
+        if self.whole.is_some() {
             js::cancel(&self.reader);
-            js::cancel(&whole);
+            cancel_whole(self.whole.take());
         }
     }
 }
