@@ -79,8 +79,37 @@ fn status_says_not_processed(status: u16) -> bool {
 /// (Stripe's).
 pub const SHOULD_RETRY_HEADERS: [&str; 2] = ["x-should-retry", "stripe-should-retry"];
 
+/// The response header by which a server says an answer is the one it stored for the
+/// request's idempotency key, replayed (Stripe's, the IETF draft's servers', the companion's):
+/// `Idempotent-Replayed: true`.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// Is a keyed request's failed answer the server's stored answer for its key (its
+/// [`REPLAYED_HEADER`] says `true`, any case, surrounding spaces ignored)? Then it is final:
+/// the same key sent again gets the same answer again, replayed, and a call following a `202`
+/// by repeating the request has its result (a failure the server stored, not a passing one).
+///
+/// ```
+/// use retry_fetch::core::classify::answer_is_replayed;
+/// assert!(answer_is_replayed(Some(" True ")) && answer_is_replayed(Some("true, true")));
+/// assert!(!answer_is_replayed(Some("false")) && !answer_is_replayed(None));
+/// ```
+pub fn answer_is_replayed(value: Option<&str>) -> bool {
+    value.is_some_and(|v| list_has(v, "true"))
+}
+
+/// Does the header value `value`, a list (`a, b`: a header sent twice reaches fetch joined so),
+/// hold `token` (any case, the spaces around an item ignored)?
+fn list_has(value: &str, token: &str) -> bool {
+    value
+        .as_bytes()
+        .split(|b| *b == b',')
+        .any(|item| item.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
 /// Does a failed answer's `X-Should-Retry` (or `Stripe-Should-Retry`) value say not to retry?
-/// Only `false` (any case, surrounding spaces ignored) does: the server knows the request
+/// Only `false` (any case, surrounding spaces ignored; the header sent twice, `false, false`,
+/// or any item of a list `false`) does: the server knows the request
 /// must not be sent again (it may have taken effect), and a veto can only send less. `true`
 /// changes nothing: which statuses are retried is the caller's `retryOnStatus`, and whether a
 /// retry is safe the method's and the key's.
@@ -88,10 +117,11 @@ pub const SHOULD_RETRY_HEADERS: [&str; 2] = ["x-should-retry", "stripe-should-re
 /// ```
 /// use retry_fetch::core::classify::server_refuses_retry;
 /// assert!(server_refuses_retry(Some(" False ")));
+/// assert!(server_refuses_retry(Some("false, false")) && server_refuses_retry(Some("true,false")));
 /// assert!(!server_refuses_retry(Some("true")) && !server_refuses_retry(Some("no")) && !server_refuses_retry(None));
 /// ```
 pub fn server_refuses_retry(value: Option<&str>) -> bool {
-    value.is_some_and(|v| trim(v).eq_ignore_ascii_case("false"))
+    value.is_some_and(|v| list_has(v, "false"))
 }
 
 /// Is `outcome` a transient failure (a status in `retryOnStatus`, a network error, a

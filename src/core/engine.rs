@@ -15,7 +15,8 @@ use super::accepted::{poll_failed, Accepted, AcceptedAnswer, Follow};
 use super::backoff::Rng;
 use super::budget::Verdict;
 use super::classify::{
-    is_transient, server_refuses_retry, Outcome, RetryReason, SHOULD_RETRY_HEADERS,
+    answer_is_replayed, is_transient, server_refuses_retry, Outcome, RetryReason, REPLAYED_HEADER,
+    SHOULD_RETRY_HEADERS,
 };
 use super::decide::{AttemptOutcome, Decision, RetryState, Stop, StopReason};
 use super::options::RetryPolicy;
@@ -522,17 +523,29 @@ impl CallEngine {
         let has_key = !target && self.facts.has_key;
         let replayable = target || self.facts.replayable;
         let poll = self.in_flight.poll;
+        // What the server says of a retry (its wait, its veto) is read for failures only (a
+        // 3xx's `Retry-After` is not a request to wait before a retry).
+        let failed = matches!(outcome, Outcome::Status(s) if s >= 400);
+        // A failed answer is final when the server says not to send the request again, or
+        // that it is the answer it stored for the key (sent again, the key gets it again). A
+        // status URL's failure is the monitor's, not the operation's: it is neither.
+        let final_failure = failed
+            && (SHOULD_RETRY_HEADERS
+                .iter()
+                .any(|name| server_refuses_retry((settled.header)(name).as_deref()))
+                || (has_key && answer_is_replayed((settled.header)(REPLAYED_HEADER).as_deref())));
+        // A poll's failure, retried as an attempt is; a repeat's final failure is the call's
+        // answer instead, as any final answer to a poll is.
+        let poll_failed = poll_failed(policy, outcome, idempotent, has_key)
+            && !(poll && !target && final_failure);
         // A poll is not an attempt, unless it failed: then it is one, retried as any is.
-        let counted = !poll || poll_failed(policy, outcome, idempotent, has_key);
+        let counted = !poll || poll_failed;
         if poll && counted {
             self.state.start_attempt();
         }
         if counted {
             self.recorded += 1;
         }
-        // What the server says of a retry (its wait, its veto) is read for failures only (a
-        // 3xx's `Retry-After` is not a request to wait before a retry).
-        let failed = matches!(outcome, Outcome::Status(s) if s >= 400);
         let server_delay_ms = if failed && policy.respect_retry_after {
             let (retry_after, reset) = (
                 (settled.header)("retry-after"),
@@ -573,8 +586,7 @@ impl CallEngine {
         // A 202 followed (this one, or one before it and a failure since, judged as a poll's
         // is: `poll_failed`, anything but a final answer, a keyed 409 under
         // `retryKeyedConflict` included).
-        self.kept_202_answers = accepted_202
-            || (self.accepted.is_some() && poll_failed(policy, outcome, idempotent, has_key));
+        self.kept_202_answers = accepted_202 || (self.accepted.is_some() && poll_failed);
         // `followAccepted`: a 202 is followed, not returned.
         if accepted_202 {
             let (operation_location, location, retry_after) = (
@@ -631,10 +643,7 @@ impl CallEngine {
                 .as_deref()
                 .is_none_or(|g| g.budget(now_ms) != Verdict::Stop),
             redirected: settled.redirected,
-            server_refuses: failed
-                && SHOULD_RETRY_HEADERS
-                    .iter()
-                    .any(|name| server_refuses_retry((settled.header)(name).as_deref())),
+            server_refuses: final_failure,
         };
         let step = match self.state.decide(policy, report, now_ms, rng) {
             // The deadline, not `maxAttempts`, ended an attempt its time limit cut.
@@ -2229,6 +2238,86 @@ mod tests {
         f.next_attempt(&q, &mut g, 0.0);
         f.settled(&q, accepted(&loc), &mut g, 0.0, &mut Half);
         assert!(!f.keeps_this_202() && !f.answers_with_kept_202());
+    }
+
+    #[test]
+    fn a_repeat_answered_with_the_stored_failure_ends_with_it() {
+        let p = RetryPolicy {
+            follow_accepted: true,
+            max_attempts: 3,
+            ..policy()
+        };
+        fn replayed(name: &str) -> Option<String> {
+            (name == "idempotent-replayed").then(|| " TRUE".to_string())
+        }
+        fn refused(name: &str) -> Option<String> {
+            (name == "x-should-retry").then(|| "false".to_string())
+        }
+        let failure = |header: &'static dyn Fn(&str) -> Option<String>| Settled {
+            outcome: Outcome::Status(500),
+            redirected: false,
+            header,
+            url_header: &none,
+        };
+        // A keyed request repeated after its 202 (no URL): the replayed 500 is the work's
+        // result, not a failed poll: the call ends with it, not with the 202.
+        for header in [
+            &replayed as &'static dyn Fn(&str) -> Option<String>,
+            &refused,
+        ] {
+            let mut g = Fake::default();
+            let mut e = CallEngine::new(&p, 0.0, KEYED_POST);
+            e.next_attempt(&p, &mut g, 0.0);
+            e.settled(&p, accepted(&none), &mut g, 0.0, &mut Half);
+            e.waited(&p, WaitKind::Poll, &mut g, 100.0, &mut Half);
+            let (counted, step) = e.settled(&p, failure(header), &mut g, 110.0, &mut Half);
+            assert!(!counted, "a final answer to a poll is no attempt");
+            assert_eq!(
+                step,
+                Step::Finish {
+                    reason: StopReason::NotRetryable,
+                    cause: Cause::AttemptError
+                }
+            );
+            assert!(!e.answers_with_kept_202());
+        }
+        // The same 500, not replayed: a failed poll, retried, and the 202 kept meanwhile.
+        let mut g = Fake::default();
+        let mut e = CallEngine::new(&p, 0.0, KEYED_POST);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, accepted(&none), &mut g, 0.0, &mut Half);
+        e.waited(&p, WaitKind::Poll, &mut g, 100.0, &mut Half);
+        let (counted, step) = e.settled(&p, status(500), &mut g, 110.0, &mut Half);
+        assert!(counted);
+        assert!(!matches!(step, Step::Finish { .. }), "{step:?}");
+        assert!(e.answers_with_kept_202());
+        // A status URL's replayed 500 is the monitor's: a failed poll as before.
+        let loc = |name: &str| (name == "location").then(|| "https://api.example/op/1".to_string());
+        let mut e = CallEngine::new(&p, 0.0, KEYED_POST);
+        e.next_attempt(&p, &mut g, 0.0);
+        e.settled(&p, accepted(&loc), &mut g, 0.0, &mut Half);
+        e.waited(&p, WaitKind::Poll, &mut g, 100.0, &mut Half);
+        let (counted, step) = e.settled(&p, failure(&replayed), &mut g, 110.0, &mut Half);
+        assert!(counted);
+        assert!(!matches!(step, Step::Finish { .. }), "{step:?}");
+        assert!(e.answers_with_kept_202());
+        // Without followAccepted: a keyed request's replayed failure is not retried; a keyless
+        // one's header means nothing.
+        let q = policy();
+        let mut f = CallEngine::new(&q, 0.0, KEYED_POST);
+        f.next_attempt(&q, &mut g, 0.0);
+        let (_, step) = f.settled(&q, failure(&replayed), &mut g, 0.0, &mut Half);
+        assert_eq!(
+            step,
+            Step::Finish {
+                reason: StopReason::NotRetryable,
+                cause: Cause::AttemptError
+            }
+        );
+        let mut f = CallEngine::new(&q, 0.0, GET);
+        f.next_attempt(&q, &mut g, 0.0);
+        let (_, step) = f.settled(&q, failure(&replayed), &mut g, 0.0, &mut Half);
+        assert!(!matches!(step, Step::Finish { .. }), "{step:?}");
     }
 
     #[test]

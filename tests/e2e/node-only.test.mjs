@@ -1068,3 +1068,32 @@ test('a long-lived signal keeps nothing of the calls that ended, and still cance
     await new Promise((resolve) => s.close(resolve));
   }
 });
+
+test('X-Should-Retry: false sent twice (fetch joins it, "false, false") still says not to retry; a keyed request\'s replayed failure is not retried either', async () => {
+  const { createServer } = await import('node:http');
+  const hits = [];
+  const server = createServer((req, res) => {
+    hits.push(req.url);
+    req.resume();
+    if (req.url === '/twice') res.setHeader('X-Should-Retry', ['false', 'false']);
+    if (req.url === '/replayed') res.setHeader('Idempotent-Replayed', 'true');
+    res.writeHead(503).end('no');
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${server.address().port}`;
+  try {
+    for (const path of ['/twice', '/replayed']) {
+      const res = await api.retryFetch(`${base}${path}`, { method: 'POST', body: 'pay' }, fast);
+      assert.equal(res.status, 503);
+      await res.text();
+      assert.equal(hits.filter((h) => h === path).length, 1, `${path}: sent once`);
+    }
+    // Without a key, `Idempotent-Replayed` means nothing: a GET's 503 is retried.
+    const res = await api.retryFetch(`${base}/replayed`, undefined, { ...fast, maxAttempts: 2 });
+    await res.text();
+    assert.equal(hits.filter((h) => h === '/replayed').length, 3);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});

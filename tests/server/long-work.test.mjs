@@ -203,6 +203,39 @@ test('acceptAfterMs with retryFetch({ followAccepted: true }): the caller gets t
   }
 });
 
+test('acceptAfterMs with followAccepted: a run that ends in a stored failure is the caller\'s answer (its replayed 500), not the 202; the handler runs once', async () => {
+  for (const [name, skip, make] of STORES) {
+    if (skip) continue;
+    const { store } = await make();
+    let runs = 0;
+    const server = await serve(idempotency(async () => {
+      runs++;
+      await sleep(600);
+      throw new Error('card declined by the provider');
+    }, { store, identity: false, acceptAfterMs: 100, onError: () => {} }));
+    try {
+      const statuses = [];
+      const res = await retryFetch(`${server.url}/pay`, { method: 'POST', body: '{"amount":1}' }, {
+        followAccepted: true,
+        deadlineMs: 15_000,
+        fetch: async (input, init) => {
+          const answer = await fetch(input, init);
+          statuses.push(`${answer.status}${answer.headers.get('idempotent-replayed') ? ' replayed' : ''}`);
+          return answer;
+        },
+      });
+      assert.equal(res.status, 500, `${name}: ${statuses.join(', ')}`);
+      assert.equal(res.headers.get('idempotent-replayed'), 'true');
+      assert.equal((await res.json()).code, 'idempotency-handler-failed');
+      assert.deepEqual(statuses.slice(-1), ['500 replayed'], `${name}: the replay is not sent again: ${statuses.join(', ')}`);
+      assert.equal(statuses.filter((s) => s === '500 replayed').length, 1, name);
+      assert.equal(runs, 1, name);
+    } finally {
+      await server.close();
+    }
+  }
+});
+
 test('history: false writes nothing; onEvent still hears every run, and a throwing listener changes nothing', async () => {
   const store = new MemoryStore();
   const events = [];

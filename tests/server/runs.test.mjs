@@ -675,3 +675,47 @@ test('a key taken again whose answer still cannot be stored is freed after its r
   assert.equal(await job({ id: 'j-lapsing' }), 'done');
   assert.deepEqual(await until(async () => jobStore.calls, (c) => c.includes('release')), ['started', 'ended not-stored', 'release']);
 });
+
+test('a job process that exits once `await handle(message)` is done leaves its run written: start and end (RedisStore, PostgresStore)', async () => {
+  if (!REDIS_URL) throw missing('REDIS_URL', 'redis-server');
+  if (!DATABASE_URL) throw missing('DATABASE_URL', 'PostgreSQL');
+  const { spawnSync } = await import('node:child_process');
+  const stamp = crypto.randomUUID().replaceAll('-', '');
+  const table = `exits_${stamp}`;
+  const job = (kind) => `
+    import pg from 'pg';
+    import { createClient } from 'redis';
+    import { idempotent, PostgresStore, RedisStore } from 'retry-fetch/server';
+    let store;
+    if (${JSON.stringify(kind)} === 'postgres') {
+      store = new PostgresStore({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }), table: ${JSON.stringify(table)} });
+      await store.migrate();
+    } else {
+      const client = createClient({ url: process.env.REDIS_URL });
+      await client.connect();
+      store = new RedisStore({ client, prefix: ${JSON.stringify(`exits:${stamp}:`)} });
+    }
+    const handle = idempotent(async (m) => ({ shipped: m.id }), { store, key: (m) => m.id });
+    console.log(JSON.stringify(await handle({ id: 'order-1' })));
+    process.exit(0);`;
+  const pool = new pg.Pool({ connectionString: DATABASE_URL });
+  const client = createClient({ url: REDIS_URL });
+  await client.connect();
+  try {
+    for (const [kind, store] of [
+      ['postgres', new PostgresStore({ pool, table })],
+      ['redis', new RedisStore({ client, prefix: `exits:${stamp}:` })],
+    ]) {
+      const child = spawnSync(process.execPath, ['--input-type=module', '-e', job(kind)], { cwd: import.meta.dirname, encoding: 'utf8', env: process.env, timeout: 30_000 });
+      assert.equal(child.status, 0, `${kind}: ${child.stderr}`);
+      assert.equal(child.stdout.trim(), '{"shipped":"order-1"}');
+      const runs = await store.runs('order-1');
+      assert.deepEqual(runs.map((r) => r.outcome), ['stored'], `${kind}: ${JSON.stringify(runs)}`);
+      assert.equal(typeof runs[0].endedAt, 'number', kind);
+    }
+  } finally {
+    await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_runs"`).catch(() => {});
+    await pool.end();
+    await client.quit();
+  }
+});

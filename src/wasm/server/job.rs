@@ -144,8 +144,23 @@ fn unboxed(value: &JsValue) -> Option<JsValue> {
         })
 }
 
-/// Run one job (the function `idempotent` returns).
+/// Run one job (the function `idempotent` returns), settling once the history writes of its
+/// run are done (at most the history's wait, a second): a process that exits after
+/// `await handle(message)` leaves its run written.
 pub async fn run(
+    s: Rc<JobSettings>,
+    f: Function,
+    input: JsValue,
+    caller: Caller,
+) -> Result<JsValue, JsValue> {
+    let ms = s.common.limits.history_wait_ms();
+    let result = run_once(s, f, input, caller).await;
+    runs::written(ms).await;
+    result
+}
+
+/// One job, its history writes left going on.
+async fn run_once(
     s: Rc<JobSettings>,
     f: Function,
     input: JsValue,

@@ -24,6 +24,51 @@ use crate::wasm::js;
 thread_local! {
     /// This server instance's name in the history (`setInstance`), by default random.
     static INSTANCE: RefCell<Option<Rc<str>>> = const { RefCell::new(None) };
+    /// The history writes going on in the background, each with its number, taken off when it
+    /// settles: what a job waits for before it settles ([`written`]).
+    static WRITING: RefCell<(u32, Vec<(u32, Promise)>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+/// Count `promise`, a history write, among those [`written`] waits for until it settles.
+fn track(promise: &Promise) {
+    let id = WRITING.with(|w| {
+        let mut w = w.borrow_mut();
+        w.0 = w.0.wrapping_add(1);
+        let id = w.0;
+        w.1.push((id, promise.clone()));
+        id
+    });
+    let promise = promise.clone();
+    spawn_local(async move {
+        let _ = JsFuture::from(promise).await;
+        WRITING.with(|w| w.borrow_mut().1.retain(|(i, _)| *i != id));
+    });
+}
+
+/// Run `write`, a history write, in the background, counted by [`track`]: its promise.
+fn tracked(write: impl std::future::Future<Output = ()> + 'static) -> Promise {
+    let promise = future_to_promise(async move {
+        write.await;
+        Ok(JsValue::UNDEFINED)
+    });
+    track(&promise);
+    promise
+}
+
+/// [`tracked`], its promise not needed.
+fn in_background(write: impl std::future::Future<Output = ()> + 'static) {
+    let _ = tracked(write);
+}
+
+/// Wait, at most `ms`, for the history writes going on now: an `idempotent()` job settles
+/// after the writes of its run (and any other going on then), so a process that exits once
+/// `await handle(message)` is done leaves its run's start and end written.
+pub async fn written(ms: f64) {
+    let pending: js_sys::Array =
+        WRITING.with(|w| w.borrow().1.iter().map(|(_, p)| JsValue::from(p)).collect());
+    if pending.length() > 0 {
+        let _ = super::flow::within(&Promise::all_settled(&pending), ms).await;
+    }
 }
 
 /// `setInstance(name)`: how `js/server.js` names this process in the run history
@@ -250,18 +295,17 @@ impl RunLog {
                     if !rules::crashed(&past(&runs), &record.scope, &record.id).is_empty() {
                         let (store, reporter, run) =
                             (c.store.clone(), c.reporter.clone(), record.clone());
-                        spawn_local(
-                            async move { mark_crashed(&store, &reporter, runs, &run).await },
-                        );
+                        in_background(async move {
+                            mark_crashed(&store, &reporter, runs, &run).await;
+                        });
                     }
                 }
                 one_call => {
                     let (store, reporter, run) =
                         (c.store.clone(), c.reporter.clone(), record.clone());
-                    started = Some(future_to_promise(async move {
+                    started = Some(tracked(async move {
                         let found = begin(&store, &reporter, &run, one_call).await;
                         mark_crashed(&store, &reporter, read_runs(&found), &run).await;
-                        Ok(JsValue::UNDEFINED)
                     }));
                 }
             }
@@ -311,6 +355,7 @@ impl RunLog {
         let one_call = store.start_run(&run.js());
         let beginning =
             future_to_promise(async move { Ok(begin(&store, &reporter, &run, one_call).await) });
+        track(&beginning);
         self.started = Some(beginning.clone());
         let ms = c.limits.history_wait_ms();
         let runs = match super::flow::within(&beginning, ms).await {
@@ -331,7 +376,9 @@ impl RunLog {
                 self.record.clone(),
                 runs.clone(),
             );
-            spawn_local(async move { mark_crashed(&store, &reporter, found, &own).await });
+            in_background(async move {
+                mark_crashed(&store, &reporter, found, &own).await;
+            });
         }
         self.with_crashed(runs)
     }
@@ -391,7 +438,7 @@ impl RunLog {
     /// writes at once (`MemoryStore`), it is done now, without a task.
     pub fn end_later(mut self, outcome: Outcome, detail: Option<String>) {
         if self.started.is_some() || (self.writes && !self.store.records_runs_now()) {
-            spawn_local(self.end(outcome, detail));
+            in_background(self.end(outcome, detail));
             return;
         }
         self.record.ended(outcome, detail);
@@ -411,7 +458,7 @@ pub fn replayed(c: &Common, k: &Keyed) {
     tell(&c.reporter, event::REPLAYED, &record);
     if c.history && c.store.keeps_history() {
         let (store, reporter) = (c.store.clone(), c.reporter.clone());
-        spawn_local(async move { write(&store, &reporter, &record).await });
+        in_background(async move { write(&store, &reporter, &record).await });
     }
 }
 
