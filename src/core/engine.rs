@@ -51,6 +51,12 @@ pub fn throttle_turn(
     }
 }
 
+/// The longest a call sleeps waiting for the throttle's turn before it looks again, 250 ms: a
+/// turn given up ahead of it meanwhile (a caller aborted, or stopped by the deadline or the
+/// budget) moves it up within that, rather than at the end of the wait it was told when it
+/// asked. Nothing given up: it sleeps on to the time it was told, and nothing was asked.
+pub const TURN_REPOLL_MS: f64 = 250.0;
+
 /// Is an answer with `status` the server pushing back (`429`, `503`): what cuts the adaptive
 /// throttle's rate?
 pub fn is_pushback(status: u16) -> bool {
@@ -71,6 +77,11 @@ pub trait CallGuards {
     /// The throttle's answer for the next attempt's turn (`attempt`: its number, 1 for the
     /// first).
     fn turn(&mut self, attempt: u32, deadline_left_ms: Option<f64>, now_ms: f64) -> Turn;
+    /// Was a turn of the throttle given up, by a caller waiting for it, after `since_ms`?
+    /// Default: no.
+    fn turns_given_back_since(&self, _since_ms: f64) -> bool {
+        false
+    }
     /// Attempt `attempt` is sent.
     fn sent(&mut self, attempt: u32, now_ms: f64);
     /// The attempt sent at `sent_at_ms` (number `attempt`) ended with `outcome`, whose answer
@@ -245,6 +256,9 @@ pub struct CallEngine {
     /// failure): a call that ends now answers with the 202 kept
     /// ([`CallEngine::answers_with_kept_202`]).
     kept_202_answers: bool,
+    /// The wait for the throttle's turn in progress is a shortened one ([`TURN_REPOLL_MS`]):
+    /// the time the turn is due, and when the throttle was asked.
+    repoll: Option<(f64, f64)>,
     /// How far the wall clock is ahead of the time the engine is given (0, the default,
     /// unless a shell keeps time on a monotonic clock after a step of the wall clock): an
     /// HTTP-date `Retry-After` or an epoch `RateLimit` reset is read against the wall clock.
@@ -269,6 +283,7 @@ impl CallEngine {
             pending: None,
             keep_202: false,
             kept_202_answers: false,
+            repoll: None,
             wall_offset_ms: 0.0,
         }
     }
@@ -396,6 +411,16 @@ impl CallEngine {
                 cause: Cause::Deadline,
             };
         }
+        // A shortened wait: unless a turn ahead was given up since the throttle was asked, it
+        // goes on to the time the turn is due, asking nothing.
+        if let Some((due, asked)) = self.repoll.take() {
+            let given_back = self
+                .guards_of(guards)
+                .is_some_and(|g| g.turns_given_back_since(asked));
+            if !given_back && due > now_ms {
+                return self.wait_turn(due - now_ms, asked, now_ms);
+            }
+        }
         if let Some(g) = self.guards_of(guards).filter(|_| !self.next_is_poll) {
             if let Err(wait) = g.readmit(now_ms) {
                 return self.circuit_open(wait);
@@ -408,6 +433,26 @@ impl CallEngine {
         self.turn(policy, guards, now_ms)
     }
 
+    /// Wait `ms` from `now_ms` for the throttle's turn (the throttle asked at `asked_ms`), at
+    /// most [`TURN_REPOLL_MS`] before looking again.
+    fn wait_turn(&mut self, ms: f64, asked_ms: f64, now_ms: f64) -> Step {
+        self.repoll = (ms > TURN_REPOLL_MS).then_some((now_ms + ms, asked_ms));
+        Step::WaitTurn(ms.min(TURN_REPOLL_MS))
+    }
+
+    /// The throttle refused the turn: a retry's failure is the cause, as when attempts run
+    /// out; the first attempt's, nothing failed.
+    fn turn_refused(&self, reason: StopReason) -> Step {
+        let cause = if reason == StopReason::Deadline {
+            Cause::Deadline
+        } else if self.state.attempts() > 0 {
+            Cause::AttemptError
+        } else {
+            Cause::Nothing
+        };
+        Step::Finish { reason, cause }
+    }
+
     /// The throttle's turn, then the send.
     fn turn(&mut self, policy: &RetryPolicy, guards: &mut dyn CallGuards, now_ms: f64) -> Step {
         let poll = self.next_is_poll;
@@ -416,19 +461,8 @@ impl CallEngine {
             let attempt = self.state.attempts() + 1;
             match g.turn(attempt, self.state.deadline_left_ms(now_ms), now_ms) {
                 Turn::Now => {}
-                Turn::Wait(ms) => return Step::WaitTurn(ms),
-                Turn::Stop(reason) => {
-                    // Refused a retry: the failure it would have retried is the cause, as when
-                    // attempts run out; refused the first attempt: nothing failed.
-                    let cause = if reason == StopReason::Deadline {
-                        Cause::Deadline
-                    } else if self.state.attempts() > 0 {
-                        Cause::AttemptError
-                    } else {
-                        Cause::Nothing
-                    };
-                    return Step::Finish { reason, cause };
-                }
+                Turn::Wait(ms) => return self.wait_turn(ms, now_ms, now_ms),
+                Turn::Stop(reason) => return self.turn_refused(reason),
             }
         }
         self.next_is_poll = false;
@@ -847,6 +881,8 @@ mod tests {
         joins: Vec<usize>,
         /// How many times what the call holds was given back.
         released: u32,
+        /// When a turn was given up ahead of the call, if one was.
+        given_back_at: Option<f64>,
     }
 
     impl CallGuards for Fake {
@@ -859,6 +895,9 @@ mod tests {
             } else {
                 self.turns.remove(0)
             }
+        }
+        fn turns_given_back_since(&self, since: f64) -> bool {
+            self.given_back_at.is_some_and(|at| at > since)
         }
         fn sent(&mut self, attempt: u32, _now: f64) {
             self.sent.push(attempt);
@@ -1135,8 +1174,114 @@ mod tests {
             ..Fake::default()
         };
         let mut e = CallEngine::new(p, 0.0, GET);
-        assert_eq!(e.next_attempt(p, &mut g, 0.0), Step::WaitTurn(ms));
+        assert_eq!(
+            e.next_attempt(p, &mut g, 0.0),
+            Step::WaitTurn(ms.min(TURN_REPOLL_MS))
+        );
         (g, e)
+    }
+
+    #[test]
+    fn a_long_turn_wait_asks_the_throttle_again_and_moves_up_when_turns_ahead_are_given_back() {
+        use crate::core::guards::{GuardsLent, Held};
+        use crate::core::throttle::{AdaptiveThrottle, ThrottleConfig};
+        const O: &str = "http://127.0.0.1:8080";
+        let p = policy();
+        // 2 turns a second, the bucket empty after the first: ten callers queue.
+        let mut throttle = AdaptiveThrottle::new(ThrottleConfig {
+            initial_rate: 2.0,
+            min_rate: 1.0,
+            ramp_ms: 1e6,
+            ..ThrottleConfig::default()
+        });
+        let mut held: Vec<Held> = (0..10).map(|_| Held::default()).collect();
+        let mut engines: Vec<CallEngine> = (0..10).map(|_| CallEngine::new(&p, 0.0, GET)).collect();
+        let mut steps = Vec::new();
+        for (e, h) in engines.iter_mut().zip(held.iter_mut()) {
+            let mut g = GuardsLent {
+                origin: O,
+                budget: None,
+                breaker: None,
+                pacer: Some(&mut throttle),
+                held: h,
+            };
+            steps.push(e.next_attempt(&p, &mut g, 0.0));
+        }
+        // The last waits its turn far ahead, but is told to ask again within TURN_REPOLL_MS.
+        assert_eq!(steps[9], Step::WaitTurn(TURN_REPOLL_MS));
+        // The nine ahead of it give their turns up (aborted) at 50 ms.
+        for h in held.iter_mut().take(9) {
+            let mut g = GuardsLent {
+                origin: O,
+                budget: None,
+                breaker: None,
+                pacer: Some(&mut throttle),
+                held: h,
+            };
+            g.release(50.0);
+        }
+        // Asked again: the first in line now, sent as soon as a turn's token is there (at the
+        // rate of 2 a second: by 500 ms), not seconds later.
+        let mut at = TURN_REPOLL_MS;
+        let mut sent_at = None;
+        for _ in 0..10 {
+            let mut g = GuardsLent {
+                origin: O,
+                budget: None,
+                breaker: None,
+                pacer: Some(&mut throttle),
+                held: &mut held[9],
+            };
+            match engines[9].turn_waited(&p, &mut g, at, &mut Half) {
+                Step::WaitTurn(ms) => at += ms,
+                Step::Send { .. } => {
+                    sent_at = Some(at);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let sent_at = sent_at.expect("never sent");
+        assert!(sent_at <= 550.0, "sent at {sent_at} ms");
+    }
+
+    #[test]
+    fn a_shortened_turn_wait_asks_nothing_again_unless_a_turn_ahead_was_given_up() {
+        let p = policy();
+        // The turn is 600 ms away: waits of 250, 250 and 100, asking nothing in between (the
+        // circuit, open meanwhile, is asked once the turn is due, and stops it).
+        let mut g = Fake {
+            turns: vec![Turn::Wait(600.0)],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(250.0));
+        g.open_for = Some(1_000.0);
+        assert_eq!(
+            e.turn_waited(&p, &mut g, 250.0, &mut Half),
+            Step::WaitTurn(250.0)
+        );
+        assert_eq!(
+            e.turn_waited(&p, &mut g, 500.0, &mut Half),
+            Step::WaitTurn(100.0)
+        );
+        assert_eq!(
+            e.turn_waited(&p, &mut g, 600.0, &mut Half),
+            Step::CircuitOpen(1_000.0)
+        );
+        assert!(g.sent.is_empty());
+        // A turn ahead given up at 100 ms: at 250 the call asks again (and goes).
+        let mut g = Fake {
+            turns: vec![Turn::Wait(600.0)],
+            ..Fake::default()
+        };
+        let mut e = CallEngine::new(&p, 0.0, GET);
+        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(250.0));
+        g.given_back_at = Some(100.0);
+        assert!(matches!(
+            e.turn_waited(&p, &mut g, 250.0, &mut Half),
+            Step::Send { attempt: 1, .. }
+        ));
     }
 
     #[test]

@@ -18,6 +18,11 @@ pub trait Pacer {
     fn poll(&mut self, origin: &str, ticket: u64, now_ms: f64) -> Result<(), f64>;
     /// The caller gives its turn up.
     fn abandon(&mut self, origin: &str, ticket: u64, now_ms: f64);
+    /// Was a turn of `origin` given up by a caller waiting for it after `since_ms`? Default:
+    /// no (a caller then waits as it was told).
+    fn given_back_since(&self, _origin: &str, _since_ms: f64) -> bool {
+        false
+    }
     /// A request was sent.
     fn on_send(&mut self, origin: &str, now_ms: f64);
     /// A request sent at `sent_ms` was answered: served, or pushed back (429, 503).
@@ -43,6 +48,9 @@ impl Pacer for AdaptiveThrottle {
     }
     fn abandon(&mut self, origin: &str, ticket: u64, now_ms: f64) {
         AdaptiveThrottle::abandon(self, origin, ticket, now_ms)
+    }
+    fn given_back_since(&self, origin: &str, since_ms: f64) -> bool {
+        AdaptiveThrottle::given_back_since(self, origin, since_ms)
     }
     fn on_send(&mut self, origin: &str, now_ms: f64) {
         AdaptiveThrottle::on_send(self, origin, now_ms)
@@ -143,6 +151,12 @@ impl CallGuards for GuardsLent<'_> {
             self.held.ticket = None;
         }
         turn
+    }
+
+    fn turns_given_back_since(&self, since_ms: f64) -> bool {
+        self.pacer
+            .as_deref()
+            .is_some_and(|t| t.given_back_since(self.origin, since_ms))
     }
 
     fn sent(&mut self, attempt: u32, now_ms: f64) {

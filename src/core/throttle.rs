@@ -243,6 +243,8 @@ struct OriginThrottle {
     tail: u64,
     /// Tickets given up while waiting (skipped when they reach the head).
     abandoned: Vec<u64>,
+    /// When a ticket waiting for its turn was last given up (its turn is others' now).
+    given_back_ms: f64,
 }
 
 impl OriginThrottle {
@@ -270,6 +272,7 @@ impl OriginThrottle {
             head: 0,
             tail: 0,
             abandoned: Vec::new(),
+            given_back_ms: f64::NEG_INFINITY,
         }
     }
 
@@ -508,7 +511,16 @@ impl AdaptiveThrottle {
         if ticket >= o.head && !o.abandoned.contains(&ticket) {
             o.abandoned.push(ticket);
             o.skip_abandoned();
+            o.given_back_ms = now_ms;
         }
+    }
+
+    /// Was a turn of `origin` given up by a caller waiting for it after `since_ms`? Then the
+    /// callers queued behind it may go sooner than they were told.
+    pub fn given_back_since(&self, origin: &str, since_ms: f64) -> bool {
+        self.origins
+            .get(origin)
+            .is_some_and(|o| o.given_back_ms > since_ms)
     }
 
     /// An attempt to `origin` is being sent at `now_ms` (for the measured send rate).
@@ -650,6 +662,9 @@ impl Pacer for DefaultThrottle {
         if ticket != UNQUEUED && self.paces(origin) {
             self.paced.abandon(origin, ticket, now_ms);
         }
+    }
+    fn given_back_since(&self, origin: &str, since_ms: f64) -> bool {
+        self.paces(origin) && self.paced.given_back_since(origin, since_ms)
     }
     fn on_send(&mut self, origin: &str, now_ms: f64) {
         if let Some(o) = self.paced.origins.get_mut(origin) {

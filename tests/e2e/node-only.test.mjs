@@ -1097,3 +1097,40 @@ test('X-Should-Retry: false sent twice (fetch joins it, "false, false") still sa
     await new Promise((resolve) => server.close(resolve));
   }
 });
+
+test('a call waiting for an AdaptiveThrottle turn behind callers that gave theirs up (aborted) moves up, not at the end of the wait it was told', async () => {
+  const { createServer } = await import('node:http');
+  const hits = [];
+  const server = createServer((req, res) => {
+    hits.push(req.url);
+    req.resume();
+    res.writeHead(200).end('ok');
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${server.address().port}`;
+  try {
+    // 2 turns a second; the first call takes the bucket's one token, ten queue behind it.
+    const throttle = new api.AdaptiveThrottle({ initialRate: 2, minRate: 1, rampMs: 1e6 });
+    const options = { throttle, budget: false };
+    await (await api.retryFetch(`${base}/first`, undefined, options)).text();
+    const started = performance.now();
+    const aborts = Array.from({ length: 9 }, () => new AbortController());
+    const waiting = aborts.map((a, i) => api.retryFetch(`${base}/w${i}`, undefined, { ...options, signal: a.signal }).catch((e) => e));
+    let sentAfter;
+    const last = api.retryFetch(`${base}/last`, undefined, options).then(async (res) => {
+      sentAfter = performance.now() - started;
+      await res.text();
+    });
+    setTimeout(() => aborts.forEach((a) => a.abort()), 50);
+    const ended = await Promise.all(waiting);
+    await last;
+    assert.ok(ended.every((e) => e?.name === 'AbortError'));
+    assert.deepEqual(hits, ['/first', '/last']);
+    // Its turn was 4.5 s away when it queued; the nine ahead gave theirs up at 50 ms, so it
+    // goes when the next token is there (500 ms), looking again within 250 ms.
+    assert.ok(sentAfter < 1_500, `sent after ${Math.round(sentAfter)} ms`);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
