@@ -1181,66 +1181,60 @@ mod tests {
         (g, e)
     }
 
+    /// The guards of a call to `origin` paced by `throttle` alone.
+    fn paced<'a>(
+        origin: &'a str,
+        throttle: &'a mut crate::core::throttle::AdaptiveThrottle,
+        held: &'a mut crate::core::guards::Held,
+    ) -> crate::core::guards::GuardsLent<'a> {
+        crate::core::guards::GuardsLent {
+            origin,
+            budget: None,
+            breaker: None,
+            pacer: Some(throttle),
+            held,
+        }
+    }
+
     #[test]
     fn a_long_turn_wait_asks_the_throttle_again_and_moves_up_when_turns_ahead_are_given_back() {
-        use crate::core::guards::{GuardsLent, Held};
-        use crate::core::throttle::{AdaptiveThrottle, ThrottleConfig};
-        const O: &str = "http://127.0.0.1:8080";
         let p = policy();
+        let origin = "http://127.0.0.1:8080";
         // 2 turns a second, the bucket empty after the first: ten callers queue.
-        let mut throttle = AdaptiveThrottle::new(ThrottleConfig {
-            initial_rate: 2.0,
-            min_rate: 1.0,
-            ramp_ms: 1e6,
-            ..ThrottleConfig::default()
-        });
-        let mut held: Vec<Held> = (0..10).map(|_| Held::default()).collect();
-        let mut engines: Vec<CallEngine> = (0..10).map(|_| CallEngine::new(&p, 0.0, GET)).collect();
-        let mut steps = Vec::new();
-        for (e, h) in engines.iter_mut().zip(held.iter_mut()) {
-            let mut g = GuardsLent {
-                origin: O,
-                budget: None,
-                breaker: None,
-                pacer: Some(&mut throttle),
-                held: h,
-            };
-            steps.push(e.next_attempt(&p, &mut g, 0.0));
-        }
-        // The last waits its turn far ahead, but is told to ask again within TURN_REPOLL_MS.
+        let mut throttle =
+            crate::core::throttle::AdaptiveThrottle::new(crate::core::throttle::ThrottleConfig {
+                initial_rate: 2.0,
+                min_rate: 1.0,
+                ramp_ms: 1e6,
+                ..Default::default()
+            });
+        let mut held = vec![crate::core::guards::Held::default(); 10];
+        let mut engines = vec![CallEngine::new(&p, 0.0, GET); 10];
+        let steps: Vec<Step> = engines
+            .iter_mut()
+            .zip(held.iter_mut())
+            .map(|(e, h)| e.next_attempt(&p, &mut paced(origin, &mut throttle, h), 0.0))
+            .collect();
+        // The last waits its turn far ahead, but is told to look again within TURN_REPOLL_MS.
         assert_eq!(steps[9], Step::WaitTurn(TURN_REPOLL_MS));
         // The nine ahead of it give their turns up (aborted) at 50 ms.
         for h in held.iter_mut().take(9) {
-            let mut g = GuardsLent {
-                origin: O,
-                budget: None,
-                breaker: None,
-                pacer: Some(&mut throttle),
-                held: h,
-            };
-            g.release(50.0);
+            paced(origin, &mut throttle, h).release(50.0);
         }
         // Asked again: the first in line now, sent as soon as a turn's token is there (at the
         // rate of 2 a second: by 500 ms), not seconds later.
         let mut at = TURN_REPOLL_MS;
-        let mut sent_at = None;
-        for _ in 0..10 {
-            let mut g = GuardsLent {
-                origin: O,
-                budget: None,
-                breaker: None,
-                pacer: Some(&mut throttle),
-                held: &mut held[9],
-            };
+        let sent_at = (0..10).find_map(|_| {
+            let mut g = paced(origin, &mut throttle, &mut held[9]);
             match engines[9].turn_waited(&p, &mut g, at, &mut Half) {
-                Step::WaitTurn(ms) => at += ms,
-                Step::Send { .. } => {
-                    sent_at = Some(at);
-                    break;
+                Step::WaitTurn(ms) => {
+                    at += ms;
+                    None
                 }
+                Step::Send { .. } => Some(at),
                 other => panic!("{other:?}"),
             }
-        }
+        });
         let sent_at = sent_at.expect("never sent");
         assert!(sent_at <= 550.0, "sent at {sent_at} ms");
     }
