@@ -1010,8 +1010,9 @@ ${this.#holderSettings(ms)}`;
     try {
       committed = await client.query('COMMIT');
     } catch (error) {
-      // Whether a COMMIT cut by a lost connection happened cannot be told: an error, not "false".
+      // A COMMIT cut by a lost connection may have happened: the pool asks the server.
       this.#giveBack(entry, entry.lost ?? error);
+      if (await this.#committed(entry.txid)) return true;
       throw error;
     }
     this.#giveBack(entry, entry.lost);
@@ -1046,8 +1047,9 @@ COMMIT`;
       results = await client.query(sql);
     } catch (error) {
       if (entry.lost !== undefined) {
-        // Whether a COMMIT cut by a lost connection happened cannot be told: an error, not "false".
+        // A COMMIT cut by a lost connection may have happened: the pool asks the server.
         this.#giveBack(entry, entry.lost);
+        if (await this.#committed(entry.txid)) return true;
         throw error;
       }
       if (error?.code === DIVISION_BY_ZERO) {
@@ -1072,6 +1074,27 @@ COMMIT`;
       throw new Error(`PostgresStore: the transaction of ${JSON.stringify(key)} was rolled back at COMMIT; nothing was stored`);
     }
     return true;
+  }
+
+  /**
+   * Did transaction `txid` commit? Asked on another connection of the pool after complete()'s
+   * connection failed during its COMMIT, whose answer was lost: `txid_status()` says (asked
+   * again for up to 200 ms while the server still finishes it). `false` when it did not, or
+   * when that cannot be told (the server unreachable too): complete() then fails, as before.
+   */
+  async #committed(txid) {
+    if (!/^[0-9]+$/.test(txid ?? '')) return false;
+    for (let asked = 0; asked < 5; asked++) {
+      let status;
+      try {
+        status = (await this.#pool.query('SELECT txid_status($1::bigint) AS status', [txid])).rows[0]?.status;
+      } catch {
+        return false;
+      }
+      if (status !== 'in progress') return status === 'committed';
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    return false;
   }
 
   /** The error complete() throws for `error`, a failure of its UPDATE (nothing stored, rolled back). */

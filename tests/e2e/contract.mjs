@@ -686,6 +686,31 @@ export const scenarios = [
     },
   },
   {
+    name: 'contract: a call an open circuit refuses before anything is sent cancels the stream body it did not send (the caller\'s stream, or a Request input\'s)',
+    async run({ api, seq }) {
+      const breaker = new api.CircuitBreaker({ failureThreshold: 1, openMs: 60_000 });
+      const s = seq('reset');
+      await rejects(api.retryFetch(s.url, undefined, { ...fast, breaker }));
+      equal(breaker.state(s.url), 'open');
+      const long = (cancelled) => new ReadableStream({
+        pull(c) { c.enqueue(text('0123456789')); },
+        cancel(reason) { cancelled.push(String(reason)); },
+      });
+      for (const input of ['init', 'Request']) {
+        const cancelled = [];
+        const body = long(cancelled);
+        const call = input === 'init'
+          ? api.retryFetch(s.url, { method: 'PUT', body, duplex: 'half' }, { ...fast, breaker, maxBufferedBodyBytes: 8 })
+          : api.retryFetch(new Request(s.url, { method: 'PUT', body, duplex: 'half' }), undefined, { ...fast, breaker, maxBufferedBodyBytes: 8 });
+        const err = await rejects(call);
+        equal(err?.name, 'CircuitOpenError', `${input}:`);
+        await sleep(20);
+        equal(cancelled.length, 1, `${input}: the stream it did not send was cancelled:`);
+      }
+      equal((await s.log()).length, 1, 'nothing more was sent:');
+    },
+  },
+  {
     name: "contract: a failure whose server says X-Should-Retry: false (or Stripe-Should-Retry) is the answer, not retried; 'true' changes nothing",
     async run({ api, seq }) {
       const a = seq('503+sr=false,200');

@@ -1134,3 +1134,30 @@ test('a call waiting for an AdaptiveThrottle turn behind callers that gave their
     await new Promise((resolve) => server.close(resolve));
   }
 });
+
+test("a POST Request input whose body is above maxBufferedBodyBytes follows a 307 as fetch does: the body sent again to its target, once, and not retried", async () => {
+  const { createServer } = await import('node:http');
+  const seen = [];
+  const server = createServer(async (req, res) => {
+    let body = '';
+    for await (const chunk of req) body += chunk;
+    seen.push([req.method, req.url, body, req.headers['idempotency-key']]);
+    if (req.url === '/pay') res.writeHead(307, { Location: '/there' }).end();
+    else res.writeHead(503).end('busy');
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${server.address().port}`;
+  try {
+    const body = '0123456789abcdefghij';
+    const res = await api.retryFetch(new Request(`${base}/pay`, { method: 'POST', body }), undefined, { ...fast, maxBufferedBodyBytes: 8 });
+    assert.equal(res.status, 503);
+    assert.equal(res.redirected, true);
+    await res.text();
+    assert.deepEqual(seen.map(([m, u, b]) => [m, u, b]), [['POST', '/pay', body], ['POST', '/there', body]]);
+    assert.match(seen[0][3], /^[0-9a-f-]{36}$/);
+    assert.equal(seen[1][3], seen[0][3], 'the key went with it');
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});

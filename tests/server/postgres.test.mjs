@@ -547,3 +547,93 @@ test('PostgresStore: duplicates waiting on one held key ask without holding a po
   const average = await whileHeld;
   assert.ok(average <= 4, `${average.toFixed(1)} connections in use on average while the key was held (the holder's and 20 waiters')`);
 });
+
+test('PostgresStore: a COMMIT whose answer the lost connection never brought is asked about (txid_status): the committed charge is the answer, stored, not a 503 saying nothing was kept', { skip, timeout: 60_000 }, async () => {
+  // A TCP proxy to PostgreSQL that, once armed, lets the query holding complete()'s COMMIT
+  // reach the server, then cuts the connection when the server's answer comes back.
+  const net = await import('node:net');
+  const target = new URL(DATABASE_URL);
+  let armed = false;
+  let cuts = 0;
+  const proxy = net.createServer((client) => {
+    const server = net.connect(Number(target.port), target.hostname);
+    let cutting = false;
+    client.on('data', (d) => {
+      if (armed && d.includes('COMMIT')) {
+        armed = false;
+        cutting = true;
+      }
+      server.write(d);
+    });
+    server.on('data', (d) => {
+      if (!cutting) return client.write(d);
+      // ReadyForQuery: the COMMIT was done; its answer is dropped with the connection.
+      if (d.includes(Buffer.from([0x5a, 0, 0, 0, 5]))) {
+        cuts++;
+        client.destroy();
+        server.destroy();
+      }
+    });
+    for (const [a, b] of [[client, server], [server, client]]) {
+      a.on('error', () => b.destroy());
+      a.on('close', () => b.destroy());
+    }
+  });
+  await new Promise((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  try {
+    const via = new URL(DATABASE_URL);
+    via.hostname = '127.0.0.1';
+    via.port = String(proxy.address().port);
+    const cutPool = new pg.Pool({ connectionString: via.href, max: 4 });
+    cutPool.on('error', () => {});
+    pools.push(cutPool);
+    const store = new PostgresStore({ pool: cutPool, table: tableName('idem') });
+    await store.migrate();
+    const charges = await chargesTable();
+    let runs = 0;
+    const handler = idempotency(async (req, ctx) => {
+      const run = ++runs;
+      await charges.insert(ctx.tx, ctx.key, run);
+      armed = true; // the next COMMIT (complete()'s) loses its answer
+      return Response.json({ charged: run }, { status: 201 });
+    }, { store, identity: false, history: false, onStoreError: () => {} });
+    const pay = () => handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': 'cut-commit', 'Content-Type': 'application/json' }, body: '{"amount":5}' }));
+    const first = await pay();
+    assert.equal(cuts, 1, 'the COMMIT\'s answer was cut');
+    assert.equal(first.status, 201, `the charge committed, and the caller is told so: ${first.status} ${await first.clone().text()}`);
+    assert.deepEqual(await first.json(), { charged: 1 });
+    assert.deepEqual(await charges.runs(), [1]);
+    const again = await pay();
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await again.json(), { charged: 1 });
+    assert.deepEqual(await charges.runs(), [1], 'one charge');
+  } finally {
+    proxy.close();
+  }
+});
+
+test('PostgresStore: a handler whose effects are outside ctx.tx, whose key\'s transaction is lost before its answer is stored, answers its own answer with X-Should-Retry: false (the effect happened), not a 503 "nothing was kept"', { skip, timeout: 60_000 }, async () => {
+  const application = `cut-${crypto.randomUUID().slice(0, 8)}`;
+  const storePool = new pg.Pool({ connectionString: DATABASE_URL, max: 4, application_name: application });
+  storePool.on('error', () => {});
+  pools.push(storePool);
+  const store = new PostgresStore({ pool: storePool, table: tableName('idem') });
+  await store.migrate();
+  const charges = await chargesTable();
+  let runs = 0;
+  const errors = [];
+  const handler = idempotency(async (req, ctx) => {
+    const run = ++runs;
+    await charges.insert(pool, ctx.key, run); // outside ctx.tx: commits on its own
+    // The key's transaction is lost (its backend terminated: a failover, an admin).
+    await pool.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [application]);
+    return Response.json({ charged: run }, { status: 201 });
+  }, { store, identity: false, history: false, onStoreError: (e, op) => errors.push(op) });
+  const res = await handler(new Request('http://api.test/pay', { method: 'POST', headers: { 'Idempotency-Key': 'outside-tx', 'Content-Type': 'application/json' }, body: '{"amount":5}' }));
+  assert.equal(res.status, 201, `${res.status} ${await res.clone().text()}`);
+  assert.deepEqual(await res.json(), { charged: 1 });
+  assert.equal(res.headers.get('x-should-retry'), 'false');
+  assert.equal(res.headers.get('stripe-should-retry'), 'false');
+  assert.deepEqual(await charges.runs(), [1]);
+  assert.ok(errors.includes('complete'), errors.join());
+});

@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { createClient } from 'redis';
-import { MemoryStore, RedisStore, PostgresStore } from 'retry-fetch/server';
+import { MemoryStore, RedisStore, PostgresStore, idempotent } from 'retry-fetch/server';
 import { sleep } from './support.mjs';
 import { REDIS_URL, DATABASE_URL } from '../support/services.mjs';
 
@@ -718,4 +718,38 @@ test('a job process that exits once `await handle(message)` is done leaves its r
     await pool.end();
     await client.quit();
   }
+});
+
+test('a job waits for its own run\'s history writes only (at most a second), never for other jobs\' nor when it wrote nothing', async () => {
+  const inner = new MemoryStore();
+  // A store whose history writes for the key `stuck` never settle; the others take 20 ms.
+  const written = [];
+  const store = {
+    acquire: (...a) => inner.acquire(...a), renew: (...a) => inner.renew(...a), reclaim: (...a) => inner.reclaim(...a),
+    complete: (...a) => inner.complete(...a), release: (...a) => inner.release(...a), secret: () => inner.secret(),
+    runs: (k) => inner.runs(k),
+    recordRun: (run) => (run.key === 'stuck' ? new Promise(() => {}) : sleep(20).then(() => { written.push(run.key); return inner.recordRun(run); })),
+  };
+  const handle = idempotent(async (m) => ({ ok: m.id }), { store, key: (m) => m.id, onStoreError: () => {} });
+  const timed = async (input) => {
+    const t = performance.now();
+    const outcome = await handle(input).then((v) => v, (e) => e);
+    return [outcome, performance.now() - t];
+  };
+  const stuck = timed({ id: 'stuck' });
+  await sleep(50);
+  // Another job while the stuck one's writes hang: it waits for its own (about 40 ms), and
+  // its start and end are written when it settles.
+  const [result, ms] = await timed({ id: 'other' });
+  assert.deepEqual(result, { ok: 'other' });
+  assert.ok(ms < 700, `an unrelated job took ${Math.round(ms)} ms`);
+  assert.ok(written.filter((k) => k === 'other').length >= 1, JSON.stringify(written));
+  // A job refused before it ran wrote nothing, and waits for nothing.
+  const [refused, refusedMs] = await timed({ id: 'x', n: NaN });
+  assert.equal(refused.name, 'TypeError');
+  assert.ok(refusedMs < 300, `a refused job took ${Math.round(refusedMs)} ms`);
+  // The stuck one settles anyway, about a second after its run.
+  const [stuckResult, stuckMs] = await stuck;
+  assert.deepEqual(stuckResult, { ok: 'stuck' });
+  assert.ok(stuckMs >= 900 && stuckMs < 3_000, `the stuck job took ${Math.round(stuckMs)} ms`);
 });

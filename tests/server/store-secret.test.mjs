@@ -212,6 +212,28 @@ t('RedisStore: a lost secret is put back by a running instance\'s next request, 
   assert.equal(runs, 2, 'order-1 ran once, order-2 once');
 });
 
+t('RedisStore: an instance reads the secret when its handler is made, so one that had served no keyed request yet puts a lost secret back as it was too (the others do not go 503)', { skip: redisSkip }, async () => {
+  const p = prefix();
+  let runs = 0;
+  const handler = () => Response.json({ run: ++runs }, { status: 201 });
+  const errors = [];
+  const onStoreError = (error, operation) => errors.push(`${operation}: ${error.message}`);
+  const a = idempotency(handler, { store: new RedisStore({ client: redis, prefix: p }), identity, onStoreError });
+  assert.equal((await a(post('order-1'))).status, 201);
+  const secret = await redis.get(`${p}secret`);
+  // B runs, but has served nothing yet.
+  const b = idempotency(handler, { store: new RedisStore({ client: await connect(), prefix: p }), identity, onStoreError });
+  await sleep(100);
+  // Lost (a Redis restart without persistence); B's request comes first.
+  await redis.del(`${p}secret`);
+  assert.equal((await b(post('order-2'))).status, 201);
+  assert.equal(await redis.get(`${p}secret`), secret, 'put back as it was');
+  const retry = await a(post('order-2'));
+  assert.equal(retry.status, 201, `A: ${retry.status} ${errors.join('; ')}`);
+  assert.equal(retry.headers.get('idempotent-replayed'), 'true', 'the same scope on both');
+  assert.deepEqual(errors, []);
+});
+
 t('RedisStore: an instance that finds another secret at <prefix>secret refuses keyed requests (503, the store error says why) rather than scope callers apart; the handler does not run', { skip: redisSkip }, async () => {
   const p = prefix();
   let runs = 0;

@@ -1512,7 +1512,12 @@ async fn run_loop(
                 let sees_redirects =
                     url.is_none() && policy.fetch.is_none() && !has_integrity(&t.request);
                 let redirect = js::get(&t.request, "redirect");
-                let manual = sees_redirects && follows_itself(t.idempotent, &redirect);
+                // A copy of the request sent once (a long body of a `Request` input) is never
+                // sent again: fetch follows its redirects, a 307/308 with its body, as it
+                // would the request's own.
+                let manual = sees_redirects
+                    && follows_itself(t.idempotent, &redirect)
+                    && !matches!(body, Body::Spare(_));
                 // `redirect: 'error'`: sent with 'manual', so that meeting a redirect is told
                 // apart from a network error (it is a TypeError, never retried); with an
                 // `integrity`, fetch's own refusal, which reads as a network error.

@@ -52,6 +52,22 @@ pub enum Body {
     Spare(Request),
 }
 
+/// A body sent once that was not sent (the call ended first: an open circuit, an abort, the
+/// throttle) is cancelled, so the caller's stream is not left open; one fetch took is locked,
+/// and left to it.
+impl Drop for Body {
+    fn drop(&mut self) {
+        let unsent = match self {
+            Body::Stream(stream) => Some(stream.clone()),
+            Body::Spare(request) => request.body(),
+            _ => None,
+        };
+        if let Some(stream) = unsent.filter(|s| !s.locked()) {
+            js::cancel(&stream);
+        }
+    }
+}
+
 /// What the body still needs before the first attempt.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum BodyKind {
@@ -91,6 +107,20 @@ pub struct Template {
     /// (joined with the attempt's own, if any: [`Template::abort_signal`]), and an abort still cancels reading the body
     /// after the call settled and the request was collected.
     pub signal: Option<JsValue>,
+}
+
+/// A call that ended before its request's body was read or sent (an abort before the first
+/// attempt, an open circuit, the throttle or the deadline refusing it) cancels it, as fetch
+/// cancels the body of a request it aborts: the caller's stream (or a `Request` input's) is
+/// not left open. A body read, or taken by fetch, is locked or used, and left as it is.
+impl Drop for Template {
+    fn drop(&mut self) {
+        if let Some(stream) = self.request.body().filter(|s| !s.locked()) {
+            if !self.request.body_used() {
+                js::cancel(&stream);
+            }
+        }
+    }
 }
 
 /// `init.signal` as given, when it is an object (a `Request` took it, so an `AbortSignal`).

@@ -204,7 +204,7 @@ async fn serve(
         },
         Ok(Claim::Replay(stored)) => match from_stored(&stored, true) {
             Ok(response) => {
-                runs::replayed(&s.common, &k);
+                runs::replayed(&s.common, &k, None);
                 response
             }
             Err(error) => return unavailable(&s, &error, "acquire"),
@@ -418,7 +418,9 @@ async fn process(
                                 Stored::Kept => Ok(answer.live),
                                 // With a transactional store nothing was committed, the handler's
                                 // ctx.tx writes neither: the handler's answer would be a lie. Say so.
-                                Stored::Failed | Stored::LockLost if c.store.transactional => problem(503, "idempotency-store-unavailable",
+                                // (A handler that wrote nothing through ctx.tx had its effects
+                                // outside it: they happened, as below.)
+                                Stored::Failed | Stored::LockLost if c.store.transactional && ctx.used_tx() => problem(503, "idempotency-store-unavailable",
                                     "The result could not be committed",
                                     "The idempotency store failed to commit the result; nothing was kept. Retry with the same key.", true).map(JsValue::from),
                                 // The effect happened; the answer is the truth even if it is not

@@ -154,17 +154,19 @@ pub async fn run(
     caller: Caller,
 ) -> Result<JsValue, JsValue> {
     let ms = s.common.limits.history_wait_ms();
-    let result = run_once(s, f, input, caller).await;
-    runs::written(ms).await;
+    let writes = runs::Writes::default();
+    let result = run_once(s, f, input, caller, &writes).await;
+    runs::settled(&writes, ms).await;
     result
 }
 
-/// One job, its history writes left going on.
+/// One job, the history writes of its run counted in `writes`.
 async fn run_once(
     s: Rc<JobSettings>,
     f: Function,
     input: JsValue,
     caller: Caller,
+    writes: &runs::Writes,
 ) -> Result<JsValue, JsValue> {
     let c = &s.common;
     let raw = JsFuture::from(js::promise_of(&caller.call(&s.key, &[&input])?)).await?;
@@ -187,7 +189,11 @@ async fn run_once(
     k.patient = true;
     // With maxRuns the run is made now and written once it holds the key (its start, and the
     // key's history read then); a delivery that does not get the key is recorded when it ends.
-    let announced = s.max_runs.map(|_| RunLog::announce(c, &k));
+    let announced = s.max_runs.map(|_| {
+        let mut log = RunLog::announce(c, &k);
+        log.awaited_by(writes);
+        log
+    });
     let refused = |announced: Option<RunLog>, outcome| {
         if let Some(log) = announced {
             log.end_later(outcome, None);
@@ -196,7 +202,7 @@ async fn run_once(
     match claim(c, &k, &|| None).await {
         Ok(Claim::Held) => {}
         Ok(Claim::Replay(stored)) => {
-            runs::replayed(c, &k);
+            runs::replayed(c, &k, Some(writes));
             return replay(&stored);
         }
         Ok(Claim::Mismatch) => {
@@ -233,7 +239,11 @@ async fn run_once(
             }
             (log, history)
         }
-        None => (RunLog::start(c, &k), Vec::new()),
+        None => {
+            let mut log = RunLog::start(c, &k);
+            log.awaited_by(writes);
+            (log, Vec::new())
+        }
     };
     let call = Invocation {
         f: &f,
@@ -266,8 +276,11 @@ async fn run_once(
                             None => Ok(JsValue::UNDEFINED),
                         },
                         // With a transactional store nothing was committed, fn's ctx.tx writes
-                        // neither: the caller must not acknowledge the message.
-                        Stored::Failed | Stored::LockLost if c.store.transactional => {
+                        // neither: the caller must not acknowledge the message. (Writes of its
+                        // own, outside ctx.tx, happened: below.)
+                        Stored::Failed | Stored::LockLost
+                            if c.store.transactional && ctx.used_tx() =>
+                        {
                             Err(not_committed())
                         }
                         // The effect happened; its result is the truth even if it is not stored.
@@ -288,7 +301,9 @@ async fn run_once(
                     let ended = stored_failure_ends(&s, &k, &log, &stored, &error, &input, history);
                     ended.hand_over(&s, &caller).await?;
                     match stored {
-                        Stored::Failed | Stored::LockLost if c.store.transactional => {
+                        Stored::Failed | Stored::LockLost
+                            if c.store.transactional && ctx.used_tx() =>
+                        {
                             Err(not_committed())
                         }
                         _ => Err(error),

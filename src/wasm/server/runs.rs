@@ -24,50 +24,39 @@ use crate::wasm::js;
 thread_local! {
     /// This server instance's name in the history (`setInstance`), by default random.
     static INSTANCE: RefCell<Option<Rc<str>>> = const { RefCell::new(None) };
-    /// The history writes going on in the background, each with its number, taken off when it
-    /// settles: what a job waits for before it settles ([`written`]).
-    static WRITING: RefCell<(u32, Vec<(u32, Promise)>)> = const { RefCell::new((0, Vec::new())) };
 }
 
-/// Count `promise`, a history write, among those [`written`] waits for until it settles.
-fn track(promise: &Promise) {
-    let id = WRITING.with(|w| {
-        let mut w = w.borrow_mut();
-        w.0 = w.0.wrapping_add(1);
-        let id = w.0;
-        w.1.push((id, promise.clone()));
-        id
-    });
-    let promise = promise.clone();
-    spawn_local(async move {
-        let _ = JsFuture::from(promise).await;
-        WRITING.with(|w| w.borrow_mut().1.retain(|(i, _)| *i != id));
-    });
+/// The history writes of one job's run (its start, its end, a replay's record), which the job
+/// waits for before it settles ([`settled`]): shared by the run's [`RunLog`] and its clones.
+#[derive(Clone, Default)]
+pub struct Writes(Rc<RefCell<Vec<Promise>>>);
+
+impl Writes {
+    /// Count `write` among them.
+    fn add(&self, write: &Promise) {
+        self.0.borrow_mut().push(write.clone());
+    }
 }
 
-/// Run `write`, a history write, in the background, counted by [`track`]: its promise.
-fn tracked(write: impl std::future::Future<Output = ()> + 'static) -> Promise {
-    let promise = future_to_promise(async move {
-        write.await;
-        Ok(JsValue::UNDEFINED)
-    });
-    track(&promise);
-    promise
-}
-
-/// [`tracked`], its promise not needed.
-fn in_background(write: impl std::future::Future<Output = ()> + 'static) {
-    let _ = tracked(write);
-}
-
-/// Wait, at most `ms`, for the history writes going on now: an `idempotent()` job settles
-/// after the writes of its run (and any other going on then), so a process that exits once
-/// `await handle(message)` is done leaves its run's start and end written.
-pub async fn written(ms: f64) {
-    let pending: js_sys::Array =
-        WRITING.with(|w| w.borrow().1.iter().map(|(_, p)| JsValue::from(p)).collect());
+/// Wait, at most `ms`, for the history writes of a job's run: an `idempotent()` job settles
+/// after them, so a process that exits once `await handle(message)` is done leaves its run's
+/// start and end written. Only its own: other runs' writes never hold it.
+pub async fn settled(writes: &Writes, ms: f64) {
+    let pending: js_sys::Array = writes.0.borrow().iter().map(JsValue::from).collect();
     if pending.length() > 0 {
         let _ = super::flow::within(&Promise::all_settled(&pending), ms).await;
+    }
+}
+
+/// Run `write`, a history write, in the background: counted in `writes` when a job waits
+/// for it.
+fn in_background(writes: Option<&Writes>, write: impl std::future::Future<Output = ()> + 'static) {
+    match writes {
+        Some(writes) => writes.add(&future_to_promise(async move {
+            write.await;
+            Ok(JsValue::UNDEFINED)
+        })),
+        None => spawn_local(write),
     }
 }
 
@@ -274,6 +263,8 @@ pub struct RunLog {
     record: RunRecord,
     /// The background start (its end is written after it).
     started: Option<Promise>,
+    /// Where its writes are counted for a job that waits for them ([`RunLog::awaited_by`]).
+    awaited: Option<Writes>,
 }
 
 impl RunLog {
@@ -295,7 +286,7 @@ impl RunLog {
                     if !rules::crashed(&past(&runs), &record.scope, &record.id).is_empty() {
                         let (store, reporter, run) =
                             (c.store.clone(), c.reporter.clone(), record.clone());
-                        in_background(async move {
+                        in_background(None, async move {
                             mark_crashed(&store, &reporter, runs, &run).await;
                         });
                     }
@@ -303,9 +294,10 @@ impl RunLog {
                 one_call => {
                     let (store, reporter, run) =
                         (c.store.clone(), c.reporter.clone(), record.clone());
-                    started = Some(tracked(async move {
+                    started = Some(future_to_promise(async move {
                         let found = begin(&store, &reporter, &run, one_call).await;
                         mark_crashed(&store, &reporter, read_runs(&found), &run).await;
+                        Ok(JsValue::UNDEFINED)
                     }));
                 }
             }
@@ -316,7 +308,17 @@ impl RunLog {
             writes,
             record,
             started,
+            awaited: None,
         }
+    }
+
+    /// A job waits for this run's writes before it settles: they are counted in `writes`
+    /// (those of this log and its clones from now on, and its start if it is being written).
+    pub fn awaited_by(&mut self, writes: &Writes) {
+        if let Some(started) = &self.started {
+            writes.add(started);
+        }
+        self.awaited = Some(writes.clone());
     }
 
     /// A job's run (with `maxRuns`), made before it claims its key and written nowhere until it
@@ -331,6 +333,7 @@ impl RunLog {
             writes: c.history && c.store.keeps_history(),
             record: RunRecord::new(k),
             started: None,
+            awaited: None,
         }
     }
 
@@ -355,7 +358,9 @@ impl RunLog {
         let one_call = store.start_run(&run.js());
         let beginning =
             future_to_promise(async move { Ok(begin(&store, &reporter, &run, one_call).await) });
-        track(&beginning);
+        if let Some(writes) = &self.awaited {
+            writes.add(&beginning);
+        }
         self.started = Some(beginning.clone());
         let ms = c.limits.history_wait_ms();
         let runs = match super::flow::within(&beginning, ms).await {
@@ -376,7 +381,7 @@ impl RunLog {
                 self.record.clone(),
                 runs.clone(),
             );
-            in_background(async move {
+            in_background(self.awaited.as_ref(), async move {
                 mark_crashed(&store, &reporter, found, &own).await;
             });
         }
@@ -426,10 +431,14 @@ impl RunLog {
     /// key is freed anyway.
     pub async fn end_before_freeing(self, c: &Common, outcome: Outcome, detail: Option<String>) {
         let ms = c.limits.history_wait_ms();
+        let awaited = self.awaited.clone();
         let writing = future_to_promise(async move {
             self.end(outcome, detail).await;
             Ok(JsValue::UNDEFINED)
         });
+        if let Some(writes) = awaited {
+            writes.add(&writing);
+        }
         let _ = super::flow::within(&writing, ms).await;
     }
 
@@ -438,7 +447,8 @@ impl RunLog {
     /// writes at once (`MemoryStore`), it is done now, without a task.
     pub fn end_later(mut self, outcome: Outcome, detail: Option<String>) {
         if self.started.is_some() || (self.writes && !self.store.records_runs_now()) {
-            in_background(self.end(outcome, detail));
+            let awaited = self.awaited.clone();
+            in_background(awaited.as_ref(), self.end(outcome, detail));
             return;
         }
         self.record.ended(outcome, detail);
@@ -451,14 +461,18 @@ impl RunLog {
     }
 }
 
-/// A delivery of `k` answered from the store: recorded and told, in the background.
-pub fn replayed(c: &Common, k: &Keyed) {
+/// A delivery of `k` answered from the store: recorded and told, in the background (counted
+/// in `writes` for a job that waits for it).
+pub fn replayed(c: &Common, k: &Keyed, writes: Option<&Writes>) {
     let mut record = RunRecord::new(k);
     record.ended(Outcome::Replayed, None);
     tell(&c.reporter, event::REPLAYED, &record);
     if c.history && c.store.keeps_history() {
         let (store, reporter) = (c.store.clone(), c.reporter.clone());
-        in_background(async move { write(&store, &reporter, &record).await });
+        in_background(
+            writes,
+            async move { write(&store, &reporter, &record).await },
+        );
     }
 }
 

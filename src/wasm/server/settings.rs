@@ -124,11 +124,26 @@ impl Reporter {
 }
 
 /// The HMAC key that scopes store keys (`core::idempotency::store_key`): the `secret` option,
-/// else the store's `secret()`, asked once (on the first request with an identity) and kept.
+/// else the store's `secret()`, asked when the handler or job is made ([`Secret::prefetch`])
+/// or, failing that, on the first request with an identity, and kept (shared by clones).
 #[derive(Clone, Default)]
-pub struct Secret(RefCell<Option<Rc<[u8]>>>);
+pub struct Secret(Rc<RefCell<Option<Rc<[u8]>>>>);
 
 impl Secret {
+    /// Ask the store for its secret now, in the background (a failure is left to the first
+    /// request that needs it): an instance running when the store loses it (a Redis restart
+    /// without persistence) has it, and puts it back as it was, rather than making a new one
+    /// other instances do not hash callers with.
+    fn prefetch(&self, store: &Store) {
+        if self.0.borrow().is_some() || !store.has_secret() {
+            return;
+        }
+        let (secret, store) = (self.clone(), store.clone());
+        wasm_bindgen_futures::spawn_local(async move {
+            let _ = secret.get(&store).await;
+        });
+    }
+
     /// The secret, from the option or (once) from the store.
     pub async fn get(&self, store: &Store) -> Result<Rc<[u8]>, JsValue> {
         if let Some(s) = self.0.borrow().as_ref() {
@@ -345,7 +360,11 @@ fn read_raw(
 /// A `TypeError` when keys may be scoped but no secret can be had: neither the `secret` option
 /// nor a store that keeps one (`secret()`).
 fn check_secret(api: &str, common: &Common, may_scope: bool) -> Result<(), JsValue> {
-    if !may_scope || common.secret.0.borrow().is_some() || common.store.has_secret() {
+    if !may_scope {
+        return Ok(());
+    }
+    if common.secret.0.borrow().is_some() || common.store.has_secret() {
+        common.secret.prefetch(&common.store);
         return Ok(());
     }
     Err(crate::wasm::errors::invalid_value(
