@@ -83,6 +83,8 @@ const IN_FAILED_TRANSACTION = '25P02';
 /** SQLSTATE no_active_sql_transaction: a SAVEPOINT outside a transaction block. */
 const NO_ACTIVE_SQL_TRANSACTION = '25P01';
 /** SQLSTATE division_by_zero: complete()'s guard, when its UPDATE found no row. */
+/** How long complete() asks whether a COMMIT whose answer was lost happened: a second. */
+const COMMIT_STATUS_WAIT_MS = 1000;
 const DIVISION_BY_ZERO = '22012';
 /** The advisory lock key on which migrate() calls (of any table, any process) take turns: arbitrary, an int8. */
 const MIGRATE_LOCK = 7_265_846_100_211_845;
@@ -1079,22 +1081,27 @@ COMMIT`;
   /**
    * Did transaction `txid` commit? Asked on another connection of the pool after complete()'s
    * connection failed during its COMMIT, whose answer was lost: `txid_status()` says (asked
-   * again for up to 200 ms while the server still finishes it). `false` when it did not, or
-   * when that cannot be told (the server unreachable too): complete() then fails, as before.
+   * again while the server still finishes it). Within a second in all (a pool that cannot
+   * connect, a server that does not answer): `false` when it did not commit, or when that
+   * cannot be told by then: complete() then fails, as before.
    */
   async #committed(txid) {
     if (!/^[0-9]+$/.test(txid ?? '')) return false;
-    for (let asked = 0; asked < 5; asked++) {
-      let status;
-      try {
-        status = (await this.#pool.query('SELECT txid_status($1::bigint) AS status', [txid])).rows[0]?.status;
-      } catch {
-        return false;
+    let timer;
+    const timeUp = new Promise((resolve) => {
+      timer = setTimeout(resolve, COMMIT_STATUS_WAIT_MS, 'time up');
+      timer.unref?.();
+    });
+    try {
+      for (;;) {
+        const asked = this.#pool.query('SELECT txid_status($1::bigint) AS status', [txid]).then((r) => r.rows[0]?.status, () => 'unknown');
+        const status = await Promise.race([asked, timeUp]);
+        if (status !== 'in progress') return status === 'committed';
+        if ((await Promise.race([new Promise((resolve) => setTimeout(resolve, 50)), timeUp])) === 'time up') return false;
       }
-      if (status !== 'in progress') return status === 'committed';
-      await new Promise((resolve) => setTimeout(resolve, 50));
+    } finally {
+      clearTimeout(timer);
     }
-    return false;
   }
 
   /** The error complete() throws for `error`, a failure of its UPDATE (nothing stored, rolled back). */

@@ -51,11 +51,13 @@ pub fn throttle_turn(
     }
 }
 
-/// The longest a call sleeps waiting for the throttle's turn before it looks again, 250 ms: a
-/// turn given up ahead of it meanwhile (a caller aborted, or stopped by the deadline or the
+/// The longest a call sleeps waiting for the throttle's turn before it looks again, a second:
+/// a turn given up ahead of it meanwhile (a caller aborted, or stopped by the deadline or the
 /// budget) moves it up within that, rather than at the end of the wait it was told when it
-/// asked. Nothing given up: it sleeps on to the time it was told, and nothing was asked.
-pub const TURN_REPOLL_MS: f64 = 250.0;
+/// asked. Nothing given up: it sleeps on to the time it was told, and nothing was asked. (A
+/// look costs a timer and a step: 5000 callers queued looking 4 times a second took half a
+/// core.)
+pub const TURN_REPOLL_MS: f64 = 1000.0;
 
 /// Is an answer with `status` the server pushing back (`429`, `503`): what cuts the adaptive
 /// throttle's rate?
@@ -1200,80 +1202,99 @@ mod tests {
     fn a_long_turn_wait_asks_the_throttle_again_and_moves_up_when_turns_ahead_are_given_back() {
         let p = policy();
         let origin = "http://127.0.0.1:8080";
-        // 2 turns a second, the bucket empty after the first: ten callers queue.
-        let mut throttle =
-            crate::core::throttle::AdaptiveThrottle::new(crate::core::throttle::ThrottleConfig {
-                initial_rate: 2.0,
-                min_rate: 1.0,
-                ramp_ms: 1e6,
-                ..Default::default()
-            });
-        let mut held = vec![crate::core::guards::Held::default(); 10];
-        let mut engines = vec![CallEngine::new(&p, 0.0, GET); 10];
-        let steps: Vec<Step> = engines
-            .iter_mut()
-            .zip(held.iter_mut())
-            .map(|(e, h)| e.next_attempt(&p, &mut paced(origin, &mut throttle, h), 0.0))
-            .collect();
-        // The last waits its turn far ahead, but is told to look again within TURN_REPOLL_MS.
-        assert_eq!(steps[9], Step::WaitTurn(TURN_REPOLL_MS));
-        // The nine ahead of it give their turns up (aborted) at 50 ms.
-        for h in held.iter_mut().take(9) {
-            paced(origin, &mut throttle, h).release(50.0);
-        }
-        // Asked again: the first in line now, sent as soon as a turn's token is there (at the
-        // rate of 2 a second: by 500 ms), not seconds later.
-        let mut at = TURN_REPOLL_MS;
-        let sent_at = (0..10).find_map(|_| {
-            let mut g = paced(origin, &mut throttle, &mut held[9]);
-            match engines[9].turn_waited(&p, &mut g, at, &mut Half) {
-                Step::WaitTurn(ms) => {
-                    at += ms;
-                    None
-                }
-                Step::Send { .. } => Some(at),
-                other => panic!("{other:?}"),
+        // A turn every 2 s, the bucket empty after the first: ten callers queue; `given_up`
+        // of them give their turns up at 50 ms. When is the last sent?
+        let last_sent_at = |given_up: &[usize]| {
+            let mut throttle = crate::core::throttle::AdaptiveThrottle::new(
+                crate::core::throttle::ThrottleConfig {
+                    initial_rate: 0.5,
+                    min_rate: 0.5,
+                    ramp_ms: 1e6,
+                    max_wait_ms: 60_000.0,
+                    ..Default::default()
+                },
+            );
+            let mut held = vec![crate::core::guards::Held::default(); 10];
+            let mut engines = vec![CallEngine::new(&p, 0.0, GET); 10];
+            let steps: Vec<Step> = engines
+                .iter_mut()
+                .zip(held.iter_mut())
+                .map(|(e, h)| e.next_attempt(&p, &mut paced(origin, &mut throttle, h), 0.0))
+                .collect();
+            // The last waits its turn far ahead, but is told to look again within TURN_REPOLL_MS.
+            assert_eq!(steps[9], Step::WaitTurn(TURN_REPOLL_MS));
+            for &i in given_up {
+                paced(origin, &mut throttle, &mut held[i]).release(50.0);
             }
-        });
-        let sent_at = sent_at.expect("never sent");
-        assert!(sent_at <= 550.0, "sent at {sent_at} ms");
+            // Every caller still waiting wakes when told, in time order, until the last is sent.
+            let mut wakes: Vec<(f64, usize)> = steps
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !given_up.contains(i))
+                .filter_map(|(i, step)| match step {
+                    Step::WaitTurn(ms) => Some((*ms, i)),
+                    _ => None,
+                })
+                .collect();
+            loop {
+                wakes.sort_by(|a, b| b.0.total_cmp(&a.0));
+                let (at, i) = wakes.pop().expect("the last was never sent");
+                let mut g = paced(origin, &mut throttle, &mut held[i]);
+                match engines[i].turn_waited(&p, &mut g, at, &mut Half) {
+                    Step::WaitTurn(ms) => wakes.push((at + ms, i)),
+                    Step::Send { .. } if i == 9 => return at,
+                    Step::Send { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        // The nine ahead give up: it goes at the next token (2 s), having looked at 1 s.
+        let sent = last_sent_at(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(sent <= 2_100.0, "sent at {sent} ms");
+        // All but the first waiting give up: that one's turn (2 s), then its own (4 s), though
+        // when it looked (1 s) the one ahead had not gone yet.
+        let sent = last_sent_at(&[2, 3, 4, 5, 6, 7, 8]);
+        assert!(sent <= 4_100.0, "sent at {sent} ms");
+        // Nobody gives up: the ninth turn after the first, about 18 s (asked nothing meanwhile).
+        let sent = last_sent_at(&[]);
+        assert!(sent >= 16_000.0, "sent at {sent} ms");
     }
 
     #[test]
     fn a_shortened_turn_wait_asks_nothing_again_unless_a_turn_ahead_was_given_up() {
         let p = policy();
-        // The turn is 600 ms away: waits of 250, 250 and 100, asking nothing in between (the
+        // The turn is 2.4 s away: waits of 1000, 1000 and 400, asking nothing in between (the
         // circuit, open meanwhile, is asked once the turn is due, and stops it).
         let mut g = Fake {
-            turns: vec![Turn::Wait(600.0)],
+            turns: vec![Turn::Wait(2_400.0)],
             ..Fake::default()
         };
         let mut e = CallEngine::new(&p, 0.0, GET);
-        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(250.0));
+        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(1_000.0));
         g.open_for = Some(1_000.0);
         assert_eq!(
-            e.turn_waited(&p, &mut g, 250.0, &mut Half),
-            Step::WaitTurn(250.0)
+            e.turn_waited(&p, &mut g, 1_000.0, &mut Half),
+            Step::WaitTurn(1_000.0)
         );
         assert_eq!(
-            e.turn_waited(&p, &mut g, 500.0, &mut Half),
-            Step::WaitTurn(100.0)
+            e.turn_waited(&p, &mut g, 2_000.0, &mut Half),
+            Step::WaitTurn(400.0)
         );
         assert_eq!(
-            e.turn_waited(&p, &mut g, 600.0, &mut Half),
+            e.turn_waited(&p, &mut g, 2_400.0, &mut Half),
             Step::CircuitOpen(1_000.0)
         );
         assert!(g.sent.is_empty());
-        // A turn ahead given up at 100 ms: at 250 the call asks again (and goes).
+        // A turn ahead given up at 100 ms: at 1 s the call asks again (and goes).
         let mut g = Fake {
-            turns: vec![Turn::Wait(600.0)],
+            turns: vec![Turn::Wait(2_400.0)],
             ..Fake::default()
         };
         let mut e = CallEngine::new(&p, 0.0, GET);
-        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(250.0));
+        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(1_000.0));
         g.given_back_at = Some(100.0);
         assert!(matches!(
-            e.turn_waited(&p, &mut g, 250.0, &mut Half),
+            e.turn_waited(&p, &mut g, 1_000.0, &mut Half),
             Step::Send { attempt: 1, .. }
         ));
     }

@@ -485,10 +485,14 @@ impl AdaptiveThrottle {
         let o = self.origin(origin, now_ms);
         o.refill(&config, now_ms);
         o.skip_abandoned();
-        let ahead = ticket.saturating_sub(o.head) as f64;
+        // The callers still waiting ahead of it: a turn given up anywhere ahead moves it up.
+        let given_up = o.abandoned.iter().filter(|&&t| t < ticket).count() as u64;
+        let ahead = ticket.saturating_sub(o.head).saturating_sub(given_up) as f64;
         if ahead == 0.0 && o.tokens >= 1.0 {
             o.tokens -= 1.0;
             o.head = o.head.max(ticket + 1);
+            let head = o.head;
+            o.abandoned.retain(|&t| t >= head);
             o.skip_abandoned();
             return Ok(());
         }

@@ -157,7 +157,8 @@ test('Express + retry-fetch/express + PostgresStore, charge through req.idempote
   assert.deepEqual(doubles.slice(0, 5), [], 'no payment is charged twice');
   assert.deepEqual(lost.slice(0, 5), [], 'no payment is lost');
   assert.equal(rows.length, PAYMENTS, 'exactly one charge row per payment');
-  const stored = await db.query(`SELECT count(*)::int AS n, count(*) FILTER (WHERE (response->>'status')::int = 201)::int AS created FROM "${idemTable}"`);
+  // (not the store's secret: a row of scope '', read when the handler is made)
+  const stored = await db.query(`SELECT count(*)::int AS n, count(*) FILTER (WHERE (response->>'status')::int = 201)::int AS created FROM "${idemTable}" WHERE scope <> ''`);
   assert.deepEqual(stored.rows[0], { n: PAYMENTS, created: PAYMENTS }, 'one stored 201 per key in the idempotency table');
   for (const r of results) {
     assert.equal(r.status, 201);

@@ -142,6 +142,7 @@ test(`a stream worker behind idempotent() + PostgresStore, SIGKILLed at 3 points
   assert.deepEqual(missing.slice(0, 5), [], 'no message is without an effect');
   assert.equal(rows.length, MESSAGES, 'exactly one effect row per message');
   assert.equal(perMessage.size, MESSAGES, 'distinct message ids');
-  const stored = await db.query(`SELECT count(*)::int AS n FROM "${idemTable}"`);
+  // (not the store's secret: a row of scope '', read when the handler is made)
+  const stored = await db.query(`SELECT count(*)::int AS n FROM "${idemTable}" WHERE scope <> ''`);
   assert.equal(stored.rows[0].n, MESSAGES, 'one stored result per message in the idempotency table');
 });

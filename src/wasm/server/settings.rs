@@ -138,9 +138,16 @@ impl Secret {
         if self.0.borrow().is_some() || !store.has_secret() {
             return;
         }
+        // No time limit (a timer would keep a Node process alive for `storeTimeoutMs` after a
+        // handler was made whose store does not answer): a request that comes first asks too.
         let (secret, store) = (self.clone(), store.clone());
         wasm_bindgen_futures::spawn_local(async move {
-            let _ = secret.get(&store).await;
+            if let Ok(got) = store.secret(false).await {
+                secret
+                    .0
+                    .borrow_mut()
+                    .get_or_insert_with(|| got.into_bytes().into());
+            }
         });
     }
 
@@ -149,7 +156,7 @@ impl Secret {
         if let Some(s) = self.0.borrow().as_ref() {
             return Ok(s.clone());
         }
-        let got: Rc<[u8]> = store.secret().await?.into_bytes().into();
+        let got: Rc<[u8]> = store.secret(true).await?.into_bytes().into();
         *self.0.borrow_mut() = Some(got.clone());
         Ok(got)
     }

@@ -782,10 +782,12 @@ impl Store {
 
     /// `secret()`: the store's HMAC key for scopes, the same for every instance sharing it; a
     /// value that is not a string of [`crate::core::idempotency::MIN_SECRET_LEN`] characters
-    /// or more is a `TypeError`.
-    pub async fn secret(&self) -> Result<String, JsValue> {
+    /// or more is a `TypeError`. `bounded`: within `storeTimeoutMs` (a request waits for it);
+    /// else waited for as long as it takes, with no timer (a read nobody waits for).
+    pub async fn secret(&self, bounded: bool) -> Result<String, JsValue> {
+        let late: &dyn Fn() -> Late = &|| Late::Ignore;
         let v = self
-            .call_within("secret", &[], Some(&|| Late::Ignore), None)
+            .call_within("secret", &[], bounded.then_some(late), None)
             .await?;
         match v.as_string() {
             Some(s) if crate::core::idempotency::secret(&s).is_ok() => Ok(s),
