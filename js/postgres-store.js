@@ -83,9 +83,9 @@ const IN_FAILED_TRANSACTION = '25P02';
 /** SQLSTATE no_active_sql_transaction: a SAVEPOINT outside a transaction block. */
 const NO_ACTIVE_SQL_TRANSACTION = '25P01';
 /** SQLSTATE division_by_zero: complete()'s guard, when its UPDATE found no row. */
+const DIVISION_BY_ZERO = '22012';
 /** How long complete() asks whether a COMMIT whose answer was lost happened: a second. */
 const COMMIT_STATUS_WAIT_MS = 1000;
-const DIVISION_BY_ZERO = '22012';
 /** The advisory lock key on which migrate() calls (of any table, any process) take turns: arbitrary, an int8. */
 const MIGRATE_LOCK = 7_265_846_100_211_845;
 

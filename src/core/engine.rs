@@ -572,10 +572,10 @@ impl CallEngine {
                 || (has_key && answer_is_replayed((settled.header)(REPLAYED_HEADER).as_deref())));
         // A poll's failure, retried as an attempt is; a repeat's final failure is the call's
         // answer instead, as any final answer to a poll is.
-        let poll_failed = poll_failed(policy, outcome, idempotent, has_key)
+        let failed_poll = poll_failed(policy, outcome, idempotent, has_key)
             && !(poll && !target && final_failure);
         // A poll is not an attempt, unless it failed: then it is one, retried as any is.
-        let counted = !poll || poll_failed;
+        let counted = !poll || failed_poll;
         if poll && counted {
             self.state.start_attempt();
         }
@@ -622,7 +622,7 @@ impl CallEngine {
         // A 202 followed (this one, or one before it and a failure since, judged as a poll's
         // is: `poll_failed`, anything but a final answer, a keyed 409 under
         // `retryKeyedConflict` included).
-        self.kept_202_answers = accepted_202 || (self.accepted.is_some() && poll_failed);
+        self.kept_202_answers = accepted_202 || (self.accepted.is_some() && failed_poll);
         // `followAccepted`: a 202 is followed, not returned.
         if accepted_202 {
             let (operation_location, location, retry_after) = (
@@ -1265,12 +1265,7 @@ mod tests {
         let p = policy();
         // The turn is 2.4 s away: waits of 1000, 1000 and 400, asking nothing in between (the
         // circuit, open meanwhile, is asked once the turn is due, and stops it).
-        let mut g = Fake {
-            turns: vec![Turn::Wait(2_400.0)],
-            ..Fake::default()
-        };
-        let mut e = CallEngine::new(&p, 0.0, GET);
-        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(1_000.0));
+        let (mut g, mut e) = waiting_for_turn(&p, 2_400.0);
         g.open_for = Some(1_000.0);
         assert_eq!(
             e.turn_waited(&p, &mut g, 1_000.0, &mut Half),
@@ -1286,12 +1281,7 @@ mod tests {
         );
         assert!(g.sent.is_empty());
         // A turn ahead given up at 100 ms: at 1 s the call asks again (and goes).
-        let mut g = Fake {
-            turns: vec![Turn::Wait(2_400.0)],
-            ..Fake::default()
-        };
-        let mut e = CallEngine::new(&p, 0.0, GET);
-        assert_eq!(e.next_attempt(&p, &mut g, 0.0), Step::WaitTurn(1_000.0));
+        let (mut g, mut e) = waiting_for_turn(&p, 2_400.0);
         g.given_back_at = Some(100.0);
         assert!(matches!(
             e.turn_waited(&p, &mut g, 1_000.0, &mut Half),

@@ -491,8 +491,6 @@ impl AdaptiveThrottle {
         if ahead == 0.0 && o.tokens >= 1.0 {
             o.tokens -= 1.0;
             o.head = o.head.max(ticket + 1);
-            let head = o.head;
-            o.abandoned.retain(|&t| t >= head);
             o.skip_abandoned();
             return Ok(());
         }

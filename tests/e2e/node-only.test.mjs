@@ -17,6 +17,19 @@ const enc = (s) => new TextEncoder().encode(s);
 /** How many timers are active in this process. */
 const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
 
+/** Run `fn(base)` against a node:http server on 127.0.0.1 answering with `handler`; closed after. */
+async function withHttpServer(handler, fn) {
+  const { createServer } = await import('node:http');
+  const server = createServer(handler);
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    return await fn(`http://127.0.0.1:${server.address().port}`);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+}
+
 /** Run `body(original)`, which may replace the global fetch: it is restored afterwards. */
 async function withGlobalFetch(body) {
   const original = globalThis.fetch;
@@ -1070,18 +1083,15 @@ test('a long-lived signal keeps nothing of the calls that ended, and still cance
 });
 
 test('X-Should-Retry: false sent twice (fetch joins it, "false, false") still says not to retry; a keyed request\'s replayed failure is not retried either', async () => {
-  const { createServer } = await import('node:http');
   const hits = [];
-  const server = createServer((req, res) => {
+  const handler = (req, res) => {
     hits.push(req.url);
     req.resume();
     if (req.url === '/twice') res.setHeader('X-Should-Retry', ['false', 'false']);
     if (req.url === '/replayed') res.setHeader('Idempotent-Replayed', 'true');
     res.writeHead(503).end('no');
-  });
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const base = `http://127.0.0.1:${server.address().port}`;
-  try {
+  };
+  await withHttpServer(handler, async (base) => {
     for (const path of ['/twice', '/replayed']) {
       const res = await api.retryFetch(`${base}${path}`, { method: 'POST', body: 'pay' }, fast);
       assert.equal(res.status, 503);
@@ -1092,23 +1102,17 @@ test('X-Should-Retry: false sent twice (fetch joins it, "false, false") still sa
     const res = await api.retryFetch(`${base}/replayed`, undefined, { ...fast, maxAttempts: 2 });
     await res.text();
     assert.equal(hits.filter((h) => h === '/replayed').length, 3);
-  } finally {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-  }
+  });
 });
 
 test('a call waiting for an AdaptiveThrottle turn behind callers that gave theirs up (aborted) moves up, not at the end of the wait it was told', async () => {
-  const { createServer } = await import('node:http');
   const hits = [];
-  const server = createServer((req, res) => {
+  const handler = (req, res) => {
     hits.push(req.url);
     req.resume();
     res.writeHead(200).end('ok');
-  });
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const base = `http://127.0.0.1:${server.address().port}`;
-  try {
+  };
+  await withHttpServer(handler, async (base) => {
     // 2 turns a second; the first call takes the bucket's one token, ten queue behind it.
     const throttle = new api.AdaptiveThrottle({ initialRate: 2, minRate: 1, rampMs: 1e6 });
     const options = { throttle, budget: false };
@@ -1129,25 +1133,19 @@ test('a call waiting for an AdaptiveThrottle turn behind callers that gave their
     // Its turn was 4.5 s away when it queued; the nine ahead gave theirs up at 50 ms, so it
     // goes when it looks again (at 1 s; the next token was there at 500 ms).
     assert.ok(sentAfter < 2_500, `sent after ${Math.round(sentAfter)} ms`);
-  } finally {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-  }
+  });
 });
 
 test("a POST Request input whose body is above maxBufferedBodyBytes follows a 307 as fetch does: the body sent again to its target, once, and not retried", async () => {
-  const { createServer } = await import('node:http');
   const seen = [];
-  const server = createServer(async (req, res) => {
+  const handler = async (req, res) => {
     let body = '';
     for await (const chunk of req) body += chunk;
     seen.push([req.method, req.url, body, req.headers['idempotency-key']]);
     if (req.url === '/pay') res.writeHead(307, { Location: '/there' }).end();
     else res.writeHead(503).end('busy');
-  });
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const base = `http://127.0.0.1:${server.address().port}`;
-  try {
+  };
+  await withHttpServer(handler, async (base) => {
     const body = '0123456789abcdefghij';
     const res = await api.retryFetch(new Request(`${base}/pay`, { method: 'POST', body }), undefined, { ...fast, maxBufferedBodyBytes: 8 });
     assert.equal(res.status, 503);
@@ -1156,8 +1154,5 @@ test("a POST Request input whose body is above maxBufferedBodyBytes follows a 30
     assert.deepEqual(seen.map(([m, u, b]) => [m, u, b]), [['POST', '/pay', body], ['POST', '/there', body]]);
     assert.match(seen[0][3], /^[0-9a-f-]{36}$/);
     assert.equal(seen[1][3], seen[0][3], 'the key went with it');
-  } finally {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-  }
+  });
 });

@@ -17,9 +17,9 @@ const pools = [];
 const tables = [];
 let pool;
 
-/** A pg Pool of its own (ended after the tests); idle clients whose backend died are dropped. */
-function newPool(max = 40) {
-  const p = new pg.Pool({ connectionString: DATABASE_URL, max });
+/** A pg Pool of its own (ended after the tests), with `options` over the defaults; idle clients whose backend died are dropped. */
+function newPool(max = 40, options = {}) {
+  const p = new pg.Pool({ connectionString: DATABASE_URL, max, ...options });
   p.on('error', () => {});
   pools.push(p);
   return p;
@@ -584,9 +584,7 @@ test('PostgresStore: a COMMIT whose answer the lost connection never brought is 
     const via = new URL(DATABASE_URL);
     via.hostname = '127.0.0.1';
     via.port = String(proxy.address().port);
-    const cutPool = new pg.Pool({ connectionString: via.href, max: 4 });
-    cutPool.on('error', () => {});
-    pools.push(cutPool);
+    const cutPool = newPool(4, { connectionString: via.href });
     const store = new PostgresStore({ pool: cutPool, table: tableName('idem') });
     await store.migrate();
     const charges = await chargesTable();
@@ -614,9 +612,7 @@ test('PostgresStore: a COMMIT whose answer the lost connection never brought is 
 
 test('PostgresStore: a handler whose effects are outside ctx.tx, whose key\'s transaction is lost before its answer is stored, answers its own answer with X-Should-Retry: false (the effect happened), not a 503 "nothing was kept"', { skip, timeout: 60_000 }, async () => {
   const application = `cut-${crypto.randomUUID().slice(0, 8)}`;
-  const storePool = new pg.Pool({ connectionString: DATABASE_URL, max: 4, application_name: application });
-  storePool.on('error', () => {});
-  pools.push(storePool);
+  const storePool = newPool(4, { application_name: application });
   const store = new PostgresStore({ pool: storePool, table: tableName('idem') });
   await store.migrate();
   const charges = await chargesTable();

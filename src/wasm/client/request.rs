@@ -115,10 +115,12 @@ pub struct Template {
 /// not left open. A body read, or taken by fetch, is locked or used, and left as it is.
 impl Drop for Template {
     fn drop(&mut self) {
-        if let Some(stream) = self.request.body().filter(|s| !s.locked()) {
-            if !self.request.body_used() {
-                js::cancel(&stream);
-            }
+        let unread = self
+            .request
+            .body()
+            .filter(|s| !s.locked() && !self.request.body_used());
+        if let Some(stream) = unread {
+            js::cancel(&stream);
         }
     }
 }
@@ -338,13 +340,15 @@ async fn buffer_stream(
     spare: Option<Request>,
     limit: u32,
 ) -> Result<Body, JsValue> {
+    // The body kept to send the whole once, if the reading finds it too long: dropped unsent,
+    // it is cancelled ([`Body`]'s `Drop`).
     let (probe, whole) = match spare {
-        Some(request) => (stream, Whole::Spare(request)),
+        Some(request) => (stream, Body::Spare(request)),
         None => {
             let branches: Array = stream.unchecked_ref::<super::bindings::StreamJs>().tee()?;
             (
                 branches.get_unchecked(0).unchecked_into(),
-                Whole::Stream(branches.get_unchecked(1).unchecked_into()),
+                Body::Stream(branches.get_unchecked(1).unchecked_into()),
             )
         }
     };
@@ -354,55 +358,29 @@ async fn buffer_stream(
         whole: Some(whole),
     };
     let read = js::read_limited(&reader, f64::from(limit)).await?;
-    let whole = reading.whole.take();
-    match (read, whole) {
-        (js::Limited::TooLong, Some(Whole::Stream(whole))) => Ok(Body::Stream(whole)),
-        (js::Limited::TooLong, Some(Whole::Spare(request))) => Ok(Body::Spare(request)),
-        (js::Limited::Bytes(bytes), whole) => {
-            cancel_whole(whole);
-            Ok(Body::Bytes(bytes))
-        }
-        (_, whole) => {
-            cancel_whole(whole);
-            Err(type_error(
-                "retryFetch: a ReadableStream body must yield Uint8Array chunks",
-            ))
-        }
-    }
-}
-
-/// What sends a body over the limit once: the other branch of a tee, or a copy of the request.
-enum Whole {
-    Stream(ReadableStream),
-    Spare(Request),
-}
-
-/// Cancel the body `whole` holds (not needed, or the call ended before it was sent).
-fn cancel_whole(whole: Option<Whole>) {
-    match whole {
-        Some(Whole::Stream(stream)) => js::cancel(&stream),
-        Some(Whole::Spare(request)) => {
-            if let Some(body) = request.body() {
-                js::cancel(&body);
-            }
-        }
-        None => {}
+    match (read, reading.whole.take()) {
+        (js::Limited::TooLong, Some(whole)) => Ok(whole),
+        (js::Limited::Bytes(bytes), _) => Ok(Body::Bytes(bytes)),
+        _ => Err(type_error(
+            "retryFetch: a ReadableStream body must yield Uint8Array chunks",
+        )),
     }
 }
 
 /// A stream body being buffered: dropped before the reading ended (a time limit, the deadline
-/// or an abort ended the call, or the stream failed), the reader and what holds the whole body
-/// are cancelled, which cancels the caller's stream: nothing is left locked and open.
+/// or an abort ended the call, or the stream failed), the reader is cancelled and what holds
+/// the whole body with it (dropped: [`Body`]'s `Drop`), which cancels the caller's stream:
+/// nothing is left locked and open.
 struct Unfinished {
     reader: ReadableStreamDefaultReader,
-    whole: Option<Whole>,
+    whole: Option<Body>,
 }
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if self.whole.is_some() {
+        if let Some(whole) = self.whole.take() {
             js::cancel(&self.reader);
-            cancel_whole(self.whole.take());
+            drop(whole);
         }
     }
 }

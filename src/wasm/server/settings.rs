@@ -367,11 +367,7 @@ fn read_raw(
 /// A `TypeError` when keys may be scoped but no secret can be had: neither the `secret` option
 /// nor a store that keeps one (`secret()`).
 fn check_secret(api: &str, common: &Common, may_scope: bool) -> Result<(), JsValue> {
-    if !may_scope {
-        return Ok(());
-    }
-    if common.secret.0.borrow().is_some() || common.store.has_secret() {
-        common.secret.prefetch(&common.store);
+    if !may_scope || common.secret.0.borrow().is_some() || common.store.has_secret() {
         return Ok(());
     }
     Err(crate::wasm::errors::invalid_value(
@@ -409,7 +405,11 @@ pub fn read_http(options: &JsValue) -> Result<HttpSettings, JsValue> {
                 .map_err(|v| error("identity", &v))?,
         ),
     };
-    check_secret(api, &common, !matches!(identity, Identity::Unscoped))?;
+    let may_scope = !matches!(identity, Identity::Unscoped);
+    check_secret(api, &common, may_scope)?;
+    if may_scope {
+        common.secret.prefetch(&common.store);
+    }
     Ok(HttpSettings {
         common,
         required,
@@ -448,6 +448,9 @@ pub fn read_job(options: &JsValue) -> Result<JobSettings, JsValue> {
         }
     };
     check_secret(api, &common, scope.is_some())?;
+    if scope.is_some() {
+        common.secret.prefetch(&common.store);
+    }
     let max_runs = match raw.max_runs {
         None => None,
         Some(n) => Some(runs::max_runs(n).map_err(|e| invalid_option(api, e, &n.into()))?),
